@@ -1,0 +1,327 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Bus publishes to and subscribes on one backend. It implements Publisher
+// and Subscriber and is safe for concurrent use.
+type Bus struct {
+	be      backend.Backend
+	caps    backend.Capabilities
+	opts    busOptions
+	optErr  error
+	publish PublishFunc
+
+	mu     sync.RWMutex // held for reading by Publish, for writing by Close
+	closed bool
+	subs   map[*Subscription]struct{}
+	wg     sync.WaitGroup // goroutines the bus started outside subscriptions
+}
+
+// New returns a Bus over b. An invalid option makes every later call
+// return an error wrapping ErrInvalidOption.
+func New(b backend.Backend, opts ...Option) *Bus {
+	o, err := buildBusOptions(opts)
+	bus := newBus(b, o)
+	bus.optErr = err
+	return bus
+}
+
+func buildBusOptions(opts []Option) (busOptions, error) {
+	o := busOptions{maxPayload: DefaultMaxPayload, ackBatch: 256, ackInterval: 5 * time.Millisecond}
+	var errs []error
+	for _, opt := range opts {
+		if opt == nil {
+			errs = append(errs, fmt.Errorf("%w: nil option", ErrInvalidOption))
+			continue
+		}
+		if err := opt.applyBus(&o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.observer == nil {
+		o.observer = observer.Nop
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if len(errs) > 0 {
+		return o, fmt.Errorf("bus: %w", errors.Join(errs...))
+	}
+	return o, nil
+}
+
+func newBus(be backend.Backend, o busOptions) *Bus {
+	b := &Bus{be: be, caps: be.Capabilities(), opts: o, subs: map[*Subscription]struct{}{}}
+	if b.caps.MaxPayload > 0 && b.caps.MaxPayload < b.opts.maxPayload {
+		b.opts.maxPayload = b.caps.MaxPayload
+	}
+	b.publish = b.publishCore
+	for i := len(o.publishMW) - 1; i >= 0; i-- {
+		b.publish = o.publishMW[i](b.publish)
+	}
+	return b
+}
+
+// Capabilities returns what the backend guarantees.
+func (b *Bus) Capabilities() backend.Capabilities { return b.caps }
+
+// Backend returns the backend the bus runs on.
+func (b *Bus) Backend() backend.Backend { return b.be }
+
+// Publish validates msgs, assigns IDs to messages without one, and
+// publishes them to topic as one batch. Invalid input is rejected before
+// any I/O and nothing of the batch is sent. When some messages fail the
+// error is a *PublishError listing them. A nil error means every message
+// was accepted by the backend and will be delivered at least once (at most
+// once with AckOnReceive or an at-most-once backend).
+func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error {
+	if b.optErr != nil {
+		return b.optErr
+	}
+	for _, m := range msgs {
+		if m != nil && m.ID == "" {
+			m.ID = msgid.New()
+		}
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
+	}
+	return b.publish(ctx, topic, msgs)
+}
+
+func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) error {
+	if err := ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: publish: %w", err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var failed []FailedMessage
+	for i, m := range msgs {
+		if err := validateMessage(m, b.opts.maxPayload, false); err != nil {
+			id := ""
+			if m != nil {
+				id = m.ID
+			}
+			failed = append(failed, FailedMessage{Index: i, ID: id, Err: err})
+		}
+	}
+	if failed != nil {
+		return &PublishError{Topic: topic, Failed: failed}
+	}
+	now := time.Now()
+	bms := make([]*backend.Message, len(msgs))
+	vals := make([]backend.Message, len(msgs))
+	for i, m := range msgs {
+		vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
+		bms[i] = &vals[i]
+	}
+	err := b.be.Publish(ctx, topic, bms)
+	if err == nil {
+		return nil
+	}
+	var be *backend.BatchError
+	if errors.As(err, &be) {
+		pe := &PublishError{Topic: topic, Failed: make([]FailedMessage, 0, len(be.Failed))}
+		for _, f := range be.Failed {
+			id := ""
+			if f.Index >= 0 && f.Index < len(msgs) {
+				id = msgs[f.Index].ID
+			}
+			pe.Failed = append(pe.Failed, FailedMessage{Index: f.Index, ID: id, Err: f.Err})
+		}
+		return pe
+	}
+	return fmt.Errorf("bus: publish %q: %w", topic, err)
+}
+
+// Subscribe starts h on topic. Options are validated before any I/O. The
+// subscription runs until Close, until ctx ends, or until the bus closes;
+// when ctx ends it shuts down as Close(context.Background()) would.
+func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
+	if b.optErr != nil {
+		return nil, b.optErr
+	}
+	if err := ValidateTopic(topic); err != nil {
+		return nil, fmt.Errorf("bus: subscribe: %w", err)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w: nil handler", topic, ErrInvalidOption)
+	}
+	o, err := b.subscribeOptions(topic, opts)
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
+	}
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
+	}
+	// Hold a place so Close waits for this subscription to finish starting.
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer b.wg.Done()
+
+	bsub, err := b.be.Subscribe(ctx, topic, backend.SubscribeConfig{
+		Group:           o.group,
+		StartFrom:       o.startFrom,
+		AckTimeout:      o.ackTimeout,
+		MaxInFlight:     o.maxInFlight,
+		MaxDeliveries:   o.maxDeliveries,
+		DeadLetterTopic: o.deadLetter,
+		Observer:        b.opts.observer,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
+	}
+
+	handler := h
+	for i := len(o.middleware) - 1; i >= 0; i-- {
+		handler = o.middleware[i](handler)
+	}
+	for i := len(b.opts.middleware) - 1; i >= 0; i-- {
+		handler = b.opts.middleware[i](handler)
+	}
+
+	s := &Subscription{
+		bus: b, topic: topic, opts: o, caps: b.caps, bsub: bsub, handler: handler,
+		sem:       NewConcurrencyLimiter(o.maxInFlight),
+		fetchDone: make(chan struct{}),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
+	s.fetchCtx, s.stopFetch = context.WithCancel(context.Background())
+	s.handlerCtx, s.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		s.stopFetch()
+		s.cancelHandler()
+		_ = bsub.Close()
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+
+	go s.acks.run()
+	go s.fetch()
+	s.stopAfter = context.AfterFunc(ctx, func() {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			_ = s.Close(context.Background())
+		}()
+	})
+	return s, nil
+}
+
+func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeOptions, error) {
+	o := subscribeOptions{
+		group:         DefaultGroup,
+		maxInFlight:   DefaultMaxInFlight,
+		ackTimeout:    DefaultAckTimeout,
+		maxDeliveries: DefaultMaxDeliveries,
+		newBackOff:    defaultBackOff,
+	}
+	var errs []error
+	for _, opt := range opts {
+		if opt == nil {
+			errs = append(errs, fmt.Errorf("%w: nil option", ErrInvalidOption))
+			continue
+		}
+		if err := opt.applySubscribe(&o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !o.deadLetterSet {
+		o.deadLetter = topic + DefaultDeadLetterSfx
+		if len(o.deadLetter) > MaxTopicLen {
+			errs = append(errs, fmt.Errorf("%w: default dead-letter topic %q is too long; set WithDeadLetter", ErrInvalidOption, o.deadLetter))
+		}
+	}
+	if o.deadLetter == topic {
+		errs = append(errs, fmt.Errorf("%w: dead-letter topic is the subscribed topic", ErrInvalidOption))
+	}
+	if o.startFrom == StartOldest && !b.caps.StartOldest {
+		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))
+	}
+	if len(errs) > 0 {
+		return o, errors.Join(errs...)
+	}
+	return o, nil
+}
+
+// Close closes every subscription as Subscription.Close(ctx) does, then
+// the backend. Publish and Subscribe return ErrClosed afterwards. Closing
+// twice returns nil.
+func (b *Bus) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := make([]*Subscription, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Close(ctx)
+		}()
+	}
+	wg.Wait()
+	b.wg.Wait()
+	// Subscriptions started concurrently with Close registered after the
+	// snapshot; close them too.
+	b.mu.Lock()
+	rest := make([]*Subscription, 0, len(b.subs))
+	for s := range b.subs {
+		rest = append(rest, s)
+	}
+	b.mu.Unlock()
+	for _, s := range rest {
+		errs = append(errs, s.Close(ctx))
+	}
+	b.wg.Wait()
+	if err := b.be.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Bus) forget(s *Subscription) {
+	b.mu.Lock()
+	delete(b.subs, s)
+	b.mu.Unlock()
+}
+
+func (b *Bus) observe(e observer.Event) {
+	b.opts.observer.Observe(context.Background(), e)
+}

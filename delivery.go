@@ -1,0 +1,314 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Outcome is how a delivery was settled.
+type Outcome int
+
+const (
+	// OutcomePending: not settled yet.
+	OutcomePending Outcome = iota
+	// OutcomeAcked: acked; it will not be delivered to the group again.
+	OutcomeAcked
+	// OutcomeNacked: handed back for redelivery (after a delay).
+	OutcomeNacked
+	// OutcomeDeadLettered: moved to the dead-letter topic.
+	OutcomeDeadLettered
+	// OutcomeDropped: rejected with dead-lettering off; acked and dropped.
+	OutcomeDropped
+	// OutcomeExpired: the lease ran out before it was settled (AckManual);
+	// the backend redelivers it.
+	OutcomeExpired
+)
+
+var outcomeNames = [...]string{"pending", "ack", "nack", "dead_letter", "dropped", "expired"}
+
+// String returns "ack", "nack", "dead_letter", "dropped", "expired" or
+// "pending".
+func (o Outcome) String() string {
+	if o >= 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Delivery is one received message plus its settlement methods. The
+// settlement methods are safe for concurrent use; the first settlement
+// wins and later ones return an error wrapping ErrAlreadySettled. A
+// handler must not keep the Delivery after it is settled, except to read
+// its fields.
+type Delivery struct {
+	Message
+	// Topic the message was published to.
+	Topic string
+	// Group that received it.
+	Group string
+	// Attempt is 1 on the first delivery to the group.
+	Attempt int
+	// PublishedAt is when the bus accepted the message.
+	PublishedAt time.Time
+
+	sub   *Subscription
+	ackID backend.AckID
+
+	// state holds stateSettled / stateHandlerDone / stateReleased bits.
+	state atomic.Uint32
+
+	mu       sync.Mutex
+	outcome  Outcome
+	hooks    []func(Outcome, error)
+	lease    *time.Timer
+	deadline time.Time
+}
+
+const (
+	stateSettled uint32 = 1 << iota // a settlement has claimed the delivery
+	stateFinished                   // the settlement has completed
+	stateHandlerDone
+	stateReleased
+)
+
+// Ack settles the delivery as done. Acks are batched; a failed flush is
+// reported to the observer and the message is redelivered after its lease.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if !d.claim() {
+		return d.alreadySettled("ack")
+	}
+	return d.doAck()
+}
+
+// Nack hands the delivery back for redelivery after delay (0 = at once),
+// with Attempt+1.
+func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
+	if delay < 0 {
+		return fmt.Errorf("bus: nack: %w: negative delay %v", ErrInvalidOption, delay)
+	}
+	if !d.sub.caps.Redelivery {
+		return fmt.Errorf("bus: nack: %w: %s does not redeliver", ErrUnsupported, d.sub.caps.Name)
+	}
+	if !d.claim() {
+		return d.alreadySettled("nack")
+	}
+	return d.doNack(ctx, delay)
+}
+
+// Reject settles the delivery as failed for good: it goes to the
+// dead-letter topic (with reason in its headers) and is never retried. With
+// dead-lettering off it is acked, dropped and reported to the observer.
+func (d *Delivery) Reject(ctx context.Context, reason error) error {
+	if reason == nil {
+		reason = errors.New("rejected")
+	}
+	if !d.claim() {
+		return d.alreadySettled("reject")
+	}
+	return d.doDeadLetter(ctx, reason)
+}
+
+// Extend restarts the lease of an unsettled delivery, for handlers that
+// run longer than the ack timeout. It returns an error wrapping
+// ErrUnsupported when the backend cannot extend leases.
+func (d *Delivery) Extend(ctx context.Context) error {
+	if d.state.Load()&stateSettled != 0 {
+		return d.alreadySettled("extend")
+	}
+	ext, ok := d.sub.bsub.(backend.Extender)
+	if !ok {
+		return fmt.Errorf("bus: extend: %w: %s cannot extend leases", ErrUnsupported, d.sub.caps.Name)
+	}
+	if err := ext.Extend(ctx, d.ackID); err != nil {
+		return fmt.Errorf("bus: extend %q: %w", d.ID, err)
+	}
+	d.mu.Lock()
+	d.deadline = time.Now().Add(d.sub.opts.ackTimeout)
+	if d.lease != nil {
+		d.lease.Reset(d.sub.opts.ackTimeout)
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// OnSettle registers fn to be called once, with the outcome and the error
+// of the settlement, when the delivery is settled (or its lease expires).
+// If it is already settled fn is called at once. Middleware uses it to end
+// spans and count outcomes.
+func (d *Delivery) OnSettle(fn func(Outcome, error)) {
+	d.mu.Lock()
+	if d.outcome != OutcomePending {
+		o := d.outcome
+		d.mu.Unlock()
+		fn(o, nil)
+		return
+	}
+	d.hooks = append(d.hooks, fn)
+	d.mu.Unlock()
+}
+
+// Outcome returns how the delivery was settled so far.
+func (d *Delivery) Outcome() Outcome {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outcome
+}
+
+// claim takes the right to settle. It fails if another settlement won.
+func (d *Delivery) claim() bool {
+	for {
+		s := d.state.Load()
+		if s&stateSettled != 0 {
+			return false
+		}
+		if d.state.CompareAndSwap(s, s|stateSettled) {
+			return true
+		}
+	}
+}
+
+func (d *Delivery) alreadySettled(op string) error {
+	return fmt.Errorf("bus: %s %q: %w (%s)", op, d.ID, ErrAlreadySettled, d.Outcome())
+}
+
+func (d *Delivery) doAck() error {
+	err := d.sub.acks.add(d.ackID)
+	if err != nil {
+		err = fmt.Errorf("bus: ack %q: %w", d.ID, err)
+	}
+	d.finish(OutcomeAcked, err)
+	return err
+}
+
+func (d *Delivery) doNack(ctx context.Context, delay time.Duration) error {
+	err := d.sub.bsub.Nack(ctx, d.ackID, delay)
+	if err != nil {
+		err = fmt.Errorf("bus: nack %q: %w", d.ID, err)
+	}
+	d.finish(OutcomeNacked, err)
+	return err
+}
+
+// doDeadLetter moves the message to the dead-letter topic, or drops it
+// when dead-lettering is off.
+func (d *Delivery) doDeadLetter(ctx context.Context, reason error) error {
+	s := d.sub
+	topic := s.opts.deadLetter
+	if topic == "" {
+		err := s.acks.add(d.ackID)
+		s.report(d, observer.ScopeDeadLetter, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
+		d.finish(OutcomeDropped, err)
+		return err
+	}
+	cp := d.deadLetterCopy(reason)
+	var err error
+	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
+		err = dl.DeadLetter(ctx, d.ackID, topic, cp)
+	} else if err = s.bus.be.Publish(ctx, topic, []*backend.Message{cp}); err == nil {
+		err = s.acks.add(d.ackID)
+	}
+	if err != nil {
+		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.ID, topic, err)
+	}
+	d.finish(OutcomeDeadLettered, err)
+	return err
+}
+
+func (d *Delivery) deadLetterCopy(reason error) *backend.Message {
+	h := make(map[string]string, len(d.Headers)+5)
+	maps.Copy(h, d.Headers)
+	h[HeaderDeadLetterReason] = sanitizeHeaderValue(reason.Error())
+	h[HeaderDeadLetterTopic] = d.Topic
+	h[HeaderDeadLetterGroup] = d.Group
+	h[HeaderDeadLetterAttempt] = strconv.Itoa(d.Attempt)
+	h[HeaderDeadLetterID] = d.ID
+	return &backend.Message{ID: d.ID, Key: d.Key, Headers: h, Payload: d.Payload, PublishedAt: time.Now()}
+}
+
+// sanitizeHeaderValue replaces characters headers may not carry and caps
+// the length, so an error text is always a valid header value.
+func sanitizeHeaderValue(s string) string {
+	const maxLen = 1024
+	if len(s) > maxLen {
+		s = s[:maxLen]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' || c == 0 {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
+
+// finish records the outcome, runs the hooks and frees the slot if the
+// handler is done too.
+func (d *Delivery) finish(o Outcome, err error) {
+	d.mu.Lock()
+	d.outcome = o
+	hooks := d.hooks
+	d.hooks = nil
+	if d.lease != nil {
+		d.lease.Stop()
+		d.lease = nil
+	}
+	d.mu.Unlock()
+	for _, h := range hooks {
+		h(o, err)
+	}
+	d.state.Or(stateFinished)
+	d.maybeRelease()
+}
+
+// handlerDone marks the handler as returned.
+func (d *Delivery) handlerDone() {
+	d.state.Or(stateHandlerDone)
+	d.maybeRelease()
+}
+
+// maybeRelease frees the in-flight slot once the handler has returned and
+// the delivery is settled, exactly once.
+func (d *Delivery) maybeRelease() {
+	for {
+		s := d.state.Load()
+		if s&(stateFinished|stateHandlerDone) != stateFinished|stateHandlerDone || s&stateReleased != 0 {
+			return
+		}
+		if d.state.CompareAndSwap(s, s|stateReleased) {
+			d.sub.release(d)
+			return
+		}
+	}
+}
+
+// armLease starts the bus-side lease for a delivery whose handler returned
+// unsettled (AckManual): when it runs out the slot is freed and the
+// backend redelivers.
+func (d *Delivery) armLease(received time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.outcome != OutcomePending {
+		return
+	}
+	if d.deadline.IsZero() {
+		d.deadline = received.Add(d.sub.opts.ackTimeout)
+	}
+	d.lease = time.AfterFunc(time.Until(d.deadline), d.expire)
+}
+
+func (d *Delivery) expire() {
+	if !d.claim() {
+		return
+	}
+	d.sub.report(d, observer.ScopeLease, fmt.Errorf("lease of %v expired unsettled; the message will be redelivered", d.sub.opts.ackTimeout))
+	d.finish(OutcomeExpired, nil)
+}

@@ -1,0 +1,90 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Sentinel errors. Errors returned by the bus wrap one of them where a
+// caller may want to branch; use errors.Is.
+var (
+	// ErrClosed: the bus or subscription is closed.
+	ErrClosed = backend.ErrClosed
+	// ErrInvalidTopic: the topic is empty, too long, or has a character
+	// outside letters, digits and ". _ - :", or an empty "."-token.
+	ErrInvalidTopic = errors.New("invalid topic")
+	// ErrInvalidMessage: a message is nil or has an invalid header.
+	ErrInvalidMessage = errors.New("invalid message")
+	// ErrPayloadTooLarge: a payload is over the max payload.
+	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrUnsupported: the backend cannot do what was asked.
+	ErrUnsupported = errors.New("unsupported by backend")
+	// ErrInvalidOption: an option value is out of range.
+	ErrInvalidOption = errors.New("invalid option")
+	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
+	// or its lease expired; the first settlement wins.
+	ErrAlreadySettled = errors.New("delivery already settled")
+	// ErrUnknownScheme: Open got a URL whose scheme no backend registered.
+	ErrUnknownScheme = errors.New("unknown backend scheme")
+)
+
+// PublishError is returned by Publish when some messages of a batch failed.
+// Messages not listed were published. errors.Is on a PublishError matches
+// the errors of every failed message.
+type PublishError struct {
+	Topic  string
+	Failed []FailedMessage
+}
+
+// FailedMessage is one message of a batch that was not published.
+type FailedMessage struct {
+	Index int    // position in the Publish call
+	ID    string // Message.ID
+	Err   error
+}
+
+func (e *PublishError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bus: publish %q: %d message(s) failed", e.Topic, len(e.Failed))
+	for i, f := range e.Failed {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; #%d: %v", f.Index, f.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the error of each failed message.
+func (e *PublishError) Unwrap() []error {
+	errs := make([]error, len(e.Failed))
+	for i, f := range e.Failed {
+		errs[i] = f.Err
+	}
+	return errs
+}
+
+// Permanent marks a handler error as not retryable: in AckOnSuccess the
+// message goes straight to the dead-letter topic. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }

@@ -1,0 +1,226 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Limiter decides how many messages a subscription may take. The bus
+// acquires capacity BEFORE it asks the backend for messages, so nothing
+// waits in a local buffer while its lease runs out; one limiter may be
+// shared by several subscriptions to cap a whole process.
+//
+// Implementations must be safe for concurrent use.
+type Limiter interface {
+	// Acquire blocks until at least one unit is free, then takes between
+	// 1 and max units and returns how many it took. It returns ctx.Err()
+	// when ctx ends first.
+	Acquire(ctx context.Context, max int) (int, error)
+	// Release returns n units taken by Acquire.
+	Release(n int)
+}
+
+// LimiterFeedback is implemented by limiters that adapt to handler
+// outcomes. The bus calls Feedback once per handled message with the
+// handler's latency and error, before Release.
+type LimiterFeedback interface {
+	Feedback(latency time.Duration, err error)
+}
+
+// ConcurrencyLimiter caps the units held at once. Safe for concurrent use.
+type ConcurrencyLimiter struct {
+	mu      sync.Mutex
+	limit   int
+	used    int
+	waiters []chan struct{}
+}
+
+// NewConcurrencyLimiter returns a limiter with limit units (limit >= 1).
+func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
+	if limit < 1 {
+		panic(fmt.Sprintf("bus: concurrency limit %d, want >= 1", limit))
+	}
+	return &ConcurrencyLimiter{limit: limit}
+}
+
+// Acquire implements Limiter.
+func (l *ConcurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) {
+	if max < 1 {
+		max = 1
+	}
+	for {
+		l.mu.Lock()
+		if free := l.limit - l.used; free > 0 {
+			n := min(free, max)
+			l.used += n
+			l.mu.Unlock()
+			return n, nil
+		}
+		ch := make(chan struct{})
+		l.waiters = append(l.waiters, ch)
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			l.mu.Lock()
+			for i, w := range l.waiters {
+				if w == ch {
+					l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+					break
+				}
+			}
+			l.mu.Unlock()
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Release implements Limiter.
+func (l *ConcurrencyLimiter) Release(n int) {
+	if n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	l.used -= n
+	if l.used < 0 {
+		l.mu.Unlock()
+		panic("bus: limiter released more than acquired")
+	}
+	l.wakeLocked()
+	l.mu.Unlock()
+}
+
+func (l *ConcurrencyLimiter) wakeLocked() {
+	if len(l.waiters) == 0 || l.used >= l.limit {
+		return
+	}
+	for _, w := range l.waiters {
+		close(w)
+	}
+	l.waiters = l.waiters[:0]
+}
+
+// InUse returns the units held now.
+func (l *ConcurrencyLimiter) InUse() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
+}
+
+// Limit returns the current limit.
+func (l *ConcurrencyLimiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+func (l *ConcurrencyLimiter) setLimit(n int) {
+	l.mu.Lock()
+	l.limit = n
+	l.wakeLocked()
+	l.mu.Unlock()
+}
+
+// RateLimiter lets at most r messages per second start, with bursts of up
+// to burst. Units are not held: Release is a no-op. Safe for concurrent
+// use.
+type RateLimiter struct{ lim *rate.Limiter }
+
+// NewRateLimiter returns a limiter of r messages per second and the given
+// burst (>= 1).
+func NewRateLimiter(r rate.Limit, burst int) *RateLimiter {
+	if burst < 1 {
+		panic(fmt.Sprintf("bus: rate limiter burst %d, want >= 1", burst))
+	}
+	return &RateLimiter{lim: rate.NewLimiter(r, burst)}
+}
+
+// Acquire waits for one token, then takes as many more as are free now,
+// up to max.
+func (l *RateLimiter) Acquire(ctx context.Context, max int) (int, error) {
+	if err := l.lim.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, err
+	}
+	n := 1
+	now := time.Now()
+	for n < max && l.lim.AllowN(now, 1) {
+		n++
+	}
+	return n, nil
+}
+
+// Release implements Limiter; rate tokens are spent, not held.
+func (l *RateLimiter) Release(int) {}
+
+// AdaptiveConfig configures an AdaptiveLimiter. Zero fields take defaults.
+type AdaptiveConfig struct {
+	Initial int           // starting limit (default 16)
+	Min     int           // floor (default 1)
+	Max     int           // ceiling (default 1024)
+	Target  time.Duration // handler latency above which the limit shrinks (default 100ms)
+	// Decrease is the factor applied on an error or slow handler (default 0.9).
+	Decrease float64
+}
+
+// AdaptiveLimiter is a concurrency limiter whose limit grows by one per
+// window of fast successes (additive increase) and shrinks by a factor on
+// errors or latency over target (multiplicative decrease), like TCP
+// congestion control. Safe for concurrent use.
+type AdaptiveLimiter struct {
+	*ConcurrencyLimiter
+	cfg AdaptiveConfig
+
+	mu    sync.Mutex
+	limit float64
+}
+
+// NewAdaptiveLimiter returns an adaptive limiter; invalid configuration
+// panics, like a bad regexp.
+func NewAdaptiveLimiter(cfg AdaptiveConfig) *AdaptiveLimiter {
+	if cfg.Initial == 0 {
+		cfg.Initial = 16
+	}
+	if cfg.Min == 0 {
+		cfg.Min = 1
+	}
+	if cfg.Max == 0 {
+		cfg.Max = 1024
+	}
+	if cfg.Target == 0 {
+		cfg.Target = 100 * time.Millisecond
+	}
+	if cfg.Decrease == 0 {
+		cfg.Decrease = 0.9
+	}
+	if cfg.Min < 1 || cfg.Max < cfg.Min || cfg.Initial < cfg.Min || cfg.Initial > cfg.Max || cfg.Decrease <= 0 || cfg.Decrease >= 1 || cfg.Target < 0 {
+		panic(fmt.Sprintf("bus: invalid adaptive limiter config %+v", cfg))
+	}
+	return &AdaptiveLimiter{
+		ConcurrencyLimiter: NewConcurrencyLimiter(cfg.Initial),
+		cfg:                cfg,
+		limit:              float64(cfg.Initial),
+	}
+}
+
+// Feedback implements LimiterFeedback.
+func (l *AdaptiveLimiter) Feedback(latency time.Duration, err error) {
+	l.mu.Lock()
+	if err != nil || latency > l.cfg.Target {
+		l.limit *= l.cfg.Decrease
+	} else {
+		l.limit += 1 / l.limit
+	}
+	l.limit = max(float64(l.cfg.Min), min(float64(l.cfg.Max), l.limit))
+	n := int(l.limit)
+	l.mu.Unlock()
+	if n != l.ConcurrencyLimiter.Limit() {
+		l.ConcurrencyLimiter.setLimit(n)
+	}
+}

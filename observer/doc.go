@@ -1,0 +1,17 @@
+// Package observer receives the errors of a bus that have no caller to
+// return to: receive and ack failures, handler errors and panics, lease
+// reclaims, dead-lettering, decode failures and shutdown problems.
+//
+// Each error is handled once: the bus either returns it to a caller or
+// reports it here, never both.
+//
+// # Implementations
+//
+//   - Func adapts a function.
+//   - Multi fans an event out to several observers.
+//   - Slog logs events through a *slog.Logger (never payloads).
+//   - Nop discards events; it is the default.
+//
+// Observers are called from the bus's goroutines and must be safe for
+// concurrent use. They should return quickly.
+package observer

@@ -1,0 +1,367 @@
+package bus
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Option configures a Bus (New, Open).
+type Option interface{ applyBus(*busOptions) error }
+
+// SubscribeOption configures one subscription.
+type SubscribeOption interface {
+	applySubscribe(*subscribeOptions) error
+}
+
+// StartFrom says where a new consumer group starts reading. It matters
+// only when the group is created; an existing group resumes where it
+// stands.
+type StartFrom = backend.StartFrom
+
+const (
+	// StartNewest (the default) delivers messages published after the
+	// group was created.
+	StartNewest = backend.StartNewest
+	// StartOldest delivers every message the topic still retains.
+	StartOldest = backend.StartOldest
+)
+
+// AckMode says when a delivery is settled.
+type AckMode int
+
+const (
+	// AckOnSuccess (the default): a nil handler return acks; an error
+	// nacks with the retry backoff, and Permanent errors or running out of
+	// max deliveries dead-letter. At-least-once.
+	AckOnSuccess AckMode = iota
+	// AckOnReceive acks before the handler runs. At-most-once: a handler
+	// error or a crash loses the message; errors go to the observer.
+	AckOnReceive
+	// AckManual: the handler settles with Ack, Nack, Reject or Extend; the
+	// delivery keeps its in-flight slot until then. Unsettled deliveries
+	// are redelivered after the ack timeout.
+	AckManual
+)
+
+// String returns "on-success", "on-receive" or "manual".
+func (m AckMode) String() string {
+	switch m {
+	case AckOnSuccess:
+		return "on-success"
+	case AckOnReceive:
+		return "on-receive"
+	case AckManual:
+		return "manual"
+	}
+	return fmt.Sprintf("AckMode(%d)", int(m))
+}
+
+// ParseAckMode parses the names String returns.
+func ParseAckMode(s string) (AckMode, error) {
+	for _, m := range []AckMode{AckOnSuccess, AckOnReceive, AckManual} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: ack mode %q (want on-success, on-receive or manual)", ErrInvalidOption, s)
+}
+
+// Defaults of the subscribe options.
+const (
+	DefaultGroup          = "default"
+	DefaultMaxInFlight    = 64
+	DefaultAckTimeout     = 30 * time.Second
+	DefaultMaxDeliveries  = 10
+	DefaultDeadLetterSfx  = ".dlq"
+	DefaultRetryInitial   = 100 * time.Millisecond
+	DefaultRetryMaxDelay  = 30 * time.Second
+	minAckTimeout         = 10 * time.Millisecond
+	maxInFlightUpperBound = 1 << 16
+)
+
+type busOptions struct {
+	observer    observer.Observer
+	logger      *slog.Logger
+	middleware  []Middleware
+	publishMW   []PublishMiddleware
+	maxPayload  int
+	ackBatch    int
+	ackInterval time.Duration
+}
+
+type subscribeOptions struct {
+	group          string
+	ackMode        AckMode
+	maxInFlight    int
+	limiter        Limiter
+	ackTimeout     time.Duration
+	maxDeliveries  int
+	deadLetter     string
+	deadLetterSet  bool
+	newBackOff     func() backoff.BackOff
+	handlerTimeout time.Duration
+	startFrom      StartFrom
+	middleware     []Middleware
+}
+
+type busOptionFunc func(*busOptions) error
+
+func (f busOptionFunc) applyBus(o *busOptions) error { return f(o) }
+
+type subOptionFunc func(*subscribeOptions) error
+
+func (f subOptionFunc) applySubscribe(o *subscribeOptions) error { return f(o) }
+
+// WithObserver sets the observer that receives background errors. The
+// default discards them. Several calls add observers (see observer.Multi).
+func WithObserver(o observer.Observer) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidOption)
+		}
+		if b.observer == nil {
+			b.observer = o
+		} else {
+			b.observer = observer.Multi(b.observer, o)
+		}
+		return nil
+	})
+}
+
+// WithLogger sets the logger for the bus's own lifecycle messages (never
+// payloads). The default discards.
+func WithLogger(l *slog.Logger) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		b.logger = l
+		return nil
+	})
+}
+
+// WithPublishMiddleware wraps every Publish call, outermost first.
+func WithPublishMiddleware(mw ...PublishMiddleware) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		for _, m := range mw {
+			if m == nil {
+				return fmt.Errorf("%w: nil publish middleware", ErrInvalidOption)
+			}
+		}
+		b.publishMW = append(b.publishMW, mw...)
+		return nil
+	})
+}
+
+// WithMaxPayload sets the largest payload Publish accepts (default 1 MiB).
+// A backend with a smaller limit of its own lowers it further.
+func WithMaxPayload(n int) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max payload %d, want > 0", ErrInvalidOption, n)
+		}
+		b.maxPayload = n
+		return nil
+	})
+}
+
+// WithAckBatch sets how acks are batched: at most size ids per backend call
+// and at most interval between a settlement and its flush (defaults 256 and
+// 5ms).
+func WithAckBatch(size int, interval time.Duration) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if size < 1 || interval <= 0 {
+			return fmt.Errorf("%w: ack batch size %d interval %v, want size >= 1 and interval > 0", ErrInvalidOption, size, interval)
+		}
+		b.ackBatch, b.ackInterval = size, interval
+		return nil
+	})
+}
+
+// MiddlewareOption is returned by WithMiddleware; it is both a bus Option
+// (applies to every subscription) and a SubscribeOption (applies to one).
+type MiddlewareOption struct{ mw []Middleware }
+
+// WithMiddleware wraps handlers, outermost first. On New/Open it applies to
+// every subscription (outside the subscription's own middleware); on
+// Subscribe to that subscription.
+func WithMiddleware(mw ...Middleware) MiddlewareOption { return MiddlewareOption{mw: mw} }
+
+func (m MiddlewareOption) check() error {
+	for _, f := range m.mw {
+		if f == nil {
+			return fmt.Errorf("%w: nil middleware", ErrInvalidOption)
+		}
+	}
+	return nil
+}
+
+func (m MiddlewareOption) applyBus(b *busOptions) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	b.middleware = append(b.middleware, m.mw...)
+	return nil
+}
+
+func (m MiddlewareOption) applySubscribe(s *subscribeOptions) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	s.middleware = append(s.middleware, m.mw...)
+	return nil
+}
+
+// WithGroup sets the consumer group (default "default"). Subscriptions in
+// one group share the messages; every group gets every message.
+func WithGroup(group string) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if err := ValidateTopic(group); err != nil {
+			return fmt.Errorf("%w: group %q: must follow the topic rules", ErrInvalidOption, group)
+		}
+		s.group = group
+		return nil
+	})
+}
+
+// WithAckMode sets the ack mode (default AckOnSuccess).
+func WithAckMode(m AckMode) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if m < AckOnSuccess || m > AckManual {
+			return fmt.Errorf("%w: ack mode %d", ErrInvalidOption, int(m))
+		}
+		s.ackMode = m
+		return nil
+	})
+}
+
+// WithMaxInFlight caps the deliveries this subscription holds unsettled at
+// once (default 64). Capacity is taken before the backend is asked for
+// messages.
+func WithMaxInFlight(n int) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if n < 1 || n > maxInFlightUpperBound {
+			return fmt.Errorf("%w: max in flight %d, want 1..%d", ErrInvalidOption, n, maxInFlightUpperBound)
+		}
+		s.maxInFlight = n
+		return nil
+	})
+}
+
+// WithLimiter adds a limiter on top of max in flight, for example a rate
+// limiter or a concurrency limiter shared by several subscriptions.
+func WithLimiter(l Limiter) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil limiter", ErrInvalidOption)
+		}
+		s.limiter = l
+		return nil
+	})
+}
+
+// WithAckTimeout sets the lease of a delivery (default 30s, at least
+// 10ms). A delivery not settled within it is redelivered.
+func WithAckTimeout(d time.Duration) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if d < minAckTimeout {
+			return fmt.Errorf("%w: ack timeout %v, want >= %v", ErrInvalidOption, d, minAckTimeout)
+		}
+		s.ackTimeout = d
+		return nil
+	})
+}
+
+// WithMaxDeliveries sets the attempt after which a failing message is
+// dead-lettered (default 10).
+func WithMaxDeliveries(n int) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max deliveries %d, want >= 1", ErrInvalidOption, n)
+		}
+		s.maxDeliveries = n
+		return nil
+	})
+}
+
+// WithDeadLetter sets the dead-letter topic (default "<topic>.dlq"). An
+// empty topic turns dead-lettering off: such messages are acked, dropped
+// and reported to the observer.
+func WithDeadLetter(topic string) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if topic != "" {
+			if err := ValidateTopic(topic); err != nil {
+				return fmt.Errorf("%w: dead-letter topic: %w", ErrInvalidOption, err)
+			}
+		}
+		s.deadLetter, s.deadLetterSet = topic, true
+		return nil
+	})
+}
+
+// WithRetryBackoff sets the delay before a failed message is redelivered.
+// newBackOff is called per failure and its NextBackOff is called attempt
+// times; the last value is the delay, and backoff.Stop dead-letters at
+// once. The default is exponential with jitter, 100ms initial, 30s cap.
+func WithRetryBackoff(newBackOff func() backoff.BackOff) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if newBackOff == nil {
+			return fmt.Errorf("%w: nil backoff", ErrInvalidOption)
+		}
+		s.newBackOff = newBackOff
+		return nil
+	})
+}
+
+// WithHandlerTimeout gives each handler call a deadline; a timed-out
+// handler counts as failed. The default is no deadline.
+func WithHandlerTimeout(d time.Duration) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: handler timeout %v, want > 0", ErrInvalidOption, d)
+		}
+		s.handlerTimeout = d
+		return nil
+	})
+}
+
+// WithStartFrom sets where a new group starts (default StartNewest). It
+// does not move an existing group.
+func WithStartFrom(f StartFrom) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if f != StartNewest && f != StartOldest {
+			return fmt.Errorf("%w: start from %v", ErrInvalidOption, f)
+		}
+		s.startFrom = f
+		return nil
+	})
+}
+
+func defaultBackOff() backoff.BackOff {
+	e := backoff.NewExponentialBackOff()
+	e.InitialInterval = DefaultRetryInitial
+	e.MaxInterval = DefaultRetryMaxDelay
+	e.MaxElapsedTime = 0
+	return e
+}
+
+// retryDelay returns the backoff delay for the given attempt, and false
+// when the policy says stop.
+func retryDelay(newBackOff func() backoff.BackOff, attempt int) (time.Duration, bool) {
+	b := newBackOff()
+	b.Reset()
+	var d time.Duration
+	for i := 0; i < max(attempt, 1); i++ {
+		d = b.NextBackOff()
+		if d == backoff.Stop {
+			return 0, false
+		}
+	}
+	return d, true
+}

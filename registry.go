@@ -1,0 +1,86 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/inmemory"
+)
+
+// OpenFunc opens a backend from a URL. It must not keep ctx.
+type OpenFunc func(ctx context.Context, u *url.URL) (backend.Backend, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]OpenFunc{}
+)
+
+func init() {
+	Register("mem", func(_ context.Context, u *url.URL) (backend.Backend, error) {
+		return inmemory.OpenURL(u)
+	})
+}
+
+// Register makes a backend available to Open under a URL scheme. Backends
+// call it from init. It panics if open is nil or the scheme is taken.
+func Register(scheme string, open OpenFunc) {
+	if open == nil {
+		panic("bus: Register open func is nil")
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[scheme]; dup {
+		panic("bus: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s := make([]string, 0, len(registry))
+	for k := range registry {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Open opens the backend named by rawURL's scheme ("mem://",
+// "redis://...", "nats://...") and returns a Bus over it. Backends other
+// than mem must be linked in, usually with a blank import of their
+// package. The URL is redacted in errors.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("bus: open: invalid url: %w", redactURLError(err))
+	}
+	registryMu.RLock()
+	open, ok := registry[u.Scheme]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v)", u.Redacted(), ErrUnknownScheme, u.Scheme, Schemes())
+	}
+	o, err := buildBusOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	be, err := open(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("bus: open %q: %w", u.Redacted(), err)
+	}
+	return newBus(be, o), nil
+}
+
+// redactURLError drops the URL from a url.Error, which may hold a password.
+func redactURLError(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}

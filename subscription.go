@@ -1,0 +1,336 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Subscription is a running handler on a topic and group. It is safe for
+// concurrent use. It ends when Close is called, when the ctx given to
+// Subscribe ends, when the bus closes, or when the backend fails for good
+// (see Err).
+type Subscription struct {
+	bus     *Bus
+	topic   string
+	opts    subscribeOptions
+	caps    backend.Capabilities
+	bsub    backend.Subscription
+	handler Handler
+
+	sem  *ConcurrencyLimiter // max in flight
+	acks *acker
+
+	fetchCtx      context.Context // ends when fetching must stop
+	stopFetch     context.CancelFunc
+	handlerCtx    context.Context // parent of every handler ctx
+	cancelHandler context.CancelFunc
+
+	fetchDone chan struct{}
+	handlers  sync.WaitGroup // running handlers
+	unsettled sync.WaitGroup // delivered but not yet released
+
+	closeOnce sync.Once
+	closing   chan struct{}
+	done      chan struct{}
+	mu        sync.Mutex
+	err       error
+	stopAfter func() bool
+}
+
+// Done is closed when the subscription has fully stopped.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err returns the error that ended the subscription: nil while it runs and
+// after a clean Close, otherwise why it stopped.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Topic returns the subscribed topic.
+func (s *Subscription) Topic() string { return s.topic }
+
+// Group returns the consumer group.
+func (s *Subscription) Group() string { return s.opts.group }
+
+// Close stops the subscription: it stops fetching, lets in-flight
+// handlers finish until ctx ends and then cancels their ctx, flushes
+// settlements, and returns when no handler of this subscription runs.
+// Closing twice waits for the first Close and returns nil.
+func (s *Subscription) Close(ctx context.Context) error {
+	var err error
+	first := false
+	s.closeOnce.Do(func() {
+		first = true
+		err = s.shutdown(ctx)
+	})
+	if !first {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return fmt.Errorf("bus: close subscription %q: %w", s.topic, ctx.Err())
+		}
+	}
+	return err
+}
+
+func (s *Subscription) shutdown(ctx context.Context) error {
+	close(s.closing)
+	if s.stopAfter != nil {
+		s.stopAfter()
+	}
+	s.stopFetch()
+	<-s.fetchDone
+
+	var errs []error
+	drained := make(chan struct{})
+	go func() {
+		s.handlers.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("handlers still running when the close ctx ended, cancelled them: %w", ctx.Err()))
+		s.cancelHandler()
+		<-drained
+	}
+	// Manual deliveries whose handler returned unsettled keep their
+	// lease; wait for their settlement until ctx ends, then give them
+	// back to the backend by letting the lease run out there.
+	unsettled := make(chan struct{})
+	go func() {
+		s.unsettled.Wait()
+		close(unsettled)
+	}()
+	select {
+	case <-unsettled:
+	case <-ctx.Done():
+	}
+	s.cancelHandler()
+	s.acks.close()
+	if err := s.bsub.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("backend close: %w", err))
+	}
+	s.bus.forget(s)
+	var err error
+	if len(errs) > 0 {
+		err = fmt.Errorf("bus: close subscription %q: %w", s.topic, errors.Join(errs...))
+	}
+	close(s.done)
+	return err
+}
+
+// fail ends the subscription because the backend failed for good.
+func (s *Subscription) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.bus.wg.Add(1)
+	go func() {
+		defer s.bus.wg.Done()
+		_ = s.Close(context.Background())
+	}()
+}
+
+// fetch is the receive loop: take capacity, ask the backend for at most
+// that many messages, start a handler per message.
+func (s *Subscription) fetch() {
+	defer close(s.fetchDone)
+	const minWait, maxWait = 10 * time.Millisecond, time.Second
+	wait := minWait
+	for {
+		n, err := s.sem.Acquire(s.fetchCtx, s.opts.maxInFlight)
+		if err != nil {
+			return
+		}
+		if s.opts.limiter != nil {
+			m, err := s.opts.limiter.Acquire(s.fetchCtx, n)
+			if err != nil {
+				s.sem.Release(n)
+				return
+			}
+			if m < n {
+				s.sem.Release(n - m)
+				n = m
+			}
+		}
+		msgs, err := s.bsub.Receive(s.fetchCtx, n)
+		if unused := n - len(msgs); unused > 0 {
+			s.sem.Release(unused)
+			if s.opts.limiter != nil {
+				s.opts.limiter.Release(unused)
+			}
+		}
+		for _, m := range msgs {
+			s.dispatch(m)
+		}
+		if err != nil {
+			if s.fetchCtx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrClosed) {
+				s.fail(fmt.Errorf("bus: receive %q: %w", s.topic, err))
+				return
+			}
+			s.bus.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group, Err: err})
+			select {
+			case <-time.After(wait):
+			case <-s.fetchCtx.Done():
+				return
+			}
+			wait = min(wait*2, maxWait)
+			continue
+		}
+		wait = minWait
+	}
+}
+
+func (s *Subscription) dispatch(m *backend.Message) {
+	d := &Delivery{
+		Message:     Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload},
+		Topic:       s.topic,
+		Group:       s.opts.group,
+		Attempt:     max(m.Attempt, 1),
+		PublishedAt: m.PublishedAt,
+		sub:         s,
+		ackID:       m.AckID,
+	}
+	s.handlers.Add(1)
+	s.unsettled.Add(1)
+	go s.process(d)
+}
+
+// release frees the in-flight slot of a finished delivery.
+func (s *Subscription) release(*Delivery) {
+	s.sem.Release(1)
+	if s.opts.limiter != nil {
+		s.opts.limiter.Release(1)
+	}
+	s.unsettled.Done()
+}
+
+func (s *Subscription) process(d *Delivery) {
+	defer s.handlers.Done()
+	received := time.Now()
+	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
+		// Redelivered past the limit without a handler verdict (leases ran
+		// out): dead-letter without running the handler again.
+		d.claim()
+		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(s.handlerCtx, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries)))
+		d.handlerDone()
+		return
+	}
+	if s.opts.ackMode == AckOnReceive && d.claim() {
+		s.settleErr(d, observer.ScopeAck, d.doAck())
+	}
+	err := s.call(d)
+	if fb, ok := s.opts.limiter.(LimiterFeedback); ok {
+		fb.Feedback(time.Since(received), err)
+	}
+	switch s.opts.ackMode {
+	case AckOnReceive:
+		s.reportHandlerErr(d, err)
+	case AckOnSuccess:
+		s.reportHandlerErr(d, err)
+		if d.claim() {
+			if err == nil {
+				s.settleErr(d, observer.ScopeAck, d.doAck())
+			} else {
+				s.retryOrDeadLetter(d, err)
+			}
+		}
+	case AckManual:
+		s.reportHandlerErr(d, err)
+		d.armLease(received)
+	}
+	d.handlerDone()
+}
+
+// call runs the handler with its ctx, turning a panic into an error.
+func (s *Subscription) call(d *Delivery) (err error) {
+	ctx := s.handlerCtx
+	if s.opts.handlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.handlerTimeout)
+		defer cancel()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	err = s.handler(ctx, d)
+	if err == nil && s.opts.handlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("handler timed out after %v: %w", s.opts.handlerTimeout, ctx.Err())
+	}
+	return err
+}
+
+func (s *Subscription) reportHandlerErr(d *Delivery, err error) {
+	if err == nil {
+		return
+	}
+	var p *panicError
+	if errors.As(err, &p) {
+		s.bus.observe(observer.Event{Scope: observer.ScopePanic, Topic: s.topic, Group: s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: err, Stack: p.stack})
+		return
+	}
+	s.report(d, observer.ScopeHandler, err)
+}
+
+// retryOrDeadLetter settles a failed delivery (already claimed).
+func (s *Subscription) retryOrDeadLetter(d *Delivery, err error) {
+	ctx := context.WithoutCancel(s.handlerCtx)
+	switch {
+	case IsPermanent(err):
+		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, err))
+	case !s.caps.Redelivery:
+		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("backend cannot redeliver: %w", err)))
+	case d.Attempt >= s.opts.maxDeliveries:
+		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("max deliveries (%d) reached: %w", s.opts.maxDeliveries, err)))
+	default:
+		delay, ok := retryDelay(s.opts.newBackOff, d.Attempt)
+		if !ok {
+			s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("retry backoff stopped: %w", err)))
+			return
+		}
+		if s.handlerCtx.Err() != nil {
+			delay = 0 // shutting down: let another member take it now
+		}
+		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))
+	}
+}
+
+func (s *Subscription) settleErr(d *Delivery, scope observer.Scope, err error) {
+	if err != nil {
+		s.report(d, scope, err)
+	}
+}
+
+func (s *Subscription) report(d *Delivery, scope observer.Scope, err error) {
+	s.bus.observe(observer.Event{Scope: scope, Topic: s.topic, Group: s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: err})
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *panicError) Unwrap() error {
+	err, _ := e.value.(error)
+	return err
+}
