@@ -74,8 +74,8 @@ type Delivery struct {
 }
 
 const (
-	stateSettled uint32 = 1 << iota // a settlement has claimed the delivery
-	stateFinished                   // the settlement has completed
+	stateSettled  uint32 = 1 << iota // a settlement has claimed the delivery
+	stateFinished                    // the settlement has completed
 	stateHandlerDone
 	stateReleased
 )
