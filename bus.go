@@ -226,11 +226,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	go s.acks.run()
 	go s.fetch()
 	s.stopAfter = context.AfterFunc(ctx, func() {
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			_ = s.Close(context.Background())
-		}()
+		b.goTracked(func() { _ = s.Close(context.Background()) })
 	})
 	return s, nil
 }
@@ -314,6 +310,22 @@ func (b *Bus) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// goTracked runs f on a goroutine that Close waits for; after Close has
+// begun it does nothing (Close itself finishes the work).
+func (b *Bus) goTracked(f func()) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
 }
 
 func (b *Bus) forget(s *Subscription) {

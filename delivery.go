@@ -257,11 +257,15 @@ func (d *Delivery) finish(o Outcome, err error) {
 	d.outcome = o
 	hooks := d.hooks
 	d.hooks = nil
-	if d.lease != nil {
+	armed := d.lease != nil
+	if armed {
 		d.lease.Stop()
 		d.lease = nil
 	}
 	d.mu.Unlock()
+	if armed {
+		d.sub.trackLease(d, false)
+	}
 	for _, h := range hooks {
 		h(o, err)
 	}
@@ -303,6 +307,7 @@ func (d *Delivery) armLease(received time.Time) {
 		d.deadline = received.Add(d.sub.opts.ackTimeout)
 	}
 	d.lease = time.AfterFunc(time.Until(d.deadline), d.expire)
+	d.sub.trackLease(d, true)
 }
 
 func (d *Delivery) expire() {

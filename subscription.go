@@ -41,7 +41,42 @@ type Subscription struct {
 	done      chan struct{}
 	mu        sync.Mutex
 	err       error
+	leases    map[*Delivery]struct{} // AckManual deliveries waiting for settlement
 	stopAfter func() bool
+}
+
+// settleTimeout bounds the backend calls the bus makes to settle a
+// delivery on its own (nack, dead-letter).
+const settleTimeout = 10 * time.Second
+
+func (s *Subscription) trackLease(d *Delivery, on bool) {
+	s.mu.Lock()
+	if on {
+		if s.leases == nil {
+			s.leases = map[*Delivery]struct{}{}
+		}
+		s.leases[d] = struct{}{}
+	} else {
+		delete(s.leases, d)
+	}
+	s.mu.Unlock()
+}
+
+// dropLeases gives up the deliveries still waiting for a manual
+// settlement when Close runs out of time: their slots are freed and the
+// backend redelivers them when their lease ends there.
+func (s *Subscription) dropLeases() {
+	s.mu.Lock()
+	list := make([]*Delivery, 0, len(s.leases))
+	for d := range s.leases {
+		list = append(list, d)
+	}
+	s.mu.Unlock()
+	for _, d := range list {
+		if d.claim() {
+			d.finish(OutcomeExpired, ErrClosed)
+		}
+	}
 }
 
 // Done is closed when the subscription has fully stopped.
@@ -114,6 +149,7 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	select {
 	case <-unsettled:
 	case <-ctx.Done():
+		s.dropLeases()
 	}
 	s.cancelHandler()
 	s.acks.close()
@@ -136,11 +172,7 @@ func (s *Subscription) fail(err error) {
 		s.err = err
 	}
 	s.mu.Unlock()
-	s.bus.wg.Add(1)
-	go func() {
-		defer s.bus.wg.Done()
-		_ = s.Close(context.Background())
-	}()
+	s.bus.goTracked(func() { _ = s.Close(context.Background()) })
 }
 
 // fetch is the receive loop: take capacity, ask the backend for at most
@@ -227,7 +259,9 @@ func (s *Subscription) process(d *Delivery) {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
 		d.claim()
-		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(s.handlerCtx, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries)))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
+		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries)))
+		cancel()
 		d.handlerDone()
 		return
 	}
@@ -291,7 +325,8 @@ func (s *Subscription) reportHandlerErr(d *Delivery, err error) {
 
 // retryOrDeadLetter settles a failed delivery (already claimed).
 func (s *Subscription) retryOrDeadLetter(d *Delivery, err error) {
-	ctx := context.WithoutCancel(s.handlerCtx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
+	defer cancel()
 	switch {
 	case IsPermanent(err):
 		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, err))
