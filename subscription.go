@@ -181,13 +181,17 @@ func (s *Subscription) fetch() {
 	defer close(s.fetchDone)
 	const minWait, maxWait = 10 * time.Millisecond, time.Second
 	wait := minWait
+	// sharedWant bounds what is taken from a shared limiter: an idle
+	// subscription blocked in Receive holds a single unit, so it does not
+	// starve the others; the amount doubles while messages flow.
+	sharedWant := 1
 	for {
 		n, err := s.sem.Acquire(s.fetchCtx, s.opts.maxInFlight)
 		if err != nil {
 			return
 		}
 		if s.opts.limiter != nil {
-			m, err := s.opts.limiter.Acquire(s.fetchCtx, n)
+			m, err := s.opts.limiter.Acquire(s.fetchCtx, min(n, sharedWant))
 			if err != nil {
 				s.sem.Release(n)
 				return
@@ -206,6 +210,11 @@ func (s *Subscription) fetch() {
 		}
 		for _, m := range msgs {
 			s.dispatch(m)
+		}
+		if len(msgs) == 0 {
+			sharedWant = 1
+		} else {
+			sharedWant = min(2*len(msgs), s.opts.maxInFlight)
 		}
 		if err != nil {
 			if s.fetchCtx.Err() != nil {
