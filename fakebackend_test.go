@@ -14,16 +14,16 @@ import (
 type fakeBackend struct {
 	caps backend.Capabilities
 
-	mu        sync.Mutex
-	queue     []*bus.BackendMessage
-	wake      chan struct{}
-	acked     []string
-	nacks     []fakeNack
-	published map[string][]*bus.BackendMessage
-	receives  []int // max of each Receive call
-	outstand  int   // delivered and not settled
-	maxOut    int
-	closedSub bool
+	mu           sync.Mutex
+	queue        []*bus.BackendMessage
+	wake         chan struct{}
+	acked        []string
+	nacks        []fakeNack
+	published    map[string][]*bus.BackendMessage
+	receives     []int // max of each Receive call
+	outstand     int   // delivered and not settled
+	maxOut       int
+	closedSub    bool
 	ackedAtClose int
 }
 

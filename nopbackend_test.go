@@ -33,6 +33,6 @@ func (nopSub) Receive(ctx context.Context, _ int) ([]*bus.BackendMessage, error)
 		return nil, nil
 	}
 }
-func (nopSub) Ack(context.Context, []backend.AckID) error              { return nil }
+func (nopSub) Ack(context.Context, []backend.AckID) error               { return nil }
 func (nopSub) Nack(context.Context, backend.AckID, time.Duration) error { return nil }
 func (nopSub) Close() error                                             { return nil }
