@@ -1,0 +1,53 @@
+package msgid
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewIsUniqueAndIncreasingAcrossGoroutines(t *testing.T) {
+	const workers, each = 8, 5000
+	out := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]string, each)
+			for i := range ids {
+				ids[i] = New()
+			}
+			out[w] = ids
+		}()
+	}
+	wg.Wait()
+	seen := make(map[string]bool, workers*each)
+	for _, ids := range out {
+		for i, id := range ids {
+			require.False(t, seen[id], "duplicate id %s", id)
+			seen[id] = true
+			if i > 0 {
+				assert.Greater(t, id, ids[i-1], "ids of one goroutine increase")
+			}
+		}
+	}
+}
+
+func TestNewHasVersion7AndVariantBits(t *testing.T) {
+	id := New()
+	require.Len(t, id, 36)
+	assert.Equal(t, byte('7'), id[14], "version nibble")
+	assert.Contains(t, "89ab", string(id[19]), "RFC 9562 variant")
+	for _, i := range []int{8, 13, 18, 23} {
+		assert.Equal(t, byte('-'), id[i], "dash at %d", i)
+	}
+}
+
+func BenchmarkNew(b *testing.B) {
+	for b.Loop() {
+		_ = New()
+	}
+}

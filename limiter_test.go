@@ -1,0 +1,108 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/eventbus-go/bus"
+)
+
+func TestConcurrencyLimiterNeverHandsOutMoreThanLimit(t *testing.T) {
+	l := bus.NewConcurrencyLimiter(4)
+	var held, peak atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				n, err := l.Acquire(context.Background(), 3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				v := held.Add(int32(n))
+				for p := peak.Load(); v > p && !peak.CompareAndSwap(p, v); p = peak.Load() {
+				}
+				held.Add(-int32(n))
+				l.Release(n)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, int(peak.Load()), 4, "units held at once")
+	assert.Zero(t, l.InUse())
+}
+
+func TestConcurrencyLimiterAcquireTakesUpToMaxAndHonoursCtx(t *testing.T) {
+	l := bus.NewConcurrencyLimiter(5)
+	n, err := l.Acquire(context.Background(), 3)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	n, err = l.Acquire(context.Background(), 10)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "only the free units are taken")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := l.Acquire(ctx, 1)
+		done <- err
+	}()
+	cancel()
+	assert.ErrorIs(t, recv(t, done), context.Canceled)
+	got := make(chan int)
+	go func() {
+		n, _ := l.Acquire(context.Background(), 4)
+		got <- n
+	}()
+	l.Release(2)
+	assert.Equal(t, 2, recv(t, got), "a waiter wakes on release")
+}
+
+func TestRateLimiterSpacesAcquisitions(t *testing.T) {
+	l := bus.NewRateLimiter(rate.Limit(100), 1)
+	start := time.Now()
+	total := 0
+	for total < 21 {
+		n, err := l.Acquire(context.Background(), 5)
+		require.NoError(t, err)
+		total += n
+	}
+	// 1 burst token plus 20 at 100/s take at least ~200ms.
+	assert.GreaterOrEqual(t, time.Since(start), 180*time.Millisecond, "the rate is respected")
+}
+
+func TestAdaptiveLimiterShrinksOnErrorsAndGrowsOnSuccess(t *testing.T) {
+	l := bus.NewAdaptiveLimiter(bus.AdaptiveConfig{Initial: 10, Min: 2, Max: 20, Target: time.Second})
+	for range 20 {
+		l.Feedback(time.Millisecond, errors.New("x"))
+	}
+	assert.Equal(t, 2, l.Limit(), "errors shrink the limit to the floor")
+	for range 500 {
+		l.Feedback(time.Millisecond, nil)
+	}
+	assert.Greater(t, l.Limit(), 10, "fast successes grow the limit")
+	assert.LessOrEqual(t, l.Limit(), 20, "never above the ceiling")
+	for range 50 {
+		l.Feedback(2*time.Second, nil)
+	}
+	assert.Equal(t, 2, l.Limit(), "slow handlers shrink the limit")
+}
+
+func TestParseAckModeRoundTrips(t *testing.T) {
+	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
+		got, err := bus.ParseAckMode(m.String())
+		require.NoError(t, err)
+		assert.Equal(t, m, got)
+	}
+	_, err := bus.ParseAckMode("sometimes")
+	assert.ErrorIs(t, err, bus.ErrInvalidOption)
+}
