@@ -1,0 +1,93 @@
+package middleware
+
+import (
+	"context"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/eventbus-go/bus"
+)
+
+// Defaults of Retry when newBackOff is nil.
+const (
+	DefaultRetryInitial  = 10 * time.Millisecond
+	DefaultRetryMaxDelay = time.Second
+)
+
+// Retry returns middleware that calls the handler up to attempts times in
+// the same delivery while it returns an error, waiting between calls as
+// newBackOff says. Only the last error reaches the bus, which then nacks
+// or dead-letters as its own policy says. attempts below 1 count as 1.
+//
+// newBackOff is called once per delivery; nil means exponential with
+// jitter from DefaultRetryInitial up to DefaultRetryMaxDelay. When the
+// policy returns backoff.Stop the last error is returned at once.
+//
+// Retry does not retry errors marked with bus.Permanent, stops when the
+// handler ctx ends (returning the handler's last error), and stops when
+// the handler settled the delivery itself during the failed call
+// (AckManual). A panic is not retried; it propagates to the bus.
+//
+// Before each wait Retry restarts the delivery's lease with Extend, where
+// the backend supports it, so that a long retry sequence is not redelivered
+// to another consumer meanwhile.
+func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
+	if attempts < 1 {
+		attempts = 1
+	}
+	if newBackOff == nil {
+		newBackOff = defaultRetryBackOff
+	}
+	return func(next bus.Handler) bus.Handler {
+		return func(ctx context.Context, d *bus.Delivery) error {
+			var b backoff.BackOff
+			for i := 1; ; i++ {
+				before := d.Outcome()
+				err := next(ctx, d)
+				if err == nil || i >= attempts || bus.IsPermanent(err) || d.Outcome() != before {
+					return err
+				}
+				if b == nil {
+					b = newBackOff()
+					b.Reset()
+				}
+				delay := b.NextBackOff()
+				if delay == backoff.Stop {
+					return err
+				}
+				if before == bus.OutcomePending {
+					// Unsupported or failed extends leave the lease as it
+					// is; the retry goes on either way.
+					_ = d.Extend(ctx)
+				}
+				if !sleep(ctx, delay) {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func defaultRetryBackOff() backoff.BackOff {
+	e := backoff.NewExponentialBackOff()
+	e.InitialInterval = DefaultRetryInitial
+	e.MaxInterval = DefaultRetryMaxDelay
+	e.MaxElapsedTime = 0
+	return e
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
