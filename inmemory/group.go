@@ -1,0 +1,224 @@
+package inmemory
+
+import (
+	"maps"
+	"math"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+type leaseState uint8
+
+const (
+	leaseActive leaseState = iota
+	leaseAcked
+	leaseNacked
+	leaseExpired
+	leaseDeadLettered
+)
+
+// lease is one delivery of an entry to a member of a group. *lease is the
+// AckID the backend hands out: each delivery gets a lease of its own, so
+// an id from an earlier delivery of the same entry is recognised as stale.
+// Its fields are guarded by the topic lock.
+type lease struct {
+	g        *group
+	e        *entry
+	q        *leaseQueue
+	deadline int64 // broker clock
+	attempt  int32
+	state    leaseState
+}
+
+// leaseRec is a lease as queued for expiry. It is stale when the lease was
+// settled or extended (its deadline moved) since it was queued.
+type leaseRec struct {
+	l        *lease
+	deadline int64
+}
+
+func (r *leaseRec) stale() bool { return r.l.state != leaseActive || r.l.deadline != r.deadline }
+
+// leaseQueue holds the leases a group granted with one ack timeout. As the
+// broker clock only moves forward, the deadlines are queued in order and
+// the next one to expire is always at the front: no timer per message and
+// no heap on the hot path.
+type leaseQueue struct {
+	timeout time.Duration
+	recs    fifo[leaseRec]
+}
+
+// redo is an entry ready to be delivered again to its group.
+type redo struct {
+	e       *entry
+	attempt int32
+}
+
+// group is a consumer group: a cursor into the topic log plus the state of
+// the entries it has received and not settled. Every field is guarded by
+// the topic lock.
+type group struct {
+	t      *topic
+	name   string
+	cursor uint64 // next offset to deliver for the first time
+
+	ready   fifo[redo] // redeliveries due now, oldest first
+	delayed delayHeap  // nacked with a delay
+	seq     uint64
+	queues  []*leaseQueue
+
+	members int
+
+	// wakeCh is closed, and reset, to wake the members blocked in Receive;
+	// wakeAt is the earliest time one of them plans to wake up on its own.
+	wakeCh chan struct{}
+	wakeAt int64
+}
+
+func newGroup(t *topic, name string) *group {
+	return &group{t: t, name: name, wakeAt: math.MaxInt64}
+}
+
+// queue returns the lease queue for timeout, creating it.
+func (g *group) queue(timeout time.Duration) *leaseQueue {
+	for _, q := range g.queues {
+		if q.timeout == timeout {
+			return q
+		}
+	}
+	q := &leaseQueue{timeout: timeout}
+	g.queues = append(g.queues, q)
+	return q
+}
+
+// notify wakes every member blocked in Receive.
+func (g *group) notify() {
+	if g.wakeCh != nil {
+		close(g.wakeCh)
+		g.wakeCh = nil
+		g.wakeAt = math.MaxInt64
+	}
+}
+
+// notifyBefore wakes blocked members when at is earlier than they planned
+// to wake up, so they can reschedule.
+func (g *group) notifyBefore(at int64) {
+	if g.wakeCh != nil && at < g.wakeAt {
+		g.notify()
+	}
+}
+
+// waitCh returns the channel a member blocks on until it plans to wake at
+// at.
+func (g *group) waitCh(at int64) <-chan struct{} {
+	if g.wakeCh == nil {
+		g.wakeCh = make(chan struct{})
+	}
+	g.wakeAt = min(g.wakeAt, at)
+	return g.wakeCh
+}
+
+// trim drops settled and extended lease records from the queue fronts.
+func (g *group) trim() {
+	for _, q := range g.queues {
+		for q.recs.len() > 0 && q.recs.front().stale() {
+			q.recs.pop()
+		}
+	}
+}
+
+// reap makes expired leases and due delayed nacks ready for redelivery.
+func (g *group) reap(now int64) {
+	for _, q := range g.queues {
+		for q.recs.len() > 0 {
+			r := q.recs.front()
+			if !r.stale() {
+				if r.deadline > now {
+					break
+				}
+				r.l.state = leaseExpired
+				g.ready.push(redo{e: r.l.e, attempt: r.l.attempt + 1})
+			}
+			q.recs.pop()
+		}
+	}
+	for len(g.delayed) > 0 && g.delayed[0].due <= now {
+		d := g.delayed.pop()
+		g.ready.push(redo{e: d.e, attempt: d.attempt})
+	}
+}
+
+// nextWake returns when the next lease expires or the next delayed nack
+// is due (math.MaxInt64 when none). Call it after reap.
+func (g *group) nextWake() int64 {
+	next := int64(math.MaxInt64)
+	for _, q := range g.queues {
+		if q.recs.len() > 0 {
+			next = min(next, q.recs.front().deadline)
+		}
+	}
+	if len(g.delayed) > 0 {
+		next = min(next, g.delayed[0].due)
+	}
+	return next
+}
+
+// schedule queues e for redelivery with attempt at due.
+func (g *group) schedule(due int64, e *entry, attempt int32) {
+	g.seq++
+	g.delayed.push(delayed{due: due, seq: g.seq, e: e, attempt: attempt})
+	g.notifyBefore(due)
+}
+
+// pending reports whether the group has entries it could deliver now.
+func (g *group) pending() bool { return g.ready.len() > 0 || g.cursor < g.t.head }
+
+// take delivers up to max entries under leases of q: redeliveries first,
+// then new entries in log order. Leases and messages of one call share
+// two allocations.
+func (g *group) take(max int, now int64, q *leaseQueue) []*backend.Message {
+	n := min(max, g.ready.len()+int(g.t.head-g.cursor))
+	if n <= 0 {
+		return nil
+	}
+	leases := make([]lease, n)
+	vals := make([]backend.Message, n)
+	out := make([]*backend.Message, 0, n)
+	deadline := now + int64(q.timeout)
+	deliver := func(e *entry, attempt int32) {
+		i := len(out)
+		l := &leases[i]
+		l.g, l.e, l.q, l.deadline, l.attempt = g, e, q, deadline, attempt
+		q.recs.push(leaseRec{l: l, deadline: deadline})
+		m := &vals[i]
+		m.ID, m.Key, m.Payload, m.PublishedAt = e.id, e.key, e.payload, e.published
+		if len(e.headers) > 0 {
+			m.Headers = maps.Clone(e.headers)
+		}
+		m.AckID = l
+		m.Attempt = int(attempt)
+		out = append(out, m)
+	}
+	for len(out) < n && g.ready.len() > 0 {
+		r := g.ready.pop()
+		deliver(r.e, r.attempt)
+	}
+	t := g.t
+	for len(out) < n && g.cursor < t.head {
+		e := t.at(g.cursor)
+		g.cursor++
+		if e == nil {
+			// Freed before this group existed (StartOldest skips it).
+			continue
+		}
+		deliver(e, 1)
+	}
+	if len(out) > 0 {
+		g.notifyBefore(deadline)
+	}
+	if g.pending() {
+		g.notify()
+	}
+	return out
+}

@@ -1,0 +1,195 @@
+package inmemory
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Sentinel errors of this package; use errors.Is.
+var (
+	// ErrInvalidOption: an Options field or URL parameter is invalid.
+	ErrInvalidOption = errors.New("invalid option")
+	// ErrBacklogFull: the topic holds MaxBacklog unsettled entries and the
+	// policy is BacklogError, or a batch is larger than MaxBacklog.
+	ErrBacklogFull = errors.New("backlog full")
+	// ErrLeaseExpired: Extend was called for a delivery whose lease has
+	// already ended (it was settled, or expired and was redelivered).
+	ErrLeaseExpired = errors.New("lease expired")
+)
+
+// DefaultMaxBacklog is the MaxBacklog used when Options leaves it zero.
+const DefaultMaxBacklog = 100_000
+
+// BacklogPolicy says what Publish does when a topic's backlog is full.
+type BacklogPolicy int
+
+const (
+	// BacklogWait makes Publish wait until the groups have settled enough
+	// entries for the whole batch, or until its ctx ends.
+	BacklogWait BacklogPolicy = iota
+	// BacklogError makes Publish return an error wrapping ErrBacklogFull at
+	// once.
+	BacklogError
+)
+
+// String returns "wait" or "error", the values of the backlog_policy URL
+// parameter.
+func (p BacklogPolicy) String() string {
+	switch p {
+	case BacklogWait:
+		return "wait"
+	case BacklogError:
+		return "error"
+	default:
+		return "BacklogPolicy(" + strconv.Itoa(int(p)) + ")"
+	}
+}
+
+// Options configures a Backend. The zero value, like a nil *Options, uses
+// every default.
+type Options struct {
+	// MaxBacklog is the most entries a topic retains that some group has
+	// not settled yet (delivered or not). Publish of a batch that would go
+	// over it waits or fails, as BacklogPolicy says. A topic with no group
+	// keeps at most MaxBacklog entries and drops the oldest instead.
+	// Zero means DefaultMaxBacklog (100,000); negative is invalid.
+	MaxBacklog int
+	// BacklogPolicy is what Publish does when the backlog is full.
+	// Default BacklogWait.
+	BacklogPolicy BacklogPolicy
+}
+
+// normalize validates o and fills in the defaults.
+func (o *Options) normalize() (Options, error) {
+	var n Options
+	if o != nil {
+		n = *o
+	}
+	if n.MaxBacklog < 0 {
+		return n, fmt.Errorf("inmemory: %w: MaxBacklog %d is negative", ErrInvalidOption, n.MaxBacklog)
+	}
+	if n.MaxBacklog == 0 {
+		n.MaxBacklog = DefaultMaxBacklog
+	}
+	if n.BacklogPolicy != BacklogWait && n.BacklogPolicy != BacklogError {
+		return n, fmt.Errorf("inmemory: %w: unknown %v", ErrInvalidOption, n.BacklogPolicy)
+	}
+	return n, nil
+}
+
+// optionsFromQuery maps URL query parameters to Options. Unknown or
+// repeated parameters are errors.
+func optionsFromQuery(q url.Values) (Options, error) {
+	var o Options
+	for k, vs := range q {
+		if len(vs) != 1 {
+			return o, fmt.Errorf("%w: parameter %q given %d times", ErrInvalidOption, k, len(vs))
+		}
+		v := vs[0]
+		switch k {
+		case "max_backlog":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return o, fmt.Errorf("%w: max_backlog %q is not a positive integer", ErrInvalidOption, v)
+			}
+			o.MaxBacklog = n
+		case "backlog_policy":
+			switch v {
+			case "wait":
+				o.BacklogPolicy = BacklogWait
+			case "error":
+				o.BacklogPolicy = BacklogError
+			default:
+				return o, fmt.Errorf("%w: backlog_policy %q is not wait or error", ErrInvalidOption, v)
+			}
+		default:
+			return o, fmt.Errorf("%w: unknown parameter %q (known: max_backlog, backlog_policy)", ErrInvalidOption, k)
+		}
+	}
+	return o, nil
+}
+
+// OpenURL opens a backend from a mem URL:
+//
+//	mem://        a new private broker
+//	mem://name    the process-wide broker called name, shared by every
+//	              OpenURL of that name until the last one is closed
+//
+// Query parameters set Options: max_backlog (a positive integer) and
+// backlog_policy (wait or error). An unknown parameter is an error. A named
+// broker keeps the options it was created with; opening it again with
+// parameters that differ is an error.
+func OpenURL(u *url.URL) (backend.Backend, error) {
+	b, err := openURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func openURL(u *url.URL) (*Backend, error) {
+	if u.Scheme != "mem" {
+		return nil, fmt.Errorf("inmemory: open: %w: scheme %q is not mem", ErrInvalidOption, u.Scheme)
+	}
+	if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		return nil, fmt.Errorf("inmemory: open %q: %w: want mem:// or mem://name", u.Redacted(), ErrInvalidOption)
+	}
+	q := u.Query()
+	o, err := optionsFromQuery(q)
+	if err != nil {
+		return nil, fmt.Errorf("inmemory: open %q: %w", u.Redacted(), err)
+	}
+	if u.Host == "" {
+		return New(&o)
+	}
+	return openNamed(u.Host, o, len(q) > 0)
+}
+
+// named holds the process-wide brokers of mem://name URLs.
+var named = struct {
+	sync.Mutex
+	m map[string]*broker
+}{m: map[string]*broker{}}
+
+func openNamed(name string, o Options, explicit bool) (*Backend, error) {
+	opts, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	named.Lock()
+	defer named.Unlock()
+	br := named.m[name]
+	if br == nil {
+		br = newBroker(opts)
+		br.name = name
+		named.m[name] = br
+	} else if explicit && br.opts != opts {
+		return nil, fmt.Errorf("inmemory: open mem://%s: %w: broker already open with max_backlog=%d&backlog_policy=%v",
+			name, ErrInvalidOption, br.opts.MaxBacklog, br.opts.BacklogPolicy)
+	}
+	br.users++
+	return newHandle(br), nil
+}
+
+// releaseBroker drops one user of br and shuts it down with the last.
+func releaseBroker(br *broker) {
+	if br.name == "" {
+		br.shutdown()
+		return
+	}
+	named.Lock()
+	br.users--
+	last := br.users == 0
+	if last {
+		delete(named.m, br.name)
+	}
+	named.Unlock()
+	if last {
+		br.shutdown()
+	}
+}

@@ -1,0 +1,244 @@
+package inmemory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// maxReceiveWait bounds how long Receive blocks without a message.
+const maxReceiveWait = time.Second
+
+// Subscription is one member of a consumer group. Receive is called from
+// one goroutine at a time; Ack, Nack, Extend, DeadLetter and Close are
+// safe for concurrent use with each other and with Receive.
+type Subscription struct {
+	b     *Backend
+	t     *topic
+	g     *group
+	q     *leaseQueue
+	timer *time.Timer // used by Receive only
+
+	closed bool          // guarded by t.mu
+	done   chan struct{} // closed by Close
+}
+
+// Receive returns up to max messages: redeliveries that are due first,
+// then new entries in publish order. Each starts a lease of the
+// subscription's ack timeout. With nothing to deliver it blocks until an
+// entry arrives, a lease expires, a delayed nack is due, ctx ends or the
+// subscription closes, for at most about a second.
+func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("inmemory: receive %q: %w: max %d", s.t.name, ErrInvalidOption, max)
+	}
+	t, g := s.t, s.g
+	var deadline int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t.mu.Lock()
+		if s.closed || s.b.closed.Load() {
+			t.mu.Unlock()
+			return nil, errClosed("receive", t.name)
+		}
+		now := t.b.now()
+		if deadline == 0 {
+			deadline = now + int64(maxReceiveWait)
+		}
+		g.reap(now)
+		if msgs := g.take(max, now, s.q); len(msgs) > 0 {
+			t.mu.Unlock()
+			return msgs, nil
+		}
+		if now >= deadline {
+			t.mu.Unlock()
+			return nil, nil
+		}
+		wake := min(deadline, g.nextWake())
+		ch := g.waitCh(wake)
+		t.mu.Unlock()
+
+		s.timer.Reset(time.Duration(wake - now))
+		select {
+		case <-ch:
+		case <-s.timer.C:
+		case <-ctx.Done():
+		case <-s.done:
+		case <-s.b.done:
+		}
+		s.timer.Stop()
+	}
+}
+
+// leaseOf returns the lease id stands for if it is an active lease on
+// this subscription's topic.
+func (s *Subscription) leaseOf(id backend.AckID) *lease {
+	l, ok := id.(*lease)
+	if !ok || l == nil || l.g.t != s.t || l.state != leaseActive {
+		return nil
+	}
+	return l
+}
+
+// Ack settles the deliveries for their group. Unknown ids and ids whose
+// lease already ended (settled, or expired and redelivered) are skipped.
+func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
+	if s.b.closed.Load() {
+		return errClosed("ack", s.t.name)
+	}
+	t := s.t
+	t.mu.Lock()
+	var other *group
+	for _, id := range ids {
+		l := s.leaseOf(id)
+		if l == nil {
+			continue
+		}
+		l.state = leaseAcked
+		t.settle(l.e)
+		if l.g != s.g {
+			other = l.g
+		}
+	}
+	s.g.trim()
+	if other != nil {
+		other.trim()
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// Nack ends the lease and makes the entry available to the group again
+// after delay (at once when delay <= 0) with Attempt+1. Unknown and stale
+// ids are ignored.
+func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if s.b.closed.Load() {
+		return errClosed("nack", s.t.name)
+	}
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := s.leaseOf(id)
+	if l == nil {
+		return nil
+	}
+	l.state = leaseNacked
+	g := l.g
+	if delay <= 0 {
+		g.ready.push(redo{e: l.e, attempt: l.attempt + 1})
+		g.notify()
+	} else {
+		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+1)
+	}
+	g.trim()
+	return nil
+}
+
+// Extend restarts the lease of an active delivery with the ack timeout it
+// was received with. It returns an error wrapping ErrLeaseExpired when the
+// lease already ended.
+func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
+	if s.b.closed.Load() {
+		return errClosed("extend", s.t.name)
+	}
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := s.leaseOf(id)
+	if l == nil {
+		return fmt.Errorf("inmemory: extend %q: %w", t.name, ErrLeaseExpired)
+	}
+	l.deadline = t.b.now() + int64(l.q.timeout)
+	l.q.recs.push(leaseRec{l: l, deadline: l.deadline})
+	l.g.trim()
+	return nil
+}
+
+// DeadLetter appends msg to topic and settles the delivery in one step
+// under the locks of both topics. A stale or unknown id is ignored. The
+// dead-letter topic's backlog limit applies as for Publish.
+func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	if s.b.closed.Load() {
+		return errClosed("dead-letter", s.t.name)
+	}
+	if msg == nil {
+		return fmt.Errorf("inmemory: dead-letter %q: nil message", s.t.name)
+	}
+	dl := s.b.br.topic(topic)
+	if dl == nil {
+		return errClosed("dead-letter", s.t.name)
+	}
+	es := copyEntries([]*backend.Message{msg})
+	t, opts := s.t, s.b.br.opts
+	for {
+		unlock := lockPair(t, dl)
+		l := s.leaseOf(id)
+		switch {
+		case l == nil:
+			unlock()
+			return nil
+		case s.b.closed.Load():
+			unlock()
+			return errClosed("dead-letter", t.name)
+		case len(dl.glist) == 0 || dl.live+1 <= opts.MaxBacklog:
+			dl.appendEntries(es)
+			l.state = leaseDeadLettered
+			t.settle(l.e)
+			l.g.trim()
+			unlock()
+			return nil
+		case opts.BacklogPolicy == BacklogError:
+			unlock()
+			return fmt.Errorf("inmemory: dead-letter %q to %q: %w: %d unsettled entries, max %d", t.name, topic, ErrBacklogFull, dl.live, opts.MaxBacklog)
+		}
+		if dl.spaceCh == nil {
+			dl.spaceCh = make(chan struct{})
+		}
+		ch := dl.spaceCh
+		unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("inmemory: dead-letter %q to %q: waiting for backlog room: %w", t.name, topic, ctx.Err())
+		case <-s.b.done:
+			return errClosed("dead-letter", t.name)
+		}
+	}
+}
+
+// lockPair locks a and b in name order (once when they are the same) and
+// returns the unlock function.
+func lockPair(a, b *topic) func() {
+	if a == b {
+		a.mu.Lock()
+		return a.mu.Unlock
+	}
+	if b.name < a.name {
+		a, b = b, a
+	}
+	a.mu.Lock()
+	b.mu.Lock()
+	return func() {
+		b.mu.Unlock()
+		a.mu.Unlock()
+	}
+}
+
+// Close leaves the group. A Receive in progress returns at once. Entries
+// this member received and did not settle stay leased and are redelivered
+// to the group when their leases expire. Closing twice returns nil.
+func (s *Subscription) Close() error {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.g.members--
+	close(s.done)
+	return nil
+}
