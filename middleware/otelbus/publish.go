@@ -1,0 +1,133 @@
+package otelbus
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/eventbus-go/bus"
+)
+
+// PublishMiddleware returns the publish middleware: producer spans, trace
+// context in the message headers, and the publish counters.
+func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
+	return func(next bus.PublishFunc) bus.PublishFunc {
+		return func(ctx context.Context, topic string, msgs []*bus.Message) error {
+			if len(msgs) == 0 {
+				return next(ctx, topic, msgs)
+			}
+			a := in.attrsFor(topic, "")
+			var err error
+			if len(msgs) == 1 {
+				err = in.publishOne(ctx, topic, msgs, a, next)
+			} else {
+				err = in.publishBatch(ctx, topic, msgs, a, next)
+			}
+			failed := failedCount(err, len(msgs))
+			if ok := len(msgs) - failed; ok > 0 {
+				in.published.Add(ctx, int64(ok), a.add)
+			}
+			if failed > 0 {
+				in.publishFailed.Add(ctx, int64(failed), a.add)
+			}
+			return err
+		}
+	}
+}
+
+func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
+	sctx, span := in.tracer.Start(ctx, a.spanName, trace.WithSpanKind(trace.SpanKindProducer))
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(a.span...)
+		span.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
+		if m := msgs[0]; m != nil {
+			span.SetAttributes(semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
+		}
+	}
+	inj := injector{orig: msgs, out: msgs}
+	in.prop.Inject(sctx, &inj)
+	err := next(sctx, topic, inj.out)
+	if err != nil && recording {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
+}
+
+func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
+	spans := make([]trace.Span, len(msgs))
+	inj := injector{orig: msgs, out: msgs}
+	var links []trace.Link
+	for i, m := range msgs {
+		cctx, span := in.tracer.Start(ctx, a.createName, trace.WithSpanKind(trace.SpanKindProducer))
+		spans[i] = span
+		if span.IsRecording() {
+			span.SetAttributes(a.span...)
+			span.SetAttributes(semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"))
+			if m != nil {
+				span.SetAttributes(semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
+			}
+			links = append(links, trace.Link{SpanContext: span.SpanContext()})
+		}
+		inj.at(i)
+		in.prop.Inject(cctx, &inj)
+	}
+	sctx, send := in.tracer.Start(ctx, a.spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...))
+	recording := send.IsRecording()
+	if recording {
+		send.SetAttributes(a.span...)
+		send.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
+			semconv.MessagingBatchMessageCount(len(msgs)))
+	}
+	err := next(sctx, topic, inj.out)
+	if err != nil {
+		if recording {
+			send.RecordError(err)
+			send.SetStatus(codes.Error, err.Error())
+		}
+		markFailed(spans, err)
+	}
+	send.End()
+	for _, s := range spans {
+		s.End()
+	}
+	return err
+}
+
+// markFailed sets the error status on the create spans of the messages
+// that failed (all of them unless err is a *bus.PublishError).
+func markFailed(spans []trace.Span, err error) {
+	var pe *bus.PublishError
+	if !errors.As(err, &pe) {
+		for _, s := range spans {
+			if s.IsRecording() {
+				s.RecordError(err)
+				s.SetStatus(codes.Error, err.Error())
+			}
+		}
+		return
+	}
+	for _, f := range pe.Failed {
+		if f.Index >= 0 && f.Index < len(spans) && spans[f.Index].IsRecording() {
+			spans[f.Index].RecordError(f.Err)
+			spans[f.Index].SetStatus(codes.Error, f.Err.Error())
+		}
+	}
+}
+
+// failedCount returns how many of n messages err says were not published.
+func failedCount(err error, n int) int {
+	if err == nil {
+		return 0
+	}
+	var pe *bus.PublishError
+	if errors.As(err, &pe) {
+		return min(len(pe.Failed), n)
+	}
+	return n
+}
