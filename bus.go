@@ -209,6 +209,8 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		done:      make(chan struct{}),
 	}
 	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
+	s.disp = newDispatcher(o.maxInFlight, s.process)
+	s.feedback, _ = o.limiter.(LimiterFeedback)
 	s.fetchCtx, s.stopFetch = context.WithCancel(context.Background())
 	s.handlerCtx, s.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
 

@@ -24,7 +24,8 @@ type Subscription struct {
 	bsub    backend.Subscription
 	handler Handler
 
-	sem  *ConcurrencyLimiter // max in flight
+	sem      *ConcurrencyLimiter // max in flight
+	feedback LimiterFeedback     // the limiter, when it adapts
 	acks *acker
 
 	fetchCtx      context.Context // ends when fetching must stop
@@ -33,7 +34,7 @@ type Subscription struct {
 	cancelHandler context.CancelFunc
 
 	fetchDone chan struct{}
-	handlers  sync.WaitGroup // running handlers
+	disp      *dispatcher
 	unsettled sync.WaitGroup // delivered but not yet released
 
 	closeOnce sync.Once
@@ -128,7 +129,7 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	var errs []error
 	drained := make(chan struct{})
 	go func() {
-		s.handlers.Wait()
+		s.disp.stop()
 		close(drained)
 	}()
 	select {
@@ -208,8 +209,8 @@ func (s *Subscription) fetch() {
 				s.opts.limiter.Release(unused)
 			}
 		}
-		for _, m := range msgs {
-			s.dispatch(m)
+		if len(msgs) > 0 {
+			s.dispatch(msgs)
 		}
 		if len(msgs) == 0 {
 			sharedWant = 1
@@ -237,19 +238,22 @@ func (s *Subscription) fetch() {
 	}
 }
 
-func (s *Subscription) dispatch(m *backend.Message) {
-	d := &Delivery{
-		Message:     Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload},
-		Topic:       s.topic,
-		Group:       s.opts.group,
-		Attempt:     max(m.Attempt, 1),
-		PublishedAt: m.PublishedAt,
-		sub:         s,
-		ackID:       m.AckID,
+func (s *Subscription) dispatch(msgs []*backend.Message) {
+	ds := make([]*Delivery, len(msgs))
+	vals := make([]Delivery, len(msgs))
+	for i, m := range msgs {
+		d := &vals[i]
+		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
+		d.Topic = s.topic
+		d.Group = s.opts.group
+		d.Attempt = max(m.Attempt, 1)
+		d.PublishedAt = m.PublishedAt
+		d.sub = s
+		d.ackID = m.AckID
+		ds[i] = d
 	}
-	s.handlers.Add(1)
-	s.unsettled.Add(1)
-	go s.process(d)
+	s.unsettled.Add(len(ds))
+	s.disp.push(ds)
 }
 
 // release frees the in-flight slot of a finished delivery.
@@ -262,8 +266,10 @@ func (s *Subscription) release(*Delivery) {
 }
 
 func (s *Subscription) process(d *Delivery) {
-	defer s.handlers.Done()
-	received := time.Now()
+	var received time.Time
+	if s.opts.ackMode == AckManual || s.feedback != nil {
+		received = time.Now()
+	}
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
@@ -278,8 +284,8 @@ func (s *Subscription) process(d *Delivery) {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
 	err := s.call(d)
-	if fb, ok := s.opts.limiter.(LimiterFeedback); ok {
-		fb.Feedback(time.Since(received), err)
+	if s.feedback != nil {
+		s.feedback.Feedback(time.Since(received), err)
 	}
 	switch s.opts.ackMode {
 	case AckOnReceive:

@@ -1,0 +1,73 @@
+package bus_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+// genBackend hands out pre-built messages as fast as the bus asks, so a
+// benchmark over it measures the portable layer alone.
+type genBackend struct {
+	nopBackend
+	msgs  []*bus.BackendMessage
+	next  atomic.Int64
+	limit int64
+}
+
+func (g *genBackend) Subscribe(context.Context, string, backend.SubscribeConfig) (backend.Subscription, error) {
+	return &genSub{g: g}, nil
+}
+
+type genSub struct {
+	nopSub
+	g *genBackend
+}
+
+func (s *genSub) Receive(ctx context.Context, max int) ([]*bus.BackendMessage, error) {
+	start := s.g.next.Add(int64(max)) - int64(max)
+	if start >= s.g.limit {
+		s.g.next.Add(-int64(max))
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	end := min(start+int64(max), s.g.limit)
+	s.g.next.Add(end - start - int64(max))
+	out := make([]*bus.BackendMessage, 0, end-start)
+	for i := start; i < end; i++ {
+		out = append(out, s.g.msgs[i%int64(len(s.g.msgs))])
+	}
+	return out, nil
+}
+
+func BenchmarkPortableLayerDispatchAndAck(b *testing.B) {
+	g := &genBackend{msgs: make([]*bus.BackendMessage, 1024)}
+	for i := range g.msgs {
+		g.msgs[i] = &bus.BackendMessage{ID: "id", Payload: make([]byte, 256), Attempt: 1, AckID: i, PublishedAt: time.Now()}
+	}
+	const total = 1 << 20
+	g.limit = total
+	bb := bus.New(g)
+	var done sync.WaitGroup
+	done.Add(total)
+	var count atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	_, err := bb.Subscribe(context.Background(), "t", func(context.Context, *bus.Delivery) error {
+		count.Add(1)
+		done.Done()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done.Wait()
+	el := time.Since(start)
+	b.ReportMetric(float64(total)/el.Seconds(), "msgs/s")
+	_ = bb.Close(context.Background())
+}

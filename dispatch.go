@@ -1,0 +1,154 @@
+package bus
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// dispatcher runs deliveries on a pool of worker goroutines that grows on
+// demand up to max in flight. Waking a parked goroutine costs more than
+// handling a cheap message, so a batch wakes only as many workers as it
+// needs: all of them while handlers are slow (they block on I/O), at most
+// GOMAXPROCS while handlers are quick. A stall check started with each
+// batch wakes more workers if queued deliveries are not being taken, so a
+// handler that turns slow never leaves deliveries waiting for long.
+type dispatcher struct {
+	run func(*Delivery)
+	max int
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	queue   []*Delivery
+	head    int
+	workers int
+	idle    int
+	busy    int
+	stopped bool
+	stall   *time.Timer
+	armed   bool
+
+	slowNanos atomic.Int64 // moving average of handler duration
+	sample    atomic.Uint32
+	wg        sync.WaitGroup
+}
+
+const (
+	// slowHandler is the average handler duration above which every
+	// queued delivery gets a worker of its own at once.
+	slowHandler = 20 * time.Microsecond
+	// stallCheck is how long queued deliveries may wait before more
+	// workers are woken.
+	stallCheck = time.Millisecond
+)
+
+func newDispatcher(max int, run func(*Delivery)) *dispatcher {
+	d := &dispatcher{run: run, max: max, queue: make([]*Delivery, 0, max)}
+	d.cond.L = &d.mu
+	return d
+}
+
+// push queues a batch; the caller holds a slot for each delivery.
+func (p *dispatcher) push(ds []*Delivery) {
+	p.mu.Lock()
+	p.queue = append(p.queue, ds...)
+	want := len(ds)
+	if time.Duration(p.slowNanos.Load()) < slowHandler {
+		want = min(want, runtime.GOMAXPROCS(0))
+	}
+	p.wakeLocked(want)
+	if !p.armed && p.queued() > 0 {
+		p.armed = true
+		if p.stall == nil {
+			p.stall = time.AfterFunc(stallCheck, p.checkStall)
+		} else {
+			p.stall.Reset(stallCheck)
+		}
+	}
+	p.mu.Unlock()
+}
+
+func (p *dispatcher) queued() int { return len(p.queue) - p.head }
+
+// wakeLocked makes sure n more deliveries have a worker: it signals idle
+// workers and starts new ones while under max.
+func (p *dispatcher) wakeLocked(n int) {
+	n = min(n, p.queued())
+	for i := 0; i < n && i < p.idle; i++ {
+		p.cond.Signal()
+	}
+	for extra := n - p.idle; extra > 0 && p.workers < p.max; extra-- {
+		p.workers++
+		p.wg.Add(1)
+		go p.work()
+	}
+}
+
+func (p *dispatcher) checkStall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = false
+	if p.stopped || p.queued() == 0 {
+		return
+	}
+	// Deliveries are waiting: give every one of them a worker.
+	p.wakeLocked(p.queued())
+}
+
+func (p *dispatcher) work() {
+	defer p.wg.Done()
+	p.mu.Lock()
+	for {
+		for p.queued() == 0 {
+			if p.stopped {
+				p.workers--
+				p.mu.Unlock()
+				return
+			}
+			p.idle++
+			p.cond.Wait()
+			p.idle--
+		}
+		d := p.queue[p.head]
+		p.queue[p.head] = nil
+		p.head++
+		if p.head == len(p.queue) {
+			p.queue, p.head = p.queue[:0], 0
+		}
+		p.busy++
+		p.mu.Unlock()
+
+		if p.sample.Add(1)&15 == 0 {
+			start := time.Now()
+			p.run(d)
+			el := int64(time.Since(start))
+			avg := p.slowNanos.Load()
+			p.slowNanos.Store(avg + (el-avg)/4)
+		} else {
+			p.run(d)
+		}
+
+		p.mu.Lock()
+		p.busy--
+		if p.stopped && p.busy == 0 && p.queued() == 0 {
+			p.cond.Broadcast()
+		}
+	}
+}
+
+// stop waits for queued and running deliveries to finish, then ends the
+// workers. New pushes must have stopped.
+func (p *dispatcher) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.wakeLocked(p.queued())
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.mu.Lock()
+	if p.stall != nil {
+		p.stall.Stop()
+	}
+	p.mu.Unlock()
+}
