@@ -3,9 +3,7 @@ package bus
 import (
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
 )
 
@@ -137,10 +135,4 @@ func isTokenChar(c byte) bool {
 		return true
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
-// toBackend converts a validated message for the SPI. Headers and payload
-// are shared, not copied: backends copy what they keep.
-func toBackend(m *Message, now time.Time) *backend.Message {
-	return &backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
 }

@@ -26,7 +26,7 @@ type Subscription struct {
 
 	sem      *ConcurrencyLimiter // max in flight
 	feedback LimiterFeedback     // the limiter, when it adapts
-	acks *acker
+	acks     *acker
 
 	fetchCtx      context.Context // ends when fetching must stop
 	stopFetch     context.CancelFunc
