@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"testing"
+	"time"
 
 	"github.com/eventbus-go/bus/backend"
 )
@@ -10,11 +11,129 @@ import (
 // (through bus.Close) when the case ends.
 type NewBackend func(t testing.TB) backend.Backend
 
-// Run runs every case that the backend's Capabilities allow.
-func Run(t *testing.T, newBackend NewBackend) {
-	t.Helper()
-	t.Run("Tracing", func(t *testing.T) { RunTracing(t, newBackend) })
+// Option tunes the suite for a backend, for example one whose broker needs
+// longer leases than the in-process backend.
+type Option func(*config)
+
+// WithTimeScale multiplies every ack timeout, nack delay and wait deadline
+// of the suite by f (f >= 1). Use it for backends whose brokers have a
+// coarse lease clock; the default is 1.
+func WithTimeScale(f float64) Option {
+	return func(c *config) {
+		if f >= 1 {
+			c.scale = f
+		}
+	}
 }
 
-// RunBenchmarks runs the portable benchmarks against the backend.
-func RunBenchmarks(b *testing.B, newBackend NewBackend) {}
+// WithSkip skips the named cases (the subtest names, e.g. "Ordering"),
+// with the reason given, for behaviour a backend documents as different.
+// Prefer Capabilities: skipping is for the rare case they cannot express.
+func WithSkip(reason string, names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.skip[n] = reason
+		}
+	}
+}
+
+type config struct {
+	scale float64
+	skip  map[string]string
+}
+
+// dur scales a base duration by the configured time scale.
+func (c config) dur(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * c.scale)
+}
+
+// testCase is one entry of the suite. needs lists the capabilities the
+// case requires; the case is skipped, with a reason naming them, when the
+// backend lacks any.
+type testCase struct {
+	name  string
+	needs []capability
+	run   func(t *testing.T, s *suite)
+}
+
+// cases is the suite, in the order it runs.
+var cases = []testCase{
+	// Delivery.
+	{name: "RoundTrip", run: testRoundTrip},
+	{name: "TopicIsolation", run: testTopicIsolation},
+	{name: "ConcurrentPublishersNoLoss", run: testConcurrentPublishersNoLoss},
+	{name: "ConsumerGroupSharesLoad", needs: []capability{capGroups}, run: testConsumerGroupSharesLoad},
+	{name: "TwoGroupsEachGetEveryMessage", needs: []capability{capGroups}, run: testTwoGroupsEachGetEveryMessage},
+	{name: "Ordering", needs: []capability{capOrdered}, run: testOrdering},
+	{name: "StartFromNewest", run: testStartFromNewest},
+	{name: "StartFromOldest", needs: []capability{capStartOldest, capGroups}, run: testStartFromOldest},
+
+	// Ack modes and settlement.
+	{name: "AckOnReceive", run: testAckOnReceive},
+	{name: "AckOnSuccess", run: testAckOnSuccess},
+	{name: "AckManual", run: testAckManual},
+	{name: "SettleTwice", run: testSettleTwice},
+	{name: "NackRedeliversWithIncrementedAttempt", needs: []capability{capRedelivery}, run: testNackRedelivers},
+	{name: "NackDelayRespected", needs: []capability{capRedelivery, capNackDelay}, run: testNackDelay},
+	{name: "UnackedRedeliveredAfterAckTimeout", needs: []capability{capRedelivery}, run: testAckTimeoutRedelivery},
+	{name: "ExtendPreventsRedelivery", needs: []capability{capRedelivery, capExtend}, run: testExtend},
+	{name: "HandlerTimeoutIsRetried", needs: []capability{capRedelivery}, run: testHandlerTimeout},
+
+	// Failure handling.
+	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
+	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
+	{name: "RejectDeadLetters", run: testRejectDeadLetters},
+	{name: "PanicRecoveredAndRetried", run: testPanicRecovered},
+	{name: "ObserverReceivesHandlerErrors", run: testObserverHandlerErrors},
+
+	// Backpressure.
+	{name: "MaxInFlightNeverExceeded", run: testMaxInFlight},
+	{name: "RateLimiterRespected", run: testRateLimiter},
+	{name: "SharedConcurrencyLimiter", run: testSharedConcurrencyLimiter},
+
+	// Shutdown.
+	{name: "CloseDrainsAndFlushesAcks", run: testCloseDrains},
+	{name: "ResubscribeContinues", needs: []capability{capGroups, capRedelivery}, run: testResubscribeContinues},
+	{name: "PublishAfterCloseErrClosed", run: testPublishAfterClose},
+	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
+	{name: "NoGoroutineLeak", run: testNoGoroutineLeak},
+
+	// Validation.
+	{name: "InvalidTopicRejected", run: testInvalidTopic},
+	{name: "InvalidHeaderRejected", run: testInvalidHeader},
+	{name: "ReservedHeaderPrefixRejected", run: testReservedHeaderPrefix},
+	{name: "OversizedPayloadRejected", run: testOversizedPayload},
+	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
+}
+
+// Run runs every case that the backend's Capabilities allow. Each case is a
+// subtest on a fresh backend, topic and group, using only the public bus
+// API. Cases run one after another (the goroutine-leak case needs a quiet
+// process); -short shrinks the message counts.
+func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
+	t.Helper()
+	cfg := config{scale: 1, skip: map[string]string{}}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	// Capabilities are constant for a backend; read them once.
+	probe := newBackend(t)
+	caps := probe.Capabilities()
+	if err := probe.Close(); err != nil {
+		t.Fatalf("conformance: close the probe backend: %v", err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if reason, ok := cfg.skip[tc.name]; ok {
+				t.Skipf("skipped by the backend's test: %s", reason)
+			}
+			if missing := missingCaps(caps, tc.needs); len(missing) > 0 {
+				t.Skipf("%s lacks capabilities %v", caps.Name, missing)
+			}
+			tc.run(t, &suite{newBackend: newBackend, cfg: cfg, caps: caps})
+		})
+	}
+	t.Run("Tracing", func(t *testing.T) { RunTracing(t, newBackend) })
+}

@@ -1,0 +1,207 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// deadLetterReader subscribes to a dead-letter topic before anything can
+// be dead-lettered, so a newest group sees every copy.
+func (h *harness) deadLetterReader(dlq string) *inbox {
+	h.t.Helper()
+	in := &inbox{}
+	h.subscribe(context.Background(), dlq, in.handle(nil),
+		bus.WithGroup(h.group("dlq")), bus.WithAckTimeout(h.s.longLease()), bus.WithDeadLetter(""))
+	return in
+}
+
+// requireDeadLetterCopy checks the headers of a dead-lettered copy of m.
+func requireDeadLetterCopy(t testing.TB, got received, m *bus.Message, topic, group string, attempt int, reason string) {
+	t.Helper()
+	assert.Equal(t, m.Payload, got.Payload, "the dead-letter copy keeps the payload")
+	assert.Equal(t, m.Key, got.Key, "the dead-letter copy keeps the key")
+	for k, v := range m.Headers {
+		assert.Equal(t, v, got.Headers[k], "the dead-letter copy keeps user header %q", k)
+	}
+	assert.Contains(t, got.Headers[bus.HeaderDeadLetterReason], reason, "reason header")
+	assert.Equal(t, topic, got.Headers[bus.HeaderDeadLetterTopic], "original topic header")
+	assert.Equal(t, group, got.Headers[bus.HeaderDeadLetterGroup], "group header")
+	assert.Equal(t, strconv.Itoa(attempt), got.Headers[bus.HeaderDeadLetterAttempt], "attempt header")
+	assert.Equal(t, m.ID, got.Headers[bus.HeaderDeadLetterID], "original ID header")
+}
+
+// testMaxDeliveriesDeadLetter: a message that keeps failing is tried max
+// deliveries times, then dead-lettered with the reason headers.
+func testMaxDeliveriesDeadLetter(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("maxdel"), h.group("maxdel")
+	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	in := &inbox{}
+	const maxDeliveries = 3
+	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
+		return errHandler
+	}), bus.WithGroup(group), bus.WithMaxDeliveries(maxDeliveries), bus.WithAckTimeout(s.longLease()), fastRetry())
+
+	m := &bus.Message{Key: "k-1", Headers: map[string]string{"x-origin": "conformance"}, Payload: []byte("poison")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "the message should reach the dead-letter topic")
+	s.never(t, s.ackTimeout(), func() bool { return len(in.of(m.ID)) > maxDeliveries || dlq.len() > 1 },
+		"no delivery after the last attempt and a single dead-letter copy")
+	assert.Equal(t, []int{1, 2, 3}, in.attempts(m.ID), "tried exactly max deliveries times")
+	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, maxDeliveries, errHandler.Error())
+	assert.Contains(t, dlq.all()[0].Headers[bus.HeaderDeadLetterReason], "max deliveries", "the reason names the limit")
+	assert.Len(t, h.events.scope(observer.ScopeHandler), maxDeliveries, "each failed attempt is reported")
+}
+
+// testPermanentDeadLetter: a Permanent error skips the retries.
+func testPermanentDeadLetter(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("permanent"), h.group("permanent")
+	custom := h.topic("permanent-dead")
+	dlq := h.deadLetterReader(custom)
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(fmt.Errorf("bad input: %w", errHandler))
+	}), bus.WithGroup(group), bus.WithDeadLetter(custom), bus.WithAckTimeout(s.ackTimeout()), fastRetry())
+
+	m := &bus.Message{Headers: map[string]string{"x-origin": "conformance"}, Payload: []byte("unparseable")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "a Permanent error goes to the dead-letter topic %q", custom)
+	if s.caps.Redelivery {
+		s.never(t, s.quiet(), func() bool { return in.len() > 1 }, "a Permanent error is never retried")
+	}
+	assert.Equal(t, []int{1}, in.attempts(m.ID), "handled once")
+	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, 1, "bad input")
+}
+
+// testRejectDeadLetters: Reject in manual mode dead-letters; with
+// dead-lettering off the message is dropped and reported.
+func testRejectDeadLetters(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("reject"), h.group("reject")
+	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	in := &inbox{}
+	rejected := make(chan error, 2)
+	reject := func(ctx context.Context, d *bus.Delivery) error {
+		rejected <- d.Reject(ctx, errors.New("rejected by the conformance suite"))
+		return nil
+	}
+	h.subscribe(context.Background(), topic, in.handle(reject),
+		bus.WithGroup(group), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(s.ackTimeout()))
+
+	m := &bus.Message{Payload: []byte("no thanks")}
+	h.publish(topic, m)
+	require.NoError(t, recv(t, s, rejected, "the Reject"), "Reject succeeds")
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "a rejected message goes to the dead-letter topic")
+	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, 1, "rejected by the conformance suite")
+	assert.Equal(t, bus.OutcomeDeadLettered, in.of(m.ID)[0].Delivery.Outcome(), "outcome of a rejected delivery")
+
+	// Dead-lettering off: the message is dropped and the drop reported.
+	off := h.topic("reject-off")
+	inOff := &inbox{}
+	h.subscribe(context.Background(), off, inOff.handle(reject),
+		bus.WithGroup(group), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(s.ackTimeout()), bus.WithDeadLetter(""))
+	dropped := &bus.Message{Payload: []byte("dropped")}
+	h.publish(off, dropped)
+	require.NoError(t, recv(t, s, rejected, "the Reject with dead-lettering off"), "Reject succeeds")
+	s.eventually(t, func() bool { return h.events.has(forMessage(observer.ScopeDeadLetter, dropped.ID)) },
+		"a drop with dead-lettering off is reported with ScopeDeadLetter")
+	assert.Equal(t, bus.OutcomeDropped, inOff.of(dropped.ID)[0].Delivery.Outcome(), "outcome with dead-lettering off")
+	if s.caps.Redelivery {
+		s.never(t, s.quiet(), func() bool { return in.len() > 1 || inOff.len() > 1 }, "a rejected message is never retried")
+	}
+}
+
+// testPanicRecovered: a handler panic is recovered, reported with
+// ScopePanic and a stack, and the message retried.
+func testPanicRecovered(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("panic"), h.group("panic")
+	errPanic := errors.New("conformance: handler panic")
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(_ context.Context, d *bus.Delivery) error {
+		if d.Attempt == 1 {
+			panic(errPanic)
+		}
+		return nil
+	}), bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())
+
+	m := &bus.Message{Payload: []byte("explosive")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return h.events.has(forMessage(observer.ScopePanic, m.ID)) },
+		"the panic should reach the observer with ScopePanic")
+	e, _ := h.events.find(forMessage(observer.ScopePanic, m.ID))
+	assert.Equal(t, topic, e.Topic, "panic event topic")
+	assert.Equal(t, group, e.Group, "panic event group")
+	assert.Equal(t, 1, e.Attempt, "panic event attempt")
+	assert.ErrorIs(t, e.Err, errPanic, "the panic value is in the error chain")
+	assert.NotEmpty(t, e.Stack, "a panic event carries the stack")
+	assert.Contains(t, string(e.Stack), "panic", "the stack is the panicking goroutine's")
+	if !s.caps.Redelivery {
+		return
+	}
+	s.eventually(t, func() bool { return len(in.of(m.ID)) >= 2 }, "a panicked message is retried")
+	assert.Equal(t, []int{1, 2}, in.attempts(m.ID)[:2], "the retry is attempt 2")
+}
+
+// testObserverHandlerErrors: handler errors and panics reach the observer
+// with the right scope, topic, group, message ID and attempt.
+func testObserverHandlerErrors(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("observer"), h.group("observer")
+	failing := &bus.Message{Payload: []byte("fails")}
+	panicking := &bus.Message{Payload: []byte("panics")}
+	h.subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
+		if d.Attempt > 1 {
+			return nil
+		}
+		switch d.ID {
+		case failing.ID:
+			return fmt.Errorf("wrapped: %w", errHandler)
+		case panicking.ID:
+			panic("conformance: a string panic")
+		}
+		return nil
+	}, bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())
+
+	h.publish(topic, failing, panicking)
+	s.eventually(t, func() bool {
+		return h.events.has(forMessage(observer.ScopeHandler, failing.ID)) &&
+			h.events.has(forMessage(observer.ScopePanic, panicking.ID))
+	}, "both the handler error and the panic should reach the observer")
+
+	tests := []struct {
+		name  string
+		scope observer.Scope
+		id    string
+		check func(t *testing.T, e observer.Event)
+	}{
+		{"handler error", observer.ScopeHandler, failing.ID, func(t *testing.T, e observer.Event) {
+			assert.ErrorIs(t, e.Err, errHandler, "the handler's error is reported")
+			assert.Empty(t, e.Stack, "a plain error has no stack")
+		}},
+		{"panic", observer.ScopePanic, panicking.ID, func(t *testing.T, e observer.Event) {
+			assert.ErrorContains(t, e.Err, "conformance: a string panic", "the panic value is reported")
+			assert.NotEmpty(t, e.Stack, "a panic carries the stack")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, ok := h.events.find(forMessage(tt.scope, tt.id))
+			require.True(t, ok, "an event with scope %v for message %q", tt.scope, tt.id)
+			assert.Equal(t, topic, e.Topic, "event topic")
+			assert.Equal(t, group, e.Group, "event group")
+			assert.Equal(t, 1, e.Attempt, "event attempt")
+			tt.check(t, e)
+		})
+	}
+}

@@ -1,0 +1,57 @@
+package conformance
+
+import (
+	"context"
+	"sync"
+
+	"github.com/eventbus-go/bus/observer"
+)
+
+// eventLog is an observer that keeps every event. Safe for concurrent use.
+type eventLog struct {
+	mu   sync.Mutex
+	list []observer.Event
+}
+
+// Observe implements observer.Observer.
+func (l *eventLog) Observe(_ context.Context, e observer.Event) {
+	l.mu.Lock()
+	l.list = append(l.list, e)
+	l.mu.Unlock()
+}
+
+// find returns the first event that matches.
+func (l *eventLog) find(match func(observer.Event) bool) (observer.Event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.list {
+		if match(e) {
+			return e, true
+		}
+	}
+	return observer.Event{}, false
+}
+
+// has reports whether an event matches.
+func (l *eventLog) has(match func(observer.Event) bool) bool {
+	_, ok := l.find(match)
+	return ok
+}
+
+// scope returns the events of one scope.
+func (l *eventLog) scope(s observer.Scope) []observer.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []observer.Event
+	for _, e := range l.list {
+		if e.Scope == s {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// forMessage matches events of scope s about message id.
+func forMessage(s observer.Scope, id string) func(observer.Event) bool {
+	return func(e observer.Event) bool { return e.Scope == s && e.MessageID == id }
+}
