@@ -90,9 +90,18 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 	if b.optErr != nil {
 		return b.optErr
 	}
+	missing := 0
 	for _, m := range msgs {
 		if m != nil && m.ID == "" {
-			m.ID = msgid.New()
+			missing++
+		}
+	}
+	if missing > 0 {
+		ids := msgid.Batch(missing)
+		for _, m := range msgs {
+			if m != nil && m.ID == "" {
+				m.ID, ids = ids[0], ids[1:]
+			}
 		}
 	}
 	b.mu.RLock()

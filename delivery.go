@@ -66,11 +66,25 @@ type Delivery struct {
 	// state holds stateSettled / stateHandlerDone / stateReleased bits.
 	state atomic.Uint32
 
-	mu       sync.Mutex
-	outcome  Outcome
+	mu      sync.Mutex
+	outcome Outcome
+	ext     *deliveryExt // allocated only when hooks or a lease are used
+}
+
+// deliveryExt holds the state few deliveries need, so the common one
+// stays small.
+type deliveryExt struct {
 	hooks    []func(Outcome, error)
 	lease    *time.Timer
 	deadline time.Time
+}
+
+// extLocked returns d.ext, allocating it; d.mu must be held.
+func (d *Delivery) extLocked() *deliveryExt {
+	if d.ext == nil {
+		d.ext = &deliveryExt{}
+	}
+	return d.ext
 }
 
 const (
@@ -132,9 +146,10 @@ func (d *Delivery) Extend(ctx context.Context) error {
 		return fmt.Errorf("bus: extend %q: %w", d.ID, err)
 	}
 	d.mu.Lock()
-	d.deadline = time.Now().Add(d.sub.opts.ackTimeout)
-	if d.lease != nil {
-		d.lease.Reset(d.sub.opts.ackTimeout)
+	x := d.extLocked()
+	x.deadline = time.Now().Add(d.sub.opts.ackTimeout)
+	if x.lease != nil {
+		x.lease.Reset(d.sub.opts.ackTimeout)
 	}
 	d.mu.Unlock()
 	return nil
@@ -152,7 +167,8 @@ func (d *Delivery) OnSettle(fn func(Outcome, error)) {
 		fn(o, nil)
 		return
 	}
-	d.hooks = append(d.hooks, fn)
+	x := d.extLocked()
+	x.hooks = append(x.hooks, fn)
 	d.mu.Unlock()
 }
 
@@ -255,12 +271,15 @@ func sanitizeHeaderValue(s string) string {
 func (d *Delivery) finish(o Outcome, err error) {
 	d.mu.Lock()
 	d.outcome = o
-	hooks := d.hooks
-	d.hooks = nil
-	armed := d.lease != nil
-	if armed {
-		d.lease.Stop()
-		d.lease = nil
+	var hooks []func(Outcome, error)
+	armed := false
+	if x := d.ext; x != nil {
+		hooks, x.hooks = x.hooks, nil
+		if x.lease != nil {
+			armed = true
+			x.lease.Stop()
+			x.lease = nil
+		}
 	}
 	d.mu.Unlock()
 	if armed {
@@ -303,10 +322,11 @@ func (d *Delivery) armLease(received time.Time) {
 	if d.outcome != OutcomePending {
 		return
 	}
-	if d.deadline.IsZero() {
-		d.deadline = received.Add(d.sub.opts.ackTimeout)
+	x := d.extLocked()
+	if x.deadline.IsZero() {
+		x.deadline = received.Add(d.sub.opts.ackTimeout)
 	}
-	d.lease = time.AfterFunc(time.Until(d.deadline), d.expire)
+	x.lease = time.AfterFunc(time.Until(x.deadline), d.expire)
 	d.sub.trackLease(d, true)
 }
 

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// state packs the last millisecond (upper 48 bits... kept separately) and a
-// per-millisecond sequence so that IDs from one process sort in creation
+// seq packs the last millisecond used (upper 48 bits) and a sequence
+// within it (lower 16 bits), so that IDs from one process sort in creation
 // order even within the same millisecond.
 var (
 	seq    atomic.Uint64 // (unix ms << 16) | sequence
@@ -35,21 +35,48 @@ func New() string {
 
 // Fill writes a new UUIDv7 into u.
 func Fill(u *[16]byte) {
-	now := uint64(time.Now().UnixMilli())
-	var v uint64
+	fill(u, reserve(1))
+}
+
+// Batch returns n new IDs, increasing, built with one clock read and one
+// allocation for all of them.
+func Batch(n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	first := reserve(uint64(n))
+	buf := make([]byte, 36*n)
+	var u [16]byte
+	for i := range n {
+		fill(&u, first+uint64(i))
+		format(buf[36*i:36*i+36], u)
+	}
+	all := string(buf)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = all[36*i : 36*i+36]
+	}
+	return ids
+}
+
+// reserve takes n consecutive (millisecond << 16 | sequence) values and
+// returns the first. A sequence that overflows borrows the next
+// millisecond, so values never repeat and never go back.
+func reserve(n uint64) uint64 {
+	now := uint64(time.Now().UnixMilli()) << 16
 	for {
 		old := seq.Load()
-		ms := old >> 16
-		if now > ms {
-			v = now << 16
-		} else {
-			v = old + 1 // same (or earlier) millisecond: bump the sequence;
-			// overflow of the 16-bit sequence borrows the next millisecond
+		first := old + 1
+		if now > old {
+			first = now
 		}
-		if seq.CompareAndSwap(old, v) {
-			break
+		if seq.CompareAndSwap(old, first+n-1) {
+			return first
 		}
 	}
+}
+
+func fill(u *[16]byte, v uint64) {
 	ms := v >> 16
 	sq := v & 0xffff
 	u[0] = byte(ms >> 40)
@@ -72,6 +99,11 @@ func Fill(u *[16]byte) {
 // Format renders u in the canonical 8-4-4-4-12 form.
 func Format(u [16]byte) string {
 	var b [36]byte
+	format(b[:], u)
+	return string(b[:])
+}
+
+func format(b []byte, u [16]byte) {
 	j := 0
 	for i, c := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -82,5 +114,4 @@ func Format(u [16]byte) string {
 		b[j+1] = hexDigits[c&0x0f]
 		j += 2
 	}
-	return string(b[:])
 }

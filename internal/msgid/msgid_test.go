@@ -46,6 +46,26 @@ func TestNewHasVersion7AndVariantBits(t *testing.T) {
 	}
 }
 
+func TestBatchIsUniqueIncreasingAndAfterNew(t *testing.T) {
+	before := New()
+	ids := Batch(1000)
+	require.Len(t, ids, 1000)
+	prev := before
+	for _, id := range ids {
+		require.Len(t, id, 36)
+		assert.Greater(t, id, prev, "batch ids increase and follow earlier ids")
+		prev = id
+	}
+	assert.Greater(t, New(), prev, "later ids follow the batch")
+	assert.Nil(t, Batch(0))
+}
+
+func BenchmarkBatch16(b *testing.B) {
+	for b.Loop() {
+		_ = Batch(16)
+	}
+}
+
 func BenchmarkNew(b *testing.B) {
 	for b.Loop() {
 		_ = New()
