@@ -1,0 +1,5 @@
+package redisstream_test
+
+const childEnv = "REDISSTREAM_TEST_CHILD"
+
+func runChild() {}

@@ -1,0 +1,65 @@
+package redisstream
+
+import "strings"
+
+// keys are the Redis keys of one topic. Every key of a topic carries the
+// same hash tag, so they live in one cluster slot and Lua scripts may touch
+// them together.
+type keys struct {
+	stream string // the entries
+	hold   string // ZSET of nacks whose delay outlasts the ack timeout
+}
+
+// hashTag returns the part of topic that goes between braces: the topic
+// without its trailing ".dlq" suffixes, so a topic and its default
+// dead-letter topic share a slot and dead-lettering stays atomic on a
+// cluster.
+func hashTag(topic string) string {
+	t := topic
+	for strings.HasSuffix(t, deadLetterSuffix) && len(t) > len(deadLetterSuffix) {
+		t = t[:len(t)-len(deadLetterSuffix)]
+	}
+	return t
+}
+
+const deadLetterSuffix = ".dlq"
+
+// streamKey returns the stream key of topic: prefix + ":{" + tag + "}" +
+// the stripped suffix. Topics cannot contain braces or '#', so distinct
+// topics map to distinct keys and no stream key collides with the '#'
+// helper keys.
+func streamKey(prefix, topic string) string {
+	tag := hashTag(topic)
+	return prefix + ":{" + tag + "}" + topic[len(tag):]
+}
+
+func newKeys(prefix, topic string) keys {
+	s := streamKey(prefix, topic)
+	return keys{stream: s, hold: s + "#hold"}
+}
+
+// slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).
+func slotOf(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % 16384
+}
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster uses for slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,152 @@
+package redisstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrInvalidOption is wrapped by errors about invalid Options or URL
+// parameters.
+var ErrInvalidOption = errors.New("redisstream: invalid option")
+
+// Retention says how streams are trimmed.
+type Retention int
+
+const (
+	// RetainSettled (the default) trims only entries that every consumer
+	// group of the stream has settled: a background trimmer per topic
+	// computes the oldest entry some group still needs (its oldest pending
+	// entry, or the entry after its last delivered one) and trims
+	// approximately below it with XTRIM MINID. It never drops a message a
+	// group has not yet acked, nacked or dead-lettered. It is the default
+	// because losing unsettled messages silently is the one thing the bus
+	// promises not to do; its cost is that a stalled group makes the
+	// stream grow, which MaxLen can cap.
+	RetainSettled Retention = iota
+	// RetainMaxLen trims each stream to about MaxLen entries on every
+	// publish (XADD MAXLEN ~). Unsettled entries may be trimmed; they are
+	// then acked, counted and reported when a reclaim meets them.
+	RetainMaxLen
+	// RetainMaxAge trims entries older than MaxAge on every publish (XADD
+	// MINID ~). Unsettled entries may be trimmed, as with RetainMaxLen.
+	RetainMaxAge
+	// RetainAll never trims.
+	RetainAll
+)
+
+var retentionNames = map[string]Retention{
+	"settled": RetainSettled,
+	"maxlen":  RetainMaxLen,
+	"maxage":  RetainMaxAge,
+	"all":     RetainAll,
+}
+
+// String returns the retention's name as used in URLs.
+func (r Retention) String() string {
+	for k, v := range retentionNames {
+		if v == r {
+			return k
+		}
+	}
+	return fmt.Sprintf("Retention(%d)", int(r))
+}
+
+// Defaults of Options.
+const (
+	DefaultPrefix       = "bus"
+	DefaultBlock        = 500 * time.Millisecond
+	DefaultTrimInterval = 10 * time.Second
+	DefaultMaxPayload   = 64 << 20
+)
+
+// Options configure a Backend. The zero value (or nil) means every default.
+type Options struct {
+	// Prefix starts every key (default "bus"): stream keys are
+	// "<prefix>:{<tag>}<suffix>"; see the package doc.
+	Prefix string
+	// Block is the longest one XREADGROUP waits (default 500ms, at most
+	// 1s). It bounds how long Receive ignores a cancelled ctx.
+	Block time.Duration
+	// Retention chooses the trimming mode (default RetainSettled).
+	Retention Retention
+	// MaxLen is the approximate stream length for RetainMaxLen, and a
+	// hard cap (which may trim unsettled entries) for RetainSettled when
+	// set. 0 = no cap.
+	MaxLen int64
+	// MaxAge is the age limit of RetainMaxAge.
+	MaxAge time.Duration
+	// TrimInterval is how often RetainSettled trims a subscribed topic
+	// (default 10s).
+	TrimInterval time.Duration
+	// MaxPayload is the largest payload accepted (default 64 MiB; Redis
+	// itself refuses values over its proto-max-bulk-len).
+	MaxPayload int
+	// ReadClient, if set, carries the blocking XREADGROUP calls. By default
+	// New creates one with the options of the given client (for
+	// *redis.Client and *redis.ClusterClient), so reads never queue behind
+	// acks and publishes. Other client types need ReadClient. A given
+	// ReadClient is not closed by Close.
+	ReadClient redis.UniversalClient
+	// Logger receives debug logs (default: discard). Payloads and
+	// credentials are never logged.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	var errs []error
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	for _, r := range c.Prefix {
+		if r == '{' || r == '}' || r == '#' {
+			errs = append(errs, fmt.Errorf("%w: prefix %q may not contain '{', '}' or '#'", ErrInvalidOption, c.Prefix))
+			break
+		}
+	}
+	switch {
+	case c.Block == 0:
+		c.Block = DefaultBlock
+	case c.Block < time.Millisecond || c.Block > time.Second:
+		errs = append(errs, fmt.Errorf("%w: block %v is not within [1ms, 1s]", ErrInvalidOption, c.Block))
+	}
+	switch c.Retention {
+	case RetainSettled, RetainAll:
+	case RetainMaxLen:
+		if c.MaxLen <= 0 {
+			errs = append(errs, fmt.Errorf("%w: retention maxlen needs MaxLen > 0", ErrInvalidOption))
+		}
+	case RetainMaxAge:
+		if c.MaxAge < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%w: retention maxage needs MaxAge >= 1ms", ErrInvalidOption))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%w: unknown retention %d", ErrInvalidOption, int(c.Retention)))
+	}
+	if c.MaxLen < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxLen %d is negative", ErrInvalidOption, c.MaxLen))
+	}
+	switch {
+	case c.TrimInterval == 0:
+		c.TrimInterval = DefaultTrimInterval
+	case c.TrimInterval < 10*time.Millisecond:
+		errs = append(errs, fmt.Errorf("%w: trim interval %v is under 10ms", ErrInvalidOption, c.TrimInterval))
+	}
+	switch {
+	case c.MaxPayload == 0:
+		c.MaxPayload = DefaultMaxPayload
+	case c.MaxPayload < 0:
+		errs = append(errs, fmt.Errorf("%w: MaxPayload %d is negative", ErrInvalidOption, c.MaxPayload))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,247 @@
+package redisstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+type reclaimKey struct{ topic, group string }
+
+// reclaimer is shared by the subscriptions of one stream and group in a
+// Backend, so only one XAUTOCLAIM scan runs for them at a time. The scan is
+// demand driven: the subscription that finds it due (and wins the lock)
+// claims at most its own free capacity.
+type reclaimer struct {
+	refs int // guarded by Backend.mu
+
+	busy sync.Mutex
+	mu   sync.Mutex
+	next time.Time // when the next scan is due
+	from string    // XAUTOCLAIM cursor; "" = start over
+}
+
+func (r *reclaimer) tryLock() bool { return r.busy.TryLock() }
+func (r *reclaimer) unlock()       { r.busy.Unlock() }
+
+func (r *reclaimer) due(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !now.Before(r.next)
+}
+
+// until returns how long until the next scan is due (0 if due).
+func (r *reclaimer) until(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return max(r.next.Sub(now), 0)
+}
+
+// dueBy makes the next scan due no later than t.
+func (r *reclaimer) dueBy(t time.Time) {
+	r.mu.Lock()
+	if t.Before(r.next) {
+		r.next = t
+	}
+	r.mu.Unlock()
+}
+
+func (r *reclaimer) scanned(cursor string, interval time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cursor == "0-0" || cursor == "" {
+		r.from = ""
+		r.next = time.Now().Add(interval)
+		return
+	}
+	r.from = cursor // more to scan: stay due
+}
+
+func (r *reclaimer) cursor() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.from == "" {
+		return "0-0"
+	}
+	return r.from
+}
+
+// reclaimInterval is how often a stream and group is scanned for expired
+// leases: a quarter of the ack timeout, between 10ms and 1s.
+func reclaimInterval(ackTimeout time.Duration) time.Duration {
+	return min(max(ackTimeout/4, 10*time.Millisecond), time.Second)
+}
+
+// reclaim claims up to max entries idle for longer than the ack timeout
+// with XAUTOCLAIM and reads their delivery counts. Entries deleted from the
+// stream while pending are reported (XAUTOCLAIM drops them from the
+// pending list); malformed ones are quarantined.
+func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message, error) {
+	start := s.rc.cursor()
+	raw, err := s.b.client.Do(ctx, "XAUTOCLAIM", s.keys.stream, s.cfg.Group, s.consumer,
+		s.cfg.AckTimeout.Milliseconds(), start, "COUNT", max).Slice()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if isNoGroup(err) {
+			return nil, s.recoverGroup(ctx, err)
+		}
+		return nil, s.errf("reclaim", err)
+	}
+	if len(raw) < 2 {
+		return nil, s.errf("reclaim", fmt.Errorf("unexpected XAUTOCLAIM reply of %d elements", len(raw)))
+	}
+	cursor, _ := raw[0].(string)
+	s.rc.scanned(cursor, reclaimInterval(s.cfg.AckTimeout))
+	entries, _ := raw[1].([]any)
+	var deleted []string
+	if len(raw) > 2 {
+		if d, ok := raw[2].([]any); ok {
+			for _, v := range d {
+				if id, ok := v.(string); ok {
+					deleted = append(deleted, id)
+				}
+			}
+		}
+	}
+	if len(deleted) > 0 {
+		// Redis 7 has already removed them from the pending list.
+		s.b.stats.trimmed.Add(int64(len(deleted)))
+		s.observe(observer.ScopeReclaim, deleted[0], 0, s.errf("reclaim", fmt.Errorf(
+			"%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost", len(deleted), deleted[0])))
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+
+	type claimed struct {
+		id     string
+		values map[string]any
+	}
+	list := make([]claimed, 0, len(entries))
+	var gone []string
+	for _, v := range entries {
+		pair, ok := v.([]any)
+		if !ok || len(pair) < 2 {
+			continue
+		}
+		id, _ := pair[0].(string)
+		if pair[1] == nil {
+			gone = append(gone, id)
+			continue
+		}
+		list = append(list, claimed{id: id, values: toValues(pair[1])})
+	}
+	s.dropTrimmed(ctx, gone)
+
+	// Delivery counts: one XPENDING per claimed entry, in one round trip.
+	pipe := s.b.client.Pipeline()
+	for _, c := range list {
+		pipe.Do(ctx, "XPENDING", s.keys.stream, s.cfg.Group, c.id, c.id, 1)
+	}
+	counts := make([]int, len(list))
+	if len(list) > 0 {
+		cmds, err := pipe.Exec(ctx)
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		for i, c := range cmds {
+			counts[i] = deliveryCount(c)
+		}
+	}
+
+	msgs := make([]*backend.Message, 0, len(list))
+	for i, c := range list {
+		m := &backend.Message{}
+		if err := decode(c.id, c.values, m); err != nil {
+			s.quarantine(ctx, c.id, c.values, counts[i], err)
+			continue
+		}
+		m.AckID = entryID(c.id)
+		m.Attempt = counts[i]
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// toValues converts a field list (RESP2 flat array) or map (RESP3) into a
+// field map.
+func toValues(v any) map[string]any {
+	switch t := v.(type) {
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, val := range t {
+			ks, _ := k.(string)
+			m[ks] = val
+		}
+		return m
+	case map[string]any:
+		return t
+	case []any:
+		m := make(map[string]any, len(t)/2)
+		for i := 0; i+1 < len(t); i += 2 {
+			ks, _ := t[i].(string)
+			m[ks] = t[i+1]
+		}
+		return m
+	default:
+		return map[string]any{}
+	}
+}
+
+// deliveryCount reads the count out of a one-entry XPENDING reply; at
+// least 2, since the entry was claimed after an earlier delivery.
+func deliveryCount(c interface{ Err() error }) int {
+	type slicer interface{ Slice() ([]any, error) }
+	sc, ok := c.(slicer)
+	if !ok {
+		return 2
+	}
+	rows, err := sc.Slice()
+	if err != nil || len(rows) == 0 {
+		return 2
+	}
+	row, ok := rows[0].([]any)
+	if !ok || len(row) < 4 {
+		return 2
+	}
+	switch n := row[3].(type) {
+	case int64:
+		return max(int(n), 2)
+	case string:
+		if v, err := strconv.Atoi(n); err == nil {
+			return max(v, 2)
+		}
+	}
+	return 2
+}
+
+// malformedCopy builds the dead-letter message for an entry that could not
+// be decoded: its payload is a JSON object of the entry's raw fields.
+func malformedCopy(id string, values map[string]any, topic, group string, attempt int, cause error) *backend.Message {
+	raw := make(map[string]string, len(values))
+	for k, v := range values {
+		raw[k] = fmt.Sprint(v)
+	}
+	payload, _ := json.Marshal(raw)
+	return &backend.Message{
+		ID:      "redis-" + id,
+		Payload: payload,
+		Headers: map[string]string{
+			bus.HeaderDeadLetterReason:  cause.Error(),
+			bus.HeaderDeadLetterTopic:   topic,
+			bus.HeaderDeadLetterGroup:   group,
+			bus.HeaderDeadLetterAttempt: strconv.Itoa(max(attempt, 1)),
+			bus.HeaderDeadLetterID:      id,
+		},
+		PublishedAt: time.Now(),
+	}
+}

@@ -1,0 +1,118 @@
+package redisstream
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts below make each settlement one atomic step on the server.
+// Every script checks first that the entry is still pending for the group,
+// so a settlement that lost the race with another member (or with an
+// earlier settlement) changes nothing. Writes come before XACK so that an
+// error inside a script (which Redis does not roll back) can never ack an
+// entry whose copy was not written.
+
+// nackScript makes a pending entry claimable again after a delay by setting
+// its idle time, without counting a delivery; the reclaimer hands it out
+// (counting the delivery) once it has been idle for the ack timeout. For a
+// delay longer than the ack timeout the entry's idle time is reset and a
+// hold is recorded in the topic's hold ZSET, which the promoter keeps fresh
+// until the due time comes near.
+//
+// KEYS[1] stream, KEYS[2] hold ZSET.
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id, ARGV[4] idle ms,
+// ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member.
+// Returns 1 when nacked, 0 when the entry is no longer pending, -1 when
+// another consumer owns it now.
+var nackScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[2] then return -1 end
+if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6]) end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+return 1
+`)
+
+// extendScript resets the idle time of an entry this consumer owns,
+// without counting a delivery.
+//
+// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id.
+// Returns 1 when extended, 0 when not pending, -1 when owned by another
+// consumer.
+var extendScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[2] then return -1 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+return 1
+`)
+
+// deadLetterScript adds a copy to the dead-letter stream and acks the
+// original, if it is still pending.
+//
+// KEYS[1] source stream, KEYS[2] dead-letter stream.
+// ARGV[1] group, ARGV[2] entry id, ARGV[3] MAXLEN ("0" = none),
+// ARGV[4..] the copy's fields.
+// Returns 1 when moved, 0 when the entry was no longer pending.
+var deadLetterScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 then return 0 end
+if ARGV[3] ~= '0' then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+else
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
+// holdScript is one pass of the promoter over a topic's hold ZSET. For each
+// hold it looks the entry up in the group's pending list: a settled entry
+// drops the hold; an entry due within its ack timeout gets the idle time
+// that makes it claimable exactly at its due time and the hold is dropped;
+// any other entry has its idle time reset when it has used half its ack
+// timeout, so no reclaimer takes it early.
+//
+// KEYS[1] stream, KEYS[2] hold ZSET. ARGV[1] now in ms, ARGV[2] rank of the
+// first hold to visit, ARGV[3] max holds to visit. Members are
+// "<group>\0<entry id>\0<ack timeout ms>". Returns {visited, removed}.
+var holdScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local off = tonumber(ARGV[2])
+local items = redis.call('ZRANGE', KEYS[2], off, off + tonumber(ARGV[3]) - 1, 'WITHSCORES')
+local removed = 0
+for i = 1, #items, 2 do
+  local m = items[i]
+  local due = tonumber(items[i + 1])
+  local a = string.find(m, '\0', 1, true)
+  local b = string.find(m, '\0', a + 1, true)
+  local group = string.sub(m, 1, a - 1)
+  local id = string.sub(m, a + 1, b - 1)
+  local at = tonumber(string.sub(m, b + 1))
+  local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], group, id, id, 1)
+  if not ok or #p == 0 then
+    redis.call('ZREM', KEYS[2], m)
+    removed = removed + 1
+  else
+    local left = due - now
+    if left <= at then
+      if left < 0 then left = 0 end
+      redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'IDLE', at - left, 'JUSTID')
+      redis.call('ZREM', KEYS[2], m)
+      removed = removed + 1
+    elseif p[1][3] * 2 >= at then
+      redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'JUSTID')
+    end
+  end
+end
+return {#items / 2, removed}
+`)
+
+// dropConsumerScript deletes a consumer that owns no pending entry, so
+// closed subscriptions do not pile up in the group. A consumer that still
+// owns entries is kept: deleting it would drop them from the pending list.
+//
+// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer. Returns 1 if deleted.
+var dropConsumerScript = redis.NewScript(`
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if not ok or #p > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)

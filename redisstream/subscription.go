@@ -1,0 +1,372 @@
+package redisstream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// entryID is the AckID of a delivery: the stream entry ID.
+type entryID string
+
+// subscription is one consumer of a group. Receive is called from one
+// goroutine; the settlement methods from any.
+type subscription struct {
+	b        *Backend
+	topic    string
+	keys     keys
+	cfg      backend.SubscribeConfig
+	consumer string
+	ts       *topicState
+	rc       *reclaimer
+
+	// DeadLetter is atomic in a Lua script when the dead-letter stream
+	// shares the source's slot (always on a single node).
+	dlqKey    string
+	dlqAtomic bool
+
+	readArgs redis.XReadGroupArgs
+	streams  [2]string
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	nogroupWait time.Duration // backoff between group re-creations
+	lastNoGroup time.Time
+}
+
+var (
+	_ backend.Subscription = (*subscription)(nil)
+	_ backend.Extender     = (*subscription)(nil)
+	_ backend.DeadLetterer = (*subscription)(nil)
+)
+
+func newSubscription(b *Backend, topic string, k keys, cfg backend.SubscribeConfig, ts *topicState, rc *reclaimer) *subscription {
+	s := &subscription{
+		b: b, topic: topic, keys: k, cfg: cfg, ts: ts, rc: rc,
+		consumer: consumerName(),
+	}
+	if cfg.DeadLetterTopic != "" {
+		s.dlqKey = streamKey(b.opts.Prefix, cfg.DeadLetterTopic)
+		s.dlqAtomic = !b.cluster || slotOf(s.dlqKey) == slotOf(k.stream)
+	}
+	s.streams = [2]string{k.stream, ">"}
+	s.readArgs = redis.XReadGroupArgs{Group: cfg.Group, Consumer: s.consumer, Streams: s.streams[:]}
+	b.mu.Lock()
+	if ts.obs == nil {
+		ts.obs = cfg.Observer
+	}
+	b.mu.Unlock()
+	return s
+}
+
+// consumerName returns a name unique to one subscription: host, process
+// and 64 random bits.
+func consumerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(r[:])
+}
+
+func (s *subscription) errf(op string, err error) error {
+	return fmt.Errorf("redisstream: %s %q: %w", op, s.topic, err)
+}
+
+func (s *subscription) observe(scope observer.Scope, id string, attempt int, err error) {
+	s.cfg.Observer.Observe(context.Background(), observer.Event{
+		Scope: scope, Topic: s.topic, Group: s.cfg.Group, MessageID: id, Attempt: attempt, Err: err,
+	})
+}
+
+// Receive returns up to max messages: first entries whose lease ran out
+// (when a reclaim is due), otherwise new entries read with a blocking
+// XREADGROUP on the backend's read client.
+func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	if s.closed.Load() {
+		return nil, s.errf("receive", backend.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.rc.due(time.Now()) && s.rc.tryLock() {
+		msgs, err := s.reclaim(ctx, max)
+		s.rc.unlock()
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+	}
+
+	args := s.readArgs
+	args.Count = int64(max)
+	args.Block = s.blockFor(time.Now())
+	res, err := s.b.read.XReadGroup(ctx, &args).Result()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, nil // BLOCK ran out
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if isNoGroup(err) {
+			return nil, s.recoverGroup(ctx, err)
+		}
+		return nil, s.errf("receive", err)
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	entries := res[0].Messages
+	msgs := make([]*backend.Message, 0, len(entries))
+	vals := make([]backend.Message, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		m := &vals[i]
+		if e.Values == nil {
+			// Deleted between delivery and read: nothing to hand out.
+			s.dropTrimmed(ctx, []string{e.ID})
+			continue
+		}
+		if err := decode(e.ID, e.Values, m); err != nil {
+			s.quarantine(ctx, e.ID, e.Values, 1, err)
+			continue
+		}
+		m.AckID = entryID(e.ID)
+		m.Attempt = 1
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// blockFor returns the XREADGROUP BLOCK: the configured block, cut short
+// when the next reclaim is due sooner, and never 0 (which blocks forever).
+func (s *subscription) blockFor(now time.Time) time.Duration {
+	block := s.b.opts.Block
+	if until := s.rc.until(now); until < block {
+		block = until
+	}
+	return max(block, 10*time.Millisecond)
+}
+
+// recoverGroup re-creates a consumer group that vanished (the server lost
+// its data, or someone deleted the stream or group). It starts at the
+// oldest entry, so nothing published after the loss is skipped, and
+// reports the loss. Repeated losses back off up to 5s.
+func (s *subscription) recoverGroup(ctx context.Context, cause error) error {
+	now := time.Now()
+	if now.Sub(s.lastNoGroup) < 10*time.Second {
+		s.nogroupWait = min(max(2*s.nogroupWait, 100*time.Millisecond), 5*time.Second)
+	} else {
+		s.nogroupWait = 0
+	}
+	s.lastNoGroup = now
+	if s.nogroupWait > 0 {
+		t := time.NewTimer(s.nogroupWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err := createGroup(ctx, s.b.client, s.keys.stream, s.cfg.Group, "0"); err != nil {
+		return s.errf("recreate group", err)
+	}
+	s.b.stats.recreated.Add(1)
+	s.observe(observer.ScopeReclaim, "", 0, s.errf("receive", fmt.Errorf(
+		"consumer group %q was missing (%v); re-created from the oldest retained entry: unsettled messages of the group may have been lost on the server", s.cfg.Group, cause)))
+	return nil
+}
+
+// Ack acks the entries with one XACK.
+func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, "XACK", s.keys.stream, s.cfg.Group)
+	for _, id := range ids {
+		e, ok := id.(entryID)
+		if !ok {
+			return s.errf("ack", fmt.Errorf("foreign ack id %T", id))
+		}
+		args = append(args, string(e))
+	}
+	if err := s.b.client.Do(ctx, args...).Err(); err != nil {
+		return s.errf("ack", err)
+	}
+	return nil
+}
+
+// Nack makes the entry claimable again after delay, atomically and
+// without losing it: it stays in the group's pending list throughout.
+func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	e, ok := id.(entryID)
+	if !ok {
+		return s.errf("nack", fmt.Errorf("foreign ack id %T", id))
+	}
+	at := s.cfg.AckTimeout
+	idle := int64(0)
+	hold, member := "0", ""
+	if delay < at {
+		idle = (at - delay).Milliseconds()
+		if delay <= 0 {
+			idle++ // claimable at once
+		}
+	} else {
+		hold = strconv.FormatInt(time.Now().Add(delay).UnixMilli(), 10)
+		member = s.cfg.Group + "\x00" + string(e) + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
+	}
+	_, err := nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
+		s.cfg.Group, s.consumer, string(e), idle, hold, member).Int64()
+	if err != nil {
+		return s.errf("nack", err)
+	}
+	if hold != "0" {
+		s.ts.wake()
+	}
+	s.rc.dueBy(time.Now().Add(max(delay, 0)))
+	return nil
+}
+
+// Extend resets the entry's idle time without counting a delivery.
+func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
+	e, ok := id.(entryID)
+	if !ok {
+		return s.errf("extend", fmt.Errorf("foreign ack id %T", id))
+	}
+	r, err := extendScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer, string(e)).Int64()
+	if err != nil {
+		return s.errf("extend", err)
+	}
+	switch r {
+	case 0:
+		return s.errf("extend", fmt.Errorf("entry %s is no longer pending", e))
+	case -1:
+		return s.errf("extend", fmt.Errorf("entry %s: lease expired and another consumer took it", e))
+	}
+	return nil
+}
+
+// DeadLetter adds msg to the dead-letter topic and acks the original in one
+// Lua script. On a cluster, when the dead-letter topic lives in another
+// slot, it adds the copy first and acks after, so a crash in between can
+// leave a duplicate in the dead-letter topic but never lose the message.
+func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	e, ok := id.(entryID)
+	if !ok {
+		return s.errf("dead-letter", fmt.Errorf("foreign ack id %T", id))
+	}
+	if err := s.moveToDeadLetter(ctx, string(e), topic, appendFields(make([]any, 0, fieldCount(msg)), msg)); err != nil {
+		return s.errf("dead-letter", err)
+	}
+	return nil
+}
+
+func (s *subscription) moveToDeadLetter(ctx context.Context, id, topic string, fields []any) error {
+	dlq := s.dlqKey
+	atomicMove := s.dlqAtomic
+	if topic != s.cfg.DeadLetterTopic {
+		dlq = streamKey(s.b.opts.Prefix, topic)
+		atomicMove = !s.b.cluster || slotOf(dlq) == slotOf(s.keys.stream)
+	}
+	maxLen := "0"
+	if s.b.opts.MaxLen > 0 {
+		maxLen = strconv.FormatInt(s.b.opts.MaxLen, 10)
+	}
+	if atomicMove {
+		args := make([]any, 0, 3+len(fields))
+		args = append(args, s.cfg.Group, id, maxLen)
+		args = append(args, fields...)
+		return deadLetterScript.Run(ctx, s.b.client, []string{s.keys.stream, dlq}, args...).Err()
+	}
+	p, err := s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.keys.stream, Group: s.cfg.Group, Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		return err
+	}
+	if len(p) == 0 {
+		return nil // settled already
+	}
+	a := &redis.XAddArgs{Stream: dlq, Values: fields}
+	if maxLen != "0" {
+		a.MaxLen, a.Approx = s.b.opts.MaxLen, true
+	}
+	if err := s.b.client.XAdd(ctx, a).Err(); err != nil {
+		return err
+	}
+	return s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, id).Err()
+}
+
+// quarantine dead-letters (when a dead-letter topic is set) and acks a
+// malformed entry, and reports it. It never reaches the handler.
+func (s *subscription) quarantine(ctx context.Context, id string, values map[string]any, attempt int, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	s.b.stats.malformed.Add(1)
+	err := s.errf("decode", cause)
+	if s.cfg.DeadLetterTopic == "" {
+		if aerr := s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, id).Err(); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("ack: %w", aerr))
+		} else {
+			err = fmt.Errorf("%w (acked and dropped: dead-lettering is off)", err)
+		}
+		s.observe(observer.ScopeDecode, id, attempt, err)
+		return
+	}
+	dl := malformedCopy(id, values, s.topic, s.cfg.Group, attempt, cause)
+	if derr := s.moveToDeadLetter(ctx, id, s.cfg.DeadLetterTopic, appendFields(nil, dl)); derr != nil {
+		err = errors.Join(err, fmt.Errorf("dead-letter to %q: %w", s.cfg.DeadLetterTopic, derr))
+	} else {
+		err = fmt.Errorf("%w (moved to %q)", err, s.cfg.DeadLetterTopic)
+	}
+	s.observe(observer.ScopeDecode, id, attempt, err)
+}
+
+// dropTrimmed acks entries that were deleted from the stream while pending
+// (their values are gone) and reports them: they cannot be delivered.
+func (s *subscription) dropTrimmed(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	err := fmt.Errorf("%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost and were acked", len(ids), ids[0])
+	if aerr := s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, ids...).Err(); aerr != nil {
+		err = errors.Join(err, fmt.Errorf("ack: %w", aerr))
+	}
+	s.b.stats.trimmed.Add(int64(len(ids)))
+	s.observe(observer.ScopeReclaim, ids[0], 0, s.errf("reclaim", err))
+}
+
+// Close stops the subscription and removes its consumer from the group if
+// it owns no pending entry. Unsettled entries stay pending and are
+// reclaimed by other members after their lease.
+func (s *subscription) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if e := dropConsumerScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer).Err(); e != nil && !isNoGroup(e) {
+			err = s.errf("close", e)
+		}
+		s.b.release(s.topic, s.cfg)
+	})
+	return err
+}
