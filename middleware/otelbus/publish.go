@@ -103,7 +103,7 @@ func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs 
 // that failed (all of them unless err is a *bus.PublishError).
 func markFailed(spans []trace.Span, err error) {
 	var pe *bus.PublishError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || rejectedBeforeIO(err) {
 		for _, s := range spans {
 			if s.IsRecording() {
 				s.RecordError(err)
@@ -126,8 +126,15 @@ func failedCount(err error, n int) int {
 		return 0
 	}
 	var pe *bus.PublishError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) && !rejectedBeforeIO(err) {
 		return min(len(pe.Failed), n)
 	}
 	return n
+}
+
+// rejectedBeforeIO reports whether err comes from validation, which
+// rejects the whole batch although its *bus.PublishError lists only the
+// invalid messages.
+func rejectedBeforeIO(err error) bool {
+	return errors.Is(err, bus.ErrInvalidMessage) || errors.Is(err, bus.ErrPayloadTooLarge) || errors.Is(err, bus.ErrInvalidTopic)
 }
