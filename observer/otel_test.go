@@ -1,0 +1,69 @@
+package observer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/eventbus-go/bus/observer"
+)
+
+func TestOTelCountsErrorsByScopeTopicAndGroup(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	o, err := observer.OTel(mp)
+	require.NoError(t, err, "create observer")
+
+	boom := errors.New("boom")
+	events := []observer.Event{
+		{Scope: observer.ScopeHandler, Topic: "orders", Group: "billing", MessageID: "m-1", Err: boom},
+		{Scope: observer.ScopeHandler, Topic: "orders", Group: "billing", MessageID: "m-2", Err: boom},
+		{Scope: observer.ScopeHandler, Topic: "orders", Group: "shipping", MessageID: "m-1", Err: boom},
+		{Scope: observer.ScopeDeadLetter, Topic: "orders", Group: "billing", Err: boom},
+		{Scope: observer.ScopeConnection, Err: boom},
+	}
+	for _, e := range events {
+		o.Observe(context.Background(), e)
+	}
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	require.Len(t, rm.ScopeMetrics, 1, "one meter")
+	require.Len(t, rm.ScopeMetrics[0].Metrics, 1, "one instrument")
+	m := rm.ScopeMetrics[0].Metrics[0]
+	assert.Equal(t, observer.OTelErrorsMetric, m.Name)
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "a sum, got %T", m.Data)
+	assert.True(t, sum.IsMonotonic, "a counter")
+
+	got := map[string]int64{}
+	for _, dp := range sum.DataPoints {
+		scope, _ := dp.Attributes.Value(observer.OTelScopeKey)
+		topic, _ := dp.Attributes.Value(observer.OTelTopicKey)
+		group, _ := dp.Attributes.Value(observer.OTelGroupKey)
+		_, hasID := dp.Attributes.Value(attribute.Key("messaging.message.id"))
+		assert.False(t, hasID, "message IDs are not attributes")
+		got[scope.AsString()+"/"+topic.AsString()+"/"+group.AsString()] = dp.Value
+	}
+	assert.Equal(t, map[string]int64{
+		"handler/orders/billing":     2,
+		"handler/orders/shipping":    1,
+		"dead_letter/orders/billing": 1,
+		"connection//":               1,
+	}, got, "one series per scope, topic and group")
+}
+
+func TestOTelWithGlobalProviderIsNoopUntilSDKInstalled(t *testing.T) {
+	o, err := observer.OTel(nil)
+	require.NoError(t, err)
+	assert.NotPanics(t, func() {
+		o.Observe(context.Background(), observer.Event{Scope: observer.ScopeAck, Err: errors.New("x")})
+	}, "the global provider discards events")
+}
