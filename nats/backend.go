@@ -1,0 +1,370 @@
+package nats
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+func init() {
+	for _, scheme := range []string{"nats", "tls", "nats+tls"} {
+		bus.Register(scheme, func(ctx context.Context, u *url.URL) (backend.Backend, error) {
+			return Open(ctx, u, nil)
+		})
+	}
+}
+
+// headerRoom is kept free of the server's max_payload for headers, so a
+// payload at Capabilities().MaxPayload still fits with its headers.
+const headerRoom = 8 << 10
+
+// Backend is a bus backend on NATS JetStream (the default) or core NATS.
+// It is safe for concurrent use.
+type Backend struct {
+	nc      *natsgo.Conn
+	ownConn bool
+	js      jetstream.JetStream
+	opts    Options
+	caps    backend.Capabilities
+	v210    bool // server is 2.10 or later
+
+	mu      sync.Mutex
+	streams map[string]bool // streams known to exist
+	subs    map[subscriber]struct{}
+
+	closed atomic.Bool
+}
+
+// subscriber is what the backend tells about connection events.
+type subscriber interface {
+	connectionEvent(err error)
+}
+
+// New returns a Backend over nc, which the caller keeps owning: Close
+// does not close it. opts may be nil. The connection settings in opts
+// (credentials, TLS, reconnects) are ignored; configure nc instead.
+func New(nc *natsgo.Conn, opts *Options) (*Backend, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("nats: new: %w: nil connection", ErrInvalidOption)
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("nats: new: %w", err)
+	}
+	return newBackend(nc, false, o)
+}
+
+// Connect dials rawURL (nats://, tls:// or nats+tls://, with user and
+// password or a token in the URL) with the connection settings of opts
+// and returns a Backend that owns the connection. URL query parameters
+// override opts (see Options for their names).
+func Connect(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error text holds the URL, maybe a password
+		}
+		return nil, fmt.Errorf("nats: connect: invalid url: %w", err)
+	}
+	return Open(ctx, u, opts)
+}
+
+// Open is Connect with a parsed URL; bus.Open calls it for the nats://,
+// tls:// and nats+tls:// schemes.
+func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := parseURLOptions(u.Query(), &o); err != nil {
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+	}
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+	}
+	server := *u
+	server.RawQuery, server.Fragment, server.Path, server.RawPath = "", "", "", ""
+	secure := false
+	switch u.Scheme {
+	case "nats":
+	case "tls", "nats+tls":
+		server.Scheme = "tls"
+		secure = true
+	default:
+		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", u.Redacted(), ErrInvalidOption, u.Scheme)
+	}
+	nopts, err := o.connOptions(secure || o.wantTLS())
+	if err != nil {
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+	}
+	type result struct {
+		nc  *natsgo.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		nc, err := natsgo.Connect(server.String(), nopts...)
+		ch <- result{nc, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.nc != nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), ctx.Err())
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), redactErr(r.err, u))
+	}
+	b, err := newBackend(r.nc, true, o)
+	if err != nil {
+		r.nc.Close()
+		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+	}
+	o.Logger.Info("nats: connected", "url", r.nc.ConnectedUrlRedacted(), "server_version", r.nc.ConnectedServerVersion(), "jetstream", !o.CoreNATS)
+	return b, nil
+}
+
+// redactErr removes a password from an error text that quotes the URL.
+func redactErr(err error, u *url.URL) error {
+	if u.User == nil {
+		return err
+	}
+	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
+		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	}
+	if t := u.User.Username(); t != "" && strings.Contains(err.Error(), t) {
+		return errors.New(strings.ReplaceAll(err.Error(), t, "xxxxx"))
+	}
+	return err
+}
+
+func (o *Options) connOptions(secure bool) ([]natsgo.Option, error) {
+	log := o.Logger
+	nopts := []natsgo.Option{
+		natsgo.Name(o.Name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(o.ReconnectWait),
+		natsgo.PingInterval(o.PingInterval),
+		natsgo.MaxPingsOutstanding(o.MaxPingsOut),
+		natsgo.Timeout(o.ConnectTimeout),
+		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
+			log.Warn("nats: disconnected", "url", nc.ConnectedUrlRedacted(), "err", err)
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			log.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+	}
+	if o.CredsFile != "" {
+		nopts = append(nopts, natsgo.UserCredentials(o.CredsFile))
+	}
+	if o.NKeySeedFile != "" {
+		opt, err := natsgo.NkeyOptionFromSeed(o.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed: %w", err)
+		}
+		nopts = append(nopts, opt)
+	}
+	if secure {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.TLSConfig != nil {
+			cfg = o.TLSConfig.Clone()
+		}
+		if o.TLSServerName != "" {
+			cfg.ServerName = o.TLSServerName
+		}
+		if o.TLSCAFile != "" {
+			pem, err := os.ReadFile(o.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("tls ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%w: tls ca %q holds no certificate", ErrInvalidOption, o.TLSCAFile)
+			}
+			cfg.RootCAs = pool
+		}
+		if o.TLSCertFile != "" {
+			cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("tls client certificate: %w", err)
+			}
+			cfg.Certificates = append(cfg.Certificates, cert)
+		}
+		nopts = append(nopts, natsgo.Secure(cfg))
+	}
+	return nopts, nil
+}
+
+func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
+	b := &Backend{
+		nc: nc, ownConn: own, opts: o,
+		streams: map[string]bool{},
+		subs:    map[subscriber]struct{}{},
+	}
+	b.v210 = serverAtLeast(nc.ConnectedServerVersion(), 2, 10)
+	maxPayload := 0
+	if mp := int(nc.MaxPayload()); mp > 2*headerRoom {
+		maxPayload = mp - headerRoom
+	}
+	if o.CoreNATS {
+		b.caps = backend.Capabilities{
+			Name:           "nats-core",
+			ConsumerGroups: true,
+			Ordered:        true,
+			MaxPayload:     maxPayload,
+		}
+	} else {
+		js, err := jetstream.New(nc,
+			jetstream.WithPublishAsyncMaxPending(o.PublishWindow),
+			jetstream.WithPublishAsyncTimeout(o.PublishTimeout),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		b.js = js
+		b.caps = backend.Capabilities{
+			Name:           "nats",
+			ConsumerGroups: true,
+			Persistent:     o.Storage == StorageFile,
+			Redelivery:     true,
+			NackDelay:      true,
+			Ordered:        true,
+			StartOldest:    true,
+			Extend:         true,
+			MaxPayload:     maxPayload,
+		}
+	}
+	b.watchConnection()
+	return b, nil
+}
+
+// watchConnection forwards disconnects and reconnects to the observers of
+// live subscriptions, keeping any handlers already on the connection.
+func (b *Backend) watchConnection() {
+	prevDisc := b.nc.Opts.DisconnectedErrCB
+	b.nc.SetDisconnectErrHandler(func(nc *natsgo.Conn, err error) {
+		if prevDisc != nil {
+			prevDisc(nc, err)
+		}
+		if err == nil {
+			err = natsgo.ErrDisconnected
+		}
+		b.notify(fmt.Errorf("nats: disconnected from %s: %w", nc.ConnectedUrlRedacted(), err))
+	})
+	prevRec := b.nc.Opts.ReconnectedCB
+	b.nc.SetReconnectHandler(func(nc *natsgo.Conn) {
+		if prevRec != nil {
+			prevRec(nc)
+		}
+		b.notify(fmt.Errorf("nats: reconnected to %s", nc.ConnectedUrlRedacted()))
+	})
+	prevErr := b.nc.Opts.AsyncErrorCB
+	b.nc.SetErrorHandler(func(nc *natsgo.Conn, sub *natsgo.Subscription, err error) {
+		if prevErr != nil {
+			prevErr(nc, sub, err)
+		}
+		b.notify(fmt.Errorf("nats: connection error: %w", err))
+	})
+}
+
+func (b *Backend) notify(err error) {
+	b.mu.Lock()
+	subs := make([]subscriber, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.connectionEvent(err)
+	}
+}
+
+func (b *Backend) track(s subscriber) {
+	b.mu.Lock()
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+}
+
+func (b *Backend) untrack(s subscriber) {
+	b.mu.Lock()
+	delete(b.subs, s)
+	b.mu.Unlock()
+}
+
+// Conn returns the underlying connection.
+func (b *Backend) Conn() *natsgo.Conn { return b.nc }
+
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities { return b.caps }
+
+// Close implements backend.Backend. It closes the connection only when
+// the Backend opened it.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return fmt.Errorf("nats: close: %w", backend.ErrClosed)
+	}
+	if b.ownConn {
+		b.nc.Close()
+	}
+	return nil
+}
+
+// Subscribe implements backend.Backend.
+func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("nats: subscribe %q: %w", topic, backend.ErrClosed)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = observer.Nop
+	}
+	var (
+		s   backend.Subscription
+		err error
+	)
+	if b.opts.CoreNATS {
+		s, err = b.subscribeCore(topic, cfg)
+	} else {
+		s, err = b.subscribeJS(ctx, topic, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: subscribe %q: %w", topic, err)
+	}
+	return s, nil
+}
+
+// serverAtLeast reports whether version ("2.10.7", "2.11.0-RC.1") is at
+// least major.minor.
+func serverAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}

@@ -1,0 +1,51 @@
+package nats_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/conformance"
+	"github.com/eventbus-go/bus/internal/natstest"
+	busnats "github.com/eventbus-go/bus/nats"
+)
+
+// embeddedSkip skips the suite's goroutine-leak case when the server runs
+// in the test process: the server starts goroutines for every stream and
+// consumer the case creates, which the case would count as the backend's.
+// TestNoGoroutineLeakWithEmbeddedServer checks the backend alone instead,
+// and TestConformanceExternal runs the case against an outside server.
+var embeddedSkip = conformance.WithSkip("the embedded nats-server's own goroutines are in the test process; see TestNoGoroutineLeakWithEmbeddedServer", "NoGoroutineLeak")
+
+func runConformance(t *testing.T, url string, o busnats.Options, opts ...conformance.Option) {
+	o = isolated(t, url, o)
+	conformance.Run(t, func(t testing.TB) backend.Backend {
+		return connect(t, url, o)
+	}, opts...)
+}
+
+func TestConformanceJetStream(t *testing.T) {
+	runConformance(t, natstest.Start(t).URL(), busnats.Options{}, embeddedSkip)
+}
+
+func TestConformanceJetStreamSharedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the per-topic run covers the backend; this one covers the shared-stream naming")
+	}
+	runConformance(t, natstest.Start(t).URL(), busnats.Options{StreamMode: busnats.StreamShared}, embeddedSkip)
+}
+
+func TestConformanceCore(t *testing.T) {
+	runConformance(t, natstest.Start(t).URL(), busnats.Options{CoreNATS: true}, embeddedSkip)
+}
+
+// TestConformanceExternal runs the suite in both modes against the server
+// at $BUS_NATS_URL, when set.
+func TestConformanceExternal(t *testing.T) {
+	url := os.Getenv(natstest.EnvURL)
+	if url == "" {
+		t.Skipf("%s is not set", natstest.EnvURL)
+	}
+	t.Run("JetStream", func(t *testing.T) { runConformance(t, url, busnats.Options{}) })
+	t.Run("Core", func(t *testing.T) { runConformance(t, url, busnats.Options{CoreNATS: true}) })
+}

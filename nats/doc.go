@@ -1,0 +1,111 @@
+// Package nats is the bus backend on NATS: JetStream (the default,
+// at-least-once) or core NATS (at-most-once).
+//
+// Link it in with a blank import and open it by URL, or wrap a connection
+// you configured yourself:
+//
+//	import _ "github.com/eventbus-go/bus/nats"
+//	b, err := bus.Open(ctx, "nats://user:pass@127.0.0.1:4222?storage=file")
+//
+//	be, err := nats.New(nc, &nats.Options{SubjectPrefix: "orders"})
+//	b := bus.New(be)
+//
+// # URLs and connections
+//
+// The schemes nats://, tls:// and nats+tls:// are registered with
+// bus.Register (the last two require TLS). User and password, or a token,
+// go in the URL's user part; a creds file, an nkey seed, a CA, a client
+// certificate and the TLS server name go in Options or in the query
+// (creds, nkey, tls_ca, tls_cert, tls_key, tls_server_name). Every other
+// Options field has a query parameter too (see Options); an unknown
+// parameter is an error. A connection the backend opens reconnects
+// forever (ReconnectWait 250ms), pings every 20s and gives up a link
+// after three unanswered pings; disconnects and reconnects go to the
+// observer of each subscription (observer.ScopeConnection) and to the
+// Logger, always with the URL redacted. nats-server 2.9 is the oldest
+// server supported; features of 2.10 (stream compression, stream and
+// consumer metadata) are used only when the server reports 2.10 or later.
+//
+// # Topics, subjects and streams
+//
+// A topic is published on the subject SubjectPrefix + "." + topic
+// ("bus.orders.created" by default). In JetStream mode each topic is
+// stored in a stream of its own (StreamPerTopic, the default) or every
+// topic in one stream whose subject is SubjectPrefix + ".>"
+// (StreamShared). Streams are created on first use (file storage, limits
+// retention, one replica unless Options say otherwise) or, with BindOnly,
+// must exist already.
+//
+// Stream and consumer names may not contain ".", so topics and groups are
+// escaped injectively: "." becomes "-", "-" becomes "_h", "_" becomes
+// "__" and ":" becomes "_c". Topic "orders.created" is stored in stream
+// "BUS_orders-created"; group "billing" is the durable consumer
+// "billing" (in a shared stream: "billing_torders-created"). Names longer
+// than 128 bytes are cut and end in a hash of the full name.
+//
+// Two deployments that share a server and a subject prefix must use the
+// same StreamMode: a shared stream's subjects overlap every per-topic
+// stream's.
+//
+// # Delivery semantics
+//
+// JetStream mode is at-least-once. Publish returns nil only when the
+// server stored every message of the batch; batches are published
+// asynchronously, at most PublishWindow unacknowledged at a time, and
+// every message carries Nats-Msg-Id = Message.ID, so the server drops a
+// republished duplicate within the stream's duplicates window. Headers
+// with the Nats- prefix are refused: the server would act on them.
+//
+// Each bus group is a durable pull consumer with explicit acks, AckWait =
+// the ack timeout, MaxDeliver above the bus's max deliveries (the bus
+// dead-letters first; the server's limit is a safety net) and
+// MaxAckPending = 2*MaxInFlight + 512 (room for acks in transit). A member
+// pulls at most the capacity the bus reserved for one Receive: first
+// what is available without waiting, and when nothing is, one message
+// with a wait of under a second. No messages are prefetched, so none sits
+// in a buffer while its AckWait runs. A consumer that the server lost
+// (deleted, or a memory stream after a restart) is re-created from the
+// subscription's StartFrom and reported to the observer
+// (observer.ScopeReclaim).
+//
+// Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
+// Nack with a delay is -NAK with that delay (the server holds the
+// message), Extend is +WPI (in progress, restarting AckWait), and Reject
+// or dead-lettering stores a copy in the dead-letter topic's stream and
+// then sends +TERM so the original is never delivered again. Attempt is
+// the delivery count from the message's metadata. Acks are not confirmed
+// by the server: a lost ack means a redelivery, never a loss. A member
+// that crashes leaves its deliveries pending; the server redelivers them
+// to another member after AckWait.
+//
+// Core NATS mode (Options.CoreNATS, ?jetstream=false) is at-most-once.
+// Groups are queue groups: every group gets each message, one member of
+// the group handles it. Nothing is stored: a message published while no
+// member of a group is subscribed is never delivered to that group, and a
+// message lost to a crash, a disconnect, a handler error or a slow
+// consumer (more than 65536 messages waiting in the client) is gone.
+// Publish returns after the server has received the batch (a flush), not
+// after anyone handled it.
+//
+// # Capabilities
+//
+//	capability      JetStream               core NATS
+//	ConsumerGroups  yes (durable consumers) yes (queue groups)
+//	Persistent      yes with file storage   no
+//	Redelivery      yes                     no
+//	NackDelay       yes                     no
+//	Ordered         yes (one member)        yes (one member, one publisher)
+//	StartOldest     yes                     no
+//	Extend          yes                     no
+//	MaxPayload      server max_payload - 8 KiB kept for headers
+//
+// Without Redelivery the bus dead-letters a failed message at once instead
+// of retrying it, Nack returns bus.ErrUnsupported, and the conformance
+// suite skips the cases that need redelivery, nack delays, leases or
+// persistence.
+//
+// # Concurrency
+//
+// A Backend is safe for concurrent use. Close closes the connection only
+// when the Backend opened it (Connect, Open, bus.Open).
+package nats

@@ -1,0 +1,66 @@
+package nats_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/require"
+
+	busnats "github.com/eventbus-go/bus/nats"
+)
+
+// isolated returns Options whose subjects and streams no other test run
+// uses, and deletes the streams they created when the test ends, so tests
+// may share a server (BUS_NATS_URL) without seeing each other.
+func isolated(t testing.TB, url string, base busnats.Options) busnats.Options {
+	t.Helper()
+	id := strings.ToLower(nuid.Next()[14:])
+	base.SubjectPrefix = "bt" + id
+	base.StreamPrefix = "BT" + id
+	base.StreamName = "BT" + id
+	t.Cleanup(func() { deleteStreams(t, url, "BT"+id) })
+	return base
+}
+
+func deleteStreams(t testing.TB, url, prefix string) {
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		t.Logf("cleanup: connect: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var del []string
+	for n := range names.Name() {
+		if strings.HasPrefix(n, prefix) {
+			del = append(del, n)
+		}
+	}
+	for _, n := range del {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			t.Logf("cleanup: delete stream %s: %v", n, err)
+		}
+	}
+}
+
+// connect opens a backend that owns its connection.
+func connect(t testing.TB, url string, o busnats.Options) *busnats.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	be, err := busnats.Connect(ctx, url, &o)
+	require.NoError(t, err, "connect to %s", url)
+	return be
+}

@@ -1,0 +1,356 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Pull timing. Receive first asks for what is available without waiting;
+// when nothing is, it waits up to longPoll for the first message. A
+// request whose end the server does not confirm within its wait plus
+// responseGrace is abandoned (the connection is probably down).
+const (
+	longPoll      = 800 * time.Millisecond
+	responseGrace = 250 * time.Millisecond
+	setupTimeout  = 5 * time.Second
+)
+
+// Bodies of the JetStream acknowledgement protocol.
+var (
+	ackBody      = []byte("+ACK")
+	nakBody      = []byte("-NAK")
+	progressBody = []byte("+WPI")
+	termBody     = []byte("+TERM")
+)
+
+// jsAckID is the ack subject of one delivery.
+type jsAckID string
+
+// jsSub is one member of a group: a durable pull consumer read through a
+// private inbox, one pull request at a time, each asking for no more
+// messages than the capacity the bus reserved.
+type jsSub struct {
+	b        *Backend
+	topic    string
+	cfg      backend.SubscribeConfig
+	stream   string
+	consumer string
+	nextSubj string
+	inbox    string // "<inbox>." ; request n replies to inbox+n
+	sub      *natsgo.Subscription
+
+	seq uint64 // pull request counter; Receive's goroutine only
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.SubscribeConfig) (*jsSub, error) {
+	if _, err := b.ensureConsumer(ctx, topic, cfg); err != nil {
+		return nil, err
+	}
+	s := &jsSub{
+		b: b, topic: topic, cfg: cfg,
+		stream:   b.streamFor(topic),
+		consumer: b.consumerFor(topic, cfg.Group),
+		inbox:    b.nc.NewInbox() + ".",
+		closed:   make(chan struct{}),
+	}
+	s.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.stream + "." + s.consumer
+	sub, err := b.nc.SubscribeSync(s.inbox + "*")
+	if err != nil {
+		return nil, fmt.Errorf("subscribe inbox: %w", err)
+	}
+	// Pulls never ask for more than the bus's capacity, so the inbox
+	// holds at most one batch; the limits only guard against a broken
+	// server.
+	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe inbox: %w", err)
+	}
+	s.sub = sub
+	b.track(s)
+	return s, nil
+}
+
+func (s *jsSub) connectionEvent(err error) {
+	s.cfg.Observer.Observe(context.Background(), observer.Event{Scope: observer.ScopeConnection, Topic: s.topic, Group: s.cfg.Group, Err: err})
+}
+
+func (s *jsSub) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Receive implements backend.Subscription.
+func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	if s.isClosed() {
+		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
+	}
+	if max < 1 {
+		max = 1
+	}
+	var out []*backend.Message
+	// Messages of an abandoned request that arrived since the last call.
+	out = s.drain(out, max)
+	if len(out) > 0 {
+		return out, nil
+	}
+	out, done, err := s.pull(ctx, out, max, max, 0)
+	if err != nil || len(out) > 0 {
+		return out, s.wrap(err)
+	}
+	if !done {
+		// The server did not answer; another pull would only wait again.
+		return out, nil
+	}
+	out, _, err = s.pull(ctx, out, max, 1, longPoll)
+	if err != nil || len(out) == 0 || max == 1 {
+		return out, s.wrap(err)
+	}
+	// The first message came; take what else is there without waiting.
+	out, _, err = s.pull(ctx, out, max, max-len(out), 0)
+	return out, s.wrap(err)
+}
+
+func (s *jsSub) wrap(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("nats: receive %q: %w", s.topic, err)
+}
+
+// drain takes messages already waiting in the inbox, up to max.
+func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
+	for {
+		msg, err := s.sub.NextMsg(0)
+		if err != nil {
+			return out
+		}
+		if isStatus(msg) {
+			continue // the end of an abandoned request
+		}
+		out = s.accept(out, max, msg)
+	}
+}
+
+// pull sends one pull request for n messages and collects its messages
+// into out (never beyond max). wait 0 asks the server for what is
+// available now; otherwise the server holds the request up to wait. done
+// reports whether the server ended the request (or it was filled).
+func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wait time.Duration) ([]*backend.Message, bool, error) {
+	s.seq++
+	reply := s.inbox + strconv.FormatUint(s.seq, 10)
+	var req []byte
+	if wait == 0 {
+		req = fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, n)
+	} else {
+		req = fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, n, wait.Nanoseconds())
+	}
+	if err := s.b.nc.PublishRequest(s.nextSubj, reply, req); err != nil {
+		if errors.Is(err, natsgo.ErrConnectionClosed) {
+			return out, true, fmt.Errorf("pull: %w", backend.ErrClosed)
+		}
+		return out, true, fmt.Errorf("pull: %w", err)
+	}
+	timeout := wait
+	if timeout < longPoll {
+		timeout = longPoll
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout+responseGrace)
+	defer cancel()
+	got := 0
+	for got < n {
+		msg, err := s.sub.NextMsgWithContext(wctx)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return out, false, ctx.Err()
+			case wctx.Err() != nil:
+				return out, false, nil // no answer in time
+			case s.isClosed() || errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
+				return out, true, backend.ErrClosed
+			default:
+				return out, true, err
+			}
+		}
+		if !isStatus(msg) {
+			out = s.accept(out, max, msg)
+			got++
+			continue
+		}
+		if msg.Subject != reply {
+			continue // the end of an older, abandoned request
+		}
+		switch code := msg.Header.Get(hdrStatus); code {
+		case "404", "408":
+			// No messages, or the request expired: done.
+			return out, true, nil
+		case "100":
+			continue // heartbeat
+		case "503":
+			return out, true, s.recover(ctx, "no responders for pull requests")
+		case "409":
+			desc := msg.Header.Get(hdrDescription)
+			if desc == "Consumer Deleted" {
+				return out, true, s.recover(ctx, "consumer deleted")
+			}
+			return out, true, fmt.Errorf("pull: server status 409 %s", desc)
+		default:
+			return out, true, fmt.Errorf("pull: server status %s %s", code, msg.Header.Get(hdrDescription))
+		}
+	}
+	return out, true, nil
+}
+
+// recover re-creates a consumer (and stream) that the server lost. When
+// the consumer exists after all, the error goes back to the bus, which
+// backs off before the next Receive.
+func (s *jsSub) recover(ctx context.Context, why string) error {
+	rctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	s.b.forgetStream(s.stream)
+	created, err := s.b.ensureConsumer(rctx, s.topic, s.cfg)
+	if err != nil {
+		return fmt.Errorf("%s; re-creating consumer %q: %w", why, s.consumer, err)
+	}
+	if !created {
+		return fmt.Errorf("pull: %s, but consumer %q exists", why, s.consumer)
+	}
+	s.cfg.Observer.Observe(ctx, observer.Event{
+		Scope: observer.ScopeReclaim, Topic: s.topic, Group: s.cfg.Group,
+		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created from %s", s.consumer, s.stream, why, s.cfg.StartFrom),
+	})
+	return nil
+}
+
+// accept turns a delivered message into a backend message. Deliveries
+// beyond max (only possible after an abandoned request) are handed back
+// at once; entries that are not JetStream deliveries are reported.
+func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*backend.Message {
+	meta, err := parseAckSubject(msg.Reply)
+	if err != nil {
+		s.cfg.Observer.Observe(context.Background(), observer.Event{
+			Scope: observer.ScopeDecode, Topic: s.topic, Group: s.cfg.Group,
+			Err: fmt.Errorf("nats: dropped a message without JetStream metadata: %w", err),
+		})
+		return out
+	}
+	if len(out) >= max {
+		_ = s.b.nc.Publish(msg.Reply, nakBody)
+		return out
+	}
+	m := &backend.Message{
+		Payload:     msg.Data,
+		PublishedAt: meta.timestamp,
+		AckID:       jsAckID(msg.Reply),
+		Attempt:     meta.delivered,
+	}
+	decodeHeaders(msg.Header, m)
+	if m.ID == "" {
+		// Written by a foreign producer without an ID: the stream
+		// sequence is stable across redeliveries.
+		m.ID = meta.stream + ":" + strconv.FormatUint(meta.streamSeq, 10)
+	}
+	return append(out, m)
+}
+
+func (s *jsSub) ackID(id backend.AckID) (string, error) {
+	a, ok := id.(jsAckID)
+	if !ok {
+		return "", fmt.Errorf("nats: ack id of type %T is not from this backend", id)
+	}
+	return string(a), nil
+}
+
+func (s *jsSub) send(op string, id backend.AckID, body []byte) error {
+	reply, err := s.ackID(id)
+	if err != nil {
+		return err
+	}
+	if err := s.b.nc.Publish(reply, body); err != nil {
+		if errors.Is(err, natsgo.ErrConnectionClosed) {
+			err = fmt.Errorf("%w: %w", backend.ErrClosed, err)
+		}
+		return fmt.Errorf("nats: %s %q: %w", op, s.topic, err)
+	}
+	return nil
+}
+
+// Ack implements backend.Subscription. Acks are fire-and-forget: a lost
+// ack means a redelivery, never a loss.
+func (s *jsSub) Ack(ctx context.Context, ids []backend.AckID) error {
+	var errs []error
+	for _, id := range ids {
+		if err := s.send("ack", id, ackBody); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Nack implements backend.Subscription with a server-side delay.
+func (s *jsSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if delay <= 0 {
+		return s.send("nack", id, nakBody)
+	}
+	return s.send("nack", id, fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds()))
+}
+
+// Extend implements backend.Extender: the server restarts the AckWait of
+// the delivery.
+func (s *jsSub) Extend(ctx context.Context, id backend.AckID) error {
+	return s.send("extend", id, progressBody)
+}
+
+// DeadLetter implements backend.DeadLetterer: the copy is stored in the
+// dead-letter topic's stream (deduplicated by its ID, so a retry after a
+// crash adds no second copy within the duplicates window), then the
+// original is terminated so the server never delivers it again.
+func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	if _, err := s.ackID(id); err != nil {
+		return err
+	}
+	if err := s.b.ensureStream(ctx, topic); err != nil {
+		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
+	}
+	nm, err := encode(s.b.subjectFor(topic), msg, false)
+	if err != nil {
+		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
+	}
+	if _, err := s.b.js.PublishMsg(ctx, nm); err != nil {
+		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
+	}
+	return s.send("terminate", id, termBody)
+}
+
+// Close implements backend.Subscription. Unsettled deliveries are
+// redelivered by the server after their AckWait.
+func (s *jsSub) Close() error {
+	first := false
+	s.closeOnce.Do(func() {
+		first = true
+		close(s.closed)
+	})
+	if !first {
+		return nil
+	}
+	s.b.untrack(s)
+	if err := s.sub.Unsubscribe(); err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) && !errors.Is(err, natsgo.ErrBadSubscription) {
+		return fmt.Errorf("nats: close subscription %q: %w", s.topic, err)
+	}
+	return nil
+}

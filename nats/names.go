@@ -1,0 +1,83 @@
+package nats
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// maxNameLen caps derived stream and consumer names. JetStream stores
+// them as directory names, so they stay well under file-system limits.
+const maxNameLen = 128
+
+// escapeName turns a topic or group (letters, digits and ". _ - :") into
+// a JetStream name (letters, digits, - and _) injectively:
+//
+//	"." -> "-"    "-" -> "_h"    "_" -> "__"    ":" -> "_c"
+//
+// so "orders.created" becomes "orders-created" and no two topics share a
+// name. Every "_" starts a two-character escape, which is what makes the
+// mapping reversible.
+func escapeName(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '.':
+			b.WriteByte('-')
+		case '-':
+			b.WriteString("_h")
+		case '_':
+			b.WriteString("__")
+		case ':':
+			b.WriteString("_c")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// boundName keeps name within maxNameLen: a longer name is cut and ended
+// with "_x" and a hash of the whole name, which keeps it unique.
+func boundName(name string) string {
+	if len(name) <= maxNameLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:10])
+	return name[:maxNameLen-len(h)-2] + "_x" + h
+}
+
+// subjectFor returns the NATS subject of topic. Bus topics are valid
+// subjects already (dot-separated tokens without wildcards).
+func (b *Backend) subjectFor(topic string) string {
+	return b.opts.SubjectPrefix + "." + topic
+}
+
+// streamFor returns the stream that stores topic.
+func (b *Backend) streamFor(topic string) string {
+	if b.opts.StreamMode == StreamShared {
+		return b.opts.StreamName
+	}
+	return boundName(b.opts.StreamPrefix + "_" + escapeName(topic))
+}
+
+// streamSubjects returns the subjects of the stream that stores topic.
+func (b *Backend) streamSubjects(topic string) []string {
+	if b.opts.StreamMode == StreamShared {
+		return []string{b.opts.SubjectPrefix + ".>"}
+	}
+	return []string{b.subjectFor(topic)}
+}
+
+// consumerFor returns the durable consumer name of group on topic. In a
+// per-topic stream the group name is enough; a shared stream holds every
+// topic, so the name carries both ("_t" cannot come out of escapeName at
+// an escape boundary, which keeps pairs apart).
+func (b *Backend) consumerFor(topic, group string) string {
+	if b.opts.StreamMode == StreamShared {
+		return boundName(escapeName(group) + "_t" + escapeName(topic))
+	}
+	return boundName(escapeName(group))
+}

@@ -1,0 +1,390 @@
+package nats
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidOption is wrapped by errors about invalid Options or URL
+// parameters.
+var ErrInvalidOption = errors.New("invalid option")
+
+// StreamMode says how topics map onto JetStream streams.
+type StreamMode int
+
+const (
+	// StreamPerTopic (the default) stores each topic in a stream of its
+	// own, named StreamPrefix + "_" + the escaped topic.
+	StreamPerTopic StreamMode = iota
+	// StreamShared stores every topic in one stream, StreamName, whose
+	// subject is SubjectPrefix + ".>".
+	StreamShared
+)
+
+// String returns "per-topic" or "shared".
+func (m StreamMode) String() string {
+	switch m {
+	case StreamPerTopic:
+		return "per-topic"
+	case StreamShared:
+		return "shared"
+	}
+	return fmt.Sprintf("StreamMode(%d)", int(m))
+}
+
+// Storage is where JetStream keeps a stream.
+type Storage int
+
+const (
+	// StorageFile (the default) survives server restarts.
+	StorageFile Storage = iota
+	// StorageMemory is faster and lost when the server restarts.
+	StorageMemory
+)
+
+// Retention is the retention policy of created streams.
+type Retention int
+
+const (
+	// RetentionLimits (the default) keeps messages until the stream's
+	// limits (MaxAge, MaxBytes, MaxMsgs) drop them, whoever consumed them.
+	RetentionLimits Retention = iota
+	// RetentionInterest drops a message once every consumer group that
+	// existed when it was stored has acked it.
+	RetentionInterest
+)
+
+// Defaults of Options.
+const (
+	DefaultSubjectPrefix  = "bus"
+	DefaultStreamPrefix   = "BUS"
+	DefaultStreamName     = "BUS"
+	DefaultPublishWindow  = 1000
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultReconnectWait  = 250 * time.Millisecond
+	DefaultPingInterval   = 20 * time.Second
+	DefaultMaxPingsOut    = 3
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// Options configures a Backend. A nil *Options means every default. Zero
+// fields take the documented defaults.
+type Options struct {
+	// CoreNATS selects core NATS (at-most-once, queue groups, nothing
+	// stored) instead of JetStream. URL: ?jetstream=false.
+	CoreNATS bool
+
+	// SubjectPrefix is put before every topic: topic "orders.created" is
+	// subject "bus.orders.created" with the default "bus". URL: ?prefix=.
+	SubjectPrefix string
+
+	// StreamMode chooses one stream per topic (default) or one shared
+	// stream. URL: ?streams=per-topic|shared.
+	StreamMode StreamMode
+	// StreamPrefix names per-topic streams (default "BUS"). URL:
+	// ?stream_prefix=.
+	StreamPrefix string
+	// StreamName names the shared stream (default "BUS"). URL: ?stream=.
+	StreamName string
+	// BindOnly binds to existing streams and never creates them; a
+	// missing stream is an error. URL: ?bind=true.
+	BindOnly bool
+	// Storage of created streams (default file). URL: ?storage=file|memory.
+	Storage Storage
+	// Retention of created streams (default limits). URL:
+	// ?retention=limits|interest.
+	Retention Retention
+	// Replicas of created streams (default 1, at most 5). URL: ?replicas=.
+	Replicas int
+	// MaxAge, MaxBytes and MaxMsgs limit created streams (0 = unlimited).
+	// URL: ?max_age=24h&max_bytes=&max_msgs=.
+	MaxAge   time.Duration
+	MaxBytes int64
+	MaxMsgs  int64
+	// Duplicates is the server-side deduplication window for Nats-Msg-Id
+	// (0 = the server's default, two minutes). URL: ?duplicates=.
+	Duplicates time.Duration
+	// Compression asks for S2 compression of created streams. It is used
+	// only when the server is 2.10 or later and ignored otherwise. URL:
+	// ?compression=true.
+	Compression bool
+
+	// PublishWindow bounds the asynchronous publishes waiting for their
+	// acknowledgement, across the Backend (default 1000). URL:
+	// ?publish_window=.
+	PublishWindow int
+	// PublishTimeout bounds the wait for one publish acknowledgement
+	// (default 10s). URL: ?publish_timeout=.
+	PublishTimeout time.Duration
+
+	// Connection settings, used by Connect and Open only (New takes a
+	// connection the caller configured).
+
+	// Name is the connection name shown by the server (default "bus").
+	Name string
+	// CredsFile is a user credentials file (JWT and nkey seed). URL:
+	// ?creds=/path.
+	CredsFile string
+	// NKeySeedFile is a file holding an nkey seed. URL: ?nkey=/path.
+	NKeySeedFile string
+	// TLSCAFile, TLSCertFile/TLSKeyFile and TLSServerName configure TLS.
+	// URL: ?tls_ca=&tls_cert=&tls_key=&tls_server_name=. Setting any of
+	// them, or the tls:// or nats+tls:// scheme, requires TLS.
+	TLSCAFile     string
+	TLSCertFile   string
+	TLSKeyFile    string
+	TLSServerName string
+	// TLSConfig, when set, is used as the base TLS configuration.
+	TLSConfig *tls.Config
+	// ReconnectWait is the pause between reconnect attempts (default
+	// 250ms). The connection reconnects forever.
+	ReconnectWait time.Duration
+	// PingInterval and MaxPingsOut detect a dead connection (defaults 20s
+	// and 3).
+	PingInterval time.Duration
+	MaxPingsOut  int
+	// ConnectTimeout bounds the first connection (default 5s).
+	ConnectTimeout time.Duration
+
+	// Logger gets connection events with redacted URLs (default: discard).
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of o with defaults filled in, validated.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.StreamPrefix == "" {
+		c.StreamPrefix = DefaultStreamPrefix
+	}
+	if c.StreamName == "" {
+		c.StreamName = DefaultStreamName
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.PublishWindow == 0 {
+		c.PublishWindow = DefaultPublishWindow
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.Name == "" {
+		c.Name = "bus"
+	}
+	if c.ReconnectWait == 0 {
+		c.ReconnectWait = DefaultReconnectWait
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.MaxPingsOut == 0 {
+		c.MaxPingsOut = DefaultMaxPingsOut
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+	}
+	if !validSubjectPrefix(c.SubjectPrefix) {
+		bad("subject prefix %q: want dot-separated tokens without wildcards or spaces", c.SubjectPrefix)
+	}
+	if !validStreamName(c.StreamPrefix) {
+		bad("stream prefix %q: want letters, digits, - and _", c.StreamPrefix)
+	}
+	if !validStreamName(c.StreamName) {
+		bad("stream name %q: want letters, digits, - and _", c.StreamName)
+	}
+	if c.StreamMode != StreamPerTopic && c.StreamMode != StreamShared {
+		bad("stream mode %d", int(c.StreamMode))
+	}
+	if c.Storage != StorageFile && c.Storage != StorageMemory {
+		bad("storage %d", int(c.Storage))
+	}
+	if c.Retention != RetentionLimits && c.Retention != RetentionInterest {
+		bad("retention %d", int(c.Retention))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		bad("replicas %d, want 1..5", c.Replicas)
+	}
+	if c.MaxAge < 0 || c.MaxBytes < 0 || c.MaxMsgs < 0 || c.Duplicates < 0 {
+		bad("stream limits must not be negative")
+	}
+	if c.PublishWindow < 1 {
+		bad("publish window %d, want >= 1", c.PublishWindow)
+	}
+	if c.PublishTimeout < 0 || c.ReconnectWait < 0 || c.PingInterval < 0 || c.ConnectTimeout < 0 || c.MaxPingsOut < 0 {
+		bad("durations and counts must not be negative")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		bad("tls_cert and tls_key go together")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, errors.Join(errs...)
+}
+
+func (o *Options) wantTLS() bool {
+	return o.TLSCAFile != "" || o.TLSCertFile != "" || o.TLSServerName != "" || o.TLSConfig != nil
+}
+
+// parseURLOptions reads the query parameters of u into o (which holds
+// defaults the URL may override). Unknown parameters are an error so a
+// typo does not silently fall back to a default.
+func parseURLOptions(q url.Values, o *Options) error {
+	var errs []error
+	bad := func(k, v, want string) {
+		errs = append(errs, fmt.Errorf("%w: url parameter %s=%q: want %s", ErrInvalidOption, k, v, want))
+	}
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "jetstream":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(k, v, "true or false")
+			}
+			o.CoreNATS = !b
+		case "prefix":
+			o.SubjectPrefix = v
+		case "streams":
+			switch v {
+			case "per-topic":
+				o.StreamMode = StreamPerTopic
+			case "shared":
+				o.StreamMode = StreamShared
+			default:
+				bad(k, v, "per-topic or shared")
+			}
+		case "stream_prefix":
+			o.StreamPrefix = v
+		case "stream":
+			o.StreamName = v
+		case "bind":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(k, v, "true or false")
+			}
+			o.BindOnly = b
+		case "storage":
+			switch v {
+			case "file":
+				o.Storage = StorageFile
+			case "memory":
+				o.Storage = StorageMemory
+			default:
+				bad(k, v, "file or memory")
+			}
+		case "retention":
+			switch v {
+			case "limits":
+				o.Retention = RetentionLimits
+			case "interest":
+				o.Retention = RetentionInterest
+			default:
+				bad(k, v, "limits or interest")
+			}
+		case "compression":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(k, v, "true or false")
+			}
+			o.Compression = b
+		case "replicas", "publish_window", "max_pings_out":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				bad(k, v, "an integer")
+			}
+			switch k {
+			case "replicas":
+				o.Replicas = n
+			case "publish_window":
+				o.PublishWindow = n
+			default:
+				o.MaxPingsOut = n
+			}
+		case "max_bytes", "max_msgs":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				bad(k, v, "an integer")
+			}
+			if k == "max_bytes" {
+				o.MaxBytes = n
+			} else {
+				o.MaxMsgs = n
+			}
+		case "max_age", "duplicates", "publish_timeout", "reconnect_wait", "ping_interval", "connect_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				bad(k, v, "a duration such as 30s")
+			}
+			switch k {
+			case "max_age":
+				o.MaxAge = d
+			case "duplicates":
+				o.Duplicates = d
+			case "publish_timeout":
+				o.PublishTimeout = d
+			case "reconnect_wait":
+				o.ReconnectWait = d
+			case "ping_interval":
+				o.PingInterval = d
+			default:
+				o.ConnectTimeout = d
+			}
+		case "name":
+			o.Name = v
+		case "creds":
+			o.CredsFile = v
+		case "nkey":
+			o.NKeySeedFile = v
+		case "tls_ca":
+			o.TLSCAFile = v
+		case "tls_cert":
+			o.TLSCertFile = v
+		case "tls_key":
+			o.TLSKeyFile = v
+		case "tls_server_name":
+			o.TLSServerName = v
+		default:
+			errs = append(errs, fmt.Errorf("%w: unknown url parameter %q", ErrInvalidOption, k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validSubjectPrefix(p string) bool {
+	for tok := range strings.SplitSeq(p, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
+}
+
+func validStreamName(s string) bool {
+	if s == "" || len(s) > maxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,159 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Publish implements backend.Backend. In JetStream mode the batch is
+// published asynchronously within the publish window and Publish returns
+// when the server acknowledged (stored) every message, or ctx ended;
+// messages whose acknowledgement did not arrive are listed as failed and
+// may still have been stored (republishing them is safe: the server
+// deduplicates on Nats-Msg-Id). In core mode the batch is written to the
+// connection and flushed, which confirms that the server received it, not
+// that anyone consumed it.
+func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if b.closed.Load() {
+		return fmt.Errorf("nats: publish %q: %w", topic, backend.ErrClosed)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var err error
+	if b.opts.CoreNATS {
+		err = b.publishCore(ctx, topic, msgs)
+	} else {
+		err = b.publishJS(ctx, topic, msgs)
+	}
+	if err != nil {
+		var be *backend.BatchError
+		if errors.As(err, &be) {
+			return err
+		}
+		return fmt.Errorf("nats: publish %q: %w", topic, err)
+	}
+	return nil
+}
+
+// failures collects the failed indexes of a batch.
+type failures struct {
+	n      int
+	failed []backend.Failure
+}
+
+func (f *failures) add(i int, err error) {
+	f.failed = append(f.failed, backend.Failure{Index: i, Err: err})
+}
+
+// result is nil when nothing failed, the error itself when every message
+// failed for the same reason, and a *BatchError otherwise.
+func (f *failures) result() error {
+	switch {
+	case len(f.failed) == 0:
+		return nil
+	case len(f.failed) == 1 && f.n == 1:
+		return f.failed[0].Err
+	}
+	return &backend.BatchError{Failed: f.failed}
+}
+
+func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if err := b.ensureStream(ctx, topic); err != nil {
+		return err
+	}
+	subject := b.subjectFor(topic)
+	stall := b.opts.PublishTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		stall = max(time.Until(dl), time.Millisecond)
+	}
+	stallOpt := jetstream.WithStallWait(stall)
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	fs := failures{n: len(msgs)}
+	for i, m := range msgs {
+		if err := ctx.Err(); err != nil {
+			fs.add(i, err)
+			continue
+		}
+		nm, err := encode(subject, m, false)
+		if err != nil {
+			fs.add(i, err)
+			continue
+		}
+		f, err := b.js.PublishMsgAsync(nm, stallOpt)
+		if err != nil {
+			fs.add(i, err)
+			continue
+		}
+		futures[i] = f
+	}
+	noStream := false
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders) {
+				noStream = true
+			}
+			fs.add(i, err)
+		case <-ctx.Done():
+			fs.add(i, ctx.Err())
+		}
+	}
+	if noStream {
+		// The stream vanished (deleted, or lost with memory storage on a
+		// restart): look it up again on the next publish.
+		b.forgetStream(b.streamFor(topic))
+	}
+	sortFailures(fs.failed)
+	return fs.result()
+}
+
+func sortFailures(f []backend.Failure) {
+	// Failures are added in two passes, each in index order; merge them.
+	for i := 1; i < len(f); i++ {
+		for j := i; j > 0 && f[j].Index < f[j-1].Index; j-- {
+			f[j], f[j-1] = f[j-1], f[j]
+		}
+	}
+}
+
+func (b *Backend) publishCore(ctx context.Context, topic string, msgs []*backend.Message) error {
+	subject := b.subjectFor(topic)
+	fs := failures{n: len(msgs)}
+	sent := 0
+	for i, m := range msgs {
+		nm, err := encode(subject, m, true)
+		if err != nil {
+			fs.add(i, err)
+			continue
+		}
+		if err := b.nc.PublishMsg(nm); err != nil {
+			fs.add(i, err)
+			continue
+		}
+		sent++
+	}
+	if sent > 0 {
+		fctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			fctx, cancel = context.WithTimeout(ctx, b.opts.PublishTimeout)
+			defer cancel()
+		}
+		if err := b.nc.FlushWithContext(fctx); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
+	}
+	return fs.result()
+}

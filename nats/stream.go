@@ -1,0 +1,176 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// ensureStream makes sure the stream that stores topic exists: it binds
+// to an existing one, or creates it unless BindOnly is set. Known streams
+// are cached; forgetStream drops one from the cache.
+func (b *Backend) ensureStream(ctx context.Context, topic string) error {
+	name := b.streamFor(topic)
+	b.mu.Lock()
+	ok := b.streams[name]
+	b.mu.Unlock()
+	if ok {
+		return nil
+	}
+	_, err := b.js.Stream(ctx, name)
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrStreamNotFound) && b.opts.BindOnly:
+		return fmt.Errorf("stream %q does not exist and bind-only is set: %w", name, err)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = b.js.CreateStream(ctx, b.streamConfig(name, topic))
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create stream %q: %w", name, err)
+		}
+	default:
+		return fmt.Errorf("look up stream %q: %w", name, err)
+	}
+	b.mu.Lock()
+	b.streams[name] = true
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Backend) forgetStream(name string) {
+	b.mu.Lock()
+	delete(b.streams, name)
+	b.mu.Unlock()
+}
+
+func (b *Backend) streamConfig(name, topic string) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:       name,
+		Subjects:   b.streamSubjects(topic),
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Replicas:   b.opts.Replicas,
+		MaxAge:     b.opts.MaxAge,
+		MaxBytes:   -1,
+		MaxMsgs:    -1,
+		Duplicates: b.opts.Duplicates,
+		Discard:    jetstream.DiscardOld,
+	}
+	if b.opts.Storage == StorageMemory {
+		cfg.Storage = jetstream.MemoryStorage
+	}
+	if b.opts.Retention == RetentionInterest {
+		cfg.Retention = jetstream.InterestPolicy
+	}
+	if b.opts.MaxBytes > 0 {
+		cfg.MaxBytes = b.opts.MaxBytes
+	}
+	if b.opts.MaxMsgs > 0 {
+		cfg.MaxMsgs = b.opts.MaxMsgs
+	}
+	if b.v210 {
+		// Features of 2.10 and later, used only where the server has them.
+		if b.opts.Compression {
+			cfg.Compression = jetstream.S2Compression
+		}
+		cfg.Metadata = map[string]string{"bus.created-by": "github.com/eventbus-go/bus"}
+		if b.opts.StreamMode == StreamPerTopic {
+			cfg.Metadata["bus.topic"] = topic
+		}
+	}
+	return cfg
+}
+
+// consumerConfig is the durable pull consumer of one group.
+func (b *Backend) consumerConfig(topic string, cfg backend.SubscribeConfig) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{
+		Durable:       b.consumerFor(topic, cfg.Group),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckTimeout,
+		MaxDeliver:    maxDeliver(cfg.MaxDeliveries),
+		MaxAckPending: maxAckPending(cfg.MaxInFlight),
+		FilterSubject: b.subjectFor(topic),
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+	if cfg.StartFrom == backend.StartOldest {
+		c.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	if b.v210 {
+		c.Metadata = map[string]string{"bus.topic": topic, "bus.group": cfg.Group}
+	}
+	return c
+}
+
+// maxDeliver is the server's safety net above the bus's own limit: the bus
+// dead-letters at maxDeliveries and must see one more delivery to do so
+// when leases ran out, plus room for dead-letter attempts that failed.
+func maxDeliver(maxDeliveries int) int {
+	if maxDeliveries <= 0 {
+		return -1
+	}
+	return max(2*maxDeliveries, maxDeliveries+5)
+}
+
+// maxAckPending bounds the messages the server hands out unacked for a
+// group. Each member holds at most maxInFlight; acks travel in batches
+// after the slot is freed, so allow for a second member and the batches
+// in transit.
+func maxAckPending(maxInFlight int) int {
+	if maxInFlight <= 0 {
+		maxInFlight = 64
+	}
+	return 2*maxInFlight + 512
+}
+
+// ensureConsumer creates the group's durable consumer, or binds to it and
+// raises its limits to what this member needs. It reports whether the
+// consumer was created.
+func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.SubscribeConfig) (bool, error) {
+	if err := b.ensureStream(ctx, topic); err != nil {
+		return false, err
+	}
+	stream := b.streamFor(topic)
+	want := b.consumerConfig(topic, cfg)
+	c, err := b.js.Consumer(ctx, stream, want.Durable)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.forgetStream(stream)
+		if err := b.ensureStream(ctx, topic); err != nil {
+			return false, err
+		}
+		c, err = b.js.Consumer(ctx, stream, want.Durable)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		_, err = b.js.CreateConsumer(ctx, stream, want)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			return false, nil // another member won the race
+		}
+		if err != nil {
+			return false, fmt.Errorf("create consumer %q on stream %q: %w", want.Durable, stream, err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("look up consumer %q on stream %q: %w", want.Durable, stream, err)
+	}
+	have := c.CachedInfo().Config
+	upd := have
+	if have.AckWait != want.AckWait {
+		upd.AckWait = want.AckWait
+	}
+	if have.MaxAckPending < want.MaxAckPending {
+		upd.MaxAckPending = want.MaxAckPending
+	}
+	if have.MaxDeliver != -1 && have.MaxDeliver < want.MaxDeliver {
+		upd.MaxDeliver = want.MaxDeliver
+	}
+	if upd.AckWait != have.AckWait || upd.MaxAckPending != have.MaxAckPending || upd.MaxDeliver != have.MaxDeliver {
+		if _, err := b.js.UpdateConsumer(ctx, stream, upd); err != nil {
+			return false, fmt.Errorf("update consumer %q on stream %q: %w", want.Durable, stream, err)
+		}
+	}
+	return false, nil
+}
