@@ -135,7 +135,7 @@ func (e *traceEnv) ended(t *testing.T, n int, name string) []sdktrace.ReadOnlySp
 func spanAttr(s sdktrace.ReadOnlySpan, k string) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == attribute.Key(k) {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
