@@ -130,7 +130,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		}
 	}
 	if failed != nil {
-		return &PublishError{Topic: topic, Failed: failed}
+		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
 	now := time.Now()
 	bms := make([]*backend.Message, len(msgs))

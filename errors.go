@@ -32,11 +32,15 @@ var (
 )
 
 // PublishError is returned by Publish when some messages of a batch failed.
-// Messages not listed were published. errors.Is on a PublishError matches
-// the errors of every failed message.
+// errors.Is on a PublishError matches the errors of every failed message.
+//
+// When Rejected is true, validation failed before any I/O: Failed lists the
+// invalid messages and NO message of the batch was sent. Otherwise the
+// backend stored every message not listed in Failed.
 type PublishError struct {
-	Topic  string
-	Failed []FailedMessage
+	Topic    string
+	Failed   []FailedMessage
+	Rejected bool
 }
 
 // FailedMessage is one message of a batch that was not published.
@@ -48,7 +52,11 @@ type FailedMessage struct {
 
 func (e *PublishError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bus: publish %q: %d message(s) failed", e.Topic, len(e.Failed))
+	if e.Rejected {
+		fmt.Fprintf(&b, "bus: publish %q: batch rejected, nothing sent: %d invalid message(s)", e.Topic, len(e.Failed))
+	} else {
+		fmt.Fprintf(&b, "bus: publish %q: %d message(s) failed", e.Topic, len(e.Failed))
+	}
 	for i, f := range e.Failed {
 		if i == 3 {
 			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-i)

@@ -97,6 +97,7 @@ func TestPublishRejectsBadInputBeforeIO(t *testing.T) {
 					got = append(got, f.Index)
 				}
 				assert.Equal(t, tt.failIdx, got, "failed indexes")
+				assert.True(t, pe.Rejected, "validation failures reject the whole batch")
 			}
 		})
 	}

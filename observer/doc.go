@@ -10,6 +10,8 @@
 //   - Func adapts a function.
 //   - Multi fans an event out to several observers.
 //   - Slog logs events through a *slog.Logger (never payloads).
+//   - OTel counts events in an OpenTelemetry counter (bus.errors) by
+//     scope, topic and group.
 //   - Nop discards events; it is the default.
 //
 // Observers are called from the bus's goroutines and must be safe for
