@@ -49,12 +49,6 @@ func (r *recorder) count(scope observer.Scope, contains string) int {
 	return n
 }
 
-func (r *recorder) all() []observer.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]observer.Event(nil), r.events...)
-}
-
 // openBus returns a bus over a backend on url, closed when the test ends.
 func openBus(t testing.TB, url string, opts *redisstream.Options, busOpts ...bus.Option) (*bus.Bus, *redisstream.Backend, redis.UniversalClient) {
 	t.Helper()

@@ -106,6 +106,7 @@ func (t *topicState) currentTick() time.Duration {
 func (t *topicState) runPromoter(ctx context.Context) {
 	timer := time.NewTimer(t.currentTick())
 	defer timer.Stop()
+	failing := false // report a failure once, not on every tick of an outage
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,9 +114,11 @@ func (t *topicState) runPromoter(ctx context.Context) {
 		case <-timer.C:
 		case <-t.kick:
 		}
-		if err := t.promote(ctx); err != nil && ctx.Err() == nil {
+		err := t.promote(ctx)
+		if err != nil && ctx.Err() == nil && !failing {
 			t.report(observer.ScopeNack, fmt.Errorf("redisstream: promote delayed nacks of %q: %w", t.topic, err))
 		}
+		failing = err != nil
 		timer.Reset(t.currentTick())
 	}
 }
@@ -152,15 +155,18 @@ func (t *topicState) report(scope observer.Scope, err error) {
 func (t *topicState) runTrimmer(ctx context.Context) {
 	ticker := time.NewTicker(t.b.opts.TrimInterval)
 	defer ticker.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		if _, err := trimSettled(ctx, t.b.client, t.keys.stream); err != nil && ctx.Err() == nil {
+		_, err := trimSettled(ctx, t.b.client, t.keys.stream)
+		if err != nil && ctx.Err() == nil && !failing {
 			t.report(observer.ScopeReclaim, fmt.Errorf("redisstream: trim %q: %w", t.topic, err))
 		}
+		failing = err != nil
 	}
 }
 
