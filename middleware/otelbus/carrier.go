@@ -3,6 +3,7 @@ package otelbus
 import (
 	"maps"
 	"strings"
+	"sync"
 
 	"github.com/eventbus-go/bus"
 )
@@ -41,6 +42,21 @@ type injector struct {
 	out    []*bus.Message
 	i      int
 	copied bool // out[i] is already a copy
+}
+
+var injectors = sync.Pool{New: func() any { return new(injector) }}
+
+// getInjector returns a pooled injector for msgs: passing a pointer to an
+// interface method would otherwise allocate one per publish.
+func getInjector(msgs []*bus.Message) *injector {
+	c := injectors.Get().(*injector)
+	c.orig, c.out, c.i, c.copied = msgs, msgs, 0, false
+	return c
+}
+
+func putInjector(c *injector) {
+	c.orig, c.out = nil, nil
+	injectors.Put(c)
 }
 
 func (c *injector) at(i int) { c.i, c.copied = i, false }

@@ -12,9 +12,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventbus-go/bus"
 )
@@ -34,6 +36,15 @@ const (
 // with Middleware and PublishMiddleware separately. It is safe for
 // concurrent use and may serve several buses.
 type Instrumentation struct {
+	// tracing and metrics are false when the providers are the explicit
+	// no-op ones of the OpenTelemetry API: that work is skipped.
+	tracing, metrics bool
+	// unsetGlobal is the global tracer provider as New found it while no
+	// SDK was installed. As long as otel.GetTracerProvider still returns
+	// it, spans would be non-recording and carry no context, so tracing
+	// is skipped; once an SDK is installed the tracer forwards to it.
+	unsetGlobal trace.TracerProvider
+
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 	system attribute.KeyValue
@@ -57,9 +68,18 @@ type attrs struct {
 	spanName     string // "process <topic>" or "send <topic>"
 	createName   string // "create <topic>" (publish side)
 	span         []attribute.KeyValue
-	add          metric.AddOption
-	rec          metric.RecordOption
+	add          []metric.AddOption    // one element, shared: no allocation per call
+	rec          []metric.RecordOption // one element, shared
 }
+
+// Span start options, shared so that starting a span allocates no slice.
+var (
+	consumerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	producerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
+// noSpan stands in for a span when tracing is off.
+var noSpan trace.Span = tracenoop.Span{}
 
 // latencyBuckets suit message latencies from sub-millisecond to a minute.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
@@ -72,8 +92,13 @@ func New(opts ...Option) (*Instrumentation, error) {
 			o(&c)
 		}
 	}
+	var unsetGlobal trace.TracerProvider
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
+		// The API's delegating provider, before otel.SetTracerProvider.
+		if fmt.Sprintf("%T", c.tp) == "*global.tracerProvider" {
+			unsetGlobal = c.tp
+		}
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
@@ -81,11 +106,16 @@ func New(opts ...Option) (*Instrumentation, error) {
 	if c.prop == nil {
 		c.prop = otel.GetTextMapPropagator()
 	}
+	_, noTP := c.tp.(tracenoop.TracerProvider)
+	_, noMP := c.mp.(metricnoop.MeterProvider)
 	in := &Instrumentation{
-		tracer: c.tp.Tracer(ScopeName),
-		prop:   c.prop,
-		system: semconv.MessagingSystemKey.String(c.system),
-		attrs:  map[attrKey]*attrs{},
+		tracing:     !noTP,
+		metrics:     !noMP,
+		unsetGlobal: unsetGlobal,
+		tracer:      c.tp.Tracer(ScopeName),
+		prop:        c.prop,
+		system:      semconv.MessagingSystemKey.String(c.system),
+		attrs:       map[attrKey]*attrs{},
 	}
 	m := c.mp.Meter(ScopeName)
 	var errs []error
@@ -126,6 +156,12 @@ func (in *Instrumentation) Options() []bus.Option {
 	return []bus.Option{bus.WithMiddleware(in.Middleware()), bus.WithPublishMiddleware(in.PublishMiddleware())}
 }
 
+// traceOn reports whether spans may record: tracing is on and not the
+// global provider with nothing installed.
+func (in *Instrumentation) traceOn() bool {
+	return in.tracing && (in.unsetGlobal == nil || otel.GetTracerProvider() != in.unsetGlobal)
+}
+
 // attrsFor returns the cached attributes of topic and group ("" on the
 // publish side).
 func (in *Instrumentation) attrsFor(topic, group string) *attrs {
@@ -154,16 +190,20 @@ func (in *Instrumentation) attrsFor(topic, group string) *attrs {
 		a.span = metricAttrs
 	}
 	set := attribute.NewSet(metricAttrs...)
-	a.add = metric.WithAttributeSet(set)
-	a.rec = metric.WithAttributeSet(set)
+	a.add = []metric.AddOption{metric.WithAttributeSet(set)}
+	a.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	in.attrs[k] = a
 	return a
 }
 
 // Middleware returns the handler middleware: a consumer span per delivery
-// and the consumer-side metrics.
+// and the consumer-side metrics. With both providers the explicit no-op
+// ones it returns handlers unchanged.
 func (in *Instrumentation) Middleware() bus.Middleware {
 	return func(next bus.Handler) bus.Handler {
+		if !in.tracing && !in.metrics {
+			return next
+		}
 		// A wrapped handler serves one subscription: remember its
 		// attributes to skip the shared map.
 		var last atomic.Pointer[attrs]
@@ -180,16 +220,19 @@ func (in *Instrumentation) Middleware() bus.Middleware {
 
 func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs, next bus.Handler) error {
 	start := time.Now()
-	in.delivered.Add(ctx, 1, a.add)
+	in.delivered.Add(ctx, 1, a.add...)
 	if !d.PublishedAt.IsZero() && in.e2eLatency.Enabled(ctx) {
-		in.e2eLatency.Record(ctx, start.Sub(d.PublishedAt).Seconds(), a.rec)
+		in.e2eLatency.Record(ctx, start.Sub(d.PublishedAt).Seconds(), a.rec...)
 	}
 
-	pctx := ctx
-	if len(d.Headers) > 0 {
-		pctx = in.prop.Extract(ctx, headerCarrier(d.Headers))
+	sctx, span := ctx, noSpan
+	if in.traceOn() {
+		pctx := ctx
+		if len(d.Headers) > 0 {
+			pctx = in.prop.Extract(ctx, headerCarrier(d.Headers))
+		}
+		sctx, span = in.tracer.Start(pctx, a.spanName, consumerStart...)
 	}
-	sctx, span := in.tracer.Start(pctx, a.spanName, trace.WithSpanKind(trace.SpanKindConsumer))
 	recording := span.IsRecording()
 	if recording {
 		span.SetAttributes(a.span...)
@@ -201,19 +244,19 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 	}
 
 	var st *settleState
-	if recording || in.settleEnabled(ctx) {
+	if recording || (in.metrics && in.settleEnabled(ctx)) {
 		st = &settleState{in: in, a: a, span: span, recording: recording}
 		st.left.Store(2)
-		in.inFlight.Add(ctx, 1, a.add)
+		in.inFlight.Add(ctx, 1, a.add...)
 		d.OnSettle(st.settled)
 	}
 
-	err := in.call(sctx, d, next, a, st)
+	err := in.call(sctx, d, next, a, span, st)
 	if in.handlerDuration.Enabled(ctx) {
-		in.handlerDuration.Record(ctx, time.Since(start).Seconds(), a.rec)
+		in.handlerDuration.Record(ctx, time.Since(start).Seconds(), a.rec...)
 	}
 	if err != nil {
-		in.failed.Add(ctx, 1, a.add)
+		in.failed.Add(ctx, 1, a.add...)
 		if recording {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -229,15 +272,14 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 
 // call runs next; if it panics the span state is still finished before
 // the panic goes on to the bus.
-func (in *Instrumentation) call(ctx context.Context, d *bus.Delivery, next bus.Handler, a *attrs, st *settleState) (err error) {
+func (in *Instrumentation) call(ctx context.Context, d *bus.Delivery, next bus.Handler, a *attrs, span trace.Span, st *settleState) (err error) {
 	ok := false
 	defer func() {
 		if !ok {
-			span := trace.SpanFromContext(ctx)
 			if span.IsRecording() {
 				span.SetStatus(codes.Error, "handler panic")
 			}
-			in.failed.Add(ctx, 1, a.add)
+			in.failed.Add(ctx, 1, a.add...)
 			if st != nil {
 				st.done()
 			} else {
@@ -289,7 +331,7 @@ func (s *settleState) settled(o bus.Outcome, err error) {
 		c = s.in.expired
 	}
 	if c != nil {
-		c.Add(ctx, 1, s.a.add)
+		c.Add(ctx, 1, s.a.add...)
 	}
 	if s.recording {
 		s.span.SetAttributes(OutcomeKey.String(o.String()))
@@ -306,5 +348,5 @@ func (s *settleState) done() {
 		return
 	}
 	s.span.End()
-	s.in.inFlight.Add(context.Background(), -1, s.a.add)
+	s.in.inFlight.Add(context.Background(), -1, s.a.add...)
 }

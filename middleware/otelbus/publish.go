@@ -3,6 +3,7 @@ package otelbus
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -12,26 +13,38 @@ import (
 )
 
 // PublishMiddleware returns the publish middleware: producer spans, trace
-// context in the message headers, and the publish counters.
+// context in the message headers, and the publish counters. With both
+// providers the explicit no-op ones it publishes unchanged.
 func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 	return func(next bus.PublishFunc) bus.PublishFunc {
+		if !in.tracing && !in.metrics {
+			return next
+		}
+		// Most publishers use few topics: remember the last one.
+		var last atomic.Pointer[attrs]
 		return func(ctx context.Context, topic string, msgs []*bus.Message) error {
 			if len(msgs) == 0 {
 				return next(ctx, topic, msgs)
 			}
-			a := in.attrsFor(topic, "")
+			a := last.Load()
+			if a == nil || a.topic != topic {
+				a = in.attrsFor(topic, "")
+				last.Store(a)
+			}
 			var err error
-			if len(msgs) == 1 {
+			if !in.traceOn() {
+				err = next(ctx, topic, msgs)
+			} else if len(msgs) == 1 {
 				err = in.publishOne(ctx, topic, msgs, a, next)
 			} else {
 				err = in.publishBatch(ctx, topic, msgs, a, next)
 			}
 			failed := failedCount(err, len(msgs))
 			if ok := len(msgs) - failed; ok > 0 {
-				in.published.Add(ctx, int64(ok), a.add)
+				in.published.Add(ctx, int64(ok), a.add...)
 			}
 			if failed > 0 {
-				in.publishFailed.Add(ctx, int64(failed), a.add)
+				in.publishFailed.Add(ctx, int64(failed), a.add...)
 			}
 			return err
 		}
@@ -39,7 +52,7 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 }
 
 func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
-	sctx, span := in.tracer.Start(ctx, a.spanName, trace.WithSpanKind(trace.SpanKindProducer))
+	sctx, span := in.tracer.Start(ctx, a.spanName, producerStart...)
 	recording := span.IsRecording()
 	if recording {
 		span.SetAttributes(a.span...)
@@ -48,9 +61,11 @@ func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []
 			span.SetAttributes(semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
 		}
 	}
-	inj := injector{orig: msgs, out: msgs}
-	in.prop.Inject(sctx, &inj)
-	err := next(sctx, topic, inj.out)
+	inj := getInjector(msgs)
+	in.prop.Inject(sctx, inj)
+	out := inj.out
+	putInjector(inj)
+	err := next(sctx, topic, out)
 	if err != nil && recording {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -61,10 +76,11 @@ func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []
 
 func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
 	spans := make([]trace.Span, len(msgs))
-	inj := injector{orig: msgs, out: msgs}
+	inj := getInjector(msgs)
+	defer putInjector(inj)
 	var links []trace.Link
 	for i, m := range msgs {
-		cctx, span := in.tracer.Start(ctx, a.createName, trace.WithSpanKind(trace.SpanKindProducer))
+		cctx, span := in.tracer.Start(ctx, a.createName, producerStart...)
 		spans[i] = span
 		if span.IsRecording() {
 			span.SetAttributes(a.span...)
@@ -75,7 +91,7 @@ func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs 
 			links = append(links, trace.Link{SpanContext: span.SpanContext()})
 		}
 		inj.at(i)
-		in.prop.Inject(cctx, &inj)
+		in.prop.Inject(cctx, inj)
 	}
 	sctx, send := in.tracer.Start(ctx, a.spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...))
 	recording := send.IsRecording()
