@@ -236,6 +236,10 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 
 	go s.acks.run()
 	go s.fetch()
+	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
+		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
+		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
+		slog.Duration("ack_timeout", o.ackTimeout))
 	s.stopAfter = context.AfterFunc(ctx, func() {
 		b.goTracked(func() { _ = s.Close(context.Background()) })
 	})

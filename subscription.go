@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -162,6 +163,8 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	if len(errs) > 0 {
 		err = fmt.Errorf("bus: close subscription %q: %w", s.topic, errors.Join(errs...))
 	}
+	s.bus.opts.logger.LogAttrs(context.Background(), slog.LevelDebug, "bus: subscription closed",
+		slog.String("topic", s.topic), slog.String("group", s.opts.group), slog.Bool("clean", err == nil))
 	close(s.done)
 	return err
 }

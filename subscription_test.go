@@ -1,9 +1,11 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -407,4 +409,39 @@ func TestSubscribeRejectsInvalidOptions(t *testing.T) {
 			assert.True(t, errors.Is(err, bus.ErrInvalidOption) || errors.Is(err, bus.ErrUnsupported), "got %v", err)
 		})
 	}
+}
+
+func TestLoggerRecordsSubscriptionLifecycleWithoutPayloads(t *testing.T) {
+	var buf safeBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := newFakeBackend()
+	b := bus.New(f, bus.WithLogger(logger))
+	s, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error { return nil }, bus.WithGroup("billing"))
+	require.NoError(t, err)
+	f.push(msg("secret-payload", 1))
+	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == 1 }, waitFor, time.Millisecond)
+	require.NoError(t, s.Close(context.Background()))
+	require.NoError(t, b.Close(context.Background()))
+	out := buf.String()
+	assert.Contains(t, out, "bus: subscribed")
+	assert.Contains(t, out, "group=billing")
+	assert.Contains(t, out, "bus: subscription closed")
+	assert.NotContains(t, out, "p-secret-payload", "payloads are never logged")
+}
+
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
