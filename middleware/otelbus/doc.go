@@ -25,8 +25,7 @@
 // delivery is settled, so it covers a manual settlement made later. A
 // handler error sets the span status to Error.
 //
-// Attributes are set after the span starts, and only when it is recording,
-// so samplers see the span kind and name but not the attributes.
+// Attributes are given when the span starts, so samplers see them.
 //
 // # Metrics
 //
@@ -60,7 +59,12 @@
 //
 // # Cost
 //
-// With no-op providers the middleware does little more than start a
-// non-recording span and check whether instruments are enabled: nothing is
-// formatted, no attribute is built, and no settlement hook is registered.
+// With the explicit no-op providers of the OpenTelemetry API
+// (go.opentelemetry.io/otel/trace/noop and metric/noop) for both traces
+// and metrics, Middleware and PublishMiddleware return the handler and the
+// publish function unchanged. With the global providers while no SDK is
+// installed, no span is started and no context is injected or extracted
+// (checked per message, so installing an SDK later takes effect at once),
+// and the metric calls go to instruments that discard them; no settlement
+// hook is registered.
 package otelbus

@@ -65,17 +65,20 @@ type attrKey struct{ topic, group string }
 // attrs holds everything derived from a topic and group, built once.
 type attrs struct {
 	topic, group string
-	spanName     string // "process <topic>" or "send <topic>"
-	createName   string // "create <topic>" (publish side)
-	span         []attribute.KeyValue
+	spanName     string                // "process <topic>" or "send <topic>"
+	createName   string                // "create <topic>" (publish side)
+	span         []attribute.KeyValue  // process span, or send span of one message
+	create       []attribute.KeyValue  // create span of a batch message
+	batchSend    []attribute.KeyValue  // send span of a batch
 	add          []metric.AddOption    // one element, shared: no allocation per call
 	rec          []metric.RecordOption // one element, shared
 }
 
-// Span start options, shared so that starting a span allocates no slice.
+// Span kinds as start options, boxed once.
 var (
-	consumerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
-	producerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+	clientKind   = trace.WithSpanKind(trace.SpanKindClient)
 )
 
 // noSpan stands in for a span when tracing is off.
@@ -187,7 +190,11 @@ func (in *Instrumentation) attrsFor(topic, group string) *attrs {
 	} else {
 		a.spanName = "send " + topic
 		a.createName = "create " + topic
-		a.span = metricAttrs
+		send := []attribute.KeyValue{semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send")}
+		a.span = append(append([]attribute.KeyValue(nil), metricAttrs...), send...)
+		a.batchSend = a.span
+		a.create = append(append([]attribute.KeyValue(nil), metricAttrs...),
+			semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"))
 	}
 	set := attribute.NewSet(metricAttrs...)
 	a.add = []metric.AddOption{metric.WithAttributeSet(set)}
@@ -231,17 +238,16 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 		if len(d.Headers) > 0 {
 			pctx = in.prop.Extract(ctx, headerCarrier(d.Headers))
 		}
-		sctx, span = in.tracer.Start(pctx, a.spanName, consumerStart...)
-	}
-	recording := span.IsRecording()
-	if recording {
-		span.SetAttributes(a.span...)
-		span.SetAttributes(
+		kv := make([]attribute.KeyValue, 0, len(a.span)+3)
+		kv = append(kv, a.span...)
+		kv = append(kv,
 			semconv.MessagingMessageID(d.ID),
 			semconv.MessagingMessageBodySize(len(d.Payload)),
 			AttemptKey.Int(d.Attempt),
 		)
+		sctx, span = in.tracer.Start(pctx, a.spanName, consumerKind, trace.WithAttributes(kv...))
 	}
+	recording := span.IsRecording()
 
 	var st *settleState
 	if recording || (in.metrics && in.settleEnabled(ctx)) {

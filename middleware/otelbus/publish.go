@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
@@ -52,26 +53,28 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 }
 
 func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
-	sctx, span := in.tracer.Start(ctx, a.spanName, producerStart...)
-	recording := span.IsRecording()
-	if recording {
-		span.SetAttributes(a.span...)
-		span.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
-		if m := msgs[0]; m != nil {
-			span.SetAttributes(semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
-		}
-	}
+	sctx, span := in.tracer.Start(ctx, a.spanName, producerKind, trace.WithAttributes(messageAttrs(a.span, msgs[0])...))
 	inj := getInjector(msgs)
 	in.prop.Inject(sctx, inj)
 	out := inj.out
 	putInjector(inj)
 	err := next(sctx, topic, out)
-	if err != nil && recording {
+	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 	return err
+}
+
+// messageAttrs returns base plus the attributes of m.
+func messageAttrs(base []attribute.KeyValue, m *bus.Message) []attribute.KeyValue {
+	if m == nil {
+		return base
+	}
+	kv := make([]attribute.KeyValue, 0, len(base)+2)
+	kv = append(kv, base...)
+	return append(kv, semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
 }
 
 func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
@@ -80,29 +83,19 @@ func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs 
 	defer putInjector(inj)
 	var links []trace.Link
 	for i, m := range msgs {
-		cctx, span := in.tracer.Start(ctx, a.createName, producerStart...)
+		cctx, span := in.tracer.Start(ctx, a.createName, producerKind, trace.WithAttributes(messageAttrs(a.create, m)...))
 		spans[i] = span
 		if span.IsRecording() {
-			span.SetAttributes(a.span...)
-			span.SetAttributes(semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"))
-			if m != nil {
-				span.SetAttributes(semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
-			}
 			links = append(links, trace.Link{SpanContext: span.SpanContext()})
 		}
 		inj.at(i)
 		in.prop.Inject(cctx, inj)
 	}
-	sctx, send := in.tracer.Start(ctx, a.spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...))
-	recording := send.IsRecording()
-	if recording {
-		send.SetAttributes(a.span...)
-		send.SetAttributes(semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"),
-			semconv.MessagingBatchMessageCount(len(msgs)))
-	}
+	kv := append(append(make([]attribute.KeyValue, 0, len(a.batchSend)+1), a.batchSend...), semconv.MessagingBatchMessageCount(len(msgs)))
+	sctx, send := in.tracer.Start(ctx, a.spanName, clientKind, trace.WithLinks(links...), trace.WithAttributes(kv...))
 	err := next(sctx, topic, inj.out)
 	if err != nil {
-		if recording {
+		if send.IsRecording() {
 			send.RecordError(err)
 			send.SetStatus(codes.Error, err.Error())
 		}
