@@ -106,19 +106,32 @@ func parseAckSubject(reply string) (ackMeta, error) {
 	if !ok {
 		return ackMeta{}, fmt.Errorf("reply subject %q is not a JetStream ack subject", reply)
 	}
-	toks := strings.Split(rest, ".")
-	switch {
-	case len(toks) == 7:
-	case len(toks) >= 9:
-		toks = toks[2:]
-	default:
-		return ackMeta{}, fmt.Errorf("ack subject has %d tokens", len(toks)+2)
+	// Split without allocating: this runs once per delivered message.
+	var toks [12]string
+	n := 0
+	for n < len(toks) {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			toks[n] = rest
+			n++
+			break
+		}
+		toks[n], rest = rest[:i], rest[i+1:]
+		n++
 	}
-	delivered, err1 := strconv.Atoi(toks[2])
-	sseq, err2 := strconv.ParseUint(toks[3], 10, 64)
-	ts, err3 := strconv.ParseInt(toks[5], 10, 64)
+	t := toks[:n]
+	switch {
+	case n == 7:
+	case n >= 9:
+		t = t[2:]
+	default:
+		return ackMeta{}, fmt.Errorf("ack subject %q has %d tokens", reply, n+2)
+	}
+	delivered, err1 := strconv.Atoi(t[2])
+	sseq, err2 := strconv.ParseUint(t[3], 10, 64)
+	ts, err3 := strconv.ParseInt(t[5], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return ackMeta{}, fmt.Errorf("ack subject %q has malformed numbers", reply)
 	}
-	return ackMeta{stream: toks[0], delivered: delivered, streamSeq: sseq, timestamp: time.Unix(0, ts)}, nil
+	return ackMeta{stream: t[0], delivered: delivered, streamSeq: sseq, timestamp: time.Unix(0, ts)}, nil
 }
