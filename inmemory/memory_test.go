@@ -1,0 +1,93 @@
+package inmemory
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+func TestSettledEntriesDropTheirMessageData(t *testing.T) {
+	be, err := New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	ctx := context.Background()
+	sub := func(g string) backend.Subscription {
+		s, err := be.Subscribe(ctx, "mem", backend.SubscribeConfig{Group: g, AckTimeout: time.Minute, Observer: observer.Nop})
+		require.NoError(t, err)
+		return s
+	}
+	a, b := sub("a"), sub("b")
+	require.NoError(t, be.Publish(ctx, "mem", []*backend.Message{{ID: "x", Headers: map[string]string{"k": "v"}, Payload: []byte("data")}}))
+	tp := be.br.lookup("mem")
+	tp.mu.Lock()
+	e := tp.at(0)
+	tp.mu.Unlock()
+	require.NotNil(t, e)
+
+	settle := func(s backend.Subscription) {
+		m, err := s.Receive(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, m, 1)
+		require.NoError(t, s.Ack(ctx, []backend.AckID{m[0].AckID}))
+	}
+	settle(a)
+	tp.mu.Lock()
+	assert.NotNil(t, e.payload, "group b still owes the entry")
+	tp.mu.Unlock()
+	settle(b)
+	tp.mu.Lock()
+	assert.Nil(t, e.payload, "payload released")
+	assert.Nil(t, e.headers, "headers released")
+	assert.Empty(t, e.id, "id released")
+	assert.Nil(t, tp.at(0), "ring slot cleared")
+	for _, g := range tp.glist {
+		for _, q := range g.queues {
+			assert.Zero(t, q.recs.len(), "settled leases leave the lease queue")
+		}
+	}
+	tp.mu.Unlock()
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Close())
+}
+
+func TestRingShrinksAfterASpike(t *testing.T) {
+	be, err := New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	ctx := context.Background()
+	s, err := be.Subscribe(ctx, "spike", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop})
+	require.NoError(t, err)
+	defer s.Close()
+	batch := make([]*backend.Message, 1000)
+	for i := range batch {
+		batch[i] = &backend.Message{ID: "m", Payload: make([]byte, 100)}
+	}
+	for range 10 {
+		require.NoError(t, be.Publish(ctx, "spike", batch))
+	}
+	tp := be.br.lookup("spike")
+	tp.mu.Lock()
+	peak := len(tp.ring)
+	tp.mu.Unlock()
+	require.GreaterOrEqual(t, peak, 10000)
+	for n := 0; n < 10000; {
+		m, err := s.Receive(ctx, 512)
+		require.NoError(t, err)
+		ids := make([]backend.AckID, len(m))
+		for i := range m {
+			ids[i] = m[i].AckID
+		}
+		require.NoError(t, s.Ack(ctx, ids))
+		n += len(m)
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	assert.LessOrEqual(t, len(tp.ring), minRing, "ring shrinks back once drained")
+	assert.LessOrEqual(t, len(tp.glist[0].queues[0].recs.buf), 64, "lease queue shrinks back once drained")
+}
