@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+)
+
+func testBenchConfig(scenario string) benchConfig {
+	return benchConfig{
+		URL: "mem://", N: 3000, Size: 64, Publishers: 3, Batch: 16,
+		MaxInFlight: 32, AckMode: bus.AckOnSuccess, Scenario: scenario,
+		Timeout: time.Minute,
+	}
+}
+
+func TestBenchDeliversEveryMessageOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		scenario string
+		ackMode  bus.AckMode
+		batch    int
+	}{
+		{name: "e2e on-success", scenario: scenarioE2E, ackMode: bus.AckOnSuccess, batch: 16},
+		{name: "e2e on-receive", scenario: scenarioE2E, ackMode: bus.AckOnReceive, batch: 7},
+		{name: "e2e manual", scenario: scenarioE2E, ackMode: bus.AckManual, batch: 1},
+		{name: "consume on-success", scenario: scenarioConsume, ackMode: bus.AckOnSuccess, batch: 16},
+		{name: "consume manual", scenario: scenarioConsume, ackMode: bus.AckManual, batch: 100},
+		{name: "publish", scenario: scenarioPublish, ackMode: bus.AckOnSuccess, batch: 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testBenchConfig(tt.scenario)
+			cfg.AckMode, cfg.Batch = tt.ackMode, tt.batch
+			res, err := runBench(context.Background(), cfg, nil)
+			require.NoError(t, err, "bench run")
+			require.NoError(t, res.failure(), "run must not fail")
+			assert.Equal(t, tt.scenario, res.Scenario)
+			assert.EqualValues(t, cfg.N, res.Delivered, "every message delivered (published, for the publish scenario)")
+			assert.Zero(t, res.Duplicates, "no duplicates")
+			assert.Zero(t, res.Lost, "nothing lost")
+			assert.Zero(t, res.Foreign, "no foreign messages on a fresh topic")
+			assert.Zero(t, res.Errors, "no background errors: %s", res.FirstError)
+			assert.Positive(t, res.Seconds, "run is timed")
+			assert.Positive(t, res.MsgsPerSec, "throughput is reported")
+			assert.Positive(t, res.PeakHeapMiB, "heap is sampled")
+			if tt.scenario != scenarioConsume {
+				assert.Positive(t, res.P50, "latency recorded")
+				assert.GreaterOrEqual(t, res.P99, res.P50, "p99 >= p50")
+				assert.GreaterOrEqual(t, res.Max, res.P99, "max >= p99")
+			}
+		})
+	}
+}
+
+func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--size", "256", "--scenario", "e2e", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	require.Len(t, lines, 1, "exactly one line on stdout: %q", stdout)
+
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &fields), "stdout is JSON")
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"backend", "delivered", "duplicates", "lost", "msgs_per_sec", "n", "p50_ms", "p99_ms", "scenario", "seconds", "size"}
+	assert.Equal(t, want, keys, "exactly the documented keys")
+
+	var res jsonResult
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res), "decodes into the result")
+	assert.Equal(t, "e2e", res.Scenario)
+	assert.Equal(t, 2000, res.N)
+	assert.Equal(t, 256, res.Size)
+	assert.EqualValues(t, 2000, res.Delivered, "every message delivered")
+	assert.Zero(t, res.Lost, "nothing lost")
+	assert.Zero(t, res.Duplicates, "no duplicates")
+	assert.Positive(t, res.MsgsPerSec, "throughput")
+	assert.Contains(t, stderr, "peak live heap", "heap figure goes to stderr in JSON mode")
+}
+
+func TestBenchTablePrintsTheSummary(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "-n", "1000", "--url", "mem://")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	for _, row := range []string{"backend", "msgs/s", "p50", "p99", "max", "delivered", "duplicates", "lost", "peak live heap"} {
+		assert.Contains(t, stdout, row, "summary has %q", row)
+	}
+	assert.NotContains(t, stderr, "\r", "no progress line when stderr is not a terminal")
+}
+
+func TestBenchIgnoresMessagesFromOtherRuns(t *testing.T) {
+	url := fmt.Sprintf("mem://bench-foreign-%d", time.Now().UnixNano())
+	// Keep the named broker open while both runs use it.
+	keep, err := bus.Open(context.Background(), url)
+	require.NoError(t, err, "open named broker")
+	defer func() { require.NoError(t, keep.Close(context.Background()), "close") }()
+
+	stale := make([]*bus.Message, 0, 50)
+	for i := range 50 {
+		p := make([]byte, 32)
+		p[0] = byte(i)
+		stale = append(stale, &bus.Message{Payload: p})
+	}
+	stale = append(stale, &bus.Message{Payload: []byte("short")})
+	require.NoError(t, keep.Publish(context.Background(), "bench.shared", stale...), "publish stale messages")
+
+	cfg := testBenchConfig(scenarioConsume)
+	cfg.URL, cfg.Topic = url, "bench.shared"
+	res, err := runBench(context.Background(), cfg, nil)
+	require.NoError(t, err, "bench run")
+	require.NoError(t, res.failure(), "stale messages do not make the run fail")
+	assert.EqualValues(t, cfg.N, res.Delivered, "only this run's messages count as delivered")
+	assert.EqualValues(t, 51, res.Foreign, "stale messages are counted as foreign")
+}
+
+func TestBenchTimeoutFailsWithExitOne(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "-n", "200000", "--timeout", "1ns", "--json")
+	assert.Equal(t, exitFailure, code, "a timed-out run fails")
+	assert.Contains(t, stderr, "timed out", "the reason is printed")
+	var res jsonResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), "the JSON line is still printed")
+	assert.Positive(t, res.Lost, "undelivered messages count as lost")
+}
+
+func TestBenchRejectsInvalidFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "payload too small for the stamp", args: []string{"--size", "8"}, want: "--size 8"},
+		{name: "unknown scenario", args: []string{"--scenario", "soak"}, want: `--scenario "soak"`},
+		{name: "unknown ack mode", args: []string{"--ack-mode", "later"}, want: "--ack-mode"},
+		{name: "zero messages", args: []string{"-n", "0"}, want: "-n 0"},
+		{name: "zero publishers", args: []string{"--publishers", "0"}, want: "--publishers 0"},
+		{name: "invalid topic", args: []string{"--topic", "a b"}, want: "--topic"},
+		{name: "stray argument", args: []string{"extra"}, want: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"--bogus"}, want: "bogus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, "", append([]string{"bench"}, tt.args...)...)
+			assert.Equal(t, exitUsage, code, "invalid flags are a usage error")
+			assert.Contains(t, stderr, tt.want, "the error names the flag")
+		})
+	}
+}
+
+func TestBenchUnknownSchemeFails(t *testing.T) {
+	code, _, stderr := runCLI(t, "", "bench", "--url", "carrier-pigeon://loft", "-n", "10")
+	assert.Equal(t, exitFailure, code, "an unknown backend fails")
+	assert.Contains(t, stderr, "mem", "the error lists the known schemes")
+}
+
+func TestBenchURLDefaultsToEnvironment(t *testing.T) {
+	t.Setenv("BUS_URL", "mem://from-env")
+	assert.Equal(t, "mem://from-env", defaultURL(), "$BUS_URL is the default")
+	t.Setenv("BUS_URL", "")
+	assert.Equal(t, "mem://", defaultURL(), "mem:// without $BUS_URL")
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `bus is the command-line tool of the bus event library.
+
+Usage:
+  bus bench   [flags]               measure throughput, latency and delivery
+  bus publish [flags] [payload...]  publish each argument (or stdin line)
+  bus tail    [flags]               print deliveries until interrupted
+
+Backends are chosen with --url (default $BUS_URL, else mem://):
+  mem://  mem://name  redis://host:6379  rediss://...  nats://host:4222  tls://...  nats+tls://...
+
+Run "bus <command> -h" for the flags of a command.
+`
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed (lost messages, I/O error)
+	exitUsage   = 2 // bad command line
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "publish":
+		return publishCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "tail":
+		return tailCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "bus: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+// defaultURL is $BUS_URL, else mem://.
+func defaultURL() string {
+	if u := os.Getenv("BUS_URL"); u != "" {
+		return u
+	}
+	return "mem://"
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// errCountReached nacks deliveries that arrive after --count was reached,
+// so they stay with the group for the next reader.
+var errCountReached = errors.New("tail: --count reached, handing the message back")
+
+// tailOptions is the parsed command line of bus tail.
+type tailOptions struct {
+	topic       string
+	group       string
+	from        bus.StartFrom
+	ackMode     bus.AckMode
+	maxInFlight int
+	count       int // stop after this many deliveries; 0 = until interrupted
+}
+
+func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bus tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rawURL := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
+	opts := tailOptions{}
+	from := "newest"
+	ackMode := bus.AckOnSuccess.String()
+	fs.StringVar(&opts.topic, "topic", "", "topic to read (required)")
+	fs.StringVar(&opts.group, "group", "bus-tail", "consumer group; deliveries are acked for this group")
+	fs.StringVar(&from, "from", from, "where a new group starts: oldest or newest")
+	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual (tail acks after printing)")
+	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
+	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if opts.topic == "" {
+		fmt.Fprintln(stderr, "bus tail: --topic is required")
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus tail: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	switch from {
+	case "newest":
+		opts.from = bus.StartNewest
+	case "oldest":
+		opts.from = bus.StartOldest
+	default:
+		fmt.Fprintf(stderr, "bus tail: --from %q: want oldest or newest\n", from)
+		return exitUsage
+	}
+	m, err := bus.ParseAckMode(ackMode)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus tail: --ack-mode: %v\n", err)
+		return exitUsage
+	}
+	opts.ackMode = m
+	if opts.maxInFlight < 1 || opts.count < 0 {
+		fmt.Fprintln(stderr, "bus tail: --max-in-flight must be >= 1 and --count >= 0")
+		return exitUsage
+	}
+
+	obs := observer.Func(func(_ context.Context, e observer.Event) {
+		if !errors.Is(e.Err, errCountReached) {
+			fmt.Fprintf(stderr, "bus tail: %s: %v\n", e.Scope, e.Err)
+		}
+	})
+	b, err := bus.Open(ctx, *rawURL, bus.WithObserver(obs))
+	if err != nil {
+		fmt.Fprintf(stderr, "bus tail: %v\n", err)
+		return exitFailure
+	}
+	err = tail(ctx, b, opts, stdout)
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if cerr := b.Close(closeCtx); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bus tail: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// tail prints deliveries of opts.topic to out until ctx ends or opts.count
+// deliveries were printed, then closes the subscription, letting printing
+// handlers finish and flushing acks.
+func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer) error {
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		printed int
+		werr    error
+	)
+	h := func(hctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		if opts.count > 0 && printed >= opts.count {
+			mu.Unlock()
+			// Not ours to print: hand it back at once for another reader.
+			if opts.ackMode == bus.AckManual {
+				return d.Nack(hctx, 0)
+			}
+			return errCountReached
+		}
+		_, err := io.WriteString(out, formatDelivery(d))
+		if err != nil && werr == nil {
+			werr = err
+			cancel()
+		}
+		printed++
+		if opts.count > 0 && printed == opts.count {
+			cancel()
+		}
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if opts.ackMode == bus.AckManual {
+			return d.Ack(hctx)
+		}
+		return nil
+	}
+	sub, err := s.Subscribe(context.WithoutCancel(ctx), opts.topic, h,
+		bus.WithGroup(opts.group),
+		bus.WithStartFrom(opts.from),
+		bus.WithAckMode(opts.ackMode),
+		bus.WithMaxInFlight(opts.maxInFlight),
+	)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-stop.Done():
+	case <-sub.Done():
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelClose()
+	cerr := sub.Close(closeCtx)
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case werr != nil:
+		return fmt.Errorf("write: %w", werr)
+	case sub.Err() != nil:
+		return sub.Err()
+	}
+	return cerr
+}
+
+// formatDelivery renders one delivery as a line; the payload and header
+// values are quoted with Go escapes, so binary data prints safely.
+func formatDelivery(d *bus.Delivery) string {
+	var b strings.Builder
+	b.WriteString("id=")
+	b.WriteString(d.ID)
+	b.WriteString(" attempt=")
+	b.WriteString(strconv.Itoa(d.Attempt))
+	if !d.PublishedAt.IsZero() {
+		b.WriteString(" published=")
+		b.WriteString(d.PublishedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if d.Key != "" {
+		b.WriteString(" key=")
+		b.WriteString(strconv.Quote(d.Key))
+	}
+	if len(d.Headers) > 0 {
+		keys := make([]string, 0, len(d.Headers))
+		for k := range d.Headers {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteString(" headers={")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(strconv.Quote(d.Headers[k]))
+		}
+		b.WriteByte('}')
+	}
+	b.WriteString(" payload=")
+	b.WriteString(strconv.Quote(string(d.Payload)))
+	b.WriteByte('\n')
+	return b.String()
+}
