@@ -437,4 +437,3 @@ func (r *benchRun) publishRange(ctx context.Context, from, to uint64, timeCalls 
 	}
 	return nil
 }
-
