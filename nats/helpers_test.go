@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	busnats "github.com/eventbus-go/bus/nats"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // isolated returns Options whose subjects and streams no other test run
@@ -64,3 +66,9 @@ func connect(t testing.TB, url string, o busnats.Options) *busnats.Backend {
 	require.NoError(t, err, "connect to %s", url)
 	return be
 }
+
+// eventCounter is an observer that counts events.
+type eventCounter struct{ n atomic.Int64 }
+
+func (e *eventCounter) Observe(context.Context, observer.Event) { e.n.Add(1) }
+func (e *eventCounter) count() int64                            { return e.n.Load() }
