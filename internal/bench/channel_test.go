@@ -1,0 +1,152 @@
+package bench
+
+// The bus on mem:// against a plain buffered Go channel pipeline, in one
+// run:
+//
+//	go test ./internal/bench -run '^$' -bench MemE2EVsChannel -benchtime 5x
+//
+// Both sides move chanRound messages of 256 bytes from one producer
+// goroutine to a consumer that reads each payload's sequence number. The
+// channel side allocates a message and copies its payload per send (the
+// work an in-process broker must do at the least: it cannot keep the
+// publisher's buffer); the bus side publishes in batches of chanBatch with
+// AckOnSuccess and chanInFlight in flight, and counts until every message
+// was handled.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bus "github.com/eventbus-go/bus"
+)
+
+const (
+	chanPayloadSize = 256
+	chanBuffer      = 1024
+	chanBatch       = 16
+	chanInFlight    = 256
+	chanWait        = 2 * time.Minute
+)
+
+func chanRound() int {
+	if testing.Short() {
+		return 20_000
+	}
+	return 200_000
+}
+
+// chanMsg is what the channel pipeline carries.
+type chanMsg struct {
+	seq     uint64
+	payload []byte
+}
+
+// runChannelPipeline moves n messages through a buffered channel and
+// returns when the consumer has read them all.
+func runChannelPipeline(n int) {
+	src := make([]byte, chanPayloadSize)
+	ch := make(chan *chanMsg, chanBuffer)
+	go func() {
+		for i := range n {
+			p := make([]byte, chanPayloadSize)
+			copy(p, src)
+			binary.LittleEndian.PutUint64(p, uint64(i))
+			ch <- &chanMsg{seq: uint64(i), payload: p}
+		}
+		close(ch)
+	}()
+	var sum uint64
+	for m := range ch {
+		sum += binary.LittleEndian.Uint64(m.payload)
+	}
+	if want := uint64(n) * uint64(n-1) / 2; sum != want {
+		panic(fmt.Sprintf("channel pipeline: sequence sum %d, want %d", sum, want))
+	}
+}
+
+// runBusE2E subscribes to a fresh topic on b, publishes n messages from one
+// goroutine in batches and returns when the handler has seen them all.
+func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) {
+	ctx := context.Background()
+	var handled atomic.Int64
+	done := make(chan struct{})
+	sub, err := bs.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		_ = binary.LittleEndian.Uint64(d.Payload)
+		if handled.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	}, bus.WithMaxInFlight(chanInFlight))
+	if err != nil {
+		b.Fatalf("subscribe: %v", err)
+	}
+	pubErr := make(chan error, 1)
+	go func() {
+		buf := make([]byte, chanBatch*chanPayloadSize)
+		msgs := make([]bus.Message, chanBatch)
+		ptrs := make([]*bus.Message, chanBatch)
+		for i := range msgs {
+			msgs[i].Payload = buf[i*chanPayloadSize : (i+1)*chanPayloadSize]
+			ptrs[i] = &msgs[i]
+		}
+		for seq := 0; seq < n; seq += chanBatch {
+			k := min(chanBatch, n-seq)
+			for i := range k {
+				msgs[i].ID = ""
+				binary.LittleEndian.PutUint64(msgs[i].Payload, uint64(seq+i))
+			}
+			if err := bs.Publish(ctx, topic, ptrs[:k]...); err != nil {
+				pubErr <- err
+				return
+			}
+		}
+		pubErr <- nil
+	}()
+	select {
+	case <-done:
+	case <-time.After(chanWait):
+		b.Fatalf("bus e2e: %d of %d handled after %v", handled.Load(), n, chanWait)
+	}
+	if err := <-pubErr; err != nil {
+		b.Fatalf("publish: %v", err)
+	}
+	if err := sub.Close(ctx); err != nil {
+		b.Fatalf("close subscription: %v", err)
+	}
+}
+
+func BenchmarkMemE2EVsChannel(b *testing.B) {
+	ctx := context.Background()
+	bs, err := bus.Open(ctx, "mem://")
+	if err != nil {
+		b.Fatalf("open mem://: %v", err)
+	}
+	defer func() {
+		if err := bs.Close(ctx); err != nil {
+			b.Errorf("close bus: %v", err)
+		}
+	}()
+	round := chanRound()
+	var chanTime, busTime time.Duration
+	iter := 0
+	for b.Loop() {
+		start := time.Now()
+		runChannelPipeline(round)
+		chanTime += time.Since(start)
+
+		start = time.Now()
+		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
+		busTime += time.Since(start)
+		iter++
+	}
+	msgs := float64(round * iter)
+	chanRate := msgs / chanTime.Seconds()
+	busRate := msgs / busTime.Seconds()
+	b.ReportMetric(chanRate, "chan-msgs/s")
+	b.ReportMetric(busRate, "bus-msgs/s")
+	b.ReportMetric(busRate/chanRate, "bus/chan")
+}

@@ -1,0 +1,22 @@
+// Package bench holds the benchmarks that compare the bus with its peers
+// in one run, so every ratio is measured on the same machine at the same
+// moment. It has no API; everything lives in _test.go files.
+//
+// # Benchmarks
+//
+//   - BenchmarkMemE2EVsChannel: a plain buffered Go channel pipeline
+//     (producer goroutine, buffered channel, consumer goroutine) against
+//     the bus on mem:// end to end with AckOnSuccess, 256-byte payloads;
+//     it reports both rates and the bus/channel ratio.
+//   - BenchmarkRedis*: the bus on Redis Streams against raw go-redis doing
+//     the same work (see redis_test.go).
+//   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
+//     the same work (see nats_test.go).
+//
+// Run them with
+//
+//	go test ./internal/bench -run '^$' -bench . -benchtime 5x
+//
+// Each benchmark reports msgs/s figures with b.ReportMetric; ns/op counts
+// a whole round of messages and is not a per-message cost.
+package bench
