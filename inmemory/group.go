@@ -174,25 +174,33 @@ func (g *group) schedule(due int64, e *entry, attempt int32) {
 // pending reports whether the group has entries it could deliver now.
 func (g *group) pending() bool { return g.ready.len() > 0 || g.cursor < g.t.head }
 
+// delivery is one message handed to a member together with its lease;
+// the lease's address is the AckID, so handing it out allocates nothing
+// more.
+type delivery struct {
+	msg   backend.Message
+	lease lease
+}
+
 // take delivers up to max entries under leases of q: redeliveries first,
-// then new entries in log order. Leases and messages of one call share
-// two allocations.
+// then new entries in log order. The deliveries of one call share one
+// allocation.
 func (g *group) take(max int, now int64, q *leaseQueue) []*backend.Message {
 	n := min(max, g.ready.len()+int(g.t.head-g.cursor))
 	if n <= 0 {
 		return nil
 	}
-	leases := make([]lease, n)
-	vals := make([]backend.Message, n)
+	ds := make([]delivery, n)
 	out := make([]*backend.Message, 0, n)
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
-		l := &leases[i]
+		d := &ds[i]
+		l := &d.lease
 		l.g, l.e, l.q, l.deadline, l.attempt = g, e, q, deadline, attempt
 		q.recs.push(leaseRec{l: l, deadline: deadline})
-		m := &vals[i]
-		m.ID, m.Key, m.Payload, m.PublishedAt = e.id, e.key, e.payload, e.published
+		m := &d.msg
+		m.ID, m.Key, m.Payload, m.PublishedAt = e.id, e.key, e.payload, time.Unix(0, e.published)
 		if len(e.headers) > 0 {
 			m.Headers = maps.Clone(e.headers)
 		}

@@ -17,7 +17,7 @@ type entry struct {
 	key       string
 	headers   map[string]string
 	payload   []byte
-	published time.Time
+	published int64 // Unix nanoseconds
 	// refs counts the groups that have not settled the entry yet.
 	refs int32
 }
@@ -224,7 +224,7 @@ func copyEntries(msgs []*backend.Message) []entry {
 	}
 	slab := make([]byte, size)
 	es := make([]entry, len(msgs))
-	var now time.Time
+	var now int64
 	pos := 0
 	for i, m := range msgs {
 		e := &es[i]
@@ -237,12 +237,13 @@ func copyEntries(msgs []*backend.Message) []entry {
 			e.payload = slab[pos : pos+n : pos+n]
 			pos += n
 		}
-		e.published = m.PublishedAt
-		if e.published.IsZero() {
-			if now.IsZero() {
-				now = time.Now()
+		if m.PublishedAt.IsZero() {
+			if now == 0 {
+				now = time.Now().UnixNano()
 			}
 			e.published = now
+		} else {
+			e.published = m.PublishedAt.UnixNano()
 		}
 	}
 	return es

@@ -1,0 +1,169 @@
+package inmemory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/observer"
+)
+
+const (
+	benchBatch   = 100
+	benchPayload = 256
+)
+
+func benchMsgs() []*backend.Message {
+	out := make([]*backend.Message, benchBatch)
+	now := time.Now()
+	for i := range out {
+		out[i] = &backend.Message{ID: "0196a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Payload: make([]byte, benchPayload), PublishedAt: now}
+	}
+	return out
+}
+
+func benchBackend(b *testing.B) *inmemory.Backend {
+	be, err := inmemory.New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
+func benchSub(b *testing.B, be *inmemory.Backend, topic string) backend.Subscription {
+	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func reportRate(b *testing.B, msgs int) {
+	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
+}
+
+// BenchmarkPublishBatch publishes batches of 100 messages of 256 bytes to
+// a topic without a group (it keeps the newest MaxBacklog entries).
+func BenchmarkPublishBatch(b *testing.B) {
+	be := benchBackend(b)
+	ms := benchMsgs()
+	ctx := context.Background()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := be.Publish(ctx, "bench", ms); err != nil {
+			b.Fatal(err)
+		}
+		n += len(ms)
+	}
+	reportRate(b, n)
+}
+
+// BenchmarkPublishReceiveAck runs a batch through Publish, Receive and Ack
+// on one goroutine: the backend's whole cost per message.
+func BenchmarkPublishReceiveAck(b *testing.B) {
+	be := benchBackend(b)
+	s := benchSub(b, be, "bench")
+	ms := benchMsgs()
+	ctx := context.Background()
+	acks := make([]backend.AckID, 0, benchBatch)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := be.Publish(ctx, "bench", ms); err != nil {
+			b.Fatal(err)
+		}
+		got, err := s.Receive(ctx, benchBatch)
+		if err != nil || len(got) != benchBatch {
+			b.Fatalf("receive: %d, %v", len(got), err)
+		}
+		acks = acks[:0]
+		for _, m := range got {
+			acks = append(acks, m.AckID)
+		}
+		if err := s.Ack(ctx, acks); err != nil {
+			b.Fatal(err)
+		}
+		n += len(got)
+	}
+	reportRate(b, n)
+}
+
+// BenchmarkPipeline publishes batches on one goroutine while another
+// receives and acks them, as the bus does.
+func BenchmarkPipeline(b *testing.B) {
+	be := benchBackend(b)
+	s := benchSub(b, be, "bench")
+	ms := benchMsgs()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	received := make(chan int, 1)
+	want := make(chan int, 1)
+	go func() {
+		acks := make([]backend.AckID, 0, 256)
+		total, target := 0, -1
+		for target < 0 || total < target {
+			select {
+			case target = <-want:
+			default:
+			}
+			got, err := s.Receive(ctx, 256)
+			if err != nil {
+				break
+			}
+			acks = acks[:0]
+			for _, m := range got {
+				acks = append(acks, m.AckID)
+			}
+			_ = s.Ack(ctx, acks)
+			total += len(got)
+		}
+		received <- total
+	}()
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := be.Publish(ctx, "bench", ms); err != nil {
+			b.Fatal(err)
+		}
+		n += len(ms)
+	}
+	want <- n
+	if got := <-received; got != n {
+		b.Fatalf("received %d of %d", got, n)
+	}
+	reportRate(b, n)
+}
+
+// BenchmarkChannelBaseline moves the same messages through a buffered
+// channel from one goroutine to another: the floor the pipeline is
+// compared with.
+func BenchmarkChannelBaseline(b *testing.B) {
+	ms := benchMsgs()
+	ch := make(chan *backend.Message, 1024)
+	done := make(chan int)
+	go func() {
+		n := 0
+		for range ch {
+			n++
+		}
+		done <- n
+	}()
+	n := 0
+	for b.Loop() {
+		for _, m := range ms {
+			ch <- m
+		}
+		n += len(ms)
+	}
+	close(ch)
+	if got := <-done; got != n {
+		b.Fatalf("received %d of %d", got, n)
+	}
+	reportRate(b, n)
+}
