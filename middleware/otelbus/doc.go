@@ -46,6 +46,11 @@
 //	bus.handler.duration        histogram seconds per handler call
 //	bus.e2e.latency             histogram seconds from publish to handler start
 //
+// Deliveries the bus settles without calling the handler (a message
+// redelivered past bus.WithMaxDeliveries after its leases ran out is
+// dead-lettered directly) pass no middleware and are not counted here; the
+// bus reports them to its observer (see observer.OTel).
+//
 // End-to-end latency is measured from Delivery.PublishedAt, which every
 // backend fills with the time the bus accepted the message; it includes
 // clock skew between producer and consumer hosts.
