@@ -253,13 +253,23 @@ func (r *benchRun) runConsume(ctx context.Context, res *benchResult) error {
 	if !r.b.Capabilities().StartOldest {
 		return fmt.Errorf("the consume scenario needs a backend that can start a group from the oldest message; %s cannot (use --scenario e2e)", res.Backend)
 	}
+	// Create the group before the prefill, so a backend that keeps only
+	// part of a topic nobody subscribed to still owes the group every
+	// message.
+	sub, err := r.subscribe(ctx, bus.StartOldest)
+	if err != nil {
+		return err
+	}
+	if err := sub.Close(ctx); err != nil {
+		return fmt.Errorf("create group: %w", err)
+	}
 	r.setPhase("prefill")
-	if err := r.publishAll(ctx, false); err != nil {
+	if err := r.prefill(ctx); err != nil {
 		return err
 	}
 	r.setPhase(scenarioConsume)
 	start := time.Now()
-	sub, err := r.subscribe(ctx, bus.StartOldest)
+	sub, err = r.subscribe(ctx, bus.StartOldest)
 	if err != nil {
 		return err
 	}
@@ -267,6 +277,37 @@ func (r *benchRun) runConsume(ctx context.Context, res *benchResult) error {
 	res.Seconds = time.Since(start).Seconds()
 	r.finish(ctx, sub, res, timedOut)
 	return ctx.Err()
+}
+
+// prefillStall is how long the prefill may make no progress before the
+// consume scenario gives up.
+const prefillStall = 10 * time.Second
+
+// prefill publishes the backlog of the consume scenario. It fails when no
+// Publish completes for prefillStall, which is what a backend whose backlog
+// limit is below n does (Publish waits for room that never comes).
+func (r *benchRun) prefill(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.publishAll(ctx, false) }()
+	tick := time.NewTicker(prefillStall)
+	defer tick.Stop()
+	last := int64(-1)
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			sent := r.sent.Load()
+			if sent == last {
+				cancel()
+				<-done
+				return fmt.Errorf("prefill stalled at %d of %d messages for %v: the backend's backlog limit may be below -n (for mem:// raise it, e.g. mem://?max_backlog=%d)", sent, r.cfg.N, prefillStall, r.cfg.N)
+			}
+			last = sent
+		}
+	}
 }
 
 // runE2E subscribes, then publishes and consumes at once; latency runs
