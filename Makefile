@@ -1,0 +1,35 @@
+# make test: the one command that runs every test on a fresh machine. It
+# installs what the tests need (scripts/setup.sh), then checks formatting,
+# vets, runs staticcheck and runs every test with the race detector. Tests
+# start their own private redis-server and nats-server on loopback.
+#
+# make bench: the main job, the end-to-end benchmark on the in-process
+# mem:// backend.
+
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
+GOBIN := $(shell $(GO) env GOPATH)/bin
+STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
+
+.PHONY: test setup fmt vet staticcheck unit bench
+
+test: setup fmt vet staticcheck unit
+
+setup:
+	./scripts/setup.sh
+
+fmt:
+	@files="$$(gofmt -l .)"; \
+	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:"; echo "$$files"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(STATICCHECK) ./...
+
+unit:
+	$(GO) test -race -timeout 20m ./...
+
+bench:
+	$(GO) run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json

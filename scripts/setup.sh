@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# setup.sh installs what the tests need on a fresh machine and nothing that
+# is already there:
+#   - redis-server and redis-cli (Debian packages redis-server, redis-tools):
+#     the Redis tests start private servers from these binaries;
+#   - nats-server (Debian package nats-server): for the tests that run an
+#     external server (the NATS suite also embeds one in-process);
+#   - staticcheck, pinned, into $(go env GOPATH)/bin.
+# Go itself (see go.mod for the version) must be installed. Packages are
+# installed with apt-get, as root or through sudo. The script exports
+# nothing: tests start their own servers unless BUS_REDIS_URL or
+# BUS_NATS_URL are set by the caller.
+set -euo pipefail
+
+STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		export PATH="$PATH:/usr/local/go/bin"
+	else
+		log "go is not installed; install the Go toolchain named in go.mod first"
+		exit 1
+	fi
+fi
+
+apt_install() {
+	local sudo=""
+	if [ "$(id -u)" -ne 0 ]; then
+		if command -v sudo >/dev/null 2>&1; then
+			sudo="sudo"
+		else
+			log "need root (or sudo) to install: $*"
+			exit 1
+		fi
+	fi
+	log "installing $*"
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# find_bin NAME: true when NAME is on PATH or in an sbin directory (Debian
+# installs nats-server to /usr/sbin, which is not on every user's PATH).
+find_bin() {
+	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/local/sbin/$1" ]
+}
+
+packages=()
+find_bin redis-server || packages+=(redis-server)
+find_bin redis-cli || packages+=(redis-tools)
+find_bin nats-server || packages+=(nats-server)
+if [ "${#packages[@]}" -gt 0 ]; then
+	apt_install "${packages[@]}"
+	# The Debian redis-server package starts a system service; the tests
+	# do not use it, so it is left as the package set it up.
+fi
+for bin in redis-server redis-cli nats-server; do
+	find_bin "$bin" || { log "$bin is still missing after install"; exit 1; }
+done
+
+gobin="$(go env GOPATH)/bin"
+if ! [ -x "$gobin/staticcheck" ] && ! command -v staticcheck >/dev/null 2>&1; then
+	log "installing staticcheck $STATICCHECK_VERSION"
+	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+nats_bin="$(command -v nats-server || echo /usr/sbin/nats-server)"
+log "ready: $(redis-server --version | cut -d' ' -f3), $("$nats_bin" --version 2>&1), $(go version | cut -d' ' -f3)"
