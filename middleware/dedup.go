@@ -133,7 +133,8 @@ func DedupOnError(f func(ctx context.Context, d *bus.Delivery, err error)) Dedup
 //
 // A store error fails the delivery (the bus retries it): Dedup never runs
 // a handler it could not claim. In AckManual the key is committed when the
-// handler returns nil, whatever it later does with the delivery.
+// handler returns nil, whatever it later does with the delivery. Dedup
+// panics if store is nil.
 func Dedup(store Store, opts ...DedupOption) bus.Middleware {
 	if store == nil {
 		panic("middleware: Dedup with nil store")
