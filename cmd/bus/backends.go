@@ -1,0 +1,8 @@
+package main
+
+// The backends bus can open besides mem://; each registers its URL
+// schemes from init.
+import (
+	_ "github.com/eventbus-go/bus/nats"        // nats://, tls://, nats+tls://
+	_ "github.com/eventbus-go/bus/redisstream" // redis://, rediss://
+)
