@@ -109,10 +109,11 @@ func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs 
 }
 
 // markFailed sets the error status on the create spans of the messages
-// that failed (all of them unless err is a *bus.PublishError).
+// that failed: those a *bus.PublishError lists, or all of them when the
+// batch was rejected or failed as a whole.
 func markFailed(spans []trace.Span, err error) {
 	var pe *bus.PublishError
-	if !errors.As(err, &pe) || rejectedBeforeIO(err) {
+	if !errors.As(err, &pe) || pe.Rejected {
 		for _, s := range spans {
 			if s.IsRecording() {
 				s.RecordError(err)
@@ -135,15 +136,8 @@ func failedCount(err error, n int) int {
 		return 0
 	}
 	var pe *bus.PublishError
-	if errors.As(err, &pe) && !rejectedBeforeIO(err) {
+	if errors.As(err, &pe) && !pe.Rejected {
 		return min(len(pe.Failed), n)
 	}
 	return n
-}
-
-// rejectedBeforeIO reports whether err comes from validation, which
-// rejects the whole batch although its *bus.PublishError lists only the
-// invalid messages.
-func rejectedBeforeIO(err error) bool {
-	return errors.Is(err, bus.ErrInvalidMessage) || errors.Is(err, bus.ErrPayloadTooLarge) || errors.Is(err, bus.ErrInvalidTopic)
 }
