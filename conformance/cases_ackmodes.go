@@ -33,8 +33,8 @@ func testAckOnReceive(t *testing.T, s *suite) {
 	outcomes := make(chan bus.Outcome, 8)
 	ackErrs := make(chan error, 8)
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
-		outcomes <- d.Outcome()
-		ackErrs <- d.Ack(ctx)
+		trySend(outcomes, d.Outcome())
+		trySend(ackErrs, d.Ack(ctx))
 		return errHandler
 	}), bus.WithGroup(group), bus.WithAckMode(bus.AckOnReceive), bus.WithAckTimeout(s.ackTimeout()))
 
@@ -73,7 +73,7 @@ func testAckOnSuccess(t *testing.T, s *suite) {
 			mu.Unlock()
 		}
 		if d.ID == ok.ID {
-			d.OnSettle(func(o bus.Outcome, _ error) { settled <- o })
+			d.OnSettle(func(o bus.Outcome, _ error) { trySend(settled, o) })
 			return nil
 		}
 		if d.Attempt == 1 && s.caps.Redelivery {
@@ -105,7 +105,7 @@ func testAckManual(t *testing.T, s *suite) {
 	held := make(chan *bus.Delivery, 8)
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(func(_ context.Context, d *bus.Delivery) error {
-		held <- d // settled later, by the test goroutine
+		trySend(held, d) // settled later, by the test goroutine
 		return nil
 	}), bus.WithGroup(h.group("manual")), bus.WithAckMode(bus.AckManual), bus.WithMaxInFlight(1), bus.WithAckTimeout(lease))
 
@@ -134,7 +134,7 @@ func testSettleTwice(t *testing.T, s *suite) {
 	topic := h.topic("settle")
 	held := make(chan *bus.Delivery, 8)
 	h.subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
-		held <- d
+		trySend(held, d)
 		return nil
 	}, bus.WithGroup(h.group("settle")), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(s.longLease()))
 
@@ -183,7 +183,7 @@ func testNackRedelivers(t *testing.T, s *suite) {
 	nackErr := make(chan error, 1)
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
 		if d.Attempt == 1 {
-			nackErr <- d.Nack(ctx, 0)
+			trySend(nackErr, d.Nack(ctx, 0))
 			return nil
 		}
 		return d.Ack(ctx)
@@ -213,7 +213,7 @@ func testNackDelay(t *testing.T, s *suite) {
 			if err := d.Nack(ctx, delay); err != nil {
 				return err
 			}
-			nackedAt <- now
+			trySend(nackedAt, now)
 			return nil
 		}
 		return d.Ack(ctx)
@@ -290,7 +290,7 @@ func testExtend(t *testing.T, s *suite) {
 			}
 		}
 		errs = append(errs, d.Ack(ctx))
-		done <- errs
+		trySend(done, errs)
 		return nil
 	}), bus.WithGroup(h.group("extend")), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(lease))
 
@@ -316,7 +316,7 @@ func testHandlerTimeout(t *testing.T, s *suite) {
 			return nil
 		}
 		_, has := ctx.Deadline()
-		hadDeadline <- has
+		trySend(hadDeadline, has)
 		select {
 		case <-ctx.Done():
 		case <-time.After(s.deadline()):

@@ -92,7 +92,7 @@ func testRejectDeadLetters(t *testing.T, s *suite) {
 	in := &inbox{}
 	rejected := make(chan error, 2)
 	reject := func(ctx context.Context, d *bus.Delivery) error {
-		rejected <- d.Reject(ctx, errors.New("rejected by the conformance suite"))
+		trySend(rejected, d.Reject(ctx, errors.New("rejected by the conformance suite")))
 		return nil
 	}
 	h.subscribe(context.Background(), topic, in.handle(reject),

@@ -26,7 +26,7 @@ func testCloseDrains(t *testing.T, s *suite) {
 	var finished, cancelled atomic.Int64
 	in := &inbox{}
 	sub := h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
-		started <- d.ID
+		trySend(started, d.ID)
 		select {
 		case <-release:
 		case <-time.After(s.deadline()):

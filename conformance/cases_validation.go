@@ -28,6 +28,7 @@ func requireRejected(t testing.TB, err, want error) {
 	require.ErrorAs(t, err, &pe, "a rejected message is reported as a *bus.PublishError")
 	require.Len(t, pe.Failed, 1, "one failed message")
 	assert.Equal(t, 0, pe.Failed[0].Index, "the failed message's index")
+	assert.True(t, pe.Rejected, "validation failures set Rejected: nothing was sent")
 }
 
 // testInvalidTopic: bad topics are rejected by Publish and Subscribe
@@ -185,6 +186,7 @@ func testBatchWithBadMessage(t *testing.T, s *suite) {
 	assert.True(t, errors.Is(pe.Failed[0].Err, bus.ErrInvalidMessage), "error of the bad header message")
 	assert.Equal(t, 3, pe.Failed[1].Index, "index of the nil message")
 	assert.Equal(t, topic, pe.Topic, "the error names the topic")
+	assert.True(t, pe.Rejected, "the whole batch was rejected before I/O")
 	require.Zero(t, h.be.publishes.Load(), "nothing of an invalid batch reaches the backend")
 	require.Equal(t, subscribes, h.be.subscribes.Load(), "no backend call for an invalid batch")
 

@@ -296,3 +296,14 @@ func (c *countingBackend) Subscribe(ctx context.Context, topic string, cfg backe
 	c.subscribes.Add(1)
 	return c.Backend.Subscribe(ctx, topic, cfg)
 }
+
+// trySend sends v on ch without blocking: a handler must never block on
+// the test (a redelivery the test did not expect would otherwise hang the
+// subscription's Close). Channels are buffered for what a correct backend
+// sends; extra values are dropped and the assertions catch the extras.
+func trySend[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
