@@ -135,37 +135,37 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			return fmt.Errorf("inmemory: publish %q: message %d is nil", topic, i)
 		}
 	}
-	limit := b.br.opts.MaxBacklog
-	if len(msgs) > limit {
-		return fmt.Errorf("inmemory: publish %q: %w: batch of %d is larger than max backlog %d", topic, ErrBacklogFull, len(msgs), limit)
+	opts := b.br.opts
+	if len(msgs) > opts.MaxBacklog {
+		return fmt.Errorf("inmemory: publish %q: %w: batch of %d is larger than max backlog %d", topic, ErrBacklogFull, len(msgs), opts.MaxBacklog)
 	}
-	es := copyEntries(msgs)
+	es, bytes := copyEntries(msgs)
+	if bytes > opts.MaxBacklogBytes {
+		return fmt.Errorf("inmemory: publish %q: %w: batch of %d bytes is larger than max backlog bytes %d", topic, ErrBacklogFull, bytes, opts.MaxBacklogBytes)
+	}
 	t := b.br.topic(topic)
 	if t == nil {
 		return errClosed("publish", topic)
 	}
 	t.mu.Lock()
-	if err := b.waitRoom(ctx, t, len(es)); err != nil {
+	if err := b.waitRoom(ctx, t, len(es), bytes); err != nil {
 		t.mu.Unlock()
 		return fmt.Errorf("inmemory: publish %q: %w", topic, err)
 	}
-	t.appendEntries(es)
+	t.appendEntries(es, bytes)
 	t.mu.Unlock()
 	return nil
 }
 
-// waitRoom returns, with t.mu held, when t has room for n more entries.
-// A topic without a group always has room: it drops its oldest entries.
-func (b *Backend) waitRoom(ctx context.Context, t *topic, n int) error {
-	limit := b.br.opts.MaxBacklog
-	for len(t.glist) > 0 && t.live+n > limit {
+// waitRoom returns, with t.mu held, when t has room for n more entries of
+// bytes in total. A topic without a group always has room: it drops its
+// oldest entries.
+func (b *Backend) waitRoom(ctx context.Context, t *topic, n int, bytes int64) error {
+	for len(t.glist) > 0 && !t.fits(n, bytes) {
 		if b.br.opts.BacklogPolicy == BacklogError {
-			return fmt.Errorf("%w: %d unsettled entries, max %d", ErrBacklogFull, t.live, limit)
+			return t.fullError()
 		}
-		if t.spaceCh == nil {
-			t.spaceCh = make(chan struct{})
-		}
-		ch := t.spaceCh
+		ch := t.waitSpace(n, bytes)
 		t.mu.Unlock()
 		select {
 		case <-ch:
@@ -232,13 +232,15 @@ type TopicStats struct {
 	// Backlog counts the retained entries: not yet settled by every group
 	// or, on a topic with no group, kept for a group created later.
 	Backlog int
+	// BacklogBytes is what the backlog counts against MaxBacklogBytes.
+	BacklogBytes int64
 	// Window is the span of log offsets from the oldest retained entry to
 	// the newest, settled holes included.
 	Window int
 	// Published is the offset the next entry will get.
 	Published uint64
 	// Dropped counts entries dropped because the topic had no group and
-	// held MaxBacklog entries.
+	// its backlog was full.
 	Dropped uint64
 	// Groups lists the consumer groups.
 	Groups []GroupStats
@@ -268,7 +270,7 @@ func (b *Backend) Stats(topic string) (TopicStats, bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := TopicStats{Backlog: t.live, Window: int(t.head - t.base), Published: t.head, Dropped: t.dropped}
+	s := TopicStats{Backlog: t.live, BacklogBytes: t.liveBytes, Window: int(t.head - t.base), Published: t.head, Dropped: t.dropped}
 	for _, g := range t.glist {
 		s.Groups = append(s.Groups, GroupStats{
 			Name: g.name, Members: g.members, Undelivered: int(t.head - g.cursor),

@@ -2,6 +2,7 @@ package inmemory_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -149,4 +150,34 @@ func TestDeadLetterHonoursTheDeadLetterBacklog(t *testing.T) {
 	require.ErrorIs(t, err, inmemory.ErrBacklogFull)
 	again := receiveN(t, s, 1, time.Second)[0]
 	assert.Equal(t, 2, again.Attempt, "the original stays pending and is redelivered")
+}
+
+func TestBacklogBytesLimitCountsPayloads(t *testing.T) {
+	be := newBackend(t, &inmemory.Options{MaxBacklogBytes: 4096, BacklogPolicy: inmemory.BacklogError})
+	s := subscribe(t, be, "bytes", "g")
+	big := func(id string) []*backend.Message {
+		return []*backend.Message{{ID: id, Payload: make([]byte, 1500)}}
+	}
+	require.NoError(t, be.Publish(context.Background(), "bytes", big("a")))
+	require.NoError(t, be.Publish(context.Background(), "bytes", big("b")))
+	st := stats(t, be, "bytes")
+	assert.Greater(t, st.BacklogBytes, int64(3000), "payloads counted")
+	err := be.Publish(context.Background(), "bytes", big("c"))
+	require.ErrorIs(t, err, inmemory.ErrBacklogFull, "third payload goes over 4096 bytes")
+	ackAll(t, s, receiveN(t, s, 2, time.Second))
+	assert.Zero(t, stats(t, be, "bytes").BacklogBytes, "settled entries count nothing")
+	require.NoError(t, be.Publish(context.Background(), "bytes", big("c")), "room again")
+
+	err = be.Publish(context.Background(), "bytes", []*backend.Message{{ID: "huge", Payload: make([]byte, 5000)}})
+	require.ErrorIs(t, err, inmemory.ErrBacklogFull, "a message larger than the byte limit never fits")
+}
+
+func TestTopicWithoutGroupKeepsWithinTheByteLimit(t *testing.T) {
+	be := newBackend(t, &inmemory.Options{MaxBacklogBytes: 8192})
+	for i := range 20 {
+		require.NoError(t, be.Publish(context.Background(), "nogroup-bytes", []*backend.Message{{ID: fmt.Sprint(i), Payload: make([]byte, 1000)}}))
+	}
+	st := stats(t, be, "nogroup-bytes")
+	assert.LessOrEqual(t, st.BacklogBytes, int64(8192), "kept within the byte limit")
+	assert.Equal(t, uint64(20-st.Backlog), st.Dropped, "the rest was dropped")
 }

@@ -58,19 +58,24 @@
 // # Memory and the backlog
 //
 // An entry's message data is freed as soon as every group has settled it
-// (acked, dead-lettered, or — for groups created after it with
-// StartNewest — never owed). The backlog of a topic is its retained
-// entries: those some group has not settled yet. Options.MaxBacklog
-// (default 100,000) caps it: a Publish whose batch does not fit waits for
+// (acked, dead-lettered, or, for groups created after it with
+// StartNewest, never owed). The backlog of a topic is its retained
+// entries: those some group has not settled yet. Two limits cap it:
+// Options.MaxBacklog entries (default 50,000) and Options.MaxBacklogBytes
+// (default 32 MiB, counting payload, ID, key and headers plus 256 bytes of
+// bookkeeping per entry). A Publish whose batch does not fit waits for
 // room (BacklogWait, the default, honouring ctx) or fails with an error
-// wrapping ErrBacklogFull (BacklogError). A batch larger than MaxBacklog
-// always fails.
+// wrapping ErrBacklogFull (BacklogError). A batch larger than either
+// limit always fails. DeadLetter applies the same limits to the
+// dead-letter topic.
 //
-// A topic that has no group yet keeps the newest MaxBacklog entries and
-// drops older ones (counted in TopicStats.Dropped), so publishing with no
-// subscriber never blocks and never grows memory without bound. The first
-// group takes over these entries when it starts from the oldest, and drops
-// them when it starts from the newest.
+// A topic that has no group yet keeps the newest entries within the
+// limits and drops older ones (counted in TopicStats.Dropped), so
+// publishing with no subscriber never blocks and never grows memory
+// without bound. The first group takes over these entries when it starts
+// from the oldest, and drops them when it starts from the newest. The
+// default dead-letter topic usually has no group, so it keeps the newest
+// dead letters within the limits until a group subscribes to it.
 //
 // An entry stuck unsettled (for instance nacked with a long delay) does
 // not hold memory of the entries after it: settled entries are freed

@@ -188,10 +188,12 @@ func TestOpenURL(t *testing.T) {
 		wantErr bool
 		want    inmemory.Options
 	}{
-		{url: "mem://", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog}},
-		{url: "mem://?max_backlog=10&backlog_policy=error", want: inmemory.Options{MaxBacklog: 10, BacklogPolicy: inmemory.BacklogError}},
-		{url: "mem://?backlog_policy=wait", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, BacklogPolicy: inmemory.BacklogWait}},
-		{url: "mem://url-test?max_backlog=7", want: inmemory.Options{MaxBacklog: 7}},
+		{url: "mem://", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes}},
+		{url: "mem://?max_backlog=10&backlog_policy=error&max_backlog_bytes=4096", want: inmemory.Options{MaxBacklog: 10, MaxBacklogBytes: 4096, BacklogPolicy: inmemory.BacklogError}},
+		{url: "mem://?backlog_policy=wait", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, BacklogPolicy: inmemory.BacklogWait}},
+		{url: "mem://url-test?max_backlog=7", want: inmemory.Options{MaxBacklog: 7, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes}},
+		{url: "mem://?max_backlog_bytes=0", wantErr: true},
+		{url: "mem://?max_backlog_bytes=1e6", wantErr: true},
 		{url: "mem://?unknown=1", wantErr: true},
 		{url: "mem://?max_backlog=0", wantErr: true},
 		{url: "mem://?max_backlog=-3", wantErr: true},
@@ -241,6 +243,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{name: "nil is defaults", opts: nil, ok: true},
 		{name: "zero is defaults", opts: &inmemory.Options{}, ok: true},
 		{name: "negative backlog", opts: &inmemory.Options{MaxBacklog: -1}},
+		{name: "negative backlog bytes", opts: &inmemory.Options{MaxBacklogBytes: -1}},
 		{name: "unknown policy", opts: &inmemory.Options{BacklogPolicy: 7}},
 	}
 	for _, tt := range tests {
@@ -252,6 +255,7 @@ func TestNewValidatesOptions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, inmemory.DefaultMaxBacklog, be.Options().MaxBacklog)
+			assert.Equal(t, int64(inmemory.DefaultMaxBacklogBytes), be.Options().MaxBacklogBytes)
 			require.NoError(t, be.Close())
 		})
 	}

@@ -14,16 +14,20 @@ import (
 var (
 	// ErrInvalidOption: an Options field or URL parameter is invalid.
 	ErrInvalidOption = errors.New("invalid option")
-	// ErrBacklogFull: the topic holds MaxBacklog unsettled entries and the
-	// policy is BacklogError, or a batch is larger than MaxBacklog.
+	// ErrBacklogFull: the topic's backlog is at MaxBacklog or
+	// MaxBacklogBytes and the policy is BacklogError, or a batch is larger
+	// than a limit.
 	ErrBacklogFull = errors.New("backlog full")
 	// ErrLeaseExpired: Extend was called for a delivery whose lease has
 	// already ended (it was settled, or expired and was redelivered).
 	ErrLeaseExpired = errors.New("lease expired")
 )
 
-// DefaultMaxBacklog is the MaxBacklog used when Options leaves it zero.
-const DefaultMaxBacklog = 100_000
+// Defaults used when Options leaves a field zero.
+const (
+	DefaultMaxBacklog      = 50_000
+	DefaultMaxBacklogBytes = 32 << 20
+)
 
 // BacklogPolicy says what Publish does when a topic's backlog is full.
 type BacklogPolicy int
@@ -57,8 +61,13 @@ type Options struct {
 	// not settled yet (delivered or not). Publish of a batch that would go
 	// over it waits or fails, as BacklogPolicy says. A topic with no group
 	// keeps at most MaxBacklog entries and drops the oldest instead.
-	// Zero means DefaultMaxBacklog (100,000); negative is invalid.
+	// Zero means DefaultMaxBacklog (50,000); negative is invalid.
 	MaxBacklog int
+	// MaxBacklogBytes caps the same entries by size: payload, ID, key and
+	// headers plus 256 bytes of bookkeeping per entry. It applies like
+	// MaxBacklog; whichever is reached first counts. Zero means
+	// DefaultMaxBacklogBytes (32 MiB); negative is invalid.
+	MaxBacklogBytes int64
 	// BacklogPolicy is what Publish does when the backlog is full.
 	// Default BacklogWait.
 	BacklogPolicy BacklogPolicy
@@ -75,6 +84,12 @@ func (o *Options) normalize() (Options, error) {
 	}
 	if n.MaxBacklog == 0 {
 		n.MaxBacklog = DefaultMaxBacklog
+	}
+	if n.MaxBacklogBytes < 0 {
+		return n, fmt.Errorf("inmemory: %w: MaxBacklogBytes %d is negative", ErrInvalidOption, n.MaxBacklogBytes)
+	}
+	if n.MaxBacklogBytes == 0 {
+		n.MaxBacklogBytes = DefaultMaxBacklogBytes
 	}
 	if n.BacklogPolicy != BacklogWait && n.BacklogPolicy != BacklogError {
 		return n, fmt.Errorf("inmemory: %w: unknown %v", ErrInvalidOption, n.BacklogPolicy)
@@ -98,6 +113,12 @@ func optionsFromQuery(q url.Values) (Options, error) {
 				return o, fmt.Errorf("%w: max_backlog %q is not a positive integer", ErrInvalidOption, v)
 			}
 			o.MaxBacklog = n
+		case "max_backlog_bytes":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return o, fmt.Errorf("%w: max_backlog_bytes %q is not a positive integer", ErrInvalidOption, v)
+			}
+			o.MaxBacklogBytes = n
 		case "backlog_policy":
 			switch v {
 			case "wait":
@@ -108,7 +129,7 @@ func optionsFromQuery(q url.Values) (Options, error) {
 				return o, fmt.Errorf("%w: backlog_policy %q is not wait or error", ErrInvalidOption, v)
 			}
 		default:
-			return o, fmt.Errorf("%w: unknown parameter %q (known: max_backlog, backlog_policy)", ErrInvalidOption, k)
+			return o, fmt.Errorf("%w: unknown parameter %q (known: max_backlog, max_backlog_bytes, backlog_policy)", ErrInvalidOption, k)
 		}
 	}
 	return o, nil
@@ -120,8 +141,8 @@ func optionsFromQuery(q url.Values) (Options, error) {
 //	mem://name    the process-wide broker called name, shared by every
 //	              OpenURL of that name until the last one is closed
 //
-// Query parameters set Options: max_backlog (a positive integer) and
-// backlog_policy (wait or error). An unknown parameter is an error. A named
+// Query parameters set Options: max_backlog and max_backlog_bytes
+// (positive integers) and backlog_policy (wait or error). An unknown parameter is an error. A named
 // broker keeps the options it was created with; opening it again with
 // parameters that differ is an error.
 func OpenURL(u *url.URL) (backend.Backend, error) {
@@ -169,8 +190,8 @@ func openNamed(name string, o Options, explicit bool) (*Backend, error) {
 		br.name = name
 		named.m[name] = br
 	} else if explicit && br.opts != opts {
-		return nil, fmt.Errorf("inmemory: open mem://%s: %w: broker already open with max_backlog=%d&backlog_policy=%v",
-			name, ErrInvalidOption, br.opts.MaxBacklog, br.opts.BacklogPolicy)
+		return nil, fmt.Errorf("inmemory: open mem://%s: %w: broker already open with max_backlog=%d&max_backlog_bytes=%d&backlog_policy=%v",
+			name, ErrInvalidOption, br.opts.MaxBacklog, br.opts.MaxBacklogBytes, br.opts.BacklogPolicy)
 	}
 	br.users++
 	return newHandle(br), nil

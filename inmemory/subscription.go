@@ -172,8 +172,11 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	if dl == nil {
 		return errClosed("dead-letter", s.t.name)
 	}
-	es := copyEntries([]*backend.Message{msg})
+	es, bytes := copyEntries([]*backend.Message{msg})
 	t, opts := s.t, s.b.br.opts
+	if bytes > opts.MaxBacklogBytes {
+		return fmt.Errorf("inmemory: dead-letter %q to %q: %w: message of %d bytes is larger than max backlog bytes %d", t.name, topic, ErrBacklogFull, bytes, opts.MaxBacklogBytes)
+	}
 	for {
 		unlock := lockPair(t, dl)
 		l := s.leaseOf(id)
@@ -184,21 +187,19 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 		case s.b.closed.Load():
 			unlock()
 			return errClosed("dead-letter", t.name)
-		case len(dl.glist) == 0 || dl.live+1 <= opts.MaxBacklog:
-			dl.appendEntries(es)
+		case len(dl.glist) == 0 || dl.fits(1, bytes):
+			dl.appendEntries(es, bytes)
 			l.state = leaseDeadLettered
 			t.settle(l.e)
 			l.g.trim()
 			unlock()
 			return nil
 		case opts.BacklogPolicy == BacklogError:
+			err := dl.fullError()
 			unlock()
-			return fmt.Errorf("inmemory: dead-letter %q to %q: %w: %d unsettled entries, max %d", t.name, topic, ErrBacklogFull, dl.live, opts.MaxBacklog)
+			return fmt.Errorf("inmemory: dead-letter %q to %q: %w", t.name, topic, err)
 		}
-		if dl.spaceCh == nil {
-			dl.spaceCh = make(chan struct{})
-		}
-		ch := dl.spaceCh
+		ch := dl.waitSpace(1, bytes)
 		unlock()
 		select {
 		case <-ch:

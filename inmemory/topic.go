@@ -1,7 +1,9 @@
 package inmemory
 
 import (
+	"fmt"
 	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -20,7 +22,13 @@ type entry struct {
 	published int64 // Unix nanoseconds
 	// refs counts the groups that have not settled the entry yet.
 	refs int32
+	// size is what the entry counts against MaxBacklogBytes.
+	size int32
 }
+
+// entryOverhead is what an entry counts against MaxBacklogBytes on top of
+// its payload and headers: the entry, its log slot and a delivery.
+const entryOverhead = 256
 
 // release drops the references to the message data so the garbage
 // collector can take it while the entry struct itself may still be held
@@ -47,17 +55,21 @@ type topic struct {
 
 	// live counts entries that are retained: not yet settled by every
 	// group, or, while the topic has no group, held in the ring.
-	live int
+	live      int
+	liveBytes int64
 
 	groups map[string]*group
 	glist  []*group
 
-	// spaceCh is closed (and reset) when live goes down while publishers
-	// wait for room under BacklogWait.
-	spaceCh chan struct{}
+	// spaceCh is closed (and reset) when live goes down enough for the
+	// smallest batch a publisher waits to store (spaceNeed) under
+	// BacklogWait.
+	spaceCh        chan struct{}
+	spaceNeed      int
+	spaceNeedBytes int64
 
 	// dropped counts entries dropped because the topic had no group and
-	// held MaxBacklog entries already.
+	// its backlog was full.
 	dropped uint64
 }
 
@@ -65,6 +77,29 @@ const minRing = 64
 
 func newTopic(b *broker, name string) *topic {
 	return &topic{name: name, b: b, ring: make([]*entry, minRing), groups: map[string]*group{}}
+}
+
+// waitSpace returns the channel closed when the backlog has room for n
+// more entries.
+func (t *topic) waitSpace(n int, bytes int64) <-chan struct{} {
+	if t.spaceCh == nil {
+		t.spaceCh = make(chan struct{})
+		t.spaceNeed, t.spaceNeedBytes = n, bytes
+	}
+	t.spaceNeed = min(t.spaceNeed, n)
+	t.spaceNeedBytes = min(t.spaceNeedBytes, bytes)
+	return t.spaceCh
+}
+
+// fits reports whether n more entries of bytes in total fit in the
+// backlog limits.
+func (t *topic) fits(n int, bytes int64) bool {
+	return t.live+n <= t.b.opts.MaxBacklog && t.liveBytes+bytes <= t.b.opts.MaxBacklogBytes
+}
+
+func (t *topic) fullError() error {
+	o := t.b.opts
+	return fmt.Errorf("%w: %d unsettled entries of %d bytes, max %d entries and %d bytes", ErrBacklogFull, t.live, t.liveBytes, o.MaxBacklog, o.MaxBacklogBytes)
 }
 
 func (t *topic) mask() uint64 { return uint64(len(t.ring) - 1) }
@@ -89,7 +124,7 @@ func (t *topic) resize(n int) {
 }
 
 // appendEntries adds es to the log and hands one reference to each group.
-func (t *topic) appendEntries(es []entry) {
+func (t *topic) appendEntries(es []entry, bytes int64) {
 	need := int(t.head-t.base) + len(es)
 	if need > len(t.ring) {
 		n := len(t.ring)
@@ -108,10 +143,11 @@ func (t *topic) appendEntries(es []entry) {
 		t.head++
 	}
 	t.live += len(es)
+	t.liveBytes += bytes
 	if len(t.glist) == 0 {
-		// No group yet: keep the newest MaxBacklog entries, drop the
-		// oldest so publishing with no subscriber never blocks.
-		for t.live > t.b.opts.MaxBacklog {
+		// No group yet: keep the newest entries within the limits, drop
+		// the oldest so publishing with no subscriber never blocks.
+		for !t.fits(0, 0) {
 			t.dropFront()
 			t.dropped++
 		}
@@ -131,6 +167,7 @@ func (t *topic) dropFront() {
 		e.release()
 		t.ring[i] = nil
 		t.live--
+		t.liveBytes -= int64(e.size)
 	}
 	t.base++
 }
@@ -144,10 +181,11 @@ func (t *topic) settle(e *entry) {
 	}
 	e.release()
 	t.live--
+	t.liveBytes -= int64(e.size)
 	if e.off >= t.base && e.off < t.head {
 		t.ring[e.off&t.mask()] = nil
 	}
-	if t.spaceCh != nil {
+	if t.spaceCh != nil && t.fits(t.spaceNeed, t.spaceNeedBytes) {
 		close(t.spaceCh)
 		t.spaceCh = nil
 	}
@@ -216,22 +254,29 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 
 // copyEntries copies msgs into entries the topic can keep: the caller owns
 // the messages, their header maps and payloads. Payloads of the batch
-// share one allocation, each capped to its own length.
-func copyEntries(msgs []*backend.Message) []entry {
+// share one allocation, each capped to its own length. It also returns
+// what the batch counts against MaxBacklogBytes.
+func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Payload)
 	}
 	slab := make([]byte, size)
 	es := make([]entry, len(msgs))
-	var now int64
+	var now, total int64
 	pos := 0
 	for i, m := range msgs {
 		e := &es[i]
 		e.id, e.key = m.ID, m.Key
+		size := entryOverhead + len(m.Payload) + len(m.ID) + len(m.Key)
 		if len(m.Headers) > 0 {
 			e.headers = maps.Clone(m.Headers)
+			for k, v := range m.Headers {
+				size += len(k) + len(v) + 32
+			}
 		}
+		e.size = int32(min(size, math.MaxInt32))
+		total += int64(e.size)
 		if m.Payload != nil {
 			n := copy(slab[pos:], m.Payload)
 			e.payload = slab[pos : pos+n : pos+n]
@@ -246,5 +291,5 @@ func copyEntries(msgs []*backend.Message) []entry {
 			e.published = m.PublishedAt.UnixNano()
 		}
 	}
-	return es
+	return es, total
 }
