@@ -93,11 +93,11 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 		o = *opts
 	}
 	if err := parseURLOptions(u.Query(), &o); err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
 	o, err := o.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
 	server := *u
 	server.RawQuery, server.Fragment, server.Path, server.RawPath = "", "", "", ""
@@ -108,11 +108,11 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 		server.Scheme = "tls"
 		secure = true
 	default:
-		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", u.Redacted(), ErrInvalidOption, u.Scheme)
+		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", redacted(u), ErrInvalidOption, u.Scheme)
 	}
 	nopts, err := o.connOptions(secure || o.wantTLS())
 	if err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
 	type result struct {
 		nc  *natsgo.Conn
@@ -132,18 +132,32 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 				r.nc.Close()
 			}
 		}()
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), ctx.Err())
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), ctx.Err())
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), redactErr(r.err, u))
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), redactErr(r.err, u))
 	}
 	b, err := newBackend(r.nc, true, o)
 	if err != nil {
 		r.nc.Close()
-		return nil, fmt.Errorf("nats: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
 	o.Logger.Info("nats: connected", "url", r.nc.ConnectedUrlRedacted(), "server_version", r.nc.ConnectedServerVersion(), "jetstream", !o.CoreNATS)
 	return b, nil
+}
+
+// redacted is u for logs and errors: a password, or a token (a user part
+// without a password), is replaced by "xxxxx".
+func redacted(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	c := *u
+	c.User = url.User("xxxxx")
+	return c.String()
 }
 
 // redactErr removes a password from an error text that quotes the URL.

@@ -102,7 +102,7 @@ func (s *coreSub) Receive(ctx context.Context, max int) ([]*backend.Message, err
 
 func (s *coreSub) decode(msg *natsgo.Msg) *backend.Message {
 	m := &backend.Message{Payload: msg.Data, AckID: coreAckID{}, Attempt: 1}
-	decodeHeaders(msg.Header, m)
+	decodeHeaders(msg.Header, m, "")
 	if m.PublishedAt.IsZero() {
 		m.PublishedAt = time.Now()
 	}

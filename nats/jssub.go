@@ -46,6 +46,7 @@ type jsSub struct {
 	consumer string
 	nextSubj string
 	inbox    string // "<inbox>." ; request n replies to inbox+n
+	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
 
 	seq uint64 // pull request counter; Receive's goroutine only
@@ -63,6 +64,7 @@ func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.Sub
 		stream:   b.streamFor(topic),
 		consumer: b.consumerFor(topic, cfg.Group),
 		inbox:    b.nc.NewInbox() + ".",
+		idScope:  b.idScope(topic),
 		closed:   make(chan struct{}),
 	}
 	s.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.stream + "." + s.consumer
@@ -259,7 +261,7 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 		AckID:       jsAckID(msg.Reply),
 		Attempt:     meta.delivered,
 	}
-	decodeHeaders(msg.Header, m)
+	decodeHeaders(msg.Header, m, s.idScope)
 	if m.ID == "" {
 		// Written by a foreign producer without an ID: the stream
 		// sequence is stable across redeliveries.
@@ -327,7 +329,7 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 	if err := s.b.ensureStream(ctx, topic); err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}
-	nm, err := encode(s.b.subjectFor(topic), msg, false)
+	nm, err := encode(s.b.subjectFor(topic), msg, false, s.b.idScope(topic))
 	if err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}

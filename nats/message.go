@@ -35,8 +35,9 @@ func isNATSHeader(k string) bool {
 
 // encode builds the NATS message for m on subject. It refuses headers with
 // the Nats- prefix: the server would act on them (expected stream,
-// rollups, TTLs ...).
-func encode(subject string, m *backend.Message, core bool) (*natsgo.Msg, error) {
+// rollups, TTLs ...). idScope is put before the ID in Nats-Msg-Id, so that
+// deduplication in a stream shared by several topics stays per topic.
+func encode(subject string, m *backend.Message, core bool, idScope string) (*natsgo.Msg, error) {
 	h := make(natsgo.Header, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		if isNATSHeader(k) {
@@ -47,7 +48,7 @@ func encode(subject string, m *backend.Message, core bool) (*natsgo.Msg, error) 
 		}
 		h[k] = []string{v}
 	}
-	h[hdrMsgID] = []string{m.ID}
+	h[hdrMsgID] = []string{idScope + m.ID}
 	if m.Key != "" {
 		h[hdrKey] = []string{m.Key}
 	}
@@ -58,8 +59,8 @@ func encode(subject string, m *backend.Message, core bool) (*natsgo.Msg, error) 
 }
 
 // decodeHeaders fills ID, Key, Headers and (in core mode) PublishedAt of
-// out from the NATS headers.
-func decodeHeaders(h natsgo.Header, out *backend.Message) {
+// out from the NATS headers, removing idScope from the ID.
+func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 	for k, vs := range h {
 		if len(vs) == 0 {
 			continue
@@ -67,6 +68,9 @@ func decodeHeaders(h natsgo.Header, out *backend.Message) {
 		switch {
 		case k == hdrMsgID:
 			out.ID = vs[0]
+			if idScope != "" {
+				out.ID = strings.TrimPrefix(out.ID, idScope)
+			}
 		case k == hdrKey:
 			out.Key = vs[0]
 		case k == hdrPublished:

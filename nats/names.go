@@ -81,3 +81,14 @@ func (b *Backend) consumerFor(topic, group string) string {
 	}
 	return boundName(escapeName(group))
 }
+
+// idScope is what goes before a message ID in Nats-Msg-Id: nothing when
+// the topic has a stream of its own, "<topic>|" in a shared stream, where
+// the server's deduplication would otherwise span topics (a dead-letter
+// copy keeps its original's ID). Topics cannot contain "|".
+func (b *Backend) idScope(topic string) string {
+	if b.opts.StreamMode == StreamShared {
+		return topic + "|"
+	}
+	return ""
+}

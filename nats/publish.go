@@ -69,7 +69,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	if err := b.ensureStream(ctx, topic); err != nil {
 		return err
 	}
-	subject := b.subjectFor(topic)
+	subject, scope := b.subjectFor(topic), b.idScope(topic)
 	stall := b.opts.PublishTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(dl), time.Millisecond)
@@ -82,7 +82,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 			fs.add(i, err)
 			continue
 		}
-		nm, err := encode(subject, m, false)
+		nm, err := encode(subject, m, false, scope)
 		if err != nil {
 			fs.add(i, err)
 			continue
@@ -133,7 +133,7 @@ func (b *Backend) publishCore(ctx context.Context, topic string, msgs []*backend
 	fs := failures{n: len(msgs)}
 	sent := 0
 	for i, m := range msgs {
-		nm, err := encode(subject, m, true)
+		nm, err := encode(subject, m, true, "")
 		if err != nil {
 			fs.add(i, err)
 			continue

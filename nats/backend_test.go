@@ -1,0 +1,379 @@
+package nats_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/natstest"
+	busnats "github.com/eventbus-go/bus/nats"
+	"github.com/eventbus-go/bus/observer"
+)
+
+func TestSchemesAreRegistered(t *testing.T) {
+	for _, s := range []string{"nats", "tls", "nats+tls"} {
+		assert.Contains(t, bus.Schemes(), s, "scheme %q registered by the nats package", s)
+	}
+}
+
+func TestOpenByURLUsesJetStreamOrCore(t *testing.T) {
+	srv := natstest.Start(t)
+	tests := []struct {
+		name  string
+		query string
+		want  string
+		redel bool
+	}{
+		{name: "default JetStream", query: "", want: "nats", redel: true},
+		{name: "core", query: "?jetstream=false", want: "nats-core", redel: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := bus.Open(context.Background(), srv.URL()+tt.query)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, b.Close(context.Background())) }()
+			assert.Equal(t, tt.want, b.Capabilities().Name)
+			assert.Equal(t, tt.redel, b.Capabilities().Redelivery, "Redelivery")
+			assert.Equal(t, tt.redel, b.Capabilities().Persistent, "Persistent")
+			assert.Equal(t, tt.redel, b.Capabilities().NackDelay, "NackDelay")
+			assert.Equal(t, tt.redel, b.Capabilities().StartOldest, "StartOldest")
+			assert.Equal(t, tt.redel, b.Capabilities().Extend, "Extend")
+			assert.True(t, b.Capabilities().ConsumerGroups, "groups (durable consumers or queue groups)")
+			assert.Positive(t, b.Capabilities().MaxPayload, "max payload from the server")
+		})
+	}
+}
+
+func TestCredentialsInURLAreRedactedInErrors(t *testing.T) {
+	srv := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "alice", "s3cret-pw" })
+	host := strings.TrimPrefix(srv.URL(), "nats://")
+
+	b, err := bus.Open(context.Background(), "nats://alice:s3cret-pw@"+host)
+	require.NoError(t, err, "user and password in the URL")
+	require.NoError(t, b.Close(context.Background()))
+
+	_, err = bus.Open(context.Background(), "nats://alice:wrong-pw@"+host)
+	require.Error(t, err, "a wrong password must fail")
+	assert.NotContains(t, err.Error(), "wrong-pw", "errors must not show the password")
+}
+
+func TestTokenInURL(t *testing.T) {
+	srv := natstest.Start(t, func(o *server.Options) { o.Authorization = "tok-123" })
+	host := strings.TrimPrefix(srv.URL(), "nats://")
+	b, err := bus.Open(context.Background(), "nats://tok-123@"+host)
+	require.NoError(t, err, "token in the URL")
+	require.NoError(t, b.Close(context.Background()))
+	_, err = busnats.Connect(context.Background(), "nats://bad-token@"+host, nil)
+	require.Error(t, err, "a wrong token must fail")
+	assert.NotContains(t, err.Error(), "bad-token", "errors must not show the token")
+}
+
+func TestNKeySeedFileAuthenticates(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	seed, err := kp.Seed()
+	require.NoError(t, err)
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	srv := natstest.Start(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+
+	be, err := busnats.Connect(context.Background(), srv.URL(), &busnats.Options{NKeySeedFile: seedFile})
+	require.NoError(t, err, "nkey seed from the options")
+	require.NoError(t, be.Close())
+	_, err = busnats.Connect(context.Background(), srv.URL(), nil)
+	require.Error(t, err, "without the seed the server refuses")
+}
+
+func TestPublishRefusesNATSHeadersAndReportsFailedIndexes(t *testing.T) {
+	srv := natstest.Start(t)
+	be := connect(t, srv.URL(), isolated(t, srv.URL(), busnats.Options{}))
+	defer be.Close()
+	msgs := []*backend.Message{
+		{ID: "a", Payload: []byte("a")},
+		{ID: "b", Payload: []byte("b"), Headers: map[string]string{"Nats-Expected-Stream": "X"}},
+		{ID: "c", Payload: []byte("c")},
+	}
+	err := be.Publish(context.Background(), "hdr.guard", msgs)
+	var be2 *backend.BatchError
+	require.ErrorAs(t, err, &be2, "a partly failed batch is a *backend.BatchError")
+	require.Len(t, be2.Failed, 1)
+	assert.Equal(t, 1, be2.Failed[0].Index, "the failed index")
+	assert.ErrorIs(t, be2.Failed[0].Err, bus.ErrInvalidMessage)
+
+	sub, err := be.Subscribe(context.Background(), "hdr.guard", subCfg(backend.StartOldest, 10))
+	require.NoError(t, err)
+	defer sub.Close()
+	got := receiveN(t, sub, 2)
+	assert.ElementsMatch(t, []string{"a", "c"}, ids(got), "the other messages were stored")
+}
+
+func subCfg(from backend.StartFrom, maxInFlight int) backend.SubscribeConfig {
+	return backend.SubscribeConfig{
+		Group: "g", StartFrom: from, AckTimeout: 5 * time.Second, MaxInFlight: maxInFlight,
+		MaxDeliveries: 5, Observer: observer.Nop,
+	}
+}
+
+func receiveN(t *testing.T, sub backend.Subscription, n int) []*backend.Message {
+	t.Helper()
+	var got []*backend.Message
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		msgs, err := sub.Receive(context.Background(), n-len(got))
+		require.NoError(t, err)
+		got = append(got, msgs...)
+	}
+	require.Len(t, got, n, "received messages")
+	return got
+}
+
+func ids(msgs []*backend.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// TestReceiveNeverTakesMoreThanMax proves there is no prefetch: after
+// Receive(5) the server has handed out exactly 5 messages.
+func TestReceiveNeverTakesMoreThanMax(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{})
+	be := connect(t, srv.URL(), o)
+	defer be.Close()
+	msgs := make([]*backend.Message, 50)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: string(rune('A'+i%26)) + strings.Repeat("x", i), Payload: []byte("p")}
+	}
+	require.NoError(t, be.Publish(context.Background(), "no.prefetch", msgs))
+	cfg := subCfg(backend.StartOldest, 64)
+	sub, err := be.Subscribe(context.Background(), "no.prefetch", cfg)
+	require.NoError(t, err)
+	defer sub.Close()
+	got, err := sub.Receive(context.Background(), 5)
+	require.NoError(t, err)
+	require.Len(t, got, 5, "Receive(5) with 50 waiting")
+	for i, m := range got {
+		assert.Equal(t, 1, m.Attempt, "first delivery")
+		assert.Equal(t, msgs[i].ID, m.ID, "in order")
+	}
+
+	js, err := jetstream.New(be.Conn())
+	require.NoError(t, err)
+	cons, err := js.Consumer(context.Background(), o.StreamPrefix+"_no-prefetch", "g")
+	require.NoError(t, err)
+	info, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 5, info.NumAckPending, "the server handed out only what Receive asked for")
+	assert.Equal(t, cfg.AckTimeout, info.Config.AckWait, "AckWait = ack timeout")
+	assert.Equal(t, 2*64+512, info.Config.MaxAckPending, "MaxAckPending from max in flight")
+	assert.Greater(t, info.Config.MaxDeliver, cfg.MaxDeliveries, "MaxDeliver is a safety net above the bus's limit")
+	assert.Equal(t, jetstream.AckExplicitPolicy, info.Config.AckPolicy)
+	assert.Equal(t, "g", info.Config.Durable, "durable consumer per group")
+	assert.Equal(t, "no.prefetch", info.Config.Metadata["bus.topic"], "2.10+ servers get consumer metadata")
+}
+
+func TestNackDelayExtendAndTermMapToJetStream(t *testing.T) {
+	srv := natstest.Start(t)
+	be := connect(t, srv.URL(), isolated(t, srv.URL(), busnats.Options{}))
+	defer be.Close()
+	require.NoError(t, be.Publish(context.Background(), "settle", []*backend.Message{{ID: "m1", Payload: []byte("x"), Key: "k", Headers: map[string]string{"h": "v"}}}))
+	sub, err := be.Subscribe(context.Background(), "settle", subCfg(backend.StartOldest, 4))
+	require.NoError(t, err)
+	defer sub.Close()
+	first := receiveN(t, sub, 1)[0]
+	assert.Equal(t, "k", first.Key, "key round-trips")
+	assert.Equal(t, map[string]string{"h": "v"}, first.Headers, "only user headers come back")
+	assert.WithinDuration(t, time.Now(), first.PublishedAt, 10*time.Second, "published at from the stream")
+
+	ext, ok := sub.(backend.Extender)
+	require.True(t, ok, "JetStream subscriptions implement Extender")
+	require.NoError(t, ext.Extend(context.Background(), first.AckID))
+
+	start := time.Now()
+	require.NoError(t, sub.Nack(context.Background(), first.AckID, 300*time.Millisecond))
+	again := receiveN(t, sub, 1)[0]
+	assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "the server held the nacked message for the delay")
+	assert.Equal(t, 2, again.Attempt, "attempt from the delivery count")
+	assert.Equal(t, "m1", again.ID)
+
+	dl, ok := sub.(backend.DeadLetterer)
+	require.True(t, ok, "JetStream subscriptions implement DeadLetterer")
+	cp := &backend.Message{ID: "m1", Payload: again.Payload, Headers: map[string]string{bus.HeaderDeadLetterReason: "bad"}}
+	require.NoError(t, dl.DeadLetter(context.Background(), again.AckID, "settle.dlq", cp))
+	dsub, err := be.Subscribe(context.Background(), "settle.dlq", subCfg(backend.StartOldest, 4))
+	require.NoError(t, err)
+	defer dsub.Close()
+	dead := receiveN(t, dsub, 1)[0]
+	assert.Equal(t, "bad", dead.Headers[bus.HeaderDeadLetterReason], "the dead-letter copy is stored")
+	msgs, err := sub.Receive(context.Background(), 4)
+	require.NoError(t, err)
+	assert.Empty(t, msgs, "a terminated message is not delivered again")
+}
+
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{})
+	var mu sync.Mutex
+	var reclaims []error
+	obs := observer.Func(func(_ context.Context, e observer.Event) {
+		if e.Scope == observer.ScopeReclaim {
+			mu.Lock()
+			reclaims = append(reclaims, e.Err)
+			mu.Unlock()
+		}
+	})
+	be := connect(t, srv.URL(), o)
+	b := bus.New(be, bus.WithObserver(obs))
+	defer b.Close(context.Background())
+	l := newLedger()
+	_, err := b.Subscribe(context.Background(), "recreate", recordingHandler(l), bus.WithGroup("g"), bus.WithAckTimeout(2*time.Second))
+	require.NoError(t, err)
+	publishAll(t, b, l, "recreate", 5)
+	waitNoLoss(t, l, 10*time.Second)
+
+	js, err := jetstream.New(be.Conn())
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteConsumer(context.Background(), o.StreamPrefix+"_recreate", "g"))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reclaims) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the observer hears that the consumer was re-created")
+	publishAll(t, b, l, "recreate", 5)
+	waitNoLoss(t, l, 10*time.Second)
+	c := l.log(t, "recreate")
+	assert.Equal(t, 10, c.Acked)
+}
+
+func TestCoreModeDoesNotStoreMessages(t *testing.T) {
+	srv := natstest.Start(t)
+	b := bus.New(connect(t, srv.URL(), isolated(t, srv.URL(), busnats.Options{CoreNATS: true})))
+	defer b.Close(context.Background())
+	require.NoError(t, b.Publish(context.Background(), "core.t", &bus.Message{Payload: []byte("before")}), "publishing with no subscriber is not an error")
+	got := make(chan string, 10)
+	_, err := b.Subscribe(context.Background(), "core.t", func(_ context.Context, d *bus.Delivery) error {
+		got <- string(d.Payload)
+		return nil
+	}, bus.WithGroup("g"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "core.t", &bus.Message{Payload: []byte("after"), Key: "k"}))
+	select {
+	case p := <-got:
+		assert.Equal(t, "after", p, "only messages published while subscribed arrive")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery in core mode")
+	}
+	_, err = b.Subscribe(context.Background(), "core.t", func(context.Context, *bus.Delivery) error { return nil },
+		bus.WithGroup("g2"), bus.WithStartFrom(bus.StartOldest))
+	require.ErrorIs(t, err, bus.ErrUnsupported, "core NATS cannot start a group from the oldest message")
+}
+
+func TestSharedStreamHoldsEveryTopic(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{StreamMode: busnats.StreamShared})
+	be := connect(t, srv.URL(), o)
+	defer be.Close()
+	for _, topic := range []string{"a.one", "b.two"} {
+		// One ID on two topics: deduplication must not span topics.
+		require.NoError(t, be.Publish(context.Background(), topic, []*backend.Message{{ID: "same-id", Payload: []byte(topic)}}))
+	}
+	js, err := jetstream.New(be.Conn())
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), o.StreamName)
+	require.NoError(t, err)
+	assert.Equal(t, []string{o.SubjectPrefix + ".>"}, st.CachedInfo().Config.Subjects)
+	assert.Equal(t, uint64(2), st.CachedInfo().State.Msgs, "both topics in the one stream")
+	sub, err := be.Subscribe(context.Background(), "b.two", subCfg(backend.StartOldest, 4))
+	require.NoError(t, err)
+	defer sub.Close()
+	got := receiveN(t, sub, 1)
+	assert.Equal(t, "b.two", string(got[0].Payload), "a group sees only its topic")
+	assert.Equal(t, "same-id", got[0].ID, "the ID comes back without its topic scope")
+}
+
+func TestNewKeepsTheCallersConnection(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, err := natsgo.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	be, err := busnats.New(nc, nil)
+	require.NoError(t, err)
+	require.NoError(t, be.Close())
+	assert.True(t, nc.IsConnected(), "Close leaves a connection the caller owns open")
+	require.ErrorIs(t, be.Close(), backend.ErrClosed, "closing twice")
+	_, err = busnats.New(nil, nil)
+	require.ErrorIs(t, err, busnats.ErrInvalidOption)
+}
+
+// TestNoGoroutineLeakWithEmbeddedServer checks that a bus on this backend
+// leaves no goroutine behind, ignoring the embedded server's own.
+func TestNoGoroutineLeakWithEmbeddedServer(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{})
+	before := clientGoroutines()
+	b := bus.New(connect(t, srv.URL(), o))
+	l := newLedger()
+	_, err := b.Subscribe(context.Background(), "leak", recordingHandler(l), bus.WithGroup("g"))
+	require.NoError(t, err)
+	publishAll(t, b, l, "leak", 10)
+	waitNoLoss(t, l, 10*time.Second)
+	require.NoError(t, b.Close(context.Background()))
+	var extra []string
+	assert.Eventually(t, func() bool {
+		extra = nil
+		for id, stack := range clientGoroutines() {
+			if _, ok := before[id]; !ok {
+				extra = append(extra, stack)
+			}
+		}
+		return len(extra) == 0
+	}, 5*time.Second, 20*time.Millisecond, "goroutines left behind")
+	if t.Failed() {
+		t.Logf("goroutines left behind:\n%s", strings.Join(extra, "\n\n"))
+	}
+}
+
+// clientGoroutines returns the stacks of goroutines, by ID, that are not
+// the embedded server's.
+func clientGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "nats-server/v2/server") || strings.Contains(g, "clientGoroutines") || strings.Contains(g, "nats_test.TestNoGoroutineLeakWithEmbeddedServer(") {
+			continue
+		}
+		header, _, _ := strings.Cut(g, "\n")
+		id := strings.Fields(header)
+		if len(id) < 2 {
+			continue
+		}
+		out[id[1]] = g
+	}
+	return out
+}
