@@ -162,6 +162,12 @@ func TestOpenUnknownSchemeListsKnownOnes(t *testing.T) {
 	assert.NotContains(t, err.Error(), "secret", "the URL is redacted")
 }
 
+func TestOpenRedactsTokenOnlyUserInfo(t *testing.T) {
+	_, err := bus.Open(context.Background(), "kafka://s3cr3t-token@host:9092")
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "s3cr3t-token", "a token in the user part is redacted")
+}
+
 func TestPermanentIsDetectedThroughWrapping(t *testing.T) {
 	base := errors.New("bad input")
 	err := bus.Permanent(base)

@@ -64,7 +64,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 	open, ok := registry[u.Scheme]
 	registryMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v)", u.Redacted(), ErrUnknownScheme, u.Scheme, Schemes())
+		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v)", redactURL(u), ErrUnknownScheme, u.Scheme, Schemes())
 	}
 	o, err := buildBusOptions(opts)
 	if err != nil {
@@ -72,9 +72,22 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 	}
 	be, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("bus: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("bus: open %q: %w", redactURL(u), err)
 	}
 	return newBus(be, o), nil
+}
+
+// redactURL hides credentials: the password, and a user name given
+// without one (NATS uses that form for tokens).
+func redactURL(u *url.URL) string {
+	if u.User != nil {
+		if _, has := u.User.Password(); !has {
+			cp := *u
+			cp.User = url.User("xxxxx")
+			return cp.String()
+		}
+	}
+	return u.Redacted()
 }
 
 // redactURLError drops the URL from a url.Error, which may hold a password.
