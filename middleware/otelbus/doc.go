@@ -67,9 +67,8 @@
 // With the explicit no-op providers of the OpenTelemetry API
 // (go.opentelemetry.io/otel/trace/noop and metric/noop) for both traces
 // and metrics, Middleware and PublishMiddleware return the handler and the
-// publish function unchanged. With the global providers while no SDK is
-// installed, no span is started and no context is injected or extracted
-// (checked per message, so installing an SDK later takes effect at once),
-// and the metric calls go to instruments that discard them; no settlement
-// hook is registered.
+// publish function unchanged. The global providers while no SDK is
+// installed are recognised too, per message, so installing an SDK later
+// takes effect at once: until then no span is started, no context is
+// injected or extracted, and no measurement is made.
 package otelbus

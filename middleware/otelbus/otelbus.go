@@ -39,11 +39,13 @@ type Instrumentation struct {
 	// tracing and metrics are false when the providers are the explicit
 	// no-op ones of the OpenTelemetry API: that work is skipped.
 	tracing, metrics bool
-	// unsetGlobal is the global tracer provider as New found it while no
-	// SDK was installed. As long as otel.GetTracerProvider still returns
-	// it, spans would be non-recording and carry no context, so tracing
-	// is skipped; once an SDK is installed the tracer forwards to it.
-	unsetGlobal trace.TracerProvider
+	// unsetTP and unsetMP are the global providers as New found them
+	// while no SDK was installed. As long as otel.GetTracerProvider (or
+	// GetMeterProvider) still returns them, spans would be non-recording
+	// and measurements discarded, so that work is skipped; once an SDK is
+	// installed the tracer and instruments forward to it.
+	unsetTP trace.TracerProvider
+	unsetMP metric.MeterProvider
 
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -95,16 +97,22 @@ func New(opts ...Option) (*Instrumentation, error) {
 			o(&c)
 		}
 	}
-	var unsetGlobal trace.TracerProvider
+	// The API's delegating providers, before otel.SetTracerProvider and
+	// otel.SetMeterProvider, are recognised by type name; should that name
+	// change, only this shortcut is lost.
+	var unsetTP trace.TracerProvider
+	var unsetMP metric.MeterProvider
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
-		// The API's delegating provider, before otel.SetTracerProvider.
 		if fmt.Sprintf("%T", c.tp) == "*global.tracerProvider" {
-			unsetGlobal = c.tp
+			unsetTP = c.tp
 		}
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
+		if fmt.Sprintf("%T", c.mp) == "*global.meterProvider" {
+			unsetMP = c.mp
+		}
 	}
 	if c.prop == nil {
 		c.prop = otel.GetTextMapPropagator()
@@ -112,13 +120,14 @@ func New(opts ...Option) (*Instrumentation, error) {
 	_, noTP := c.tp.(tracenoop.TracerProvider)
 	_, noMP := c.mp.(metricnoop.MeterProvider)
 	in := &Instrumentation{
-		tracing:     !noTP,
-		metrics:     !noMP,
-		unsetGlobal: unsetGlobal,
-		tracer:      c.tp.Tracer(ScopeName),
-		prop:        c.prop,
-		system:      semconv.MessagingSystemKey.String(c.system),
-		attrs:       map[attrKey]*attrs{},
+		tracing: !noTP,
+		metrics: !noMP,
+		unsetTP: unsetTP,
+		unsetMP: unsetMP,
+		tracer:  c.tp.Tracer(ScopeName),
+		prop:    c.prop,
+		system:  semconv.MessagingSystemKey.String(c.system),
+		attrs:   map[attrKey]*attrs{},
 	}
 	m := c.mp.Meter(ScopeName)
 	var errs []error
@@ -162,7 +171,13 @@ func (in *Instrumentation) Options() []bus.Option {
 // traceOn reports whether spans may record: tracing is on and not the
 // global provider with nothing installed.
 func (in *Instrumentation) traceOn() bool {
-	return in.tracing && (in.unsetGlobal == nil || otel.GetTracerProvider() != in.unsetGlobal)
+	return in.tracing && (in.unsetTP == nil || otel.GetTracerProvider() != in.unsetTP)
+}
+
+// metricsOn reports whether measurements may be kept: metrics are on and
+// not the global provider with nothing installed.
+func (in *Instrumentation) metricsOn() bool {
+	return in.metrics && (in.unsetMP == nil || otel.GetMeterProvider() != in.unsetMP)
 }
 
 // attrsFor returns the cached attributes of topic and group ("" on the
@@ -215,25 +230,31 @@ func (in *Instrumentation) Middleware() bus.Middleware {
 		// attributes to skip the shared map.
 		var last atomic.Pointer[attrs]
 		return func(ctx context.Context, d *bus.Delivery) error {
+			tracing, metrics := in.traceOn(), in.metricsOn()
+			if !tracing && !metrics {
+				return next(ctx, d)
+			}
 			a := last.Load()
 			if a == nil || a.topic != d.Topic || a.group != d.Group {
 				a = in.attrsFor(d.Topic, d.Group)
 				last.Store(a)
 			}
-			return in.handle(ctx, d, a, next)
+			return in.handle(ctx, d, a, next, tracing, metrics)
 		}
 	}
 }
 
-func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs, next bus.Handler) error {
+func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs, next bus.Handler, tracing, metrics bool) error {
 	start := time.Now()
-	in.delivered.Add(ctx, 1, a.add...)
-	if !d.PublishedAt.IsZero() && in.e2eLatency.Enabled(ctx) {
-		in.e2eLatency.Record(ctx, start.Sub(d.PublishedAt).Seconds(), a.rec...)
+	if metrics {
+		in.delivered.Add(ctx, 1, a.add...)
+		if !d.PublishedAt.IsZero() && in.e2eLatency.Enabled(ctx) {
+			in.e2eLatency.Record(ctx, start.Sub(d.PublishedAt).Seconds(), a.rec...)
+		}
 	}
 
 	sctx, span := ctx, noSpan
-	if in.traceOn() {
+	if tracing {
 		pctx := ctx
 		if len(d.Headers) > 0 {
 			pctx = in.prop.Extract(ctx, headerCarrier(d.Headers))
@@ -250,7 +271,7 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 	recording := span.IsRecording()
 
 	var st *settleState
-	if recording || (in.metrics && in.settleEnabled(ctx)) {
+	if recording || (metrics && in.settleEnabled(ctx)) {
 		st = &settleState{in: in, a: a, span: span, recording: recording}
 		st.left.Store(2)
 		in.inFlight.Add(ctx, 1, a.add...)
@@ -258,11 +279,13 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 	}
 
 	err := in.call(sctx, d, next, a, span, st)
-	if in.handlerDuration.Enabled(ctx) {
+	if metrics && in.handlerDuration.Enabled(ctx) {
 		in.handlerDuration.Record(ctx, time.Since(start).Seconds(), a.rec...)
 	}
 	if err != nil {
-		in.failed.Add(ctx, 1, a.add...)
+		if metrics {
+			in.failed.Add(ctx, 1, a.add...)
+		}
 		if recording {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())

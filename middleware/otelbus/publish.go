@@ -24,7 +24,8 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 		// Most publishers use few topics: remember the last one.
 		var last atomic.Pointer[attrs]
 		return func(ctx context.Context, topic string, msgs []*bus.Message) error {
-			if len(msgs) == 0 {
+			tracing, metrics := in.traceOn(), in.metricsOn()
+			if len(msgs) == 0 || (!tracing && !metrics) {
 				return next(ctx, topic, msgs)
 			}
 			a := last.Load()
@@ -33,12 +34,15 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 				last.Store(a)
 			}
 			var err error
-			if !in.traceOn() {
+			if !tracing {
 				err = next(ctx, topic, msgs)
 			} else if len(msgs) == 1 {
 				err = in.publishOne(ctx, topic, msgs, a, next)
 			} else {
 				err = in.publishBatch(ctx, topic, msgs, a, next)
+			}
+			if !metrics {
+				return err
 			}
 			failed := failedCount(err, len(msgs))
 			if ok := len(msgs) - failed; ok > 0 {
