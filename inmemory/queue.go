@@ -28,7 +28,9 @@ func (q *fifo[T]) pop() T {
 	q.buf[q.head] = zero
 	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.n--
-	if len(q.buf) > 64 && q.n < len(q.buf)/4 {
+	// Shrink lazily so a queue that swings between full and empty does
+	// not copy itself on every swing.
+	if len(q.buf) > 1024 && q.n < len(q.buf)/8 {
 		q.resize(len(q.buf) / 2)
 	}
 	return v
