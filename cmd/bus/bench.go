@@ -280,8 +280,8 @@ func (r *benchRun) runConsume(ctx context.Context, res *benchResult) error {
 }
 
 // prefillStall is how long the prefill may make no progress before the
-// consume scenario gives up.
-const prefillStall = 10 * time.Second
+// consume scenario gives up (a variable so tests can shorten it).
+var prefillStall = 10 * time.Second
 
 // prefill publishes the backlog of the consume scenario. It fails when no
 // Publish completes for prefillStall, which is what a backend whose backlog
@@ -303,7 +303,7 @@ func (r *benchRun) prefill(ctx context.Context) error {
 			if sent == last {
 				cancel()
 				<-done
-				return fmt.Errorf("prefill stalled at %d of %d messages for %v: the backend's backlog limit may be below -n (for mem:// raise it, e.g. mem://?max_backlog=%d)", sent, r.cfg.N, prefillStall, r.cfg.N)
+				return fmt.Errorf("prefill stalled at %d of %d messages for %v: the backend's backlog limit may be below -n (for mem:// raise it, e.g. mem://?max_backlog=%d&max_backlog_bytes=%d)", sent, r.cfg.N, prefillStall, r.cfg.N, int64(r.cfg.N)*int64(r.cfg.Size+512))
 			}
 			last = sent
 		}

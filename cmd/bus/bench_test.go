@@ -124,6 +124,20 @@ func TestBenchIgnoresMessagesFromOtherRuns(t *testing.T) {
 	assert.EqualValues(t, 51, res.Foreign, "stale messages are counted as foreign")
 }
 
+func TestBenchConsumeFailsClearlyWhenTheBacklogCannotHoldThePrefill(t *testing.T) {
+	saved := prefillStall
+	prefillStall = 200 * time.Millisecond
+	defer func() { prefillStall = saved }()
+
+	cfg := testBenchConfig(scenarioConsume)
+	cfg.URL = "mem://?max_backlog=100"
+	cfg.N = 1000
+	_, err := runBench(context.Background(), cfg, nil)
+	require.Error(t, err, "a prefill that cannot fit must fail, not hang")
+	assert.Contains(t, err.Error(), "prefill stalled", "the error says what happened")
+	assert.Contains(t, err.Error(), "max_backlog=1000", "the error says how to fix it")
+}
+
 func TestBenchTimeoutFailsWithExitOne(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "", "bench", "-n", "200000", "--timeout", "1ns", "--json")
 	assert.Equal(t, exitFailure, code, "a timed-out run fails")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,6 +41,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON line on stdout instead of the table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus bench [flags]\n\nMeasures a backend: publish, consume or end-to-end throughput, latency,\nand whether every message arrived exactly once.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -60,6 +62,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(stderr, "bus bench: %v\n", err)
 		return exitUsage
+	}
+
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "bus bench: %v\n", err)
+			return exitFailure
+		}
+		defer stop()
 	}
 
 	var progress func(string)
@@ -137,6 +148,22 @@ func writeTable(w io.Writer, r *benchResult) {
 
 func fmtMs(d time.Duration) string {
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", ms(d)), "0"), ".") + " ms"
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // isTerminal reports whether w is a character device such as a terminal.
