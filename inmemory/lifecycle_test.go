@@ -202,6 +202,7 @@ func TestOpenURL(t *testing.T) {
 		{url: "mem://?backlog_policy=drop", wantErr: true},
 		{url: "mem://name/path", wantErr: true},
 		{url: "mem://user:secret@name", wantErr: true},
+		{url: "mem://secret@name", wantErr: true},
 		{url: "mem:opaque", wantErr: true},
 		{url: "redis://localhost", wantErr: true},
 	}

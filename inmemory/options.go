@@ -158,17 +158,27 @@ func openURL(u *url.URL) (*Backend, error) {
 		return nil, fmt.Errorf("inmemory: open: %w: scheme %q is not mem", ErrInvalidOption, u.Scheme)
 	}
 	if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
-		return nil, fmt.Errorf("inmemory: open %q: %w: want mem:// or mem://name", u.Redacted(), ErrInvalidOption)
+		return nil, fmt.Errorf("inmemory: open %q: %w: want mem:// or mem://name", redact(u), ErrInvalidOption)
 	}
 	q := u.Query()
 	o, err := optionsFromQuery(q)
 	if err != nil {
-		return nil, fmt.Errorf("inmemory: open %q: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("inmemory: open %q: %w", redact(u), err)
 	}
 	if u.Host == "" {
 		return New(&o)
 	}
 	return openNamed(u.Host, o, len(q) > 0)
+}
+
+// redact returns u for error messages, without any user information (a
+// user part may be a token).
+func redact(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		c.User = url.User("xxxxx")
+	}
+	return c.String()
 }
 
 // named holds the process-wide brokers of mem://name URLs.
