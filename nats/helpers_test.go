@@ -3,7 +3,7 @@ package nats_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,8 +67,23 @@ func connect(t testing.TB, url string, o busnats.Options) *busnats.Backend {
 	return be
 }
 
-// eventCounter is an observer that counts events.
-type eventCounter struct{ n atomic.Int64 }
+// eventCounter is an observer that counts events by scope.
+type eventCounter struct {
+	mu sync.Mutex
+	n  map[observer.Scope]int
+}
 
-func (e *eventCounter) Observe(context.Context, observer.Event) { e.n.Add(1) }
-func (e *eventCounter) count() int64                            { return e.n.Load() }
+func (e *eventCounter) Observe(_ context.Context, ev observer.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[observer.Scope]int{}
+	}
+	e.n[ev.Scope]++
+}
+
+func (e *eventCounter) count(s observer.Scope) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[s]
+}

@@ -111,20 +111,16 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 	if len(out) > 0 {
 		return out, nil
 	}
-	out, done, err := s.pull(ctx, out, max, max, 0)
+	out, err := s.pull(ctx, out, max, max, 0)
 	if err != nil || len(out) > 0 {
 		return out, s.wrap(err)
 	}
-	if !done {
-		// The server did not answer; another pull would only wait again.
-		return out, nil
-	}
-	out, _, err = s.pull(ctx, out, max, 1, longPoll)
+	out, err = s.pull(ctx, out, max, 1, longPoll)
 	if err != nil || len(out) == 0 || max == 1 {
 		return out, s.wrap(err)
 	}
 	// The first message came; take what else is there without waiting.
-	out, _, err = s.pull(ctx, out, max, max-len(out), 0)
+	out, err = s.pull(ctx, out, max, max-len(out), 0)
 	return out, s.wrap(err)
 }
 
@@ -151,9 +147,11 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 
 // pull sends one pull request for n messages and collects its messages
 // into out (never beyond max). wait 0 asks the server for what is
-// available now; otherwise the server holds the request up to wait. done
-// reports whether the server ended the request (or it was filled).
-func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wait time.Duration) ([]*backend.Message, bool, error) {
+// available now; otherwise the server holds the request up to wait. A
+// request the server neither fills nor ends in time is abandoned with an
+// error: the connection is down or the server is overloaded (this is the
+// pull's heartbeat: the server always answers a live request).
+func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wait time.Duration) ([]*backend.Message, error) {
 	s.seq++
 	reply := s.inbox + strconv.FormatUint(s.seq, 10)
 	var req []byte
@@ -164,9 +162,9 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 	}
 	if err := s.b.nc.PublishRequest(s.nextSubj, reply, req); err != nil {
 		if errors.Is(err, natsgo.ErrConnectionClosed) {
-			return out, true, fmt.Errorf("pull: %w", backend.ErrClosed)
+			return out, fmt.Errorf("pull: %w", backend.ErrClosed)
 		}
-		return out, true, fmt.Errorf("pull: %w", err)
+		return out, fmt.Errorf("pull: %w", err)
 	}
 	timeout := wait
 	if timeout < longPoll {
@@ -180,13 +178,17 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return out, false, ctx.Err()
+				return out, ctx.Err()
 			case wctx.Err() != nil:
-				return out, false, nil // no answer in time
+				state := "connected"
+				if !s.b.nc.IsConnected() {
+					state = "not connected: " + s.b.nc.Status().String()
+				}
+				return out, fmt.Errorf("pull: no answer from the server within %v (%s)", timeout+responseGrace, state)
 			case s.isClosed() || errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
-				return out, true, backend.ErrClosed
+				return out, backend.ErrClosed
 			default:
-				return out, true, err
+				return out, err
 			}
 		}
 		if !isStatus(msg) {
@@ -200,22 +202,22 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 		switch code := msg.Header.Get(hdrStatus); code {
 		case "404", "408":
 			// No messages, or the request expired: done.
-			return out, true, nil
+			return out, nil
 		case "100":
 			continue // heartbeat
 		case "503":
-			return out, true, s.recover(ctx, "no responders for pull requests")
+			return out, s.recover(ctx, "no responders for pull requests")
 		case "409":
 			desc := msg.Header.Get(hdrDescription)
 			if desc == "Consumer Deleted" {
-				return out, true, s.recover(ctx, "consumer deleted")
+				return out, s.recover(ctx, "consumer deleted")
 			}
-			return out, true, fmt.Errorf("pull: server status 409 %s", desc)
+			return out, fmt.Errorf("pull: server status 409 %s", desc)
 		default:
-			return out, true, fmt.Errorf("pull: server status %s %s", code, msg.Header.Get(hdrDescription))
+			return out, fmt.Errorf("pull: server status %s %s", code, msg.Header.Get(hdrDescription))
 		}
 	}
-	return out, true, nil
+	return out, nil
 }
 
 // recover re-creates a consumer (and stream) that the server lost. When
