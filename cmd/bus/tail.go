@@ -42,7 +42,7 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&from, "from", from, "where a new group starts: oldest or newest")
 	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual (tail acks after printing)")
 	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
-	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted)")
+	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); deliveries received past it are handed back to the group")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
 		fs.PrintDefaults()
