@@ -34,7 +34,7 @@ func TestTimeoutGivesEachRetryAFreshDeadline(t *testing.T) {
 			return ctx.Err()
 		}
 		return nil
-	}, bus.WithMiddleware(rec, Retry(3, constant(0)), Timeout(100*time.Millisecond)))
+	}, bus.WithMiddleware(rec, Retry(3, constant(0)), Timeout(300*time.Millisecond)))
 	publish(t, b, "orders", bus.NewMessage(nil))
 
 	s := nextSettlement(t, settled)
