@@ -131,16 +131,18 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 		}
 	}()
 	round := chanRound()
-	var chanTime, busTime time.Duration
+	var chanTime, busTime, chanCPU, busCPU time.Duration
 	iter := 0
 	for b.Loop() {
-		start := time.Now()
+		start, cpu := time.Now(), processCPU()
 		runChannelPipeline(round)
 		chanTime += time.Since(start)
+		chanCPU += processCPU() - cpu
 
-		start = time.Now()
+		start, cpu = time.Now(), processCPU()
 		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
 		busTime += time.Since(start)
+		busCPU += processCPU() - cpu
 		iter++
 	}
 	msgs := float64(round * iter)
@@ -149,4 +151,8 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 	b.ReportMetric(chanRate, "chan-msgs/s")
 	b.ReportMetric(busRate, "bus-msgs/s")
 	b.ReportMetric(busRate/chanRate, "bus/chan")
+	// CPU per message (all goroutines, GC included): the cost side of the
+	// ratio, which other load on the machine does not distort.
+	b.ReportMetric(float64(chanCPU.Nanoseconds())/msgs, "chan-cpu-ns/msg")
+	b.ReportMetric(float64(busCPU.Nanoseconds())/msgs, "bus-cpu-ns/msg")
 }
