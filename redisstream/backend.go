@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/eventbus-go/bus/backend"
 )
@@ -33,6 +34,18 @@ type Backend struct {
 }
 
 var _ backend.Backend = (*Backend)(nil)
+
+// readPoolSize caps the connections of the read client: one per
+// subscription, opened on demand.
+const readPoolSize = 4096
+
+// readMaintConfig turns maintenance notifications off on the read client:
+// its connections are dedicated to one subscription each, and the
+// notification handshake (which Redis 7.0 refuses) would otherwise rewrite
+// options that those connections share.
+func readMaintConfig() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
 
 // New returns a backend over client, which may be a *redis.Client
 // (single node or sentinel failover) or a *redis.ClusterClient; other
@@ -60,9 +73,17 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	switch c := client.(type) {
 	case *redis.Client:
 		ro := *c.Options()
+		// The push processor belongs to the original client.
+		ro.PushNotificationProcessor = nil
+		ro.MaintNotificationsConfig = readMaintConfig()
+		// Every subscription holds one connection of this pool.
+		ro.PoolSize = max(ro.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClient(&ro), true
 	case *redis.ClusterClient:
 		co := *c.Options()
+		co.PushNotificationProcessor = nil
+		co.MaintNotificationsConfig = readMaintConfig()
+		co.PoolSize = max(co.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClusterClient(&co), true
 	default:
 		return nil, fmt.Errorf("%w: client type %T needs Options.ReadClient for blocking reads", ErrInvalidOption, client)

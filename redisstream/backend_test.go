@@ -102,11 +102,15 @@ func TestNackDelayLongerThanAckTimeoutIsHeldUntilDue(t *testing.T) {
 	got := make(chan seen, 10)
 	const ackTimeout, delay = 200 * time.Millisecond, 1200 * time.Millisecond
 	_, err := b.Subscribe(ctx, topic, func(ctx context.Context, d *bus.Delivery) error {
-		got <- seen{time.Now(), d.Attempt}
+		at := time.Now()
+		var err error
 		if d.Attempt == 1 {
-			return d.Nack(ctx, delay)
+			err = d.Nack(ctx, delay)
+		} else {
+			err = d.Ack(ctx)
 		}
-		return d.Ack(ctx)
+		got <- seen{at, d.Attempt} // after the settlement, so the hold is visible
+		return err
 	}, bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(ackTimeout), bus.WithGroup("g"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "m1", Payload: []byte("x")}))

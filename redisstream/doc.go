@@ -49,10 +49,12 @@
 // subscription is a consumer with a unique name (host, pid, random).
 //
 //   - Receive reads with XREADGROUP ... COUNT n BLOCK b, where n is exactly
-//     the capacity the bus reserved and b is at most Options.Block (500ms by
-//     default, 1s at most). Reads go through a client of their own (cloned
-//     from the given client's options), so they never queue behind XACK or
-//     XADD. A cancelled ctx is honoured when the current BLOCK ends.
+//     the capacity the bus reserved and b is at most Options.Block (1s).
+//     Each subscription reads on a connection of its own, taken from a read
+//     client cloned from the given client's options (on a cluster, from the
+//     node holding the stream), so reads never queue behind XACK or XADD. A
+//     cancelled ctx ends a blocked read at once: another connection sends
+//     CLIENT UNBLOCK with the reader's client ID.
 //   - Acks are one XACK per flush.
 //   - Leases: an entry pending for longer than the ack timeout is
 //     reclaimed with XAUTOCLAIM, at most a quarter of the ack timeout late.

@@ -58,7 +58,7 @@ func (r Retention) String() string {
 // Defaults of Options.
 const (
 	DefaultPrefix       = "bus"
-	DefaultBlock        = 500 * time.Millisecond
+	DefaultBlock        = time.Second
 	DefaultTrimInterval = 10 * time.Second
 	DefaultMaxPayload   = 64 << 20
 )
@@ -68,8 +68,8 @@ type Options struct {
 	// Prefix starts every key (default "bus"): stream keys are
 	// "<prefix>:{<tag>}<suffix>"; see the package doc.
 	Prefix string
-	// Block is the longest one XREADGROUP waits (default 500ms, at most
-	// 1s). It bounds how long Receive ignores a cancelled ctx.
+	// Block is the longest one XREADGROUP waits (default and maximum 1s).
+	// A cancelled ctx ends a blocked read at once (CLIENT UNBLOCK).
 	Block time.Duration
 	// Retention chooses the trimming mode (default RetainSettled).
 	Retention Retention

@@ -39,6 +39,7 @@ type subscription struct {
 
 	readArgs redis.XReadGroupArgs
 	streams  [2]string
+	reader   reader
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -62,6 +63,7 @@ func newSubscription(b *Backend, topic string, k keys, cfg backend.SubscribeConf
 		s.dlqKey = streamKey(b.opts.Prefix, cfg.DeadLetterTopic)
 		s.dlqAtomic = !b.cluster || slotOf(s.dlqKey) == slotOf(k.stream)
 	}
+	s.reader = reader{b: b, stream: k.stream}
 	s.streams = [2]string{k.stream, ">"}
 	s.readArgs = redis.XReadGroupArgs{Group: cfg.Group, Consumer: s.consumer, Streams: s.streams[:]}
 	b.mu.Lock()
@@ -118,13 +120,16 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	args := s.readArgs
 	args.Count = int64(max)
 	args.Block = s.blockFor(time.Now())
-	res, err := s.b.read.XReadGroup(ctx, &args).Result()
+	res, err := s.reader.read(ctx, &args)
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil // BLOCK ran out
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, errReaderClosed) {
+			return nil, s.errf("receive", backend.ErrClosed)
 		}
 		if isNoGroup(err) {
 			return nil, s.recoverGroup(ctx, err)
@@ -361,6 +366,7 @@ func (s *subscription) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.reader.close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if e := dropConsumerScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer).Err(); e != nil && !isNoGroup(e) {
