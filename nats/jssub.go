@@ -152,6 +152,11 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 // error: the connection is down or the server is overloaded (this is the
 // pull's heartbeat: the server always answers a live request).
 func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wait time.Duration) ([]*backend.Message, error) {
+	if !s.b.nc.IsConnected() {
+		// A request written now would wait in the reconnect buffer and
+		// reach the server late, after Receive gave up on it.
+		return out, fmt.Errorf("pull: %w (%s)", natsgo.ErrDisconnected, s.b.nc.Status())
+	}
 	s.seq++
 	reply := s.inbox + strconv.FormatUint(s.seq, 10)
 	var req []byte
