@@ -181,3 +181,28 @@ func TestTopicWithoutGroupKeepsWithinTheByteLimit(t *testing.T) {
 	assert.LessOrEqual(t, st.BacklogBytes, int64(8192), "kept within the byte limit")
 	assert.Equal(t, uint64(20-st.Backlog), st.Dropped, "the rest was dropped")
 }
+
+func TestDeadLetterWaitsForRoomInTheDeadLetterTopic(t *testing.T) {
+	be := newBackend(t, &inmemory.Options{MaxBacklog: 1})
+	s := subscribe(t, be, "src", "g")
+	dlq := subscribe(t, be, "src.dlq", "ops")
+	publish(t, be, "src.dlq", "x", 1) // fills the dead-letter backlog
+	publish(t, be, "src", "m", 1)
+	got := receiveN(t, s, 1, time.Second)[0]
+	done := make(chan error, 1)
+	go func() { done <- s.(backend.DeadLetterer).DeadLetter(context.Background(), got.AckID, "src.dlq", got) }()
+	select {
+	case err := <-done:
+		t.Fatalf("DeadLetter returned %v while the dead-letter backlog was full", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ackAll(t, dlq, receiveN(t, dlq, 1, time.Second))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "dead-letter completes once there is room")
+	case <-time.After(2 * time.Second):
+		t.Fatal("DeadLetter still waiting after the dead-letter topic made room")
+	}
+	assert.Equal(t, "m0", receiveN(t, dlq, 1, time.Second)[0].ID, "the copy arrived")
+	assert.Zero(t, stats(t, be, "src").Backlog, "the original is settled")
+}
