@@ -31,7 +31,12 @@
 // stderr. When stderr is a terminal a progress line is updated five times a
 // second. The command exits with status 1 when a message was lost or the
 // run timed out (--timeout, default 30s plus 100µs per message), and 2 on a
-// bad command line.
+// bad command line. --cpuprofile writes a CPU profile of the run.
+//
+// On a persistent backend a run leaves its topic behind (default names
+// start with "bus-bench."). The consume scenario holds the whole prefill in
+// the backend, so on mem:// raise its backlog limits for a large -n:
+// mem://?max_backlog=1000000&max_backlog_bytes=1073741824.
 //
 //	go run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json
 //	bus bench --url redis://127.0.0.1:6379 --scenario consume -n 200000
