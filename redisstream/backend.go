@@ -123,17 +123,20 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return nil
 	}
 	key := streamKey(b.opts.Prefix, topic)
-	n := 0
+	n, nm := 0, 0
 	for _, m := range msgs {
 		n += fieldCount(m)
+		nm += metaSize(m)
 	}
 	vals := make([]any, 0, n)
+	metas := make([]byte, 0, nm) // one buffer for the meta values of the batch
 	cmds := make([]*redis.StringCmd, len(msgs))
 	args := make([]redis.XAddArgs, len(msgs))
 	pipe := b.client.Pipeline()
 	for i, m := range msgs {
-		start := len(vals)
-		vals = appendFields(vals, m)
+		start, ms := len(vals), len(metas)
+		metas = appendMeta(metas, m)
+		vals = appendFields(vals, m, metas[ms:len(metas):len(metas)])
 		a := &args[i]
 		a.Stream = key
 		a.Values = vals[start:len(vals):len(vals)]

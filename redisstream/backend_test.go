@@ -27,7 +27,7 @@ func TestMalformedEntryIsDeadLetteredAndNeverReachesHandler(t *testing.T) {
 
 	// A foreign producer writes entries the bus cannot decode.
 	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"foo", "bar"}}).Err())
-	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"id", "x1", "ts", "not-a-number", "p", "z"}}).Err())
+	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "not-a-number x1", "p", "z"}}).Err())
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "good", Payload: []byte("ok")}))
 
 	got := make(chan string, 10)

@@ -14,9 +14,8 @@ import (
 // every user header is stored under headerPrefix + name, so a header can
 // never overwrite a reserved field whatever its name.
 const (
-	fieldID      = "id"
-	fieldTime    = "ts" // publish time, Unix milliseconds
-	fieldKey     = "key"
+	fieldMeta    = "m"   // "<publish time, Unix ms> <message ID>"
+	fieldKey     = "key" // only when the message has a key
 	fieldPayload = "p"
 	headerPrefix = "h:"
 )
@@ -24,10 +23,21 @@ const (
 // errMalformed is wrapped by every decode error.
 var errMalformed = errors.New("malformed entry")
 
-// appendFields appends the stream fields of m to dst, payload last. The
-// payload is passed as []byte so it is written without a copy.
-func appendFields(dst []any, m *backend.Message) []any {
-	dst = append(dst, fieldID, m.ID, fieldTime, strconv.FormatInt(m.PublishedAt.UnixMilli(), 10))
+// appendMeta appends the value of the meta field of m to buf.
+func appendMeta(buf []byte, m *backend.Message) []byte {
+	buf = strconv.AppendInt(buf, m.PublishedAt.UnixMilli(), 10)
+	buf = append(buf, ' ')
+	return append(buf, m.ID...)
+}
+
+// metaSize bounds the length of the meta field of m.
+func metaSize(m *backend.Message) int { return 21 + len(m.ID) }
+
+// appendFields appends the stream fields of m to dst, payload last, with
+// meta as the value of the meta field. Values are passed as []byte where
+// possible so they are written without a copy.
+func appendFields(dst []any, m *backend.Message, meta []byte) []any {
+	dst = append(dst, fieldMeta, meta)
 	if m.Key != "" {
 		dst = append(dst, fieldKey, m.Key)
 	}
@@ -39,7 +49,7 @@ func appendFields(dst []any, m *backend.Message) []any {
 
 // fieldCount returns how many values appendFields adds for m.
 func fieldCount(m *backend.Message) int {
-	n := 6 + 2*len(m.Headers)
+	n := 4 + 2*len(m.Headers)
 	if m.Key != "" {
 		n += 2
 	}
@@ -50,7 +60,7 @@ func fieldCount(m *backend.Message) int {
 // an error wrapping errMalformed, when a reserved field is missing, a field
 // is foreign, or a value has the wrong type or encoding.
 func decode(id string, values map[string]any, m *backend.Message) error {
-	var haveID, havePayload bool
+	var haveMeta, havePayload bool
 	nh := 0
 	for k := range values {
 		if strings.HasPrefix(k, headerPrefix) {
@@ -66,17 +76,17 @@ func decode(id string, values map[string]any, m *backend.Message) error {
 			return fmt.Errorf("%w %s: field %q has type %T", errMalformed, id, k, raw)
 		}
 		switch k {
-		case fieldID:
-			if v == "" {
-				return fmt.Errorf("%w %s: empty %q field", errMalformed, id, fieldID)
+		case fieldMeta:
+			sp := strings.IndexByte(v, ' ')
+			if sp < 0 || sp == len(v)-1 {
+				return fmt.Errorf("%w %s: bad %q field", errMalformed, id, fieldMeta)
 			}
-			m.ID, haveID = v, true
-		case fieldTime:
-			ms, err := strconv.ParseInt(v, 10, 64)
+			ms, err := strconv.ParseInt(v[:sp], 10, 64)
 			if err != nil {
-				return fmt.Errorf("%w %s: bad %q field: %w", errMalformed, id, fieldTime, err)
+				return fmt.Errorf("%w %s: bad time in %q field: %w", errMalformed, id, fieldMeta, err)
 			}
 			m.PublishedAt = time.UnixMilli(ms)
+			m.ID, haveMeta = v[sp+1:], true
 		case fieldKey:
 			m.Key = v
 		case fieldPayload:
@@ -88,8 +98,8 @@ func decode(id string, values map[string]any, m *backend.Message) error {
 			m.Headers[k[len(headerPrefix):]] = v
 		}
 	}
-	if !haveID {
-		return fmt.Errorf("%w %s: missing %q field", errMalformed, id, fieldID)
+	if !haveMeta {
+		return fmt.Errorf("%w %s: missing %q field", errMalformed, id, fieldMeta)
 	}
 	if !havePayload {
 		return fmt.Errorf("%w %s: missing %q field", errMalformed, id, fieldPayload)

@@ -36,8 +36,9 @@
 // "bus" is Options.Prefix. Topic names cannot hold '{', '}' or '#', so keys
 // of distinct topics never collide.
 //
-// Each entry has the fields id (message ID), ts (publish time, Unix ms), key
-// (when set), one "h:<name>" field per header and p (payload). Headers are
+// Each entry has the fields m ("<publish time in Unix ms> <message ID>"),
+// key (when set), one "h:<name>" field per header and p (payload); few
+// fields keep XADD and XREADGROUP cheap on the server. Headers are
 // namespaced under "h:", so a user header can never overwrite a reserved
 // field. An entry with a missing reserved field, a foreign field or a bad
 // value is malformed.

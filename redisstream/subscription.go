@@ -280,7 +280,7 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	if !ok {
 		return s.errf("dead-letter", fmt.Errorf("foreign ack id %T", id))
 	}
-	if err := s.moveToDeadLetter(ctx, string(e), topic, appendFields(make([]any, 0, fieldCount(msg)), msg)); err != nil {
+	if err := s.moveToDeadLetter(ctx, string(e), topic, appendFields(make([]any, 0, fieldCount(msg)), msg, appendMeta(nil, msg))); err != nil {
 		return s.errf("dead-letter", err)
 	}
 	return nil
@@ -336,7 +336,7 @@ func (s *subscription) quarantine(ctx context.Context, id string, values map[str
 		return
 	}
 	dl := malformedCopy(id, values, s.topic, s.cfg.Group, attempt, cause)
-	if derr := s.moveToDeadLetter(ctx, id, s.cfg.DeadLetterTopic, appendFields(nil, dl)); derr != nil {
+	if derr := s.moveToDeadLetter(ctx, id, s.cfg.DeadLetterTopic, appendFields(nil, dl, appendMeta(nil, dl))); derr != nil {
 		err = errors.Join(err, fmt.Errorf("dead-letter to %q: %w", s.cfg.DeadLetterTopic, derr))
 	} else {
 		err = fmt.Errorf("%w (moved to %q)", err, s.cfg.DeadLetterTopic)
