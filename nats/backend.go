@@ -48,6 +48,7 @@ type Backend struct {
 	subs    map[subscriber]struct{}
 
 	closed atomic.Bool
+	server atomic.Value // string: redacted URL of the last server connected to
 }
 
 // subscriber is what the backend tells about connection events.
@@ -277,6 +278,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 // watchConnection forwards disconnects and reconnects to the observers of
 // live subscriptions, keeping any handlers already on the connection.
 func (b *Backend) watchConnection() {
+	b.server.Store(b.nc.ConnectedUrlRedacted())
 	prevDisc := b.nc.Opts.DisconnectedErrCB
 	b.nc.SetDisconnectErrHandler(func(nc *natsgo.Conn, err error) {
 		if prevDisc != nil {
@@ -285,13 +287,14 @@ func (b *Backend) watchConnection() {
 		if err == nil {
 			err = natsgo.ErrDisconnected
 		}
-		b.notify(fmt.Errorf("nats: disconnected from %s: %w", nc.ConnectedUrlRedacted(), err))
+		b.notify(fmt.Errorf("nats: disconnected from %s: %w", b.server.Load(), err))
 	})
 	prevRec := b.nc.Opts.ReconnectedCB
 	b.nc.SetReconnectHandler(func(nc *natsgo.Conn) {
 		if prevRec != nil {
 			prevRec(nc)
 		}
+		b.server.Store(nc.ConnectedUrlRedacted())
 		b.notify(fmt.Errorf("nats: reconnected to %s", nc.ConnectedUrlRedacted()))
 	})
 	prevErr := b.nc.Opts.AsyncErrorCB

@@ -355,3 +355,36 @@ func TestFaultCloseWithHandlersInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultMemoryStreamLostOnRestartIsRecreated: a memory stream and its
+// consumer vanish with a server restart (Persistent is false for memory
+// storage); the subscription re-creates both by itself and goes on with
+// what is published afterwards.
+func TestFaultMemoryStreamLostOnRestartIsRecreated(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{Storage: busnats.StorageMemory, ReconnectWait: 50 * time.Millisecond})
+	events := &eventCounter{}
+	b := bus.New(connect(t, srv.URL(), o), bus.WithObserver(events))
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	assert.False(t, b.Capabilities().Persistent, "memory storage is not persistent")
+	topic := "fault.memory"
+	l := newLedger()
+	_, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"), bus.WithAckTimeout(faultAckTimeout))
+	require.NoError(t, err)
+	publishAll(t, b, l, topic, 5)
+	waitNoLoss(t, l, 10*time.Second)
+
+	srv.Restart()
+	require.Eventually(t, func() bool { return events.count(observer.ScopeReclaim) > 0 }, 30*time.Second, 20*time.Millisecond,
+		"the subscription re-creates the lost stream and consumer and says so")
+	// Publishing finds the stream again too.
+	require.Eventually(t, func() bool {
+		m := &bus.Message{Payload: []byte("after")}
+		err := b.Publish(context.Background(), topic, m)
+		l.publish(m.ID, err)
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "publish after the restart")
+	waitNoLoss(t, l, 30*time.Second)
+	c := l.log(t, "memory-restart")
+	assert.Zero(t, c.Lost, "messages published after the re-creation are delivered")
+}

@@ -190,6 +190,10 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 					state = "not connected: " + s.b.nc.Status().String()
 				}
 				return out, fmt.Errorf("pull: no answer from the server within %v (%s)", timeout+responseGrace, state)
+			case errors.Is(err, natsgo.ErrNoResponders):
+				// The client library turns the 503 status into this error:
+				// nobody serves this consumer's pull requests.
+				return out, s.recover(ctx, "no responders for pull requests")
 			case s.isClosed() || errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
 				return out, backend.ErrClosed
 			default:
