@@ -273,7 +273,7 @@ func (r *benchRun) runConsume(ctx context.Context, res *benchResult) error {
 	if err != nil {
 		return err
 	}
-	timedOut := r.waitFor(ctx, start, nil, nil)
+	timedOut := r.waitFor(ctx, start, sub.Done(), nil, nil)
 	res.Seconds = time.Since(start).Seconds()
 	r.finish(ctx, sub, res, timedOut)
 	return ctx.Err()
@@ -327,7 +327,7 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 		defer close(pubDone)
 		pubErr = r.publishAll(pubCtx, false)
 	}()
-	timedOut := r.waitFor(ctx, start, pubDone, &pubErr)
+	timedOut := r.waitFor(ctx, start, sub.Done(), pubDone, &pubErr)
 	res.Seconds = time.Since(start).Seconds()
 	cancelPub()
 	<-pubDone
@@ -373,9 +373,10 @@ func (r *benchRun) handle(ctx context.Context, d *bus.Delivery) error {
 }
 
 // waitFor blocks until every message arrived, the deadline passed, ctx
-// ended or the publishers failed (pubDone closed with *pubErr set). It
-// reports whether the deadline passed.
-func (r *benchRun) waitFor(ctx context.Context, start time.Time, pubDone <-chan struct{}, pubErr *error) bool {
+// ended, the subscription stopped (subDone) or the publishers failed
+// (pubDone closed with *pubErr set). It reports whether the deadline
+// passed.
+func (r *benchRun) waitFor(ctx context.Context, start time.Time, subDone, pubDone <-chan struct{}, pubErr *error) bool {
 	timer := time.NewTimer(r.cfg.deadline() - time.Since(start))
 	defer timer.Stop()
 	for {
@@ -385,6 +386,8 @@ func (r *benchRun) waitFor(ctx context.Context, start time.Time, pubDone <-chan 
 		case <-timer.C:
 			return true
 		case <-ctx.Done():
+			return false
+		case <-subDone:
 			return false
 		case <-pubDone:
 			if *pubErr != nil {
@@ -404,6 +407,11 @@ func (r *benchRun) finish(ctx context.Context, sub *bus.Subscription, res *bench
 		r.errs.Add(1)
 	}
 	cancel()
+	if err := sub.Err(); err != nil {
+		msg := "subscription ended: " + err.Error()
+		r.first.CompareAndSwap(nil, &msg)
+		r.errs.Add(1)
+	}
 	res.Delivered = r.track.Delivered()
 	res.Duplicates = r.track.dups.Load()
 	res.Foreign = r.track.foreign.Load()

@@ -90,6 +90,7 @@ func TestTailAcksSoTheGroupDoesNotSeeMessagesAgain(t *testing.T) {
 	assert.Contains(t, second.String(), `payload="three"`, "the group resumes after the acked messages")
 	assert.NotContains(t, second.String(), `payload="one"`, "acked messages are not delivered again")
 	assert.NotContains(t, second.String(), `payload="two"`, "acked messages are not delivered again")
+	assert.Contains(t, second.String(), "attempt=1", "--count took no message past the two it printed")
 }
 
 func TestPublishReadsStdinLines(t *testing.T) {
@@ -162,6 +163,29 @@ func TestPublishCommandPrintsIDs(t *testing.T) {
 	ids := strings.Fields(stdout)
 	require.Len(t, ids, 2, "one ID per stdin line")
 	assert.NotEqual(t, ids[0], ids[1], "IDs are unique")
+}
+
+func TestCountLimiterNeverGrantsMoreThanCount(t *testing.T) {
+	l := newCountLimiter(5)
+	ctx := testCtx(t)
+	n, err := l.Acquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n, "takes what is asked while under the count")
+	n, err = l.Acquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "never more than the count in all")
+	l.Release(1) // one unit came back unused
+	n, err = l.Acquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "unused units can be taken again")
+	for range 5 {
+		l.printed()
+		l.Release(1)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(short, 1)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "after count deliveries nothing more is granted")
 }
 
 func TestFormatDelivery(t *testing.T) {

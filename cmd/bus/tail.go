@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,9 +15,60 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// errCountReached nacks deliveries that arrive after --count was reached,
-// so they stay with the group for the next reader.
-var errCountReached = errors.New("tail: --count reached, handing the message back")
+// countLimiter lets a subscription take at most count messages in all:
+// capacity is acquired before the backend is asked for messages, so tail
+// --count never receives a message it would not print. done counts
+// printed deliveries; held counts units acquired and not yet released
+// (released when unused, or when the delivery finished). Safe for
+// concurrent use.
+type countLimiter struct {
+	mu    sync.Mutex
+	count int
+	done  int
+	held  int
+	wake  chan struct{}
+}
+
+func newCountLimiter(count int) *countLimiter {
+	return &countLimiter{count: count, wake: make(chan struct{}, 1)}
+}
+
+// Acquire implements bus.Limiter.
+func (l *countLimiter) Acquire(ctx context.Context, max int) (int, error) {
+	for {
+		l.mu.Lock()
+		n := min(max, l.count-l.done-l.held)
+		if n > 0 {
+			l.held += n
+			l.mu.Unlock()
+			return n, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Release implements bus.Limiter.
+func (l *countLimiter) Release(n int) {
+	l.mu.Lock()
+	l.held -= n
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// printed records one printed delivery, before its units are released.
+func (l *countLimiter) printed() {
+	l.mu.Lock()
+	l.done++
+	l.mu.Unlock()
+}
 
 // tailOptions is the parsed command line of bus tail.
 type tailOptions struct {
@@ -42,7 +92,7 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&from, "from", from, "where a new group starts: oldest or newest")
 	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual (tail acks after printing)")
 	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
-	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); deliveries received past it are handed back to the group")
+	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); no more are taken from the group")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -79,9 +129,7 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	obs := observer.Func(func(_ context.Context, e observer.Event) {
-		if !errors.Is(e.Err, errCountReached) {
-			fmt.Fprintf(stderr, "bus tail: %s: %v\n", e.Scope, e.Err)
-		}
+		fmt.Fprintf(stderr, "bus tail: %s: %v\n", e.Scope, e.Err)
 	})
 	b, err := bus.Open(ctx, *rawURL, bus.WithObserver(obs))
 	if err != nil {
@@ -112,24 +160,23 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 		printed int
 		werr    error
 	)
+	var limit *countLimiter
+	if opts.count > 0 {
+		limit = newCountLimiter(opts.count)
+	}
 	h := func(hctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
-		if opts.count > 0 && printed >= opts.count {
-			mu.Unlock()
-			// Not ours to print: hand it back at once for another reader.
-			if opts.ackMode == bus.AckManual {
-				return d.Nack(hctx, 0)
-			}
-			return errCountReached
-		}
 		_, err := io.WriteString(out, formatDelivery(d))
 		if err != nil && werr == nil {
 			werr = err
 			cancel()
 		}
 		printed++
-		if opts.count > 0 && printed == opts.count {
-			cancel()
+		if limit != nil {
+			limit.printed()
+			if printed == opts.count {
+				cancel()
+			}
 		}
 		mu.Unlock()
 		if err != nil {
@@ -140,12 +187,16 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 		}
 		return nil
 	}
-	sub, err := s.Subscribe(context.WithoutCancel(ctx), opts.topic, h,
+	subOpts := []bus.SubscribeOption{
 		bus.WithGroup(opts.group),
 		bus.WithStartFrom(opts.from),
 		bus.WithAckMode(opts.ackMode),
 		bus.WithMaxInFlight(opts.maxInFlight),
-	)
+	}
+	if limit != nil {
+		subOpts = append(subOpts, bus.WithLimiter(limit))
+	}
+	sub, err := s.Subscribe(context.WithoutCancel(ctx), opts.topic, h, subOpts...)
 	if err != nil {
 		return err
 	}
