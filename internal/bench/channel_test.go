@@ -156,3 +156,35 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 	b.ReportMetric(float64(chanCPU.Nanoseconds())/msgs, "chan-cpu-ns/msg")
 	b.ReportMetric(float64(busCPU.Nanoseconds())/msgs, "bus-cpu-ns/msg")
 }
+
+// BenchmarkChannelPipeline is the channel side alone, for profiling.
+func BenchmarkChannelPipeline(b *testing.B) {
+	round := chanRound()
+	for b.Loop() {
+		runChannelPipeline(round)
+	}
+	b.ReportMetric(float64(round*b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkMemE2E is the bus side alone, for profiling:
+//
+//	go test ./internal/bench -run '^$' -bench 'MemE2E$' -benchtime 5x -cpuprofile cpu.out
+func BenchmarkMemE2E(b *testing.B) {
+	ctx := context.Background()
+	bs, err := bus.Open(ctx, "mem://")
+	if err != nil {
+		b.Fatalf("open mem://: %v", err)
+	}
+	defer func() {
+		if err := bs.Close(ctx); err != nil {
+			b.Errorf("close bus: %v", err)
+		}
+	}()
+	round := chanRound()
+	iter := 0
+	for b.Loop() {
+		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
+		iter++
+	}
+	b.ReportMetric(float64(round*iter)/b.Elapsed().Seconds(), "msgs/s")
+}

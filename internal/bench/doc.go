@@ -7,7 +7,9 @@
 //   - BenchmarkMemE2EVsChannel: a plain buffered Go channel pipeline
 //     (producer goroutine, buffered channel, consumer goroutine) against
 //     the bus on mem:// end to end with AckOnSuccess, 256-byte payloads;
-//     it reports both rates and the bus/channel ratio.
+//     it reports both rates, the bus/channel ratio and the CPU time per
+//     message of each side. BenchmarkChannelPipeline and BenchmarkMemE2E
+//     run one side alone, for profiling.
 //   - BenchmarkRedis*: the bus on Redis Streams against raw go-redis doing
 //     the same work (see redis_test.go).
 //   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
