@@ -12,7 +12,6 @@ const (
 	capOrdered
 	capStartOldest
 	capExtend
-	capPersistent
 )
 
 func (c capability) String() string {
@@ -29,8 +28,6 @@ func (c capability) String() string {
 		return "StartOldest"
 	case capExtend:
 		return "Extend"
-	case capPersistent:
-		return "Persistent"
 	}
 	return "unknown"
 }
@@ -49,8 +46,6 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.StartOldest
 	case capExtend:
 		return caps.Extend
-	case capPersistent:
-		return caps.Persistent
 	}
 	return false
 }

@@ -62,6 +62,29 @@ func testMaxDeliveriesDeadLetter(t *testing.T, s *suite) {
 	assert.Len(t, h.events.scope(observer.ScopeHandler), maxDeliveries, "each failed attempt is reported")
 }
 
+// testExpiredLeasesDeadLetter: a manual delivery whose lease keeps
+// running out is dead-lettered once it comes back past max deliveries,
+// without running the handler again.
+func testExpiredLeasesDeadLetter(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("expired"), h.group("expired")
+	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	in := &inbox{}
+	const maxDeliveries = 2
+	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
+		return nil // never settled: every lease runs out
+	}), bus.WithGroup(group), bus.WithAckMode(bus.AckManual), bus.WithMaxDeliveries(maxDeliveries),
+		bus.WithAckTimeout(s.ackTimeout()))
+
+	m := &bus.Message{Headers: map[string]string{"x-origin": "conformance"}, Payload: []byte("abandoned")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "the message is dead-lettered after %d expired leases", maxDeliveries)
+	s.never(t, s.quiet(), func() bool { return len(in.of(m.ID)) > maxDeliveries || dlq.len() > 1 },
+		"nothing is delivered after the dead-letter")
+	assert.Equal(t, []int{1, 2}, in.attempts(m.ID), "the handler runs only within max deliveries")
+	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, maxDeliveries+1, "max deliveries")
+}
+
 // testPermanentDeadLetter: a Permanent error skips the retries.
 func testPermanentDeadLetter(t *testing.T, s *suite) {
 	h := s.newHarness(t)

@@ -72,6 +72,52 @@ func testCloseDrains(t *testing.T, s *suite) {
 		"Close flushed the acks of the drained messages: no redelivery to a new member of the group")
 }
 
+// testCloseCancelsHandlersWhenCtxEnds: when the close ctx ends first,
+// Close cancels the handlers' ctx, reports the ctx error, and the
+// unfinished message is not lost: a new member gets it again.
+func testCloseCancelsHandlers(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("force"), h.group("force")
+	started := make(chan struct{}, 4)
+	var cancelled atomic.Int64
+	sub := h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Attempt > 1 {
+			return nil
+		}
+		trySend(started, struct{}{})
+		select {
+		case <-ctx.Done():
+			cancelled.Add(1)
+			return ctx.Err()
+		case <-time.After(s.deadline()):
+			return nil
+		}
+	}, bus.WithGroup(group), bus.WithAckTimeout(s.ackTimeout()), fastRetry())
+
+	m := &bus.Message{Payload: []byte("stuck")}
+	h.publish(topic, m)
+	recv(t, s, started, "the stuck handler to start")
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(100*time.Millisecond))
+	defer cancel()
+	begin := time.Now()
+	err := sub.Close(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Close reports that its ctx ended before the handlers finished")
+	assert.Less(t, time.Since(begin), s.deadline()/2, "Close returns soon after its ctx ends")
+	assert.Equal(t, int64(1), cancelled.Load(), "the running handler's ctx is cancelled")
+	select {
+	case <-sub.Done():
+	default:
+		t.Fatal("Done must be closed when Close returns")
+	}
+	if !s.caps.Redelivery {
+		return
+	}
+	again := &inbox{}
+	h.subscribe(context.Background(), topic, again.handle(nil), bus.WithGroup(group), bus.WithAckTimeout(s.ackTimeout()))
+	s.eventually(t, func() bool { return len(again.of(m.ID)) >= 1 }, "the interrupted message is delivered to the next member")
+	assert.Greater(t, again.of(m.ID)[0].Attempt, 1, "it comes back as a redelivery")
+}
+
 // testResubscribeContinues: rejoining a group resumes where it stopped:
 // messages published meanwhile arrive, acked ones do not come back.
 func testResubscribeContinues(t *testing.T, s *suite) {

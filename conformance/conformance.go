@@ -81,6 +81,7 @@ var cases = []testCase{
 
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
+	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
 	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
 	{name: "RejectDeadLetters", run: testRejectDeadLetters},
 	{name: "PanicRecoveredAndRetried", run: testPanicRecovered},
@@ -93,6 +94,7 @@ var cases = []testCase{
 
 	// Shutdown.
 	{name: "CloseDrainsAndFlushesAcks", run: testCloseDrains},
+	{name: "CloseCancelsHandlersWhenCtxEnds", run: testCloseCancelsHandlers},
 	{name: "ResubscribeContinues", needs: []capability{capGroups, capRedelivery}, run: testResubscribeContinues},
 	{name: "PublishAfterCloseErrClosed", run: testPublishAfterClose},
 	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
