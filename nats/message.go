@@ -38,7 +38,21 @@ func isNATSHeader(k string) bool {
 // rollups, TTLs ...). idScope is put before the ID in Nats-Msg-Id, so that
 // deduplication in a stream shared by several topics stays per topic.
 func encode(subject string, m *backend.Message, core bool, idScope string) (*natsgo.Msg, error) {
-	h := make(natsgo.Header, len(m.Headers)+3)
+	n := len(m.Headers) + 1
+	if m.Key != "" {
+		n++
+	}
+	if core {
+		n++
+	}
+	// One backing array for every header value: one allocation, not one
+	// per header.
+	vals := make([]string, 0, n)
+	h := make(natsgo.Header, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	for k, v := range m.Headers {
 		if isNATSHeader(k) {
 			return nil, fmt.Errorf("%w: header %q uses the reserved prefix \"nats-\"", bus.ErrInvalidMessage, k)
@@ -46,14 +60,14 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 		if k == hdrKey || k == hdrPublished {
 			return nil, fmt.Errorf("%w: header %q is reserved by the nats backend", bus.ErrInvalidMessage, k)
 		}
-		h[k] = []string{v}
+		set(k, v)
 	}
-	h[hdrMsgID] = []string{idScope + m.ID}
+	set(hdrMsgID, idScope+m.ID)
 	if m.Key != "" {
-		h[hdrKey] = []string{m.Key}
+		set(hdrKey, m.Key)
 	}
 	if core && !m.PublishedAt.IsZero() {
-		h[hdrPublished] = []string{strconv.FormatInt(m.PublishedAt.UnixNano(), 10)}
+		set(hdrPublished, strconv.FormatInt(m.PublishedAt.UnixNano(), 10))
 	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: m.Payload}, nil
 }

@@ -24,6 +24,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,40 +242,61 @@ func (e *natsEnv) closeSub(sub *bus.Subscription) {
 	}
 }
 
-// rates accumulates the time each side spent.
+// rates records the time each side spent per round. The machine is
+// shared, so a round now and then meets a busy CPU: the reported figures
+// are medians over the rounds, which one noisy round does not move.
 type rates struct {
-	raw, bus time.Duration
-	msgs     int
+	raw, bus []time.Duration
+	msgs     int // per round
 }
 
 func (r *rates) report(b *testing.B) {
-	if r.raw == 0 || r.bus == 0 {
+	if len(r.raw) == 0 {
 		return
 	}
-	rawRate := float64(r.msgs) / r.raw.Seconds()
-	busRate := float64(r.msgs) / r.bus.Seconds()
+	rawRate := float64(r.msgs) / median(r.raw).Seconds()
+	busRate := float64(r.msgs) / median(r.bus).Seconds()
+	ratios := make([]time.Duration, len(r.raw))
+	for i := range r.raw {
+		// bus/raw of one round, as a duration to reuse median (x 1e6).
+		ratios[i] = time.Duration(float64(r.raw[i]) / float64(r.bus[i]) * 1e6)
+	}
 	b.ReportMetric(rawRate, "raw-msgs/s")
 	b.ReportMetric(busRate, "bus-msgs/s")
-	b.ReportMetric(busRate/rawRate, "bus/raw")
+	b.ReportMetric(float64(median(ratios))/1e6, "bus/raw")
 	b.ReportMetric(0, "ns/op")
 }
 
-func timed(d *time.Duration, f func()) {
-	start := time.Now()
-	f()
-	*d += time.Since(start)
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// both runs the raw and the bus side of one round, alternating which goes
-// first so neither always meets a warmer (or busier) server.
-func both(r *rates, round int, raw, bus func()) {
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}
+
+// both runs the raw and the bus side of one round of n messages,
+// alternating which goes first so neither always meets a warmer (or
+// busier) server.
+func both(r *rates, round, n int, raw, bus func()) {
+	r.msgs = n
+	var rd, bd time.Duration
 	if round%2 == 0 {
-		timed(&r.raw, raw)
-		timed(&r.bus, bus)
+		rd = timed(raw)
+		bd = timed(bus)
 	} else {
-		timed(&r.bus, bus)
-		timed(&r.raw, raw)
+		bd = timed(bus)
+		rd = timed(raw)
 	}
+	r.raw = append(r.raw, rd)
+	r.bus = append(r.bus, bd)
 }
 
 func BenchmarkNATSPublishBatch(b *testing.B) {
@@ -285,8 +307,7 @@ func BenchmarkNATSPublishBatch(b *testing.B) {
 	n := natsRound()
 	var r rates
 	for round := 0; b.Loop(); round++ {
-		both(&r, round, func() { e.rawPublish(subject, n) }, func() { e.busPublish(topic, n) })
-		r.msgs += n
+		both(&r, round, n, func() { e.rawPublish(subject, n) }, func() { e.busPublish(topic, n) })
 	}
 	r.report(b)
 }
@@ -303,9 +324,8 @@ func BenchmarkNATSConsumeAck(b *testing.B) {
 		e.busPublish(topic, n)
 		b.StartTimer()
 		var sub *bus.Subscription
-		both(&r, round, func() { e.rawConsume(stream, n) }, func() { sub = e.busConsume(topic, n) })
+		both(&r, round, n, func() { e.rawConsume(stream, n) }, func() { sub = e.busConsume(topic, n) })
 		e.closeSub(sub)
-		r.msgs += n
 	}
 	r.report(b)
 }
@@ -321,7 +341,7 @@ func BenchmarkNATSE2E(b *testing.B) {
 		e.busPublish(topic, 1) // create the stream
 		b.StartTimer()
 		var sub *bus.Subscription
-		both(&r, round, func() {
+		both(&r, round, n, func() {
 			pubDone := make(chan struct{})
 			go func() { defer close(pubDone); e.rawPublish(subject, n) }()
 			e.rawConsume(stream, n)
@@ -333,7 +353,6 @@ func BenchmarkNATSE2E(b *testing.B) {
 			<-pubDone
 		})
 		e.closeSub(sub)
-		r.msgs += n
 	}
 	r.report(b)
 }
