@@ -212,10 +212,11 @@ func (e *redisEnv) busConsume(topic string, n int) {
 	}
 }
 
-// redisRates accumulates the time each side spent.
+// redisRates accumulates the wall and CPU time each side spent.
 type redisRates struct {
-	raw, bus time.Duration
-	msgs     int
+	raw, bus       time.Duration
+	rawCPU, busCPU time.Duration
+	msgs           int
 }
 
 func (r *redisRates) report(b *testing.B) {
@@ -227,6 +228,11 @@ func (r *redisRates) report(b *testing.B) {
 	b.ReportMetric(rawRate, "raw-msgs/s")
 	b.ReportMetric(busRate, "bus-msgs/s")
 	b.ReportMetric(busRate/rawRate, "bus/raw")
+	if r.rawCPU > 0 && r.busCPU > 0 {
+		// Client CPU (this process; the server is another) per message.
+		b.ReportMetric(float64(r.rawCPU.Nanoseconds())/float64(r.msgs), "raw-cpu-ns/msg")
+		b.ReportMetric(float64(r.busCPU.Nanoseconds())/float64(r.msgs), "bus-cpu-ns/msg")
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -234,6 +240,18 @@ func redisTimed(d *time.Duration, f func()) {
 	start := time.Now()
 	f()
 	*d += time.Since(start)
+}
+
+// timedSide runs f and adds its wall and process CPU time to one side.
+func (r *redisRates) timedSide(bus bool, f func()) {
+	c0 := processCPU()
+	if bus {
+		redisTimed(&r.bus, f)
+		r.busCPU += processCPU() - c0
+		return
+	}
+	redisTimed(&r.raw, f)
+	r.rawCPU += processCPU() - c0
 }
 
 func BenchmarkRedisPublishBatch(b *testing.B) {
@@ -245,8 +263,8 @@ func BenchmarkRedisPublishBatch(b *testing.B) {
 	var r redisRates
 	for b.Loop() {
 		for c := range chunks {
-			raw := func() { redisTimed(&r.raw, func() { e.rawPublish(stream, n/chunks) }) }
-			bus := func() { redisTimed(&r.bus, func() { e.busPublish(topic, n/chunks) }) }
+			raw := func() { r.timedSide(false, func() { e.rawPublish(stream, n/chunks) }) }
+			bus := func() { r.timedSide(true, func() { e.busPublish(topic, n/chunks) }) }
 			if c%2 == 0 {
 				raw()
 				bus()
@@ -274,8 +292,8 @@ func BenchmarkRedisConsumeAck(b *testing.B) {
 		topic := e.busTopic("con")
 		e.busPublish(topic, n)
 		b.StartTimer()
-		raw := func() { redisTimed(&r.raw, func() { e.rawConsume(stream, n) }) }
-		bus := func() { redisTimed(&r.bus, func() { e.busConsume(topic, n) }) }
+		raw := func() { r.timedSide(false, func() { e.rawConsume(stream, n) }) }
+		bus := func() { r.timedSide(true, func() { e.busConsume(topic, n) }) }
 		if r.msgs/n%2 == 0 { // alternate the order between iterations
 			raw()
 			bus()
@@ -322,11 +340,11 @@ func BenchmarkRedisE2E(b *testing.B) {
 			<-pubDone
 		}
 		if r.msgs/n%2 == 0 { // alternate the order between iterations
-			redisTimed(&r.raw, raw)
-			redisTimed(&r.bus, bus)
+			r.timedSide(false, raw)
+			r.timedSide(true, bus)
 		} else {
-			redisTimed(&r.bus, bus)
-			redisTimed(&r.raw, raw)
+			r.timedSide(true, bus)
+			r.timedSide(false, raw)
 		}
 		r.msgs += n
 		b.StopTimer()
