@@ -18,14 +18,15 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS[1] stream, KEYS[2] hold ZSET.
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id, ARGV[4] idle ms,
-// ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member.
+// ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member
+// without its last part (the script appends the delivery count).
 // Returns 1 when nacked, 0 when the entry is no longer pending, -1 when
 // another consumer owns it now.
 var nackScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[2] then return -1 end
-if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6]) end
+if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\0' .. p[1][4]) end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
 return 1
 `)
@@ -68,11 +69,14 @@ return 1
 // drops the hold; an entry due within its ack timeout gets the idle time
 // that makes it claimable exactly at its due time and the hold is dropped;
 // any other entry has its idle time reset when it has used half its ack
-// timeout, so no reclaimer takes it early.
+// timeout, so no reclaimer takes it early. An entry whose delivery count
+// moved since the nack (it was handed out anyway, say while no promoter
+// ran) drops the hold and is left to its new owner.
 //
 // KEYS[1] stream, KEYS[2] hold ZSET. ARGV[1] now in ms, ARGV[2] rank of the
 // first hold to visit, ARGV[3] max holds to visit. Members are
-// "<group>\0<entry id>\0<ack timeout ms>". Returns {visited, removed}.
+// "<group>\0<entry id>\0<ack timeout ms>\0<delivery count at the nack>".
+// Returns {visited, removed}.
 var holdScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local off = tonumber(ARGV[2])
@@ -85,9 +89,11 @@ for i = 1, #items, 2 do
   local b = string.find(m, '\0', a + 1, true)
   local group = string.sub(m, 1, a - 1)
   local id = string.sub(m, a + 1, b - 1)
-  local at = tonumber(string.sub(m, b + 1))
+  local c = string.find(m, '\0', b + 1, true)
+  local at = tonumber(string.sub(m, b + 1, c - 1))
+  local count = tonumber(string.sub(m, c + 1))
   local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], group, id, id, 1)
-  if not ok or #p == 0 then
+  if not ok or #p == 0 or p[1][4] ~= count then
     redis.call('ZREM', KEYS[2], m)
     removed = removed + 1
   else
