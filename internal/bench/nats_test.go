@@ -5,8 +5,11 @@ package bench
 //
 //	go test ./internal/bench -run '^$' -bench NATS -benchtime 5x
 //
-// Each iteration runs the raw client and then the bus over natsRound
-// messages of 256 bytes; the benchmark reports both rates and bus/raw.
+// Each iteration (round) runs the raw client and the bus, in alternating
+// order, over natsRound messages of 256 bytes. The benchmark reports the
+// median rate of each side and the median of the per-round bus/raw
+// ratios (medians, because the machine is shared and a round now and then
+// meets a busy CPU); -v logs every round.
 // The server is an embedded nats-server (file storage), or the one at
 // $BUS_NATS_URL; streams get unique names and are deleted afterwards.
 //
@@ -285,7 +288,7 @@ func timed(f func()) time.Duration {
 // both runs the raw and the bus side of one round of n messages,
 // alternating which goes first so neither always meets a warmer (or
 // busier) server.
-func both(r *rates, round, n int, raw, bus func()) {
+func both(b *testing.B, r *rates, round, n int, raw, bus func()) {
 	r.msgs = n
 	var rd, bd time.Duration
 	if round%2 == 0 {
@@ -295,6 +298,7 @@ func both(r *rates, round, n int, raw, bus func()) {
 		bd = timed(bus)
 		rd = timed(raw)
 	}
+	b.Logf("round %d: raw %v, bus %v for %d messages", round, rd, bd, n)
 	r.raw = append(r.raw, rd)
 	r.bus = append(r.bus, bd)
 }
@@ -307,7 +311,7 @@ func BenchmarkNATSPublishBatch(b *testing.B) {
 	n := natsRound()
 	var r rates
 	for round := 0; b.Loop(); round++ {
-		both(&r, round, n, func() { e.rawPublish(subject, n) }, func() { e.busPublish(topic, n) })
+		both(b, &r, round, n, func() { e.rawPublish(subject, n) }, func() { e.busPublish(topic, n) })
 	}
 	r.report(b)
 }
@@ -324,7 +328,7 @@ func BenchmarkNATSConsumeAck(b *testing.B) {
 		e.busPublish(topic, n)
 		b.StartTimer()
 		var sub *bus.Subscription
-		both(&r, round, n, func() { e.rawConsume(stream, n) }, func() { sub = e.busConsume(topic, n) })
+		both(b, &r, round, n, func() { e.rawConsume(stream, n) }, func() { sub = e.busConsume(topic, n) })
 		e.closeSub(sub)
 	}
 	r.report(b)
@@ -341,7 +345,7 @@ func BenchmarkNATSE2E(b *testing.B) {
 		e.busPublish(topic, 1) // create the stream
 		b.StartTimer()
 		var sub *bus.Subscription
-		both(&r, round, n, func() {
+		both(b, &r, round, n, func() {
 			pubDone := make(chan struct{})
 			go func() { defer close(pubDone); e.rawPublish(subject, n) }()
 			e.rawConsume(stream, n)
