@@ -298,7 +298,9 @@ func both(b *testing.B, r *rates, round, n int, raw, bus func()) {
 		bd = timed(bus)
 		rd = timed(raw)
 	}
-	b.Logf("round %d: raw %v, bus %v for %d messages", round, rd, bd, n)
+	if testing.Verbose() {
+		b.Logf("round %d: raw %v, bus %v for %d messages", round, rd, bd, n)
+	}
 	r.raw = append(r.raw, rd)
 	r.bus = append(r.bus, bd)
 }
