@@ -120,6 +120,15 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			o(&cfg)
 		}
 	}
+	known := map[string]bool{"Tracing": true}
+	for _, tc := range cases {
+		known[tc.name] = true
+	}
+	for name := range cfg.skip {
+		if !known[name] {
+			t.Errorf("conformance: WithSkip names %q, which is not a case of the suite", name)
+		}
+	}
 	// Capabilities are constant for a backend; read them once.
 	probe := newBackend(t)
 	caps := probe.Capabilities()
@@ -137,5 +146,10 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			tc.run(t, &suite{newBackend: newBackend, cfg: cfg, caps: caps})
 		})
 	}
-	t.Run("Tracing", func(t *testing.T) { RunTracing(t, newBackend) })
+	t.Run("Tracing", func(t *testing.T) {
+		if reason, ok := cfg.skip["Tracing"]; ok {
+			t.Skipf("skipped by the backend's test: %s", reason)
+		}
+		RunTracing(t, newBackend)
+	})
 }
