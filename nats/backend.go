@@ -111,7 +111,7 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", redacted(u), ErrInvalidOption, u.Scheme)
 	}
-	nopts, err := o.connOptions(secure || o.wantTLS())
+	nopts, err := o.connOptions(redacted(&server), secure || o.wantTLS())
 	if err != nil {
 		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
@@ -175,7 +175,7 @@ func redactErr(err error, u *url.URL) error {
 	return err
 }
 
-func (o *Options) connOptions(secure bool) ([]natsgo.Option, error) {
+func (o *Options) connOptions(serverURL string, secure bool) ([]natsgo.Option, error) {
 	log := o.Logger
 	nopts := []natsgo.Option{
 		natsgo.Name(o.Name),
@@ -185,7 +185,7 @@ func (o *Options) connOptions(secure bool) ([]natsgo.Option, error) {
 		natsgo.MaxPingsOutstanding(o.MaxPingsOut),
 		natsgo.Timeout(o.ConnectTimeout),
 		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
-			log.Warn("nats: disconnected", "url", nc.ConnectedUrlRedacted(), "err", err)
+			log.Warn("nats: disconnected", "url", serverURL, "err", err)
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			log.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())

@@ -1,7 +1,9 @@
 package nats_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -376,4 +378,38 @@ func clientGoroutines() map[string]string {
 		out[id[1]] = g
 	}
 	return out
+}
+
+func TestConnectionEventsAreLoggedWithoutCredentials(t *testing.T) {
+	srv := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "bob", "pw-never-logged" })
+	host := strings.TrimPrefix(srv.URL(), "nats://")
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	be, err := busnats.Connect(context.Background(), "nats://bob:pw-never-logged@"+host+"?reconnect_wait=20ms", &busnats.Options{Logger: logger})
+	require.NoError(t, err)
+	defer be.Close()
+	srv.Restart()
+	require.Eventually(t, func() bool { return strings.Contains(buf.String(), "reconnected") }, 10*time.Second, 10*time.Millisecond, "reconnect is logged")
+	out := buf.String()
+	assert.Contains(t, out, "disconnected", "disconnect is logged")
+	assert.Contains(t, out, host, "the server is named")
+	assert.NotContains(t, out, "pw-never-logged", "logs never carry the password")
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
