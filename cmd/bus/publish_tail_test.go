@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -215,4 +216,25 @@ func TestFormatDelivery(t *testing.T) {
 			assert.Equal(t, tt.want, formatDelivery(tt.d))
 		})
 	}
+}
+
+func TestPublishAndTailCommandsRoundTripOnANamedBroker(t *testing.T) {
+	url := fmt.Sprintf("mem://cli-roundtrip-%d", time.Now().UnixNano())
+	// A named broker lives while some bus has it open; keep it across the
+	// two commands, as two processes would share a real broker.
+	keep, err := bus.Open(context.Background(), url)
+	require.NoError(t, err, "open named broker")
+	defer func() { assert.NoError(t, keep.Close(context.Background()), "close") }()
+
+	code, ids, stderr := runCLI(t, "", "publish", "--url", url, "--topic", "cli.named", "--header", "k=v", "first", "second")
+	require.Equal(t, exitOK, code, "publish: %s", stderr)
+	require.Len(t, strings.Fields(ids), 2, "two IDs printed")
+
+	code, out, stderr := runCLI(t, "", "tail", "--url", url, "--topic", "cli.named", "--group", "g", "--from", "oldest", "--count", "2")
+	require.Equal(t, exitOK, code, "tail: %s", stderr)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 2, "tail prints both: %q", out)
+	assert.Contains(t, lines[0], `headers={k="v"} payload="first"`)
+	assert.Contains(t, lines[1], `payload="second"`)
+	assert.Contains(t, lines[0], "id="+strings.Fields(ids)[0], "tail shows the ID publish printed")
 }
