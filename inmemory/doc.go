@@ -14,7 +14,8 @@
 // that only the returned Backend sees. "mem://name" opens the process-wide
 // broker called name; every OpenURL of that name shares it (so two buses in
 // one process can talk), and it is freed when the last Backend using it is
-// closed. Query parameters set Options: "mem://?max_backlog=10000&backlog_policy=error".
+// closed. Query parameters set Options (max_backlog, max_backlog_bytes,
+// backlog_policy), as in "mem://?max_backlog=10000&backlog_policy=error".
 // An unknown parameter is an error.
 //
 // # Delivery semantics
@@ -31,7 +32,8 @@
 //     retains (StartOldest). An existing group resumes where it stands; a
 //     second Subscribe with the same group joins it. Groups live as long as
 //     the broker, with or without members: entries keep accumulating for a
-//     group nobody reads, up to the backlog limit.
+//     group nobody reads until the backlog limit is reached, and then
+//     Publish to that topic waits or fails (see below).
 //   - Every delivery holds a lease of the subscriber's ack timeout and
 //     carries its attempt number (1 on the first delivery). An expired
 //     lease makes the entry available to any member of the group again,
