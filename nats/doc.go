@@ -64,9 +64,15 @@
 // what is available without waiting, and when nothing is, one message
 // with a wait of under a second. No messages are prefetched, so none sits
 // in a buffer while its AckWait runs. A consumer that the server lost
-// (deleted, or a memory stream after a restart) is re-created from the
-// subscription's StartFrom and reported to the observer
-// (observer.ScopeReclaim).
+// (deleted, or a memory stream after a restart) is re-created and
+// reported to the observer (observer.ScopeReclaim): on a stream that had
+// to be re-created too it starts at the stream's beginning; otherwise
+// right after the last message the member received, or at the group's
+// StartFrom if it had received none. Deliveries that were unacked when
+// the consumer vanished cannot be settled any more; they are delivered
+// again only if they come after that point. A pull request cut short by
+// Close may still deliver one message to the closed member; the server
+// redelivers it after AckWait.
 //
 // Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
 // Nack with a delay is -NAK with that delay (the server holds the

@@ -49,14 +49,15 @@ type jsSub struct {
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
 
-	seq uint64 // pull request counter; Receive's goroutine only
+	seq     uint64 // pull request counter; Receive's goroutine only
+	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
 func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.SubscribeConfig) (*jsSub, error) {
-	if _, err := b.ensureConsumer(ctx, topic, cfg); err != nil {
+	if _, err := b.ensureConsumer(ctx, topic, cfg, nil); err != nil {
 		return nil, err
 	}
 	s := &jsSub{
@@ -236,7 +237,7 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 	rctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	s.b.forgetStream(s.stream)
-	created, err := s.b.ensureConsumer(rctx, s.topic, s.cfg)
+	created, err := s.b.ensureConsumer(rctx, s.topic, s.cfg, &resume{afterSeq: s.lastSeq})
 	if err != nil {
 		return fmt.Errorf("%s; re-creating consumer %q: %w", why, s.consumer, err)
 	}
@@ -245,7 +246,7 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 	}
 	s.cfg.Observer.Observe(ctx, observer.Event{
 		Scope: observer.ScopeReclaim, Topic: s.topic, Group: s.cfg.Group,
-		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created from %s", s.consumer, s.stream, why, s.cfg.StartFrom),
+		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created", s.consumer, s.stream, why),
 	})
 	return nil
 }
@@ -265,6 +266,9 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	if len(out) >= max {
 		_ = s.b.nc.Publish(msg.Reply, nakBody)
 		return out
+	}
+	if meta.streamSeq > s.lastSeq {
+		s.lastSeq = meta.streamSeq
 	}
 	m := &backend.Message{
 		Payload:     msg.Data,

@@ -14,30 +14,39 @@ import (
 // to an existing one, or creates it unless BindOnly is set. Known streams
 // are cached; forgetStream drops one from the cache.
 func (b *Backend) ensureStream(ctx context.Context, topic string) error {
+	_, err := b.ensureStreamCreated(ctx, topic)
+	return err
+}
+
+// ensureStreamCreated is ensureStream that also reports whether this call
+// created the stream.
+func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, error) {
 	name := b.streamFor(topic)
 	b.mu.Lock()
 	ok := b.streams[name]
 	b.mu.Unlock()
 	if ok {
-		return nil
+		return false, nil
 	}
+	created := false
 	_, err := b.js.Stream(ctx, name)
 	switch {
 	case err == nil:
 	case errors.Is(err, jetstream.ErrStreamNotFound) && b.opts.BindOnly:
-		return fmt.Errorf("stream %q does not exist and bind-only is set: %w", name, err)
+		return false, fmt.Errorf("stream %q does not exist and bind-only is set: %w", name, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		_, err = b.js.CreateStream(ctx, b.streamConfig(name, topic))
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %q: %w", name, err)
+			return false, fmt.Errorf("create stream %q: %w", name, err)
 		}
+		created = err == nil
 	default:
-		return fmt.Errorf("look up stream %q: %w", name, err)
+		return false, fmt.Errorf("look up stream %q: %w", name, err)
 	}
 	b.mu.Lock()
 	b.streams[name] = true
 	b.mu.Unlock()
-	return nil
+	return created, nil
 }
 
 func (b *Backend) forgetStream(name string) {
@@ -126,11 +135,24 @@ func maxAckPending(maxInFlight int) int {
 	return 2*maxInFlight + 512
 }
 
+// resume says where a re-created consumer starts.
+type resume struct {
+	// afterSeq is the highest stream sequence the member received before
+	// the consumer was lost (0: none).
+	afterSeq uint64
+}
+
 // ensureConsumer creates the group's durable consumer, or binds to it and
 // raises its limits to what this member needs. It reports whether the
-// consumer was created.
-func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.SubscribeConfig) (bool, error) {
-	if err := b.ensureStream(ctx, topic); err != nil {
+// consumer was created. With r set (re-creating a lost consumer) a new
+// consumer starts from the start of a stream that had to be re-created
+// too (everything in it is new), else after r.afterSeq when the member
+// had received messages, so that messages stored while the consumer was
+// missing are not skipped and older ones not replayed; otherwise from the
+// group's StartFrom.
+func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.SubscribeConfig, r *resume) (bool, error) {
+	streamCreated, err := b.ensureStreamCreated(ctx, topic)
+	if err != nil {
 		return false, err
 	}
 	stream := b.streamFor(topic)
@@ -138,10 +160,19 @@ func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.
 	c, err := b.js.Consumer(ctx, stream, want.Durable)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		b.forgetStream(stream)
-		if err := b.ensureStream(ctx, topic); err != nil {
+		if streamCreated, err = b.ensureStreamCreated(ctx, topic); err != nil {
 			return false, err
 		}
 		c, err = b.js.Consumer(ctx, stream, want.Durable)
+	}
+	if r != nil {
+		switch {
+		case streamCreated:
+			want.DeliverPolicy = jetstream.DeliverAllPolicy
+		case r.afterSeq > 0:
+			want.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			want.OptStartSeq = r.afterSeq + 1
+		}
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
