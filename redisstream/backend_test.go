@@ -54,7 +54,7 @@ func TestMalformedEntryIsDeadLetteredAndNeverReachesHandler(t *testing.T) {
 	dlq, err := client.XRange(ctx, "bus:{"+topic+"}.dlq", "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, dlq, 2, "both malformed entries are in the dead-letter stream")
-	assert.Contains(t, dlq[0].Values["h:bus-dlq-reason"], "foreign field", "the reason names the problem")
+	assert.Contains(t, dlq[0].Values["h:bus-dlq-reason"], `missing "m" field (fields: "foo")`, "the reason names the problem")
 	pending, err := client.XPending(ctx, stream, "g").Result()
 	require.NoError(t, err)
 	assert.Zero(t, pending.Count, "malformed entries are acked, nothing stays pending")

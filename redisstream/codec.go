@@ -3,6 +3,7 @@ package redisstream
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,51 +59,79 @@ func fieldCount(m *backend.Message) int {
 
 // decode turns the fields of a stream entry into a message. It fails, with
 // an error wrapping errMalformed, when a reserved field is missing, a field
-// is foreign, or a value has the wrong type or encoding.
+// is foreign, or a value has the wrong type or encoding. The reserved
+// fields are looked up directly; the map is walked only when the entry has
+// more fields than those (headers, or foreign fields).
 func decode(id string, values map[string]any, m *backend.Message) error {
-	var haveMeta, havePayload bool
-	nh := 0
-	for k := range values {
-		if strings.HasPrefix(k, headerPrefix) {
-			nh++
+	meta, err := stringField(id, values, fieldMeta, true)
+	if err != nil {
+		return err
+	}
+	sp := strings.IndexByte(meta, ' ')
+	if sp < 0 || sp == len(meta)-1 {
+		return fmt.Errorf("%w %s: bad %q field", errMalformed, id, fieldMeta)
+	}
+	ms, err := strconv.ParseInt(meta[:sp], 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w %s: bad time in %q field: %w", errMalformed, id, fieldMeta, err)
+	}
+	m.PublishedAt = time.UnixMilli(ms)
+	m.ID = meta[sp+1:]
+	payload, err := stringField(id, values, fieldPayload, true)
+	if err != nil {
+		return err
+	}
+	m.Payload = []byte(payload)
+	known := 2
+	if _, ok := values[fieldKey]; ok {
+		if m.Key, err = stringField(id, values, fieldKey, false); err != nil {
+			return err
 		}
+		known++
 	}
-	if nh > 0 {
-		m.Headers = make(map[string]string, nh)
+	if len(values) == known {
+		return nil
 	}
+	m.Headers = make(map[string]string, len(values)-known)
 	for k, raw := range values {
+		switch k {
+		case fieldMeta, fieldPayload, fieldKey:
+			continue
+		}
+		if !strings.HasPrefix(k, headerPrefix) || len(k) == len(headerPrefix) {
+			return fmt.Errorf("%w %s: foreign field %q", errMalformed, id, k)
+		}
 		v, ok := raw.(string)
 		if !ok {
 			return fmt.Errorf("%w %s: field %q has type %T", errMalformed, id, k, raw)
 		}
-		switch k {
-		case fieldMeta:
-			sp := strings.IndexByte(v, ' ')
-			if sp < 0 || sp == len(v)-1 {
-				return fmt.Errorf("%w %s: bad %q field", errMalformed, id, fieldMeta)
-			}
-			ms, err := strconv.ParseInt(v[:sp], 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w %s: bad time in %q field: %w", errMalformed, id, fieldMeta, err)
-			}
-			m.PublishedAt = time.UnixMilli(ms)
-			m.ID, haveMeta = v[sp+1:], true
-		case fieldKey:
-			m.Key = v
-		case fieldPayload:
-			m.Payload, havePayload = []byte(v), true
-		default:
-			if !strings.HasPrefix(k, headerPrefix) || len(k) == len(headerPrefix) {
-				return fmt.Errorf("%w %s: foreign field %q", errMalformed, id, k)
-			}
-			m.Headers[k[len(headerPrefix):]] = v
-		}
-	}
-	if !haveMeta {
-		return fmt.Errorf("%w %s: missing %q field", errMalformed, id, fieldMeta)
-	}
-	if !havePayload {
-		return fmt.Errorf("%w %s: missing %q field", errMalformed, id, fieldPayload)
+		m.Headers[k[len(headerPrefix):]] = v
 	}
 	return nil
+}
+
+// stringField returns the string value of a field.
+func stringField(id string, values map[string]any, name string, required bool) (string, error) {
+	raw, ok := values[name]
+	if !ok {
+		if required {
+			return "", fmt.Errorf("%w %s: missing %q field (fields: %s)", errMalformed, id, name, fieldNames(values))
+		}
+		return "", nil
+	}
+	v, ok := raw.(string)
+	if !ok {
+		return "", fmt.Errorf("%w %s: field %q has type %T", errMalformed, id, name, raw)
+	}
+	return v, nil
+}
+
+// fieldNames lists the field names of an entry, sorted, for errors.
+func fieldNames(values map[string]any) string {
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, strconv.Quote(k))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }

@@ -1,0 +1,71 @@
+package redisstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  backend.Message
+	}{
+		{name: "plain", msg: backend.Message{ID: "a", Payload: []byte("p")}},
+		{name: "key and headers", msg: backend.Message{ID: "b c", Key: "k", Headers: map[string]string{"id": "user", "m": "x", "p": "y"}, Payload: []byte{0, 1, 2}}},
+		{name: "empty payload", msg: backend.Message{ID: "c", Payload: []byte{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.msg.PublishedAt = time.UnixMilli(1700000000123)
+			fields := appendFields(nil, &tt.msg, appendMeta(nil, &tt.msg))
+			values := map[string]any{}
+			for i := 0; i < len(fields); i += 2 {
+				switch v := fields[i+1].(type) {
+				case []byte:
+					values[fields[i].(string)] = string(v)
+				case string:
+					values[fields[i].(string)] = v
+				}
+			}
+			var got backend.Message
+			require.NoError(t, decode("1-1", values, &got))
+			assert.Equal(t, tt.msg.ID, got.ID)
+			assert.Equal(t, tt.msg.Key, got.Key)
+			assert.Equal(t, string(tt.msg.Payload), string(got.Payload))
+			assert.True(t, tt.msg.PublishedAt.Equal(got.PublishedAt))
+			if len(tt.msg.Headers) > 0 {
+				assert.Equal(t, tt.msg.Headers, got.Headers, "headers named like reserved fields survive")
+			} else {
+				assert.Empty(t, got.Headers)
+			}
+		})
+	}
+}
+
+func TestDecodeRejectsMalformedEntries(t *testing.T) {
+	tests := []struct {
+		name   string
+		values map[string]any
+	}{
+		{name: "no fields", values: map[string]any{}},
+		{name: "foreign field", values: map[string]any{"m": "1 a", "p": "x", "other": "y"}},
+		{name: "missing payload", values: map[string]any{"m": "1 a"}},
+		{name: "missing meta", values: map[string]any{"p": "x"}},
+		{name: "meta without id", values: map[string]any{"m": "1 ", "p": "x"}},
+		{name: "meta without space", values: map[string]any{"m": "1", "p": "x"}},
+		{name: "bad time", values: map[string]any{"m": "soon a", "p": "x"}},
+		{name: "empty header name", values: map[string]any{"m": "1 a", "p": "x", "h:": "v"}},
+		{name: "non-string value", values: map[string]any{"m": "1 a", "p": int64(3)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m backend.Message
+			require.ErrorIs(t, decode("1-1", tt.values, &m), errMalformed)
+		})
+	}
+}
