@@ -165,7 +165,7 @@ func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message
 			s.quarantine(ctx, c.id, c.values, counts[i], err)
 			continue
 		}
-		m.AckID = entryID(c.id)
+		m.AckID = &entryRef{id: c.id}
 		m.Attempt = counts[i]
 		msgs = append(msgs, m)
 	}

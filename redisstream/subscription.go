@@ -18,8 +18,19 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// entryID is the AckID of a delivery: the stream entry ID.
-type entryID string
+// entryRef is the AckID of a delivery: a pointer to its stream entry ID.
+// Refs are allocated one array per batch, so handing out an AckID costs no
+// allocation per message (a string in an interface would).
+type entryRef struct{ id string }
+
+// entryID returns the stream entry ID behind an AckID.
+func entryID(id backend.AckID) (string, bool) {
+	r, ok := id.(*entryRef)
+	if !ok || r == nil {
+		return "", false
+	}
+	return r.id, true
+}
 
 // subscription is one consumer of a group. Receive is called from one
 // goroutine; the settlement methods from any.
@@ -142,6 +153,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	entries := res[0].Messages
 	msgs := make([]*backend.Message, 0, len(entries))
 	vals := make([]backend.Message, len(entries))
+	refs := make([]entryRef, len(entries))
 	for i := range entries {
 		e := &entries[i]
 		m := &vals[i]
@@ -154,7 +166,8 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			s.quarantine(ctx, e.ID, e.Values, 1, err)
 			continue
 		}
-		m.AckID = entryID(e.ID)
+		refs[i].id = e.ID
+		m.AckID = &refs[i]
 		m.Attempt = 1
 		msgs = append(msgs, m)
 	}
@@ -209,11 +222,11 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	args := make([]any, 0, 3+len(ids))
 	args = append(args, "XACK", s.keys.stream, s.cfg.Group)
 	for _, id := range ids {
-		e, ok := id.(entryID)
+		e, ok := entryID(id)
 		if !ok {
 			return s.errf("ack", fmt.Errorf("foreign ack id %T", id))
 		}
-		args = append(args, string(e))
+		args = append(args, e)
 	}
 	if err := s.b.client.Do(ctx, args...).Err(); err != nil {
 		return s.errf("ack", err)
@@ -224,7 +237,7 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 // Nack makes the entry claimable again after delay, atomically and
 // without losing it: it stays in the group's pending list throughout.
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
-	e, ok := id.(entryID)
+	e, ok := entryID(id)
 	if !ok {
 		return s.errf("nack", fmt.Errorf("foreign ack id %T", id))
 	}
@@ -238,10 +251,10 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 		}
 	} else {
 		hold = strconv.FormatInt(time.Now().Add(delay).UnixMilli(), 10)
-		member = s.cfg.Group + "\x00" + string(e) + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
+		member = s.cfg.Group + "\x00" + e + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
 	}
 	_, err := nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
-		s.cfg.Group, s.consumer, string(e), idle, hold, member).Int64()
+		s.cfg.Group, s.consumer, e, idle, hold, member).Int64()
 	if err != nil {
 		return s.errf("nack", err)
 	}
@@ -254,11 +267,11 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 
 // Extend resets the entry's idle time without counting a delivery.
 func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
-	e, ok := id.(entryID)
+	e, ok := entryID(id)
 	if !ok {
 		return s.errf("extend", fmt.Errorf("foreign ack id %T", id))
 	}
-	r, err := extendScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer, string(e)).Int64()
+	r, err := extendScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer, e).Int64()
 	if err != nil {
 		return s.errf("extend", err)
 	}
@@ -276,11 +289,11 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 // slot, it adds the copy first and acks after, so a crash in between can
 // leave a duplicate in the dead-letter topic but never lose the message.
 func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
-	e, ok := id.(entryID)
+	e, ok := entryID(id)
 	if !ok {
 		return s.errf("dead-letter", fmt.Errorf("foreign ack id %T", id))
 	}
-	if err := s.moveToDeadLetter(ctx, string(e), topic, appendFields(make([]any, 0, fieldCount(msg)), msg, appendMeta(nil, msg))); err != nil {
+	if err := s.moveToDeadLetter(ctx, e, topic, appendFields(make([]any, 0, fieldCount(msg)), msg, appendMeta(nil, msg))); err != nil {
 		return s.errf("dead-letter", err)
 	}
 	return nil
