@@ -125,9 +125,15 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 		s.stopAfter()
 	}
 	s.stopFetch()
-	<-s.fetchDone
-
 	var errs []error
+	select {
+	case <-s.fetchDone:
+	case <-ctx.Done():
+		// A backend whose Receive ignores ctx breaks its contract; do not
+		// let it hang Close past the caller's deadline.
+		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
+	}
+
 	drained := make(chan struct{})
 	go func() {
 		s.disp.stop()
@@ -206,6 +212,9 @@ func (s *Subscription) fetch() {
 			}
 		}
 		msgs, err := s.bsub.Receive(s.fetchCtx, n)
+		if len(msgs) > n {
+			msgs = s.returnExcess(msgs, n)
+		}
 		if unused := n - len(msgs); unused > 0 {
 			s.sem.Release(unused)
 			if s.opts.limiter != nil {
@@ -239,6 +248,23 @@ func (s *Subscription) fetch() {
 		}
 		wait = minWait
 	}
+}
+
+// returnExcess handles a backend that broke the contract by returning more
+// than it was asked for: the extra messages are handed back at once, never
+// run without capacity, and the breach is reported.
+func (s *Subscription) returnExcess(msgs []*backend.Message, n int) []*backend.Message {
+	extra := msgs[n:]
+	s.bus.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group,
+		Err: fmt.Errorf("backend returned %d messages for a Receive of at most %d; handed %d back", len(msgs), n, len(extra))})
+	for _, m := range extra {
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		if err := s.bsub.Nack(ctx, m.AckID, 0); err != nil {
+			s.bus.observe(observer.Event{Scope: observer.ScopeNack, Topic: s.topic, Group: s.opts.group, MessageID: m.ID, Attempt: m.Attempt, Err: err})
+		}
+		cancel()
+	}
+	return msgs[:n]
 }
 
 func (s *Subscription) dispatch(msgs []*backend.Message) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -444,4 +445,41 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// greedySub returns twice what it is asked for, breaking the SPI contract.
+type greedyBackend struct{ *fakeBackend }
+
+func (g greedyBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	s, _ := g.fakeBackend.Subscribe(ctx, topic, cfg)
+	return greedySub{s.(*fakeSub)}, nil
+}
+
+type greedySub struct{ *fakeSub }
+
+func (g greedySub) Receive(ctx context.Context, max int) ([]*bus.BackendMessage, error) {
+	return g.fakeSub.Receive(ctx, 2*max)
+}
+
+func TestBackendReturningTooManyMessagesCannotExceedMaxInFlight(t *testing.T) {
+	f := newFakeBackend()
+	ev := &events{}
+	b := bus.New(greedyBackend{f}, bus.WithObserver(ev))
+	var running, peak atomic.Int32
+	_, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		running.Add(-1)
+		return nil
+	}, bus.WithMaxInFlight(2))
+	require.NoError(t, err)
+	for i := range 10 {
+		f.push(msg(strconv.Itoa(i), 1))
+	}
+	require.Eventually(t, func() bool { _, n, _ := f.snapshot(); return len(n) > 0 }, waitFor, time.Millisecond, "excess messages are handed back")
+	require.NoError(t, b.Close(context.Background()))
+	assert.LessOrEqual(t, int(peak.Load()), 2, "max in flight holds even against a greedy backend")
+	assert.NotEmpty(t, ev.byScope(observer.ScopeReceive), "the contract breach is reported")
 }

@@ -76,7 +76,7 @@ func (e *traceEnv) subscribe(t *testing.T, h bus.Handler, opts ...bus.SubscribeO
 	t.Helper()
 	ch := make(chan handled, 64)
 	wrapped := func(ctx context.Context, d *bus.Delivery) error {
-		ch <- handled{id: d.ID, attempt: d.Attempt, sc: trace.SpanContextFromContext(ctx)}
+		trySend(ch, handled{id: d.ID, attempt: d.Attempt, sc: trace.SpanContextFromContext(ctx)})
 		return h(ctx, d)
 	}
 	opts = append([]bus.SubscribeOption{bus.WithGroup(e.group), bus.WithAckTimeout(20 * time.Second)}, opts...)
