@@ -3,6 +3,7 @@ package redisstream_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/redistest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/redisstream"
 )
@@ -20,9 +22,23 @@ import (
 var topicSeq atomic.Int64
 
 // uniqueTopic returns a topic no other test (or run against a shared
-// server) uses.
+// server) uses. On a shared server ($BUS_REDIS_URL) its keys are deleted
+// when the test ends; private servers vanish with their test.
 func uniqueTopic(t testing.TB) string {
-	return fmt.Sprintf("rs-test.%s.%d.%d", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
+	topic := fmt.Sprintf("rs-test.%s.%d.%d", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()), time.Now().UnixNano(), topicSeq.Add(1))
+	if u := os.Getenv(redistest.EnvURL); u != "" {
+		t.Cleanup(func() {
+			opts, err := redis.ParseURL(u)
+			if err != nil {
+				return
+			}
+			c := redis.NewClient(opts)
+			defer c.Close()
+			stream := "bus:{" + topic + "}"
+			c.Del(context.Background(), stream, stream+"#hold", stream+".dlq", stream+".dlq#hold")
+		})
+	}
+	return topic
 }
 
 // recorder is an observer that keeps every event.
