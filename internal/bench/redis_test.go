@@ -53,7 +53,7 @@ func redisRound() int {
 	if testing.Short() {
 		return 5_000
 	}
-	return 20_000
+	return 50_000
 }
 
 // redisEnv is one benchmark's server, raw client and bus.
