@@ -36,7 +36,13 @@ type ConcurrencyLimiter struct {
 	mu      sync.Mutex
 	limit   int
 	used    int
-	waiters []chan struct{}
+	waiters []waiter
+}
+
+// waiter is a blocked Acquire; it is woken when need units are free.
+type waiter struct {
+	ch   chan struct{}
+	need int
 }
 
 // NewConcurrencyLimiter returns a limiter with limit units (limit >= 1).
@@ -49,32 +55,69 @@ func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
 
 // Acquire implements Limiter.
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) {
-	if max < 1 {
-		max = 1
-	}
+	return l.acquire(ctx, 1, max, nil)
+}
+
+// acquire takes between 1 and max units. It waits until at least need
+// units are free, or, once linger fires (nil = never), until any unit is.
+// Waiting for several units at once lets a saturated subscription fetch in
+// batches instead of one message per freed slot.
+func (l *ConcurrencyLimiter) acquire(ctx context.Context, need, max int, linger <-chan time.Time) (int, error) {
+	max = maxOf(max, 1)
+	need = min(maxOf(need, 1), max)
 	for {
 		l.mu.Lock()
-		if free := l.limit - l.used; free > 0 {
+		if free := l.limit - l.used; free >= need {
 			n := min(free, max)
 			l.used += n
 			l.mu.Unlock()
 			return n, nil
 		}
-		ch := make(chan struct{})
-		l.waiters = append(l.waiters, ch)
+		w := waiter{ch: make(chan struct{}), need: need}
+		l.waiters = append(l.waiters, w)
 		l.mu.Unlock()
 		select {
-		case <-ch:
+		case <-w.ch:
+		case <-linger:
+			linger = nil
+			need = 1
+			l.removeWaiter(w.ch)
 		case <-ctx.Done():
-			l.mu.Lock()
-			for i, w := range l.waiters {
-				if w == ch {
-					l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-					break
-				}
-			}
-			l.mu.Unlock()
+			l.removeWaiter(w.ch)
 			return 0, ctx.Err()
+		}
+	}
+}
+
+// tryAcquire takes between need and max units if need are free now, and
+// returns 0 otherwise.
+func (l *ConcurrencyLimiter) tryAcquire(need, max int) int {
+	need = min(maxOf(need, 1), maxOf(max, 1))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	free := l.limit - l.used
+	if free < need {
+		return 0
+	}
+	n := min(free, max)
+	l.used += n
+	return n
+}
+
+func maxOf(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (l *ConcurrencyLimiter) removeWaiter(ch chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, w := range l.waiters {
+		if w.ch == ch {
+			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+			return
 		}
 	}
 }
@@ -94,14 +137,22 @@ func (l *ConcurrencyLimiter) Release(n int) {
 	l.mu.Unlock()
 }
 
+// wakeLocked wakes the waiters whose need is now free.
 func (l *ConcurrencyLimiter) wakeLocked() {
-	if len(l.waiters) == 0 || l.used >= l.limit {
+	if len(l.waiters) == 0 {
 		return
 	}
+	free := l.limit - l.used
+	kept := l.waiters[:0]
 	for _, w := range l.waiters {
-		close(w)
+		if free >= w.need {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
 	}
-	l.waiters = l.waiters[:0]
+	clear(l.waiters[len(kept):])
+	l.waiters = kept
 }
 
 // InUse returns the units held now.

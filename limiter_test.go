@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"strconv"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
@@ -105,4 +107,25 @@ func TestParseAckModeRoundTrips(t *testing.T) {
 	}
 	_, err := bus.ParseAckMode("sometimes")
 	assert.ErrorIs(t, err, bus.ErrInvalidOption)
+}
+
+func TestSaturatedSubscriptionFetchesInBatches(t *testing.T) {
+	const limit = 16
+	f := newFakeBackend()
+	b := bus.New(f, bus.WithAckBatch(64, time.Millisecond))
+	defer b.Close(context.Background())
+	_, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
+		time.Sleep(50 * time.Microsecond) // work, not synchronisation
+		return nil
+	}, bus.WithMaxInFlight(limit))
+	require.NoError(t, err)
+	const total = 2000
+	for i := range total {
+		f.push(msg(strconv.Itoa(i), 1))
+	}
+	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == total }, 10*time.Second, time.Millisecond)
+	calls := f.receiveCalls()
+	// One message per freed slot would take about total calls; waiting for
+	// a quarter of the capacity keeps it near total/(limit/4).
+	assert.Less(t, len(calls), total/2, "a saturated subscription fetches in batches (%d Receive calls)", len(calls))
 }

@@ -196,7 +196,7 @@ func (s *Subscription) fetch() {
 	// starve the others; the amount doubles while messages flow.
 	sharedWant := 1
 	for {
-		n, err := s.sem.Acquire(s.fetchCtx, s.opts.maxInFlight)
+		n, err := s.acquire()
 		if err != nil {
 			return
 		}
@@ -248,6 +248,23 @@ func (s *Subscription) fetch() {
 		}
 		wait = minWait
 	}
+}
+
+// fetchLinger is how long a saturated subscription waits for a quarter of
+// its capacity to free up before it fetches for fewer slots.
+const fetchLinger = 2 * time.Millisecond
+
+// acquire takes free in-flight slots for the next Receive. When every slot
+// is busy it waits for a quarter of them (briefly), so that a saturated
+// subscription fetches in batches rather than one message per freed slot.
+func (s *Subscription) acquire() (int, error) {
+	max := s.opts.maxInFlight
+	if n := s.sem.tryAcquire(max/4, max); n > 0 {
+		return n, nil
+	}
+	t := time.NewTimer(fetchLinger)
+	defer t.Stop()
+	return s.sem.acquire(s.fetchCtx, max/4, max, t.C)
 }
 
 // returnExcess handles a backend that broke the contract by returning more
