@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,4 +89,27 @@ func TestTrackerCountsUniqueDuplicatesAndForeign(t *testing.T) {
 	assert.EqualValues(t, 2, tr.dups.Load(), "duplicates")
 	assert.EqualValues(t, 132, tr.Delivered(), "delivered includes duplicates")
 	assert.EqualValues(t, 1, tr.foreign.Load(), "out-of-range sequence is foreign")
+}
+
+// The bench handler records every message; these must stay at tens of ns.
+func BenchmarkHistogramRecord(b *testing.B) {
+	var h histogram
+	b.RunParallel(func(pb *testing.PB) {
+		d := time.Duration(1)
+		for pb.Next() {
+			h.Record(d)
+			d = (d*3 + 7) & (1<<30 - 1)
+		}
+	})
+}
+
+func BenchmarkTrackerMark(b *testing.B) {
+	const n = 1 << 20
+	tr := newTracker(n)
+	var seq atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tr.mark(seq.Add(1) & (n - 1))
+		}
+	})
 }
