@@ -180,6 +180,11 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 		}
 		mu.Unlock()
 		if err != nil {
+			if opts.ackMode == bus.AckManual {
+				// Not printed: hand it back now rather than at the end
+				// of its lease.
+				_ = d.Nack(hctx, 0)
+			}
 			return err
 		}
 		if opts.ackMode == bus.AckManual {
