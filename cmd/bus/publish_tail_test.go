@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -237,4 +238,25 @@ func TestPublishAndTailCommandsRoundTripOnANamedBroker(t *testing.T) {
 	assert.Contains(t, lines[0], `headers={k="v"} payload="first"`)
 	assert.Contains(t, lines[1], `payload="second"`)
 	assert.Contains(t, lines[0], "id="+strings.Fields(ids)[0], "tail shows the ID publish printed")
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestTailReturnsTheWriteErrorAndLeavesTheMessageWithTheGroup(t *testing.T) {
+	b := openMem(t)
+	ctx := testCtx(t)
+	_, err := publishAll(ctx, b, publishOptions{topic: "cli.werr"}, []string{"kept"}, nil, &bytes.Buffer{})
+	require.NoError(t, err, "publish")
+
+	opts := tailOptions{topic: "cli.werr", group: "g", from: bus.StartOldest, ackMode: bus.AckManual, maxInFlight: 1, count: 1}
+	err = tail(ctx, b, opts, failingWriter{})
+	require.Error(t, err, "a failed write ends tail with an error")
+	assert.Contains(t, err.Error(), "disk full")
+
+	var out bytes.Buffer
+	require.NoError(t, tail(ctx, b, opts, &out), "second tail")
+	assert.Contains(t, out.String(), `payload="kept"`, "the message that could not be printed is still there")
+	assert.Contains(t, out.String(), "attempt=2", "it comes back as a redelivery")
 }
