@@ -55,9 +55,13 @@ func (p *dispatcher) push(ds []*Delivery) {
 	p.queue = append(p.queue, ds...)
 	want := len(ds)
 	if time.Duration(p.slowNanos.Load()) < slowHandler {
-		want = min(want, runtime.GOMAXPROCS(0))
+		// Quick handlers: a worker that is running will take the batch
+		// when it is done, and one more worker per core is plenty.
+		want = min(want, runtime.GOMAXPROCS(0)-p.busy)
 	}
-	p.wakeLocked(want)
+	if want > 0 {
+		p.wakeLocked(want)
+	}
 	if !p.armed && p.queued() > 0 {
 		p.armed = true
 		if p.stall == nil {

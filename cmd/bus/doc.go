@@ -31,7 +31,10 @@
 // stderr. When stderr is a terminal a progress line is updated five times a
 // second. The command exits with status 1 when a message was lost or the
 // run timed out (--timeout, default 30s plus 100µs per message), and 2 on a
-// bad command line. --cpuprofile writes a CPU profile of the run.
+// bad command line. --cpuprofile writes a CPU profile of the run. --gogc
+// (default 400, ignored when $GOGC is set) sets the garbage collector's
+// target for the run, as a throughput-minded service would; it changes how
+// often the collector runs, not the live heap.
 //
 // On a persistent backend a run leaves its topic behind (default names
 // start with "bus-bench."). The consume scenario holds the whole prefill in
