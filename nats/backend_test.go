@@ -246,7 +246,8 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 	b := bus.New(be, bus.WithObserver(obs))
 	defer b.Close(context.Background())
 	l := newLedger()
-	_, err := b.Subscribe(context.Background(), "recreate", recordingHandler(l), bus.WithGroup("g"), bus.WithAckTimeout(2*time.Second))
+	// A long ack timeout: a duplicate here can only be a replay.
+	_, err := b.Subscribe(context.Background(), "recreate", recordingHandler(l), bus.WithGroup("g"), bus.WithAckTimeout(30*time.Second))
 	require.NoError(t, err)
 	publishAll(t, b, l, "recreate", 5)
 	waitNoLoss(t, l, 10*time.Second)

@@ -104,6 +104,15 @@ func (l *ledger) lost() []string {
 func (l *ledger) log(t testing.TB, name string) counts {
 	t.Helper()
 	c := l.summary()
+	if c.Duplicate > 0 {
+		l.mu.Lock()
+		for id, n := range l.acked {
+			if n > 1 {
+				t.Logf("ledger %s: %s acked %d times, delivered %d times, highest attempt %d", name, id, n, l.deliveries[id], l.redeliveredIDs[id])
+			}
+		}
+		l.mu.Unlock()
+	}
 	t.Logf("ledger %s: published=%d publish_errors=%d delivered=%d acked=%d dead_lettered=%d duplicate=%d lost=%d",
 		name, c.Published, c.PublishErrors, c.Delivered, c.Acked, c.DeadLettered, c.Duplicate, c.Lost)
 	return c
