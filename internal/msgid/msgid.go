@@ -47,9 +47,26 @@ func Batch(n int) []string {
 	first := reserve(uint64(n))
 	buf := make([]byte, 36*n)
 	var u [16]byte
-	for i := range n {
-		fill(&u, first+uint64(i))
-		format(buf[36*i:36*i+36], u)
+	fill(&u, first)
+	format(buf[:36], u)
+	ms := first >> 16
+	for i := 1; i < n; i++ {
+		v := first + uint64(i)
+		b := buf[36*i : 36*i+36]
+		if v>>16 != ms {
+			// The sequence borrowed the next millisecond: full render.
+			fill(&u, v)
+			format(b, u)
+			ms = v >> 16
+			continue
+		}
+		// Same millisecond: only the sequence bits (bytes 6 to 8, text
+		// positions 14-15, 16-17 and 19-20) differ from the previous ID.
+		copy(b, buf[36*(i-1):36*i])
+		sq := v & 0xffff
+		putHex(b[14:], 0x70|byte(sq>>12)&0x0f)
+		putHex(b[16:], byte(sq>>4))
+		putHex(b[19:], 0x80|byte(sq&0x0f)<<2|random[0]&0x03)
 	}
 	all := string(buf)
 	ids := make([]string, n)
@@ -57,6 +74,11 @@ func Batch(n int) []string {
 		ids[i] = all[36*i : 36*i+36]
 	}
 	return ids
+}
+
+func putHex(b []byte, c byte) {
+	b[0] = hexDigits[c>>4]
+	b[1] = hexDigits[c&0x0f]
 }
 
 // reserve takes n consecutive (millisecond << 16 | sequence) values and

@@ -57,7 +57,35 @@ func TestBatchIsUniqueIncreasingAndAfterNew(t *testing.T) {
 		prev = id
 	}
 	assert.Greater(t, New(), prev, "later ids follow the batch")
+	for i, id := range ids {
+		var u [16]byte
+		fill(&u, reserveAt(ids[0])+uint64(i))
+		assert.Equal(t, Format(u), id, "batch id %d renders like a single id", i)
+	}
 	assert.Nil(t, Batch(0))
+}
+
+// reserveAt recovers the (ms << 16 | sequence) value of an ID.
+func reserveAt(id string) uint64 {
+	var u [16]byte
+	j := 0
+	for i := 0; i < 36; i++ {
+		if id[i] == '-' {
+			continue
+		}
+		u[j/2] |= unhex(id[i]) << (4 * (1 - j%2))
+		j++
+	}
+	ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
+	sq := uint64(u[6]&0x0f)<<12 | uint64(u[7])<<4 | uint64(u[8]>>2)&0x0f
+	return ms<<16 | sq
+}
+
+func unhex(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
 }
 
 func BenchmarkBatch16(b *testing.B) {
