@@ -272,7 +272,9 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 	// re-created consumer starts after the last message received. Under
 	// heavy load a few first-batch messages have been seen again; log it.
 	if c.Duplicate > 0 {
-		t.Logf("re-created consumer replayed %d acked messages", c.Duplicate)
+		mu.Lock()
+		t.Logf("re-created consumer replayed %d acked messages; reclaim events: %v", c.Duplicate, reclaims)
+		mu.Unlock()
 	}
 }
 

@@ -237,7 +237,8 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 	rctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	s.b.forgetStream(s.stream)
-	created, err := s.b.ensureConsumer(rctx, s.topic, s.cfg, &resume{afterSeq: s.lastSeq})
+	r := &resume{afterSeq: s.lastSeq}
+	created, err := s.b.ensureConsumer(rctx, s.topic, s.cfg, r)
 	if err != nil {
 		return fmt.Errorf("%s; re-creating consumer %q: %w", why, s.consumer, err)
 	}
@@ -246,7 +247,7 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 	}
 	s.cfg.Observer.Observe(ctx, observer.Event{
 		Scope: observer.ScopeReclaim, Topic: s.topic, Group: s.cfg.Group,
-		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created", s.consumer, s.stream, why),
+		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created from %s", s.consumer, s.stream, why, r.from),
 	})
 	return nil
 }

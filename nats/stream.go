@@ -140,6 +140,8 @@ type resume struct {
 	// afterSeq is the highest stream sequence the member received before
 	// the consumer was lost (0: none).
 	afterSeq uint64
+	// from is set by ensureConsumer to where the new consumer starts.
+	from string
 }
 
 // ensureConsumer creates the group's durable consumer, or binds to it and
@@ -169,9 +171,13 @@ func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.
 		switch {
 		case streamCreated:
 			want.DeliverPolicy = jetstream.DeliverAllPolicy
+			r.from = "the start of the re-created stream"
 		case r.afterSeq > 0:
 			want.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			want.OptStartSeq = r.afterSeq + 1
+			r.from = fmt.Sprintf("stream sequence %d", want.OptStartSeq)
+		default:
+			r.from = "the group's start (" + cfg.StartFrom.String() + ")"
 		}
 	}
 	switch {
