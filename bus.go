@@ -133,13 +133,13 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
 	now := time.Now()
-	bms := make([]*backend.Message, len(msgs))
-	vals := make([]backend.Message, len(msgs))
+	buf := getPublishBuf(len(msgs))
+	defer putPublishBuf(buf)
 	for i, m := range msgs {
-		vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
-		bms[i] = &vals[i]
+		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
+		buf.ptrs[i] = &buf.vals[i]
 	}
-	err := b.be.Publish(ctx, topic, bms)
+	err := b.be.Publish(ctx, topic, buf.ptrs)
 	if err == nil {
 		return nil
 	}
@@ -156,6 +156,38 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		return pe
 	}
 	return fmt.Errorf("bus: publish %q: %w", topic, err)
+}
+
+// publishBuf holds the SPI copies of one batch. The backend contract says
+// Publish keeps neither the slice nor the messages after it returns, so the
+// bus reuses them across calls instead of allocating per message.
+type publishBuf struct {
+	vals []backend.Message
+	ptrs []*backend.Message
+}
+
+// maxPooledBatch bounds the batches whose buffers are kept for reuse.
+const maxPooledBatch = 1024
+
+var publishBufs = sync.Pool{New: func() any { return new(publishBuf) }}
+
+func getPublishBuf(n int) *publishBuf {
+	buf := publishBufs.Get().(*publishBuf)
+	if cap(buf.vals) < n {
+		buf.vals = make([]backend.Message, n)
+		buf.ptrs = make([]*backend.Message, n)
+	}
+	buf.vals, buf.ptrs = buf.vals[:n], buf.ptrs[:n]
+	return buf
+}
+
+func putPublishBuf(buf *publishBuf) {
+	if cap(buf.vals) > maxPooledBatch {
+		return
+	}
+	clear(buf.vals) // drop references to payloads and headers
+	clear(buf.ptrs)
+	publishBufs.Put(buf)
 }
 
 // Subscribe starts h on topic. Options are validated before any I/O. The

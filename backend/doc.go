@@ -10,8 +10,9 @@
 // Publish(ctx, topic, msgs) stores every message of the batch durably (as far
 // as the backend's Capabilities say it is durable) before it returns nil. The
 // bus has already validated the topic, assigned IDs and checked sizes. The
-// slice and the messages belong to the caller after Publish returns; a
-// backend that keeps them must copy them. When only part of a batch fails,
+// slice and the messages belong to the caller after Publish returns (the
+// bus reuses them for its next batch); a backend that keeps them must copy
+// them. When only part of a batch fails,
 // Publish returns a *BatchError that lists the indexes that failed; the
 // other messages were stored. Publish must not retry: the portable layer and
 // the application decide on retries. After Close, Publish returns an error
