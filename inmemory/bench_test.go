@@ -7,6 +7,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -49,8 +50,8 @@ type cpuMeter struct {
 }
 
 func startCPU() cpuMeter {
-	d, ok := processCPU()
-	return cpuMeter{start: d, ok: ok}
+	d := cputime.Process()
+	return cpuMeter{start: d, ok: d > 0}
 }
 
 // reportRate reports msgs/s and ns/msg of wall time, and cpu-ns/msg: the
@@ -59,7 +60,7 @@ func startCPU() cpuMeter {
 func reportRate(b *testing.B, msgs int, cpu cpuMeter) {
 	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/msg")
-	if end, ok := processCPU(); ok && cpu.ok && msgs > 0 {
+	if end := cputime.Process(); end > 0 && cpu.ok && msgs > 0 {
 		b.ReportMetric(float64(end-cpu.start)/float64(msgs), "cpu-ns/msg")
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/cputime"
 )
 
 const (
@@ -134,15 +135,15 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 	var chanTime, busTime, chanCPU, busCPU time.Duration
 	iter := 0
 	for b.Loop() {
-		start, cpu := time.Now(), processCPU()
+		start, cpu := time.Now(), cputime.Process()
 		runChannelPipeline(round)
 		chanTime += time.Since(start)
-		chanCPU += processCPU() - cpu
+		chanCPU += cputime.Process() - cpu
 
-		start, cpu = time.Now(), processCPU()
+		start, cpu = time.Now(), cputime.Process()
 		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
 		busTime += time.Since(start)
-		busCPU += processCPU() - cpu
+		busCPU += cputime.Process() - cpu
 		iter++
 	}
 	msgs := float64(round * iter)

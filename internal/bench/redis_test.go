@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/redistest"
 	"github.com/eventbus-go/bus/redisstream"
 )
@@ -244,14 +245,14 @@ func redisTimed(d *time.Duration, f func()) {
 
 // timedSide runs f and adds its wall and process CPU time to one side.
 func (r *redisRates) timedSide(bus bool, f func()) {
-	c0 := processCPU()
+	c0 := cputime.Process()
 	if bus {
 		redisTimed(&r.bus, f)
-		r.busCPU += processCPU() - c0
+		r.busCPU += cputime.Process() - c0
 		return
 	}
 	redisTimed(&r.raw, f)
-	r.rawCPU += processCPU() - c0
+	r.rawCPU += cputime.Process() - c0
 }
 
 func BenchmarkRedisPublishBatch(b *testing.B) {

@@ -16,6 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/cputime"
 )
 
 // BenchmarkE2E measures end-to-end throughput on inmemory (publish one
@@ -97,7 +98,7 @@ func benchE2E(b *testing.B, ins *Instrumentation) {
 	}
 	payload := make([]byte, 128)
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		target.Add(round)
 		for range round {
@@ -113,7 +114,7 @@ func benchE2E(b *testing.B, ins *Instrumentation) {
 	}
 	// CPU time per message is the steadier figure on a shared machine:
 	// wall time there depends on what else runs.
-	cpu := processCPU() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.ReportMetric(float64(handled.Load())/b.Elapsed().Seconds(), "msgs/s")
 	if cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(handled.Load()), "cpu-ns/msg")
