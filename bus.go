@@ -316,7 +316,8 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 
 // Close closes every subscription as Subscription.Close(ctx) does, then
 // the backend. Publish and Subscribe return ErrClosed afterwards. Closing
-// twice returns nil.
+// twice returns nil. Like Subscription.Close it waits for running
+// handlers, so a handler must not call it.
 func (b *Bus) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {

@@ -101,7 +101,9 @@ func (s *Subscription) Group() string { return s.opts.group }
 // Close stops the subscription: it stops fetching, lets in-flight
 // handlers finish until ctx ends and then cancels their ctx, flushes
 // settlements, and returns when no handler of this subscription runs.
-// Closing twice waits for the first Close and returns nil.
+// Closing twice waits for the first Close and returns nil. A handler must
+// not call Close on its own subscription (Close waits for that handler);
+// it can cancel the ctx given to Subscribe instead.
 func (s *Subscription) Close(ctx context.Context) error {
 	var err error
 	first := false
