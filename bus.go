@@ -100,7 +100,7 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 		ids := msgid.Batch(missing)
 		for _, m := range msgs {
 			if m != nil && m.ID == "" {
-				m.ID, ids = ids[0], ids[1:]
+				m.ID, ids = ids[:36], ids[36:]
 			}
 		}
 	}
