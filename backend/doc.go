@@ -44,7 +44,10 @@
 // entries written by foreign producers must not be returned: the backend
 // dead-letters them to cfg.DeadLetterTopic (when set), acks them, and
 // reports them to cfg.Observer with observer.ScopeDecode. Receive is called
-// from one goroutine at a time.
+// from one goroutine at a time. The returned slice and Message structs stay
+// valid until the next Receive on the same subscription, so a backend may
+// reuse them then (the bus copies what it needs first); AckIDs stay valid
+// until settled.
 //
 // Ack(ctx, ids) settles the messages for the group. It is idempotent:
 // acking an id that is already acked, or whose lease moved on, is not an

@@ -177,29 +177,38 @@ func (g *group) pending() bool { return g.ready.len() > 0 || g.cursor < g.t.head
 // delivery is one message handed to a member together with its lease;
 // the lease's address is the AckID, so handing it out allocates nothing
 // more.
-type delivery struct {
-	msg   backend.Message
-	lease lease
+// recvBuf holds the messages of a subscription's last Receive. The SPI
+// lets a backend reuse them on the next Receive (the bus copies what it
+// needs first), so only the leases, which are the AckIDs and outlive the
+// call, are allocated per batch.
+type recvBuf struct {
+	msgs []backend.Message
+	out  []*backend.Message
 }
 
 // take delivers up to max entries under leases of q: redeliveries first,
-// then new entries in log order. The deliveries of one call share one
-// allocation.
-func (g *group) take(max int, now int64, q *leaseQueue) []*backend.Message {
+// then new entries in log order. The leases of one call share one
+// allocation; the messages live in buf until the next call.
+func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend.Message {
 	n := min(max, g.ready.len()+int(g.t.head-g.cursor))
 	if n <= 0 {
 		return nil
 	}
-	ds := make([]delivery, n)
-	out := make([]*backend.Message, 0, n)
+	leases := make([]lease, n)
+	if cap(buf.msgs) < n {
+		buf.msgs = make([]backend.Message, n)
+		buf.out = make([]*backend.Message, 0, n)
+	}
+	clear(buf.msgs[:cap(buf.msgs)])
+	ms := buf.msgs[:n]
+	out := buf.out[:0]
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
-		d := &ds[i]
-		l := &d.lease
+		l := &leases[i]
 		l.g, l.e, l.q, l.deadline, l.attempt = g, e, q, deadline, attempt
 		q.recs.push(leaseRec{l: l, deadline: deadline})
-		m := &d.msg
+		m := &ms[i]
 		m.ID, m.Key, m.Payload, m.PublishedAt = e.id, e.key, e.payload, time.Unix(0, e.published)
 		if len(e.headers) > 0 {
 			m.Headers = maps.Clone(e.headers)
@@ -228,5 +237,6 @@ func (g *group) take(max int, now int64, q *leaseQueue) []*backend.Message {
 	if g.pending() {
 		g.notify()
 	}
+	buf.out = out
 	return out
 }

@@ -78,10 +78,20 @@ func receiveN(t testing.TB, s backend.Subscription, n int, within time.Duration)
 			require.ErrorIs(t, err, context.DeadlineExceeded, "receive")
 			break
 		}
-		got = append(got, m...)
+		got = append(got, copyMessages(m)...)
 	}
 	require.Len(t, got, n, "messages received within %v", within)
 	return got
+}
+
+// copyMessages copies received messages: a Receive may reuse them.
+func copyMessages(ms []*backend.Message) []*backend.Message {
+	out := make([]*backend.Message, len(ms))
+	for i, m := range ms {
+		cp := *m
+		out[i] = &cp
+	}
+	return out
 }
 
 // receiveNone asserts that nothing arrives within d.

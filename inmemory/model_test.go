@@ -65,7 +65,8 @@ func runModel(t *testing.T, seed uint64) {
 			key := m.group + "/" + msg.ID
 			require.Greater(t, msg.Attempt, lastAttempt[key], "attempt grows for %s", key)
 			lastAttempt[key] = msg.Attempt
-			m.held = append(m.held, msg)
+			cp := *msg // a Receive may reuse its messages
+			m.held = append(m.held, &cp)
 		}
 	}
 	settle := func(m *modelMember, i int, how int) {

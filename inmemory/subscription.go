@@ -20,6 +20,7 @@ type Subscription struct {
 	g     *group
 	q     *leaseQueue
 	timer *time.Timer // used by Receive only
+	buf   recvBuf     // messages of the last Receive, reused by the next
 
 	closed bool          // guarded by t.mu
 	done   chan struct{} // closed by Close
@@ -50,7 +51,7 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			deadline = now + int64(maxReceiveWait)
 		}
 		g.reap(now)
-		if msgs := g.take(max, now, s.q); len(msgs) > 0 {
+		if msgs := g.take(max, now, s.q, &s.buf); len(msgs) > 0 {
 			t.mu.Unlock()
 			return msgs, nil
 		}
