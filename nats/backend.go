@@ -324,6 +324,24 @@ func (b *Backend) track(s subscriber) {
 	b.mu.Unlock()
 }
 
+// closeSub ends subscription s once: it closes closed, stops tracking s
+// and unsubscribes sub. Later calls return nil.
+func (b *Backend) closeSub(s subscriber, once *sync.Once, closed chan struct{}, sub *natsgo.Subscription, topic string) error {
+	first := false
+	once.Do(func() {
+		first = true
+		close(closed)
+	})
+	if !first {
+		return nil
+	}
+	b.untrack(s)
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) && !errors.Is(err, natsgo.ErrBadSubscription) {
+		return fmt.Errorf("nats: close subscription %q: %w", topic, err)
+	}
+	return nil
+}
+
 func (b *Backend) untrack(s subscriber) {
 	b.mu.Lock()
 	delete(b.subs, s)

@@ -121,17 +121,5 @@ func (s *coreSub) Nack(context.Context, backend.AckID, time.Duration) error {
 // Close implements backend.Subscription. Messages buffered for this
 // member are dropped (at-most-once).
 func (s *coreSub) Close() error {
-	first := false
-	s.closeOnce.Do(func() {
-		first = true
-		close(s.closed)
-	})
-	if !first {
-		return nil
-	}
-	s.b.untrack(s)
-	if err := s.sub.Unsubscribe(); err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) && !errors.Is(err, natsgo.ErrBadSubscription) {
-		return fmt.Errorf("nats: close subscription %q: %w", s.topic, err)
-	}
-	return nil
+	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
 }

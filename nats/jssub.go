@@ -358,17 +358,5 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 // Close implements backend.Subscription. Unsettled deliveries are
 // redelivered by the server after their AckWait.
 func (s *jsSub) Close() error {
-	first := false
-	s.closeOnce.Do(func() {
-		first = true
-		close(s.closed)
-	})
-	if !first {
-		return nil
-	}
-	s.b.untrack(s)
-	if err := s.sub.Unsubscribe(); err != nil && !errors.Is(err, natsgo.ErrConnectionClosed) && !errors.Is(err, natsgo.ErrBadSubscription) {
-		return fmt.Errorf("nats: close subscription %q: %w", s.topic, err)
-	}
-	return nil
+	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
 }
