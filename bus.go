@@ -273,7 +273,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
 		slog.Duration("ack_timeout", o.ackTimeout))
 	s.stopAfter = context.AfterFunc(ctx, func() {
-		b.goTracked(func() { _ = s.Close(context.Background()) })
+		b.goTracked(s.closeInBackground)
 	})
 	return s, nil
 }

@@ -177,6 +177,15 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	return err
 }
 
+// closeInBackground closes the subscription when no caller waits for the
+// result (its ctx ended, or the backend failed); a close error goes to the
+// observer.
+func (s *Subscription) closeInBackground() {
+	if err := s.Close(context.Background()); err != nil {
+		s.bus.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: s.topic, Group: s.opts.group, Err: err})
+	}
+}
+
 // fail ends the subscription because the backend failed for good.
 func (s *Subscription) fail(err error) {
 	s.mu.Lock()
@@ -184,7 +193,7 @@ func (s *Subscription) fail(err error) {
 		s.err = err
 	}
 	s.mu.Unlock()
-	s.bus.goTracked(func() { _ = s.Close(context.Background()) })
+	s.bus.goTracked(s.closeInBackground)
 }
 
 // fetch is the receive loop: take capacity, ask the backend for at most

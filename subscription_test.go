@@ -483,3 +483,39 @@ func TestBackendReturningTooManyMessagesCannotExceedMaxInFlight(t *testing.T) {
 	assert.LessOrEqual(t, int(peak.Load()), 2, "max in flight holds even against a greedy backend")
 	assert.NotEmpty(t, ev.byScope(observer.ScopeReceive), "the contract breach is reported")
 }
+
+// closeFailSub fails its Close, to show where such an error goes when no
+// caller is waiting for it.
+type closeFailBackend struct{ *fakeBackend }
+
+func (c closeFailBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	s, _ := c.fakeBackend.Subscribe(ctx, topic, cfg)
+	return closeFailSub{s.(*fakeSub)}, nil
+}
+
+type closeFailSub struct{ *fakeSub }
+
+func (closeFailSub) Close() error { return errors.New("connection reset") }
+
+func TestCloseErrorAfterCtxCancelGoesToObserver(t *testing.T) {
+	ev := &events{}
+	b := bus.New(closeFailBackend{newFakeBackend()}, bus.WithObserver(ev))
+	defer b.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := b.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error { return nil })
+	require.NoError(t, err)
+	cancel()
+	recvDone(t, s.Done())
+	require.Eventually(t, func() bool { return len(ev.byScope(observer.ScopeShutdown)) == 1 }, waitFor, time.Millisecond,
+		"a close error with no caller to return to reaches the observer")
+	assert.Contains(t, ev.byScope(observer.ScopeShutdown)[0].Err.Error(), "connection reset")
+}
+
+func recvDone(t *testing.T, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(waitFor):
+		t.Fatal("subscription did not stop")
+	}
+}
