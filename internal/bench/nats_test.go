@@ -130,13 +130,7 @@ func (e *natsEnv) busTopic(label string) string {
 	return fmt.Sprintf("bench.%s%d", strings.ToLower(label), e.n)
 }
 
-func payload() []byte {
-	p := make([]byte, natsPayload)
-	for i := range p {
-		p[i] = byte(i)
-	}
-	return p
-}
+func payload() []byte { return benchPayload(natsPayload) }
 
 // rawPublish publishes n messages in batches of natsBatch, waiting for the
 // acks of each batch, like bus.Publish does.
@@ -164,21 +158,7 @@ func (e *natsEnv) rawPublish(subject string, n int) {
 }
 
 func (e *natsEnv) busPublish(topic string, n int) {
-	data := payload()
-	batch := make([]*bus.Message, natsBatch)
-	msgs := make([]bus.Message, natsBatch)
-	ctx := context.Background()
-	for sent := 0; sent < n; {
-		k := min(natsBatch, n-sent)
-		for i := range k {
-			msgs[i] = bus.Message{Payload: data}
-			batch[i] = &msgs[i]
-		}
-		if err := e.bus.Publish(ctx, topic, batch[:k]...); err != nil {
-			e.b.Fatalf("bus publish: %v", err)
-		}
-		sent += k
-	}
+	busPublishBatches(e.b, e.bus, topic, n, natsBatch, payload())
 }
 
 // rawConsume drains n messages with a new durable pull consumer.

@@ -110,13 +110,7 @@ func (e *redisEnv) busTopic(label string) string {
 	return fmt.Sprintf("bench.%s%d", label, e.n)
 }
 
-func redisPayload() []byte {
-	p := make([]byte, redisPayloadSize)
-	for i := range p {
-		p[i] = byte(i)
-	}
-	return p
-}
+func redisPayload() []byte { return benchPayload(redisPayloadSize) }
 
 // rawPublish adds n entries with pipelined XADD, one round trip per batch
 // of 16.
@@ -139,21 +133,7 @@ func (e *redisEnv) rawPublish(stream string, n int) {
 }
 
 func (e *redisEnv) busPublish(topic string, n int) {
-	ctx := context.Background()
-	data := redisPayload()
-	batch := make([]*bus.Message, redisBatch)
-	msgs := make([]bus.Message, redisBatch)
-	for sent := 0; sent < n; {
-		k := min(redisBatch, n-sent)
-		for i := range k {
-			msgs[i] = bus.Message{Payload: data}
-			batch[i] = &msgs[i]
-		}
-		if err := e.bus.Publish(ctx, topic, batch[:k]...); err != nil {
-			e.b.Fatalf("bus publish: %v", err)
-		}
-		sent += k
-	}
+	busPublishBatches(e.b, e.bus, topic, n, redisBatch, redisPayload())
 }
 
 // rawConsume drains n entries with a new group: XREADGROUP COUNT 100 on a
