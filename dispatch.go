@@ -15,8 +15,9 @@ import (
 // batch wakes more workers if queued deliveries are not being taken, so a
 // handler that turns slow never leaves deliveries waiting for long.
 type dispatcher struct {
-	run func(*Delivery)
-	max int
+	run   func(*Delivery)
+	max   int
+	procs int // GOMAXPROCS when the subscription started
 
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -44,7 +45,7 @@ const (
 )
 
 func newDispatcher(max int, run func(*Delivery)) *dispatcher {
-	d := &dispatcher{run: run, max: max, queue: make([]*Delivery, 0, max)}
+	d := &dispatcher{run: run, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
@@ -57,7 +58,7 @@ func (p *dispatcher) push(ds []*Delivery) {
 	if time.Duration(p.slowNanos.Load()) < slowHandler {
 		// Quick handlers: a worker that is running will take the batch
 		// when it is done, and one more worker per core is plenty.
-		want = min(want, runtime.GOMAXPROCS(0)-p.busy)
+		want = min(want, p.procs-p.busy)
 	}
 	if want > 0 {
 		p.wakeLocked(want)

@@ -58,18 +58,16 @@ func (l *ConcurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) 
 	return l.acquire(ctx, 1, max, nil)
 }
 
-// acquire takes between 1 and max units. It waits until at least need
+// acquire takes between 1 and most units. It waits until at least need
 // units are free, or, once linger fires (nil = never), until any unit is.
 // Waiting for several units at once lets a saturated subscription fetch in
 // batches instead of one message per freed slot.
-func (l *ConcurrencyLimiter) acquire(ctx context.Context, need, max int, linger <-chan time.Time) (int, error) {
-	max = maxOf(max, 1)
-	need = min(maxOf(need, 1), max)
+func (l *ConcurrencyLimiter) acquire(ctx context.Context, need, most int, linger <-chan time.Time) (int, error) {
+	most = max(most, 1)
+	need = min(max(need, 1), most)
 	for {
 		l.mu.Lock()
-		if free := l.limit - l.used; free >= need {
-			n := min(free, max)
-			l.used += n
+		if n := l.takeLocked(need, most); n > 0 {
 			l.mu.Unlock()
 			return n, nil
 		}
@@ -89,26 +87,25 @@ func (l *ConcurrencyLimiter) acquire(ctx context.Context, need, max int, linger 
 	}
 }
 
-// tryAcquire takes between need and max units if need are free now, and
+// tryAcquire takes between need and most units if need are free now, and
 // returns 0 otherwise.
-func (l *ConcurrencyLimiter) tryAcquire(need, max int) int {
-	need = min(maxOf(need, 1), maxOf(max, 1))
+func (l *ConcurrencyLimiter) tryAcquire(need, most int) int {
+	most = max(most, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.takeLocked(min(max(need, 1), most), most)
+}
+
+// takeLocked takes up to most units when at least need are free; l.mu
+// must be held.
+func (l *ConcurrencyLimiter) takeLocked(need, most int) int {
 	free := l.limit - l.used
 	if free < need {
 		return 0
 	}
-	n := min(free, max)
+	n := min(free, most)
 	l.used += n
 	return n
-}
-
-func maxOf(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 func (l *ConcurrencyLimiter) removeWaiter(ch chan struct{}) {
