@@ -331,9 +331,7 @@ func (s *Subscription) process(d *Delivery) {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
 		d.claim()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
-		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries)))
-		cancel()
+		s.deadLetter(d, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries))
 		d.handlerDone()
 		return
 	}
@@ -397,26 +395,40 @@ func (s *Subscription) reportHandlerErr(d *Delivery, err error) {
 
 // retryOrDeadLetter settles a failed delivery (already claimed).
 func (s *Subscription) retryOrDeadLetter(d *Delivery, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
-	defer cancel()
 	switch {
 	case IsPermanent(err):
-		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, err))
+		s.deadLetter(d, err)
 	case !s.caps.Redelivery:
-		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("backend cannot redeliver: %w", err)))
+		s.deadLetter(d, fmt.Errorf("backend cannot redeliver: %w", err))
 	case d.Attempt >= s.opts.maxDeliveries:
-		s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("max deliveries (%d) reached: %w", s.opts.maxDeliveries, err)))
+		s.deadLetter(d, fmt.Errorf("max deliveries (%d) reached: %w", s.opts.maxDeliveries, err))
 	default:
 		delay, ok := retryDelay(s.opts.newBackOff, d.Attempt)
 		if !ok {
-			s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, fmt.Errorf("retry backoff stopped: %w", err)))
+			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
 			return
 		}
 		if s.handlerCtx.Err() != nil {
 			delay = 0 // shutting down: let another member take it now
 		}
+		ctx, cancel := s.settleCtx()
+		defer cancel()
 		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))
 	}
+}
+
+// deadLetter settles a claimed delivery on the bus's own initiative,
+// reporting a failure to the observer.
+func (s *Subscription) deadLetter(d *Delivery, reason error) {
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, reason))
+}
+
+// settleCtx bounds a settlement the bus makes itself; it outlives the
+// handler's cancellation so shutdown still settles.
+func (s *Subscription) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
 }
 
 func (s *Subscription) settleErr(d *Delivery, scope observer.Scope, err error) {
