@@ -22,8 +22,14 @@ var (
 	ErrPayloadTooLarge = errors.New("payload too large")
 	// ErrUnsupported: the backend cannot do what was asked.
 	ErrUnsupported = errors.New("unsupported by backend")
-	// ErrInvalidOption: an option value is out of range.
-	ErrInvalidOption = errors.New("invalid option")
+	// ErrInvalidOption: an option value or URL parameter is out of range,
+	// unknown or repeated. Backends wrap the same value.
+	ErrInvalidOption = backend.ErrInvalidOption
+	// ErrLeaseLost is the cause of a handler's ctx cancellation when the
+	// bus could not keep the delivery's lease alive (the backend has no
+	// Extender, an extension failed, or WithMaxExtension was reached), so
+	// the message may be delivered again. Read it with context.Cause.
+	ErrLeaseLost = errors.New("lease lost")
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
 	ErrAlreadySettled = errors.New("delivery already settled")

@@ -2,16 +2,12 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/eventbus-go/bus/observer"
 )
-
-// ErrClosed is wrapped by errors from a closed Backend or Subscription.
-var ErrClosed = errors.New("closed")
 
 // Message is one message as it crosses the SPI. On Publish, ID, Key,
 // Headers and Payload are set by the bus and PublishedAt is the time the

@@ -13,7 +13,7 @@ import (
 // Sentinel errors of this package; use errors.Is.
 var (
 	// ErrInvalidOption: an Options field or URL parameter is invalid.
-	ErrInvalidOption = errors.New("invalid option")
+	ErrInvalidOption = backend.ErrInvalidOption
 	// ErrBacklogFull: the topic's backlog is at MaxBacklog or
 	// MaxBacklogBytes and the policy is BacklogError, or a batch is larger
 	// than a limit.

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/eventbus-go/bus/backend"
 	"log/slog"
 	"net/url"
 	"strconv"
@@ -13,7 +14,7 @@ import (
 
 // ErrInvalidOption is wrapped by errors about invalid Options or URL
 // parameters.
-var ErrInvalidOption = errors.New("invalid option")
+var ErrInvalidOption = backend.ErrInvalidOption
 
 // StreamMode says how topics map onto JetStream streams.
 type StreamMode int

@@ -3,6 +3,7 @@ package redisstream
 import (
 	"errors"
 	"fmt"
+	"github.com/eventbus-go/bus/backend"
 	"log/slog"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 
 // ErrInvalidOption is wrapped by errors about invalid Options or URL
 // parameters.
-var ErrInvalidOption = errors.New("redisstream: invalid option")
+var ErrInvalidOption = backend.ErrInvalidOption
 
 // Retention says how streams are trimmed.
 type Retention int

@@ -1,0 +1,42 @@
+package backend
+
+import "errors"
+
+// ErrClosed is wrapped by errors from a closed Backend or Subscription.
+var ErrClosed = errors.New("closed")
+
+// ErrStale is wrapped by the error of Nack, Extend or DeadLetter when the
+// AckID names a delivery whose lease has run out (the message may have been
+// delivered again since). Such a call never touches the newer delivery.
+// Ack of a stale AckID is not an error: it settles the message if it is
+// still unsettled.
+var ErrStale = errors.New("stale delivery")
+
+// ErrInvalidOption is wrapped by errors about an option or URL parameter
+// that is out of range, unknown or repeated. The bus re-exports it as
+// bus.ErrInvalidOption so one errors.Is works for every backend.
+var ErrInvalidOption = errors.New("invalid option")
+
+// Permanent marks err as one that no retry can fix (for example a missing
+// permission or a stream configured for other subjects). When Receive
+// returns such an error the bus ends the subscription: Err() reports it and
+// Done() is closed. Other Receive errors are retried with backoff.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
