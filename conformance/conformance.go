@@ -120,7 +120,7 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			o(&cfg)
 		}
 	}
-	known := map[string]bool{"Tracing": true}
+	known := map[string]bool{}
 	for _, tc := range cases {
 		known[tc.name] = true
 	}
@@ -146,10 +146,4 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			tc.run(t, &suite{newBackend: newBackend, cfg: cfg, caps: caps})
 		})
 	}
-	t.Run("Tracing", func(t *testing.T) {
-		if reason, ok := cfg.skip["Tracing"]; ok {
-			t.Skipf("skipped by the backend's test: %s", reason)
-		}
-		RunTracing(t, newBackend)
-	})
 }

@@ -37,7 +37,7 @@ func (s DedupState) String() string {
 }
 
 // Store keeps the keys Dedup has seen. Implementations must be safe for
-// concurrent use; MemoryStore and RedisStore are provided.
+// concurrent use; MemoryStore is provided here and a Redis store in package middleware/redisdedup.
 type Store interface {
 	// Begin claims key with token for lease if it is free. It returns
 	// DedupDone if the key was committed and its TTL has not passed,

@@ -16,7 +16,7 @@ const DefaultMemoryStoreSize = 100_000
 // When full it forgets the least recently used key, committed or claimed;
 // a forgotten key is handled again if its message comes back. It suits a
 // single consumer process; several processes need a shared store such as
-// RedisStore.
+// redisdedup.Store.
 type MemoryStore struct {
 	mu    sync.Mutex
 	size  int

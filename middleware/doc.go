@@ -13,7 +13,7 @@
 //   - Timeout gives each handler call a fresh deadline; placed inside
 //     Retry, every retry gets its own deadline.
 //   - Dedup skips messages whose ID was already handled, with a pluggable
-//     Store (MemoryStore, RedisStore).
+//     Store (MemoryStore here; a Redis store in middleware/redisdedup).
 //   - Breaker (CircuitBreaker) stops calling a failing dependency and
 //     nacks with a delay while it is open.
 //   - CorrelationID puts the correlation ID of the consumed message into

@@ -10,8 +10,10 @@
 //   - Func adapts a function.
 //   - Multi fans an event out to several observers.
 //   - Slog logs events through a *slog.Logger (never payloads).
-//   - OTel counts events in an OpenTelemetry counter (bus.errors) by
-//     scope, topic and group.
+//   - otelbus.Observer (package github.com/eventbus-go/bus/middleware/otelbus)
+//     counts events in an OpenTelemetry counter (bus.errors) by scope,
+//     topic and group. It lives there so that this package, and the
+//     backend SPI that uses it, import only the standard library.
 //   - Nop discards events; it is the default.
 //
 // Observers are called from the bus's goroutines and must be safe for

@@ -49,7 +49,7 @@
 // Deliveries the bus settles without calling the handler (a message
 // redelivered past bus.WithMaxDeliveries after its leases ran out is
 // dead-lettered directly) pass no middleware and are not counted here; the
-// bus reports them to its observer (see observer.OTel).
+// bus reports them to its observer (see Observer, which counts them).
 //
 // End-to-end latency is measured from Delivery.PublishedAt, which every
 // backend fills with the time the bus accepted the message; it includes

@@ -1,4 +1,4 @@
-package observer_test
+package otelbus_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/eventbus-go/bus/middleware/otelbus"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -18,7 +19,7 @@ func TestOTelCountsErrorsByScopeTopicAndGroup(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	o, err := observer.OTel(mp)
+	o, err := otelbus.Observer(mp)
 	require.NoError(t, err, "create observer")
 
 	boom := errors.New("boom")
@@ -38,16 +39,16 @@ func TestOTelCountsErrorsByScopeTopicAndGroup(t *testing.T) {
 	require.Len(t, rm.ScopeMetrics, 1, "one meter")
 	require.Len(t, rm.ScopeMetrics[0].Metrics, 1, "one instrument")
 	m := rm.ScopeMetrics[0].Metrics[0]
-	assert.Equal(t, observer.OTelErrorsMetric, m.Name)
+	assert.Equal(t, otelbus.ErrorsMetric, m.Name)
 	sum, ok := m.Data.(metricdata.Sum[int64])
 	require.True(t, ok, "a sum, got %T", m.Data)
 	assert.True(t, sum.IsMonotonic, "a counter")
 
 	got := map[string]int64{}
 	for _, dp := range sum.DataPoints {
-		scope, _ := dp.Attributes.Value(observer.OTelScopeKey)
-		topic, _ := dp.Attributes.Value(observer.OTelTopicKey)
-		group, _ := dp.Attributes.Value(observer.OTelGroupKey)
+		scope, _ := dp.Attributes.Value(otelbus.ErrorScopeKey)
+		topic, _ := dp.Attributes.Value(otelbus.ErrorTopicKey)
+		group, _ := dp.Attributes.Value(otelbus.ErrorGroupKey)
 		_, hasID := dp.Attributes.Value(attribute.Key("messaging.message.id"))
 		assert.False(t, hasID, "message IDs are not attributes")
 		got[scope.AsString()+"/"+topic.AsString()+"/"+group.AsString()] = dp.Value
@@ -61,7 +62,7 @@ func TestOTelCountsErrorsByScopeTopicAndGroup(t *testing.T) {
 }
 
 func TestOTelWithGlobalProviderIsNoopUntilSDKInstalled(t *testing.T) {
-	o, err := observer.OTel(nil)
+	o, err := otelbus.Observer(nil)
 	require.NoError(t, err)
 	assert.NotPanics(t, func() {
 		o.Observe(context.Background(), observer.Event{Scope: observer.ScopeAck, Err: errors.New("x")})

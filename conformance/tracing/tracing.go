@@ -1,4 +1,10 @@
-package conformance
+// Package tracing is the opt-in part of the conformance suite that checks
+// OpenTelemetry trace propagation through a backend. It is separate from
+// package conformance so that the core suite does not import the
+// OpenTelemetry SDK; every first-party backend runs both:
+//
+//	func TestConformanceTracing(t *testing.T) { tracing.Run(t, newBackend) }
+package tracing
 
 import (
 	"context"
@@ -15,26 +21,38 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/conformance"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/middleware/otelbus"
 )
 
-// RunTracing checks that trace context flows from publisher to consumer
+// Run checks that trace context flows from publisher to consumer
 // through the backend: a message published inside a parent span is handled
 // in a consumer span of the same trace whose parent is the producer span,
 // for a single publish, for every message of a batch, and (for backends
 // that redeliver) again after a nack. It uses the middleware/otelbus
 // instrumentation with the W3C trace context propagator and records spans
-// with the OpenTelemetry SDK. Run calls it as the "Tracing" subtest;
-// backends may also call it on its own.
-func RunTracing(t *testing.T, newBackend NewBackend) {
+// with the OpenTelemetry SDK.
+func Run(t *testing.T, newBackend conformance.NewBackend) {
 	t.Helper()
 	t.Run("ConsumerSpanIsChildOfProducerSpan", func(t *testing.T) { testTraceSingle(t, newBackend) })
 	t.Run("BatchMessagesCarryTheirOwnContext", func(t *testing.T) { testTraceBatch(t, newBackend) })
 	t.Run("RedeliveryKeepsTraceContext", func(t *testing.T) { testTraceRedelivery(t, newBackend) })
 }
 
-const traceDeadline = 10 * time.Second
+const (
+	traceDeadline = 10 * time.Second
+	closeTimeout  = 10 * time.Second
+	pollInterval  = 5 * time.Millisecond
+)
+
+// trySend sends v unless ch is full.
+func trySend[T any](ch chan<- T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
 
 // traceEnv is a bus over a fresh backend, instrumented with a recording
 // tracer provider.
@@ -46,7 +64,7 @@ type traceEnv struct {
 	group string
 }
 
-func newTraceEnv(t *testing.T, newBackend NewBackend) *traceEnv {
+func newTraceEnv(t *testing.T, newBackend conformance.NewBackend) *traceEnv {
 	t.Helper()
 	e := &traceEnv{spans: tracetest.NewSpanRecorder()}
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
@@ -156,7 +174,7 @@ func checkChild(t *testing.T, parent trace.SpanContext, producer, consumer sdktr
 	}
 }
 
-func testTraceSingle(t *testing.T, newBackend NewBackend) {
+func testTraceSingle(t *testing.T, newBackend conformance.NewBackend) {
 	e := newTraceEnv(t, newBackend)
 	ch := e.subscribe(t, func(context.Context, *bus.Delivery) error { return nil })
 
@@ -191,7 +209,7 @@ func testTraceSingle(t *testing.T, newBackend NewBackend) {
 	}
 }
 
-func testTraceBatch(t *testing.T, newBackend NewBackend) {
+func testTraceBatch(t *testing.T, newBackend conformance.NewBackend) {
 	e := newTraceEnv(t, newBackend)
 	ch := e.subscribe(t, func(context.Context, *bus.Delivery) error { return nil })
 
@@ -225,7 +243,7 @@ func testTraceBatch(t *testing.T, newBackend NewBackend) {
 	}
 }
 
-func testTraceRedelivery(t *testing.T, newBackend NewBackend) {
+func testTraceRedelivery(t *testing.T, newBackend conformance.NewBackend) {
 	e := newTraceEnv(t, newBackend)
 	if !e.bus.Capabilities().Redelivery {
 		t.Skipf("%s does not redeliver", e.bus.Capabilities().Name)

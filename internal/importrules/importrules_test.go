@@ -1,0 +1,87 @@
+package importrules
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/eventbus-go/bus"
+
+const (
+	otel    = "go.opentelemetry.io/"
+	goRedis = "github.com/redis/go-redis/"
+	natsGo  = "github.com/nats-io/"
+	testify = "github.com/stretchr/testify"
+)
+
+// TestImportRules lists each package's dependencies with `go list -deps`
+// and fails when one of them is refused for that package.
+func TestImportRules(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pkg        string
+		stdlibOnly bool     // no third-party package at all
+		refused    []string // import path prefixes it must not depend on
+	}{
+		{pkg: "backend", stdlibOnly: true},
+		{pkg: "observer", stdlibOnly: true},
+		{pkg: "inmemory", stdlibOnly: true},
+		{pkg: "", refused: []string{otel, goRedis, natsGo, testify}},
+		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, testify}},
+		{pkg: "conformance", refused: []string{otel, goRedis, natsGo}},
+		{pkg: "redisstream", refused: []string{otel, natsGo, testify}},
+		{pkg: "nats", refused: []string{otel, goRedis, testify}},
+	}
+	for _, tt := range tests {
+		path := module
+		if tt.pkg != "" {
+			path += "/" + tt.pkg
+		}
+		deps := listDeps(t, path)
+		require.NotEmpty(t, deps, "go list -deps %s printed nothing", path)
+		for _, d := range deps {
+			if tt.stdlibOnly && !isStdlib(d) && !strings.HasPrefix(d, module) {
+				t.Errorf("%s must build with the standard library alone, but depends on %s", path, d)
+			}
+			for _, r := range tt.refused {
+				if strings.HasPrefix(d, r) {
+					t.Errorf("%s must not depend on %s*, but depends on %s", path, r, d)
+				}
+			}
+		}
+	}
+}
+
+// isStdlib reports whether an import path is in the standard library: its
+// first element has no dot.
+func isStdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+func listDeps(t *testing.T, path string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.CommandContext(ctx, goBin, "list", "-deps", path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "go list -deps %s: %s", path, stderr.String())
+	var deps []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		deps = append(deps, sc.Text())
+	}
+	return deps
+}

@@ -1,0 +1,62 @@
+package otelbus
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/eventbus-go/bus/observer"
+)
+
+// ErrorsMetric is the name of the counter Observer records into.
+const ErrorsMetric = "bus.errors"
+
+// Attribute keys of ErrorsMetric.
+const (
+	ErrorScopeKey = attribute.Key("bus.error.scope")
+	ErrorTopicKey = attribute.Key("messaging.destination.name")
+	ErrorGroupKey = attribute.Key("messaging.consumer.group.name")
+)
+
+// Observer returns an observer.Observer that counts events in the
+// OpenTelemetry counter ErrorsMetric ("bus.errors", unit {error}), with the attributes
+// bus.error.scope (Scope.String()), messaging.destination.name and
+// messaging.consumer.group.name (the latter two when the event has them).
+// Message IDs and error texts are not attributes: they would make every
+// event its own time series. A nil mp uses the global meter provider.
+//
+// It uses only the OpenTelemetry API; install an SDK meter provider to
+// export the counts. Combine it with observer.Slog through observer.Multi to also log the
+// errors.
+func Observer(mp metric.MeterProvider) (observer.Observer, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	c, err := mp.Meter(ScopeName).Int64Counter(ErrorsMetric,
+		metric.WithUnit("{error}"),
+		metric.WithDescription("Errors the bus handled in the background, by scope."))
+	if err != nil {
+		return nil, fmt.Errorf("otelbus: create %s counter: %w", ErrorsMetric, err)
+	}
+	return otelObserver{errors: c}, nil
+}
+
+type otelObserver struct{ errors metric.Int64Counter }
+
+func (o otelObserver) Observe(ctx context.Context, e observer.Event) {
+	if !o.errors.Enabled(ctx) {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 1, 3)
+	attrs[0] = ErrorScopeKey.String(e.Scope.String())
+	if e.Topic != "" {
+		attrs = append(attrs, ErrorTopicKey.String(e.Topic))
+	}
+	if e.Group != "" {
+		attrs = append(attrs, ErrorGroupKey.String(e.Group))
+	}
+	o.errors.Add(ctx, 1, metric.WithAttributes(attrs...))
+}

@@ -1,0 +1,20 @@
+package redisstream_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/conformance/tracing"
+	"github.com/eventbus-go/bus/internal/redistest"
+)
+
+func TestConformanceTracing(t *testing.T) {
+	opts, err := redis.ParseURL(redistest.URL(t))
+	require.NoError(t, err, "parse the test server URL")
+	tracing.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, redis.NewClient(opts), nil)
+	})
+}
