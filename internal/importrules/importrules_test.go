@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +70,8 @@ func listDeps(t *testing.T, path string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command must be on PATH to list dependencies")
 	cmd := exec.CommandContext(ctx, goBin, "list", "-deps", path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
