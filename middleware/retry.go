@@ -9,19 +9,29 @@ import (
 	"github.com/eventbus-go/bus"
 )
 
-// Defaults of Retry when newBackOff is nil.
+// Defaults of Retry's in-process waits when newBackOff is nil. They are
+// short on purpose: they pace calls inside one delivery, while the bus's
+// bus.DefaultRetryInitial and bus.DefaultRetryMaxDelay pace redeliveries
+// through the broker.
 const (
-	DefaultRetryInitial  = 10 * time.Millisecond
-	DefaultRetryMaxDelay = time.Second
+	InProcessRetryInitial  = 10 * time.Millisecond
+	InProcessRetryMaxDelay = time.Second
 )
 
-// Retry returns middleware that calls the handler up to attempts times in
-// the same delivery while it returns an error, waiting between calls as
-// newBackOff says. Only the last error reaches the bus, which then nacks
-// or dead-letters as its own policy says. attempts below 1 count as 1.
+// Retry returns middleware that retries in process: it calls the handler
+// up to attempts times within the same delivery while it returns an error,
+// waiting between calls as newBackOff says. attempts below 1 count as 1.
+//
+// It composes with the broker's redelivery, it does not replace it: only
+// the last error reaches the bus, which then nacks with its own backoff
+// (bus.WithRetryBackoff) or dead-letters after bus.WithMaxDeliveries, and
+// every redelivery runs the in-process attempts again. Use it for quick,
+// transient failures (a busy connection pool) that are cheaper to retry
+// here than to send back through the broker; Delivery.Attempt counts
+// broker deliveries only.
 //
 // newBackOff is called once per delivery; nil means exponential with
-// jitter from DefaultRetryInitial up to DefaultRetryMaxDelay. When the
+// jitter from InProcessRetryInitial up to InProcessRetryMaxDelay. When the
 // policy returns backoff.Stop the last error is returned at once.
 //
 // Retry does not retry errors marked with bus.Permanent, stops when the
@@ -71,8 +81,8 @@ func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
 
 func defaultRetryBackOff() backoff.BackOff {
 	e := backoff.NewExponentialBackOff()
-	e.InitialInterval = DefaultRetryInitial
-	e.MaxInterval = DefaultRetryMaxDelay
+	e.InitialInterval = InProcessRetryInitial
+	e.MaxInterval = InProcessRetryMaxDelay
 	e.MaxElapsedTime = 0
 	return e
 }

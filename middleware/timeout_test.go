@@ -55,12 +55,15 @@ func TestTimeoutWrapsErrTimeoutWhenHandlerFailsAfterDeadline(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the handler's error is kept")
 }
 
-func TestTimeoutKeepsNilResultOfLateHandler(t *testing.T) {
+func TestTimeoutTurnsLateNilIntoTimeoutLikeTheBus(t *testing.T) {
+	t.Parallel()
 	h := Timeout(time.Millisecond)(func(ctx context.Context, d *bus.Delivery) error {
 		<-ctx.Done()
 		return nil
 	})
-	assert.NoError(t, h(context.Background(), &bus.Delivery{}), "work done late is still done")
+	err := h(context.Background(), &bus.Delivery{})
+	require.ErrorIs(t, err, ErrTimeout, "a nil returned after the deadline is a timeout, as with bus.WithHandlerTimeout")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the deadline is named")
 }
 
 func TestTimeoutDoesNotBlameItselfWhenParentCtxEnded(t *testing.T) {

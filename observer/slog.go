@@ -5,9 +5,20 @@ import (
 	"log/slog"
 )
 
-// Slog returns an Observer that logs each event at level Error (Warn for
-// ScopeLease and ScopeConnection) with the event's fields as attributes.
-// Payloads and headers are never logged. A nil logger uses slog.Default().
+// Slog returns an Observer that logs each event with the event's fields as
+// attributes. Payloads and headers are never logged. A nil logger uses
+// slog.Default().
+//
+// Expected, self-healing errors stay below Error, so that a healthy system
+// does not page anyone; the level is Level(e):
+//
+//   - Warn for ScopeHandler: a handler error is retried by redelivery, and
+//     its final fate is reported on its own (ScopeDeadLetter);
+//   - Warn for ScopeLease: the message comes back after its lease;
+//   - Info for an event without an error (a recovery notice, for example
+//     a connection that came back);
+//   - Error for everything else: dead letters, panics, and backend
+//     failures (receive, ack, reclaim, connection lost, shutdown).
 func Slog(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.Default()
@@ -18,10 +29,7 @@ func Slog(logger *slog.Logger) Observer {
 type slogObserver struct{ logger *slog.Logger }
 
 func (o slogObserver) Observe(ctx context.Context, e Event) {
-	level := slog.LevelError
-	if e.Scope == ScopeLease || e.Scope == ScopeConnection {
-		level = slog.LevelWarn
-	}
+	level := Level(e)
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
@@ -45,5 +53,21 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if len(e.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(e.Stack)))
 	}
-	o.logger.LogAttrs(ctx, level, "bus: "+e.Scope.String()+" error", attrs...)
+	msg := "bus: " + e.Scope.String() + " error"
+	if e.Err == nil {
+		msg = "bus: " + e.Scope.String()
+	}
+	o.logger.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// Level is the slog level Slog logs e at (see Slog).
+func Level(e Event) slog.Level {
+	switch {
+	case e.Err == nil:
+		return slog.LevelInfo
+	case e.Scope == ScopeHandler, e.Scope == ScopeLease:
+		return slog.LevelWarn
+	default:
+		return slog.LevelError
+	}
 }
