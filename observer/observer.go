@@ -61,8 +61,9 @@ func (s Scope) String() string {
 	return fmt.Sprintf("Scope(%d)", int(s))
 }
 
-// Event is one error that the bus or a backend handled in the background.
-// Fields that do not apply are empty.
+// Event is one error that the bus or a backend handled in the background,
+// or (with a nil Err and Recovery set) the end of an outage. Fields that
+// do not apply are empty.
 type Event struct {
 	Scope     Scope
 	Topic     string
@@ -72,6 +73,9 @@ type Event struct {
 	Err       error
 	// Stack is the goroutine stack of a recovered panic (ScopePanic).
 	Stack []byte
+	// Recovery is set, with a nil Err, on the event that ends an outage
+	// (see Outage). Observers that count errors skip such events.
+	Recovery *Recovery
 }
 
 // Observer receives events. Implementations must be safe for concurrent

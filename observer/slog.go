@@ -33,7 +33,7 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 7)
+	attrs := make([]slog.Attr, 0, 9)
 	attrs = append(attrs, slog.String("scope", e.Scope.String()))
 	if e.Topic != "" {
 		attrs = append(attrs, slog.String("topic", e.Topic))
@@ -50,12 +50,18 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
+	if e.Recovery != nil {
+		attrs = append(attrs, slog.Duration("outage", e.Recovery.Duration), slog.Int("suppressed_errors", e.Recovery.Suppressed))
+	}
 	if len(e.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(e.Stack)))
 	}
 	msg := "bus: " + e.Scope.String() + " error"
 	if e.Err == nil {
 		msg = "bus: " + e.Scope.String()
+		if e.Recovery != nil {
+			msg += " recovered"
+		}
 	}
 	o.logger.LogAttrs(ctx, level, msg, attrs...)
 }

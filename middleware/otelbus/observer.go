@@ -25,7 +25,8 @@ const (
 // OpenTelemetry counter ErrorsMetric ("bus.errors", unit {error}), with the attributes
 // bus.error.scope (Scope.String()), messaging.destination.name and
 // messaging.consumer.group.name (the latter two when the event has them).
-// Message IDs and error texts are not attributes: they would make every
+// Events without an error (the recovery that ends an outage) are not
+// counted. Message IDs and error texts are not attributes: they would make every
 // event its own time series. A nil mp uses the global meter provider.
 //
 // It uses only the OpenTelemetry API; install an SDK meter provider to
@@ -47,7 +48,7 @@ func Observer(mp metric.MeterProvider) (observer.Observer, error) {
 type otelObserver struct{ errors metric.Int64Counter }
 
 func (o otelObserver) Observe(ctx context.Context, e observer.Event) {
-	if !o.errors.Enabled(ctx) {
+	if e.Err == nil || !o.errors.Enabled(ctx) {
 		return
 	}
 	attrs := make([]attribute.KeyValue, 1, 3)

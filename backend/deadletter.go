@@ -1,0 +1,96 @@
+package backend
+
+import (
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Headers of a dead-letter copy. The bus sets them when it dead-letters a
+// delivery; a backend sets them through NewDeadLetter when it dead-letters
+// an entry it cannot deliver (malformed, trimmed, oversized). User headers
+// may not use the "bus-" prefix, so they never collide.
+const (
+	HeaderDeadLetterReason  = "bus-dlq-reason"  // human-readable reason
+	HeaderDeadLetterCode    = "bus-dlq-code"    // machine-readable reason code (DeadLetterCode)
+	HeaderDeadLetterTopic   = "bus-dlq-topic"   // the topic the message came from
+	HeaderDeadLetterGroup   = "bus-dlq-group"   // the group that gave up on it
+	HeaderDeadLetterAttempt = "bus-dlq-attempt" // the attempt that gave up
+	HeaderDeadLetterID      = "bus-dlq-id"      // the original message ID
+	HeaderDeadLetterTime    = "bus-dlq-time"    // when it was dead-lettered, RFC 3339 with nanoseconds, UTC
+)
+
+// DeadLetterCode is the machine-readable reason a message was
+// dead-lettered, carried in HeaderDeadLetterCode.
+type DeadLetterCode string
+
+// Reason codes.
+const (
+	CodeMaxDeliveries DeadLetterCode = "max-deliveries" // attempts reached the subscription's max deliveries
+	CodePermanent     DeadLetterCode = "permanent"      // the handler returned an error marked permanent
+	CodeRejected      DeadLetterCode = "rejected"       // the handler called Delivery.Reject
+	CodeMalformed     DeadLetterCode = "malformed"      // the backend could not decode the entry
+	CodeOversized     DeadLetterCode = "oversized"      // the payload is over the consumer's max payload
+	CodeLeaseLost     DeadLetterCode = "lease-lost"     // the lease could not be kept for the last attempt
+	CodeExpired       DeadLetterCode = "expired"        // the entry was trimmed or expired before delivery
+)
+
+// MaxDeadLetterReason is the longest reason text, in bytes, a dead-letter
+// copy carries; longer texts are cut at a rune boundary.
+const MaxDeadLetterReason = 1024
+
+// DeadLetterInfo says where a dead-lettered message came from and why.
+type DeadLetterInfo struct {
+	Topic   string
+	Group   string
+	Attempt int
+	Code    DeadLetterCode
+	// Reason is a short human-readable text. It must not quote payload
+	// bytes or field values read from the wire.
+	Reason string
+	// Time is when the message was dead-lettered; zero means now.
+	Time time.Time
+}
+
+// NewDeadLetter returns the copy of m to store on a dead-letter topic: the
+// same ID, key, payload and headers, plus the dead-letter headers from
+// info. m is not modified; the copy shares m's payload slice. It is the one
+// builder the bus and every backend use, so that every dead letter looks
+// the same and can be listed and replayed the same way.
+func NewDeadLetter(m *Message, info DeadLetterInfo) *Message {
+	h := make(map[string]string, len(m.Headers)+7)
+	maps.Copy(h, m.Headers)
+	at := info.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	h[HeaderDeadLetterReason] = cleanReason(info.Reason)
+	h[HeaderDeadLetterCode] = string(info.Code)
+	h[HeaderDeadLetterTopic] = info.Topic
+	h[HeaderDeadLetterGroup] = info.Group
+	h[HeaderDeadLetterAttempt] = strconv.Itoa(max(info.Attempt, 1))
+	h[HeaderDeadLetterID] = m.ID
+	h[HeaderDeadLetterTime] = at.UTC().Format(time.RFC3339Nano)
+	return &Message{ID: m.ID, Key: m.Key, Headers: h, Payload: m.Payload, PublishedAt: at}
+}
+
+// cleanReason makes an error text a tidy one-line header value: valid
+// UTF-8, control characters as spaces, at most MaxDeadLetterReason bytes.
+func cleanReason(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > MaxDeadLetterReason {
+		cut := MaxDeadLetterReason
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
