@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,10 +24,11 @@ type Bus struct {
 	optErr  error
 	publish PublishFunc
 
-	mu     sync.RWMutex // held for reading by Publish, for writing by Close
-	closed bool
-	subs   map[*Subscription]struct{}
-	wg     sync.WaitGroup // goroutines the bus started outside subscriptions
+	// ops counts publishes, subscribes being set up and the bus's own
+	// background goroutines; no lock is held across any of them.
+	ops  inflight
+	mu   sync.Mutex // guards subs only, never held across I/O or a wait
+	subs map[*Subscription]struct{}
 }
 
 // New returns a Bus over b. An invalid option makes every later call
@@ -104,11 +106,10 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 			}
 		}
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
+	if !b.ops.enter() {
 		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
 	}
+	defer b.ops.leave()
 	return b.publish(ctx, topic, msgs)
 }
 
@@ -211,15 +212,12 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
 	}
 
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	// Hold a place so Close waits (within its ctx) for this subscription
+	// to finish starting.
+	if !b.ops.enter() {
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
 	}
-	// Hold a place so Close waits for this subscription to finish starting.
-	b.wg.Add(1)
-	b.mu.Unlock()
-	defer b.wg.Done()
+	defer b.ops.leave()
 
 	bsub, err := b.be.Subscribe(ctx, topic, backend.SubscribeConfig{
 		Group:           o.group,
@@ -252,11 +250,14 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
 	s.disp = newDispatcher(o.maxInFlight, s.process)
 	s.feedback, _ = o.limiter.(LimiterFeedback)
-	s.fetchCtx, s.stopFetch = context.WithCancel(context.Background())
+	// Fetching stops as soon as the Subscribe ctx ends; handlers keep
+	// their own ctx, which shutdown cancels only when its ctx runs out.
+	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
 	s.handlerCtx, s.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
+	s.keeper = newLeaseKeeper(s)
 
 	b.mu.Lock()
-	if b.closed {
+	if b.ops.isClosed() {
 		b.mu.Unlock()
 		s.stopFetch()
 		s.cancelHandler()
@@ -266,8 +267,13 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
 
-	go s.acks.run()
-	go s.fetch()
+	s.workers.Add(2)
+	go func() { defer s.workers.Done(); s.acks.run() }()
+	go func() { defer s.workers.Done(); s.fetch() }()
+	if s.keeper != nil {
+		s.workers.Add(1)
+		go func() { defer s.workers.Done(); s.keeper.run() }()
+	}
 	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
 		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
 		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
@@ -285,6 +291,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		ackTimeout:    DefaultAckTimeout,
 		maxDeliveries: DefaultMaxDeliveries,
 		newBackOff:    defaultBackOff,
+		maxExtension:  DefaultMaxExtension,
 	}
 	var errs []error
 	for _, opt := range opts {
@@ -314,17 +321,19 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	return o, nil
 }
 
-// Close closes every subscription as Subscription.Close(ctx) does, then
-// the backend. Publish and Subscribe return ErrClosed afterwards. Closing
-// twice returns nil. Like Subscription.Close it waits for running
-// handlers, so a handler must not call it.
+// Close closes every subscription as Subscription.Close(ctx) does, waits
+// for publishes in progress, then closes the backend. Publish and
+// Subscribe return ErrClosed afterwards. Like net/http.Server.Shutdown it
+// never blocks past ctx (plus a short grace): when ctx ends first, the
+// error says what was still running, and that work finishes, or is given
+// back to the backend, in the background. A second Close returns nil. A
+// handler must not call Close; it would wait for itself until ctx ends.
 func (b *Bus) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	idle, first := b.ops.close()
+	if !first {
 		return nil
 	}
-	b.closed = true
+	b.mu.Lock()
 	subs := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
 		subs = append(subs, s)
@@ -341,37 +350,82 @@ func (b *Bus) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	b.wg.Wait()
-	// Subscriptions started concurrently with Close registered after the
+	// Publishes and subscribes in progress, and background closes started
+	// before Close, end within ctx or are reported.
+	if !waitOrDone(ctx, idle) {
+		errs = append(errs, fmt.Errorf("bus: close: publishes or subscribes still in progress: %w", ctx.Err()))
+	}
+	// Subscriptions set up concurrently with Close registered after the
 	// snapshot; close them too.
 	b.mu.Lock()
 	rest := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
-		rest = append(rest, s)
+		if !slices.Contains(subs, s) {
+			rest = append(rest, s)
+		}
 	}
 	b.mu.Unlock()
 	for _, s := range rest {
 		errs = append(errs, s.Close(ctx))
 	}
-	b.wg.Wait()
-	if err := b.be.Close(); err != nil {
+	if err := closeBounded(ctx, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// goTracked runs f on a goroutine that Close waits for; after Close has
-// begun it does nothing (Close itself finishes the work).
+// closeGrace is how long past its ctx a Close may take to collect what
+// has just finished (a handler that returned on cancellation, a backend
+// that closed at once).
+const closeGrace = 50 * time.Millisecond
+
+// waitOrDone waits for ch until ctx ends plus closeGrace; it reports
+// whether ch was closed.
+func waitOrDone(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// closeBounded runs a close that takes no ctx (the SPI's Close methods) and
+// waits for it until ctx ends plus closeGrace; it keeps running after
+// that, and its error is then lost.
+func closeBounded(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("did not return before the close ctx ended: %w", ctx.Err())
+	}
+}
+
+// goTracked runs f on a goroutine that Close waits for (within its ctx);
+// after Close has begun it does nothing (Close itself does the work).
 func (b *Bus) goTracked(f func()) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.ops.enter() {
 		return
 	}
-	b.wg.Add(1)
-	b.mu.Unlock()
 	go func() {
-		defer b.wg.Done()
+		defer b.ops.leave()
 		f()
 	}()
 }
