@@ -2,7 +2,7 @@ package bus
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 	"time"
 
@@ -126,24 +126,17 @@ func (a *acker) flush(parent context.Context) {
 }
 
 // close flushes what is buffered and refuses later acks (they return an
-// error wrapping ErrClosed). The flush is bounded by ctx plus a short
-// grace; acks it cannot send are redelivered after their lease.
-func (a *acker) close(ctx context.Context) error {
+// error wrapping ErrClosed). The flush is bounded by hard, the Close's
+// ctx plus its grace; acks it cannot send are redelivered after their
+// lease.
+func (a *acker) close(hard context.Context) error {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
-	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(closeGrace, cancel)
-		<-fctx.Done()
-		t.Stop()
-	})
-	defer stop()
-	a.flushCtx = fctx
+	a.flushCtx = hard
 	close(a.stop)
-	if !waitOrDone(ctx, a.done) {
-		return fmt.Errorf("ack flush did not finish: %w", ctx.Err())
+	if !waitOrDone(hard, a.done) {
+		return errors.New("ack flush did not finish before the close ctx ended")
 	}
 	return nil
 }

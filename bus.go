@@ -333,6 +333,8 @@ func (b *Bus) Close(ctx context.Context) error {
 	if !first {
 		return nil
 	}
+	hard, cancel := withGrace(ctx)
+	defer cancel()
 	b.mu.Lock()
 	subs := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
@@ -346,13 +348,13 @@ func (b *Bus) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.Close(ctx)
+			errs[i] = s.closeWith(ctx, hard)
 		}()
 	}
 	wg.Wait()
 	// Publishes and subscribes in progress, and background closes started
 	// before Close, end within ctx or are reported.
-	if !waitOrDone(ctx, idle) {
+	if !waitOrDone(hard, idle) {
 		errs = append(errs, fmt.Errorf("bus: close: publishes or subscribes still in progress: %w", ctx.Err()))
 	}
 	// Subscriptions set up concurrently with Close registered after the
@@ -366,9 +368,9 @@ func (b *Bus) Close(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	for _, s := range rest {
-		errs = append(errs, s.Close(ctx))
+		errs = append(errs, s.closeWith(ctx, hard))
 	}
-	if err := closeBounded(ctx, b.be.Close); err != nil {
+	if err := closeBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
@@ -376,45 +378,48 @@ func (b *Bus) Close(ctx context.Context) error {
 
 // closeGrace is how long past its ctx a Close may take to collect what
 // has just finished (a handler that returned on cancellation, a backend
-// that closed at once).
+// that closed at once). It is one budget for the whole Close, not one per
+// step.
 const closeGrace = 50 * time.Millisecond
 
-// waitOrDone waits for ch until ctx ends plus closeGrace; it reports
-// whether ch was closed.
-func waitOrDone(ctx context.Context, ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
+// withGrace returns a ctx that ends closeGrace after ctx ends: the hard
+// deadline of a Close.
+func withGrace(ctx context.Context) (context.Context, context.CancelFunc) {
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })
+	return hard, func() {
+		stop()
+		cancel()
 	}
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
+}
+
+// waitOrDone waits for ch until hard ends; it reports whether ch was
+// closed.
+func waitOrDone(hard context.Context, ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
-	case <-t.C:
+	default:
+	}
+	select {
+	case <-ch:
+		return true
+	case <-hard.Done():
 		return false
 	}
 }
 
 // closeBounded runs a close that takes no ctx (the SPI's Close methods) and
-// waits for it until ctx ends plus closeGrace; it keeps running after
-// that, and its error is then lost.
-func closeBounded(ctx context.Context, f func() error) error {
+// waits for it until hard ends; it keeps running after that, and its error
+// is then lost.
+func closeBounded(hard context.Context, f func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- f() }()
 	select {
 	case err := <-done:
 		return err
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return fmt.Errorf("did not return before the close ctx ended: %w", ctx.Err())
+	case <-hard.Done():
+		return errors.New("did not return before the close ctx ended")
 	}
 }
 

@@ -120,11 +120,18 @@ func (s *Subscription) Group() string { return s.opts.group }
 // its own subscription (Close would wait for it until ctx ends); it can
 // cancel the ctx given to Subscribe instead.
 func (s *Subscription) Close(ctx context.Context) error {
+	hard, cancel := withGrace(ctx)
+	defer cancel()
+	return s.closeWith(ctx, hard)
+}
+
+// closeWith is Close with the hard deadline (ctx plus the grace) given.
+func (s *Subscription) closeWith(ctx, hard context.Context) error {
 	var err error
 	first := false
 	s.closeOnce.Do(func() {
 		first = true
-		err = s.shutdown(ctx)
+		err = s.shutdown(ctx, hard)
 	})
 	if !first {
 		select {
@@ -136,14 +143,14 @@ func (s *Subscription) Close(ctx context.Context) error {
 	return err
 }
 
-func (s *Subscription) shutdown(ctx context.Context) error {
+func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	close(s.closing)
 	if s.stopAfter != nil {
 		s.stopAfter()
 	}
 	s.stopFetch()
 	var errs []error
-	if !waitOrDone(ctx, s.fetchDone) {
+	if !waitOrDone(hard, s.fetchDone) {
 		// A backend whose Receive ignores ctx breaks its contract; do not
 		// let it hang Close past the caller's deadline.
 		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
@@ -177,7 +184,7 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 		s.cancelHandler()
 		s.dropLeases()
 	}
-	clean := waitOrDone(ctx, drained)
+	clean := waitOrDone(hard, drained)
 	if clean && cancelled > 0 {
 		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, ctx.Err()))
 	}
@@ -189,10 +196,10 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	if s.keeper != nil {
 		s.keeper.close()
 	}
-	if err := s.acks.close(ctx); err != nil {
+	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
 	}
-	if err := closeBounded(ctx, s.bsub.Close); err != nil {
+	if err := closeBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
 	}
 	s.bus.forget(s)
@@ -202,14 +209,20 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	}
 	s.bus.opts.logger.LogAttrs(context.Background(), slog.LevelDebug, "bus: subscription closed",
 		slog.String("topic", s.topic), slog.String("group", s.opts.group), slog.Bool("clean", err == nil))
-	if clean {
+	// Done closes once the last handler and the subscription's own
+	// goroutines have returned: now, or in the background after
+	// stragglers that ignore their ctx.
+	finished := make(chan struct{})
+	go func() {
+		<-drained
 		s.workers.Wait()
+		close(finished)
+	}()
+	if waitOrDone(hard, finished) {
 		close(s.done)
 	} else {
-		// Done closes once the last straggler has returned.
 		go func() {
-			<-drained
-			s.workers.Wait()
+			<-finished
 			close(s.done)
 		}()
 	}

@@ -79,6 +79,10 @@ var cases = []testCase{
 	{name: "ExtendPreventsRedelivery", needs: []capability{capRedelivery, capExtend}, run: testExtend},
 	{name: "HandlerTimeoutIsRetried", needs: []capability{capRedelivery}, run: testHandlerTimeout},
 
+	// Leases.
+	{name: "LongHandlerRunsOnceWithoutExtend", needs: []capability{capRedelivery, capExtend}, run: testLongHandlerRunsOnce},
+	{name: "LeaseLostCancelsBeforeRedelivery", needs: []capability{capRedelivery}, run: testLeaseLostCancelsBeforeRedelivery},
+
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
@@ -98,6 +102,8 @@ var cases = []testCase{
 	{name: "ResubscribeContinues", needs: []capability{capGroups, capRedelivery}, run: testResubscribeContinues},
 	{name: "PublishAfterCloseErrClosed", run: testPublishAfterClose},
 	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
+	{name: "CancelStopsFetchingAtOnce", run: testCancelStopsFetching},
+	{name: "CloseBoundedByCtx", run: testCloseBoundedByCtx},
 	{name: "NoGoroutineLeak", run: testNoGoroutineLeak},
 
 	// Validation.
