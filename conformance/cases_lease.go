@@ -253,4 +253,3 @@ func (b *blockingPublishBackend) Publish(ctx context.Context, topic string, msgs
 	}
 	return b.Backend.Publish(ctx, topic, msgs)
 }
-
