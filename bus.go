@@ -122,7 +122,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	}
 	var failed []FailedMessage
 	for i, m := range msgs {
-		if err := validateMessage(m, b.opts.maxPayload, false); err != nil {
+		if err := validateMessage(m, b.opts.maxPayload); err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID

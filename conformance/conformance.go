@@ -112,6 +112,8 @@ var cases = []testCase{
 	{name: "ReservedHeaderPrefixRejected", run: testReservedHeaderPrefix},
 	{name: "OversizedPayloadRejected", run: testOversizedPayload},
 	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
+	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
+	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 }
 
 // Run runs every case that the backend's Capabilities allow. Each case is a
