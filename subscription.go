@@ -150,11 +150,6 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	}
 	s.stopFetch()
 	var errs []error
-	if !waitOrDone(hard, s.fetchDone) {
-		// A backend whose Receive ignores ctx breaks its contract; do not
-		// let it hang Close past the caller's deadline.
-		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
-	}
 
 	drained := make(chan struct{})
 	go func() {
@@ -185,6 +180,11 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 		s.dropLeases()
 	}
 	clean := waitOrDone(hard, drained)
+	if !waitOrDone(hard, s.fetchDone) {
+		// A backend whose Receive ignores ctx breaks its contract; do not
+		// let it hang Close past the caller's deadline.
+		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
+	}
 	if clean && cancelled > 0 {
 		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, ctx.Err()))
 	}
