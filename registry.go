@@ -9,6 +9,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
 // OpenFunc opens a backend from a URL. It must not keep ctx.
@@ -58,13 +59,20 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("bus: open: invalid url: %w", redactURLError(err))
+		return nil, fmt.Errorf("bus: open: %w", urlopt.ParseError(rawURL))
 	}
 	registryMu.RLock()
 	open, ok := registry[u.Scheme]
 	registryMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v)", redactURL(u), ErrUnknownScheme, u.Scheme, Schemes())
+		hint := ""
+		if pkg := firstPartyPackages[u.Scheme]; pkg != "" {
+			hint = fmt.Sprintf("; import _ %q", pkg)
+		}
+		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v%s)", redactURL(u), ErrUnknownScheme, u.Scheme, Schemes(), hint)
+	}
+	if err := urlopt.CheckForm(u, false); err != nil {
+		return nil, fmt.Errorf("bus: open: %w", err)
 	}
 	o, err := buildBusOptions(opts)
 	if err != nil {
@@ -77,23 +85,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 	return newBus(be, o), nil
 }
 
-// redactURL hides credentials: the password, and a user name given
-// without one (NATS uses that form for tokens).
-func redactURL(u *url.URL) string {
-	if u.User != nil {
-		if _, has := u.User.Password(); !has {
-			cp := *u
-			cp.User = url.User("xxxxx")
-			return cp.String()
-		}
-	}
-	return u.Redacted()
+// firstPartyPackages names the package that registers each scheme of the
+// backends that ship with the bus, for the error of an unknown scheme.
+var firstPartyPackages = map[string]string{
+	"redis":    "github.com/eventbus-go/bus/redisstream",
+	"rediss":   "github.com/eventbus-go/bus/redisstream",
+	"nats":     "github.com/eventbus-go/bus/nats",
+	"tls":      "github.com/eventbus-go/bus/nats",
+	"nats+tls": "github.com/eventbus-go/bus/nats",
 }
 
-// redactURLError drops the URL from a url.Error, which may hold a password.
-func redactURLError(err error) error {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err
-	}
-	return err
-}
+// redactURL hides credentials (see urlopt.Redact).
+func redactURL(u *url.URL) string { return urlopt.Redact(u) }

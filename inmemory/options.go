@@ -3,11 +3,13 @@ package inmemory
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"sync"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
 // Sentinel errors of this package; use errors.Is.
@@ -101,38 +103,20 @@ func (o *Options) normalize() (Options, error) {
 // repeated parameters are errors.
 func optionsFromQuery(q url.Values) (Options, error) {
 	var o Options
-	for k, vs := range q {
-		if len(vs) != 1 {
-			return o, fmt.Errorf("%w: parameter %q given %d times", ErrInvalidOption, k, len(vs))
-		}
-		v := vs[0]
-		switch k {
-		case "max_backlog":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return o, fmt.Errorf("%w: max_backlog %q is not a positive integer", ErrInvalidOption, v)
-			}
-			o.MaxBacklog = n
-		case "max_backlog_bytes":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				return o, fmt.Errorf("%w: max_backlog_bytes %q is not a positive integer", ErrInvalidOption, v)
-			}
-			o.MaxBacklogBytes = n
-		case "backlog_policy":
-			switch v {
-			case "wait":
-				o.BacklogPolicy = BacklogWait
-			case "error":
-				o.BacklogPolicy = BacklogError
-			default:
-				return o, fmt.Errorf("%w: backlog_policy %q is not wait or error", ErrInvalidOption, v)
-			}
-		default:
-			return o, fmt.Errorf("%w: unknown parameter %q (known: max_backlog, max_backlog_bytes, backlog_policy)", ErrInvalidOption, k)
+	p := urlopt.New(q)
+	if n, ok := p.Int("max_backlog", 1, math.MaxInt32); ok {
+		o.MaxBacklog = n
+	}
+	if n, ok := p.Int64("max_backlog_bytes", 1, math.MaxInt64); ok {
+		o.MaxBacklogBytes = n
+	}
+	if v, ok := p.Enum("backlog_policy", "wait", "error"); ok {
+		o.BacklogPolicy = BacklogWait
+		if v == "error" {
+			o.BacklogPolicy = BacklogError
 		}
 	}
-	return o, nil
+	return o, p.Err()
 }
 
 // OpenURL opens a backend from a mem URL:
@@ -157,28 +141,21 @@ func openURL(u *url.URL) (*Backend, error) {
 	if u.Scheme != "mem" {
 		return nil, fmt.Errorf("inmemory: open: %w: scheme %q is not mem", ErrInvalidOption, u.Scheme)
 	}
-	if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
-		return nil, fmt.Errorf("inmemory: open %q: %w: want mem:// or mem://name", redact(u), ErrInvalidOption)
+	if err := urlopt.CheckForm(u, false); err != nil {
+		return nil, fmt.Errorf("inmemory: open: %w", err)
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("inmemory: open %q: %w: want mem:// or mem://name", urlopt.Redact(u), ErrInvalidOption)
 	}
 	q := u.Query()
 	o, err := optionsFromQuery(q)
 	if err != nil {
-		return nil, fmt.Errorf("inmemory: open %q: %w", redact(u), err)
+		return nil, fmt.Errorf("inmemory: open %q: %w", urlopt.Redact(u), err)
 	}
 	if u.Host == "" {
 		return New(&o)
 	}
 	return openNamed(u.Host, o, len(q) > 0)
-}
-
-// redact returns u for error messages, without any user information (a
-// user part may be a token).
-func redact(u *url.URL) string {
-	c := *u
-	if c.User != nil {
-		c.User = url.User("xxxxx")
-	}
-	return c.String()
 }
 
 // named holds the process-wide brokers of mem://name URLs.

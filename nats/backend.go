@@ -48,7 +48,8 @@ type Backend struct {
 	subs    map[subscriber]struct{}
 
 	closed atomic.Bool
-	server atomic.Value // string: redacted URL of the last server connected to
+	server atomic.Value            // string: redacted URL of the last server connected to
+	origin atomic.Pointer[url.URL] // the URL Open dialled, for redacting its secrets
 }
 
 // subscriber is what the backend tells about connection events.
@@ -70,111 +71,6 @@ func New(nc *natsgo.Conn, opts *Options) (*Backend, error) {
 	return newBackend(nc, false, o)
 }
 
-// Connect dials rawURL (nats://, tls:// or nats+tls://, with user and
-// password or a token in the URL) with the connection settings of opts
-// and returns a Backend that owns the connection. URL query parameters
-// override opts (see Options for their names).
-func Connect(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the url.Error text holds the URL, maybe a password
-		}
-		return nil, fmt.Errorf("nats: connect: invalid url: %w", err)
-	}
-	return Open(ctx, u, opts)
-}
-
-// Open is Connect with a parsed URL; bus.Open calls it for the nats://,
-// tls:// and nats+tls:// schemes.
-func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if err := parseURLOptions(u.Query(), &o); err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	o, err := o.withDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	server := *u
-	server.RawQuery, server.Fragment, server.Path, server.RawPath = "", "", "", ""
-	secure := false
-	switch u.Scheme {
-	case "nats":
-	case "tls", "nats+tls":
-		server.Scheme = "tls"
-		secure = true
-	default:
-		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", redacted(u), ErrInvalidOption, u.Scheme)
-	}
-	nopts, err := o.connOptions(redacted(&server), secure || o.wantTLS())
-	if err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	type result struct {
-		nc  *natsgo.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		nc, err := natsgo.Connect(server.String(), nopts...)
-		ch <- result{nc, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.nc != nil {
-				r.nc.Close()
-			}
-		}()
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), ctx.Err())
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), redactErr(r.err, u))
-	}
-	b, err := newBackend(r.nc, true, o)
-	if err != nil {
-		r.nc.Close()
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	o.Logger.Info("nats: connected", "url", r.nc.ConnectedUrlRedacted(), "server_version", r.nc.ConnectedServerVersion(), "jetstream", !o.CoreNATS)
-	return b, nil
-}
-
-// redacted is u for logs and errors: a password, or a token (a user part
-// without a password), is replaced by "xxxxx".
-func redacted(u *url.URL) string {
-	if u.User == nil {
-		return u.String()
-	}
-	if _, ok := u.User.Password(); ok {
-		return u.Redacted()
-	}
-	c := *u
-	c.User = url.User("xxxxx")
-	return c.String()
-}
-
-// redactErr removes a password from an error text that quotes the URL.
-func redactErr(err error, u *url.URL) error {
-	if u.User == nil {
-		return err
-	}
-	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
-		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
-	}
-	if t := u.User.Username(); t != "" && strings.Contains(err.Error(), t) {
-		return errors.New(strings.ReplaceAll(err.Error(), t, "xxxxx"))
-	}
-	return err
-}
-
 func (o *Options) connOptions(serverURL string, secure bool) ([]natsgo.Option, error) {
 	log := o.Logger
 	nopts := []natsgo.Option{
@@ -188,7 +84,7 @@ func (o *Options) connOptions(serverURL string, secure bool) ([]natsgo.Option, e
 			log.Warn("nats: disconnected", "url", serverURL, "err", err)
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
-			log.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
+			log.Info("nats: reconnected", "url", connectedURL(nc))
 		}),
 	}
 	if o.CredsFile != "" {
@@ -278,7 +174,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 // watchConnection forwards disconnects and reconnects to the observers of
 // live subscriptions, keeping any handlers already on the connection.
 func (b *Backend) watchConnection() {
-	b.server.Store(b.nc.ConnectedUrlRedacted())
+	b.server.Store(connectedURL(b.nc))
 	prevDisc := b.nc.Opts.DisconnectedErrCB
 	b.nc.SetDisconnectErrHandler(func(nc *natsgo.Conn, err error) {
 		if prevDisc != nil {
@@ -287,22 +183,22 @@ func (b *Backend) watchConnection() {
 		if err == nil {
 			err = natsgo.ErrDisconnected
 		}
-		b.notify(fmt.Errorf("nats: disconnected from %s: %w", b.server.Load(), err))
+		b.notify(fmt.Errorf("nats: disconnected from %s: %w", b.server.Load(), b.redact(err)))
 	})
 	prevRec := b.nc.Opts.ReconnectedCB
 	b.nc.SetReconnectHandler(func(nc *natsgo.Conn) {
 		if prevRec != nil {
 			prevRec(nc)
 		}
-		b.server.Store(nc.ConnectedUrlRedacted())
-		b.notify(fmt.Errorf("nats: reconnected to %s", nc.ConnectedUrlRedacted()))
+		b.server.Store(connectedURL(nc))
+		b.notify(fmt.Errorf("nats: reconnected to %s", connectedURL(nc)))
 	})
 	prevErr := b.nc.Opts.AsyncErrorCB
 	b.nc.SetErrorHandler(func(nc *natsgo.Conn, sub *natsgo.Subscription, err error) {
 		if prevErr != nil {
 			prevErr(nc, sub, err)
 		}
-		b.notify(fmt.Errorf("nats: connection error: %w", err))
+		b.notify(fmt.Errorf("nats: connection error: %w", b.redact(err)))
 	})
 }
 

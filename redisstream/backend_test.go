@@ -214,7 +214,7 @@ func TestOpenURL(t *testing.T) {
 		{name: "defaults", query: ""},
 		{name: "backend and client params", query: "prefix=app&block=200ms&retention=maxlen&maxlen=1000&pool_size=4&trim_interval=1s"},
 		{name: "maxage", query: "retention=maxage&maxage=1h"},
-		{name: "unknown param", query: "bogus=1", wantErr: "unexpected option"},
+		{name: "unknown param", query: "bogus=1", wantErr: "unknown parameter"},
 		{name: "skip_verify refused", query: "skip_verify=true", wantErr: "cannot be turned off"},
 		{name: "bad retention", query: "retention=sometimes", wantErr: "retention"},
 		{name: "maxlen mode without maxlen", query: "retention=maxlen", wantErr: "MaxLen"},

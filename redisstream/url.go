@@ -3,34 +3,22 @@ package redisstream
 import (
 	"context"
 	"fmt"
+	"math"
+	"net"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
 func init() {
 	bus.Register("redis", openURL)
 	bus.Register("rediss", openURL)
 }
-
-// Backend parameters of a URL. Every other parameter is a client
-// parameter of go-redis (pool_size, dial_timeout, read_timeout, ...); an
-// unknown one is an error.
-const (
-	paramPrefix       = "prefix"
-	paramBlock        = "block"
-	paramRetention    = "retention"
-	paramMaxLen       = "maxlen"
-	paramMaxAge       = "maxage"
-	paramTrimInterval = "trim_interval"
-	paramMaxPayload   = "max_payload"
-	paramCluster      = "cluster"
-)
 
 func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 	return OpenURL(ctx, u)
@@ -40,101 +28,95 @@ func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 //
 //	redis://[user:password@]host:port[/db][?param=value&...]
 //
-// User, password and database come from the URL. Backend parameters:
-// prefix, block (duration), retention (settled, maxlen, maxage, all),
-// maxlen, maxage (duration), trim_interval (duration), max_payload
-// (bytes), cluster (true: open a cluster client; more seed nodes with
-// addr=host:port). Other parameters go to the Redis client (pool_size,
-// dial_timeout, ...). Unknown parameters are an error. rediss:// verifies
-// the server certificate; verification cannot be turned off through the
-// URL (pass a client with your own tls.Config to New instead).
+// User, password and database come from the URL; a host is required.
+// Backend parameters: prefix, block (duration), retention (settled,
+// maxlen, maxage, all), maxlen, maxage (duration), trim_interval
+// (duration), max_payload (bytes), cluster (true: open a cluster client;
+// more seed nodes with addr=host:port, repeatable). Client parameters,
+// each range-checked: client_name, protocol (2 or 3), pool_size,
+// min_idle_conns, max_idle_conns, max_active_conns, max_retries (-1 for
+// none), pool_timeout, dial_timeout, read_timeout, write_timeout,
+// conn_max_idle_time, conn_max_lifetime (durations; -1 turns a timeout
+// off where go-redis allows it), min_retry_backoff, max_retry_backoff.
+// Unknown or repeated parameters are an error, and no credential appears
+// in any error. rediss:// verifies the server certificate; verification
+// cannot be turned off through the URL (pass a client with your own
+// tls.Config to New instead). The client honours ctx deadlines
+// (ContextTimeoutEnabled), so every call returns by its ctx even on a
+// dead link.
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("%w: scheme %q is not redis or rediss", ErrInvalidOption, u.Scheme)
+		return nil, fmt.Errorf("redisstream: open: %w: scheme %q is not redis or rediss", ErrInvalidOption, u.Scheme)
 	}
-	q := u.Query()
+	if err := urlopt.CheckForm(u, true); err != nil {
+		return nil, fmt.Errorf("redisstream: open: %w", err)
+	}
+	p := urlopt.New(u.Query())
 	var o Options
-	var cluster bool
-	var errs []error
-	take := func(name string) (string, bool) {
-		vs, ok := q[name]
-		if !ok {
-			return "", false
-		}
-		q.Del(name)
-		if len(vs) != 1 {
-			errs = append(errs, fmt.Errorf("%w: parameter %q given %d times", ErrInvalidOption, name, len(vs)))
-			return "", false
-		}
-		return vs[0], true
-	}
-	dur := func(name string, dst *time.Duration) {
-		if v, ok := take(name); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s=%q: %v", ErrInvalidOption, name, v, err))
-			}
-			*dst = d
-		}
-	}
-	if v, ok := take(paramPrefix); ok {
+	if v, ok := p.String("prefix"); ok {
 		o.Prefix = v
 	}
-	dur(paramBlock, &o.Block)
-	dur(paramMaxAge, &o.MaxAge)
-	dur(paramTrimInterval, &o.TrimInterval)
-	if v, ok := take(paramRetention); ok {
-		r, known := retentionNames[v]
-		if !known {
-			errs = append(errs, fmt.Errorf("%w: retention=%q (want settled, maxlen, maxage or all)", ErrInvalidOption, v))
-		}
-		o.Retention = r
+	if d, ok := p.Duration("block", time.Millisecond); ok {
+		o.Block = d
 	}
-	if v, ok := take(paramMaxLen); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: maxlen=%q: %v", ErrInvalidOption, v, err))
-		}
+	if d, ok := p.Duration("maxage", time.Millisecond); ok {
+		o.MaxAge = d
+	}
+	if d, ok := p.Duration("trim_interval", time.Millisecond); ok {
+		o.TrimInterval = d
+	}
+	if v, ok := p.Enum("retention", "settled", "maxlen", "maxage", "all"); ok {
+		o.Retention = retentionNames[v]
+	}
+	if n, ok := p.Int64("maxlen", 1, math.MaxInt64); ok {
 		o.MaxLen = n
 	}
-	if v, ok := take(paramMaxPayload); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: max_payload=%q: %v", ErrInvalidOption, v, err))
-		}
+	if n, ok := p.Int("max_payload", 1, math.MaxInt32); ok {
 		o.MaxPayload = n
 	}
-	if v, ok := take(paramCluster); ok {
-		c, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: cluster=%q: %v", ErrInvalidOption, v, err))
+	cluster, _ := p.Bool("cluster")
+	var seeds []string
+	if vs := u.Query()["addr"]; len(vs) > 0 {
+		p.Has("addr")
+		if !cluster {
+			p.Fail(fmt.Errorf("%w: addr needs cluster=true", ErrInvalidOption))
 		}
-		cluster = c
+		for _, a := range vs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				p.Fail(fmt.Errorf("%w: addr=%q is not host:port", ErrInvalidOption, a))
+			}
+		}
+		seeds = vs
 	}
-	if _, ok := q["skip_verify"]; ok {
-		errs = append(errs, fmt.Errorf("%w: skip_verify: TLS certificate verification cannot be turned off through the URL; pass a client with your own tls.Config to redisstream.New", ErrInvalidOption))
-		q.Del("skip_verify")
+	if p.Has("skip_verify") {
+		p.Fail(fmt.Errorf("%w: skip_verify: TLS certificate verification cannot be turned off through the URL; pass a client with your own tls.Config to redisstream.New", ErrInvalidOption))
 	}
-	if _, ok := q["addr"]; ok && !cluster {
-		errs = append(errs, fmt.Errorf("%w: addr needs cluster=true", ErrInvalidOption))
+	var co clientParams
+	co.parse(p)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("redisstream: open: %w", err)
 	}
-	if len(errs) > 0 {
-		return nil, joinErrs(errs)
-	}
-	cu := *u
-	cu.RawQuery = q.Encode()
+	// go-redis reads the address, credentials, database and TLS from the
+	// URL without its query; every parameter was validated above.
+	base := *u
+	base.RawQuery = ""
 	var client redis.UniversalClient
 	if cluster {
-		co, err := redis.ParseClusterURL(cu.String())
+		cl, err := redis.ParseClusterURL(base.String())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
+			return nil, fmt.Errorf("redisstream: open: %w", urlopt.RedactError(fmt.Errorf("%w: %w", ErrInvalidOption, err), u))
 		}
-		client = redis.NewClusterClient(co)
+		cl.Addrs = append(cl.Addrs, seeds...)
+		co.applyCluster(cl)
+		cl.ContextTimeoutEnabled = true
+		client = redis.NewClusterClient(cl)
 	} else {
-		ro, err := redis.ParseURL(cu.String())
+		ro, err := redis.ParseURL(base.String())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidOption, err)
+			return nil, fmt.Errorf("redisstream: open: %w", urlopt.RedactError(fmt.Errorf("%w: %w", ErrInvalidOption, err), u))
 		}
+		co.apply(ro)
+		ro.ContextTimeoutEnabled = true
 		client = redis.NewClient(ro)
 	}
 	b, err := New(client, &o)
@@ -145,18 +127,79 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	b.ownClient = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("redisstream: ping: %w", err)
+		return nil, fmt.Errorf("redisstream: open: ping: %w", urlopt.RedactError(err, u))
 	}
 	return b, nil
 }
 
-func joinErrs(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
+// clientParams are the go-redis client parameters a URL may set; zero
+// fields keep go-redis's defaults.
+type clientParams struct {
+	name                                            string
+	protocol                                        int
+	poolSize, minIdle, maxIdle, maxActive           int
+	maxRetries                                      int
+	poolTimeout, dial, read, write                  time.Duration
+	idleTime, lifetime, minBackoff, maxBackoff      time.Duration
+	hasRetries, hasRead, hasWrite, hasIdle, hasLife bool
+}
+
+func (c *clientParams) parse(p *urlopt.Params) {
+	c.name, _ = p.String("client_name")
+	c.protocol, _ = p.Int("protocol", 2, 3)
+	c.poolSize, _ = p.Int("pool_size", 1, 1<<16)
+	c.minIdle, _ = p.Int("min_idle_conns", 0, 1<<16)
+	c.maxIdle, _ = p.Int("max_idle_conns", 0, 1<<16)
+	c.maxActive, _ = p.Int("max_active_conns", 0, 1<<16)
+	c.maxRetries, c.hasRetries = p.Int("max_retries", -1, 100)
+	c.poolTimeout, _ = p.Duration("pool_timeout", time.Millisecond)
+	c.dial, _ = p.Duration("dial_timeout", time.Millisecond)
+	c.read, c.hasRead = p.DurationOrOff("read_timeout")
+	c.write, c.hasWrite = p.DurationOrOff("write_timeout")
+	c.idleTime, c.hasIdle = p.DurationOrOff("conn_max_idle_time")
+	c.lifetime, c.hasLife = p.DurationOrOff("conn_max_lifetime")
+	c.minBackoff, _ = p.Duration("min_retry_backoff", time.Millisecond)
+	c.maxBackoff, _ = p.Duration("max_retry_backoff", time.Millisecond)
+}
+
+func (c *clientParams) apply(o *redis.Options) {
+	setIf(&o.ClientName, c.name, c.name != "")
+	setIf(&o.Protocol, c.protocol, c.protocol != 0)
+	setIf(&o.PoolSize, c.poolSize, c.poolSize != 0)
+	setIf(&o.MinIdleConns, c.minIdle, c.minIdle != 0)
+	setIf(&o.MaxIdleConns, c.maxIdle, c.maxIdle != 0)
+	setIf(&o.MaxActiveConns, c.maxActive, c.maxActive != 0)
+	setIf(&o.MaxRetries, c.maxRetries, c.hasRetries)
+	setIf(&o.PoolTimeout, c.poolTimeout, c.poolTimeout != 0)
+	setIf(&o.DialTimeout, c.dial, c.dial != 0)
+	setIf(&o.ReadTimeout, c.read, c.hasRead)
+	setIf(&o.WriteTimeout, c.write, c.hasWrite)
+	setIf(&o.ConnMaxIdleTime, c.idleTime, c.hasIdle)
+	setIf(&o.ConnMaxLifetime, c.lifetime, c.hasLife)
+	setIf(&o.MinRetryBackoff, c.minBackoff, c.minBackoff != 0)
+	setIf(&o.MaxRetryBackoff, c.maxBackoff, c.maxBackoff != 0)
+}
+
+func (c *clientParams) applyCluster(o *redis.ClusterOptions) {
+	setIf(&o.ClientName, c.name, c.name != "")
+	setIf(&o.Protocol, c.protocol, c.protocol != 0)
+	setIf(&o.PoolSize, c.poolSize, c.poolSize != 0)
+	setIf(&o.MinIdleConns, c.minIdle, c.minIdle != 0)
+	setIf(&o.MaxIdleConns, c.maxIdle, c.maxIdle != 0)
+	setIf(&o.MaxActiveConns, c.maxActive, c.maxActive != 0)
+	setIf(&o.MaxRetries, c.maxRetries, c.hasRetries)
+	setIf(&o.PoolTimeout, c.poolTimeout, c.poolTimeout != 0)
+	setIf(&o.DialTimeout, c.dial, c.dial != 0)
+	setIf(&o.ReadTimeout, c.read, c.hasRead)
+	setIf(&o.WriteTimeout, c.write, c.hasWrite)
+	setIf(&o.ConnMaxIdleTime, c.idleTime, c.hasIdle)
+	setIf(&o.ConnMaxLifetime, c.lifetime, c.hasLife)
+	setIf(&o.MinRetryBackoff, c.minBackoff, c.minBackoff != 0)
+	setIf(&o.MaxRetryBackoff, c.maxBackoff, c.maxBackoff != 0)
+}
+
+func setIf[T any](dst *T, v T, ok bool) {
+	if ok {
+		*dst = v
 	}
-	err := errs[0]
-	for _, e := range errs[1:] {
-		err = fmt.Errorf("%w; %w", err, e)
-	}
-	return err
 }

@@ -1,0 +1,138 @@
+package urlopt_test
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/urlopt"
+)
+
+func TestRedactMasksOnlySecrets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		raw, want string
+	}{
+		{"redis://default:s3cret@h:6379/0", "redis://default:xxxxx@h:6379/0"},
+		{"nats://t0ken@h:4222", "nats://xxxxx@h:4222"},
+		{"nats://h:4222?prefix=a", "nats://h:4222?prefix=a"},
+		{"mem:user:s3cret@x", "mem:xxxxx"},
+		{"redis:default:s3cret@h:6390", "redis:xxxxx"},
+		{"mem://", "mem:"}, // net/url drops an empty authority
+	}
+	for _, tt := range tests {
+		u, err := url.Parse(tt.raw)
+		require.NoError(t, err, tt.raw)
+		assert.Equal(t, tt.want, urlopt.Redact(u), "redact %q", tt.raw)
+	}
+	assert.Equal(t, "nats:xxxxx", urlopt.RedactString("nats:user:%zzPW@h"), "an unparsable URL keeps only its scheme")
+}
+
+func TestRedactErrorMasksThePasswordNotTheUser(t *testing.T) {
+	t.Parallel()
+	u, _ := url.Parse("nats://Au:pw@h")
+	base := errors.New("nats: Authorization Violation for Au with pw")
+	err := urlopt.RedactError(base, u)
+	assert.Equal(t, "nats: Authorization Violation for Au with xxxxx", err.Error(), "only the password is masked, never a substring of other words")
+	assert.ErrorIs(t, err, base, "the error keeps its identity")
+
+	tok, _ := url.Parse("nats://s3cretTok@h")
+	err = urlopt.RedactError(errors.New("disconnected from nats://s3cretTok@h"), tok)
+	assert.NotContains(t, err.Error(), "s3cretTok", "a token is masked")
+}
+
+func TestCheckFormRefusesOpaqueAndHostless(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"nats:user:PW@h", "mem:user:PW@x", "rediss:PW@h", "redis:default:PW@h:6390"} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		err = urlopt.CheckForm(u, true)
+		require.ErrorIs(t, err, backend.ErrInvalidOption, raw)
+		assert.NotContains(t, err.Error(), "PW", "no secret in the error for %q", raw)
+	}
+	u, _ := url.Parse("redis://")
+	assert.ErrorIs(t, urlopt.CheckForm(u, true), backend.ErrInvalidOption, "a host is required")
+	assert.NoError(t, urlopt.CheckForm(u, false), "unless the backend needs none")
+}
+
+func TestParamsRejectUnknownRepeatedAndOutOfRange(t *testing.T) {
+	t.Parallel()
+	q, _ := url.ParseQuery("pool_size=-1&dur=0s&b=maybe&rep=1&rep=2&zzz=1&e=x&ok=5")
+	p := urlopt.New(q)
+	_, ok := p.Int("pool_size", 1, 100)
+	assert.False(t, ok)
+	_, ok = p.Duration("dur", time.Millisecond)
+	assert.False(t, ok)
+	_, ok = p.Bool("b")
+	assert.False(t, ok)
+	_, ok = p.String("rep")
+	assert.False(t, ok)
+	_, ok = p.Enum("e", "a", "b")
+	assert.False(t, ok)
+	n, ok := p.Int("ok", 1, 10)
+	assert.True(t, ok)
+	assert.Equal(t, 5, n)
+	_, ok = p.Int("absent", 1, 10)
+	assert.False(t, ok, "an absent parameter is not set")
+	err := p.Err()
+	require.ErrorIs(t, err, backend.ErrInvalidOption)
+	for _, want := range []string{"pool_size", "dur", "b=", "rep", `"zzz"`, "e="} {
+		assert.Contains(t, err.Error(), want, "the error names %s", want)
+	}
+}
+
+// FuzzRedact: for URLs of every form the backends see, built around a
+// marked secret, redaction never panics and never lets the secret through
+// Redact, RedactError, CheckForm or ParseError.
+func FuzzRedact(f *testing.F) {
+	f.Add(0, "default", "pw", "h:6379", "db=1")
+	f.Add(1, "", "tok", "h:4222", "")
+	f.Add(2, "u", "p@ss:w/rd", "x", "a=b")
+	f.Add(3, "u", "%zz", "h", "")
+	f.Fuzz(func(t *testing.T, form int, user, pw, host, query string) {
+		secret := "Zq9" + pw + "Xk7"
+		var raw string
+		switch form & 3 {
+		case 0:
+			raw = "redis://" + url.PathEscape(user) + ":" + url.PathEscape(secret) + "@" + host + "?" + query
+		case 1:
+			raw = "nats://" + url.PathEscape(secret) + "@" + host + "?" + query
+		case 2:
+			raw = "mem:" + user + ":" + secret + "@" + host
+		default:
+			raw = "rediss://" + user + ":" + secret + "@" + host + "/" + query
+		}
+		public := user + " " + host + " " + query
+		forms := []string{secret, url.PathEscape(secret), url.QueryEscape(secret)}
+		var out []string
+		u, err := url.Parse(raw)
+		if err != nil {
+			out = append(out, urlopt.ParseError(raw).Error(), urlopt.RedactString(raw))
+		} else {
+			out = append(out, urlopt.Redact(u))
+			if err := urlopt.CheckForm(u, true); err != nil {
+				out = append(out, err.Error())
+			} else {
+				// Only a URL of a sound form is ever dialled, so only its
+				// errors can quote it.
+				out = append(out, urlopt.RedactError(errors.New("dial "+raw+" failed"), u).Error())
+			}
+		}
+		for _, s := range forms {
+			if strings.Contains(public, s) {
+				continue // the fuzzer copied the secret into a public part
+			}
+			for _, o := range out {
+				if strings.Contains(o, s) {
+					t.Fatalf("secret %q leaked in %q (url %q)", s, o, raw)
+				}
+			}
+		}
+	})
+}
