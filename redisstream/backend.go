@@ -22,6 +22,12 @@ type Backend struct {
 	cluster bool
 	opts    Options
 
+	// ctxTimeouts: client applies ctx deadlines to socket I/O
+	// (ContextTimeoutEnabled); otherwise call enforces them.
+	ctxTimeouts bool
+	// readTimeouts: the same for the read client.
+	readTimeouts bool
+
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
 
@@ -66,16 +72,20 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		reclaim: map[reclaimKey]*reclaimer{},
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
+	b.ctxTimeouts = contextTimeouts(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
+		b.readTimeouts = contextTimeouts(o.ReadClient)
 		return b, nil
 	}
+	b.readTimeouts = true
 	switch c := client.(type) {
 	case *redis.Client:
 		ro := *c.Options()
 		// The push processor belongs to the original client.
 		ro.PushNotificationProcessor = nil
 		ro.MaintNotificationsConfig = readMaintConfig()
+		ro.ContextTimeoutEnabled = true
 		// Every subscription holds one connection of this pool.
 		ro.PoolSize = max(ro.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClient(&ro), true
@@ -83,6 +93,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		co := *c.Options()
 		co.PushNotificationProcessor = nil
 		co.MaintNotificationsConfig = readMaintConfig()
+		co.ContextTimeoutEnabled = true
 		co.PoolSize = max(co.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClusterClient(&co), true
 	default:
@@ -143,9 +154,17 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		b.retention(a)
 		cmds[i] = pipe.XAdd(ctx, a)
 	}
-	_, err := pipe.Exec(ctx)
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := pipe.Exec(ctx)
+		return err
+	})
 	if err == nil {
 		return nil
+	}
+	if ctx.Err() != nil {
+		// The pipeline may have been abandoned: its replies are not
+		// ours to read, and any of the batch may have been stored.
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	var failed []backend.Failure
 	for i, c := range cmds {
@@ -181,7 +200,9 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	if cfg.StartFrom == backend.StartOldest {
 		start = "0"
 	}
-	if err := createGroup(ctx, b.client, k.stream, cfg.Group, start); err != nil {
+	if err := b.call(ctx, func(ctx context.Context) error {
+		return createGroup(ctx, b.client, k.stream, cfg.Group, start)
+	}); err != nil {
 		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
 	}
 	b.mu.Lock()
@@ -208,7 +229,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	s := newSubscription(b, topic, k, cfg, ts, rc)
 	// Refresh holds before the first reclaim, so a delayed nack whose hold
 	// went stale while no process ran is not handed out early.
-	if err := ts.promote(ctx); err != nil {
+	if err := b.call(ctx, ts.promote); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
 	}

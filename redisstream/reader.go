@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -92,7 +93,20 @@ func isTopologyError(err error) bool {
 // read runs one XREADGROUP. If ctx ends while the read is blocked, the read
 // is unblocked and ctx.Err() returned; entries it had already taken stay
 // pending and are reclaimed after their lease.
+//
+// Deadlines: BLOCK is cut to what is left of ctx's deadline, and the read
+// itself is abandoned (its connection dropped) readGrace after its BLOCK
+// ends, so a dead link never holds a read for the client's blocking
+// timeout (BLOCK + 10s in go-redis). CLIENT UNBLOCK is bounded by
+// unblockTimeout.
 func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+		args.Block = max(min(args.Block, left), time.Millisecond)
+	}
 	conn, node, id, err := r.get(ctx)
 	if err != nil {
 		return nil, err
@@ -100,9 +114,15 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(unblocked)
-		_ = node.ClientUnblock(context.Background(), id).Err()
+		uctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
+		defer cancel()
+		_ = r.b.async(uctx, func(uctx context.Context) error {
+			return node.ClientUnblock(uctx, id).Err()
+		})
 	})
-	res, err := conn.XReadGroup(context.WithoutCancel(ctx), args).Result()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
+	defer cancel()
+	res, err := r.readOn(rctx, conn, args)
 	if !stop() {
 		<-unblocked
 		if err == nil || errors.Is(err, redis.Nil) {
@@ -118,6 +138,32 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 		r.drop(err)
 	}
 	return res, err
+}
+
+// readOn runs the XREADGROUP on conn. The read client is created with
+// ContextTimeoutEnabled, so ctx's deadline ends it; a ReadClient given
+// without it is bounded here instead.
+func (r *reader) readOn(ctx context.Context, conn *redis.Conn, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
+	var res []redis.XStream
+	read := func(ctx context.Context) error {
+		var err error
+		res, err = conn.XReadGroup(ctx, args).Result()
+		return err
+	}
+	if r.b.readTimeouts {
+		err := read(ctx)
+		return res, err
+	}
+	if err := r.b.async(ctx, read); err != nil {
+		if ctx.Err() != nil {
+			// Abandoned mid-read: the connection holds a reply to
+			// come and must not be reused.
+			r.drop(err)
+			return nil, err
+		}
+		return nil, err
+	}
+	return res, nil
 }
 
 // close releases the connection.
