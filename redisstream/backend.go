@@ -25,8 +25,6 @@ type Backend struct {
 	// ctxTimeouts: client applies ctx deadlines to socket I/O
 	// (ContextTimeoutEnabled); otherwise call enforces them.
 	ctxTimeouts bool
-	// readTimeouts: the same for the read client.
-	readTimeouts bool
 
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
@@ -36,6 +34,7 @@ type Backend struct {
 	topics  map[string]*topicState
 	reclaim map[reclaimKey]*reclaimer
 	wg      sync.WaitGroup // background goroutines
+	reads   sync.WaitGroup // reads in flight, abandoned ones included
 	stats   stats
 }
 
@@ -75,10 +74,8 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	b.ctxTimeouts = contextTimeouts(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
-		b.readTimeouts = contextTimeouts(o.ReadClient)
 		return b, nil
 	}
-	b.readTimeouts = true
 	switch c := client.(type) {
 	case *redis.Client:
 		ro := *c.Options()
@@ -275,10 +272,12 @@ func (b *Backend) Close() error {
 	b.wg.Wait()
 	var errs []error
 	if b.ownRead {
+		// Closing the read client ends abandoned reads at once.
 		if err := b.read.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	b.reads.Wait()
 	if b.ownClient {
 		if err := b.client.Close(); err != nil {
 			errs = append(errs, err)

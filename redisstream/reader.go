@@ -90,15 +90,23 @@ func isTopologyError(err error) bool {
 	return strings.HasPrefix(s, "MOVED") || strings.HasPrefix(s, "ASK") || strings.HasPrefix(s, "CLUSTERDOWN") || strings.HasPrefix(s, "TRYAGAIN")
 }
 
+// readResult is what one XREADGROUP returned.
+type readResult struct {
+	res []redis.XStream
+	err error
+}
+
 // read runs one XREADGROUP. If ctx ends while the read is blocked, the read
 // is unblocked and ctx.Err() returned; entries it had already taken stay
 // pending and are reclaimed after their lease.
 //
-// Deadlines: BLOCK is cut to what is left of ctx's deadline, and the read
-// itself is abandoned (its connection dropped) readGrace after its BLOCK
-// ends, so a dead link never holds a read for the client's blocking
-// timeout (BLOCK + 10s in go-redis). CLIENT UNBLOCK is bounded by
-// unblockTimeout.
+// Deadlines: BLOCK is cut to what is left of ctx's deadline. When ctx
+// ends, CLIENT UNBLOCK (bounded by unblockTimeout) ends the read on a
+// live link; if the read has not come back within unblockTimeout (a dead
+// link), read returns ctx.Err() anyway and abandons the read and its
+// connection. An abandoned read ends readGrace after its BLOCK (the read
+// client applies ctx deadlines), or when the backend closes its read
+// client; Backend.Close waits for it.
 func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
@@ -120,9 +128,29 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 			return node.ClientUnblock(uctx, id).Err()
 		})
 	})
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
-	defer cancel()
-	res, err := r.readOn(rctx, conn, args)
+	done := make(chan readResult, 1)
+	r.b.reads.Add(1)
+	go func() {
+		defer r.b.reads.Done()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
+		defer cancel()
+		res, err := conn.XReadGroup(rctx, args).Result()
+		done <- readResult{res, err}
+	}()
+	var rr readResult
+	select {
+	case rr = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(unblockTimeout)
+		select {
+		case rr = <-done:
+			t.Stop()
+		case <-t.C:
+			r.abandon(conn, done)
+			return nil, ctx.Err()
+		}
+	}
+	res, err := rr.res, rr.err
 	if !stop() {
 		<-unblocked
 		if err == nil || errors.Is(err, redis.Nil) {
@@ -140,30 +168,21 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 	return res, err
 }
 
-// readOn runs the XREADGROUP on conn. The read client is created with
-// ContextTimeoutEnabled, so ctx's deadline ends it; a ReadClient given
-// without it is bounded here instead.
-func (r *reader) readOn(ctx context.Context, conn *redis.Conn, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
-	var res []redis.XStream
-	read := func(ctx context.Context) error {
-		var err error
-		res, err = conn.XReadGroup(ctx, args).Result()
-		return err
+// abandon gives up a read still in flight on conn: the connection is no
+// longer the reader's, and it is closed when the read ends. Entries the
+// read may still take stay pending and are reclaimed after their lease.
+func (r *reader) abandon(conn *redis.Conn, done <-chan readResult) {
+	r.mu.Lock()
+	if r.conn == conn {
+		r.conn = nil
 	}
-	if r.b.readTimeouts {
-		err := read(ctx)
-		return res, err
-	}
-	if err := r.b.async(ctx, read); err != nil {
-		if ctx.Err() != nil {
-			// Abandoned mid-read: the connection holds a reply to
-			// come and must not be reused.
-			r.drop(err)
-			return nil, err
-		}
-		return nil, err
-	}
-	return res, nil
+	r.mu.Unlock()
+	r.b.reads.Add(1)
+	go func() {
+		defer r.b.reads.Done()
+		<-done
+		_ = conn.Close()
+	}()
 }
 
 // close releases the connection.
