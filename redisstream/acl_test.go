@@ -27,6 +27,7 @@ var aclCommands = []string{
 	"+zadd", "+zrange", "+zrem",
 	"+evalsha", "+eval",
 	"+client|id", "+client|unblock",
+	"+ping",
 }
 
 // aclUser creates user on the server with the given commands on keys

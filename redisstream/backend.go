@@ -56,6 +56,12 @@ func readMaintConfig() *maintnotifications.Config {
 // (single node or sentinel failover) or a *redis.ClusterClient; other
 // UniversalClient types need Options.ReadClient. opts may be nil. Close
 // does not close client.
+//
+// Give client ContextTimeoutEnabled: true. Without it go-redis ignores ctx
+// deadlines on socket I/O, and the backend enforces them itself by
+// running each call whose ctx can end on a goroutine of its own (see
+// Deadlines in the package doc). The read client New creates always has
+// it.
 func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
