@@ -17,6 +17,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/redisstream"
 )
 
@@ -128,11 +129,11 @@ func holeClient(t *testing.T, ctxTimeouts bool) (*holeProxy, *redis.Client) {
 
 // holeBus returns a bus over a backend on c; when the test ends the proxy
 // is closed first, so the bus's Close does not wait out the dead link.
-func holeBus(t *testing.T, p *holeProxy, c *redis.Client) *bus.Bus {
+func holeBus(t *testing.T, p *holeProxy, c *redis.Client, opts ...bus.Option) *bus.Bus {
 	t.Helper()
 	be, err := redisstream.New(c, nil)
 	require.NoError(t, err)
-	b := bus.New(be)
+	b := bus.New(be, opts...)
 	t.Cleanup(func() {
 		p.close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -153,7 +154,9 @@ func within(t *testing.T, watchdog time.Duration, what string, f func()) time.Du
 	}()
 	select {
 	case <-done:
-		return time.Since(start)
+		d := time.Since(start)
+		t.Logf("%s took %v", what, d.Round(time.Millisecond))
+		return d
 	case <-time.After(watchdog):
 		t.Fatalf("%s did not return within %v", what, watchdog)
 		return 0
@@ -188,7 +191,7 @@ func TestPublishOverBlackholeReturnsWithinCtxDeadline(t *testing.T) {
 
 func TestSubscribeOverBlackholeReturnsWithinCtxDeadline(t *testing.T) {
 	for _, ctxTimeouts := range []bool{true, false} {
-		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
+		t.Run(fmt.Sprintf("ctx-timeouts-%v", ctxTimeouts), func(t *testing.T) {
 			p, c := holeClient(t, ctxTimeouts)
 			b := holeBus(t, p, c)
 			require.NoError(t, c.Ping(context.Background()).Err(), "ping over a live link")
@@ -200,45 +203,63 @@ func TestSubscribeOverBlackholeReturnsWithinCtxDeadline(t *testing.T) {
 				defer cancel()
 				_, serr = b.Subscribe(ctx, uniqueTopic(t), func(context.Context, *bus.Delivery) error { return nil })
 			})
-			require.Error(t, serr, "Subscribe over a dead link fails")
+			require.ErrorIs(t, serr, context.DeadlineExceeded, "Subscribe over a dead link fails with the ctx error")
 			assert.Less(t, took, 600*time.Millisecond, "Subscribe with a 500ms ctx returns within 600ms")
 		})
 	}
 }
 
 func TestSubscriptionCloseOverBlackholeReturnsWithinCtx(t *testing.T) {
-	p, c := holeClient(t, true)
-	b := holeBus(t, p, c)
-	topic := uniqueTopic(t)
-	handled := make(chan struct{}, 1)
-	sub, err := b.Subscribe(context.Background(), topic, func(context.Context, *bus.Delivery) error {
-		select {
-		case handled <- struct{}{}:
-		default:
-		}
-		return nil
-	}, bus.WithGroup("g"), bus.WithAckTimeout(time.Second))
-	require.NoError(t, err)
-	require.NoError(t, b.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x")}))
-	select {
-	case <-handled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message was not handled over a live link")
+	tests := []struct {
+		name string
+		// waitReadFailure: close only after a read timed out on the dead
+		// link, so the fetch loop is opening a new read connection.
+		waitReadFailure bool
+	}{
+		{name: "read blocked"},
+		{name: "reconnecting after a failed read", waitReadFailure: true},
 	}
-	// Let the ack flush over the live link, so only the blocked read and
-	// the close itself meet the dead link.
-	require.Eventually(t, func() bool {
-		pe, err := c.XPending(context.Background(), "bus:{"+topic+"}", "g").Result()
-		return err == nil && pe.Count == 0
-	}, 10*time.Second, 10*time.Millisecond, "the ack reaches the server")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, c := holeClient(t, true)
+			rec := &recorder{}
+			b := holeBus(t, p, c, bus.WithObserver(rec))
+			topic := uniqueTopic(t)
+			handled := make(chan struct{}, 1)
+			sub, err := b.Subscribe(context.Background(), topic, func(context.Context, *bus.Delivery) error {
+				select {
+				case handled <- struct{}{}:
+				default:
+				}
+				return nil
+			}, bus.WithGroup("g"), bus.WithAckTimeout(time.Second))
+			require.NoError(t, err)
+			require.NoError(t, b.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x")}))
+			select {
+			case <-handled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the message was not handled over a live link")
+			}
+			// Let the ack flush over the live link, so only the fetch
+			// loop and the close itself meet the dead link.
+			require.Eventually(t, func() bool {
+				pe, err := c.XPending(context.Background(), "bus:{"+topic+"}", "g").Result()
+				return err == nil && pe.Count == 0
+			}, 10*time.Second, 10*time.Millisecond, "the ack reaches the server")
 
-	p.blackhole()
-	took := within(t, 10*time.Second, "Subscription.Close over a blackhole", func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = sub.Close(ctx)
-	})
-	assert.Less(t, took, 1100*time.Millisecond, "Close with a 1s ctx returns within 1.1s")
+			p.blackhole()
+			if tt.waitReadFailure {
+				require.Eventually(t, func() bool { return rec.count(observer.ScopeReceive, "") > 0 }, 20*time.Second, 10*time.Millisecond,
+					"a read on the dead link fails and is reported")
+			}
+			took := within(t, 10*time.Second, "Subscription.Close over a blackhole", func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = sub.Close(ctx)
+			})
+			assert.Less(t, took, 1100*time.Millisecond, "Close with a 1s ctx returns within 1.1s")
+		})
+	}
 }
 
 func TestBackendCallsOverBlackholeReturnWithinCtxDeadline(t *testing.T) {

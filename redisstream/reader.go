@@ -32,36 +32,66 @@ type reader struct {
 var errReaderClosed = errors.New("reader closed")
 
 // get returns the connection, opening it (and reading its client ID) when
-// needed.
+// needed. The opening runs without the lock and returns when ctx ends, so
+// close never waits for a dial over a dead link.
 func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return nil, nil, 0, errReaderClosed
 	}
 	if r.conn != nil {
+		defer r.mu.Unlock()
 		return r.conn, r.node, r.id, nil
 	}
+	r.mu.Unlock()
 	var (
 		conn *redis.Conn
 		node redis.Cmdable
+		id   int64
 	)
-	switch c := r.b.read.(type) {
-	case *redis.Client:
-		conn, node = c.Conn(), r.b.client
-	case *redis.ClusterClient:
-		nc, err := c.MasterForKey(ctx, r.stream)
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("find the node of %s: %w", r.stream, err)
+	opened := make(chan struct{}) // closed when the goroutine below is done
+	err := r.b.async(ctx, func(ctx context.Context) error {
+		defer close(opened)
+		switch c := r.b.read.(type) {
+		case *redis.Client:
+			conn, node = c.Conn(), r.b.client
+		case *redis.ClusterClient:
+			nc, err := c.MasterForKey(ctx, r.stream)
+			if err != nil {
+				return fmt.Errorf("find the node of %s: %w", r.stream, err)
+			}
+			conn, node = nc.Conn(), nc
+		default:
+			return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
 		}
-		conn, node = nc.Conn(), nc
-	default:
-		return nil, nil, 0, fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
-	}
-	id, err := conn.ClientID(ctx).Result()
+		var err error
+		if id, err = conn.ClientID(ctx).Result(); err != nil {
+			_ = conn.Close()
+			conn = nil
+			return fmt.Errorf("client id: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Abandoned: release the connection once it is open.
+			r.b.reads.Add(1)
+			go func() {
+				defer r.b.reads.Done()
+				<-opened
+				if conn != nil {
+					_ = conn.Close()
+				}
+			}()
+		}
+		return nil, nil, 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
 		_ = conn.Close()
-		return nil, nil, 0, fmt.Errorf("client id: %w", err)
+		return nil, nil, 0, errReaderClosed
 	}
 	r.conn, r.node, r.id = conn, node, id
 	return conn, node, id, nil
