@@ -22,6 +22,10 @@ type Backend struct {
 	cluster bool
 	opts    Options
 
+	// ctxTimeouts: client applies ctx deadlines to socket I/O
+	// (ContextTimeoutEnabled); otherwise call enforces them.
+	ctxTimeouts bool
+
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
 
@@ -30,6 +34,7 @@ type Backend struct {
 	topics  map[string]*topicState
 	reclaim map[reclaimKey]*reclaimer
 	wg      sync.WaitGroup // background goroutines
+	reads   sync.WaitGroup // reads in flight, abandoned ones included
 	stats   stats
 }
 
@@ -51,6 +56,12 @@ func readMaintConfig() *maintnotifications.Config {
 // (single node or sentinel failover) or a *redis.ClusterClient; other
 // UniversalClient types need Options.ReadClient. opts may be nil. Close
 // does not close client.
+//
+// Give client ContextTimeoutEnabled: true. Without it go-redis ignores ctx
+// deadlines on socket I/O, and the backend enforces them itself by
+// running each call whose ctx can end on a goroutine of its own (see
+// Deadlines in the package doc). The read client New creates always has
+// it.
 func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
@@ -66,6 +77,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		reclaim: map[reclaimKey]*reclaimer{},
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
+	b.ctxTimeouts = contextTimeouts(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
 		return b, nil
@@ -76,6 +88,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		// The push processor belongs to the original client.
 		ro.PushNotificationProcessor = nil
 		ro.MaintNotificationsConfig = readMaintConfig()
+		ro.ContextTimeoutEnabled = true
 		// Every subscription holds one connection of this pool.
 		ro.PoolSize = max(ro.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClient(&ro), true
@@ -83,6 +96,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		co := *c.Options()
 		co.PushNotificationProcessor = nil
 		co.MaintNotificationsConfig = readMaintConfig()
+		co.ContextTimeoutEnabled = true
 		co.PoolSize = max(co.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClusterClient(&co), true
 	default:
@@ -143,9 +157,17 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		b.retention(a)
 		cmds[i] = pipe.XAdd(ctx, a)
 	}
-	_, err := pipe.Exec(ctx)
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := pipe.Exec(ctx)
+		return err
+	})
 	if err == nil {
 		return nil
+	}
+	if ctx.Err() != nil {
+		// The pipeline may have been abandoned: its replies are not
+		// ours to read, and any of the batch may have been stored.
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	var failed []backend.Failure
 	for i, c := range cmds {
@@ -181,7 +203,9 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	if cfg.StartFrom == backend.StartOldest {
 		start = "0"
 	}
-	if err := createGroup(ctx, b.client, k.stream, cfg.Group, start); err != nil {
+	if err := b.call(ctx, func(ctx context.Context) error {
+		return createGroup(ctx, b.client, k.stream, cfg.Group, start)
+	}); err != nil {
 		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
 	}
 	b.mu.Lock()
@@ -208,7 +232,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	s := newSubscription(b, topic, k, cfg, ts, rc)
 	// Refresh holds before the first reclaim, so a delayed nack whose hold
 	// went stale while no process ran is not handed out early.
-	if err := ts.promote(ctx); err != nil {
+	if err := b.call(ctx, ts.promote); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
 	}
@@ -254,10 +278,12 @@ func (b *Backend) Close() error {
 	b.wg.Wait()
 	var errs []error
 	if b.ownRead {
+		// Closing the read client ends abandoned reads at once.
 		if err := b.read.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	b.reads.Wait()
 	if b.ownClient {
 		if err := b.client.Close(); err != nil {
 			errs = append(errs, err)

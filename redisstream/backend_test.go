@@ -26,8 +26,10 @@ func TestMalformedEntryIsDeadLetteredAndNeverReachesHandler(t *testing.T) {
 	stream := "bus:{" + topic + "}"
 
 	// A foreign producer writes entries the bus cannot decode.
-	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"foo", "bar"}}).Err())
-	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "not-a-number x1", "p", "z"}}).Err())
+	// Wire names and values carry "LEAK": none may reach an event or a
+	// dead-letter reason.
+	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"fooLEAK", "barLEAK"}}).Err())
+	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "LEAK-not-a-number x1", "p", "zLEAK"}}).Err())
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "good", Payload: []byte("ok")}))
 
 	got := make(chan string, 10)
@@ -54,7 +56,12 @@ func TestMalformedEntryIsDeadLetteredAndNeverReachesHandler(t *testing.T) {
 	dlq, err := client.XRange(ctx, "bus:{"+topic+"}.dlq", "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, dlq, 2, "both malformed entries are in the dead-letter stream")
-	assert.Contains(t, dlq[0].Values["h:bus-dlq-reason"], `missing "m" field (fields: "foo")`, "the reason names the problem")
+	assert.Contains(t, dlq[0].Values["h:bus-dlq-reason"], `missing "m" field (1 fields)`, "the reason names the problem")
+	assert.Contains(t, dlq[0].Values["h:bus-dlq-reason"], dlq[0].Values["h:bus-dlq-id"], "the reason names the entry")
+	for _, e := range dlq {
+		assert.NotContains(t, e.Values["h:bus-dlq-reason"], "LEAK", "a dead-letter reason echoes no wire text")
+	}
+	assert.Zero(t, rec.count(observer.ScopeDecode, "LEAK"), "decode events echo no wire text")
 	pending, err := client.XPending(ctx, stream, "g").Result()
 	require.NoError(t, err)
 	assert.Zero(t, pending.Count, "malformed entries are acked, nothing stays pending")

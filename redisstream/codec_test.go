@@ -47,25 +47,31 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDecodeRejectsMalformedEntries(t *testing.T) {
+func TestDecodeRejectsMalformedEntriesWithoutEchoingWireText(t *testing.T) {
+	// Every name and value below carries "LEAK": a decode error must name
+	// the entry and the problem, never wire text.
 	tests := []struct {
 		name   string
 		values map[string]any
 	}{
 		{name: "no fields", values: map[string]any{}},
-		{name: "foreign field", values: map[string]any{"m": "1 a", "p": "x", "other": "y"}},
-		{name: "missing payload", values: map[string]any{"m": "1 a"}},
-		{name: "missing meta", values: map[string]any{"p": "x"}},
-		{name: "meta without id", values: map[string]any{"m": "1 ", "p": "x"}},
-		{name: "meta without space", values: map[string]any{"m": "1", "p": "x"}},
-		{name: "bad time", values: map[string]any{"m": "soon a", "p": "x"}},
-		{name: "empty header name", values: map[string]any{"m": "1 a", "p": "x", "h:": "v"}},
-		{name: "non-string value", values: map[string]any{"m": "1 a", "p": int64(3)}},
+		{name: "foreign field", values: map[string]any{"m": "1 LEAK", "p": "LEAK", "otherLEAK": "LEAK"}},
+		{name: "missing payload", values: map[string]any{"m": "1 LEAK", "fooLEAK": "LEAK"}},
+		{name: "missing meta", values: map[string]any{"p": "LEAK", "fooLEAK": "LEAK"}},
+		{name: "meta without id", values: map[string]any{"m": "1 ", "p": "LEAK"}},
+		{name: "meta without space", values: map[string]any{"m": "1LEAK", "p": "LEAK"}},
+		{name: "bad time", values: map[string]any{"m": "LEAK a", "p": "LEAK"}},
+		{name: "empty header name", values: map[string]any{"m": "1 LEAK", "p": "LEAK", "h:": "LEAK"}},
+		{name: "non-string value", values: map[string]any{"m": "1 LEAK", "p": int64(3)}},
+		{name: "non-string header", values: map[string]any{"m": "1 LEAK", "p": "LEAK", "h:LEAK": int64(3)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m backend.Message
-			require.ErrorIs(t, decode("1-1", tt.values, &m), errMalformed)
+			err := decode("1-1", tt.values, &m)
+			require.ErrorIs(t, err, errMalformed)
+			assert.Contains(t, err.Error(), "1-1", "the error names the entry")
+			assert.NotContains(t, err.Error(), "LEAK", "the error echoes no wire text")
 		})
 	}
 }

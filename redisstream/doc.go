@@ -63,7 +63,18 @@
 //     claims only as many entries as the claiming subscription has room
 //     for. Attempt is the entry's delivery count (read with XPENDING).
 //   - Extend resets the idle time (XCLAIM ... JUSTID) without counting a
-//     delivery, and fails if another consumer has taken the entry.
+//     delivery.
+//   - Stale settlements: an AckID carries the entry ID and the delivery
+//     count the entry had when it was handed out. Every delivery
+//     (XREADGROUP, XAUTOCLAIM) increments the count; Nack, Extend and the
+//     promoter do not (XCLAIM ... JUSTID). Nack, Extend and DeadLetter run
+//     as Lua scripts that first read the entry's pending record (XPENDING)
+//     and act only if its consumer is this subscription and its count is
+//     the AckID's; otherwise they change nothing and return an error
+//     wrapping backend.ErrStale (also when the entry is no longer
+//     pending). Ack is a plain XACK: an Ack of a delivery whose lease ran
+//     out still settles the message if it is unsettled, and is never an
+//     error.
 //   - Nack never moves the entry: it stays in the group's pending list and
 //     a Lua script sets its idle time so that it becomes claimable exactly
 //     when the delay ends. A delay longer than the ack timeout also records
@@ -79,7 +90,11 @@
 //     leaves a duplicate in the dead-letter topic, never a loss.
 //   - Malformed entries are dead-lettered (payload: the raw fields as a
 //     JSON object, with the bus dead-letter headers), acked and reported
-//     with observer.ScopeDecode; they never reach the handler.
+//     with observer.ScopeDecode; they never reach the handler. Decode
+//     errors, events and the dead-letter reason name the entry ID, the
+//     reserved field concerned and the problem (missing field, bad time,
+//     foreign fields counted, wrong type), never a foreign field's name
+//     nor any value read from the wire.
 //   - Entries deleted while pending (trimmed, XDEL) are acked, counted in
 //     Stats and reported with observer.ScopeReclaim.
 //   - NOGROUP (the server lost its data, or the stream was deleted)
@@ -91,6 +106,56 @@
 //
 // Members of one group should use the same ack timeout: reclaim and nack
 // delays are computed from it.
+//
+// # Deadlines
+//
+// Every call returns when its ctx ends, over a dead link too:
+//
+//   - The read client and clients opened from a URL enable go-redis
+//     ContextTimeoutEnabled, so a ctx deadline ends socket I/O.
+//   - A call whose ctx can end without such a deadline (a cancel, or a
+//     client given to New without ContextTimeoutEnabled) runs its I/O on
+//     a goroutine of its own and returns ctx.Err() when ctx ends; the
+//     abandoned I/O finishes within the client's read and write timeouts,
+//     or at once when the client is closed. Enable ContextTimeoutEnabled
+//     on clients given to New: deadlines then cost no goroutine.
+//   - A blocked XREADGROUP whose ctx ends is unblocked with CLIENT UNBLOCK
+//     (bounded by 250ms); if the read has not come back by then, Receive
+//     returns and the read is abandoned with its connection. A read never
+//     outlives its BLOCK by more than 1s (a deadline on the read client;
+//     an Options.ReadClient without ContextTimeoutEnabled ends it at
+//     go-redis's own bound, BLOCK + 10s); Backend.Close waits for it.
+//   - The backend's own work has short bounds: Subscription.Close, which
+//     has no ctx, gives the removal of its consumer 100ms; each promoter
+//     and trimmer pass 5s, and stopping them does not wait for their I/O.
+//     Malformed and trimmed entries are settled within the Receive ctx;
+//     when it ends first they stay pending and are handled again after
+//     their lease.
+//
+// # Errors
+//
+// Receive marks with backend.Permanent the errors that no retry fixes, so
+// the bus ends the subscription: NOPERM and NOAUTH (the ACL user lacks a
+// command or key), WRONGTYPE (the stream key holds another type) and
+// unknown command or subcommand (not Redis 7, or a renamed command).
+// Connection errors, timeouts, LOADING, BUSY, READONLY, MASTERDOWN and
+// cluster redirections are transient.
+//
+// # Least privilege
+//
+// An ACL user with these commands on the keys "<prefix>:*" suffices for
+// every operation (publish, consume, ack, delayed nack, extend,
+// dead-letter, trim, close):
+//
+//	ACL SETUSER bus on >secret ~bus:* resetchannels -@all
+//	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
+//	    +xgroup|create +xgroup|delconsumer +xinfo|groups +xtrim
+//	    +zadd +zrange +zrem +evalsha +eval +client|id +client|unblock
+//	    +ping
+//
+// (+ping only for bus.Open, which pings the server.) The scripts'
+// commands are checked against the same ACL; writes to keys outside the
+// prefix are denied.
 //
 // # Retention
 //

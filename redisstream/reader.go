@@ -33,67 +33,69 @@ type reader struct {
 var errReaderClosed = errors.New("reader closed")
 
 // get returns the connection, opening it (and reading its client ID) when
-// needed.
+// needed. The opening runs without the lock and returns when ctx ends, so
+// close never waits for a dial over a dead link.
 func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		return nil, nil, 0, errReaderClosed
 	}
 	if r.conn != nil {
+		defer r.mu.Unlock()
 		return r.conn, r.node, r.id, nil
 	}
+	r.mu.Unlock()
 	var (
 		conn *redis.Conn
 		node redis.Cmdable
+		id   int64
 	)
-	switch c := r.b.read.(type) {
-	case *redis.Client:
-		conn, node = c.Conn(), r.b.client
-	case *redis.ClusterClient:
-		nc, err := c.MasterForKey(ctx, r.stream)
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("find the node of %s: %w", r.stream, err)
+	opened := make(chan struct{}) // closed when the goroutine below is done
+	err := r.b.async(ctx, func(ctx context.Context) error {
+		defer close(opened)
+		switch c := r.b.read.(type) {
+		case *redis.Client:
+			conn, node = c.Conn(), r.b.client
+		case *redis.ClusterClient:
+			nc, err := c.MasterForKey(ctx, r.stream)
+			if err != nil {
+				return fmt.Errorf("find the node of %s: %w", r.stream, err)
+			}
+			conn, node = nc.Conn(), nc
+		default:
+			return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
 		}
-		conn, node = nc.Conn(), nc
-	default:
-		return nil, nil, 0, fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
-	}
-	id, err := conn.ClientID(ctx).Result()
+		var err error
+		if id, err = conn.ClientID(ctx).Result(); err != nil {
+			_ = conn.Close()
+			conn = nil
+			return fmt.Errorf("client id: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		_ = conn.Close()
-		return nil, nil, 0, fmt.Errorf("client id: %w", err)
-	}
-	r.conn, r.node, r.id = conn, node, id
-	return conn, node, id, nil
-}
-
-// acquire returns the connection for one read and marks it busy.
-func (r *reader) acquire(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, error) {
-	conn, node, id, err := r.get(ctx)
-	if err != nil {
+		if ctx.Err() != nil {
+			// Abandoned: release the connection once it is open.
+			r.b.reads.Add(1)
+			go func() {
+				defer r.b.reads.Done()
+				<-opened
+				if conn != nil {
+					_ = conn.Close()
+				}
+			}()
+		}
 		return nil, nil, 0, err
 	}
 	r.mu.Lock()
-	r.busy = true
-	r.mu.Unlock()
-	return conn, node, id, nil
-}
-
-// release ends a read; if close ran meanwhile, the read closes the
-// connection, since a go-redis connection must not be closed while a
-// command is using it.
-func (r *reader) release() {
-	r.mu.Lock()
-	r.busy = false
-	var conn *redis.Conn
+	defer r.mu.Unlock()
 	if r.closed {
-		conn, r.conn = r.conn, nil
-	}
-	r.mu.Unlock()
-	if conn != nil {
 		_ = conn.Close()
+		return nil, nil, 0, errReaderClosed
 	}
+	r.conn, r.node, r.id = conn, node, id
+	return conn, node, id, nil
 }
 
 // drop closes the connection after an error, so the next read opens a
@@ -119,23 +121,71 @@ func isTopologyError(err error) bool {
 	return strings.HasPrefix(s, "MOVED") || strings.HasPrefix(s, "ASK") || strings.HasPrefix(s, "CLUSTERDOWN") || strings.HasPrefix(s, "TRYAGAIN")
 }
 
+// readResult is what one XREADGROUP returned.
+type readResult struct {
+	res []redis.XStream
+	err error
+}
+
 // read runs one XREADGROUP. If ctx ends while the read is blocked, the read
 // is unblocked and ctx.Err() returned; entries it had already taken stay
 // pending and are reclaimed after their lease.
+//
+// Deadlines: BLOCK is cut to what is left of ctx's deadline. When ctx
+// ends, CLIENT UNBLOCK (bounded by unblockTimeout) ends the read on a
+// live link; if the read has not come back within unblockTimeout (a dead
+// link), read returns ctx.Err() anyway and abandons the read and its
+// connection. An abandoned read ends readGrace after its BLOCK (the read
+// client applies ctx deadlines), or when the backend closes its read
+// client; Backend.Close waits for it.
 func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
-	conn, node, id, err := r.acquire(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+		args.Block = max(min(args.Block, left), time.Millisecond)
+	}
+	conn, node, id, err := r.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer r.release()
 	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(unblocked)
 		uctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
 		defer cancel()
-		_ = node.ClientUnblock(uctx, id).Err()
+		_ = r.b.async(uctx, func(uctx context.Context) error {
+			return node.ClientUnblock(uctx, id).Err()
+		})
 	})
-	res, err := conn.XReadGroup(context.WithoutCancel(ctx), args).Result()
+	done := make(chan readResult, 1)
+	r.mu.Lock()
+	r.busy = true
+	r.mu.Unlock()
+	r.b.reads.Add(1)
+	go func() {
+		defer r.b.reads.Done()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
+		defer cancel()
+		res, err := conn.XReadGroup(rctx, args).Result()
+		r.finish(conn)
+		done <- readResult{res, err}
+	}()
+	var rr readResult
+	select {
+	case rr = <-done:
+	case <-ctx.Done():
+		t := time.NewTimer(unblockTimeout)
+		select {
+		case rr = <-done:
+			t.Stop()
+		case <-t.C:
+			r.abandon(conn, done)
+			return nil, ctx.Err()
+		}
+	}
+	res, err := rr.res, rr.err
 	if !stop() {
 		<-unblocked
 		if err == nil || errors.Is(err, redis.Nil) {
@@ -153,9 +203,38 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 	return res, err
 }
 
-// unblockTimeout bounds a CLIENT UNBLOCK: on a dead link the blocked read
-// ends by its own deadline anyway.
-const unblockTimeout = 2 * time.Second
+// abandon gives up a read still in flight on conn: the connection is no
+// longer the reader's, and it is closed when the read ends. Entries the
+// read may still take stay pending and are reclaimed after their lease.
+func (r *reader) abandon(conn *redis.Conn, done <-chan readResult) {
+	r.mu.Lock()
+	if r.conn == conn {
+		r.conn = nil
+	}
+	r.mu.Unlock()
+	r.b.reads.Add(1)
+	go func() {
+		defer r.b.reads.Done()
+		<-done
+		_ = conn.Close()
+	}()
+}
+
+// finish ends a read on conn. If close ran meanwhile, the read closes the
+// connection: a go-redis connection must not be closed while a command is
+// using it.
+func (r *reader) finish(conn *redis.Conn) {
+	r.mu.Lock()
+	r.busy = false
+	closeIt := r.closed && r.conn == conn
+	if closeIt {
+		r.conn = nil
+	}
+	r.mu.Unlock()
+	if closeIt {
+		_ = conn.Close()
+	}
+}
 
 // close releases the connection. A read in progress is unblocked and
 // closes the connection itself when it returns.

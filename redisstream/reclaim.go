@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
@@ -83,10 +85,15 @@ func reclaimInterval(ackTimeout time.Duration) time.Duration {
 // with XAUTOCLAIM and reads their delivery counts. Entries deleted from the
 // stream while pending are reported (XAUTOCLAIM drops them from the
 // pending list); malformed ones are quarantined.
-func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message, error) {
+func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Message, error) {
 	start := s.rc.cursor()
-	raw, err := s.b.client.Do(ctx, "XAUTOCLAIM", s.keys.stream, s.cfg.Group, s.consumer,
-		s.cfg.AckTimeout.Milliseconds(), start, "COUNT", max).Slice()
+	var raw []any
+	err := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		raw, err = s.b.client.Do(ctx, "XAUTOCLAIM", s.keys.stream, s.cfg.Group, s.consumer,
+			s.cfg.AckTimeout.Milliseconds(), start, "COUNT", limit).Slice()
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -94,7 +101,7 @@ func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message
 		if isNoGroup(err) {
 			return nil, s.recoverGroup(ctx, err)
 		}
-		return nil, s.errf("reclaim", err)
+		return nil, receiveErr(s.errf("reclaim", err))
 	}
 	if len(raw) < 2 {
 		return nil, s.errf("reclaim", fmt.Errorf("unexpected XAUTOCLAIM reply of %d elements", len(raw)))
@@ -147,14 +154,23 @@ func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message
 	for _, c := range list {
 		pipe.Do(ctx, "XPENDING", s.keys.stream, s.cfg.Group, c.id, c.id, 1)
 	}
-	counts := make([]int, len(list))
+	counts := make([]int, len(list)) // 0 = unknown
 	if len(list) > 0 {
-		cmds, err := pipe.Exec(ctx)
-		if err != nil && ctx.Err() != nil {
+		var cmds []redis.Cmder
+		err := s.b.call(ctx, func(ctx context.Context) error {
+			var err error
+			cmds, err = pipe.Exec(ctx)
+			return err
+		})
+		if ctx.Err() != nil {
+			// Claimed entries stay pending to this consumer and are
+			// reclaimed after their lease.
 			return nil, ctx.Err()
 		}
-		for i, c := range cmds {
-			counts[i] = deliveryCount(c)
+		if err == nil || len(cmds) == len(list) {
+			for i, c := range cmds {
+				counts[i] = deliveryCount(c)
+			}
 		}
 	}
 
@@ -162,11 +178,11 @@ func (s *subscription) reclaim(ctx context.Context, max int) ([]*backend.Message
 	for i, c := range list {
 		m := &backend.Message{}
 		if err := decode(c.id, c.values, m); err != nil {
-			s.quarantine(ctx, c.id, c.values, counts[i], err)
+			s.quarantine(ctx, c.id, c.values, max(counts[i], 2), err)
 			continue
 		}
-		m.AckID = &entryRef{id: c.id}
-		m.Attempt = counts[i]
+		m.AckID = &entryRef{id: c.id, count: counts[i]}
+		m.Attempt = max(counts[i], 2)
 		msgs = append(msgs, m)
 	}
 	return msgs, nil
@@ -197,31 +213,31 @@ func toValues(v any) map[string]any {
 	}
 }
 
-// deliveryCount reads the count out of a one-entry XPENDING reply; at
-// least 2, since the entry was claimed after an earlier delivery.
+// deliveryCount reads the count out of a one-entry XPENDING reply; 0 when
+// the reply does not give it.
 func deliveryCount(c interface{ Err() error }) int {
 	type slicer interface{ Slice() ([]any, error) }
 	sc, ok := c.(slicer)
 	if !ok {
-		return 2
+		return 0
 	}
 	rows, err := sc.Slice()
 	if err != nil || len(rows) == 0 {
-		return 2
+		return 0
 	}
 	row, ok := rows[0].([]any)
 	if !ok || len(row) < 4 {
-		return 2
+		return 0
 	}
 	switch n := row[3].(type) {
 	case int64:
-		return max(int(n), 2)
+		return int(n)
 	case string:
 		if v, err := strconv.Atoi(n); err == nil {
-			return max(v, 2)
+			return v
 		}
 	}
-	return 2
+	return 0
 }
 
 // malformedCopy builds the dead-letter message for an entry that could not

@@ -19,13 +19,16 @@ import "github.com/redis/go-redis/v9"
 // KEYS[1] stream, KEYS[2] hold ZSET.
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id, ARGV[4] idle ms,
 // ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member
-// without its last part (the script appends the delivery count).
+// without its last part (the script appends the delivery count),
+// ARGV[7] the delivery count of the nacked delivery ("0" = unknown).
 // Returns 1 when nacked, 0 when the entry is no longer pending, -1 when
-// another consumer owns it now.
+// it was delivered again since (another consumer owns it, or its delivery
+// count moved).
 var nackScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[2] then return -1 end
+if ARGV[7] ~= '0' and p[1][4] ~= tonumber(ARGV[7]) then return -1 end
 if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\0' .. p[1][4]) end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
 return 1
@@ -34,31 +37,37 @@ return 1
 // extendScript resets the idle time of an entry this consumer owns,
 // without counting a delivery.
 //
-// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id.
-// Returns 1 when extended, 0 when not pending, -1 when owned by another
-// consumer.
+// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id,
+// ARGV[4] delivery count ("0" = unknown).
+// Returns 1 when extended, 0 when not pending, -1 when delivered again
+// since.
 var extendScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[2] then return -1 end
+if ARGV[4] ~= '0' and p[1][4] ~= tonumber(ARGV[4]) then return -1 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 return 1
 `)
 
 // deadLetterScript adds a copy to the dead-letter stream and acks the
-// original, if it is still pending.
+// original, if the same delivery of it is still pending.
 //
 // KEYS[1] source stream, KEYS[2] dead-letter stream.
 // ARGV[1] group, ARGV[2] entry id, ARGV[3] MAXLEN ("0" = none),
-// ARGV[4..] the copy's fields.
-// Returns 1 when moved, 0 when the entry was no longer pending.
+// ARGV[4] consumer, ARGV[5] delivery count ("0" = unknown),
+// ARGV[6..] the copy's fields.
+// Returns 1 when moved, 0 when the entry was no longer pending, -1 when
+// it was delivered again since.
 var deadLetterScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[4] then return -1 end
+if ARGV[5] ~= '0' and p[1][4] ~= tonumber(ARGV[5]) then return -1 end
 if ARGV[3] ~= '0' then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 6))
 else
-  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return 1

@@ -118,7 +118,7 @@ func TestSettlementAfterLeaseMovedOn(t *testing.T) {
 
 	ext := first.(backend.Extender)
 	require.Error(t, ext.Extend(context.Background(), m.AckID), "extending a lease another member took fails")
-	require.NoError(t, first.Nack(context.Background(), m.AckID, 0), "a stale nack is a no-op, not an error")
+	require.ErrorIs(t, first.Nack(context.Background(), m.AckID, 0), backend.ErrStale, "a stale nack changes nothing and says so")
 	require.NoError(t, second.(backend.Extender).Extend(context.Background(), m2.AckID), "the owner may extend")
 
 	// The stale nack did not make the entry claimable: no third delivery.

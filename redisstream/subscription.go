@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,18 +19,28 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// entryRef is the AckID of a delivery: a pointer to its stream entry ID.
-// Refs are allocated one array per batch, so handing out an AckID costs no
+// entryRef is the AckID of a delivery: a pointer to its stream entry ID
+// and the entry's delivery count when it was handed out. Refs are
+// allocated one array per batch, so handing out an AckID costs no
 // allocation per message (a string in an interface would).
-type entryRef struct{ id string }
+//
+// The count makes stale settlements detectable: every delivery of an
+// entry (XREADGROUP, XAUTOCLAIM) increments its delivery count in the
+// group's pending list, while Nack, Extend and the promoter do not
+// (XCLAIM ... JUSTID). A settlement whose consumer and count no longer
+// match the pending entry belongs to an earlier delivery.
+type entryRef struct {
+	id    string
+	count int
+}
 
-// entryID returns the stream entry ID behind an AckID.
-func entryID(id backend.AckID) (string, bool) {
+// entryOf returns the delivery behind an AckID.
+func entryOf(id backend.AckID) (*entryRef, bool) {
 	r, ok := id.(*entryRef)
 	if !ok || r == nil {
-		return "", false
+		return nil, false
 	}
-	return r.id, true
+	return r, true
 }
 
 // subscription is one consumer of a group. Receive is called from one
@@ -97,6 +108,34 @@ func consumerName() string {
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(r[:])
 }
 
+// receiveErr marks a receive error that no retry can fix with
+// backend.Permanent, so the bus ends the subscription instead of retrying
+// forever: the server refuses the command or key by its ACL (NOPERM,
+// NOAUTH), the key holds another type (WRONGTYPE), or the server lacks a
+// command the backend needs (unknown command: not Redis 7, or renamed).
+// Connection errors, timeouts, LOADING, BUSY, MASTERDOWN, READONLY and
+// cluster redirections are left to the bus's backoff.
+func receiveErr(err error) error {
+	if isPermanentRedisErr(err) {
+		return backend.Permanent(err)
+	}
+	return err
+}
+
+func isPermanentRedisErr(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"NOPERM", "NOAUTH", "WRONGTYPE", "ERR unknown command", "ERR unknown subcommand"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *subscription) errf(op string, err error) error {
 	return fmt.Errorf("redisstream: %s %q: %w", op, s.topic, err)
 }
@@ -145,7 +184,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		if isNoGroup(err) {
 			return nil, s.recoverGroup(ctx, err)
 		}
-		return nil, s.errf("receive", err)
+		return nil, receiveErr(s.errf("receive", err))
 	}
 	if len(res) == 0 {
 		return nil, nil
@@ -166,7 +205,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			s.quarantine(ctx, e.ID, e.Values, 1, err)
 			continue
 		}
-		refs[i].id = e.ID
+		refs[i] = entryRef{id: e.ID, count: 1}
 		m.AckID = &refs[i]
 		m.Attempt = 1
 		msgs = append(msgs, m)
@@ -205,8 +244,10 @@ func (s *subscription) recoverGroup(ctx context.Context, cause error) error {
 		case <-t.C:
 		}
 	}
-	if err := createGroup(ctx, s.b.client, s.keys.stream, s.cfg.Group, "0"); err != nil {
-		return s.errf("recreate group", err)
+	if err := s.b.call(ctx, func(ctx context.Context) error {
+		return createGroup(ctx, s.b.client, s.keys.stream, s.cfg.Group, "0")
+	}); err != nil {
+		return receiveErr(s.errf("recreate group", err))
 	}
 	s.b.stats.recreated.Add(1)
 	s.observe(observer.ScopeReclaim, "", 0, s.errf("receive", fmt.Errorf(
@@ -222,22 +263,29 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	args := make([]any, 0, 3+len(ids))
 	args = append(args, "XACK", s.keys.stream, s.cfg.Group)
 	for _, id := range ids {
-		e, ok := entryID(id)
+		e, ok := entryOf(id)
 		if !ok {
 			return s.errf("ack", fmt.Errorf("foreign ack id %T", id))
 		}
-		args = append(args, e)
+		args = append(args, e.id)
 	}
-	if err := s.b.client.Do(ctx, args...).Err(); err != nil {
+	// XACK settles the entry whoever holds it now: an Ack of a delivery
+	// whose lease ran out still settles a message that is unsettled, and
+	// one already settled is a no-op.
+	if err := s.b.call(ctx, func(ctx context.Context) error {
+		return s.b.client.Do(ctx, args...).Err()
+	}); err != nil {
 		return s.errf("ack", err)
 	}
 	return nil
 }
 
 // Nack makes the entry claimable again after delay, atomically and
-// without losing it: it stays in the group's pending list throughout.
+// without losing it: it stays in the group's pending list throughout. A
+// stale id (the entry was settled, or delivered again since) changes
+// nothing and returns an error wrapping backend.ErrStale.
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
-	e, ok := entryID(id)
+	e, ok := entryOf(id)
 	if !ok {
 		return s.errf("nack", fmt.Errorf("foreign ack id %T", id))
 	}
@@ -251,11 +299,19 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 		}
 	} else {
 		hold = strconv.FormatInt(time.Now().Add(delay).UnixMilli(), 10)
-		member = s.cfg.Group + "\x00" + e + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
+		member = s.cfg.Group + "\x00" + e.id + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
 	}
-	_, err := nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
-		s.cfg.Group, s.consumer, e, idle, hold, member).Int64()
+	var r int64
+	err := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
+			s.cfg.Group, s.consumer, e.id, idle, hold, member, e.count).Int64()
+		return err
+	})
 	if err != nil {
+		return s.errf("nack", err)
+	}
+	if err := staleErr(e, r); err != nil {
 		return s.errf("nack", err)
 	}
 	if hold != "0" {
@@ -265,21 +321,36 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 	return nil
 }
 
-// Extend resets the entry's idle time without counting a delivery.
+// staleErr turns the reply of a settlement script into an error wrapping
+// backend.ErrStale (0: no longer pending; -1: delivered again since).
+func staleErr(e *entryRef, r int64) error {
+	switch r {
+	case 0:
+		return fmt.Errorf("entry %s is no longer pending: %w", e.id, backend.ErrStale)
+	case -1:
+		return fmt.Errorf("entry %s was delivered again after delivery %d: %w", e.id, e.count, backend.ErrStale)
+	}
+	return nil
+}
+
+// Extend resets the entry's idle time without counting a delivery. A
+// stale id returns an error wrapping backend.ErrStale.
 func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
-	e, ok := entryID(id)
+	e, ok := entryOf(id)
 	if !ok {
 		return s.errf("extend", fmt.Errorf("foreign ack id %T", id))
 	}
-	r, err := extendScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer, e).Int64()
+	var r int64
+	err := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = extendScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer, e.id, e.count).Int64()
+		return err
+	})
 	if err != nil {
 		return s.errf("extend", err)
 	}
-	switch r {
-	case 0:
-		return s.errf("extend", fmt.Errorf("entry %s is no longer pending", e))
-	case -1:
-		return s.errf("extend", fmt.Errorf("entry %s: lease expired and another consumer took it", e))
+	if err := staleErr(e, r); err != nil {
+		return s.errf("extend", err)
 	}
 	return nil
 }
@@ -288,18 +359,33 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 // Lua script. On a cluster, when the dead-letter topic lives in another
 // slot, it adds the copy first and acks after, so a crash in between can
 // leave a duplicate in the dead-letter topic but never lose the message.
+// A stale id writes nothing and returns an error wrapping
+// backend.ErrStale.
 func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
-	e, ok := entryID(id)
+	e, ok := entryOf(id)
 	if !ok {
 		return s.errf("dead-letter", fmt.Errorf("foreign ack id %T", id))
 	}
-	if err := s.moveToDeadLetter(ctx, e, topic, appendFields(make([]any, 0, fieldCount(msg)), msg, appendMeta(nil, msg))); err != nil {
+	fields := appendFields(make([]any, 0, fieldCount(msg)), msg, appendMeta(nil, msg))
+	var r int64
+	err := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = s.moveToDeadLetter(ctx, e, topic, fields)
+		return err
+	})
+	if err != nil {
+		return s.errf("dead-letter", err)
+	}
+	if err := staleErr(e, r); err != nil {
 		return s.errf("dead-letter", err)
 	}
 	return nil
 }
 
-func (s *subscription) moveToDeadLetter(ctx context.Context, id, topic string, fields []any) error {
+// moveToDeadLetter moves entry e to topic if this consumer still holds
+// the same delivery of it. It returns 1 when moved, 0 when the entry is no
+// longer pending and -1 when it was delivered again since.
+func (s *subscription) moveToDeadLetter(ctx context.Context, e *entryRef, topic string, fields []any) (int64, error) {
 	dlq := s.dlqKey
 	atomicMove := s.dlqAtomic
 	if topic != s.cfg.DeadLetterTopic {
@@ -311,36 +397,42 @@ func (s *subscription) moveToDeadLetter(ctx context.Context, id, topic string, f
 		maxLen = strconv.FormatInt(s.b.opts.MaxLen, 10)
 	}
 	if atomicMove {
-		args := make([]any, 0, 3+len(fields))
-		args = append(args, s.cfg.Group, id, maxLen)
+		args := make([]any, 0, 5+len(fields))
+		args = append(args, s.cfg.Group, e.id, maxLen, s.consumer, e.count)
 		args = append(args, fields...)
-		return deadLetterScript.Run(ctx, s.b.client, []string{s.keys.stream, dlq}, args...).Err()
+		return deadLetterScript.Run(ctx, s.b.client, []string{s.keys.stream, dlq}, args...).Int64()
 	}
-	p, err := s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.keys.stream, Group: s.cfg.Group, Start: id, End: id, Count: 1}).Result()
+	p, err := s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.keys.stream, Group: s.cfg.Group, Start: e.id, End: e.id, Count: 1}).Result()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(p) == 0 {
-		return nil // settled already
+		return 0, nil
+	}
+	if p[0].Consumer != s.consumer || e.count != 0 && p[0].RetryCount != int64(e.count) {
+		return -1, nil
 	}
 	a := &redis.XAddArgs{Stream: dlq, Values: fields}
 	if maxLen != "0" {
 		a.MaxLen, a.Approx = s.b.opts.MaxLen, true
 	}
 	if err := s.b.client.XAdd(ctx, a).Err(); err != nil {
-		return err
+		return 0, err
 	}
-	return s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, id).Err()
+	return 1, s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, e.id).Err()
 }
 
 // quarantine dead-letters (when a dead-letter topic is set) and acks a
-// malformed entry, and reports it. It never reaches the handler.
+// malformed entry, and reports it. It never reaches the handler. It is
+// bounded by the Receive ctx: an entry left pending when ctx ends is
+// reclaimed and quarantined again after its lease.
 func (s *subscription) quarantine(ctx context.Context, id string, values map[string]any, attempt int, cause error) {
-	ctx = context.WithoutCancel(ctx)
 	s.b.stats.malformed.Add(1)
 	err := s.errf("decode", cause)
 	if s.cfg.DeadLetterTopic == "" {
-		if aerr := s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, id).Err(); aerr != nil {
+		if aerr := s.b.call(ctx, func(ctx context.Context) error {
+			return s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, id).Err()
+		}); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("ack: %w", aerr))
 		} else {
 			err = fmt.Errorf("%w (acked and dropped: dead-lettering is off)", err)
@@ -349,9 +441,21 @@ func (s *subscription) quarantine(ctx context.Context, id string, values map[str
 		return
 	}
 	dl := malformedCopy(id, values, s.topic, s.cfg.Group, attempt, cause)
-	if derr := s.moveToDeadLetter(ctx, id, s.cfg.DeadLetterTopic, appendFields(nil, dl, appendMeta(nil, dl))); derr != nil {
+	fields := appendFields(nil, dl, appendMeta(nil, dl))
+	var r int64
+	derr := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		// Count 0: the entry was just handed to this consumer; only
+		// its ownership is checked.
+		r, err = s.moveToDeadLetter(ctx, &entryRef{id: id}, s.cfg.DeadLetterTopic, fields)
+		return err
+	})
+	switch {
+	case derr != nil:
 		err = errors.Join(err, fmt.Errorf("dead-letter to %q: %w", s.cfg.DeadLetterTopic, derr))
-	} else {
+	case r != 1:
+		err = fmt.Errorf("%w (settled by another consumer meanwhile)", err)
+	default:
 		err = fmt.Errorf("%w (moved to %q)", err, s.cfg.DeadLetterTopic)
 	}
 	s.observe(observer.ScopeDecode, id, attempt, err)
@@ -363,9 +467,10 @@ func (s *subscription) dropTrimmed(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
 	err := fmt.Errorf("%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost and were acked", len(ids), ids[0])
-	if aerr := s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, ids...).Err(); aerr != nil {
+	if aerr := s.b.call(ctx, func(ctx context.Context) error {
+		return s.b.client.XAck(ctx, s.keys.stream, s.cfg.Group, ids...).Err()
+	}); aerr != nil {
 		err = errors.Join(err, fmt.Errorf("ack: %w", aerr))
 	}
 	s.b.stats.trimmed.Add(int64(len(ids)))
@@ -374,15 +479,19 @@ func (s *subscription) dropTrimmed(ctx context.Context, ids []string) {
 
 // Close stops the subscription and removes its consumer from the group if
 // it owns no pending entry. Unsettled entries stay pending and are
-// reclaimed by other members after their lease.
+// reclaimed by other members after their lease. Close has no ctx: the
+// removal is bounded by closeTimeout (100ms), after which the consumer is
+// left in the group.
 func (s *subscription) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.reader.close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
-		if e := dropConsumerScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer).Err(); e != nil && !isNoGroup(e) {
+		if e := s.b.async(ctx, func(ctx context.Context) error {
+			return dropConsumerScript.Run(ctx, s.b.client, []string{s.keys.stream}, s.cfg.Group, s.consumer).Err()
+		}); e != nil && !isNoGroup(e) {
 			err = s.errf("close", e)
 		}
 		s.b.release(s.topic, s.cfg)

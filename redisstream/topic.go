@@ -114,13 +114,22 @@ func (t *topicState) runPromoter(ctx context.Context) {
 		case <-timer.C:
 		case <-t.kick:
 		}
-		err := t.promote(ctx)
+		err := t.pass(ctx, t.promote)
 		if err != nil && ctx.Err() == nil && !failing {
 			t.report(observer.ScopeNack, fmt.Errorf("redisstream: promote delayed nacks of %q: %w", t.topic, err))
 		}
 		failing = err != nil
 		timer.Reset(t.currentTick())
 	}
+}
+
+// pass runs one pass of a background task, bounded by passTimeout; it
+// returns at once when ctx (the task's) is cancelled, so stopping a topic
+// never waits for I/O over a dead link.
+func (t *topicState) pass(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	return t.b.async(ctx, fn)
 }
 
 // promote runs one pass over the hold ZSET.
@@ -162,7 +171,10 @@ func (t *topicState) runTrimmer(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		_, err := trimSettled(ctx, t.b.client, t.keys.stream)
+		err := t.pass(ctx, func(ctx context.Context) error {
+			_, err := trimSettled(ctx, t.b.client, t.keys.stream)
+			return err
+		})
 		if err != nil && ctx.Err() == nil && !failing {
 			t.report(observer.ScopeReclaim, fmt.Errorf("redisstream: trim %q: %w", t.topic, err))
 		}

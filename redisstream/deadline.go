@@ -1,0 +1,78 @@
+package redisstream
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounds of the backend's own I/O, where no caller's ctx applies.
+const (
+	// closeTimeout bounds Subscription.Close, which has no ctx: the
+	// removal of the consumer from its group. When it runs out the
+	// consumer is left in the group (it owns no entry; harmless).
+	closeTimeout = 100 * time.Millisecond
+	// unblockTimeout bounds the CLIENT UNBLOCK sent when the ctx of a
+	// blocked read ends.
+	unblockTimeout = 250 * time.Millisecond
+	// readGrace is how long a read waits for the server's reply after its
+	// BLOCK has run out; a read past it is abandoned with a timeout and
+	// its connection dropped.
+	readGrace = time.Second
+	// passTimeout bounds one pass of a background task (promoter,
+	// trimmer).
+	passTimeout = 5 * time.Second
+)
+
+// contextTimeouts reports whether c applies ctx deadlines to its socket
+// I/O (go-redis ContextTimeoutEnabled).
+func contextTimeouts(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// call runs fn, which does I/O on the command client, and returns when fn
+// does or when ctx ends, whichever comes first. go-redis ends socket I/O
+// at a ctx deadline only with ContextTimeoutEnabled, and never at a mere
+// cancellation; in those cases fn runs on a goroutine of its own and is
+// abandoned when ctx ends: it finishes within the client's read and
+// write timeouts, or at once when the client is closed, and its result
+// is discarded. A caller must not read what fn writes once call has
+// returned ctx.Err().
+func (b *Backend) call(ctx context.Context, fn func(context.Context) error) error {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	if _, ok := ctx.Deadline(); ok && b.ctxTimeouts && ctx.Err() == nil {
+		// The socket deadline already ends fn in time; cancellation
+		// without the deadline is rare on these paths, so no goroutine.
+		err := fn(ctx)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	return b.async(ctx, fn)
+}
+
+// async runs fn on a goroutine of its own and returns when fn does or when
+// ctx ends, whichever comes first (see call).
+func (b *Backend) async(ctx context.Context, fn func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
