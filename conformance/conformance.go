@@ -113,6 +113,10 @@ var cases = []testCase{
 	{name: "OversizedPayloadRejected", run: testOversizedPayload},
 	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
+
+	// Inspection and dead-letter operations (backends with an Inspector).
+	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
+	{name: "DeadLetterReplayRoundTrip", needs: []capability{capRedelivery}, run: testDeadLetterReplayRoundTrip},
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 }
 

@@ -1,0 +1,190 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+// inspector returns the backend's Inspector or skips the case: Inspector
+// is optional.
+func (h *harness) inspector(t *testing.T) backend.Inspector {
+	t.Helper()
+	in, ok := h.be.Backend.(backend.Inspector)
+	if !ok {
+		t.Skipf("%s does not implement backend.Inspector", h.s.caps.Name)
+	}
+	return in
+}
+
+// testInspectorFigures: publish 10, receive 3 and leave them unsettled: the
+// group shows lag 7 (or Unknown) and pending 3, and the topic retains 10.
+func testInspectorFigures(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	in := h.inspector(t)
+	topic, group := h.topic("inspect"), h.group("inspect")
+	block := make(chan struct{})
+	started := make(chan struct{}, 10)
+	sub := h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		trySend(started, struct{}{})
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	}, bus.WithGroup(group), bus.WithMaxInFlight(3), bus.WithAckTimeout(s.longLease()), bus.WithStartFrom(bus.StartOldest))
+	defer func() {
+		close(block)
+		h.closeSub(sub)
+	}()
+	h.publishN(topic, "i", 10)
+	for range 3 {
+		recv(t, s, started, "three handlers to start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	var gi backend.GroupInfo
+	s.eventually(t, func() bool {
+		gs, err := in.Groups(ctx, topic)
+		if err != nil || len(gs) != 1 {
+			return false
+		}
+		gi = gs[0]
+		return gi.Pending == 3
+	}, "the group shows 3 pending")
+	assert.Equal(t, group, gi.Name)
+	if gi.Lag.Known() {
+		assert.Equal(t, backend.Figure(7), gi.Lag, "7 messages not delivered to the group yet")
+	}
+	if gi.Consumers.Known() {
+		assert.Equal(t, backend.Figure(1), gi.Consumers, "one member")
+	}
+
+	ts, err := in.Topics(ctx)
+	require.NoError(t, err)
+	var ti *backend.TopicInfo
+	for i := range ts {
+		if ts[i].Name == topic {
+			ti = &ts[i]
+		}
+	}
+	require.NotNil(t, ti, "the topic is listed")
+	if ti.Messages.Known() {
+		assert.Equal(t, backend.Figure(10), ti.Messages, "the topic retains the 10 messages")
+	}
+	msgs, _, err := in.Peek(ctx, topic, "", 20)
+	require.NoError(t, err)
+	assert.Len(t, msgs, 10, "peek reads the retained messages")
+	gs, err := in.Groups(ctx, topic)
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	assert.Equal(t, backend.Figure(3), gs[0].Pending, "peek changed no group")
+}
+
+// testDeadLetterReplayRoundTrip: a rejected message is listed with its
+// reason code, replayed to its original topic with its ID, key, payload
+// and headers, starts again at attempt 1, and leaves the dead-letter
+// topic; purge removes the rest.
+func testDeadLetterReplayRoundTrip(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	h.inspector(t)
+	topic, group := h.topic("replay"), h.group("replay")
+	dlq := topic + ".dlq"
+	fail := make(chan struct{})
+	got := make(chan *bus.Delivery, 10)
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case <-fail:
+			got <- d
+			return nil
+		default:
+			return bus.Permanent(errors.New("bad order"))
+		}
+	}, bus.WithGroup(group), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic,
+		&bus.Message{ID: "r-1", Key: "k", Headers: map[string]string{"tenant": "a"}, Payload: []byte("one")},
+		&bus.Message{ID: "r-2", Payload: []byte("two")})
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	var dls []bus.DeadLetter
+	s.eventually(t, func() bool {
+		var err error
+		dls, err = h.bus.DeadLetters(ctx, dlq, 0)
+		return err == nil && len(dls) == 2
+	}, "two dead letters listed")
+	for _, d := range dls {
+		assert.Equal(t, backend.CodePermanent, d.Code, "%s: reason code", d.ID)
+		assert.Equal(t, topic, d.Topic)
+		assert.Equal(t, group, d.Group)
+	}
+	close(fail)
+	n, err := h.bus.ReplayDeadLetters(ctx, dlq, "r-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	d := recv(t, s, got, "the replayed message on its original topic")
+	assert.Equal(t, "r-1", d.ID)
+	assert.Equal(t, "k", d.Key)
+	assert.Equal(t, []byte("one"), d.Payload)
+	assert.Equal(t, "a", d.Headers["tenant"])
+	assert.Equal(t, 1, d.Attempt, "a replay starts at attempt 1")
+	s.eventually(t, func() bool {
+		dls, err := h.bus.DeadLetters(ctx, dlq, 0)
+		return err == nil && len(dls) == 1 && dls[0].ID == "r-2"
+	}, "the replayed message left the dead-letter topic")
+	n, err = h.bus.PurgeDeadLetters(ctx, dlq)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	dls, err = h.bus.DeadLetters(ctx, dlq, 0)
+	require.NoError(t, err)
+	assert.Empty(t, dls, "purged")
+}
+
+// The counting wrapper forwards the optional Inspector, so the bus's
+// dead-letter operations reach the backend's.
+
+func (c *countingBackend) inner() (backend.Inspector, error) {
+	in, ok := c.Backend.(backend.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s has no Inspector", bus.ErrUnsupported, c.Capabilities().Name)
+	}
+	return in, nil
+}
+
+func (c *countingBackend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+	in, err := c.inner()
+	if err != nil {
+		return nil, err
+	}
+	return in.Topics(ctx)
+}
+
+func (c *countingBackend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	in, err := c.inner()
+	if err != nil {
+		return nil, err
+	}
+	return in.Groups(ctx, topic)
+}
+
+func (c *countingBackend) Peek(ctx context.Context, topic, cursor string, n int) ([]*backend.Message, string, error) {
+	in, err := c.inner()
+	if err != nil {
+		return nil, "", err
+	}
+	return in.Peek(ctx, topic, cursor, n)
+}
+
+func (c *countingBackend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
+	in, err := c.inner()
+	if err != nil {
+		return 0, err
+	}
+	return in.Delete(ctx, topic, ids)
+}

@@ -1,0 +1,274 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+var _ backend.Inspector = (*Backend)(nil)
+
+// Topics implements backend.Inspector: it finds the topic streams under
+// the prefix with SCAN ... TYPE stream (on every master of a cluster) and
+// reads each one's length and first and last entries. Bytes are Unknown:
+// Redis reports memory per key only through MEMORY USAGE, which samples.
+func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+	if b.isClosed() {
+		return nil, fmt.Errorf("redisstream: topics: %w", backend.ErrClosed)
+	}
+	keys, err := b.scanStreams(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: topics: %w", err)
+	}
+	out := make([]backend.TopicInfo, 0, len(keys))
+	for _, k := range keys {
+		topic, ok := topicOfKey(b.opts.Prefix, k)
+		if !ok {
+			continue
+		}
+		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown}
+		err := b.call(ctx, func(ctx context.Context) error {
+			n, err := b.client.XLen(ctx, k).Result()
+			if err != nil {
+				return err
+			}
+			ti.Messages = backend.Figure(n)
+			first, err := b.client.XRangeN(ctx, k, "-", "+", 1).Result()
+			if err != nil {
+				return err
+			}
+			last, err := b.client.XRevRangeN(ctx, k, "+", "-", 1).Result()
+			if err != nil {
+				return err
+			}
+			if len(first) > 0 {
+				ti.Oldest = entryTime(first[0].ID)
+			}
+			if len(last) > 0 {
+				ti.Newest = entryTime(last[0].ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: topics: %q: %w", topic, err)
+		}
+		out = append(out, ti)
+	}
+	slices.SortFunc(out, func(a, b backend.TopicInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// scanStreams returns the stream keys under the prefix.
+func (b *Backend) scanStreams(ctx context.Context) ([]string, error) {
+	match := b.opts.Prefix + ":{*"
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			ks, next, err := c.ScanType(ctx, cursor, match, 512, "stream").Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			keys = append(keys, ks...)
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	err := b.call(ctx, func(ctx context.Context) error {
+		if cc, ok := b.client.(*redis.ClusterClient); ok {
+			return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		}
+		return scan(ctx, b.client)
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// topicOfKey inverts streamKey: prefix + ":{" + tag + "}" + rest is the
+// topic tag + rest. Helper keys (with '#') are not topics.
+func topicOfKey(prefix, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+":{")
+	if !ok || strings.Contains(rest, "#") {
+		return "", false
+	}
+	tag, tail, ok := strings.Cut(rest, "}")
+	if !ok || tag == "" {
+		return "", false
+	}
+	return tag + tail, true
+}
+
+// entryTime is the time in a stream entry ID (milliseconds-sequence).
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// Groups implements backend.Inspector with XINFO GROUPS (lag is Unknown
+// where Redis cannot compute it, for example after entries were deleted)
+// and XPENDING for the age of the oldest pending entry.
+func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	if b.isClosed() {
+		return nil, fmt.Errorf("redisstream: groups: %w", backend.ErrClosed)
+	}
+	k := streamKey(b.opts.Prefix, topic)
+	var out []backend.GroupInfo
+	err := b.call(ctx, func(ctx context.Context) error {
+		gs, err := b.client.XInfoGroups(ctx, k).Result()
+		if err != nil {
+			if isNoKey(err) {
+				return nil
+			}
+			return err
+		}
+		for _, g := range gs {
+			gi := backend.GroupInfo{Name: g.Name, Consumers: backend.Figure(g.Consumers), Pending: backend.Figure(g.Pending), Lag: backend.Unknown}
+			if g.Lag >= 0 {
+				gi.Lag = backend.Figure(g.Lag)
+			}
+			if g.Pending > 0 {
+				p, err := b.client.XPending(ctx, k, g.Name).Result()
+				if err != nil {
+					return err
+				}
+				if ext, err := b.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k, Group: g.Name, Start: p.Lower, End: p.Lower, Count: 1}).Result(); err == nil && len(ext) == 1 {
+					gi.OldestPending = time.Now().Add(-ext[0].Idle)
+				}
+			}
+			out = append(out, gi)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: groups of %q: %w", topic, err)
+	}
+	slices.SortFunc(out, func(a, b backend.GroupInfo) int { return strings.Compare(a.Name, b.Name) })
+	if out == nil {
+		out = []backend.GroupInfo{}
+	}
+	return out, nil
+}
+
+func isNoKey(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "no such key") || errors.Is(err, redis.Nil))
+}
+
+// Peek implements backend.Inspector with XRANGE; the cursor is the stream
+// ID of the last entry returned. Malformed entries are skipped.
+func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*backend.Message, string, error) {
+	if b.isClosed() {
+		return nil, "", fmt.Errorf("redisstream: peek: %w", backend.ErrClosed)
+	}
+	if n < 1 {
+		return nil, "", fmt.Errorf("redisstream: peek %q: %w: n %d, want >= 1", topic, ErrInvalidOption, n)
+	}
+	start := "-"
+	if cursor != "" {
+		if !validEntryID(cursor) {
+			return nil, "", fmt.Errorf("redisstream: peek %q: %w: cursor is not one Peek returned", topic, ErrInvalidOption)
+		}
+		start = "(" + cursor
+	}
+	k := streamKey(b.opts.Prefix, topic)
+	var entries []redis.XMessage
+	err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		entries, err = b.client.XRangeN(ctx, k, start, "+", int64(n)).Result()
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("redisstream: peek %q: %w", topic, err)
+	}
+	out := make([]*backend.Message, 0, len(entries))
+	for _, e := range entries {
+		var m backend.Message
+		if decode(e.ID, e.Values, &m) != nil {
+			continue
+		}
+		out = append(out, &m)
+	}
+	next := ""
+	if len(entries) == n {
+		next = entries[len(entries)-1].ID
+	}
+	return out, next, nil
+}
+
+func validEntryID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}
+
+// Delete implements backend.Inspector: it finds the entries of the listed
+// message IDs with XRANGE and removes them with XDEL.
+func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
+	if b.isClosed() {
+		return 0, fmt.Errorf("redisstream: delete: %w", backend.ErrClosed)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	k := streamKey(b.opts.Prefix, topic)
+	deleted := 0
+	err := b.call(ctx, func(ctx context.Context) error {
+		start := "-"
+		for {
+			entries, err := b.client.XRangeN(ctx, k, start, "+", 512).Result()
+			if err != nil {
+				return err
+			}
+			var del []string
+			for _, e := range entries {
+				var m backend.Message
+				if decode(e.ID, e.Values, &m) == nil && want[m.ID] {
+					del = append(del, e.ID)
+				}
+			}
+			if len(del) > 0 {
+				n, err := b.client.XDel(ctx, k, del...).Result()
+				if err != nil {
+					return err
+				}
+				deleted += int(n)
+			}
+			if len(entries) < 512 {
+				return nil
+			}
+			start = "(" + entries[len(entries)-1].ID
+		}
+	})
+	if err != nil {
+		return deleted, fmt.Errorf("redisstream: delete from %q: %w", topic, err)
+	}
+	return deleted, nil
+}
