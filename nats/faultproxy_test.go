@@ -1,0 +1,25 @@
+package nats_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/faultproxy/faultsuite"
+	"github.com/eventbus-go/bus/internal/natstest"
+	busnats "github.com/eventbus-go/bus/nats"
+)
+
+// TestFaultNetwork runs the network-fault suite (resets, blackholes,
+// latency, a partition) through TCP fault proxies in front of a private
+// JetStream server.
+func TestFaultNetwork(t *testing.T) {
+	srv := natstest.Start(t)
+	faultsuite.Run(t, faultsuite.Harness{
+		Target: strings.TrimPrefix(srv.URL(), "nats://"),
+		Open: func(t testing.TB, addr string) backend.Backend {
+			return connect(t, "nats://"+addr, busnats.Options{ReconnectWait: 50 * time.Millisecond})
+		},
+	})
+}
