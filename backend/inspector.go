@@ -1,0 +1,108 @@
+package backend
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Inspector is implemented by backends that can report their state and
+// manage retained messages. The bus uses it to list, replay and purge dead
+// letters, and the bus command and its dashboard use it to show topics and
+// groups. It is optional: without it those operations return
+// bus.ErrUnsupported.
+//
+// A figure the backend cannot know is Unknown, never 0. Inspector methods
+// are safe for concurrent use and honour their ctx; they never change what
+// a consumer group will receive, except Delete, which removes messages.
+type Inspector interface {
+	// Topics lists the topics the backend retains messages for, sorted by
+	// name. Dead-letter topics are topics like any other.
+	Topics(ctx context.Context) ([]TopicInfo, error)
+
+	// Groups lists the consumer groups of topic, sorted by name. An
+	// unknown topic has no groups (an empty list and a nil error).
+	Groups(ctx context.Context, topic string) ([]GroupInfo, error)
+
+	// Peek reads up to n retained messages of topic in publish order,
+	// without consuming them or changing any group. cursor is "" for the
+	// oldest retained message, or the next value of an earlier Peek; next
+	// is "" when there is nothing after the last returned message. The
+	// returned messages have no AckID and Attempt 0.
+	Peek(ctx context.Context, topic, cursor string, n int) (msgs []*Message, next string, err error)
+
+	// Delete removes the retained messages of topic whose IDs are listed
+	// and returns how many it removed. IDs it does not find are skipped,
+	// not errors. It is meant for purging dead letters: deleting a message
+	// that a group has received but not settled may make its settlement
+	// fail with ErrStale.
+	Delete(ctx context.Context, topic string, ids []string) (int, error)
+}
+
+// Figure is a count that a backend may not know. Unknown is -1; every
+// other value is the count.
+type Figure int64
+
+// Unknown is the Figure of a count the backend cannot know.
+const Unknown Figure = -1
+
+// Known reports whether f is a count rather than Unknown.
+func (f Figure) Known() bool { return f >= 0 }
+
+// String returns the count, or "unknown".
+func (f Figure) String() string {
+	if !f.Known() {
+		return "unknown"
+	}
+	return strconv.FormatInt(int64(f), 10)
+}
+
+// MarshalJSON writes the count, or null when it is Unknown.
+func (f Figure) MarshalJSON() ([]byte, error) {
+	if !f.Known() {
+		return []byte("null"), nil
+	}
+	return strconv.AppendInt(nil, int64(f), 10), nil
+}
+
+// UnmarshalJSON reads a count, or null as Unknown.
+func (f *Figure) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Unknown
+		return nil
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return err
+	}
+	*f = Figure(n)
+	return nil
+}
+
+// TopicInfo describes one topic.
+type TopicInfo struct {
+	Name string `json:"name"`
+	// Messages is how many messages the topic retains.
+	Messages Figure `json:"messages"`
+	// Bytes is the retained size, where the backend knows it.
+	Bytes Figure `json:"bytes"`
+	// Oldest and Newest are the publish times of the oldest and newest
+	// retained messages; zero when there are none or they are not known.
+	Oldest time.Time `json:"oldest,omitzero"`
+	Newest time.Time `json:"newest,omitzero"`
+}
+
+// GroupInfo describes one consumer group of a topic.
+type GroupInfo struct {
+	Name string `json:"name"`
+	// Consumers is how many members the group has now.
+	Consumers Figure `json:"consumers"`
+	// Pending is how many messages the group has received but not
+	// settled (in flight).
+	Pending Figure `json:"pending"`
+	// Lag is how many retained messages the group has not received yet.
+	Lag Figure `json:"lag"`
+	// OldestPending is when the oldest pending message was delivered;
+	// zero when nothing is pending or it is not known.
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+}
