@@ -14,14 +14,18 @@ import (
 	"github.com/eventbus-go/bus/redisstream"
 )
 
-// TestFaultNetwork runs the network-fault suite (resets, blackholes,
-// latency, a partition) through TCP fault proxies in front of a private
-// redis-server. Backends are opened from a redis:// URL, as applications
-// do, so they get the client options a URL gives.
+// TestFaultNetwork runs the fault suite (resets, blackholes, latency, a
+// partition, close mid-run, a server restart) through TCP fault proxies in
+// front of a private redis-server that persists every write, so a killed
+// and restarted server keeps what it acknowledged. Backends are opened
+// from a redis:// URL, as applications do, so they get the client
+// options a URL gives.
 func TestFaultNetwork(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	faultsuite.Run(t, faultsuite.Harness{
-		Target: srv.Addr(),
+		Target:      srv.Addr(),
+		StopServer:  srv.Kill,
+		StartServer: srv.Restart,
 		Open: func(t testing.TB, addr string) backend.Backend {
 			u, err := url.Parse("redis://" + addr)
 			require.NoError(t, err)

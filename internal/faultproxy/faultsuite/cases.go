@@ -249,3 +249,102 @@ func testPartitionDuringBatch(e *env) {
 	s := e.finish(sub)
 	assert.Positive(e.t, s.PublishErrors, "a Publish with a 1 s ctx cannot succeed across a 1.5 s partition")
 }
+
+// testCloseMidRunFlushesFinished closes a subscription while 16 handlers
+// work through 200 messages: Close returns once they finish, their acks
+// are flushed, and the next member of the group gets the rest without
+// seeing any message the first one finished.
+func testCloseMidRunFlushesFinished(e *env) {
+	pubP, subP := e.proxy(), e.proxy()
+	pub, consumer := e.bus(pubP), e.bus(subP)
+	const n = 200
+	e.publishAll(pub, "m", n, 50, callTimeout, nil)
+
+	var mu sync.Mutex
+	finished := map[string]bool{}
+	sub1 := e.consumeWith(consumer, "first", func(ctx context.Context, d *bus.Delivery) error {
+		select { // simulated work of 5 to 23 ms
+		case <-time.After(time.Duration(5+len(d.ID)%7*3) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		finished[d.ID] = true
+		mu.Unlock()
+		return nil
+	}, bus.WithMaxInFlight(16))
+	require.Eventually(e.t, func() bool { mu.Lock(); defer mu.Unlock(); return len(finished) >= n/4 }, recoverWithin, poll,
+		"the first member finishes a quarter of the messages")
+	err := e.calls.timed("Subscription.Close", 10*time.Second, sub1.Close)
+	require.NoError(e.t, err, "close with handlers in flight that finish in time")
+	mu.Lock()
+	done := len(finished)
+	mu.Unlock()
+	require.Less(e.t, done, n, "the close happened mid-run")
+
+	var dupOfFinished atomic.Int64
+	sub2 := e.consumeWith(consumer, "second", func(_ context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		if finished[d.ID] {
+			dupOfFinished.Add(1)
+		}
+		mu.Unlock()
+		return nil
+	})
+	e.waitNoLoss("the next member gets the rest")
+	assert.Never(e.t, func() bool { return dupOfFinished.Load() > 0 }, 4*ackTimeout, 10*time.Millisecond,
+		"messages finished before Close returned are never delivered again")
+	e.t.Logf("finished by the first member: %d", done)
+	e.finish(sub2)
+}
+
+// testServerRestartMidRun stops the server while a publisher and a
+// consumer run and starts it again on the same address and data:
+// publishers see errors meanwhile, then publishing and consuming resume
+// by themselves.
+func testServerRestartMidRun(e *env) {
+	if e.h.StopServer == nil || e.h.StartServer == nil {
+		e.t.Skip("the harness cannot stop and start its server")
+	}
+	pubP, subP := e.proxy(), e.proxy()
+	pub, consumer := e.bus(pubP), e.bus(subP)
+	sub := e.consume(consumer, "consumer")
+
+	var confirmed atomic.Int64
+	stop := make(chan struct{})
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			batch := ids("m", 10*i, 10*i+10)
+			if e.publish(pub, batch, time.Second) == nil {
+				confirmed.Add(int64(len(batch)))
+				continue
+			}
+			select { // pacing while the server is down, not synchronisation
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	stopPublisher := sync.OnceFunc(func() { close(stop); <-pubDone })
+	defer stopPublisher()
+
+	require.Eventually(e.t, func() bool { return confirmed.Load() >= 200 }, recoverWithin, poll, "publishing runs")
+	e.h.StopServer()
+	require.Eventually(e.t, func() bool { return e.ledger.Summary().PublishErrors >= 3 }, recoverWithin, poll,
+		"publishers see errors while the server is down")
+	e.h.StartServer()
+	resumed := confirmed.Load() + 200
+	require.Eventually(e.t, func() bool { return confirmed.Load() >= resumed }, recoverWithin, poll,
+		"publishing resumes after the restart")
+	stopPublisher()
+	e.waitNoLoss("after the server restart")
+	e.finish(sub)
+}

@@ -23,6 +23,11 @@
 //   - Latency50ms: 50 ms added in each direction on both sides.
 //   - Partition1500msDuringBatch: both sides are partitioned for 1.5 s
 //     while 2,000 messages are published in batches of 100.
+//   - CloseMidRunFlushesFinished: a subscription closed while 16 handlers
+//     run flushes their acks; the next member never sees a finished one.
+//   - ServerRestartMidRun: the server stops and starts again (same address
+//     and data) under a running publisher and consumer; skipped unless
+//     the harness can do it.
 //
 // # Assertions
 //

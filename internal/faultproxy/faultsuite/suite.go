@@ -45,6 +45,11 @@ type Harness struct {
 	// proxy's host:port), built the way an application builds it (URL and
 	// options). The suite wraps it in a bus and closes that bus.
 	Open func(t testing.TB, addr string) backend.Backend
+	// StopServer and StartServer, if set, stop the private server and
+	// start it again on the same address with the data it had (which
+	// therefore must be persistent). Without them the restart case is
+	// skipped.
+	StopServer, StartServer func()
 }
 
 // Run runs every case as a subtest of t.
@@ -61,6 +66,8 @@ func Run(t *testing.T, h Harness) {
 		{"BlackholeBoundsEveryCall", testBlackholeBoundsEveryCall},
 		{"Latency50ms", testLatency},
 		{"Partition1500msDuringBatch", testPartitionDuringBatch},
+		{"CloseMidRunFlushesFinished", testCloseMidRunFlushesFinished},
+		{"ServerRestartMidRun", testServerRestartMidRun},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
