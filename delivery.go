@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +126,7 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 	if !d.claim() {
 		return d.alreadySettled("reject")
 	}
-	return d.doDeadLetter(ctx, reason)
+	return d.doDeadLetter(ctx, withCode(backend.CodeRejected, reason))
 }
 
 // Extend restarts the lease of an unsettled delivery, for handlers that
@@ -240,30 +238,43 @@ func (d *Delivery) doDeadLetter(ctx context.Context, reason error) error {
 }
 
 func (d *Delivery) deadLetterCopy(reason error) *backend.Message {
-	h := make(map[string]string, len(d.Headers)+5)
-	maps.Copy(h, d.Headers)
-	h[HeaderDeadLetterReason] = sanitizeHeaderValue(reason.Error())
-	h[HeaderDeadLetterTopic] = d.Topic
-	h[HeaderDeadLetterGroup] = d.Group
-	h[HeaderDeadLetterAttempt] = strconv.Itoa(d.Attempt)
-	h[HeaderDeadLetterID] = d.ID
-	return &backend.Message{ID: d.ID, Key: d.Key, Headers: h, Payload: d.Payload, PublishedAt: time.Now()}
+	m := backend.Message{ID: d.ID, Key: d.Key, Headers: d.Headers, Payload: d.Payload}
+	return backend.NewDeadLetter(&m, backend.DeadLetterInfo{
+		Topic: d.Topic, Group: d.Group, Attempt: d.Attempt, Code: reasonCode(reason), Reason: reason.Error(),
+	})
 }
 
-// sanitizeHeaderValue replaces characters headers may not carry and caps
-// the length, so an error text is always a valid header value.
-func sanitizeHeaderValue(s string) string {
-	const maxLen = 1024
-	if len(s) > maxLen {
-		s = s[:maxLen]
+// codedReason is a dead-letter reason with its machine-readable code.
+type codedReason struct {
+	code backend.DeadLetterCode
+	err  error
+}
+
+func (r *codedReason) Error() string { return r.err.Error() }
+func (r *codedReason) Unwrap() error { return r.err }
+
+// withCode attaches a dead-letter code to reason, unless it has one.
+func withCode(code backend.DeadLetterCode, reason error) error {
+	var c *codedReason
+	if errors.As(reason, &c) {
+		return reason
 	}
-	b := []byte(s)
-	for i, c := range b {
-		if c == '\r' || c == '\n' || c == 0 {
-			b[i] = ' '
-		}
+	return &codedReason{code: code, err: reason}
+}
+
+// reasonCode is the code of a dead-letter reason: the one attached with
+// withCode, else permanent for a Permanent error, else max-deliveries (the
+// bus gave up redelivering).
+func reasonCode(reason error) backend.DeadLetterCode {
+	var c *codedReason
+	switch {
+	case errors.As(reason, &c):
+		return c.code
+	case IsPermanent(reason):
+		return backend.CodePermanent
+	default:
+		return backend.CodeMaxDeliveries
 	}
-	return string(b)
 }
 
 // finish records the outcome, runs the hooks and frees the slot if the

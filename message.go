@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
 )
 
@@ -43,13 +44,15 @@ const (
 // that the bus and its backends use; user headers may not start with them.
 var ReservedHeaderPrefixes = []string{"bus-", "nats-"}
 
-// Headers the bus sets on dead-lettered copies.
+// Headers the bus sets on dead-lettered copies (see backend.NewDeadLetter).
 const (
-	HeaderDeadLetterReason  = "bus-dlq-reason"
-	HeaderDeadLetterTopic   = "bus-dlq-topic"
-	HeaderDeadLetterGroup   = "bus-dlq-group"
-	HeaderDeadLetterAttempt = "bus-dlq-attempt"
-	HeaderDeadLetterID      = "bus-dlq-id"
+	HeaderDeadLetterReason  = backend.HeaderDeadLetterReason
+	HeaderDeadLetterCode    = backend.HeaderDeadLetterCode
+	HeaderDeadLetterTopic   = backend.HeaderDeadLetterTopic
+	HeaderDeadLetterGroup   = backend.HeaderDeadLetterGroup
+	HeaderDeadLetterAttempt = backend.HeaderDeadLetterAttempt
+	HeaderDeadLetterID      = backend.HeaderDeadLetterID
+	HeaderDeadLetterTime    = backend.HeaderDeadLetterTime
 )
 
 // ValidateTopic reports whether topic is a valid topic name. The error

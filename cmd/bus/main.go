@@ -15,6 +15,11 @@ Usage:
   bus bench   [flags]               measure throughput, latency and delivery
   bus publish [flags] [payload...]  publish each argument (or stdin line)
   bus tail    [flags]               print deliveries until interrupted
+  bus topics  [flags]               list topics with retained counts
+  bus groups  --topic T [flags]     list a topic's groups with lag and in flight
+  bus dlq     list|replay|purge     list, replay or purge dead letters
+  bus stats   [--watch] [flags]     topics and groups, refreshed with rates
+  bus version                       module version and linked backends
 
 Backends are chosen with --url (default $BUS_URL, else mem://):
   mem://  mem://name  redis://host:6379  rediss://...  nats://host:4222  tls://...  nats+tls://...
@@ -49,6 +54,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return publishCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "tail":
 		return tailCmd(ctx, args[1:], stdout, stderr)
+	case "topics":
+		return topicsCmd(ctx, args[1:], stdout, stderr)
+	case "groups":
+		return groupsCmd(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		return dlqCmd(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return statsCmd(ctx, args[1:], stdout, stderr)
+	case "version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -59,6 +59,7 @@ func publishCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "bus publish: --topic is required")
 		return exitUsage
 	}
+	warnPrivateMem(*rawURL, stderr)
 	b, err := bus.Open(ctx, *rawURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus publish: %v\n", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,7 @@ func (l *countLimiter) printed() {
 
 // tailOptions is the parsed command line of bus tail.
 type tailOptions struct {
+	asJSON      bool
 	topic       string
 	group       string
 	from        bus.StartFrom
@@ -92,6 +94,7 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&from, "from", from, "where a new group starts: oldest or newest")
 	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual (tail acks after printing)")
 	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
+	fs.BoolVar(&opts.asJSON, "json", false, "print one JSON object per delivery: id, key, headers, attempt, published, payload (text when valid UTF-8, else base64, as payload_encoding says)")
 	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); no more are taken from the group")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
@@ -128,6 +131,7 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	warnPrivateMem(*rawURL, stderr)
 	obs := observer.Func(func(_ context.Context, e observer.Event) {
 		fmt.Fprintf(stderr, "bus tail: %s: %v\n", e.Scope, e.Err)
 	})
@@ -166,7 +170,13 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 	}
 	h := func(hctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
-		_, err := io.WriteString(out, formatDelivery(d))
+		line := ""
+		if opts.asJSON {
+			line = formatDeliveryJSON(d)
+		} else {
+			line = formatDelivery(d)
+		}
+		_, err := io.WriteString(out, line)
 		if err != nil && werr == nil {
 			werr = err
 			cancel()
@@ -221,6 +231,27 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 		return sub.Err()
 	}
 	return cerr
+}
+
+// deliveryJSON is one line of bus tail --json.
+type deliveryJSON struct {
+	ID              string            `json:"id"`
+	Key             string            `json:"key,omitempty"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Attempt         int               `json:"attempt"`
+	Published       time.Time         `json:"published,omitzero"`
+	Payload         string            `json:"payload"`
+	PayloadEncoding string            `json:"payload_encoding"`
+}
+
+// formatDeliveryJSON renders one delivery as a JSON object on one line.
+func formatDeliveryJSON(d *bus.Delivery) string {
+	p, enc := encodePayload(d.Payload)
+	b, err := json.Marshal(deliveryJSON{ID: d.ID, Key: d.Key, Headers: d.Headers, Attempt: d.Attempt, Published: d.PublishedAt.UTC(), Payload: p, PayloadEncoding: enc})
+	if err != nil { // cannot happen: every field marshals
+		return fmt.Sprintf("{\"id\":%q,\"error\":%q}\n", d.ID, err.Error())
+	}
+	return string(b) + "\n"
 }
 
 // formatDelivery renders one delivery as a line; the payload and header

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+// adminFlags are the flags every inspection command shares.
+type adminFlags struct {
+	fs      *flag.FlagSet
+	url     *string
+	asJSON  *bool
+	timeout *time.Duration
+}
+
+func newAdminFlags(name, usageLine, about string, stderr io.Writer) *adminFlags {
+	fs := flag.NewFlagSet("bus "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := &adminFlags{
+		fs:      fs,
+		url:     fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)"),
+		asJSON:  fs.Bool("json", false, "print JSON instead of a table"),
+		timeout: fs.Duration("timeout", 30*time.Second, "give up after this long"),
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\n%s\n\nFlags:\n", usageLine, about)
+		fs.PrintDefaults()
+	}
+	return a
+}
+
+// open opens the bus for an inspection command, bounded by --timeout.
+func (a *adminFlags) open(ctx context.Context) (*bus.Bus, context.Context, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, *a.timeout)
+	b, err := bus.Open(ctx, *a.url)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	done := func() {
+		closeCtx, c := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer c()
+		_ = b.Close(closeCtx)
+		cancel()
+	}
+	return b, ctx, done, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// warnPrivateMem tells the user that a mem:// broker dies with the command.
+func warnPrivateMem(rawURL string, stderr io.Writer) {
+	if strings.HasPrefix(strings.ToLower(rawURL), "mem:") {
+		fmt.Fprintf(stderr, "bus: warning: %s is an in-process broker: nothing published or consumed here outlives this command (use --url or $BUS_URL for a shared backend)\n", rawURL)
+	}
+}
+
+func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("topics", "bus topics [flags]", "Lists the topics with their retained messages, size and publish times.", stderr)
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	if a.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus topics: unexpected arguments %q\n", a.fs.Args())
+		return exitUsage
+	}
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus topics: %v\n", err)
+		return exitFailure
+	}
+	defer done()
+	ts, err := b.Topics(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus topics: %v\n", err)
+		return exitFailure
+	}
+	if ts == nil {
+		ts = []backend.TopicInfo{}
+	}
+	if *a.asJSON {
+		return exitCode(writeJSON(stdout, ts), stderr, "topics")
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tBYTES\tOLDEST\tNEWEST")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Messages, t.Bytes, fmtTime(t.Oldest), fmtTime(t.Newest))
+	}
+	return exitCode(tw.Flush(), stderr, "topics")
+}
+
+func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("groups", "bus groups --topic T [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag.", stderr)
+	topic := a.fs.String("topic", "", "topic (required)")
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	if *topic == "" || a.fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "bus groups: --topic is required and takes no arguments")
+		return exitUsage
+	}
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus groups: %v\n", err)
+		return exitFailure
+	}
+	defer done()
+	gs, err := b.Groups(ctx, *topic)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus groups: %v\n", err)
+		return exitFailure
+	}
+	if gs == nil {
+		gs = []backend.GroupInfo{}
+	}
+	if *a.asJSON {
+		return exitCode(writeJSON(stdout, gs), stderr, "groups")
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
+	for _, g := range gs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
+	}
+	return exitCode(tw.Flush(), stderr, "groups")
+}
+
+// deadLetterJSON is how bus dlq list --json prints a dead letter.
+type deadLetterJSON struct {
+	ID       string            `json:"id"`
+	Key      string            `json:"key,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Payload  string            `json:"payload"`
+	Reason   string            `json:"reason"`
+	Code     string            `json:"code"`
+	Topic    string            `json:"topic"`
+	Group    string            `json:"group"`
+	Attempt  int               `json:"attempt"`
+	Time     time.Time         `json:"time,omitzero"`
+	Encoding string            `json:"payload_encoding"`
+}
+
+func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || !slices.Contains([]string{"list", "replay", "purge"}, args[0]) {
+		fmt.Fprintln(stderr, "Usage: bus dlq list|replay|purge --topic T [flags]\n\n  list     lists the dead letters of topic T's dead-letter topic\n  replay   puts dead letters back on their original topic (--all or --id ID...)\n  purge    deletes dead letters (--all or --id ID...)")
+		return exitUsage
+	}
+	sub := args[0]
+	a := newAdminFlags("dlq "+sub, "bus dlq "+sub+" --topic T [flags]",
+		"T is the dead-letter topic itself, or a topic whose dead letters are in \"T.dlq\" (the default dead-letter topic).", stderr)
+	topic := a.fs.String("topic", "", "topic or dead-letter topic (required)")
+	limit := 0
+	all := false
+	var ids idList
+	if sub == "list" {
+		a.fs.IntVar(&limit, "limit", 100, "list at most this many (0: all)")
+	} else {
+		a.fs.BoolVar(&all, "all", false, "every dead letter of the topic")
+		a.fs.Var(&ids, "id", "message ID (repeatable)")
+	}
+	if code, ok := parseFlags(a.fs, args[1:]); !ok {
+		return code
+	}
+	if *topic == "" || a.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus dlq %s: --topic is required and takes no arguments\n", sub)
+		return exitUsage
+	}
+	if sub != "list" && all == (len(ids) > 0) {
+		fmt.Fprintf(stderr, "bus dlq %s: give either --all or --id\n", sub)
+		return exitUsage
+	}
+	dlq := *topic
+	if !strings.HasSuffix(dlq, ".dlq") {
+		dlq += ".dlq"
+	}
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus dlq %s: %v\n", sub, err)
+		return exitFailure
+	}
+	defer done()
+	switch sub {
+	case "list":
+		dls, err := b.DeadLetters(ctx, dlq, limit)
+		if err != nil {
+			fmt.Fprintf(stderr, "bus dlq list: %v\n", err)
+			return exitFailure
+		}
+		return exitCode(printDeadLetters(stdout, dls, *a.asJSON), stderr, "dlq list")
+	case "replay":
+		n, err := b.ReplayDeadLetters(ctx, dlq, ids...)
+		return reportCount(stdout, stderr, "dlq replay", "replayed", dlq, n, err, *a.asJSON)
+	default:
+		n, err := b.PurgeDeadLetters(ctx, dlq, ids...)
+		return reportCount(stdout, stderr, "dlq purge", "purged", dlq, n, err, *a.asJSON)
+	}
+}
+
+func reportCount(stdout, stderr io.Writer, cmd, verb, dlq string, n int, err error, asJSON bool) int {
+	if asJSON {
+		out := map[string]any{"topic": dlq, verb: n}
+		if err != nil {
+			out["error"] = err.Error()
+		}
+		if werr := writeJSON(stdout, out); werr != nil && err == nil {
+			err = werr
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s %d dead letter(s) of %s\n", verb, n, dlq)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bus %s: %v\n", cmd, err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func printDeadLetters(w io.Writer, dls []bus.DeadLetter, asJSON bool) error {
+	if asJSON {
+		out := make([]deadLetterJSON, 0, len(dls))
+		for _, d := range dls {
+			p, enc := encodePayload(d.Payload)
+			out = append(out, deadLetterJSON{
+				ID: d.ID, Key: d.Key, Headers: d.Headers, Payload: p, Encoding: enc,
+				Reason: d.Reason, Code: string(d.Code), Topic: d.Topic, Group: d.Group, Attempt: d.Attempt, Time: d.Time,
+			})
+		}
+		return writeJSON(w, out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCODE\tTOPIC\tGROUP\tATTEMPT\tTIME\tREASON")
+	for _, d := range dls {
+		reason := d.Reason
+		if len(reason) > 80 {
+			reason = reason[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, orDash(string(d.Code)), d.Topic, orDash(d.Group), d.Attempt, fmtTime(d.Time), reason)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// idList collects repeated --id flags.
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+func (l *idList) Set(s string) error {
+	if s == "" {
+		return errors.New("empty id")
+	}
+	*l = append(*l, s)
+	return nil
+}
+
+func exitCode(err error, stderr io.Writer, cmd string) int {
+	if err != nil {
+		fmt.Fprintf(stderr, "bus %s: %v\n", cmd, err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// encodePayload returns the payload as text when it is valid UTF-8, else as
+// standard base64, and which of the two it is ("text" or "base64").
+func encodePayload(p []byte) (string, string) {
+	if utf8.Valid(p) {
+		return string(p), "text"
+	}
+	return base64.StdEncoding.EncodeToString(p), "base64"
+}
+
+func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("stats", "bus stats [--watch] [flags]", "Shows every topic with its groups; --watch refreshes and adds publish and consume rates.", stderr)
+	watch := a.fs.Bool("watch", false, "refresh until interrupted, with rates")
+	every := a.fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	if a.fs.NArg() > 0 || *every <= 0 {
+		fmt.Fprintln(stderr, "bus stats: takes no arguments, and --interval must be > 0")
+		return exitUsage
+	}
+	openCtx, cancelOpen := context.WithTimeout(ctx, *a.timeout)
+	b, err := bus.Open(openCtx, *a.url)
+	cancelOpen()
+	if err != nil {
+		fmt.Fprintf(stderr, "bus stats: %v\n", err)
+		return exitFailure
+	}
+	defer func() {
+		closeCtx, c := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer c()
+		_ = b.Close(closeCtx)
+	}()
+	var prev *snapshot
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		snap, err := takeSnapshot(sctx, b)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "bus stats: %v\n", err)
+			return exitFailure
+		}
+		if *a.asJSON {
+			if err := writeJSON(stdout, snap.withRates(prev)); err != nil {
+				return exitCode(err, stderr, "stats")
+			}
+		} else {
+			writeSnapshot(stdout, snap, prev)
+		}
+		if !*watch {
+			return exitOK
+		}
+		prev = snap
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-time.After(*every):
+		}
+	}
+}
+
+// snapshot is the state of every topic at one time.
+type snapshot struct {
+	At     time.Time   `json:"at"`
+	Topics []topicStat `json:"topics"`
+}
+
+type topicStat struct {
+	backend.TopicInfo
+	// PublishRate is messages per second since the previous snapshot
+	// (null on the first, or when a count is unknown).
+	PublishRate *float64            `json:"publish_rate"`
+	Groups      []backend.GroupInfo `json:"groups"`
+}
+
+func takeSnapshot(ctx context.Context, b *bus.Bus) (*snapshot, error) {
+	ts, err := b.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &snapshot{At: time.Now(), Topics: make([]topicStat, 0, len(ts))}
+	for _, t := range ts {
+		gs, err := b.Groups(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		if gs == nil {
+			gs = []backend.GroupInfo{}
+		}
+		s.Topics = append(s.Topics, topicStat{TopicInfo: t, Groups: gs})
+	}
+	return s, nil
+}
+
+// withRates fills PublishRate from the growth of Messages since prev. The
+// retained count also shrinks when messages are settled and trimmed, so
+// the rate is the net growth of the topic, floored at zero.
+func (s *snapshot) withRates(prev *snapshot) *snapshot {
+	if prev == nil {
+		return s
+	}
+	dt := s.At.Sub(prev.At).Seconds()
+	for i := range s.Topics {
+		t := &s.Topics[i]
+		for _, p := range prev.Topics {
+			if p.Name == t.Name && p.Messages.Known() && t.Messages.Known() && dt > 0 {
+				r := max(float64(t.Messages-p.Messages)/dt, 0)
+				t.PublishRate = &r
+			}
+		}
+	}
+	return s
+}
+
+func writeSnapshot(w io.Writer, s, prev *snapshot) {
+	s.withRates(prev)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\n", s.At.UTC().Format(time.RFC3339))
+	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tRATE/S\tGROUP\tCONSUMERS\tPENDING\tLAG")
+	for _, t := range s.Topics {
+		rate := "-"
+		if t.PublishRate != nil {
+			rate = fmt.Sprintf("%.1f", *t.PublishRate)
+		}
+		if len(t.Groups) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\n", t.Name, t.Messages, rate)
+		}
+		for i, g := range t.Groups {
+			name, msgs, r := t.Name, t.Messages.String(), rate
+			if i > 0 {
+				name, msgs, r = "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, msgs, r, g.Name, g.Consumers, g.Pending, g.Lag)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "bus version: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	version := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	schemes := bus.Schemes()
+	slices.Sort(schemes)
+	fmt.Fprintf(stdout, "bus %s\nbackends: %s\n", version, strings.Join(schemes, " "))
+	return exitOK
+}

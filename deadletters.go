@@ -1,0 +1,255 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// This file holds the portable operations on a backend's state: listing
+// topics and groups, and listing, replaying and purging dead letters. They
+// need a backend that implements backend.Inspector; without one they
+// return an error wrapping ErrUnsupported.
+
+// DeadLetter is one message on a dead-letter topic and why it is there.
+type DeadLetter struct {
+	// Message is the original message: its ID, key, payload and user
+	// headers (the bus-dlq-* headers are removed).
+	Message
+	// Reason is the human-readable reason; Code the machine-readable one
+	// (backend.CodeMaxDeliveries, CodePermanent, ...; empty for dead letters
+	// written before codes existed).
+	Reason string
+	Code   backend.DeadLetterCode
+	// Topic and Group are where the message was consumed when it was
+	// dead-lettered, and Attempt the attempt that gave up.
+	Topic   string
+	Group   string
+	Attempt int
+	// Time is when it was dead-lettered (zero if not recorded).
+	Time time.Time
+}
+
+// peekPage is how many messages one Inspector.Peek call reads.
+const peekPage = 256
+
+func (b *Bus) inspector(op string) (backend.Inspector, error) {
+	in, ok := b.be.(backend.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("bus: %s: %w: %s has no Inspector", op, ErrUnsupported, b.caps.Name)
+	}
+	return in, nil
+}
+
+// Topics lists the backend's topics with their retained counts.
+func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+	in, err := b.inspector("topics")
+	if err != nil {
+		return nil, err
+	}
+	ts, err := in.Topics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: topics: %w", err)
+	}
+	return ts, nil
+}
+
+// Groups lists the consumer groups of topic with their lag and pending
+// counts.
+func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	if err := ValidateTopic(topic); err != nil {
+		return nil, fmt.Errorf("bus: groups: %w", err)
+	}
+	in, err := b.inspector("groups")
+	if err != nil {
+		return nil, err
+	}
+	gs, err := in.Groups(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+	}
+	return gs, nil
+}
+
+// DeadLetters lists up to limit messages of the dead-letter topic dlq,
+// oldest first (limit <= 0 means all). Listing consumes nothing.
+func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLetter, error) {
+	if err := ValidateTopic(dlq); err != nil {
+		return nil, fmt.Errorf("bus: dead letters: %w", err)
+	}
+	in, err := b.inspector("dead letters")
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+		out = append(out, decodeDeadLetter(m))
+		return limit <= 0 || len(out) < limit
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: dead letters of %q: %w", dlq, err)
+	}
+	return out, nil
+}
+
+// ReplayDeadLetters publishes dead letters of dlq back to the topic each
+// came from and then removes them from dlq. ids selects them by message ID;
+// no ids means all. The original ID, key, payload and user headers are
+// kept, the bus-dlq-* headers removed, and the replayed message starts
+// again at attempt 1. A message leaves dlq only after it is stored on its
+// topic, so a crash in between may duplicate it but never loses it. It
+// returns how many were replayed; IDs not found are not errors.
+func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
+	if err := ValidateTopic(dlq); err != nil {
+		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
+	}
+	in, err := b.inspector("replay dead letters")
+	if err != nil {
+		return 0, err
+	}
+	want := idSet(ids)
+	var picked []DeadLetter
+	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+		if want == nil || want[m.ID] {
+			picked = append(picked, decodeDeadLetter(m))
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus: replay dead letters of %q: %w", dlq, err)
+	}
+	replayed := 0
+	for i := range picked {
+		dl := &picked[i]
+		if dl.Topic == "" {
+			return replayed, fmt.Errorf("bus: replay dead letter %q of %q: %w: it names no original topic", dl.ID, dlq, ErrInvalidMessage)
+		}
+		m := dl.Message
+		m.Headers = maps.Clone(m.Headers)
+		m.Headers[HeaderReplayed] = strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
+			return replayed, fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
+		}
+		if _, err := in.Delete(ctx, dlq, []string{dl.ID}); err != nil {
+			return replayed, fmt.Errorf("bus: replay dead letter %q: stored on %q, but not removed from %q: %w", dl.ID, dl.Topic, dlq, err)
+		}
+		replayed++
+	}
+	return replayed, nil
+}
+
+// PurgeDeadLetters removes dead letters from dlq: those whose message IDs
+// are listed, or all of them when ids is empty. It returns how many it
+// removed.
+func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
+	if err := ValidateTopic(dlq); err != nil {
+		return 0, fmt.Errorf("bus: purge dead letters: %w", err)
+	}
+	in, err := b.inspector("purge dead letters")
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+			ids = append(ids, m.ID)
+			return true
+		})
+		if err != nil {
+			return 0, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := in.Delete(ctx, dlq, ids)
+	if err != nil {
+		return n, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
+	}
+	return n, nil
+}
+
+// HeaderReplayed is set on a message that ReplayDeadLetters put back on its
+// topic, to the replay time in Unix nanoseconds. Backends that deduplicate
+// by message ID take it into account, so a replay is not mistaken for a
+// duplicate of the original publish.
+const HeaderReplayed = "bus-replayed"
+
+// publishReplay publishes one replayed message: it is validated like any
+// other, with HeaderReplayed as the one reserved header allowed.
+func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error {
+	v := *m
+	v.Headers = maps.Clone(m.Headers)
+	delete(v.Headers, HeaderReplayed)
+	if err := validateMessage(&v, b.opts.maxPayload, false); err != nil {
+		return err
+	}
+	return b.be.Publish(ctx, topic, []*backend.Message{{
+		ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: time.Now(),
+	}})
+}
+
+// peekAll pages through topic, calling f for each message until f returns
+// false.
+func peekAll(ctx context.Context, in backend.Inspector, topic string, f func(*backend.Message) bool) error {
+	cursor := ""
+	for {
+		msgs, next, err := in.Peek(ctx, topic, cursor, peekPage)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if !f(m) {
+				return nil
+			}
+		}
+		if next == "" || len(msgs) == 0 {
+			return nil
+		}
+		if next == cursor {
+			return errors.New("inspector peek did not advance")
+		}
+		cursor = next
+	}
+}
+
+func idSet(ids []string) map[string]bool {
+	if len(ids) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
+}
+
+// decodeDeadLetter splits a dead-letter copy into the original message and
+// the dead-letter headers.
+func decodeDeadLetter(m *backend.Message) DeadLetter {
+	h := make(map[string]string, len(m.Headers))
+	for k, v := range m.Headers {
+		if !strings.HasPrefix(strings.ToLower(k), "bus-dlq-") {
+			h[k] = v
+		}
+	}
+	dl := DeadLetter{
+		Message: Message{ID: m.ID, Key: m.Key, Headers: h, Payload: m.Payload},
+		Reason:  m.Headers[backend.HeaderDeadLetterReason],
+		Code:    backend.DeadLetterCode(m.Headers[backend.HeaderDeadLetterCode]),
+		Topic:   m.Headers[backend.HeaderDeadLetterTopic],
+		Group:   m.Headers[backend.HeaderDeadLetterGroup],
+	}
+	dl.Attempt, _ = strconv.Atoi(m.Headers[backend.HeaderDeadLetterAttempt])
+	if t, err := time.Parse(time.RFC3339Nano, m.Headers[backend.HeaderDeadLetterTime]); err == nil {
+		dl.Time = t
+	} else {
+		dl.Time = m.PublishedAt
+	}
+	return dl
+}

@@ -1,0 +1,140 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	defer b.Close(ctx)
+
+	var fail atomic.Bool
+	fail.Store(true)
+	handled := make(chan *bus.Delivery, 10)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if fail.Load() {
+			return bus.Permanent(errors.New("bad order"))
+		}
+		handled <- d
+		return nil
+	}, bus.WithGroup("billing"))
+	require.NoError(t, err)
+
+	msgs := []*bus.Message{
+		{ID: "o-1", Key: "c-1", Headers: map[string]string{"tenant": "a"}, Payload: []byte("one")},
+		{ID: "o-2", Payload: []byte("two")},
+		{ID: "o-3", Payload: []byte("three")},
+	}
+	require.NoError(t, b.Publish(ctx, "orders", msgs...))
+
+	var dls []bus.DeadLetter
+	require.Eventually(t, func() bool {
+		dls, err = b.DeadLetters(ctx, "orders.dlq", 0)
+		return err == nil && len(dls) == 3
+	}, 10*time.Second, 5*time.Millisecond, "three dead letters listed (last err %v)", err)
+	byID := map[string]bus.DeadLetter{}
+	for _, d := range dls {
+		byID[d.ID] = d
+	}
+	one := byID["o-1"]
+	assert.Equal(t, "c-1", one.Key)
+	assert.Equal(t, map[string]string{"tenant": "a"}, one.Headers, "user headers only, bus-dlq-* removed")
+	assert.Equal(t, []byte("one"), one.Payload)
+	assert.Equal(t, "orders", one.Topic)
+	assert.Equal(t, "billing", one.Group)
+	assert.Equal(t, 1, one.Attempt)
+	assert.Equal(t, backend.CodePermanent, one.Code, "the reason code says why")
+	assert.Contains(t, one.Reason, "bad order")
+	assert.False(t, one.Time.IsZero(), "the dead-letter time is recorded")
+
+	limited, err := b.DeadLetters(ctx, "orders.dlq", 2)
+	require.NoError(t, err)
+	assert.Len(t, limited, 2, "the limit is honoured")
+
+	fail.Store(false)
+	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "o-1", "missing")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one replayed; an unknown ID is skipped")
+	select {
+	case d := <-handled:
+		assert.Equal(t, "o-1", d.ID, "the original ID is kept")
+		assert.Equal(t, "c-1", d.Key)
+		assert.Equal(t, []byte("one"), d.Payload)
+		assert.Equal(t, 1, d.Attempt, "a replay starts again at attempt 1")
+		assert.Equal(t, "a", d.Headers["tenant"])
+		for k := range d.Headers {
+			assert.NotContains(t, k, "bus-dlq-", "no dead-letter header survives the replay")
+		}
+	case <-ctx.Done():
+		t.Fatal("the replayed message did not arrive on its original topic")
+	}
+	dls, err = b.DeadLetters(ctx, "orders.dlq", 0)
+	require.NoError(t, err)
+	assert.Len(t, dls, 2, "the replayed message left the dead-letter topic")
+
+	n, err = b.PurgeDeadLetters(ctx, "orders.dlq", "o-2")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	n, err = b.PurgeDeadLetters(ctx, "orders.dlq")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "purge without IDs removes the rest")
+	dls, err = b.DeadLetters(ctx, "orders.dlq", 0)
+	require.NoError(t, err)
+	assert.Empty(t, dls)
+}
+
+func TestInspectorFiguresOnMem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	defer b.Close(ctx)
+
+	block := make(chan struct{})
+	started := make(chan struct{}, 10)
+	sub, err := b.Subscribe(ctx, "jobs", func(ctx context.Context, d *bus.Delivery) error {
+		started <- struct{}{}
+		<-block
+		return nil
+	}, bus.WithGroup("workers"), bus.WithMaxInFlight(3))
+	require.NoError(t, err)
+	for i := range 10 {
+		require.NoError(t, b.Publish(ctx, "jobs", &bus.Message{Payload: []byte{byte(i)}}), "publish %d", i)
+	}
+	for range 3 {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("three handlers did not start")
+		}
+	}
+	gs, err := b.Groups(ctx, "jobs")
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	assert.Equal(t, "workers", gs[0].Name)
+	assert.Equal(t, backend.Figure(1), gs[0].Consumers)
+	assert.Equal(t, backend.Figure(3), gs[0].Pending, "three received and unsettled")
+	assert.Equal(t, backend.Figure(7), gs[0].Lag, "seven not delivered yet")
+	assert.False(t, gs[0].OldestPending.IsZero())
+
+	ts, err := b.Topics(ctx)
+	require.NoError(t, err)
+	require.Len(t, ts, 1)
+	assert.Equal(t, "jobs", ts[0].Name)
+	assert.Equal(t, backend.Figure(10), ts[0].Messages)
+	close(block)
+	require.NoError(t, sub.Close(ctx))
+}
