@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -29,6 +30,10 @@ type acker struct {
 	kick chan struct{} // first id of a batch arrived, or the batch is full
 	stop chan struct{}
 	done chan struct{}
+
+	// flushCtx bounds the final flush by the Close ctx; set before stop
+	// is closed.
+	flushCtx context.Context
 }
 
 func newAcker(s *Subscription, size int, interval time.Duration) *acker {
@@ -66,7 +71,7 @@ func (a *acker) run() {
 	for {
 		select {
 		case <-a.stop:
-			a.flush()
+			a.flush(a.flushCtx)
 			return
 		case <-a.kick:
 		}
@@ -78,11 +83,11 @@ func (a *acker) run() {
 				timer.Stop()
 			case <-a.stop:
 				timer.Stop()
-				a.flush()
+				a.flush(a.flushCtx)
 				return
 			}
 		}
-		a.flush()
+		a.flush(context.Background())
 	}
 }
 
@@ -92,8 +97,9 @@ func (a *acker) pending() int {
 	return len(a.buf)
 }
 
-// flush sends everything buffered, in chunks of at most size.
-func (a *acker) flush() {
+// flush sends everything buffered, in chunks of at most size. Each chunk
+// gets ackFlushTimeout, and no more than parent allows.
+func (a *acker) flush(parent context.Context) {
 	for {
 		a.mu.Lock()
 		ids := a.buf
@@ -105,7 +111,7 @@ func (a *acker) flush() {
 		a.mu.Unlock()
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
-			ctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
+			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
 			err := a.sub.bsub.Ack(ctx, chunk)
 			cancel()
 			if err != nil {
@@ -119,11 +125,18 @@ func (a *acker) flush() {
 	}
 }
 
-// close flushes what is buffered and refuses later acks.
-func (a *acker) close() {
+// close flushes what is buffered and refuses later acks (they return an
+// error wrapping ErrClosed). The flush is bounded by hard, the Close's
+// ctx plus its grace; acks it cannot send are redelivered after their
+// lease.
+func (a *acker) close(hard context.Context) error {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
+	a.flushCtx = hard
 	close(a.stop)
-	<-a.done
+	if !waitOrDone(hard, a.done) {
+		return errors.New("ack flush did not finish before the close ctx ended")
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,10 +24,11 @@ type Bus struct {
 	optErr  error
 	publish PublishFunc
 
-	mu     sync.RWMutex // held for reading by Publish, for writing by Close
-	closed bool
-	subs   map[*Subscription]struct{}
-	wg     sync.WaitGroup // goroutines the bus started outside subscriptions
+	// ops counts publishes, subscribes being set up and the bus's own
+	// background goroutines; no lock is held across any of them.
+	ops  inflight
+	mu   sync.Mutex // guards subs only, never held across I/O or a wait
+	subs map[*Subscription]struct{}
 }
 
 // New returns a Bus over b. An invalid option makes every later call
@@ -104,11 +106,10 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 			}
 		}
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
+	if !b.ops.enter() {
 		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
 	}
+	defer b.ops.leave()
 	return b.publish(ctx, topic, msgs)
 }
 
@@ -121,7 +122,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	}
 	var failed []FailedMessage
 	for i, m := range msgs {
-		if err := validateMessage(m, b.opts.maxPayload, false); err != nil {
+		if err := validateMessage(m, b.opts.maxPayload); err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID
@@ -211,15 +212,12 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
 	}
 
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	// Hold a place so Close waits (within its ctx) for this subscription
+	// to finish starting.
+	if !b.ops.enter() {
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
 	}
-	// Hold a place so Close waits for this subscription to finish starting.
-	b.wg.Add(1)
-	b.mu.Unlock()
-	defer b.wg.Done()
+	defer b.ops.leave()
 
 	bsub, err := b.be.Subscribe(ctx, topic, backend.SubscribeConfig{
 		Group:           o.group,
@@ -252,11 +250,14 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
 	s.disp = newDispatcher(o.maxInFlight, s.process)
 	s.feedback, _ = o.limiter.(LimiterFeedback)
-	s.fetchCtx, s.stopFetch = context.WithCancel(context.Background())
+	// Fetching stops as soon as the Subscribe ctx ends; handlers keep
+	// their own ctx, which shutdown cancels only when its ctx runs out.
+	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
 	s.handlerCtx, s.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
+	s.keeper = newLeaseKeeper(s)
 
 	b.mu.Lock()
-	if b.closed {
+	if b.ops.isClosed() {
 		b.mu.Unlock()
 		s.stopFetch()
 		s.cancelHandler()
@@ -266,8 +267,13 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
 
-	go s.acks.run()
-	go s.fetch()
+	s.workers.Add(2)
+	go func() { defer s.workers.Done(); s.acks.run() }()
+	go func() { defer s.workers.Done(); s.fetch() }()
+	if s.keeper != nil {
+		s.workers.Add(1)
+		go func() { defer s.workers.Done(); s.keeper.run() }()
+	}
 	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
 		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
 		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
@@ -285,6 +291,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		ackTimeout:    DefaultAckTimeout,
 		maxDeliveries: DefaultMaxDeliveries,
 		newBackOff:    defaultBackOff,
+		maxExtension:  DefaultMaxExtension,
 	}
 	var errs []error
 	for _, opt := range opts {
@@ -314,17 +321,21 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	return o, nil
 }
 
-// Close closes every subscription as Subscription.Close(ctx) does, then
-// the backend. Publish and Subscribe return ErrClosed afterwards. Closing
-// twice returns nil. Like Subscription.Close it waits for running
-// handlers, so a handler must not call it.
+// Close closes every subscription as Subscription.Close(ctx) does, waits
+// for publishes in progress, then closes the backend. Publish and
+// Subscribe return ErrClosed afterwards. Like net/http.Server.Shutdown it
+// never blocks past ctx (plus a short grace): when ctx ends first, the
+// error says what was still running, and that work finishes, or is given
+// back to the backend, in the background. A second Close returns nil. A
+// handler must not call Close; it would wait for itself until ctx ends.
 func (b *Bus) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	idle, first := b.ops.close()
+	if !first {
 		return nil
 	}
-	b.closed = true
+	hard, cancel := withGrace(ctx)
+	defer cancel()
+	b.mu.Lock()
 	subs := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
 		subs = append(subs, s)
@@ -337,41 +348,89 @@ func (b *Bus) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.Close(ctx)
+			errs[i] = s.closeWith(ctx, hard)
 		}()
 	}
 	wg.Wait()
-	b.wg.Wait()
-	// Subscriptions started concurrently with Close registered after the
+	// Publishes and subscribes in progress, and background closes started
+	// before Close, end within ctx or are reported.
+	if !waitOrDone(hard, idle) {
+		errs = append(errs, fmt.Errorf("bus: close: publishes or subscribes still in progress: %w", ctx.Err()))
+	}
+	// Subscriptions set up concurrently with Close registered after the
 	// snapshot; close them too.
 	b.mu.Lock()
 	rest := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
-		rest = append(rest, s)
+		if !slices.Contains(subs, s) {
+			rest = append(rest, s)
+		}
 	}
 	b.mu.Unlock()
 	for _, s := range rest {
-		errs = append(errs, s.Close(ctx))
+		errs = append(errs, s.closeWith(ctx, hard))
 	}
-	b.wg.Wait()
-	if err := b.be.Close(); err != nil {
+	if err := closeBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// goTracked runs f on a goroutine that Close waits for; after Close has
-// begun it does nothing (Close itself finishes the work).
+// closeGrace is how long past its ctx a Close may take to collect what
+// has just finished (a handler that returned on cancellation, a backend
+// that closed at once). It is one budget for the whole Close, not one per
+// step.
+const closeGrace = 50 * time.Millisecond
+
+// withGrace returns a ctx that ends closeGrace after ctx ends: the hard
+// deadline of a Close.
+func withGrace(ctx context.Context) (context.Context, context.CancelFunc) {
+	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })
+	return hard, func() {
+		stop()
+		cancel()
+	}
+}
+
+// waitOrDone waits for ch until hard ends; it reports whether ch was
+// closed.
+func waitOrDone(hard context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	select {
+	case <-ch:
+		return true
+	case <-hard.Done():
+		return false
+	}
+}
+
+// closeBounded runs a close that takes no ctx (the SPI's Close methods) and
+// waits for it until hard ends; it keeps running after that, and its error
+// is then lost.
+func closeBounded(hard context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-hard.Done():
+		return errors.New("did not return before the close ctx ended")
+	}
+}
+
+// goTracked runs f on a goroutine that Close waits for (within its ctx);
+// after Close has begun it does nothing (Close itself does the work).
 func (b *Bus) goTracked(f func()) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.ops.enter() {
 		return
 	}
-	b.wg.Add(1)
-	b.mu.Unlock()
 	go func() {
-		defer b.wg.Done()
+		defer b.ops.leave()
 		f()
 	}()
 }

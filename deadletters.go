@@ -186,7 +186,7 @@ func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error
 	v := *m
 	v.Headers = maps.Clone(m.Headers)
 	delete(v.Headers, HeaderReplayed)
-	if err := validateMessage(&v, b.opts.maxPayload, false); err != nil {
+	if err := validateMessage(&v, b.opts.maxPayload); err != nil {
 		return err
 	}
 	return b.be.Publish(ctx, topic, []*backend.Message{{

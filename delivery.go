@@ -136,18 +136,31 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	if d.state.Load()&stateSettled != 0 {
 		return d.alreadySettled("extend")
 	}
+	if err := d.extendLease(ctx); err != nil {
+		return err
+	}
+	if k := d.sub.keeper; k != nil {
+		k.renewed(d, time.Now())
+	}
+	return nil
+}
+
+// extendLease restarts the lease through the backend and moves the
+// bus-side deadline of a manual delivery with it.
+func (d *Delivery) extendLease(ctx context.Context) error {
 	ext, ok := d.sub.bsub.(backend.Extender)
 	if !ok {
 		return fmt.Errorf("bus: extend: %w: %s cannot extend leases", ErrUnsupported, d.sub.caps.Name)
 	}
+	start := time.Now()
 	if err := ext.Extend(ctx, d.ackID); err != nil {
 		return fmt.Errorf("bus: extend %q: %w", d.ID, err)
 	}
 	d.mu.Lock()
 	x := d.extLocked()
-	x.deadline = time.Now().Add(d.sub.opts.ackTimeout)
+	x.deadline = start.Add(d.sub.opts.ackTimeout)
 	if x.lease != nil {
-		x.lease.Reset(d.sub.opts.ackTimeout)
+		x.lease.Reset(time.Until(x.deadline))
 	}
 	d.mu.Unlock()
 	return nil

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
@@ -11,13 +12,19 @@ import (
 // Message is one event. Publish assigns ID when it is empty.
 type Message struct {
 	// ID is unique per message; Publish assigns a time-ordered UUID
-	// (version 7) when it is empty. Backends that deduplicate use it.
+	// (version 7) when it is empty. Otherwise it is 1 to MaxIDLen bytes of
+	// visible ASCII (0x21-0x7E: no spaces, no control characters).
+	// Backends that deduplicate use it.
 	ID string
-	// Key is an optional ordering or partition key.
+	// Key is an optional ordering or partition key: any valid UTF-8 of at
+	// most MaxKeyLen bytes.
 	Key string
-	// Headers are user metadata. Keys are HTTP token characters and must
-	// not start with a reserved prefix (see ReservedHeaderPrefixes);
-	// values must not contain CR, LF or NUL.
+	// Headers are user metadata. Keys are 1 to MaxHeaderKeyLen bytes of
+	// HTTP token characters and must not start with a reserved prefix (see
+	// ReservedHeaderPrefixes); keys that differ only in case are distinct.
+	// Values are any valid UTF-8, spaces and line breaks included. A
+	// message has at most MaxHeaders headers of at most MaxHeaderBytes
+	// (keys and values together).
 	Headers map[string]string
 	// Payload is opaque bytes.
 	Payload []byte
@@ -28,16 +35,28 @@ func NewMessage(payload []byte) *Message {
 	return &Message{ID: msgid.New(), Payload: payload}
 }
 
-// Limits applied by Publish before any I/O.
+// Limits applied by Publish before any I/O. What Publish accepts, every
+// backend carries byte-exact (a backend whose wire would alter a value
+// encodes it); what it refuses, it refuses the same way on every backend,
+// with an error wrapping ErrInvalidMessage or ErrPayloadTooLarge. With
+// these bounds the whole message, headers included, is bounded before any
+// I/O, so a batch is never half-written for a reason validation could see.
 const (
 	// MaxTopicLen is the longest topic in bytes.
 	MaxTopicLen = 200
 	// DefaultMaxPayload is the default payload limit (1 MiB).
 	DefaultMaxPayload = 1 << 20
-	// MaxHeaderKeyLen is the longest header key in bytes.
-	MaxHeaderKeyLen = 256
 	// MaxIDLen is the longest message ID in bytes.
 	MaxIDLen = 256
+	// MaxKeyLen is the longest message key in bytes.
+	MaxKeyLen = 1024
+	// MaxHeaderKeyLen is the longest header key in bytes.
+	MaxHeaderKeyLen = 256
+	// MaxHeaders is the most headers a message may have.
+	MaxHeaders = 64
+	// MaxHeaderBytes bounds the headers of a message: the lengths of all
+	// keys and values added up.
+	MaxHeaderBytes = 16 << 10
 )
 
 // ReservedHeaderPrefixes are header key prefixes (compared without case)
@@ -86,27 +105,57 @@ func ValidateTopic(topic string) error {
 	return nil
 }
 
-// validateMessage checks one message against the limits. reserved allows
-// reserved header prefixes (for copies the bus itself makes).
-func validateMessage(m *Message, maxPayload int, reserved bool) error {
+// validateMessage checks one message against the content rule and the
+// limits.
+func validateMessage(m *Message, maxPayload int) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
-	if len(m.ID) > MaxIDLen {
-		return fmt.Errorf("%w: id is %d bytes, more than %d", ErrInvalidMessage, len(m.ID), MaxIDLen)
+	if err := validateID(m.ID); err != nil {
+		return err
+	}
+	if len(m.Key) > MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, more than %d", ErrInvalidMessage, len(m.Key), MaxKeyLen)
+	}
+	if !utf8.ValidString(m.Key) {
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidMessage)
 	}
 	if len(m.Payload) > maxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(m.Payload), maxPayload)
 	}
+	if len(m.Headers) > MaxHeaders {
+		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), MaxHeaders)
+	}
+	total := 0
 	for k, v := range m.Headers {
-		if err := validateHeader(k, v, reserved); err != nil {
+		if err := validateHeader(k, v); err != nil {
 			return err
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxHeaderBytes {
+		return fmt.Errorf("%w: headers are %d bytes, more than %d", ErrInvalidMessage, total, MaxHeaderBytes)
+	}
+	return nil
+}
+
+// validateID checks a caller's message ID (empty IDs are assigned before).
+func validateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty id", ErrInvalidMessage)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: id is %d bytes, more than %d", ErrInvalidMessage, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: id has byte %#x at %d (visible ASCII only)", ErrInvalidMessage, c, i)
 		}
 	}
 	return nil
 }
 
-func validateHeader(k, v string, reserved bool) error {
+func validateHeader(k, v string) error {
 	if k == "" {
 		return fmt.Errorf("%w: empty header key", ErrInvalidMessage)
 	}
@@ -115,20 +164,26 @@ func validateHeader(k, v string, reserved bool) error {
 	}
 	for i := 0; i < len(k); i++ {
 		if !isTokenChar(k[i]) {
-			return fmt.Errorf("%w: header key %q has character %q (token characters only)", ErrInvalidMessage, k, k[i])
+			return fmt.Errorf("%w: header key %q has byte %#x at %d (token characters only)", ErrInvalidMessage, shortKey(k), k[i], i)
 		}
 	}
-	if !reserved {
-		for _, p := range ReservedHeaderPrefixes {
-			if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
-				return fmt.Errorf("%w: header key %q uses reserved prefix %q", ErrInvalidMessage, k, p)
-			}
+	for _, p := range ReservedHeaderPrefixes {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return fmt.Errorf("%w: header key %q uses reserved prefix %q", ErrInvalidMessage, shortKey(k), p)
 		}
 	}
-	if i := strings.IndexAny(v, "\r\n\x00"); i >= 0 {
-		return fmt.Errorf("%w: header %q value has CR, LF or NUL at %d", ErrInvalidMessage, k, i)
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%w: header %q value is not valid UTF-8", ErrInvalidMessage, shortKey(k))
 	}
 	return nil
+}
+
+// shortKey is a header key cut for an error message.
+func shortKey(k string) string {
+	if len(k) > 32 {
+		return k[:32] + "..."
+	}
+	return k
 }
 
 // isTokenChar reports whether c is an RFC 9110 token character.

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,9 +73,15 @@ func TestPublishRejectsBadInputBeforeIO(t *testing.T) {
 		{"nil message", "t", []*bus.Message{nil}, bus.ErrInvalidMessage, []int{0}},
 		{"header key with space", "t", []*bus.Message{{Headers: map[string]string{"a b": "v"}}}, bus.ErrInvalidMessage, []int{0}},
 		{"empty header key", "t", []*bus.Message{{Headers: map[string]string{"": "v"}}}, bus.ErrInvalidMessage, []int{0}},
-		{"header value with LF", "t", []*bus.Message{{Headers: map[string]string{"k": "a\nb"}}}, bus.ErrInvalidMessage, []int{0}},
-		{"header value with CR", "t", []*bus.Message{{Headers: map[string]string{"k": "a\rb"}}}, bus.ErrInvalidMessage, []int{0}},
-		{"header value with NUL", "t", []*bus.Message{{Headers: map[string]string{"k": "a\x00b"}}}, bus.ErrInvalidMessage, []int{0}},
+		{"header value not UTF-8", "t", []*bus.Message{{Headers: map[string]string{"k": "a\xffb"}}}, bus.ErrInvalidMessage, []int{0}},
+		{"id with space", "t", []*bus.Message{{ID: "x1 "}}, bus.ErrInvalidMessage, []int{0}},
+		{"id with LF", "t", []*bus.Message{{ID: "x1\n"}}, bus.ErrInvalidMessage, []int{0}},
+		{"id non-ASCII", "t", []*bus.Message{{ID: "zé"}}, bus.ErrInvalidMessage, []int{0}},
+		{"id too long", "t", []*bus.Message{{ID: strings.Repeat("i", bus.MaxIDLen+1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"key too long", "t", []*bus.Message{{Key: strings.Repeat("k", bus.MaxKeyLen+1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"key not UTF-8", "t", []*bus.Message{{Key: "k\xff"}}, bus.ErrInvalidMessage, []int{0}},
+		{"too many headers", "t", []*bus.Message{{Headers: manyHeaders(bus.MaxHeaders+1, 1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"headers too large", "t", []*bus.Message{{Headers: map[string]string{"big": strings.Repeat("v", bus.MaxHeaderBytes)}}}, bus.ErrInvalidMessage, []int{0}},
 		{"reserved bus prefix", "t", []*bus.Message{{Headers: map[string]string{"Bus-Dlq-Reason": "x"}}}, bus.ErrInvalidMessage, []int{0}},
 		{"reserved nats prefix", "t", []*bus.Message{{Headers: map[string]string{"Nats-Msg-Id": "x"}}}, bus.ErrInvalidMessage, []int{0}},
 		{"payload too large", "t", []*bus.Message{{Payload: big}}, bus.ErrPayloadTooLarge, []int{0}},
@@ -99,6 +106,44 @@ func TestPublishRejectsBadInputBeforeIO(t *testing.T) {
 				assert.Equal(t, tt.failIdx, got, "failed indexes")
 				assert.True(t, pe.Rejected, "validation failures reject the whole batch")
 			}
+		})
+	}
+}
+
+// manyHeaders returns n headers whose values are size bytes each.
+func manyHeaders(n, size int) map[string]string {
+	h := make(map[string]string, n)
+	for i := range n {
+		h["h"+strconv.Itoa(i)] = strings.Repeat("v", size)
+	}
+	return h
+}
+
+func TestPublishAcceptsTheWholeContentRule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		msg  *bus.Message
+	}{
+		{"id at the bound", &bus.Message{ID: strings.Repeat("i", bus.MaxIDLen)}},
+		{"id of every visible ASCII byte", &bus.Message{ID: "!\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~"}},
+		{"key with spaces, CR, LF, colon and NUL", &bus.Message{Key: " k\r\nX: 1\x00 "}},
+		{"key non-ASCII UTF-8", &bus.Message{Key: "заказ-7 ✓"}},
+		{"key at the bound", &bus.Message{Key: strings.Repeat("k", bus.MaxKeyLen)}},
+		{"header values with surrounding spaces and line breaks", &bus.Message{Headers: map[string]string{"a": "  v  ", "b": "x\r\ny", "c": "\x00", "d": ""}}},
+		{"header keys differing only by case", &bus.Message{Headers: map[string]string{"Trace": "1", "trace": "2"}}},
+		{"header named Status on an empty payload", &bus.Message{Headers: map[string]string{"Status": "404"}}},
+		{"max headers", &bus.Message{Headers: manyHeaders(bus.MaxHeaders, 1)}},
+		{"header bytes at the bound", &bus.Message{Headers: map[string]string{"big": strings.Repeat("v", bus.MaxHeaderBytes-3)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			be := &countingBackend{}
+			b := bus.New(be)
+			defer b.Close(context.Background())
+			require.NoError(t, b.Publish(context.Background(), "t", tt.msg), "the content rule accepts it")
+			assert.Equal(t, 1, be.publishes)
 		})
 	}
 }

@@ -83,6 +83,9 @@ const (
 	DefaultRetryMaxDelay  = 30 * time.Second
 	minAckTimeout         = 10 * time.Millisecond
 	maxInFlightUpperBound = 1 << 16
+	// DefaultMaxExtension is how long, by default, the bus keeps a running
+	// handler's lease alive (see WithMaxExtension).
+	DefaultMaxExtension = time.Hour
 )
 
 type busOptions struct {
@@ -108,6 +111,7 @@ type subscribeOptions struct {
 	handlerTimeout time.Duration
 	startFrom      StartFrom
 	middleware     []Middleware
+	maxExtension   time.Duration
 }
 
 type busOptionFunc func(*busOptions) error
@@ -274,6 +278,26 @@ func WithAckTimeout(d time.Duration) SubscribeOption {
 			return fmt.Errorf("%w: ack timeout %v, want >= %v", ErrInvalidOption, d, minAckTimeout)
 		}
 		s.ackTimeout = d
+		return nil
+	})
+}
+
+// WithMaxExtension caps how long the bus keeps a delivery's lease alive
+// while its handler runs (default DefaultMaxExtension, one hour), counted
+// from when the message was received. While the handler runs, the bus
+// extends the lease through the backend about every quarter of the ack
+// timeout, so the ack timeout only matters when a process dies or hangs.
+// When the lease cannot be kept (the cap is reached, an extension fails, or
+// the backend cannot extend leases) the handler's ctx is cancelled with
+// cause ErrLeaseLost before the message can be delivered again. 0 turns
+// the keep-alive off: a handler then has its ack timeout (half of it, to
+// be safe from a concurrent redelivery) before its ctx is cancelled.
+func WithMaxExtension(d time.Duration) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if d < 0 {
+			return fmt.Errorf("%w: max extension %v, want >= 0", ErrInvalidOption, d)
+		}
+		s.maxExtension = d
 		return nil
 	})
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -37,6 +39,9 @@ type Subscription struct {
 	fetchDone chan struct{}
 	disp      *dispatcher
 	unsettled sync.WaitGroup // delivered but not yet released
+	keeper    *leaseKeeper   // nil when no handler runs under a lease
+	workers   sync.WaitGroup // the fetch, ack and keeper goroutines
+	running   atomic.Int64   // handlers running now
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -98,18 +103,35 @@ func (s *Subscription) Topic() string { return s.topic }
 // Group returns the consumer group.
 func (s *Subscription) Group() string { return s.opts.group }
 
-// Close stops the subscription: it stops fetching, lets in-flight
-// handlers finish until ctx ends and then cancels their ctx, flushes
-// settlements, and returns when no handler of this subscription runs.
-// Closing twice waits for the first Close and returns nil. A handler must
-// not call Close on its own subscription (Close waits for that handler);
-// it can cancel the ctx given to Subscribe instead.
+// Close stops the subscription, like net/http.Server.Shutdown:
+//  1. it stops fetching;
+//  2. it lets in-flight handlers finish until ctx ends, then cancels their
+//     ctx;
+//  3. it flushes settlements;
+//  4. it returns when no handler of the subscription runs, or when ctx
+//     ends (plus a short grace), whichever comes first.
+//
+// Close never blocks past ctx: handlers that ignore their cancelled ctx
+// are counted in the error, their late settlements are reported to the
+// observer and dropped, and their messages come back after the lease.
+// Manual deliveries still unsettled when ctx ends are given back the same
+// way. Done is closed when the last handler has returned. A second Close
+// waits for Done until its own ctx ends. A handler must not call Close on
+// its own subscription (Close would wait for it until ctx ends); it can
+// cancel the ctx given to Subscribe instead.
 func (s *Subscription) Close(ctx context.Context) error {
+	hard, cancel := withGrace(ctx)
+	defer cancel()
+	return s.closeWith(ctx, hard)
+}
+
+// closeWith is Close with the hard deadline (ctx plus the grace) given.
+func (s *Subscription) closeWith(ctx, hard context.Context) error {
 	var err error
 	first := false
 	s.closeOnce.Do(func() {
 		first = true
-		err = s.shutdown(ctx)
+		err = s.shutdown(ctx, hard)
 	})
 	if !first {
 		select {
@@ -121,49 +143,63 @@ func (s *Subscription) Close(ctx context.Context) error {
 	return err
 }
 
-func (s *Subscription) shutdown(ctx context.Context) error {
+func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	close(s.closing)
 	if s.stopAfter != nil {
 		s.stopAfter()
 	}
 	s.stopFetch()
 	var errs []error
-	select {
-	case <-s.fetchDone:
-	case <-ctx.Done():
-		// A backend whose Receive ignores ctx breaks its contract; do not
-		// let it hang Close past the caller's deadline.
-		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
-	}
 
 	drained := make(chan struct{})
 	go func() {
+		<-s.fetchDone // no delivery is pushed after the fetch loop ends
 		s.disp.stop()
 		close(drained)
 	}()
+	cancelled := int64(0)
 	select {
 	case <-drained:
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("handlers still running when the close ctx ended, cancelled them: %w", ctx.Err()))
+		cancelled = s.running.Load()
 		s.cancelHandler()
-		<-drained
 	}
 	// Manual deliveries whose handler returned unsettled keep their
 	// lease; wait for their settlement until ctx ends, then give them
 	// back to the backend by letting the lease run out there.
 	unsettled := make(chan struct{})
 	go func() {
+		<-drained
 		s.unsettled.Wait()
 		close(unsettled)
 	}()
 	select {
 	case <-unsettled:
 	case <-ctx.Done():
+		s.cancelHandler()
 		s.dropLeases()
 	}
+	clean := waitOrDone(hard, drained)
+	if !waitOrDone(hard, s.fetchDone) {
+		// A backend whose Receive ignores ctx breaks its contract; do not
+		// let it hang Close past the caller's deadline.
+		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
+	}
+	if clean && cancelled > 0 {
+		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, ctx.Err()))
+	}
+	if !clean {
+		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
+			s.running.Load(), ctx.Err()))
+	}
 	s.cancelHandler()
-	s.acks.close()
-	if err := s.bsub.Close(); err != nil {
+	if s.keeper != nil {
+		s.keeper.close()
+	}
+	if err := s.acks.close(hard); err != nil {
+		errs = append(errs, err)
+	}
+	if err := closeBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
 	}
 	s.bus.forget(s)
@@ -173,15 +209,37 @@ func (s *Subscription) shutdown(ctx context.Context) error {
 	}
 	s.bus.opts.logger.LogAttrs(context.Background(), slog.LevelDebug, "bus: subscription closed",
 		slog.String("topic", s.topic), slog.String("group", s.opts.group), slog.Bool("clean", err == nil))
-	close(s.done)
+	// Done closes once the last handler and the subscription's own
+	// goroutines have returned: now, or in the background after
+	// stragglers that ignore their ctx.
+	finished := make(chan struct{})
+	go func() {
+		<-drained
+		s.workers.Wait()
+		close(finished)
+	}()
+	if waitOrDone(hard, finished) {
+		close(s.done)
+	} else {
+		go func() {
+			<-finished
+			close(s.done)
+		}()
+	}
 	return err
 }
+
+// backgroundCloseTimeout bounds the shutdown that runs when the Subscribe
+// ctx ends or the backend fails for good, where no caller gives a ctx.
+const backgroundCloseTimeout = 30 * time.Second
 
 // closeInBackground closes the subscription when no caller waits for the
 // result (its ctx ended, or the backend failed); a close error goes to the
 // observer.
 func (s *Subscription) closeInBackground() {
-	if err := s.Close(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), backgroundCloseTimeout)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
 		s.bus.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: s.topic, Group: s.opts.group, Err: err})
 	}
 }
@@ -193,15 +251,22 @@ func (s *Subscription) fail(err error) {
 		s.err = err
 	}
 	s.mu.Unlock()
+	s.stopFetch()
 	s.bus.goTracked(s.closeInBackground)
 }
+
+// Receive retry backoff: full jitter between 0 and an exponential cap.
+const (
+	receiveBackoffBase = 10 * time.Millisecond
+	receiveBackoffMax  = 5 * time.Second
+)
 
 // fetch is the receive loop: take capacity, ask the backend for at most
 // that many messages, start a handler per message.
 func (s *Subscription) fetch() {
 	defer close(s.fetchDone)
-	const minWait, maxWait = 10 * time.Millisecond, time.Second
-	wait := minWait
+	failures := 0
+	var outage observer.Outage
 	// sharedWant bounds what is taken from a shared limiter: an idle
 	// subscription blocked in Receive holds a single unit, so it does not
 	// starve the others; the amount doubles while messages flow.
@@ -222,15 +287,17 @@ func (s *Subscription) fetch() {
 				n = m
 			}
 		}
+		if s.fetchCtx.Err() != nil {
+			// Cancelled while waiting for capacity: no Receive starts.
+			s.releaseSlots(n)
+			return
+		}
 		msgs, err := s.bsub.Receive(s.fetchCtx, n)
 		if len(msgs) > n {
 			msgs = s.returnExcess(msgs, n)
 		}
 		if unused := n - len(msgs); unused > 0 {
-			s.sem.Release(unused)
-			if s.opts.limiter != nil {
-				s.opts.limiter.Release(unused)
-			}
+			s.releaseSlots(unused)
 		}
 		if len(msgs) > 0 {
 			s.dispatch(msgs)
@@ -244,20 +311,38 @@ func (s *Subscription) fetch() {
 			if s.fetchCtx.Err() != nil {
 				return
 			}
-			if errors.Is(err, ErrClosed) {
-				s.fail(fmt.Errorf("bus: receive %q: %w", s.topic, err))
+			if errors.Is(err, ErrClosed) || backend.IsPermanent(err) {
+				// No retry fixes it: end the subscription, say why once.
+				err = fmt.Errorf("bus: receive %q: %w", s.topic, err)
+				s.bus.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group, Err: err})
+				s.fail(err)
 				return
 			}
-			s.bus.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group, Err: err})
+			failures++
+			outage.Fail(context.Background(), s.bus.opts.observer, observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group}, err)
+			ceiling := min(receiveBackoffBase<<min(failures, 20), receiveBackoffMax)
+			t := time.NewTimer(rand.N(ceiling) + time.Millisecond)
 			select {
-			case <-time.After(wait):
+			case <-t.C:
 			case <-s.fetchCtx.Done():
+				t.Stop()
 				return
 			}
-			wait = min(wait*2, maxWait)
 			continue
 		}
-		wait = minWait
+		if failures > 0 {
+			failures = 0
+			outage.Recover(context.Background(), s.bus.opts.observer, observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.opts.group})
+		}
+	}
+}
+
+// releaseSlots gives back n slots taken for a Receive that did not fill
+// them.
+func (s *Subscription) releaseSlots(n int) {
+	s.sem.Release(n)
+	if s.opts.limiter != nil {
+		s.opts.limiter.Release(n)
 	}
 }
 
@@ -324,7 +409,7 @@ func (s *Subscription) release(*Delivery) {
 
 func (s *Subscription) process(d *Delivery) {
 	var received time.Time
-	if s.opts.ackMode == AckManual || s.feedback != nil {
+	if s.opts.ackMode == AckManual || s.feedback != nil || s.keeper != nil {
 		received = time.Now()
 	}
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
@@ -335,10 +420,18 @@ func (s *Subscription) process(d *Delivery) {
 		d.handlerDone()
 		return
 	}
+	if len(d.Payload) > s.bus.opts.maxPayload {
+		// A foreign producer wrote more than this bus accepts: the handler
+		// never sees it.
+		d.claim()
+		s.deadLetter(d, withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.Payload), s.bus.opts.maxPayload)))
+		d.handlerDone()
+		return
+	}
 	if s.opts.ackMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	err := s.call(d)
+	err := s.call(d, received)
 	if s.feedback != nil {
 		s.feedback.Feedback(time.Since(received), err)
 	}
@@ -362,8 +455,21 @@ func (s *Subscription) process(d *Delivery) {
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
-func (s *Subscription) call(d *Delivery) (err error) {
+// While it runs, the keeper keeps the delivery's lease alive, or cancels
+// ctx with cause ErrLeaseLost when it cannot.
+func (s *Subscription) call(d *Delivery, received time.Time) (err error) {
+	s.running.Add(1)
+	defer s.running.Add(-1)
 	ctx := s.handlerCtx
+	if k := s.keeper; k != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		k.start(d, received, cancel)
+		defer func() {
+			k.done(d)
+			cancel(nil)
+		}()
+	}
 	if s.opts.handlerTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.handlerTimeout)

@@ -101,9 +101,7 @@ func testInvalidHeader(t *testing.T, s *suite) {
 		{"colon in key", map[string]string{"bad:key": "v"}},
 		{"non-ASCII key", map[string]string{"clé": "v"}},
 		{"key too long", map[string]string{strings.Repeat("k", bus.MaxHeaderKeyLen+1): "v"}},
-		{"LF in value", map[string]string{"x-v": "a\nb"}},
-		{"CR in value", map[string]string{"x-v": "a\rb"}},
-		{"NUL in value", map[string]string{"x-v": "a\x00b"}},
+		{"value not UTF-8", map[string]string{"x-v": "a\xffb"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -79,6 +79,10 @@ var cases = []testCase{
 	{name: "ExtendPreventsRedelivery", needs: []capability{capRedelivery, capExtend}, run: testExtend},
 	{name: "HandlerTimeoutIsRetried", needs: []capability{capRedelivery}, run: testHandlerTimeout},
 
+	// Leases.
+	{name: "LongHandlerRunsOnceWithoutExtend", needs: []capability{capRedelivery, capExtend}, run: testLongHandlerRunsOnce},
+	{name: "LeaseLostCancelsBeforeRedelivery", needs: []capability{capRedelivery}, run: testLeaseLostCancelsBeforeRedelivery},
+
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
@@ -98,6 +102,8 @@ var cases = []testCase{
 	{name: "ResubscribeContinues", needs: []capability{capGroups, capRedelivery}, run: testResubscribeContinues},
 	{name: "PublishAfterCloseErrClosed", run: testPublishAfterClose},
 	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
+	{name: "CancelStopsFetchingAtOnce", run: testCancelStopsFetching},
+	{name: "CloseBoundedByCtx", run: testCloseBoundedByCtx},
 	{name: "NoGoroutineLeak", run: testNoGoroutineLeak},
 
 	// Validation.
@@ -106,6 +112,8 @@ var cases = []testCase{
 	{name: "ReservedHeaderPrefixRejected", run: testReservedHeaderPrefix},
 	{name: "OversizedPayloadRejected", run: testOversizedPayload},
 	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
+	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
+	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 }
 
 // Run runs every case that the backend's Capabilities allow. Each case is a

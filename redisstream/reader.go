@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,6 +26,7 @@ type reader struct {
 	node   redis.Cmdable // where CLIENT UNBLOCK goes
 	id     int64
 	closed bool
+	busy   bool // a read is using conn; close leaves conn to it
 }
 
 // errReaderClosed is returned by read after close.
@@ -66,6 +68,34 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 	return conn, node, id, nil
 }
 
+// acquire returns the connection for one read and marks it busy.
+func (r *reader) acquire(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, error) {
+	conn, node, id, err := r.get(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	r.mu.Lock()
+	r.busy = true
+	r.mu.Unlock()
+	return conn, node, id, nil
+}
+
+// release ends a read; if close ran meanwhile, the read closes the
+// connection, since a go-redis connection must not be closed while a
+// command is using it.
+func (r *reader) release() {
+	r.mu.Lock()
+	r.busy = false
+	var conn *redis.Conn
+	if r.closed {
+		conn, r.conn = r.conn, nil
+	}
+	r.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
 // drop closes the connection after an error, so the next read opens a
 // fresh one (with a fresh client ID, on the right node).
 func (r *reader) drop(err error) {
@@ -93,14 +123,17 @@ func isTopologyError(err error) bool {
 // is unblocked and ctx.Err() returned; entries it had already taken stay
 // pending and are reclaimed after their lease.
 func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
-	conn, node, id, err := r.get(ctx)
+	conn, node, id, err := r.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer r.release()
 	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(unblocked)
-		_ = node.ClientUnblock(context.Background(), id).Err()
+		uctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
+		defer cancel()
+		_ = node.ClientUnblock(uctx, id).Err()
 	})
 	res, err := conn.XReadGroup(context.WithoutCancel(ctx), args).Result()
 	if !stop() {
@@ -120,14 +153,28 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 	return res, err
 }
 
-// close releases the connection.
+// unblockTimeout bounds a CLIENT UNBLOCK: on a dead link the blocked read
+// ends by its own deadline anyway.
+const unblockTimeout = 2 * time.Second
+
+// close releases the connection. A read in progress is unblocked and
+// closes the connection itself when it returns.
 func (r *reader) close() {
 	r.mu.Lock()
 	r.closed = true
-	conn := r.conn
-	r.conn = nil
-	r.mu.Unlock()
-	if conn != nil {
-		_ = conn.Close()
+	conn, node, id, busy := r.conn, r.node, r.id, r.busy
+	if !busy {
+		r.conn = nil
 	}
+	r.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	if busy {
+		ctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
+		defer cancel()
+		_ = node.ClientUnblock(ctx, id).Err()
+		return
+	}
+	_ = conn.Close()
 }
