@@ -59,6 +59,9 @@ func FuzzMessageRoundTrip(f *testing.F) {
 	f.Add("", "", "A", "\x00", "B", "\r\n", []byte("p"))
 	f.Add(strings.Repeat("i", 300), "", "bus-key", "reserved", "Nats-Msg-Id", "x", []byte("p"))
 	f.Add("id", "k:v", "multi", "a, b", "colon", "a: b", []byte("x"))
+	f.Add("id-3", "k", "Status", "404", "Description", "Not Found", []byte{})
+	f.Add("id-4", " k ", "Trace", " spaced ", "Tab", "\tx\t", []byte{})
+	f.Add("id-5", "k\r\nX: 1", "Status", "100", "Crlf", "a\r\nb", []byte(nil))
 
 	srv := natstest.Start(f, natstest.WithoutJetStream())
 	nc, err := natsgo.Connect(srv.URL())
