@@ -11,9 +11,9 @@ export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
 
-.PHONY: test setup fmt vet staticcheck unit bench
+.PHONY: test setup fmt vet staticcheck unit fuzz bench
 
-test: setup fmt vet staticcheck unit
+test: setup fmt vet staticcheck unit fuzz
 
 setup:
 	./scripts/setup.sh
@@ -30,6 +30,10 @@ staticcheck:
 
 unit:
 	$(GO) test -race -timeout 20m ./...
+
+# fuzz: every Fuzz* target for FUZZTIME (default 5s) each; see scripts/fuzz.sh.
+fuzz:
+	GO=$(GO) ./scripts/fuzz.sh
 
 bench:
 	$(GO) run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# fuzz.sh runs every native Go fuzz target of the module for a short fixed
+# time and prints each target's execution count.
+#
+# Targets are found with `go test -list '^Fuzz' ./...`; each runs on its
+# own (`go test -run '^$' -fuzz '^Name$' -fuzztime $FUZZTIME pkg`), since
+# -fuzz takes one target of one package. `make test` runs it after the unit
+# tests, which already ran every seed corpus.
+#
+# Environment:
+#   FUZZTIME  time per target (default 5s; any -fuzztime value, e.g. 30s
+#             or 10000x)
+#   FUZZ_RUN  only run targets whose "pkg.Name" matches this extended
+#             regular expression (default: all)
+#
+# Exit status: 1 if any target failed (a crasher is written to the
+# package's testdata/fuzz/<Name>/ by the go tool), else 0.
+set -euo pipefail
+
+FUZZTIME="${FUZZTIME:-5s}"
+FUZZ_RUN="${FUZZ_RUN:-}"
+GO="${GO:-go}"
+
+cd "$(dirname "$0")/.."
+
+log() { printf 'fuzz: %s\n' "$*" >&2; }
+
+# List "pkg Name" pairs: -list prints the matching names of a package and
+# then its "ok  <pkg>  <time>" line.
+targets=()
+pending=()
+while IFS= read -r line; do
+	case "$line" in
+	Fuzz*) pending+=("$line") ;;
+	ok*)
+		pkg=$(awk '{print $2}' <<<"$line")
+		for name in "${pending[@]}"; do
+			targets+=("$pkg $name")
+		done
+		pending=()
+		;;
+	esac
+done < <("$GO" test -list '^Fuzz' ./... 2>&1)
+
+if [ "${#targets[@]}" -eq 0 ]; then
+	log "no fuzz targets found"
+	exit 1
+fi
+
+failed=0
+ran=0
+start=$SECONDS
+for t in "${targets[@]}"; do
+	pkg=${t% *}
+	name=${t#* }
+	if [ -n "$FUZZ_RUN" ] && ! grep -Eq "$FUZZ_RUN" <<<"$pkg.$name"; then
+		continue
+	fi
+	ran=$((ran + 1))
+	t0=$SECONDS
+	if out=$("$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1); then
+		status=ok
+	else
+		status=FAIL
+		failed=$((failed + 1))
+	fi
+	execs=$(grep -o 'execs: [0-9]*' <<<"$out" | tail -n 1 | awk '{print $2}' || true)
+	printf 'fuzz: %-4s %s %s: %s execs in %s (%ds with build)\n' \
+		"$status" "$pkg" "$name" "${execs:-0}" "$FUZZTIME" "$((SECONDS - t0))"
+	if [ "$status" = FAIL ]; then
+		grep -v '^fuzz: elapsed' <<<"$out" | tail -n 30 >&2
+	fi
+done
+log "$ran targets, $failed failed, ${FUZZTIME} each, $((SECONDS - start))s in total"
+[ "$failed" -eq 0 ]
