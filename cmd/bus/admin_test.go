@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/internal/redistest"
+)
+
+// seedDeadLetters opens url, makes "orders" reject its first deliveries so
+// that ids end on "orders.dlq", and returns the bus and a switch that makes
+// the handler succeed (and report replayed IDs) from then on.
+func seedDeadLetters(t *testing.T, url, topic string, ids ...string) (*bus.Bus, *atomic.Bool, <-chan *bus.Delivery) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	var ok atomic.Bool
+	got := make(chan *bus.Delivery, len(ids))
+	_, err = b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		if !ok.Load() {
+			return bus.Permanent(errors.New("bad order"))
+		}
+		got <- d
+		return nil
+	}, bus.WithGroup("billing"))
+	require.NoError(t, err)
+	for _, id := range ids {
+		require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: id, Key: "k-" + id, Payload: []byte("p-" + id)}))
+	}
+	require.Eventually(t, func() bool {
+		dls, err := b.DeadLetters(ctx, topic+".dlq", 0)
+		return err == nil && len(dls) == len(ids)
+	}, 20*time.Second, 10*time.Millisecond, "the messages reach the dead-letter topic")
+	return b, &ok, got
+}
+
+func testDLQCommands(t *testing.T, url string) {
+	topic := "orders" + strings.ReplaceAll(msgid.New(), "-", "")[:12]
+	_, ok, got := seedDeadLetters(t, url, topic, "o-1", "o-2", "o-3")
+
+	code, stdout, stderr := runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic, "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var listed []deadLetterJSON
+	require.NoError(t, json.Unmarshal([]byte(stdout), &listed), stdout)
+	require.Len(t, listed, 3)
+	for _, d := range listed {
+		assert.Equal(t, "permanent", d.Code, "%s: reason code", d.ID)
+		assert.Equal(t, topic, d.Topic)
+		assert.Equal(t, "billing", d.Group)
+		assert.Contains(t, d.Reason, "bad order")
+		assert.Equal(t, "p-"+d.ID, d.Payload)
+		assert.Equal(t, "text", d.Encoding)
+	}
+
+	code, stdout, stderr = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "o-2", "the table lists the IDs")
+	assert.Contains(t, stdout, "permanent")
+
+	ok.Store(true)
+	code, stdout, stderr = runCLI(t, "", "dlq", "replay", "--url", url, "--topic", topic, "--id", "o-2", "--json")
+	require.Equal(t, exitOK, code, stderr)
+	assert.JSONEq(t, `{"topic":"`+topic+`.dlq","replayed":1}`, stdout)
+	select {
+	case d := <-got:
+		assert.Equal(t, "o-2", d.ID)
+		assert.Equal(t, "k-o-2", d.Key)
+		assert.Equal(t, 1, d.Attempt)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replayed message did not arrive on its topic")
+	}
+
+	code, stdout, stderr = runCLI(t, "", "dlq", "purge", "--url", url, "--topic", topic+".dlq", "--all")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "purged 2 dead letter(s)")
+	code, stdout, _ = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic, "--json")
+	require.Equal(t, exitOK, code)
+	assert.JSONEq(t, `[]`, stdout, "nothing left")
+
+	code, stdout, stderr = runCLI(t, "", "topics", "--url", url, "--json")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, `"name": "`+topic+`"`)
+	code, stdout, stderr = runCLI(t, "", "groups", "--url", url, "--topic", topic, "--json")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, `"name": "billing"`)
+	code, stdout, stderr = runCLI(t, "", "stats", "--url", url)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, topic)
+}
+
+func TestDLQCommandsOnMem(t *testing.T) {
+	testDLQCommands(t, "mem://admin-cli-test")
+}
+
+func TestDLQCommandsOnRedis(t *testing.T) {
+	testDLQCommands(t, redistest.URL(t))
+}
+
+func TestDLQUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"no subcommand", []string{"dlq"}},
+		{"no topic", []string{"dlq", "list"}},
+		{"replay without selection", []string{"dlq", "replay", "--topic", "t"}},
+		{"purge with both", []string{"dlq", "purge", "--topic", "t", "--all", "--id", "x"}},
+		{"groups without topic", []string{"groups"}},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runCLI(t, "", tt.args...)
+		assert.Equal(t, exitUsage, code, "%s: usage error (%s)", tt.name, stderr)
+	}
+}
+
+func TestVersionListsBackends(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI(t, "", "version")
+	require.Equal(t, exitOK, code)
+	for _, s := range []string{"mem", "redis", "nats"} {
+		assert.Contains(t, stdout, s, "the linked backends are listed")
+	}
+}
+
+func TestPrivateMemWarns(t *testing.T) {
+	code, _, stderr := runCLI(t, "", "publish", "--url", "mem://", "--topic", "t", "hello")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, stderr, "outlives this command", "publishing into a private broker warns")
+}
+
+func TestTailJSON(t *testing.T) {
+	d := &bus.Delivery{Message: bus.Message{ID: "m1", Key: "k", Headers: map[string]string{"h": "v"}, Payload: []byte{0xff, 0}}, Attempt: 2}
+	var got deliveryJSON
+	require.NoError(t, json.Unmarshal([]byte(formatDeliveryJSON(d)), &got))
+	assert.Equal(t, "m1", got.ID)
+	assert.Equal(t, 2, got.Attempt)
+	assert.Equal(t, "base64", got.PayloadEncoding, "binary payloads are base64")
+	assert.Equal(t, "/wA=", got.Payload)
+	d.Payload = []byte("héllo")
+	require.NoError(t, json.Unmarshal([]byte(formatDeliveryJSON(d)), &got))
+	assert.Equal(t, "text", got.PayloadEncoding)
+	assert.Equal(t, "héllo", got.Payload)
+}
