@@ -147,4 +147,3 @@ func TestFaultNonPersistentRedisRestartRecoversFromNoGroup(t *testing.T) {
 	assert.EqualValues(t, recreated, be.Stats().GroupsRecreated)
 	assert.Zero(t, l.report(t), "lost")
 }
-
