@@ -203,3 +203,25 @@ func TestReceiveDeniedByACLIsPermanent(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, backend.IsPermanent(err), "a cancelled receive is not permanent")
 }
+
+func TestReceiveOnAKeyOfAnotherTypeIsPermanent(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	be, err := redisstream.New(client, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = be.Close() })
+	topic := uniqueTopic(t)
+	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{
+		Group: "g", AckTimeout: time.Minute, MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	// Someone replaces the stream with a string.
+	require.NoError(t, client.Del(context.Background(), "bus:{"+topic+"}").Err())
+	require.NoError(t, client.Set(context.Background(), "bus:{"+topic+"}", "v", 0).Err())
+	_, err = s.Receive(context.Background(), 1)
+	require.Error(t, err, "XREADGROUP on a string fails")
+	assert.Contains(t, err.Error(), "WRONGTYPE")
+	assert.True(t, backend.IsPermanent(err), "WRONGTYPE is permanent: %v", err)
+}

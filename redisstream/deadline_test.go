@@ -262,6 +262,37 @@ func TestSubscriptionCloseOverBlackholeReturnsWithinCtx(t *testing.T) {
 	}
 }
 
+func TestSubscriptionCloseWithAcksPendingOverBlackholeReturnsWithinCtx(t *testing.T) {
+	p, c := holeClient(t, true)
+	b := holeBus(t, p, c)
+	topic := uniqueTopic(t)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	returned := make(chan struct{}, 1)
+	sub, err := b.Subscribe(context.Background(), topic, func(context.Context, *bus.Delivery) error {
+		started <- struct{}{}
+		<-release
+		returned <- struct{}{}
+		return nil // the ack meets the dead link
+	}, bus.WithGroup("g"), bus.WithAckTimeout(time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x")}))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message was not delivered over a live link")
+	}
+	p.blackhole()
+	close(release)
+	<-returned
+	took := within(t, 10*time.Second, "Subscription.Close with acks pending over a blackhole", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = sub.Close(ctx)
+	})
+	assert.Less(t, took, 1100*time.Millisecond, "Close with a 1s ctx returns within 1.1s")
+}
+
 func TestBackendCallsOverBlackholeReturnWithinCtxDeadline(t *testing.T) {
 	p, c := holeClient(t, false)
 	b := holeBus(t, p, c)

@@ -113,12 +113,14 @@
 //
 //   - The read client and clients opened from a URL enable go-redis
 //     ContextTimeoutEnabled, so a ctx deadline ends socket I/O.
-//   - A call whose ctx can end without such a deadline (a cancel, or a
-//     client given to New without ContextTimeoutEnabled) runs its I/O on
-//     a goroutine of its own and returns ctx.Err() when ctx ends; the
-//     abandoned I/O finishes within the client's read and write timeouts,
-//     or at once when the client is closed. Enable ContextTimeoutEnabled
-//     on clients given to New: deadlines then cost no goroutine.
+//   - A call whose ctx has no deadline but can be cancelled, and every
+//     call whose ctx can end on a client given to New without
+//     ContextTimeoutEnabled, runs its I/O on a goroutine of its own and
+//     returns ctx.Err() when ctx ends; the abandoned I/O finishes within
+//     the client's read and write timeouts, or at once when the client is
+//     closed. (A ctx with a deadline that is cancelled early ends its I/O
+//     at the deadline.) Enable ContextTimeoutEnabled on clients given to
+//     New: deadlines then cost no goroutine.
 //   - A blocked XREADGROUP whose ctx ends is unblocked with CLIENT UNBLOCK
 //     (bounded by 250ms); if the read has not come back by then, Receive
 //     returns and the read is abandoned with its connection. A read never

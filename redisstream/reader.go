@@ -252,7 +252,9 @@ func (r *reader) close() {
 	if busy {
 		ctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
 		defer cancel()
-		_ = node.ClientUnblock(ctx, id).Err()
+		_ = r.b.async(ctx, func(ctx context.Context) error {
+			return node.ClientUnblock(ctx, id).Err()
+		})
 		return
 	}
 	_ = conn.Close()
