@@ -174,9 +174,6 @@ func (g *group) schedule(due int64, e *entry, attempt int32) {
 // pending reports whether the group has entries it could deliver now.
 func (g *group) pending() bool { return g.ready.len() > 0 || g.cursor < g.t.head }
 
-// delivery is one message handed to a member together with its lease;
-// the lease's address is the AckID, so handing it out allocates nothing
-// more.
 // recvBuf holds the messages of a subscription's last Receive. The SPI
 // lets a backend reuse them on the next Receive (the bus copies what it
 // needs first), so only the leases, which are the AckIDs and outlive the

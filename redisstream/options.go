@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/eventbus-go/bus/backend"
-	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,9 +91,6 @@ type Options struct {
 	// acks and publishes. Other client types need ReadClient. A given
 	// ReadClient is not closed by Close.
 	ReadClient redis.UniversalClient
-	// Logger receives debug logs (default: discard). Payloads and
-	// credentials are never logged.
-	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -145,9 +141,6 @@ func (o *Options) withDefaults() (Options, error) {
 		c.MaxPayload = DefaultMaxPayload
 	case c.MaxPayload < 0:
 		errs = append(errs, fmt.Errorf("%w: MaxPayload %d is negative", ErrInvalidOption, c.MaxPayload))
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, errors.Join(errs...)
 }
