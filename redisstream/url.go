@@ -162,40 +162,46 @@ func (c *clientParams) parse(p *urlopt.Params) {
 	c.maxBackoff, _ = p.Duration("max_retry_backoff", time.Millisecond)
 }
 
+// clientFields points at the fields clientParams sets, in a single-node
+// or a cluster options struct.
+type clientFields struct {
+	name                                       *string
+	protocol, poolSize, minIdle, maxIdle       *int
+	maxActive, maxRetries                      *int
+	poolTimeout, dial, read, write             *time.Duration
+	idleTime, lifetime, minBackoff, maxBackoff *time.Duration
+}
+
 func (c *clientParams) apply(o *redis.Options) {
-	setIf(&o.ClientName, c.name, c.name != "")
-	setIf(&o.Protocol, c.protocol, c.protocol != 0)
-	setIf(&o.PoolSize, c.poolSize, c.poolSize != 0)
-	setIf(&o.MinIdleConns, c.minIdle, c.minIdle != 0)
-	setIf(&o.MaxIdleConns, c.maxIdle, c.maxIdle != 0)
-	setIf(&o.MaxActiveConns, c.maxActive, c.maxActive != 0)
-	setIf(&o.MaxRetries, c.maxRetries, c.hasRetries)
-	setIf(&o.PoolTimeout, c.poolTimeout, c.poolTimeout != 0)
-	setIf(&o.DialTimeout, c.dial, c.dial != 0)
-	setIf(&o.ReadTimeout, c.read, c.hasRead)
-	setIf(&o.WriteTimeout, c.write, c.hasWrite)
-	setIf(&o.ConnMaxIdleTime, c.idleTime, c.hasIdle)
-	setIf(&o.ConnMaxLifetime, c.lifetime, c.hasLife)
-	setIf(&o.MinRetryBackoff, c.minBackoff, c.minBackoff != 0)
-	setIf(&o.MaxRetryBackoff, c.maxBackoff, c.maxBackoff != 0)
+	c.set(clientFields{&o.ClientName, &o.Protocol, &o.PoolSize, &o.MinIdleConns, &o.MaxIdleConns,
+		&o.MaxActiveConns, &o.MaxRetries, &o.PoolTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout,
+		&o.ConnMaxIdleTime, &o.ConnMaxLifetime, &o.MinRetryBackoff, &o.MaxRetryBackoff})
 }
 
 func (c *clientParams) applyCluster(o *redis.ClusterOptions) {
-	setIf(&o.ClientName, c.name, c.name != "")
-	setIf(&o.Protocol, c.protocol, c.protocol != 0)
-	setIf(&o.PoolSize, c.poolSize, c.poolSize != 0)
-	setIf(&o.MinIdleConns, c.minIdle, c.minIdle != 0)
-	setIf(&o.MaxIdleConns, c.maxIdle, c.maxIdle != 0)
-	setIf(&o.MaxActiveConns, c.maxActive, c.maxActive != 0)
-	setIf(&o.MaxRetries, c.maxRetries, c.hasRetries)
-	setIf(&o.PoolTimeout, c.poolTimeout, c.poolTimeout != 0)
-	setIf(&o.DialTimeout, c.dial, c.dial != 0)
-	setIf(&o.ReadTimeout, c.read, c.hasRead)
-	setIf(&o.WriteTimeout, c.write, c.hasWrite)
-	setIf(&o.ConnMaxIdleTime, c.idleTime, c.hasIdle)
-	setIf(&o.ConnMaxLifetime, c.lifetime, c.hasLife)
-	setIf(&o.MinRetryBackoff, c.minBackoff, c.minBackoff != 0)
-	setIf(&o.MaxRetryBackoff, c.maxBackoff, c.maxBackoff != 0)
+	c.set(clientFields{&o.ClientName, &o.Protocol, &o.PoolSize, &o.MinIdleConns, &o.MaxIdleConns,
+		&o.MaxActiveConns, &o.MaxRetries, &o.PoolTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout,
+		&o.ConnMaxIdleTime, &o.ConnMaxLifetime, &o.MinRetryBackoff, &o.MaxRetryBackoff})
+}
+
+// set writes the parameters that were given; the others keep go-redis's
+// defaults.
+func (c *clientParams) set(f clientFields) {
+	setIf(f.name, c.name, c.name != "")
+	setIf(f.protocol, c.protocol, c.protocol != 0)
+	setIf(f.poolSize, c.poolSize, c.poolSize != 0)
+	setIf(f.minIdle, c.minIdle, c.minIdle != 0)
+	setIf(f.maxIdle, c.maxIdle, c.maxIdle != 0)
+	setIf(f.maxActive, c.maxActive, c.maxActive != 0)
+	setIf(f.maxRetries, c.maxRetries, c.hasRetries)
+	setIf(f.poolTimeout, c.poolTimeout, c.poolTimeout != 0)
+	setIf(f.dial, c.dial, c.dial != 0)
+	setIf(f.read, c.read, c.hasRead)
+	setIf(f.write, c.write, c.hasWrite)
+	setIf(f.idleTime, c.idleTime, c.hasIdle)
+	setIf(f.lifetime, c.lifetime, c.hasLife)
+	setIf(f.minBackoff, c.minBackoff, c.minBackoff != 0)
+	setIf(f.maxBackoff, c.maxBackoff, c.maxBackoff != 0)
 }
 
 func setIf[T any](dst *T, v T, ok bool) {
