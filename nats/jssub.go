@@ -139,7 +139,7 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 		if err != nil {
 			return out
 		}
-		if isStatus(msg) {
+		if !isJSDelivery(msg) {
 			continue // the end of an abandoned request
 		}
 		out = s.accept(out, max, msg)
@@ -201,7 +201,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 				return out, err
 			}
 		}
-		if !isStatus(msg) {
+		if isJSDelivery(msg) {
 			out = s.accept(out, max, msg)
 			got++
 			continue
