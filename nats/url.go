@@ -29,30 +29,9 @@ func Connect(ctx context.Context, rawURL string, opts *Options) (*Backend, error
 // Open is Connect with a parsed URL; bus.Open calls it for the nats://,
 // tls:// and nats+tls:// schemes.
 func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if err := urlopt.CheckForm(u, true); err != nil {
-		return nil, fmt.Errorf("nats: open: %w", err)
-	}
-	if err := parseURLOptions(u.Query(), &o); err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	o, err := o.withDefaults()
+	o, server, secure, err := parseURL(u, opts)
 	if err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
-	}
-	server := *u
-	server.RawQuery, server.Fragment, server.Path, server.RawPath = "", "", "", ""
-	secure := false
-	switch u.Scheme {
-	case "nats":
-	case "tls", "nats+tls":
-		server.Scheme = "tls"
-		secure = true
-	default:
-		return nil, fmt.Errorf("nats: open %q: %w: scheme %q", redacted(u), ErrInvalidOption, u.Scheme)
+		return nil, err
 	}
 	nopts, err := o.connOptions(redacted(&server), secure || o.wantTLS())
 	if err != nil {
@@ -89,6 +68,44 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 	b.origin.Store(u)
 	o.Logger.Info("nats: connected", "url", connectedURL(r.nc), "server_version", r.nc.ConnectedServerVersion(), "jetstream", !o.CoreNATS)
 	return b, nil
+}
+
+// parseURL reads u and opts without I/O: it returns the options (opts
+// with the URL's parameters applied and defaults filled in), the server
+// URL to dial (no query, path or fragment) and whether the scheme asks for
+// TLS. Its errors never hold a secret of u.
+func parseURL(u *url.URL, opts *Options) (Options, url.URL, bool, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := urlopt.CheckForm(u, true); err != nil {
+		return Options{}, url.URL{}, false, fmt.Errorf("nats: open: %w", err)
+	}
+	secure := false
+	switch u.Scheme {
+	case "nats":
+	case "tls", "nats+tls":
+		secure = true
+	default:
+		return Options{}, url.URL{}, false, fmt.Errorf("nats: open %q: %w: scheme %q", redacted(u), ErrInvalidOption, u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return Options{}, url.URL{}, false, fmt.Errorf("nats: open %q: %w: a NATS URL has no path", redacted(u), ErrInvalidOption)
+	}
+	if err := parseURLOptions(u.Query(), &o); err != nil {
+		return Options{}, url.URL{}, false, fmt.Errorf("nats: open %q: %w", redacted(u), err)
+	}
+	o, err := o.withDefaults()
+	if err != nil {
+		return Options{}, url.URL{}, false, fmt.Errorf("nats: open %q: %w", redacted(u), err)
+	}
+	server := *u
+	server.RawQuery, server.Fragment, server.RawFragment, server.Path, server.RawPath = "", "", "", "", ""
+	if secure {
+		server.Scheme = "tls"
+	}
+	return o, server, secure, nil
 }
 
 // redacted is u for logs and errors (see urlopt.Redact): a password, or a

@@ -23,7 +23,9 @@ func CheckForm(u *url.URL, needHost bool) error {
 	case u.Fragment != "":
 		return fmt.Errorf("%w: %q has a fragment", backend.ErrInvalidOption, Redact(u))
 	case needHost && u.Hostname() == "":
-		return fmt.Errorf("%w: %q has no host", backend.ErrInvalidOption, Redact(u))
+		// Without a host, what follows the scheme is misplaced and may
+		// hold a credential: only the scheme is shown.
+		return fmt.Errorf("%w: %s://%s... has no host", backend.ErrInvalidOption, u.Scheme, mask)
 	}
 	return nil
 }

@@ -58,11 +58,15 @@ func plainUser(name string) bool {
 }
 
 // suspiciousQuery reports whether a query may hold credentials: a key
-// with '@' or ':' (a misplaced user part), or a key that names one.
+// that is not a plain parameter name (letters, digits, '_', '-', '.'), such
+// as one with '@', ':' or '/' from a misplaced user part or path, or a key
+// that names a credential.
 func suspiciousQuery(raw string) bool {
 	for kv := range strings.SplitSeq(raw, "&") {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.ContainsAny(k, "@:") {
+		if strings.IndexFunc(k, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+		}) >= 0 {
 			return true
 		}
 		switch strings.ToLower(k) {
