@@ -6,6 +6,8 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,11 +47,52 @@ func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 // (ContextTimeoutEnabled), so every call returns by its ctx even on a
 // dead link.
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
+	pu, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	var client redis.UniversalClient
+	if pu.cluster != nil {
+		client = redis.NewClusterClient(pu.cluster)
+	} else {
+		client = redis.NewClient(pu.single)
+	}
+	b, err := New(client, &pu.opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	b.ownClient = true
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("redisstream: open: ping: %w", urlopt.RedactError(err, u))
+	}
+	return b, nil
+}
+
+// parsedURL is what a redis URL asks for: backend options and the client
+// options of either a single-node or a cluster client.
+type parsedURL struct {
+	opts    Options
+	single  *redis.Options
+	cluster *redis.ClusterOptions
+}
+
+// parseURL reads u without I/O. Every parameter is validated, so the
+// client options it returns never make go-redis panic, and its errors
+// never hold a secret of u.
+func parseURL(u *url.URL) (parsedURL, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("redisstream: open: %w: scheme %q is not redis or rediss", ErrInvalidOption, u.Scheme)
+		return parsedURL{}, fmt.Errorf("redisstream: open: %w: scheme %q is not redis or rediss", ErrInvalidOption, u.Scheme)
 	}
 	if err := urlopt.CheckForm(u, true); err != nil {
-		return nil, fmt.Errorf("redisstream: open: %w", err)
+		return parsedURL{}, fmt.Errorf("redisstream: open: %w", err)
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 || strconv.Itoa(n) != db {
+			// The path may be a misplaced credential: it is not quoted.
+			return parsedURL{}, fmt.Errorf("redisstream: open %q: %w: the path must be a database number, such as /0", urlopt.Redact(u), ErrInvalidOption)
+		}
 	}
 	p := urlopt.New(u.Query())
 	var o Options
@@ -82,7 +125,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 			p.Fail(fmt.Errorf("%w: addr needs cluster=true", ErrInvalidOption))
 		}
 		for _, a := range vs {
-			if _, _, err := net.SplitHostPort(a); err != nil {
+			if h, _, err := net.SplitHostPort(a); err != nil || h == "" {
 				p.Fail(fmt.Errorf("%w: addr=%q is not host:port", ErrInvalidOption, a))
 			}
 		}
@@ -94,42 +137,34 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	var co clientParams
 	co.parse(p)
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("redisstream: open: %w", err)
+		return parsedURL{}, fmt.Errorf("redisstream: open: %w", urlopt.RedactError(err, u))
 	}
 	// go-redis reads the address, credentials, database and TLS from the
 	// URL without its query; every parameter was validated above.
 	base := *u
 	base.RawQuery = ""
-	var client redis.UniversalClient
 	if cluster {
 		cl, err := redis.ParseClusterURL(base.String())
 		if err != nil {
-			return nil, fmt.Errorf("redisstream: open: %w", urlopt.RedactError(fmt.Errorf("%w: %w", ErrInvalidOption, err), u))
+			return parsedURL{}, fmt.Errorf("redisstream: open: %w", redactParseError(err, u))
 		}
 		cl.Addrs = append(cl.Addrs, seeds...)
 		co.applyCluster(cl)
 		cl.ContextTimeoutEnabled = true
-		client = redis.NewClusterClient(cl)
-	} else {
-		ro, err := redis.ParseURL(base.String())
-		if err != nil {
-			return nil, fmt.Errorf("redisstream: open: %w", urlopt.RedactError(fmt.Errorf("%w: %w", ErrInvalidOption, err), u))
-		}
-		co.apply(ro)
-		ro.ContextTimeoutEnabled = true
-		client = redis.NewClient(ro)
+		return parsedURL{opts: o, cluster: cl}, nil
 	}
-	b, err := New(client, &o)
+	ro, err := redis.ParseURL(base.String())
 	if err != nil {
-		_ = client.Close()
-		return nil, err
+		return parsedURL{}, fmt.Errorf("redisstream: open: %w", redactParseError(err, u))
 	}
-	b.ownClient = true
-	if err := client.Ping(ctx).Err(); err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("redisstream: open: ping: %w", urlopt.RedactError(err, u))
-	}
-	return b, nil
+	co.apply(ro)
+	ro.ContextTimeoutEnabled = true
+	return parsedURL{opts: o, single: ro}, nil
+}
+
+// redactParseError is a go-redis URL error with the secrets of u masked.
+func redactParseError(err error, u *url.URL) error {
+	return urlopt.RedactError(fmt.Errorf("%w: %w", ErrInvalidOption, err), u)
 }
 
 // clientParams are the go-redis client parameters a URL may set; zero

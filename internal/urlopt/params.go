@@ -183,6 +183,11 @@ func (p *Params) Err() error {
 	var unknown []string
 	for k := range p.q {
 		if !p.used[k] {
+			// A key that is no parameter name may be a misplaced
+			// credential: it is not quoted.
+			if !plainName(k) {
+				k = mask
+			}
 			unknown = append(unknown, k)
 		}
 	}
@@ -196,4 +201,12 @@ func (p *Params) Err() error {
 		errs = append(errs, fmt.Errorf("%w: unknown parameter(s) %q (known: %s)", backend.ErrInvalidOption, unknown, strings.Join(known, ", ")))
 	}
 	return errors.Join(errs...)
+}
+
+// plainName reports whether k can be a parameter name: at most 64
+// letters, digits, '_', '-' and '.'.
+func plainName(k string) bool {
+	return k != "" && len(k) <= 64 && strings.IndexFunc(k, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+	}) < 0
 }

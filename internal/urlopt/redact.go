@@ -64,9 +64,7 @@ func plainUser(name string) bool {
 func suspiciousQuery(raw string) bool {
 	for kv := range strings.SplitSeq(raw, "&") {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.IndexFunc(k, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
-		}) >= 0 {
+		if !plainName(k) {
 			return true
 		}
 		switch strings.ToLower(k) {
@@ -118,7 +116,7 @@ func Secrets(u *url.URL) []string {
 		out = append(out, u.Fragment, u.EscapedFragment())
 	}
 	if !plainPath(u.Path) {
-		out = append(out, u.Path, u.EscapedPath())
+		out = append(out, u.Path, u.EscapedPath(), strings.TrimPrefix(u.Path, "/"))
 	}
 	if u.RawQuery != "" && suspiciousQuery(u.RawQuery) {
 		out = append(out, u.RawQuery)
