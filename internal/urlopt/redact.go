@@ -174,27 +174,43 @@ func RedactError(err error, u *url.URL) error {
 // userInfoInText matches the user part of a URL quoted in a text.
 var userInfoInText = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^\s"'<>]*@`)
 
-// replaceFold replaces every occurrence of old in s, ignoring ASCII case
-// (percent-escapes may be written %2f or %2F).
+// replaceFold replaces the occurrences of old in s, ignoring ASCII case
+// (percent-escapes may be written %2f or %2F). An occurrence of a short
+// secret (under 8 bytes) inside a longer word is left alone, so that a
+// password such as "on" never turns "Violation" into "Violatixxxxx".
 func replaceFold(s, old, repl string) string {
 	if old == "" {
 		return s
 	}
 	lower, lowOld := strings.ToLower(s), strings.ToLower(old)
 	if len(lower) != len(s) || len(lowOld) != len(old) {
-		return strings.ReplaceAll(s, old, repl) // non-ASCII case mapping changed lengths
+		lower, lowOld = s, old // non-ASCII case mapping changed lengths
 	}
+	short := len(old) < 8
 	var b strings.Builder
-	for {
-		i := strings.Index(lower, lowOld)
+	from := 0 // s[:from] is written
+	for at := 0; ; {
+		i := strings.Index(lower[at:], lowOld)
 		if i < 0 {
-			b.WriteString(s)
+			b.WriteString(s[from:])
 			return b.String()
 		}
-		b.WriteString(s[:i])
+		i += at
+		end := i + len(old)
+		inWord := short && ((i > 0 && isAlnum(s[i-1]) && isAlnum(old[0])) ||
+			(end < len(s) && isAlnum(s[end]) && isAlnum(old[len(old)-1])))
+		if inWord {
+			at = i + 1
+			continue
+		}
+		b.WriteString(s[from:i])
 		b.WriteString(repl)
-		s, lower = s[i+len(old):], lower[i+len(old):]
+		from, at = end, end
 	}
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 type redactedError struct {

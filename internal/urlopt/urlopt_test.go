@@ -42,6 +42,14 @@ func TestRedactErrorMasksThePasswordNotTheUser(t *testing.T) {
 	assert.Equal(t, "nats: Authorization Violation for Au with xxxxx", err.Error(), "only the password is masked, never a substring of other words")
 	assert.ErrorIs(t, err, base, "the error keeps its identity")
 
+	short, _ := url.Parse("nats://Au:on@h")
+	err = urlopt.RedactError(errors.New("nats: Authorization Violation for Au with on; ON"), short)
+	assert.Equal(t, "nats: Authorization Violation for Au with xxxxx; xxxxx", err.Error(), "a short password is masked as a word, never inside other words")
+
+	long, _ := url.Parse("redis://u:Zq9s3cretXk7@h")
+	err = urlopt.RedactError(errors.New("got xZQ9S3CRETXK7x"), long)
+	assert.Equal(t, "got xxxxxxx", err.Error(), "a long secret is masked wherever it appears, in any case")
+
 	tok, _ := url.Parse("nats://s3cretTok@h")
 	err = urlopt.RedactError(errors.New("disconnected from nats://s3cretTok@h"), tok)
 	assert.NotContains(t, err.Error(), "s3cretTok", "a token is masked")
