@@ -74,7 +74,9 @@ func New(nc *natsgo.Conn, opts *Options) (*Backend, error) {
 	return newBackend(nc, false, o)
 }
 
-func (o *Options) connOptions(serverURL string, secure bool) ([]natsgo.Option, error) {
+// connOptions are the nats.go options of a connection Open dials;
+// serverURL is redacted, and redact masks the URL's secrets in errors.
+func (o *Options) connOptions(serverURL string, secure bool, redact func(error) error) ([]natsgo.Option, error) {
 	log := o.Logger
 	nopts := []natsgo.Option{
 		natsgo.Name(o.Name),
@@ -84,7 +86,7 @@ func (o *Options) connOptions(serverURL string, secure bool) ([]natsgo.Option, e
 		natsgo.MaxPingsOutstanding(o.MaxPingsOut),
 		natsgo.Timeout(o.ConnectTimeout),
 		natsgo.DisconnectErrHandler(func(nc *natsgo.Conn, err error) {
-			log.Warn("nats: disconnected", "url", serverURL, "err", err)
+			log.Warn("nats: disconnected", "url", serverURL, "err", redact(err))
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
 			log.Info("nats: reconnected", "url", connectedURL(nc))

@@ -33,7 +33,12 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	nopts, err := o.connOptions(redacted(&server), secure || o.wantTLS())
+	nopts, err := o.connOptions(redacted(&server), secure || o.wantTLS(), func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return urlopt.RedactError(err, u)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), err)
 	}
