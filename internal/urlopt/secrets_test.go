@@ -145,6 +145,37 @@ func TestNoSecretInErrorsLogsOrEvents(t *testing.T) {
 		s.requireNoSecret(t, secret)
 	})
 
+	t.Run("nats user and password", func(t *testing.T) {
+		const secret = "n4tsUs3rPassw0rd"
+		srv := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "Au", secret })
+		host := strings.TrimPrefix(srv.URL(), "nats://")
+		s := &sink{}
+		for _, raw := range []string{
+			"nats://Au:wrong" + secret + "x@" + host,
+			"nats://Au:" + secret + "@" + host + "?publish_window=0",
+			"nats://Au:" + secret + "@" + host + "?prefix=a&prefix=b",
+			"nats:Au:" + secret + "@" + host,
+			"nats://Au:" + secret + "@",
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := bus.Open(ctx, raw)
+			cancel()
+			require.Error(t, err, "must be refused")
+			s.add("open", err)
+		}
+		s.requireNoSecret(t, secret)
+		s.mu.Lock()
+		first := s.text[0]
+		s.mu.Unlock()
+		require.Contains(t, first, "Authorization Violation", "the server's error text is kept whole, not masked inside words")
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := bus.Open(ctx, "nats://Au:"+secret+"@"+host, bus.WithObserver(s), bus.WithLogger(s.logger()))
+		require.NoError(t, err, "the right password opens")
+		require.NoError(t, b.Close(ctx))
+	})
+
 	t.Run("nats", func(t *testing.T) {
 		const secret = "n4tsS3cretTok"
 		srv := natstest.Start(t, func(o *server.Options) { o.Authorization = secret })
