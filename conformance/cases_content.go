@@ -87,7 +87,11 @@ func testContentRefused(t *testing.T, s *suite) {
 		{"id with a trailing space", &bus.Message{ID: "x1 "}},
 		{"id with a line feed", &bus.Message{ID: "x1\n"}},
 		{"id too long", &bus.Message{ID: strings.Repeat("i", bus.MaxIDLen+1)}},
+		{"id with a non-ASCII byte", &bus.Message{ID: "idé"}},
 		{"key not UTF-8", &bus.Message{Key: "\xff"}},
+		{"key too long", &bus.Message{Key: strings.Repeat("k", bus.MaxKeyLen+1)}},
+		{"header key too long", &bus.Message{Headers: map[string]string{strings.Repeat("k", bus.MaxHeaderKeyLen+1): "v"}}},
+		{"header key with a reserved prefix", &bus.Message{Headers: map[string]string{"Nats-Msg-Id": "v"}}},
 		{"header value not UTF-8", &bus.Message{Headers: map[string]string{"k": "\xfe"}}},
 		{"header key with a space", &bus.Message{Headers: map[string]string{"a b": "v"}}},
 		{"too many headers", &bus.Message{Headers: func() map[string]string {
