@@ -196,17 +196,17 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 		seq = max(seq, v)
 	}
 	subject, scope := b.subjectFor(topic), b.idScope(topic)
-	for ; seq <= info.State.LastSeq && seq > 0; seq++ {
-		raw, err := st.GetMsg(ctx, seq)
+	for seq > 0 && seq <= info.State.LastSeq {
+		// The next message of topic at or after seq: one request per
+		// message of the topic, also in a stream shared by every topic.
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+			return "", nil
 		}
 		if err != nil {
 			return "", err
 		}
-		if raw.Subject != subject {
-			continue
-		}
+		seq = raw.Sequence
 		m := &backend.Message{Payload: raw.Data, PublishedAt: raw.Time}
 		decodeHeaders(raw.Header, m, scope)
 		if !f(seq, m) {
@@ -215,6 +215,7 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 			}
 			return "", nil
 		}
+		seq++
 	}
 	return "", nil
 }
