@@ -30,8 +30,11 @@ func init() {
 }
 
 // headerRoom is kept free of the server's max_payload for headers, so a
-// payload at Capabilities().MaxPayload still fits with its headers.
-const headerRoom = 8 << 10
+// payload at Capabilities().MaxPayload still fits with the largest header
+// block the bus accepts: 64 headers of 16 KiB of keys and values, base64
+// where the wire needs it (4/3), the list of encoded keys, a 1 KiB key,
+// the ID and the backend's own headers come to under 48 KiB.
+const headerRoom = 64 << 10
 
 // Backend is a bus backend on NATS JetStream (the default) or core NATS.
 // It is safe for concurrent use.

@@ -103,7 +103,7 @@
 //	Ordered         yes (one member)        yes (one member, one publisher)
 //	StartOldest     yes                     no
 //	Extend          yes                     no
-//	MaxPayload      server max_payload - 8 KiB kept for headers
+//	MaxPayload      server max_payload - 64 KiB kept for headers (the largest header block the bus accepts, encoded)
 //
 // Without Redelivery the bus dead-letters a failed message at once instead
 // of retrying it, Nack returns bus.ErrUnsupported, and the conformance

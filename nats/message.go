@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,12 +34,61 @@ func isNATSHeader(k string) bool {
 	return len(k) >= 5 && strings.EqualFold(k[:5], "nats-")
 }
 
+// Wire encoding. Everything Publish accepts must arrive byte-exact, but the
+// NATS header block trims the spaces around a value and cannot carry CR or
+// LF, and the client library reads a header named Status or Description
+// on an empty message as a server status line. So:
+//   - a value that the header block would alter (empty, surrounding
+//     spaces or tabs, control characters) is sent as standard base64, and
+//     its wire key is listed in the hdrEncoded header;
+//   - a user header named Status or Description (any case) is sent under
+//     hdrEscaped + its name. User keys cannot start with "bus-", so no
+//     user key is ever mistaken for one of these.
+//
+// Plain values, which is nearly all of them, cost nothing.
+const (
+	hdrEncoded = "bus-b64"
+	hdrEscaped = "bus-h-"
+)
+
+// needsEncoding reports whether the NATS header block would alter v.
+func needsEncoding(v string) bool {
+	if v == "" {
+		return true
+	}
+	if c := v[0]; c == ' ' || c == '\t' {
+		return true
+	}
+	if c := v[len(v)-1]; c == ' ' || c == '\t' {
+		return true
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// wireKey is the key a user header travels under.
+func wireKey(k string) string {
+	if strings.EqualFold(k, hdrStatus) || strings.EqualFold(k, hdrDescription) {
+		return hdrEscaped + k
+	}
+	return k
+}
+
+// replayedHeader is bus.HeaderReplayed: a replayed dead letter carries it.
+const replayedHeader = "bus-replayed"
+
 // encode builds the NATS message for m on subject. It refuses headers with
 // the Nats- prefix: the server would act on them (expected stream,
 // rollups, TTLs ...). idScope is put before the ID in Nats-Msg-Id, so that
-// deduplication in a stream shared by several topics stays per topic.
+// deduplication in a stream shared by several topics stays per topic; a
+// replayed dead letter adds its replay time, so that the server does not
+// take the replay for a duplicate of the original publish.
 func encode(subject string, m *backend.Message, core bool, idScope string) (*natsgo.Msg, error) {
-	n := len(m.Headers) + 1
+	n := len(m.Headers) + 2
 	if m.Key != "" {
 		n++
 	}
@@ -49,7 +99,12 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 	// per header.
 	vals := make([]string, 0, n)
 	h := make(natsgo.Header, n)
+	var encoded []string
 	set := func(k, v string) {
+		if needsEncoding(v) {
+			v = base64.StdEncoding.EncodeToString([]byte(v))
+			encoded = append(encoded, k)
+		}
 		vals = append(vals, v)
 		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
@@ -57,24 +112,48 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 		if isNATSHeader(k) {
 			return nil, fmt.Errorf("%w: header %q uses the reserved prefix \"nats-\"", bus.ErrInvalidMessage, k)
 		}
-		if k == hdrKey || k == hdrPublished {
+		if k == hdrKey || k == hdrPublished || k == hdrEncoded {
 			return nil, fmt.Errorf("%w: header %q is reserved by the nats backend", bus.ErrInvalidMessage, k)
 		}
-		set(k, v)
+		set(wireKey(k), v)
 	}
-	set(hdrMsgID, idScope+m.ID)
+	msgID := idScope + m.ID
+	if r := m.Headers[replayedHeader]; r != "" {
+		msgID += "#replay-" + r
+	}
+	vals = append(vals, msgID)
+	h[hdrMsgID] = vals[len(vals)-1 : len(vals) : len(vals)]
 	if m.Key != "" {
 		set(hdrKey, m.Key)
 	}
 	if core && !m.PublishedAt.IsZero() {
 		set(hdrPublished, strconv.FormatInt(m.PublishedAt.UnixNano(), 10))
 	}
+	if len(encoded) > 0 {
+		h[hdrEncoded] = []string{strings.Join(encoded, ",")}
+	}
 	return &natsgo.Msg{Subject: subject, Header: h, Data: m.Payload}, nil
 }
 
 // decodeHeaders fills ID, Key, Headers and (in core mode) PublishedAt of
-// out from the NATS headers, removing idScope from the ID.
+// out from the NATS headers, removing idScope from the ID and undoing the
+// wire encoding.
 func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
+	var encoded map[string]bool
+	if list := h[hdrEncoded]; len(list) > 0 && list[0] != "" {
+		encoded = make(map[string]bool)
+		for k := range strings.SplitSeq(list[0], ",") {
+			encoded[k] = true
+		}
+	}
+	value := func(k, v string) string {
+		if encoded[k] {
+			if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+				return string(b)
+			}
+		}
+		return v
+	}
 	for k, vs := range h {
 		if len(vs) == 0 {
 			continue
@@ -85,27 +164,36 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 			if idScope != "" {
 				out.ID = strings.TrimPrefix(out.ID, idScope)
 			}
+			if i := strings.Index(out.ID, "#replay-"); i >= 0 {
+				out.ID = out.ID[:i]
+			}
 		case k == hdrKey:
-			out.Key = vs[0]
+			out.Key = value(k, vs[0])
 		case k == hdrPublished:
 			if ns, err := strconv.ParseInt(vs[0], 10, 64); err == nil {
 				out.PublishedAt = time.Unix(0, ns)
 			}
-		case isNATSHeader(k):
-			// Server metadata, not the user's.
+		case k == hdrEncoded, isNATSHeader(k):
+			// Wire bookkeeping and server metadata, not the user's.
 		default:
 			if out.Headers == nil {
 				out.Headers = make(map[string]string, len(h))
 			}
-			out.Headers[k] = vs[0]
+			uk := k
+			if strings.HasPrefix(k, hdrEscaped) {
+				uk = k[len(hdrEscaped):]
+			}
+			out.Headers[uk] = value(k, vs[0])
 		}
 	}
 }
 
-// isStatus reports whether msg is a server control message (no payload, a
-// status line) rather than a stored message.
-func isStatus(msg *natsgo.Msg) bool {
-	return len(msg.Data) == 0 && msg.Header != nil && msg.Header.Get(hdrStatus) != ""
+// isJSDelivery reports whether msg is a message stored in a stream: only
+// those carry a JetStream ack subject as their reply. Server status
+// messages (no messages, timeouts, heartbeats) do not, whatever their
+// headers say, so a user header never makes a message look like one.
+func isJSDelivery(msg *natsgo.Msg) bool {
+	return strings.HasPrefix(msg.Reply, "$JS.ACK.")
 }
 
 // ackMeta is what a JetStream ack subject tells about a delivery:

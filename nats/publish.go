@@ -70,11 +70,8 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 		return err
 	}
 	subject, scope := b.subjectFor(topic), b.idScope(topic)
-	stall := b.opts.PublishTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		stall = max(time.Until(dl), time.Millisecond)
-	}
-	stallOpt := jetstream.WithStallWait(stall)
+	dl, hasDeadline := ctx.Deadline()
+	stallOpt := jetstream.WithStallWait(b.opts.PublishTimeout)
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	fs := failures{n: len(msgs)}
 	for i, m := range msgs {
@@ -86,6 +83,11 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 		if err != nil {
 			fs.add(i, err)
 			continue
+		}
+		if hasDeadline {
+			// A full window waits at most until the deadline, measured
+			// now: the stream lookup and earlier messages took their share.
+			stallOpt = jetstream.WithStallWait(max(time.Until(dl), time.Millisecond))
 		}
 		f, err := b.js.PublishMsgAsync(nm, stallOpt)
 		if err != nil {

@@ -150,7 +150,8 @@ func (s *subscription) observe(scope observer.Scope, id string, attempt int, err
 // (when a reclaim is due), otherwise new entries read with a blocking
 // XREADGROUP on the backend's read client.
 func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	if s.closed.Load() {
+	if s.closed.Load() || s.b.isClosed() {
+		// Backend.Close ends the subscriptions still open.
 		return nil, s.errf("receive", backend.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
