@@ -34,6 +34,12 @@ type Bus struct {
 // New returns a Bus over b. An invalid option makes every later call
 // return an error wrapping ErrInvalidOption.
 func New(b backend.Backend, opts ...Option) *Bus {
+	if b == nil {
+		o, _ := buildBusOptions(nil)
+		bus := newBus(nilBackend{}, o)
+		bus.optErr = fmt.Errorf("bus: %w: nil backend", ErrInvalidOption)
+		return bus
+	}
 	o, err := buildBusOptions(opts)
 	bus := newBus(b, o)
 	bus.optErr = err

@@ -40,6 +40,9 @@ type DeadLetter struct {
 const peekPage = 256
 
 func (b *Bus) inspector(op string) (backend.Inspector, error) {
+	if b.optErr != nil {
+		return nil, b.optErr
+	}
 	in, ok := b.be.(backend.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("bus: %s: %w: %s has no Inspector", op, ErrUnsupported, b.caps.Name)

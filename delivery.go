@@ -72,6 +72,7 @@ type Delivery struct {
 // deliveryExt holds the state few deliveries need, so the common one
 // stays small.
 type deliveryExt struct {
+	dlqCode  backend.DeadLetterCode // why it was dead-lettered or dropped
 	hooks    []func(Outcome, error)
 	lease    *time.Timer
 	deadline time.Time
@@ -95,6 +96,9 @@ const (
 // Ack settles the delivery as done. Acks are batched; a failed flush is
 // reported to the observer and the message is redelivered after its lease.
 func (d *Delivery) Ack(ctx context.Context) error {
+	if d.sub == nil {
+		return detached("ack")
+	}
 	if !d.claim() {
 		return d.alreadySettled("ack")
 	}
@@ -104,6 +108,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // Nack hands the delivery back for redelivery after delay (0 = at once),
 // with Attempt+1.
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
+	if d.sub == nil {
+		return detached("nack")
+	}
 	if delay < 0 {
 		return fmt.Errorf("bus: nack: %w: negative delay %v", ErrInvalidOption, delay)
 	}
@@ -120,6 +127,9 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 // dead-letter topic (with reason in its headers) and is never retried. With
 // dead-lettering off it is acked, dropped and reported to the observer.
 func (d *Delivery) Reject(ctx context.Context, reason error) error {
+	if d.sub == nil {
+		return detached("reject")
+	}
 	if reason == nil {
 		reason = errors.New("rejected")
 	}
@@ -133,6 +143,9 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 // run longer than the ack timeout. It returns an error wrapping
 // ErrUnsupported when the backend cannot extend leases.
 func (d *Delivery) Extend(ctx context.Context) error {
+	if d.sub == nil {
+		return detached("extend")
+	}
 	if d.state.Load()&stateSettled != 0 {
 		return d.alreadySettled("extend")
 	}
@@ -190,6 +203,29 @@ func (d *Delivery) Outcome() Outcome {
 	return d.outcome
 }
 
+// DeadLetterCode is the reason code of a delivery that was dead-lettered
+// (or dropped with dead-lettering off), and "" otherwise. Middleware reads
+// it in an OnSettle hook, for example to label metrics.
+func (d *Delivery) DeadLetterCode() backend.DeadLetterCode {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ext == nil {
+		return ""
+	}
+	return d.ext.dlqCode
+}
+
+func (d *Delivery) setDeadLetterCode(c backend.DeadLetterCode) {
+	d.mu.Lock()
+	d.extLocked().dlqCode = c
+	d.mu.Unlock()
+}
+
+// detached is the error of a settlement on a zero Delivery.
+func detached(op string) error {
+	return fmt.Errorf("bus: %s: %w (use bustest.NewDelivery to test a handler)", op, ErrDetached)
+}
+
 // claim takes the right to settle. It fails if another settlement won.
 func (d *Delivery) claim() bool {
 	for {
@@ -231,12 +267,14 @@ func (d *Delivery) doDeadLetter(ctx context.Context, reason error) error {
 	s := d.sub
 	topic := s.opts.deadLetter
 	if topic == "" {
+		d.setDeadLetterCode(reasonCode(reason))
 		err := s.acks.add(d.ackID)
 		s.report(d, observer.ScopeDeadLetter, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
 		d.finish(OutcomeDropped, err)
 		return err
 	}
 	cp := d.deadLetterCopy(reason)
+	d.setDeadLetterCode(reasonCode(reason))
 	var err error
 	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
 		err = dl.DeadLetter(ctx, d.ackID, topic, cp)

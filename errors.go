@@ -33,6 +33,10 @@ var (
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
 	ErrAlreadySettled = errors.New("delivery already settled")
+	// ErrDetached: a settlement method was called on a Delivery that did
+	// not come from a subscription (a zero Delivery). Use
+	// bustest.NewDelivery to unit-test handlers.
+	ErrDetached = errors.New("delivery is not from a subscription")
 	// ErrUnknownScheme: Open got a URL whose scheme no backend registered.
 	ErrUnknownScheme = errors.New("unknown backend scheme")
 )

@@ -80,33 +80,114 @@ type SubscribeConfig struct {
 	Observer observer.Observer
 }
 
-// Backend is implemented by every bus backend. See the package doc for the
-// contract of each method. A Backend must be safe for concurrent use.
+// Backend is implemented by every bus backend. A Backend must be safe for
+// concurrent use. The bus has validated every argument before it calls a
+// method (topics, message content and sizes, SubscribeConfig), so a
+// backend checks only what is its own.
 type Backend interface {
+	// Publish stores every message of the batch durably (as far as
+	// Capabilities say it is durable) before it returns nil. The bus has
+	// assigned IDs and checked the content rule, so every message it
+	// passes can be carried byte-exact: a backend whose wire would alter
+	// a value (ID, key, header keys and values, payload) encodes it.
+	// The slice and the messages belong to the caller after Publish
+	// returns (the bus reuses them); a backend that keeps them must copy
+	// them, buffers included. When only part of a batch fails, Publish
+	// returns a *BatchError listing the failed indexes; the other messages
+	// were stored. Publish must not retry, must return by ctx's deadline
+	// (also on a dead network) and, after Close, returns an error wrapping
+	// ErrClosed. Publish is called concurrently.
 	Publish(ctx context.Context, topic string, msgs []*Message) error
+
+	// Subscribe creates (or joins) the consumer group cfg.Group on topic
+	// and returns a member of it. A new group starts at cfg.StartFrom; an
+	// existing group resumes where it stands. ctx bounds only the setup
+	// I/O, never the life of the subscription. An error that no retry can
+	// fix (a permission, a stream configured for other subjects) should
+	// be wrapped with Permanent. Subscribe is called concurrently.
 	Subscribe(ctx context.Context, topic string, cfg SubscribeConfig) (Subscription, error)
+
+	// Capabilities describes what the backend guarantees. It is constant
+	// for the life of the Backend and must agree with the optional
+	// interfaces its subscriptions implement (Extend with Extender); the
+	// conformance suite checks that. The bus validates subscribe options
+	// against it and the suite chooses its cases from it.
 	Capabilities() Capabilities
+
+	// Close releases the backend's resources. The bus calls it once, after
+	// every subscription was closed, but Close must also end subscriptions
+	// still open: their Receive returns an error wrapping ErrClosed
+	// promptly. It returns within a short, documented bound even on a dead
+	// network. Calls after Close return errors wrapping ErrClosed.
 	Close() error
 }
 
-// Subscription is one member of a consumer group. See the package doc for
-// the contract of each method.
+// Subscription is one member of a consumer group. Receive is called from
+// one goroutine at a time; Ack, Nack, Close and the optional methods may
+// be called concurrently with each other and with Receive.
 type Subscription interface {
+	// Receive returns at most max messages (max >= 1). It blocks for at
+	// most about one second and may return no message and a nil error;
+	// the bus calls it again. It returns promptly with ctx.Err() when ctx
+	// ends, and with an error wrapping ErrClosed after Close (of the
+	// subscription or of the Backend). A backend never holds received
+	// messages locally beyond max: the bus reserved exactly max units of
+	// capacity before the call, which is how backpressure reaches the
+	// broker. Every returned message starts a lease of cfg.AckTimeout; if
+	// it is not settled within the lease it is delivered again (to any
+	// member) with Attempt+1. Malformed entries written by foreign
+	// producers are never returned: the backend dead-letters them (with
+	// NewDeadLetter, to cfg.DeadLetterTopic when set), settles them and
+	// reports them with observer.ScopeDecode, naming the entry and the
+	// problem but never quoting wire content. An error no retry can fix is
+	// wrapped with Permanent; the bus then ends the subscription, while
+	// other errors are retried with backoff. The returned slice and
+	// Message structs stay valid until the next Receive (the backend may
+	// reuse them then); AckIDs stay valid until settled.
 	Receive(ctx context.Context, max int) ([]*Message, error)
+
+	// Ack settles the messages for the group. It is idempotent: an id
+	// already acked is skipped. An id whose lease expired (the message may
+	// have been delivered again since) still settles the message if the
+	// group has not settled it since, together with its newer delivery,
+	// and is never an error. The bus batches acks and bounds the flush of
+	// a closing subscription by the Close ctx.
 	Ack(ctx context.Context, ids []AckID) error
+
+	// Nack makes the message available to the group again after delay (0
+	// = at once), with Attempt+1. A backend without NackDelay may
+	// redeliver earlier than delay but never loses the message; Nack is
+	// atomic, so a crash leaves the message pending or scheduled, never
+	// lost. A stale id (its lease ended, or it was settled) returns an
+	// error wrapping ErrStale and never touches a newer delivery.
 	Nack(ctx context.Context, id AckID, delay time.Duration) error
+
+	// Close stops the member. A Receive in progress returns promptly with
+	// an error wrapping ErrClosed, and so does every later Receive.
+	// Unsettled messages stay pending and are delivered again after their
+	// lease. Close returns within a short, documented bound even on a
+	// dead network; closing twice returns nil.
 	Close() error
 }
 
-// Extender is implemented by subscriptions that can restart a lease.
+// Extender is implemented by subscriptions that can restart a lease. The
+// bus uses it for Delivery.Extend and to keep the lease of a running
+// handler alive.
 type Extender interface {
+	// Extend restarts the lease of a delivered, unsettled message with the
+	// ack timeout it was received with. A stale id returns an error
+	// wrapping ErrStale and never touches a newer delivery.
 	Extend(ctx context.Context, id AckID) error
 }
 
 // DeadLetterer is implemented by subscriptions that can move a message to
-// the dead-letter topic and settle it atomically. msg is the copy to store,
-// with the dead-letter headers already added by the bus.
+// a dead-letter topic and settle it in one atomic step. Without it the bus
+// publishes the copy and then acks the original, which can leave a
+// duplicate dead letter after a crash but never loses one.
 type DeadLetterer interface {
+	// DeadLetter stores msg (the copy built by NewDeadLetter, dead-letter
+	// headers included) on topic and settles id, atomically. A stale id
+	// returns an error wrapping ErrStale and stores nothing.
 	DeadLetter(ctx context.Context, id AckID, topic string, msg *Message) error
 }
 
@@ -130,7 +211,8 @@ type Capabilities struct {
 	Ordered bool
 	// StartOldest: a new group can start from the oldest retained message.
 	StartOldest bool
-	// Extend: subscriptions implement Extender.
+	// Extend: subscriptions implement Extender. It must agree with the
+	// type assertion; the conformance suite checks that it does.
 	Extend bool
 	// MaxPayload is the largest payload the backend accepts (0 = no limit
 	// of its own). The bus uses the smaller of this and WithMaxPayload.

@@ -58,6 +58,16 @@ type testCase struct {
 
 // cases is the suite, in the order it runs.
 var cases = []testCase{
+	// The SPI itself, without the bus.
+	{name: "SPI/ReceiveAtMostMax", run: testSPIReceiveAtMostMax},
+	{name: "SPI/ReceiveHonoursCtx", run: testSPIReceiveHonoursCtx},
+	{name: "SPI/ReceiveAfterCloseErrClosed", run: testSPIReceiveAfterClose},
+	{name: "SPI/AckSettlesIdempotently", needs: []capability{capRedelivery}, run: testSPIAckSettlesIdempotently},
+	{name: "SPI/StaleRule", needs: []capability{capRedelivery}, run: testSPIStaleRule},
+	{name: "SPI/AttemptCountsUp", needs: []capability{capRedelivery}, run: testSPIAttemptCountsUp},
+	{name: "SPI/PublishCopiesBuffers", run: testSPIPublishCopiesBuffers},
+	{name: "SPI/CapabilitiesAgree", run: testSPICapabilitiesAgree},
+
 	// Delivery.
 	{name: "RoundTrip", run: testRoundTrip},
 	{name: "TopicIsolation", run: testTopicIsolation},
@@ -155,7 +165,9 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			if missing := missingCaps(caps, tc.needs); len(missing) > 0 {
 				t.Skipf("%s lacks capabilities %v", caps.Name, missing)
 			}
-			tc.run(t, &suite{newBackend: newBackend, cfg: cfg, caps: caps})
+			st := &suite{newBackend: newBackend, cfg: cfg, caps: caps}
+			defer watchdog(tc.name, caseLimit(st))()
+			tc.run(t, st)
 		})
 	}
 }

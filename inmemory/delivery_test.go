@@ -143,12 +143,12 @@ func TestExpiredLeaseRedeliversWithIncrementedAttempt(t *testing.T) {
 	assert.Equal(t, "m0", second.ID)
 	assert.Equal(t, 2, second.Attempt, "attempt grows on redelivery")
 
-	// The first delivery's id is stale: acking it must not settle the
-	// second delivery, which expires and comes back as attempt 3.
+	// The first delivery's id is stale: acking it still settles the
+	// message, which the group had not settled; the newer delivery is
+	// settled with it, so its own settlements are stale.
 	ackAll(t, s, []*backend.Message{first})
-	third := receiveN(t, s, 1, 2*time.Second)[0]
-	assert.Equal(t, 3, third.Attempt, "stale ack was ignored")
-	ackAll(t, s, []*backend.Message{third})
+	err := s.Nack(context.Background(), second.AckID, 0)
+	require.ErrorIs(t, err, backend.ErrStale, "the newer delivery was settled by the stale ack")
 	receiveNone(t, s, 150*time.Millisecond)
 }
 
@@ -186,9 +186,9 @@ func TestNackRedeliversAtOnceWithIncrementedAttempt(t *testing.T) {
 	again := receiveN(t, s, 1, time.Second)[0]
 	assert.Equal(t, "m1", again.ID)
 	assert.Equal(t, 2, again.Attempt)
-	// Nacking a settled or stale id again is a no-op.
-	require.NoError(t, s.Nack(context.Background(), got[1].AckID, 0), "stale nack")
-	require.NoError(t, s.Nack(context.Background(), "not-an-ack-id", 0), "unknown nack")
+	// Nacking a settled or stale id again is refused and changes nothing.
+	require.ErrorIs(t, s.Nack(context.Background(), got[1].AckID, 0), backend.ErrStale, "stale nack")
+	require.Error(t, s.Nack(context.Background(), "not-an-ack-id", 0), "unknown nack")
 	ackAll(t, s, []*backend.Message{got[0], again})
 	receiveNone(t, s, 50*time.Millisecond)
 }
@@ -267,8 +267,8 @@ func TestDeadLetterMovesAndSettlesInOneStep(t *testing.T) {
 	assert.Equal(t, "m0", moved.ID)
 	assert.Equal(t, "bad", moved.Headers["reason"])
 	receiveNone(t, s, 150*time.Millisecond) // the original is settled
-	// A second dead-letter of the same delivery is a stale no-op.
-	require.NoError(t, dl.DeadLetter(context.Background(), got.AckID, "orders.dlq", cp))
+	// A second dead-letter of the same delivery is stale and writes nothing.
+	require.ErrorIs(t, dl.DeadLetter(context.Background(), got.AckID, "orders.dlq", cp), backend.ErrStale)
 	receiveNone(t, dlq, 50*time.Millisecond)
 }
 

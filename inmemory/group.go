@@ -29,6 +29,18 @@ type lease struct {
 	deadline int64 // broker clock
 	attempt  int32
 	state    leaseState
+	// chain links the deliveries of one entry to one group after a lease
+	// expired, so that a late Ack of the expired delivery can still settle
+	// the message (see Subscription.Ack). Nil until the first expiry.
+	chain *leaseChain
+}
+
+// leaseChain is what the deliveries of one entry to one group share once a
+// lease has expired: whether the message is settled for the group, and the
+// newest delivery.
+type leaseChain struct {
+	settled bool
+	cur     *lease
 }
 
 // leaseRec is a lease as queued for expiry. It is stale when the lease was
@@ -53,6 +65,7 @@ type leaseQueue struct {
 type redo struct {
 	e       *entry
 	attempt int32
+	chain   *leaseChain // set when the redelivery follows an expired lease
 }
 
 // group is a consumer group: a cursor into the topic log plus the state of
@@ -138,14 +151,17 @@ func (g *group) reap(now int64) {
 					break
 				}
 				r.l.state = leaseExpired
-				g.ready.push(redo{e: r.l.e, attempt: r.l.attempt + 1})
+				if r.l.chain == nil {
+					r.l.chain = &leaseChain{}
+				}
+				g.ready.push(redo{e: r.l.e, attempt: r.l.attempt + 1, chain: r.l.chain})
 			}
 			q.recs.pop()
 		}
 	}
 	for len(g.delayed) > 0 && g.delayed[0].due <= now {
 		d := g.delayed.pop()
-		g.ready.push(redo{e: d.e, attempt: d.attempt})
+		g.ready.push(redo{e: d.e, attempt: d.attempt, chain: d.chain})
 	}
 }
 
@@ -165,9 +181,9 @@ func (g *group) nextWake() int64 {
 }
 
 // schedule queues e for redelivery with attempt at due.
-func (g *group) schedule(due int64, e *entry, attempt int32) {
+func (g *group) schedule(due int64, e *entry, attempt int32, chain *leaseChain) {
 	g.seq++
-	g.delayed.push(delayed{due: due, seq: g.seq, e: e, attempt: attempt})
+	g.delayed.push(delayed{due: due, seq: g.seq, e: e, attempt: attempt, chain: chain})
 	g.notifyBefore(due)
 }
 
@@ -216,7 +232,14 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 	}
 	for len(out) < n && g.ready.len() > 0 {
 		r := g.ready.pop()
+		if r.chain != nil && r.chain.settled {
+			continue // a late Ack of an expired delivery settled it
+		}
 		deliver(r.e, r.attempt)
+		if r.chain != nil {
+			l := &leases[len(out)-1]
+			l.chain, r.chain.cur = r.chain, l
+		}
 	}
 	t := g.t
 	for len(out) < n && g.cursor < t.head {

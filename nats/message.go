@@ -2,6 +2,7 @@ package nats
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -210,7 +211,7 @@ type ackMeta struct {
 func parseAckSubject(reply string) (ackMeta, error) {
 	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
 	if !ok {
-		return ackMeta{}, fmt.Errorf("reply subject %q is not a JetStream ack subject", reply)
+		return ackMeta{}, errors.New("its reply subject is not a JetStream ack subject")
 	}
 	// Split without allocating: this runs once per delivered message.
 	var toks [12]string
@@ -231,13 +232,13 @@ func parseAckSubject(reply string) (ackMeta, error) {
 	case n >= 9:
 		t = t[2:]
 	default:
-		return ackMeta{}, fmt.Errorf("ack subject %q has %d tokens", reply, n+2)
+		return ackMeta{}, fmt.Errorf("its ack subject has %d tokens", n+2)
 	}
 	delivered, err1 := strconv.Atoi(t[2])
 	sseq, err2 := strconv.ParseUint(t[3], 10, 64)
 	ts, err3 := strconv.ParseInt(t[5], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return ackMeta{}, fmt.Errorf("ack subject %q has malformed numbers", reply)
+		return ackMeta{}, errors.New("its ack subject has malformed numbers")
 	}
 	return ackMeta{stream: t[0], delivered: delivered, streamSeq: sseq, timestamp: time.Unix(0, ts)}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/eventbus-go/bus/backend"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -85,10 +86,14 @@ type Options struct {
 	// StreamMode chooses one stream per topic (default) or one shared
 	// stream. URL: ?streams=per-topic|shared.
 	StreamMode StreamMode
-	// StreamPrefix names per-topic streams (default "BUS"). URL:
-	// ?stream_prefix=.
+	// StreamPrefix names per-topic streams. The default derives from
+	// SubjectPrefix, so that buses with different subject prefixes never
+	// share a stream: "BUS" for the default subject prefix "bus", else
+	// "BUS-" and the subject prefix (letters and digits kept, any other
+	// byte as "-" and two hex digits). URL: ?stream_prefix=.
 	StreamPrefix string
-	// StreamName names the shared stream (default "BUS"). URL: ?stream=.
+	// StreamName names the shared stream; its default derives from
+	// SubjectPrefix like StreamPrefix's. URL: ?stream=.
 	StreamName string
 	// BindOnly binds to existing streams and never creates them; a
 	// missing stream is an error. URL: ?bind=true.
@@ -164,10 +169,10 @@ func (o *Options) withDefaults() (Options, error) {
 		c.SubjectPrefix = DefaultSubjectPrefix
 	}
 	if c.StreamPrefix == "" {
-		c.StreamPrefix = DefaultStreamPrefix
+		c.StreamPrefix = derivedStreamName(DefaultStreamPrefix, c.SubjectPrefix)
 	}
 	if c.StreamName == "" {
-		c.StreamName = DefaultStreamName
+		c.StreamName = derivedStreamName(DefaultStreamName, c.SubjectPrefix)
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -238,6 +243,28 @@ func (o *Options) withDefaults() (Options, error) {
 
 func (o *Options) wantTLS() bool {
 	return o.TLSCAFile != "" || o.TLSCertFile != "" || o.TLSServerName != "" || o.TLSConfig != nil
+}
+
+// derivedStreamName is base for the default subject prefix, and base + "-"
+// + the subject prefix escaped injectively into stream-name characters
+// otherwise. The escape never writes "_", which separates the topic in
+// per-topic stream names, so no two prefixes share a stream.
+func derivedStreamName(base, subjectPrefix string) string {
+	if subjectPrefix == DefaultSubjectPrefix {
+		return base
+	}
+	var b strings.Builder
+	b.WriteString(base)
+	b.WriteByte('-')
+	for i := 0; i < len(subjectPrefix); i++ {
+		c := subjectPrefix[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "-%02x", c)
+	}
+	return boundName(b.String())
 }
 
 func validStreamName(s string) bool {

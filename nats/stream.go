@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,9 +30,12 @@ func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, 
 		return false, nil
 	}
 	created := false
-	_, err := b.js.Stream(ctx, name)
+	st, err := b.js.Stream(ctx, name)
 	switch {
 	case err == nil:
+		if err := b.checkSubjects(st, name, topic); err != nil {
+			return false, err
+		}
 	case errors.Is(err, jetstream.ErrStreamNotFound) && b.opts.BindOnly:
 		return false, fmt.Errorf("stream %q does not exist and bind-only is set: %w", name, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -47,6 +51,34 @@ func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, 
 	b.streams[name] = true
 	b.mu.Unlock()
 	return created, nil
+}
+
+// checkSubjects refuses a stream that exists but does not hold topic's
+// subject: another bus (another prefix) or another application made it.
+// No retry fixes that, so the error is permanent.
+func (b *Backend) checkSubjects(st jetstream.Stream, name, topic string) error {
+	want := b.subjectFor(topic)
+	for _, s := range st.CachedInfo().Config.Subjects {
+		if subjectMatches(s, want) {
+			return nil
+		}
+	}
+	return backend.Permanent(fmt.Errorf("stream %q exists for subjects %q, not %q: give this bus its own stream_prefix (or stream), or its own prefix", name, st.CachedInfo().Config.Subjects, want))
+}
+
+// subjectMatches reports whether the stream subject filter covers subject
+// (literal tokens, "*" for one token, ">" for the rest).
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (f != "*" && f != st[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 func (b *Backend) forgetStream(name string) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -240,24 +239,23 @@ func deliveryCount(c interface{ Err() error }) int {
 	return 0
 }
 
-// malformedCopy builds the dead-letter message for an entry that could not
-// be decoded: its payload is a JSON object of the entry's raw fields.
+// malformedCopy builds, with the one dead-letter builder, the dead-letter
+// message for an entry that could not be decoded (or was trimmed before
+// delivery: code CodeExpired): its payload is a JSON object of the entry's
+// raw fields, which the dead-letter topic keeps for inspection; the reason
+// names the entry and the problem only.
 func malformedCopy(id string, values map[string]any, topic, group string, attempt int, cause error) *backend.Message {
 	raw := make(map[string]string, len(values))
 	for k, v := range values {
 		raw[k] = fmt.Sprint(v)
 	}
 	payload, _ := json.Marshal(raw)
-	return &backend.Message{
-		ID:      "redis-" + id,
-		Payload: payload,
-		Headers: map[string]string{
-			bus.HeaderDeadLetterReason:  cause.Error(),
-			bus.HeaderDeadLetterTopic:   topic,
-			bus.HeaderDeadLetterGroup:   group,
-			bus.HeaderDeadLetterAttempt: strconv.Itoa(max(attempt, 1)),
-			bus.HeaderDeadLetterID:      id,
-		},
-		PublishedAt: time.Now(),
+	code := backend.CodeMalformed
+	if len(values) == 0 {
+		code = backend.CodeExpired
 	}
+	m := backend.Message{ID: "redis-" + id, Payload: payload}
+	cp := backend.NewDeadLetter(&m, backend.DeadLetterInfo{Topic: topic, Group: group, Attempt: attempt, Code: code, Reason: cause.Error()})
+	cp.Headers[backend.HeaderDeadLetterID] = id
+	return cp
 }

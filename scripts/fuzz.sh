@@ -65,8 +65,15 @@ for t in "${targets[@]}"; do
 		failed=$((failed + 1))
 	fi
 	execs=$(grep -o 'execs: [0-9]*' <<<"$out" | tail -n 1 | awk '{print $2}' || true)
-	printf 'fuzz: %-4s %s %s: %s execs in %s (%ds with build)\n' \
-		"$status" "$pkg" "$name" "${execs:-0}" "$FUZZTIME" "$((SECONDS - t0))"
+	note=""
+	if [ -z "$execs" ] && [ "$status" = ok ]; then
+		# The time ran out while the seed corpus was being run for
+		# baseline coverage: nothing was mutated.
+		baseline=$(grep -o 'baseline coverage: [0-9]*/[0-9]*' <<<"$out" | tail -n 1 | awk '{print $3}' || true)
+		note=" (only ${baseline:-?} seed entries run for baseline coverage; raise FUZZTIME to mutate)"
+	fi
+	printf 'fuzz: %-4s %s %s: %s execs in %s (%ds with build)%s\n' \
+		"$status" "$pkg" "$name" "${execs:-0}" "$FUZZTIME" "$((SECONDS - t0))" "$note"
 	if [ "$status" = FAIL ]; then
 		grep -v '^fuzz: elapsed' <<<"$out" | tail -n 30 >&2
 	fi

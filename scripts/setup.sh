@@ -5,6 +5,8 @@
 #     the Redis tests start private servers from these binaries;
 #   - nats-server (Debian package nats-server): for the tests that run an
 #     external server (the NATS suite also embeds one in-process);
+#   - chromium (Debian package chromium): the dashboard's browser test
+#     drives it headless;
 #   - staticcheck, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
@@ -50,6 +52,7 @@ packages=()
 find_bin redis-server || packages+=(redis-server)
 find_bin redis-cli || packages+=(redis-tools)
 find_bin nats-server || packages+=(nats-server)
+find_bin chromium || find_bin chromium-browser || packages+=(chromium)
 if [ "${#packages[@]}" -gt 0 ]; then
 	apt_install "${packages[@]}"
 	# The Debian redis-server package starts a system service; the tests

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/internal/redistest"
 )
 
@@ -111,6 +112,10 @@ func TestDLQCommandsOnMem(t *testing.T) {
 
 func TestDLQCommandsOnRedis(t *testing.T) {
 	testDLQCommands(t, redistest.URL(t))
+}
+
+func TestDLQCommandsOnNATS(t *testing.T) {
+	testDLQCommands(t, natstest.Start(t).URL())
 }
 
 func TestDLQUsageErrors(t *testing.T) {

@@ -19,6 +19,7 @@ Usage:
   bus groups  --topic T [flags]     list a topic's groups with lag and in flight
   bus dlq     list|replay|purge     list, replay or purge dead letters
   bus stats   [--watch] [flags]     topics and groups, refreshed with rates
+  bus ui      [flags]               live web dashboard (loopback by default)
   bus version                       module version and linked backends
 
 Backends are chosen with --url (default $BUS_URL, else mem://):
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return dlqCmd(ctx, args[1:], stdout, stderr)
 	case "stats":
 		return statsCmd(ctx, args[1:], stdout, stderr)
+	case "ui":
+		return uiCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -78,6 +78,11 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 	}
 	assert.Equal(t, uint64(delivered), count(m, "bus.handler.duration"), "one duration per handler call")
 	assert.Equal(t, uint64(delivered), count(m, "bus.e2e.latency"), "one latency per delivery")
+	for _, dp := range sumPoints(m["bus.messages.dead_lettered"]) {
+		code, ok := dp.Attributes.Value(DeadLetterCodeKey)
+		require.True(t, ok, "dead letters carry their reason code")
+		assert.Equal(t, "permanent", code.AsString(), "the bad messages were dead-lettered as permanent")
+	}
 }
 
 func TestMetricsCountRejectedPublishAsFailed(t *testing.T) {

@@ -30,6 +30,10 @@ const (
 	AttemptKey = attribute.Key("bus.delivery.attempt")
 	// OutcomeKey is how the delivery was settled (bus.Outcome.String()).
 	OutcomeKey = attribute.Key("bus.delivery.outcome")
+	// DeadLetterCodeKey labels bus.messages.dead_lettered and
+	// bus.messages.dropped with the reason code (max-deliveries,
+	// permanent, rejected, malformed, oversized, lease-lost, expired).
+	DeadLetterCodeKey = attribute.Key("bus.dlq.code")
 )
 
 // Instrumentation traces and measures a bus. Install it with Options, or
@@ -74,6 +78,7 @@ type attrs struct {
 	batchSend    []attribute.KeyValue  // send span of a batch
 	add          []metric.AddOption    // one element, shared: no allocation per call
 	rec          []metric.RecordOption // one element, shared
+	metric       []attribute.KeyValue  // the attributes of add and rec
 }
 
 // Span kinds as start options, boxed once.
@@ -212,6 +217,7 @@ func (in *Instrumentation) attrsFor(topic, group string) *attrs {
 			semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"))
 	}
 	set := attribute.NewSet(metricAttrs...)
+	a.metric = metricAttrs
 	a.add = []metric.AddOption{metric.WithAttributeSet(set)}
 	a.rec = []metric.RecordOption{metric.WithAttributeSet(set)}
 	in.attrs[k] = a
@@ -272,7 +278,7 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 
 	var st *settleState
 	if recording || (metrics && in.settleEnabled(ctx)) {
-		st = &settleState{in: in, a: a, span: span, recording: recording}
+		st = &settleState{in: in, a: a, span: span, recording: recording, d: d}
 		st.left.Store(2)
 		in.inFlight.Add(ctx, 1, a.add...)
 		d.OnSettle(st.settled)
@@ -342,6 +348,7 @@ type settleState struct {
 	span      trace.Span
 	recording bool
 	left      atomic.Int32
+	d         *bus.Delivery
 }
 
 func (s *settleState) settled(o bus.Outcome, err error) {
@@ -360,7 +367,11 @@ func (s *settleState) settled(o bus.Outcome, err error) {
 		c = s.in.expired
 	}
 	if c != nil {
-		c.Add(ctx, 1, s.a.add...)
+		if code := s.d.DeadLetterCode(); code != "" && (o == bus.OutcomeDeadLettered || o == bus.OutcomeDropped) {
+			c.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), s.a.metric...), DeadLetterCodeKey.String(string(code)))...)))
+		} else {
+			c.Add(ctx, 1, s.a.add...)
+		}
 	}
 	if s.recording {
 		s.span.SetAttributes(OutcomeKey.String(o.String()))

@@ -1,0 +1,167 @@
+// The dashboard polls /api/state and redraws. Every value from the
+// backend is inserted as text (textContent), never as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+let allowWrites = false;
+let dlqTopic = "";
+// busChartPoints is read by the browser test: how many samples the chart drew.
+window.busChartPoints = 0;
+
+function cell(tr, value, cls) {
+  const td = document.createElement("td");
+  if (value === null || value === undefined) {
+    td.textContent = "unknown";
+    td.className = "unknown";
+  } else {
+    td.textContent = String(value);
+    if (cls) td.className = cls;
+  }
+  tr.appendChild(td);
+  return td;
+}
+
+function rows(tbody, items, fill) {
+  tbody.replaceChildren();
+  for (const it of items) {
+    const tr = document.createElement("tr");
+    fill(tr, it);
+    tbody.appendChild(tr);
+  }
+}
+
+function render(state) {
+  $("#backend").textContent = state.backend;
+  $("#status").textContent = state.error ? "error: " + state.error : "";
+  $("#status").className = state.error ? "error" : "";
+  allowWrites = state.allow_writes;
+  $("#writes").textContent = allowWrites ? "" : "read-only: start bus ui with --allow-writes to replay or purge";
+  const snap = state.snapshot;
+  if (!snap) return;
+  const topics = snap.topics || [];
+  rows($("#topics tbody"), topics, (tr, t) => {
+    tr.dataset.topic = t.name;
+    cell(tr, t.name);
+    cell(tr, t.messages, "num messages");
+    cell(tr, t.bytes, "num");
+    cell(tr, t.publish_rate === null || t.publish_rate === undefined ? null : t.publish_rate.toFixed(1), "num rate");
+    cell(tr, t.newest || "-");
+  });
+  const groups = [];
+  for (const t of topics) for (const g of t.groups || []) groups.push([t.name, g]);
+  rows($("#groups tbody"), groups, (tr, [topic, g]) => {
+    tr.dataset.topic = topic;
+    tr.dataset.group = g.name;
+    if (g.lag > 0) tr.className = "lagging";
+    cell(tr, topic);
+    cell(tr, g.name);
+    cell(tr, g.consumers, "num consumers");
+    cell(tr, g.pending, "num pending");
+    cell(tr, g.lag, "num lag");
+  });
+  const sel = $("#dlq-topic");
+  const dlqs = topics.map((t) => t.name).filter((n) => n.endsWith(".dlq"));
+  if (sel.options.length !== dlqs.length || dlqs.some((n, i) => sel.options[i].value !== n)) {
+    sel.replaceChildren(...dlqs.map((n) => new Option(n, n)));
+    if (dlqs.length && !dlqs.includes(dlqTopic)) {
+      dlqTopic = dlqs[0];
+    }
+    sel.value = dlqTopic;
+  }
+  drawChart(state.history || []);
+}
+
+function drawChart(history) {
+  const c = $("#chart");
+  const ctx = c.getContext("2d");
+  ctx.clearRect(0, 0, c.width, c.height);
+  window.busChartPoints = history.length;
+  if (history.length < 1) return;
+  const series = [["lag", "#c62828"], ["pending", "#1565c0"], ["rate", "#2e7d32"]];
+  let max = 1;
+  for (const s of history) for (const [k] of series) max = Math.max(max, s[k]);
+  ctx.strokeStyle = "#e6e8ec";
+  ctx.fillStyle = "#6b7280";
+  ctx.font = "11px sans-serif";
+  for (let i = 0; i <= 4; i++) {
+    const y = c.height - 20 - (i * (c.height - 30)) / 4;
+    ctx.beginPath(); ctx.moveTo(40, y); ctx.lineTo(c.width, y); ctx.stroke();
+    ctx.fillText(String(Math.round((max * i) / 4)), 2, y + 4);
+  }
+  const x = (i) => 40 + (history.length === 1 ? 0 : (i * (c.width - 45)) / (history.length - 1));
+  const y = (v) => c.height - 20 - (v * (c.height - 30)) / max;
+  for (const [k, color] of series) {
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    history.forEach((s, i) => (i ? ctx.lineTo(x(i), y(s[k])) : ctx.moveTo(x(i), y(s[k]))));
+    ctx.stroke();
+  }
+}
+
+async function refresh() {
+  try {
+    const r = await fetch("api/state");
+    render(await r.json());
+    await loadDLQ();
+  } catch (e) {
+    $("#status").textContent = "dashboard: " + e;
+  }
+}
+
+async function loadDLQ() {
+  const tbody = $("#dlq tbody");
+  $("#replay-all").disabled = !allowWrites || !dlqTopic;
+  $("#purge-all").disabled = !allowWrites || !dlqTopic;
+  if (!dlqTopic) { tbody.replaceChildren(); return; }
+  const r = await fetch("api/dlq?topic=" + encodeURIComponent(dlqTopic));
+  const list = r.ok ? await r.json() : [];
+  rows(tbody, list, (tr, d) => {
+    tr.dataset.id = d.id;
+    cell(tr, d.id);
+    cell(tr, d.code || "-", "code");
+    cell(tr, d.topic);
+    cell(tr, d.group || "-");
+    cell(tr, d.attempt, "num");
+    cell(tr, d.time || "-");
+    cell(tr, d.reason);
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.textContent = "Replay";
+    b.className = "replay";
+    b.disabled = !allowWrites;
+    b.addEventListener("click", (ev) => { ev.stopPropagation(); write("replay", { ids: [d.id] }); });
+    td.appendChild(b);
+    tr.appendChild(td);
+    tr.addEventListener("click", () => showDetail(tr, d));
+  });
+}
+
+function showDetail(tr, d) {
+  for (const r of document.querySelectorAll("#dlq tbody tr")) r.classList.remove("selected");
+  tr.classList.add("selected");
+  $("#detail").hidden = false;
+  $("#detail-id").textContent = d.id;
+  const headers = Object.entries(d.headers || {});
+  rows($("#detail-headers tbody"), headers, (row, [k, v]) => { cell(row, k); cell(row, v); });
+  $("#detail-payload").textContent = (d.payload_encoding === "base64" ? "(base64) " : "") + d.payload + (d.truncated ? " …(truncated)" : "");
+}
+
+async function write(op, body) {
+  const what = body.all ? "all dead letters of " + dlqTopic : body.ids.join(", ");
+  if (!confirm(op + " " + what + "?")) return;
+  const r = await fetch("api/dlq/" + op, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ topic: dlqTopic, ...body }),
+  });
+  const res = await r.json();
+  $("#status").textContent = res.error ? op + ": " + res.error : op + ": " + res.done + " done";
+  await refresh();
+}
+
+$("#dlq-topic").addEventListener("change", (e) => { dlqTopic = e.target.value; loadDLQ(); });
+$("#replay-all").addEventListener("click", () => write("replay", { all: true }));
+$("#purge-all").addEventListener("click", () => write("purge", { all: true }));
+refresh();
+setInterval(refresh, 1000);

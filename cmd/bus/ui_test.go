@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+)
+
+// chromiumPath finds the browser scripts/setup.sh installs.
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestDashboardInABrowser seeds a broker with topics, a lagging group and
+// dead letters, loads the dashboard in headless Chromium, checks the
+// tables and the chart, replays a dead letter with the button, and saves
+// a screenshot.
+func TestDashboardInABrowser(t *testing.T) {
+	browser := chromiumPath()
+	if browser == "" {
+		t.Skip("Chromium is not installed (scripts/setup.sh installs Debian's chromium package); the dashboard's browser test needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const url = "mem://dashboard-test"
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	defer b.Close(context.Background())
+
+	// A lagging group: it takes 3 of 10 messages and holds them.
+	release := make(chan struct{})
+	defer close(release)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, bus.WithGroup("billing"), bus.WithMaxInFlight(3))
+	require.NoError(t, err)
+	for range 10 {
+		require.NoError(t, b.Publish(ctx, "orders", &bus.Message{Payload: []byte(`{"total":42}`)}))
+	}
+	// Dead letters: payments rejects until the replay.
+	var ok atomic.Bool
+	replayed := make(chan string, 4)
+	_, err = b.Subscribe(ctx, "payments", func(ctx context.Context, d *bus.Delivery) error {
+		if !ok.Load() {
+			return bus.Permanent(errors.New("card declined"))
+		}
+		replayed <- d.ID
+		return nil
+	}, bus.WithGroup("charger"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "payments",
+		&bus.Message{ID: "pay-1", Payload: []byte("<script>alert(1)</script>")},
+		&bus.Message{ID: "pay-2", Payload: []byte("4111")}))
+	require.Eventually(t, func() bool {
+		dls, err := b.DeadLetters(ctx, "payments.dlq", 0)
+		return err == nil && len(dls) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	uiCtx, stopUI := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- serveUI(uiCtx, ln, b, true, 200*time.Millisecond) }()
+	defer func() {
+		stopUI()
+		require.NoError(t, <-served)
+	}()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Headless, chromedp.WindowSize(1200, 1500))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	cctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	// Accept the confirmation dialog of the replay button.
+	chromedp.ListenTarget(cctx, func(ev any) {
+		if _, isDialog := ev.(*page.EventJavascriptDialogOpening); isDialog {
+			go func() { _ = chromedp.Run(cctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
+
+	var lag, pending, messages, alertText string
+	var points int
+	require.NoError(t, chromedp.Run(cctx,
+		chromedp.Navigate("http://"+ln.Addr().String()+"/"),
+		chromedp.WaitVisible(`#groups tr[data-group="billing"] td.lag`),
+		chromedp.Text(`#groups tr[data-group="billing"] td.lag`, &lag),
+		chromedp.Text(`#groups tr[data-group="billing"] td.pending`, &pending),
+		chromedp.Text(`#topics tr[data-topic="orders"] td.messages`, &messages),
+		chromedp.WaitVisible(`#dlq tr[data-id="pay-1"]`),
+		chromedp.Click(`#dlq tr[data-id="pay-1"]`),
+		chromedp.WaitVisible(`#detail`),
+		chromedp.Text(`#detail-payload`, &alertText),
+		chromedp.Poll(`window.busChartPoints >= 2`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Evaluate(`window.busChartPoints`, &points),
+	), "load the dashboard")
+	assert.Equal(t, "7", lag, "the group shows 7 messages not yet delivered")
+	assert.Equal(t, "3", pending, "and 3 in flight")
+	assert.Equal(t, "10", messages, "the topic retains 10 messages")
+	assert.Equal(t, "<script>alert(1)</script>", alertText, "the payload preview is shown as text, not run")
+	assert.GreaterOrEqual(t, points, 2, "the chart plots samples")
+
+	ok.Store(true)
+	require.NoError(t, chromedp.Run(cctx,
+		chromedp.Click(`#dlq tr[data-id="pay-2"] button.replay`),
+		chromedp.WaitNotPresent(`#dlq tr[data-id="pay-2"]`),
+	), "replay pay-2 with its button")
+	select {
+	case id := <-replayed:
+		assert.Equal(t, "pay-2", id, "the replayed message arrives on its original topic")
+	case <-ctx.Done():
+		t.Fatal("the replayed message did not arrive")
+	}
+	dls, err := b.DeadLetters(ctx, "payments.dlq", 0)
+	require.NoError(t, err)
+	require.Len(t, dls, 1, "the replayed message left the dead-letter topic")
+	assert.Equal(t, "pay-1", dls[0].ID)
+
+	var shot []byte
+	require.NoError(t, chromedp.Run(cctx, chromedp.FullScreenshot(&shot, 100)))
+	dir := os.Getenv("BUS_UI_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, "dashboard.png")
+	require.NoError(t, os.WriteFile(path, shot, 0o644))
+	assert.True(t, strings.HasPrefix(string(shot[:8]), "\x89PNG"), "a PNG screenshot")
+	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+}
+
+func TestDashboardRefusesWritesWithoutFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	u := &uiServer{b: b}
+	srv := httptestServer(t, u)
+	resp, err := srv.Client().Post(srv.URL+"/api/dlq/purge", "application/json", strings.NewReader(`{"topic":"x.dlq","all":true}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 403, resp.StatusCode, "replay and purge need --allow-writes")
+}
+
+func httptestServer(t *testing.T, u *uiServer) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(u.routes())
+	t.Cleanup(srv.Close)
+	return srv
+}

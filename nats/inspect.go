@@ -1,0 +1,221 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+var _ backend.Inspector = (*Backend)(nil)
+
+// Inspection needs JetStream; core NATS keeps nothing to inspect.
+func (b *Backend) inspectable(op string) error {
+	if b.closed.Load() {
+		return fmt.Errorf("nats: %s: %w", op, backend.ErrClosed)
+	}
+	if b.opts.CoreNATS {
+		return fmt.Errorf("nats: %s: core NATS retains no messages: %w", op, bus.ErrUnsupported)
+	}
+	return nil
+}
+
+// Topics implements backend.Inspector from the streams' state. In a
+// shared stream the per-topic counts come from the subject state; bytes
+// and times are then unknown.
+func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+	if err := b.inspectable("topics"); err != nil {
+		return nil, err
+	}
+	prefix := b.opts.SubjectPrefix + "."
+	var out []backend.TopicInfo
+	if b.opts.StreamMode == StreamShared {
+		st, err := b.js.Stream(ctx, b.opts.StreamName)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return []backend.TopicInfo{}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nats: topics: %w", err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+		if err != nil {
+			return nil, fmt.Errorf("nats: topics: %w", err)
+		}
+		for subj, n := range info.State.Subjects {
+			out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown})
+		}
+	} else {
+		names := b.js.ListStreams(ctx)
+		for info := range names.Info() {
+			if !strings.HasPrefix(info.Config.Name, b.opts.StreamPrefix+"_") || len(info.Config.Subjects) != 1 {
+				continue
+			}
+			topic, ok := strings.CutPrefix(info.Config.Subjects[0], prefix)
+			if !ok {
+				continue
+			}
+			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes)}
+			if info.State.Msgs > 0 {
+				ti.Oldest, ti.Newest = info.State.FirstTime, info.State.LastTime
+			}
+			out = append(out, ti)
+		}
+		if err := names.Err(); err != nil {
+			return nil, fmt.Errorf("nats: topics: %w", err)
+		}
+	}
+	slices.SortFunc(out, func(a, b backend.TopicInfo) int { return strings.Compare(a.Name, b.Name) })
+	if out == nil {
+		out = []backend.TopicInfo{}
+	}
+	return out, nil
+}
+
+// Groups implements backend.Inspector from the consumers' state: pending
+// is NumAckPending, lag NumPending. Members of a pull consumer are not
+// known to the server, so Consumers is Unknown, and so is the age of the
+// oldest pending message.
+func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	if err := b.inspectable("groups"); err != nil {
+		return nil, err
+	}
+	st, err := b.js.Stream(ctx, b.streamFor(topic))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return []backend.GroupInfo{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: groups of %q: %w", topic, err)
+	}
+	subject := b.subjectFor(topic)
+	out := []backend.GroupInfo{}
+	list := st.ListConsumers(ctx)
+	for ci := range list.Info() {
+		if ci.Config.FilterSubject != subject {
+			continue
+		}
+		name := ci.Config.Metadata["bus.group"]
+		if name == "" {
+			name = ci.Name
+		}
+		out = append(out, backend.GroupInfo{
+			Name: name, Consumers: backend.Unknown,
+			Pending: backend.Figure(ci.NumAckPending), Lag: backend.Figure(ci.NumPending),
+		})
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("nats: groups of %q: %w", topic, err)
+	}
+	slices.SortFunc(out, func(a, b backend.GroupInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Peek implements backend.Inspector by reading stored messages by
+// sequence; the cursor is the next stream sequence.
+func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*backend.Message, string, error) {
+	if err := b.inspectable("peek"); err != nil {
+		return nil, "", err
+	}
+	if n < 1 {
+		return nil, "", fmt.Errorf("nats: peek %q: %w: n %d, want >= 1", topic, ErrInvalidOption, n)
+	}
+	var out []*backend.Message
+	next, err := b.scan(ctx, topic, cursor, func(seq uint64, m *backend.Message) bool {
+		out = append(out, m)
+		return len(out) < n
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("nats: peek %q: %w", topic, err)
+	}
+	return out, next, nil
+}
+
+// Delete implements backend.Inspector: it finds the listed message IDs
+// and deletes their stream messages.
+func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
+	if err := b.inspectable("delete"); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	var seqs []uint64
+	if _, err := b.scan(ctx, topic, "", func(seq uint64, m *backend.Message) bool {
+		if want[m.ID] {
+			seqs = append(seqs, seq)
+		}
+		return true
+	}); err != nil {
+		return 0, fmt.Errorf("nats: delete from %q: %w", topic, err)
+	}
+	st, err := b.js.Stream(ctx, b.streamFor(topic))
+	if err != nil {
+		return 0, fmt.Errorf("nats: delete from %q: %w", topic, err)
+	}
+	deleted := 0
+	for _, seq := range seqs {
+		if err := st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return deleted, fmt.Errorf("nats: delete from %q: %w", topic, err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+// scan calls f for the stored messages of topic from the sequence in
+// cursor ("" = the first) until f returns false; it returns the cursor of
+// the next message, or "" at the end.
+func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64, *backend.Message) bool) (string, error) {
+	st, err := b.js.Stream(ctx, b.streamFor(topic))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	seq := info.State.FirstSeq
+	if cursor != "" {
+		v, err := strconv.ParseUint(cursor, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("%w: cursor is not one Peek returned", ErrInvalidOption)
+		}
+		seq = max(seq, v)
+	}
+	subject, scope := b.subjectFor(topic), b.idScope(topic)
+	for seq > 0 && seq <= info.State.LastSeq {
+		// The next message of topic at or after seq: one request per
+		// message of the topic, also in a stream shared by every topic.
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		seq = raw.Sequence
+		m := &backend.Message{Payload: raw.Data, PublishedAt: raw.Time}
+		decodeHeaders(raw.Header, m, scope)
+		if !f(seq, m) {
+			if seq < info.State.LastSeq {
+				return strconv.FormatUint(seq+1, 10), nil
+			}
+			return "", nil
+		}
+		seq++
+	}
+	return "", nil
+}
