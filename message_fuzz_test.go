@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -24,6 +26,12 @@ func (r *recordingBackend) Publish(_ context.Context, _ string, msgs []*bus.Back
 	return nil
 }
 
+// wording is the fixed text of the bus's validation errors.
+const wording = `bus: publish "fuzz": batch rejected, nothing sent: 1 invalid message(s); #0: invalid message: payload too large: ` +
+	`empty id id is bytes, more than id has byte at (visible ASCII only) key is bytes, more than key is not valid UTF-8 ` +
+	`headers, more than headers are bytes, more than empty header key header key is bytes, more than ` +
+	`header key has byte at (token characters only) uses reserved prefix "bus-" "nats-" value is not valid UTF-8 limit 64`
+
 // FuzzValidateMessage: Publish never panics, refuses with ErrInvalidMessage
 // or ErrPayloadTooLarge and calls no backend, or accepts a message that
 // obeys the content rule and hands it to the backend unchanged.
@@ -44,6 +52,14 @@ func FuzzValidateMessage(f *testing.F) {
 			}
 			if len(be.got) != 0 {
 				t.Fatalf("a refused message reached the backend")
+			}
+			// The error never quotes a header value, a key or an ID (only
+			// a short prefix of a header key).
+			public := strconv.Quote(hk) + " " + hk
+			for _, v := range []string{hv, key, id} {
+				if len(v) >= 8 && strings.Contains(err.Error(), v) && !strings.Contains(public, v) && !strings.Contains(wording, v) {
+					t.Fatalf("the error quotes message content %q: %v", v, err)
+				}
 			}
 			return
 		}
