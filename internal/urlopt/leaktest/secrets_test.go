@@ -1,4 +1,4 @@
-package urlopt_test
+package leaktest_test
 
 import (
 	"bytes"
