@@ -23,6 +23,7 @@ type Bus struct {
 	opts    busOptions
 	optErr  error
 	publish PublishFunc
+	batcher *coalescer
 
 	// ops counts publishes, subscribes being set up and the bus's own
 	// background goroutines; no lock is held across any of them.
@@ -75,6 +76,7 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 	if b.caps.MaxPayload > 0 && b.caps.MaxPayload < b.opts.maxPayload {
 		b.opts.maxPayload = b.caps.MaxPayload
 	}
+	b.batcher = newCoalescer(be, o.batching, &b.ops)
 	b.publish = b.publishCore
 	for i := len(o.publishMW) - 1; i >= 0; i-- {
 		b.publish = o.publishMW[i](b.publish)
@@ -146,7 +148,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
 		buf.ptrs[i] = &buf.vals[i]
 	}
-	err := b.be.Publish(ctx, topic, buf.ptrs)
+	err := b.batcher.publish(ctx, topic, buf.ptrs)
 	if err == nil {
 		return nil
 	}

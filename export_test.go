@@ -4,3 +4,15 @@ import "github.com/eventbus-go/bus/backend"
 
 // BackendMessage lets external tests name the SPI message type briefly.
 type BackendMessage = backend.Message
+
+// PendingPublishes returns how many Publish calls to topic wait behind
+// the batches in flight.
+func PendingPublishes(b *Bus, topic string) int {
+	c := b.batcher
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.topics[topic]; q != nil {
+		return len(q.pending)
+	}
+	return 0
+}

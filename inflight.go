@@ -27,7 +27,16 @@ func (t *inflight) enter() bool {
 	return true
 }
 
-// leave ends an operation that entered.
+// join starts an operation on behalf of one that is in progress (so
+// close cannot have found the bus idle); unlike enter it succeeds after
+// close.
+func (t *inflight) join() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+// leave ends an operation that entered or joined.
 func (t *inflight) leave() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

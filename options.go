@@ -96,6 +96,7 @@ type busOptions struct {
 	maxPayload  int
 	ackBatch    int
 	ackInterval time.Duration
+	batching    PublishBatching
 }
 
 type subscribeOptions struct {
