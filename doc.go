@@ -20,6 +20,13 @@
 // is acquired before the backend is asked for messages, so nothing waits in
 // a local buffer while its lease runs.
 //
+// # Publishing
+//
+// Publish validates every message before any I/O and returns when the
+// backend stored the batch. Concurrent Publish calls to one topic are
+// combined into backend batches while the topic is busy (see
+// PublishBatching); a call alone goes straight to the backend.
+//
 // # Errors
 //
 // Errors returned to callers wrap the sentinels in errors.go. Errors with no
