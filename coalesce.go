@@ -82,7 +82,7 @@ type coalescer struct {
 	ops *inflight // the bus's operation count; batch senders join it
 
 	mu     sync.Mutex
-	topics map[string]*topicQueue // topics with a batch in flight
+	topics map[string]*topicQueue // topics with a batch in flight, and a few idle ones
 }
 
 // topicQueue is the publishing state of one topic while a batch of it is
@@ -167,9 +167,7 @@ func (c *coalescer) next(topic string, q *topicQueue) {
 	c.mu.Lock()
 	q.running--
 	if len(q.pending) == 0 {
-		if q.running == 0 {
-			delete(c.topics, topic)
-		}
+		c.idle(topic, q)
 		c.mu.Unlock()
 		return
 	}
@@ -180,6 +178,19 @@ func (c *coalescer) next(topic string, q *topicQueue) {
 	c.ops.join()
 	c.mu.Unlock()
 	go c.sendLoop(topic, q, batch)
+}
+
+// keptIdleTopics is how many idle topics keep their queue, so a topic
+// published to again and again does not allocate one per call; beyond it
+// idle topics are forgotten, which bounds the memory of many topics.
+const keptIdleTopics = 64
+
+// idle forgets q when nothing of topic is in flight and many topics are
+// known. c.mu is held.
+func (c *coalescer) idle(topic string, q *topicQueue) {
+	if q.running == 0 && len(c.topics) > keptIdleTopics {
+		delete(c.topics, topic)
+	}
 }
 
 // take moves the oldest waiting calls, within the bounds, into a batch.
@@ -211,9 +222,7 @@ func (c *coalescer) sendLoop(topic string, q *topicQueue, batch []*publishReq) {
 		c.mu.Lock()
 		if len(q.pending) == 0 {
 			q.running--
-			if q.running == 0 {
-				delete(c.topics, topic)
-			}
+			c.idle(topic, q)
 			c.mu.Unlock()
 			return
 		}

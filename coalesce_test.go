@@ -365,3 +365,13 @@ func TestCloseWaitsForCombinedBatches(t *testing.T) {
 	require.NoError(t, result(t, queued))
 	require.NoError(t, result(t, closed))
 }
+
+func TestPublishBatchingForgetsIdleTopicsBeyondAFew(t *testing.T) {
+	b := bus.New(nopBackend{})
+	defer b.Close(context.Background())
+	for i := range 500 {
+		require.NoError(t, b.Publish(context.Background(), fmt.Sprint("topic", i), bmsg("a")))
+	}
+	assert.LessOrEqual(t, bus.PublishTopicsKept(b), 65, "state of idle topics stays bounded")
+	assert.Positive(t, bus.PublishTopicsKept(b), "a few idle topics keep their state for reuse")
+}

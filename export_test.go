@@ -16,3 +16,12 @@ func PendingPublishes(b *Bus, topic string) int {
 	}
 	return 0
 }
+
+// PublishTopicsKept returns how many topics the publish batching keeps
+// state for.
+func PublishTopicsKept(b *Bus) int {
+	c := b.batcher
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.topics)
+}
