@@ -62,24 +62,42 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 	}
 }
 
-func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--size", "256", "--scenario", "e2e", "--json")
-	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+// benchJSONKeys are the keys of every bus bench --json line.
+var benchJSONKeys = []string{
+	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "gogc", "latency", "lost",
+	"max_in_flight", "msgs_per_sec", "n", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
+	"rate", "rate_short", "scenario", "seconds", "size",
+}
+
+// decodeBenchJSON checks that stdout is one JSON line and returns it as a
+// map and as a jsonResult.
+func decodeBenchJSON(t *testing.T, stdout string) (map[string]any, jsonResult) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Len(t, lines, 1, "exactly one line on stdout: %q", stdout)
-
 	var fields map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &fields), "stdout is JSON")
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
+	var res jsonResult
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res), "decodes into the result")
+	return fields, res
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"backend", "delivered", "duplicates", "lost", "msgs_per_sec", "n", "p50_ms", "p99_ms", "scenario", "seconds", "size"}
-	assert.Equal(t, want, keys, "exactly the documented keys")
+	return keys
+}
 
-	var res jsonResult
-	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res), "decodes into the result")
+func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--size", "256", "--scenario", "e2e",
+		"--batch", "8", "--publishers", "2", "--max-in-flight", "64", "--ack-mode", "manual", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, benchJSONKeys, sortedKeys(fields), "exactly the documented keys")
+
 	assert.Equal(t, "e2e", res.Scenario)
 	assert.Equal(t, 2000, res.N)
 	assert.Equal(t, 256, res.Size)
@@ -87,7 +105,46 @@ func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
 	assert.Zero(t, res.Lost, "nothing lost")
 	assert.Zero(t, res.Duplicates, "no duplicates")
 	assert.Positive(t, res.MsgsPerSec, "throughput")
-	assert.Contains(t, stderr, "peak live heap", "heap figure goes to stderr in JSON mode")
+	require.NotNil(t, res.P50Ms, "e2e measures latency")
+	require.NotNil(t, res.P99Ms, "e2e measures latency")
+	require.NotNil(t, res.P999Ms, "e2e measures latency")
+	assert.GreaterOrEqual(t, *res.P999Ms, *res.P99Ms, "p999 >= p99")
+	assert.Equal(t, "manual", res.AckMode, "settings: ack mode")
+	assert.Equal(t, 8, res.Batch, "settings: batch")
+	assert.Equal(t, 2, res.Publishers, "settings: publishers")
+	assert.Equal(t, 64, res.MaxInFlight, "settings: max in flight")
+	assert.Zero(t, res.Rate, "settings: unpaced")
+	assert.Nil(t, res.AchievedRate, "no achieved rate when unpaced")
+	assert.Equal(t, gcPercent(), res.GOGC, "settings: the runtime's GOGC by default")
+	assert.Positive(t, res.PeakHeapMiB, "peak heap")
+	assert.Contains(t, stderr, "peak live heap", "heap figure also goes to stderr in JSON mode")
+}
+
+func TestBenchConsumeReportsNullLatencyInJSON(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--scenario", "consume", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, benchJSONKeys, sortedKeys(fields), "consume has the same keys")
+	for _, k := range []string{"p50_ms", "p99_ms", "p999_ms", "latency"} {
+		v, ok := fields[k]
+		assert.True(t, ok, "%s present", k)
+		assert.Nil(t, v, "%s is null, not 0, when no latency was measured", k)
+	}
+	assert.EqualValues(t, 2000, res.Delivered, "every message consumed")
+}
+
+func TestBenchGOGCFlagIsOptIn(t *testing.T) {
+	before := gcPercent()
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "500", "--gogc", "250", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	_, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, 250, res.GOGC, "--gogc sets the run's GOGC")
+	assert.Equal(t, before, gcPercent(), "the process's GOGC is restored after the run")
+
+	code, stdout, stderr = runCLI(t, "", "bench", "--url", "mem://", "-n", "500", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	_, res = decodeBenchJSON(t, stdout)
+	assert.Equal(t, before, res.GOGC, "without --gogc the runtime's setting stays")
 }
 
 func TestBenchTablePrintsTheSummary(t *testing.T) {
