@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/inmemory"
@@ -88,8 +89,8 @@ func benchURL(cfg benchConfig) string {
 	}
 	q.Set("max_backlog", strconv.Itoa(max(cfg.N, inmemory.DefaultMaxBacklog)))
 	q.Set("max_backlog_bytes", strconv.FormatInt(max(memBacklogBytes(cfg), inmemory.DefaultMaxBacklogBytes), 10))
-	u.RawQuery = q.Encode()
-	return u.String()
+	base, _, _ := strings.Cut(cfg.URL, "?") // u.String() would drop the "//" of mem://
+	return base + "?" + q.Encode()
 }
 
 // memBacklogBytes is a mem:// backlog byte limit that holds -n messages:
