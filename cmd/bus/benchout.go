@@ -192,10 +192,14 @@ func writeComparison(w io.Writer, cfg benchConfig, gogc int, c *comparison) {
 		}
 		return fmtMs(d)
 	}
-	row("p50", lat(b, b.P50), lat(raw, raw.P50), fmtRatio(c.Ratio.P50))
-	row("p99", lat(b, b.P99), lat(raw, raw.P99), fmtRatio(c.Ratio.P99))
-	row("p999", lat(b, b.P999), lat(raw, raw.P999), fmtRatio(c.Ratio.P999))
-	row("max", lat(b, b.Max), lat(raw, raw.Max), "")
+	if b.Latency != "" || raw.Latency != "" {
+		row("p50", lat(b, b.P50), lat(raw, raw.P50), fmtRatio(c.Ratio.P50))
+		row("p99", lat(b, b.P99), lat(raw, raw.P99), fmtRatio(c.Ratio.P99))
+		row("p999", lat(b, b.P999), lat(raw, raw.P999), fmtRatio(c.Ratio.P999))
+		row("max", lat(b, b.Max), lat(raw, raw.Max), "")
+	} else {
+		row("latency", "-", "-", "")
+	}
 	row("delivered", fmt.Sprint(b.Delivered), fmt.Sprint(raw.Delivered), "")
 	row("duplicates", fmt.Sprint(b.Duplicates), fmt.Sprint(raw.Duplicates), "")
 	row("lost", fmt.Sprint(b.Lost), fmt.Sprint(raw.Lost), "")
