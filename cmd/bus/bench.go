@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"net/url"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ type benchConfig struct {
 	Topic       string
 	Timeout     time.Duration // 0: 30s plus 100µs per message
 	JSON        bool
+	Rate        float64 // messages per second over all publishers; 0: unpaced
+	Baseline    bool    // also run the raw client and compare
+	Rounds      int     // raw and bus runs, alternating, with Baseline; 0 means 1
 }
 
 func (c *benchConfig) validate() error {
@@ -79,62 +83,74 @@ func (c *benchConfig) validate() error {
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want >= 0", c.Timeout))
 	}
+	switch {
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		errs = append(errs, fmt.Errorf("--rate %v: want a finite rate >= 0 (0: as fast as possible)", c.Rate))
+	case c.Rate > 0 && c.Scenario == scenarioConsume:
+		errs = append(errs, fmt.Errorf("--rate %v: the consume scenario drains a prefilled backlog and is not paced (use --scenario e2e or publish)", c.Rate))
+	}
+	switch {
+	case c.Rounds < 0:
+		errs = append(errs, fmt.Errorf("--rounds %d: want >= 1", c.Rounds))
+	case c.Rounds > 1 && !c.Baseline:
+		errs = append(errs, fmt.Errorf("--rounds %d: rounds alternate the raw client and the bus; it needs --baseline", c.Rounds))
+	}
 	return errors.Join(errs...)
 }
 
+// rounds is how many raw and bus runs a baseline comparison makes.
+func (c *benchConfig) rounds() int { return max(c.Rounds, 1) }
+
 // deadline is how long the run may take before it counts as timed out.
+// A paced run is given the time its schedule needs on top.
 func (c *benchConfig) deadline() time.Duration {
 	if c.Timeout > 0 {
 		return c.Timeout
 	}
-	return 30*time.Second + time.Duration(c.N)*100*time.Microsecond
+	d := 30*time.Second + time.Duration(c.N)*100*time.Microsecond
+	if c.Rate > 0 {
+		d += time.Duration(float64(c.N) / c.Rate * float64(time.Second))
+	}
+	return d
 }
+
+// batchInterval is the time between two batches of the paced schedule.
+func (c *benchConfig) batchInterval() time.Duration {
+	if c.Rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.Batch) / c.Rate * float64(time.Second))
+}
+
+// rateShortfall is how far below the target a paced run may stay before
+// it counts as having fallen short (the last batch's own latency and
+// timer slack are in the measurement).
+const rateShortfall = 0.95
 
 // benchResult is what a run measured.
 type benchResult struct {
-	Backend     string
-	Scenario    string
-	N           int
-	Size        int
-	Seconds     float64
-	MsgsPerSec  float64
-	P50         time.Duration
-	P99         time.Duration
-	Max         time.Duration
-	Latency     string // what the latency figures measure; "" when none
-	Delivered   int64
-	Duplicates  int64
-	Lost        int64
-	Foreign     int64 // deliveries not stamped by this run
-	PeakHeapMiB float64
-	Errors      int64 // events the observer received
-	FirstError  string
-	TimedOut    bool
-}
-
-// jsonResult is the one line bus bench --json prints; its keys are a
-// stable interface for scripts.
-type jsonResult struct {
-	Backend    string  `json:"backend"`
-	Scenario   string  `json:"scenario"`
-	N          int     `json:"n"`
-	Size       int     `json:"size"`
-	Seconds    float64 `json:"seconds"`
-	MsgsPerSec float64 `json:"msgs_per_sec"`
-	P50Ms      float64 `json:"p50_ms"`
-	P99Ms      float64 `json:"p99_ms"`
-	Delivered  int64   `json:"delivered"`
-	Duplicates int64   `json:"duplicates"`
-	Lost       int64   `json:"lost"`
-}
-
-func (r *benchResult) json() jsonResult {
-	return jsonResult{
-		Backend: r.Backend, Scenario: r.Scenario, N: r.N, Size: r.Size,
-		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
-		P50Ms: ms(r.P50), P99Ms: ms(r.P99),
-		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
-	}
+	Backend      string
+	Client       string // what was driven: "bus", or the raw client of a baseline
+	Scenario     string
+	N            int
+	Size         int
+	Seconds      float64
+	MsgsPerSec   float64
+	P50          time.Duration
+	P99          time.Duration
+	P999         time.Duration
+	Max          time.Duration
+	Latency      string  // what the latency figures measure; "" when none
+	AchievedRate float64 // messages per second the paced publishers sent; 0 when unpaced
+	RateShort    bool    // the paced publishers fell short of --rate
+	Delivered    int64
+	Duplicates   int64
+	Lost         int64
+	Foreign      int64 // deliveries not stamped by this run
+	PeakHeapMiB  float64
+	Errors       int64 // events the observer received, and raw client errors
+	FirstError   string
+	TimedOut     bool
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -143,18 +159,27 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (r *benchResult) failure() error {
 	switch {
 	case r.TimedOut:
-		return fmt.Errorf("timed out: %d of %d messages delivered, %d lost", r.Delivered-r.Duplicates, r.N, r.Lost)
+		return fmt.Errorf("%s: timed out: %d of %d messages delivered, %d lost", r.Client, r.Delivered-r.Duplicates, r.N, r.Lost)
 	case r.Lost > 0:
-		return fmt.Errorf("%d of %d messages lost", r.Lost, r.N)
+		return fmt.Errorf("%s: %d of %d messages lost", r.Client, r.Lost, r.N)
 	}
 	return nil
+}
+
+// setLatency fills in the latency figures of h.
+func (r *benchResult) setLatency(h *histogram, what string) {
+	if h.Count() == 0 {
+		return
+	}
+	r.P50, r.P99, r.P999, r.Max = h.Quantile(0.5), h.Quantile(0.99), h.Quantile(0.999), h.Max()
+	r.Latency = what
 }
 
 // benchRun is the state of one run shared by publishers, the handler and
 // the sampler.
 type benchRun struct {
 	cfg    benchConfig
-	b      *bus.Bus
+	t      target
 	topic  string
 	nonce  uint64
 	epoch  time.Time // payload timestamps count from here
@@ -165,51 +190,70 @@ type benchRun struct {
 	first  atomic.Pointer[string]
 	phase  atomic.Pointer[string]
 	timing atomic.Bool // the handler records latency
+
+	// Set by publishAll when it returns.
+	pubElapsed time.Duration // from the first batch's due time to the last batch's return
+}
+
+func newBenchRun(cfg benchConfig, label string) *benchRun {
+	r := &benchRun{cfg: cfg, nonce: rand.Uint64N(1 << (64 - nonceShift)), epoch: time.Now()}
+	r.track = newTracker(int64(cfg.N))
+	r.setPhase(label + cfg.Scenario)
+	r.topic = cfg.Topic
+	if r.topic == "" {
+		r.topic = fmt.Sprintf("bus-bench.%s.%x", cfg.Scenario, time.Now().UnixNano())
+	}
+	return r
 }
 
 func (r *benchRun) observe(_ context.Context, e observer.Event) {
+	r.note(e.Scope.String() + ": " + e.Err.Error())
+}
+
+// note counts a background error and keeps the first.
+func (r *benchRun) note(msg string) {
 	r.errs.Add(1)
-	msg := e.Scope.String() + ": " + e.Err.Error()
 	r.first.CompareAndSwap(nil, &msg)
 }
 
 func (r *benchRun) setPhase(p string) { r.phase.Store(&p) }
 
-// runBench runs one benchmark. progress, when not nil, is called about
-// five times a second with a one-line status. The returned error is set
-// when the run could not be carried out; a run that lost messages or timed
-// out returns a result whose failure method says so.
+// runBench runs one benchmark of the bus. progress, when not nil, is
+// called about five times a second with a one-line status. The returned
+// error is set when the run could not be carried out; a run that lost
+// messages or timed out returns a result whose failure method says so.
 func runBench(ctx context.Context, cfg benchConfig, progress func(string)) (benchResult, error) {
 	if err := cfg.validate(); err != nil {
 		return benchResult{}, err
 	}
-	r := &benchRun{cfg: cfg, nonce: rand.Uint64N(1 << (64 - nonceShift)), epoch: time.Now()}
-	r.track = newTracker(int64(cfg.N))
-	r.setPhase(cfg.Scenario)
-	r.topic = cfg.Topic
-	if r.topic == "" {
-		r.topic = fmt.Sprintf("bus-bench.%s.%x", cfg.Scenario, time.Now().UnixNano())
-	}
+	return runSide(ctx, cfg, openBusTarget, "", progress)
+}
 
-	b, err := bus.Open(ctx, cfg.URL, bus.WithObserver(observer.Func(r.observe)))
+// runSide runs one benchmark of the target open returns.
+func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string, progress func(string)) (benchResult, error) {
+	r := newBenchRun(cfg, label)
+	t, err := open(ctx, r)
 	if err != nil {
 		return benchResult{}, err
 	}
-	r.b = b
-	res := benchResult{Backend: backendName(b, cfg.URL), Scenario: cfg.Scenario, N: cfg.N, Size: cfg.Size}
+	r.t = t
+	res := benchResult{Backend: t.backend(), Client: t.client(), Scenario: cfg.Scenario, N: cfg.N, Size: cfg.Size}
 
+	// Start from a collected heap, so the peak is this run's and not
+	// garbage left by an earlier one.
+	runtime.GC()
 	sampler := startSampler(r, progress)
 	var runErr error
 	switch cfg.Scenario {
 	case scenarioPublish:
 		runErr = r.runPublish(ctx, &res)
 	case scenarioConsume:
-		runErr = r.runConsume(ctx, &res)
+		runErr = r.runConsume(ctx, &res, sampler)
 	case scenarioE2E:
 		runErr = r.runE2E(ctx, &res)
 	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	if err := b.Close(closeCtx); err != nil && runErr == nil {
+	if err := t.close(closeCtx); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close: %w", err)
 	}
 	cancel()
@@ -218,6 +262,10 @@ func runBench(ctx context.Context, cfg benchConfig, progress func(string)) (benc
 	if res.Seconds > 0 {
 		res.MsgsPerSec = float64(cfg.N-int(res.Lost)) / res.Seconds
 	}
+	if cfg.Rate > 0 && r.pubElapsed > 0 {
+		res.AchievedRate = float64(r.sent.Load()) / r.pubElapsed.Seconds()
+		res.RateShort = res.AchievedRate < rateShortfall*cfg.Rate
+	}
 	res.Errors = r.errs.Load()
 	if p := r.first.Load(); p != nil {
 		res.FirstError = *p
@@ -225,57 +273,51 @@ func runBench(ctx context.Context, cfg benchConfig, progress func(string)) (benc
 	return res, runErr
 }
 
-func backendName(b *bus.Bus, rawURL string) string {
-	if name := b.Capabilities().Name; name != "" {
-		return name
-	}
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Scheme
-	}
-	return "unknown"
-}
-
-// runPublish publishes n messages; latency is that of each Publish call.
+// runPublish publishes n messages; latency is that of each Publish call,
+// counted from the batch's scheduled time when paced.
 func (r *benchRun) runPublish(ctx context.Context, res *benchResult) error {
+	if err := r.t.prepare(ctx, scenarioPublish); err != nil {
+		return err
+	}
 	start := time.Now()
 	err := r.publishAll(ctx, true)
 	res.Seconds = time.Since(start).Seconds()
 	res.Delivered = r.sent.Load()
 	res.Lost = int64(r.cfg.N) - res.Delivered
-	res.P50, res.P99, res.Max = r.lat.Quantile(0.5), r.lat.Quantile(0.99), r.lat.Max()
-	res.Latency = "publish call (batch)"
+	what := "publish call (batch)"
+	if r.cfg.Rate > 0 {
+		what = "scheduled send to publish return (batch)"
+	}
+	res.setLatency(&r.lat, what)
 	return err
 }
 
 // runConsume publishes n messages (not timed), then consumes them with a
-// new group that starts from the oldest message.
-func (r *benchRun) runConsume(ctx context.Context, res *benchResult) error {
-	if !r.b.Capabilities().StartOldest {
-		return fmt.Errorf("the consume scenario needs a backend that can start a group from the oldest message; %s cannot (use --scenario e2e)", res.Backend)
-	}
-	// Create the group before the prefill, so a backend that keeps only
-	// part of a topic nobody subscribed to still owes the group every
+// new group that starts from the oldest message. The peak heap is that of
+// the consume phase.
+func (r *benchRun) runConsume(ctx context.Context, res *benchResult, s *sampler) error {
+	// The group is created before the prefill, so a backend that keeps
+	// only part of a topic nobody subscribed to still owes it every
 	// message.
-	sub, err := r.subscribe(ctx, bus.StartOldest)
-	if err != nil {
+	if err := r.t.prepare(ctx, scenarioConsume); err != nil {
 		return err
 	}
-	if err := sub.Close(ctx); err != nil {
-		return fmt.Errorf("create group: %w", err)
-	}
+	label := *r.phase.Load()
 	r.setPhase("prefill")
 	if err := r.prefill(ctx); err != nil {
 		return err
 	}
-	r.setPhase(scenarioConsume)
+	r.setPhase(label)
+	runtime.GC()
+	s.reset()
 	start := time.Now()
-	sub, err = r.subscribe(ctx, bus.StartOldest)
+	c, err := r.t.subscribe(ctx, r.handle)
 	if err != nil {
 		return err
 	}
-	timedOut := r.waitFor(ctx, start, sub.Done(), nil, nil)
+	timedOut := r.waitFor(ctx, start, c.done(), nil, nil)
 	res.Seconds = time.Since(start).Seconds()
-	r.finish(ctx, sub, res, timedOut)
+	r.finish(ctx, c, res, timedOut)
 	return ctx.Err()
 }
 
@@ -291,29 +333,37 @@ func (r *benchRun) prefill(ctx context.Context) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- r.publishAll(ctx, false) }()
-	tick := time.NewTicker(prefillStall)
+	tick := time.NewTicker(prefillStall / 10)
 	defer tick.Stop()
-	last := int64(-1)
+	last, since := int64(-1), time.Now()
 	for {
 		select {
 		case err := <-done:
 			return err
-		case <-tick.C:
+		case now := <-tick.C:
 			sent := r.sent.Load()
-			if sent == last {
+			if sent != last {
+				last, since = sent, now
+				continue
+			}
+			if stalled := now.Sub(since); stalled >= prefillStall {
 				cancel()
 				<-done
-				return fmt.Errorf("prefill stalled at %d of %d messages for %v: the backend's backlog limit may be below -n (for mem:// raise it, e.g. mem://?max_backlog=%d&max_backlog_bytes=%d)", sent, r.cfg.N, prefillStall, r.cfg.N, int64(r.cfg.N)*int64(r.cfg.Size+512))
+				return fmt.Errorf("prefill stalled at %d of %d messages: no publish completed for %v; the backend's backlog limit may be below -n (for mem:// raise it, e.g. mem://?max_backlog=%d&max_backlog_bytes=%d)",
+					sent, r.cfg.N, stalled.Round(time.Millisecond), r.cfg.N, memBacklogBytes(r.cfg))
 			}
-			last = sent
 		}
 	}
 }
 
 // runE2E subscribes, then publishes and consumes at once; latency runs
-// from the publish call to the handler.
+// from the publish call (or, when paced, the batch's scheduled time) to
+// the handler.
 func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
-	sub, err := r.subscribe(ctx, bus.StartNewest)
+	if err := r.t.prepare(ctx, scenarioE2E); err != nil {
+		return err
+	}
+	c, err := r.t.subscribe(ctx, r.handle)
 	if err != nil {
 		return err
 	}
@@ -327,53 +377,55 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 		defer close(pubDone)
 		pubErr = r.publishAll(pubCtx, false)
 	}()
-	timedOut := r.waitFor(ctx, start, sub.Done(), pubDone, &pubErr)
+	timedOut := r.waitFor(ctx, start, c.done(), pubDone, &pubErr)
 	res.Seconds = time.Since(start).Seconds()
+	select {
+	case <-r.track.done:
+		// Every message arrived; the last publish calls may still wait
+		// for their acks: let them return, within the deadline.
+		grace := time.NewTimer(max(r.cfg.deadline()-time.Since(start), time.Second))
+		select {
+		case <-pubDone:
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+		grace.Stop()
+	default:
+	}
 	cancelPub()
 	<-pubDone
-	r.finish(ctx, sub, res, timedOut)
-	res.P50, res.P99, res.Max = r.lat.Quantile(0.5), r.lat.Quantile(0.99), r.lat.Max()
-	res.Latency = "publish to handler"
+	r.finish(ctx, c, res, timedOut)
+	what := "publish call to handler"
+	if r.cfg.Rate > 0 {
+		what = "scheduled send to handler"
+	}
+	res.setLatency(&r.lat, what)
 	if pubErr != nil && !timedOut && ctx.Err() == nil {
 		return pubErr
 	}
 	return ctx.Err()
 }
 
-func (r *benchRun) subscribe(ctx context.Context, from bus.StartFrom) (*bus.Subscription, error) {
-	return r.b.Subscribe(ctx, r.topic, r.handle,
-		bus.WithGroup(fmt.Sprintf("bench-%x", r.nonce)),
-		bus.WithStartFrom(from),
-		bus.WithAckMode(r.cfg.AckMode),
-		bus.WithMaxInFlight(r.cfg.MaxInFlight),
-	)
-}
-
-// handle is the bench handler: it checks the stamp, records latency and
-// marks the sequence number.
-func (r *benchRun) handle(ctx context.Context, d *bus.Delivery) error {
-	p := d.Payload
-	if len(p) >= stampSize {
-		v := binary.LittleEndian.Uint64(p)
-		if v>>nonceShift == r.nonce {
-			if r.timing.Load() {
-				r.lat.Record(time.Since(r.epoch) - time.Duration(binary.LittleEndian.Uint64(p[8:])))
-			}
-			r.track.mark(v & seqMask)
-		} else {
-			r.track.foreign.Add(1)
-		}
-	} else {
+// handle is the bench handler of every target: it checks the stamp,
+// records latency and marks the sequence number.
+func (r *benchRun) handle(p []byte) {
+	if len(p) < stampSize {
 		r.track.foreign.Add(1)
+		return
 	}
-	if r.cfg.AckMode == bus.AckManual {
-		return d.Ack(ctx)
+	v := binary.LittleEndian.Uint64(p)
+	if v>>nonceShift != r.nonce {
+		r.track.foreign.Add(1)
+		return
 	}
-	return nil
+	if r.timing.Load() {
+		r.lat.Record(time.Since(r.epoch) - time.Duration(binary.LittleEndian.Uint64(p[8:])))
+	}
+	r.track.mark(v & seqMask)
 }
 
 // waitFor blocks until every message arrived, the deadline passed, ctx
-// ended, the subscription stopped (subDone) or the publishers failed
+// ended, the consumer stopped (subDone) or the publishers failed
 // (pubDone closed with *pubErr set). It reports whether the deadline
 // passed.
 func (r *benchRun) waitFor(ctx context.Context, start time.Time, subDone, pubDone <-chan struct{}, pubErr *error) bool {
@@ -398,19 +450,15 @@ func (r *benchRun) waitFor(ctx context.Context, start time.Time, subDone, pubDon
 	}
 }
 
-// finish closes the subscription and fills in the delivery counts.
-func (r *benchRun) finish(ctx context.Context, sub *bus.Subscription, res *benchResult, timedOut bool) {
+// finish stops the consumer and fills in the delivery counts.
+func (r *benchRun) finish(ctx context.Context, c consumer, res *benchResult, timedOut bool) {
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	if err := sub.Close(closeCtx); err != nil {
-		msg := "close subscription: " + err.Error()
-		r.first.CompareAndSwap(nil, &msg)
-		r.errs.Add(1)
+	if err := c.stop(closeCtx); err != nil {
+		r.note("close subscription: " + err.Error())
 	}
 	cancel()
-	if err := sub.Err(); err != nil {
-		msg := "subscription ended: " + err.Error()
-		r.first.CompareAndSwap(nil, &msg)
-		r.errs.Add(1)
+	if err := c.err(); err != nil {
+		r.note("subscription ended: " + err.Error())
 	}
 	res.Delivered = r.track.Delivered()
 	res.Duplicates = r.track.dups.Load()
@@ -419,8 +467,14 @@ func (r *benchRun) finish(ctx context.Context, sub *bus.Subscription, res *bench
 	res.TimedOut = timedOut
 }
 
-// publishAll publishes n messages from cfg.Publishers goroutines, each
-// with its own batch of reused messages and payload buffers.
+// publishAll publishes n messages from cfg.Publishers goroutines. The
+// messages form batches of cfg.Batch, numbered in sequence order;
+// publisher i sends batches i, i+P, i+2P and so on. Unpaced, each sends
+// its next batch as soon as the last returned; paced (cfg.Rate > 0),
+// batch g is due g×Batch/Rate after the start, its payloads carry that
+// due time instead of the send time, and a publisher behind schedule
+// sends at once, so latency counts the wait a slow system causes
+// (no coordinated omission).
 func (r *benchRun) publishAll(ctx context.Context, timeCalls bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -429,11 +483,10 @@ func (r *benchRun) publishAll(ctx context.Context, timeCalls bool) error {
 		mu    sync.Mutex
 		first error
 	)
-	p, n := r.cfg.Publishers, r.cfg.N
-	for i := range p {
-		from, to := uint64(n*i/p), uint64(n*(i+1)/p)
+	start := time.Since(r.epoch)
+	for i := range r.cfg.Publishers {
 		wg.Go(func() {
-			if err := r.publishRange(ctx, from, to, timeCalls); err != nil {
+			if err := r.publishBatches(ctx, i, start, timeCalls); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err
@@ -444,45 +497,73 @@ func (r *benchRun) publishAll(ctx context.Context, timeCalls bool) error {
 		})
 	}
 	wg.Wait()
+	// The schedule of G batches spans G intervals; the last one starts
+	// at (G-1) intervals.
+	r.pubElapsed = time.Since(r.epoch) - start + r.cfg.batchInterval()
 	return first
 }
 
-func (r *benchRun) publishRange(ctx context.Context, from, to uint64, timeCalls bool) error {
-	batch, size := r.cfg.Batch, r.cfg.Size
-	buf := make([]byte, batch*size)
-	msgs := make([]bus.Message, batch)
-	ptrs := make([]*bus.Message, batch)
-	for i := range msgs {
-		msgs[i].Payload = buf[i*size : (i+1)*size : (i+1)*size]
-		ptrs[i] = &msgs[i]
+// publishBatches is publisher i of publishAll; start is the schedule's
+// origin since r.epoch.
+func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duration, timeCalls bool) error {
+	pub, err := r.t.publisher(ctx)
+	if err != nil {
+		return err
 	}
-	for seq := from; seq < to; {
+	batch, size, n := r.cfg.Batch, r.cfg.Size, uint64(r.cfg.N)
+	interval := r.cfg.batchInterval()
+	buf := make([]byte, batch*size)
+	payloads := make([][]byte, batch)
+	for j := range payloads {
+		payloads[j] = buf[j*size : (j+1)*size : (j+1)*size]
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for g := uint64(i); g*uint64(batch) < n; g += uint64(r.cfg.Publishers) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		k := int(min(uint64(batch), to-seq))
-		now := uint64(time.Since(r.epoch))
-		for i := range k {
-			m := &msgs[i]
-			m.ID = "" // the bus assigns a fresh ID, as for any application message
-			binary.LittleEndian.PutUint64(m.Payload, r.nonce<<nonceShift|(seq+uint64(i)))
-			binary.LittleEndian.PutUint64(m.Payload[8:], now)
+		seq := g * uint64(batch)
+		k := int(min(uint64(batch), n-seq))
+		now := time.Since(r.epoch)
+		stamp := now
+		if interval > 0 {
+			due := start + time.Duration(g)*interval
+			if wait := due - now; wait > 0 {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			stamp = due
 		}
-		var t0 time.Time
-		if timeCalls {
-			t0 = time.Now()
+		for j := range k {
+			binary.LittleEndian.PutUint64(payloads[j], r.nonce<<nonceShift|(seq+uint64(j)))
+			binary.LittleEndian.PutUint64(payloads[j][8:], uint64(stamp))
 		}
-		if err := r.b.Publish(ctx, r.topic, ptrs[:k]...); err != nil {
+		if interval == 0 {
+			stamp = time.Since(r.epoch) // an unpaced call is timed from its start
+		}
+		if err := pub.publish(ctx, payloads[:k]); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("publish: %w", err)
 		}
 		if timeCalls {
-			r.lat.Record(time.Since(t0))
+			r.lat.Record(time.Since(r.epoch) - stamp)
 		}
 		r.sent.Add(int64(k))
-		seq += uint64(k)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/inmemory"
 )
 
 func testBenchConfig(scenario string) benchConfig {
@@ -62,24 +64,42 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 	}
 }
 
-func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--size", "256", "--scenario", "e2e", "--json")
-	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+// benchJSONKeys are the keys of every bus bench --json line.
+var benchJSONKeys = []string{
+	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "gogc", "latency", "lost",
+	"max_in_flight", "msgs_per_sec", "n", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
+	"rate", "rate_short", "scenario", "seconds", "size",
+}
+
+// decodeBenchJSON checks that stdout is one JSON line and returns it as a
+// map and as a jsonResult.
+func decodeBenchJSON(t *testing.T, stdout string) (map[string]any, jsonResult) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Len(t, lines, 1, "exactly one line on stdout: %q", stdout)
-
 	var fields map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &fields), "stdout is JSON")
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
+	var res jsonResult
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res), "decodes into the result")
+	return fields, res
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"backend", "delivered", "duplicates", "lost", "msgs_per_sec", "n", "p50_ms", "p99_ms", "scenario", "seconds", "size"}
-	assert.Equal(t, want, keys, "exactly the documented keys")
+	return keys
+}
 
-	var res jsonResult
-	require.NoError(t, json.Unmarshal([]byte(lines[0]), &res), "decodes into the result")
+func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--size", "256", "--scenario", "e2e",
+		"--batch", "8", "--publishers", "2", "--max-in-flight", "64", "--ack-mode", "manual", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, benchJSONKeys, sortedKeys(fields), "exactly the documented keys")
+
 	assert.Equal(t, "e2e", res.Scenario)
 	assert.Equal(t, 2000, res.N)
 	assert.Equal(t, 256, res.Size)
@@ -87,7 +107,46 @@ func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
 	assert.Zero(t, res.Lost, "nothing lost")
 	assert.Zero(t, res.Duplicates, "no duplicates")
 	assert.Positive(t, res.MsgsPerSec, "throughput")
-	assert.Contains(t, stderr, "peak live heap", "heap figure goes to stderr in JSON mode")
+	require.NotNil(t, res.P50Ms, "e2e measures latency")
+	require.NotNil(t, res.P99Ms, "e2e measures latency")
+	require.NotNil(t, res.P999Ms, "e2e measures latency")
+	assert.GreaterOrEqual(t, *res.P999Ms, *res.P99Ms, "p999 >= p99")
+	assert.Equal(t, "manual", res.AckMode, "settings: ack mode")
+	assert.Equal(t, 8, res.Batch, "settings: batch")
+	assert.Equal(t, 2, res.Publishers, "settings: publishers")
+	assert.Equal(t, 64, res.MaxInFlight, "settings: max in flight")
+	assert.Zero(t, res.Rate, "settings: unpaced")
+	assert.Nil(t, res.AchievedRate, "no achieved rate when unpaced")
+	assert.Equal(t, gcPercent(), res.GOGC, "settings: the runtime's GOGC by default")
+	assert.Positive(t, res.PeakHeapMiB, "peak heap")
+	assert.Contains(t, stderr, "peak live heap", "heap figure also goes to stderr in JSON mode")
+}
+
+func TestBenchConsumeReportsNullLatencyInJSON(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--scenario", "consume", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, benchJSONKeys, sortedKeys(fields), "consume has the same keys")
+	for _, k := range []string{"p50_ms", "p99_ms", "p999_ms", "latency"} {
+		v, ok := fields[k]
+		assert.True(t, ok, "%s present", k)
+		assert.Nil(t, v, "%s is null, not 0, when no latency was measured", k)
+	}
+	assert.EqualValues(t, 2000, res.Delivered, "every message consumed")
+}
+
+func TestBenchGOGCFlagIsOptIn(t *testing.T) {
+	before := gcPercent()
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "500", "--gogc", "250", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	_, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, 250, res.GOGC, "--gogc sets the run's GOGC")
+	assert.Equal(t, before, gcPercent(), "the process's GOGC is restored after the run")
+
+	code, stdout, stderr = runCLI(t, "", "bench", "--url", "mem://", "-n", "500", "--json")
+	require.Equal(t, exitOK, code, "bench succeeds; stderr: %s", stderr)
+	_, res = decodeBenchJSON(t, stdout)
+	assert.Equal(t, before, res.GOGC, "without --gogc the runtime's setting stays")
 }
 
 func TestBenchTablePrintsTheSummary(t *testing.T) {
@@ -132,10 +191,92 @@ func TestBenchConsumeFailsClearlyWhenTheBacklogCannotHoldThePrefill(t *testing.T
 	cfg := testBenchConfig(scenarioConsume)
 	cfg.URL = "mem://?max_backlog=100"
 	cfg.N = 1000
+	start := time.Now()
 	_, err := runBench(context.Background(), cfg, nil)
+	took := time.Since(start)
 	require.Error(t, err, "a prefill that cannot fit must fail, not hang")
 	assert.Contains(t, err.Error(), "prefill stalled", "the error says what happened")
 	assert.Contains(t, err.Error(), "max_backlog=1000", "the error says how to fix it")
+
+	m := regexp.MustCompile(`no publish completed for (\S+);`).FindStringSubmatch(err.Error())
+	require.Len(t, m, 2, "the error states how long the prefill stalled: %v", err)
+	stalled, perr := time.ParseDuration(m[1])
+	require.NoError(t, perr, "the stated time is a duration")
+	assert.GreaterOrEqual(t, stalled, prefillStall, "the stall lasted at least the limit")
+	assert.LessOrEqual(t, stalled, took, "the stated time is no more than the run took")
+}
+
+func TestBenchConsumeWithDefaultsOnMemSucceeds(t *testing.T) {
+	// The default -n exceeds mem://'s default backlog; the bench raises
+	// the backlog of its private broker to fit.
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "--scenario", "consume", "--json")
+	require.Equal(t, exitOK, code, "consume with its defaults succeeds; stderr: %s", stderr)
+	_, res := decodeBenchJSON(t, stdout)
+	assert.Equal(t, defaultBenchN, res.N, "the default -n")
+	assert.Greater(t, defaultBenchN, inmemory.DefaultMaxBacklog, "the default -n is above mem's default backlog")
+	assert.EqualValues(t, defaultBenchN, res.Delivered, "every message consumed")
+	assert.Zero(t, res.Lost, "nothing lost")
+}
+
+func TestBenchURLRaisesOnlyAnImplicitPrivateMemBacklog(t *testing.T) {
+	cfg := testBenchConfig(scenarioConsume)
+	cfg.N = 500_000
+	tests := []struct {
+		name, url, scenario, want string
+	}{
+		{name: "private mem", url: "mem://", scenario: scenarioConsume, want: "mem://?max_backlog=500000&max_backlog_bytes=" + fmt.Sprint(memBacklogBytes(cfg))},
+		{name: "explicit backlog kept", url: "mem://?max_backlog=10", scenario: scenarioConsume, want: "mem://?max_backlog=10"},
+		{name: "explicit bytes kept", url: "mem://?max_backlog_bytes=10", scenario: scenarioConsume, want: "mem://?max_backlog_bytes=10"},
+		{name: "named broker keeps its options", url: "mem://shared", scenario: scenarioConsume, want: "mem://shared"},
+		{name: "e2e keeps backpressure", url: "mem://", scenario: scenarioE2E, want: "mem://"},
+		{name: "other backends", url: "redis://127.0.0.1:6379", scenario: scenarioConsume, want: "redis://127.0.0.1:6379"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cfg
+			c.URL, c.Scenario = tt.url, tt.scenario
+			assert.Equal(t, tt.want, benchURL(c))
+		})
+	}
+}
+
+func TestBenchRatePacesThePublishers(t *testing.T) {
+	const rate, n = 2000.0, 400 // at least 0.15 s of schedule
+	tests := []struct {
+		name       string
+		scenario   string
+		publishers int
+		batch      int
+	}{
+		{name: "e2e, one publisher, batches", scenario: scenarioE2E, publishers: 1, batch: 16},
+		{name: "e2e, spread over publishers", scenario: scenarioE2E, publishers: 4, batch: 1},
+		{name: "publish", scenario: scenarioPublish, publishers: 2, batch: 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testBenchConfig(tt.scenario)
+			cfg.N, cfg.Rate, cfg.Publishers, cfg.Batch = n, rate, tt.publishers, tt.batch
+			res, err := runBench(context.Background(), cfg, nil)
+			require.NoError(t, err, "bench run")
+			require.NoError(t, res.failure(), "run must not fail")
+			assert.GreaterOrEqual(t, res.Seconds, 0.15, "%d messages at %v/s cannot take less than the schedule", n, rate)
+			assert.LessOrEqual(t, res.AchievedRate, rate*1.05, "the publishers never run ahead of the schedule")
+			assert.GreaterOrEqual(t, res.AchievedRate, rate/4, "the publishers roughly keep the schedule")
+			assert.Contains(t, res.Latency, "scheduled send", "latency counts from the scheduled time")
+			assert.Positive(t, res.P999, "p999 measured")
+			assert.GreaterOrEqual(t, res.P999, res.P99, "p999 >= p99")
+		})
+	}
+}
+
+func TestBenchRateShortfallIsReported(t *testing.T) {
+	// Nothing keeps a schedule of a billion messages a second.
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--rate", "1e9", "--batch", "1", "--json")
+	require.Equal(t, exitOK, code, "a short rate is reported, not a failure; stderr: %s", stderr)
+	_, res := decodeBenchJSON(t, stdout)
+	require.NotNil(t, res.AchievedRate, "achieved rate reported when paced")
+	assert.True(t, res.RateShort, "a rate of 1e9 msgs/s is out of reach")
+	assert.Contains(t, stderr, "SHORT of the target", "the shortfall is said on stderr")
 }
 
 func TestBenchTimeoutFailsWithExitOne(t *testing.T) {
@@ -159,12 +300,21 @@ func TestBenchRejectsInvalidFlags(t *testing.T) {
 		{name: "zero messages", args: []string{"-n", "0"}, want: "-n 0"},
 		{name: "zero publishers", args: []string{"--publishers", "0"}, want: "--publishers 0"},
 		{name: "invalid topic", args: []string{"--topic", "a b"}, want: "--topic"},
+		{name: "negative rate", args: []string{"--rate", "-1"}, want: "--rate -1"},
+		{name: "rate not a number", args: []string{"--rate", "NaN"}, want: "--rate NaN"},
+		{name: "paced consume", args: []string{"--rate", "100", "--scenario", "consume"}, want: "not paced"},
+		{name: "zero rounds", args: []string{"--baseline", "--rounds", "-1"}, want: "--rounds -1"},
+		{name: "rounds without baseline", args: []string{"--rounds", "3"}, want: "needs --baseline"},
+		{name: "baseline without a raw client", args: []string{"--baseline", "--url", "carrier-pigeon://loft"}, want: "no raw client"},
+		{name: "gogc below -1", args: []string{"--gogc", "-5"}, want: "--gogc -5"},
 		{name: "stray argument", args: []string{"extra"}, want: "unexpected arguments"},
 		{name: "unknown flag", args: []string{"--bogus"}, want: "bogus"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := runCLI(t, "", append([]string{"bench"}, tt.args...)...)
+			// A closed port: a flag error must come before any I/O.
+			args := append([]string{"bench", "--url", "redis://127.0.0.1:1"}, tt.args...)
+			code, _, stderr := runCLI(t, "", args...)
 			assert.Equal(t, exitUsage, code, "invalid flags are a usage error")
 			assert.Contains(t, stderr, tt.want, "the error names the flag")
 		})

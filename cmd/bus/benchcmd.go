@@ -10,9 +10,6 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/eventbus-go/bus"
 )
@@ -24,9 +21,6 @@ const (
 	defaultPublishers  = 1
 	defaultBatch       = 16
 	defaultMaxInFlight = 256
-	// defaultGOGC trades some heap headroom for less collector work, as a
-	// throughput-minded service would; live heap stays what it is.
-	defaultGOGC = 400
 )
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -43,10 +37,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual")
 	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog) or e2e (publish and consume at once)")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message, plus n/rate when paced)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "messages per second over all publishers, a batch every batch/rate seconds; latency counts from each batch's scheduled time (0: as fast as possible)")
+	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the raw client (a Go channel, go-redis or nats.go) with the same settings and print the bus/raw ratios")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "with --baseline: raw and bus runs, alternating which goes first; figures are medians")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON line on stdout instead of the table")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	gogc := fs.Int("gogc", defaultGOGC, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; $GOGC wins when set)")
+	gogc := fs.Int("gogc", 0, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; default: the runtime's, $GOGC or 100)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus bench [flags]\n\nMeasures a backend: publish, consume or end-to-end throughput, latency,\nand whether every message arrived exactly once.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -64,14 +61,24 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	cfg.AckMode = m
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintf(stderr, "bus bench: %v\n", err)
+	verr := cfg.validate()
+	if cfg.Baseline {
+		verr = errors.Join(verr, checkBaselineURL(cfg.URL))
+	}
+	setGOGC := false
+	fs.Visit(func(f *flag.Flag) { setGOGC = setGOGC || f.Name == "gogc" })
+	if setGOGC && *gogc < -1 {
+		verr = errors.Join(verr, fmt.Errorf("--gogc %d: want -1 (off) or more", *gogc))
+	}
+	if verr != nil {
+		fmt.Fprintf(stderr, "bus bench: %v\n", verr)
 		return exitUsage
 	}
 
-	if os.Getenv("GOGC") == "" {
+	if setGOGC {
 		defer debug.SetGCPercent(debug.SetGCPercent(*gogc))
 	}
+	effectiveGOGC := gcPercent()
 
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
@@ -87,37 +94,68 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if live {
 		progress = func(s string) { fmt.Fprintf(stderr, "\r\033[K%s", s) }
 	}
-	res, err := runBench(ctx, cfg, progress)
+	var (
+		results []*benchResult // the sides, for the checks below
+		out     any
+		table   func()
+	)
+	if cfg.Baseline {
+		c, cerr := runComparison(ctx, cfg, progress)
+		err = cerr
+		results = []*benchResult{&c.Bus, &c.Raw}
+		out = c.json(cfg, effectiveGOGC)
+		table = func() { writeComparison(stdout, cfg, effectiveGOGC, &c) }
+	} else {
+		res, rerr := runBench(ctx, cfg, progress)
+		err = rerr
+		results = []*benchResult{&res}
+		out = res.json(cfg, effectiveGOGC)
+		table = func() { writeTable(stdout, cfg, effectiveGOGC, &res) }
+	}
 	if live {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
-	if err != nil && res.Seconds == 0 { // nothing was measured
+	if err != nil && results[0].Seconds == 0 { // nothing was measured
 		fmt.Fprintf(stderr, "bus bench: %v\n", err)
 		return exitFailure
 	}
 	if cfg.JSON {
-		line, jerr := json.Marshal(res.json())
+		line, jerr := json.Marshal(out)
 		if jerr != nil {
 			fmt.Fprintf(stderr, "bus bench: %v\n", jerr)
 			return exitFailure
 		}
 		fmt.Fprintf(stdout, "%s\n", line)
-		fmt.Fprintf(stderr, "peak live heap: %.1f MiB\n", res.PeakHeapMiB)
+		fmt.Fprintf(stderr, "peak live heap: %.1f MiB\n", results[0].PeakHeapMiB)
 	} else {
-		writeTable(stdout, &res)
+		table()
 	}
-	if res.Errors > 0 {
-		fmt.Fprintf(stderr, "bus bench: the observer received %d background errors; first: %s\n", res.Errors, res.FirstError)
+	code := exitOK
+	for _, r := range results {
+		if r.Errors > 0 {
+			fmt.Fprintf(stderr, "bus bench: %s: %d background errors; first: %s\n", r.Client, r.Errors, r.FirstError)
+		}
+		if r.RateShort {
+			fmt.Fprintf(stderr, "bus bench: %s: %s\n", r.Client, rateLine(cfg, r))
+		}
+		if ferr := r.failure(); ferr != nil {
+			fmt.Fprintf(stderr, "bus bench: FAILED: %v\n", ferr)
+			code = exitFailure
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "bus bench: %v\n", err)
 		return exitFailure
 	}
-	if ferr := res.failure(); ferr != nil {
-		fmt.Fprintf(stderr, "bus bench: FAILED: %v\n", ferr)
-		return exitFailure
-	}
-	return exitOK
+	return code
+}
+
+// gcPercent returns the garbage collector's current target percent (-1:
+// off) without changing it.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
 }
 
 // parseFlags parses args; ok is false when the command must end with code.
@@ -129,34 +167,6 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 		return exitUsage, false
 	}
 	return 0, true
-}
-
-// writeTable prints the readable summary of a run.
-func writeTable(w io.Writer, r *benchResult) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
-	row("backend", "%s", r.Backend)
-	row("scenario", "%s", r.Scenario)
-	row("messages", "%d x %d bytes", r.N, r.Size)
-	row("seconds", "%.3f", r.Seconds)
-	row("msgs/s", "%.0f", r.MsgsPerSec)
-	if r.Latency != "" {
-		row("latency", "p50 %s  p99 %s  max %s  (%s)", fmtMs(r.P50), fmtMs(r.P99), fmtMs(r.Max), r.Latency)
-	} else {
-		row("latency", "-")
-	}
-	row("delivered", "%d", r.Delivered)
-	row("duplicates", "%d", r.Duplicates)
-	row("lost", "%d", r.Lost)
-	if r.Foreign > 0 {
-		row("foreign", "%d (messages on the topic not published by this run)", r.Foreign)
-	}
-	row("peak live heap", "%.1f MiB", r.PeakHeapMiB)
-	_ = tw.Flush()
-}
-
-func fmtMs(d time.Duration) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", ms(d)), "0"), ".") + " ms"
 }
 
 // startCPUProfile profiles the process into path until stop is called.

@@ -18,31 +18,48 @@
 //     latency runs from the Publish call to the handler.
 //
 // Each payload (--size bytes, at least 16) starts with a sequence number
-// tagged with a per-run nonce and the publish time. The handler marks the
+// tagged with a per-run nonce and a timestamp. The handler marks the
 // sequence number in a bitmap, so deliveries, duplicates and lost messages
 // are exact; messages on the topic that another run published are counted
 // as foreign and ignored. Latency goes into a lock-free log-linear
-// histogram (about 3% resolution). The peak live heap is sampled with
-// runtime/metrics during the run.
+// histogram (about 3% resolution) and is reported as p50, p99, p999 and
+// max. The peak live heap is sampled with runtime/metrics from a collected
+// heap (for consume, during the consume phase).
+//
+// --rate R paces the publishers: batch g is due g×batch/R seconds after
+// the start, batches go round-robin to the publishers, and payloads carry
+// the scheduled time, so latency counts from when a message should have
+// been sent (no coordinated omission). The achieved rate is reported, and
+// whether it fell below 95% of the target.
+//
+// --baseline also runs the raw client with the same settings (a buffered
+// Go channel for mem://, go-redis for redis:// and rediss://, nats.go
+// JetStream or core for nats://) on a stream of its own, and prints both
+// results with the bus/raw ratios of throughput and latency. --rounds K
+// alternates which side runs first over K rounds and reports medians.
 //
 // The summary is a table on stdout; with --json it is exactly one JSON line
 // with the keys backend, scenario, n, size, seconds, msgs_per_sec, p50_ms,
-// p99_ms, delivered, duplicates and lost, and the heap figure goes to
-// stderr. When stderr is a terminal a progress line is updated five times a
-// second. The command exits with status 1 when a message was lost or the
-// run timed out (--timeout, default 30s plus 100µs per message), and 2 on a
-// bad command line. --cpuprofile writes a CPU profile of the run. --gogc
-// (default 400, ignored when $GOGC is set) sets the garbage collector's
-// target for the run, as a throughput-minded service would; it changes how
-// often the collector runs, not the live heap.
+// p99_ms, p999_ms, latency (null when none was measured, as in consume),
+// delivered, duplicates, lost, ack_mode, batch, publishers, max_in_flight,
+// rate, achieved_rate, rate_short, gogc and peak_heap_mib; with --baseline
+// also rounds, baseline (the raw figures) and ratio. The heap figure is
+// repeated on stderr. When stderr is a terminal a progress line is updated
+// five times a second. The command exits with status 1 when a message was
+// lost or the run timed out (--timeout, default 30s plus 100µs per
+// message), and 2 on a bad command line, before any I/O. --cpuprofile
+// writes a CPU profile of the run. The run keeps the runtime's GOGC ($GOGC,
+// else 100); --gogc N sets another for the run.
 //
 // On a persistent backend a run leaves its topic behind (default names
 // start with "bus-bench."). The consume scenario holds the whole prefill in
-// the backend, so on mem:// raise its backlog limits for a large -n:
-// mem://?max_backlog=1000000&max_backlog_bytes=1073741824.
+// the backend: on a private mem:// without backlog parameters bench raises
+// the limits to fit -n; for a named broker set them in the URL, e.g.
+// mem://name?max_backlog=1000000&max_backlog_bytes=1073741824.
 //
 //	go run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json
 //	bus bench --url redis://127.0.0.1:6379 --scenario consume -n 200000
+//	bus bench --url nats://127.0.0.1:4222 --rate 5000 --baseline --rounds 3
 //
 // # bus publish
 //

@@ -113,3 +113,18 @@ func BenchmarkTrackerMark(b *testing.B) {
 		}
 	})
 }
+
+func TestHistogramP999ResolvesTheTail(t *testing.T) {
+	var h histogram
+	// 99.9% of observations at 1ms, the slowest 0.1% spread over 50-60ms.
+	for range 99_900 {
+		h.Record(time.Millisecond)
+	}
+	for i := range 100 {
+		h.Record(50*time.Millisecond + time.Duration(i)*100*time.Microsecond)
+	}
+	assert.InEpsilon(t, float64(time.Millisecond), float64(h.Quantile(0.999)), 0.02, "p999 is the 99,900th observation")
+	assert.InEpsilon(t, float64(55*time.Millisecond), float64(h.Quantile(0.9995)), 0.02, "the tail above p999 is resolved")
+	h.Record(time.Hour) // 100,001 observations: the p999 rank, rounded up, is now in the tail
+	assert.Greater(t, h.Quantile(0.999), 40*time.Millisecond, "p999 rounds its rank up")
+}

@@ -23,9 +23,11 @@ const sampleEvery = 200 * time.Millisecond
 type sampler struct {
 	r        *benchRun
 	progress func(string)
-	sample   []metrics.Sample
-	peak     uint64
 	start    time.Time
+
+	mu     sync.Mutex // guards sample and peak
+	sample []metrics.Sample
+	peak   uint64
 
 	stopOnce sync.Once
 	quit     chan struct{}
@@ -62,6 +64,8 @@ func (s *sampler) loop() {
 
 // read samples the live heap, updates the peak and returns the sample.
 func (s *sampler) read() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	metrics.Read(s.sample)
 	var v uint64
 	for _, m := range s.sample {
@@ -94,7 +98,18 @@ func (s *sampler) stop() float64 {
 		<-s.done
 		s.read()
 	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return mib(s.peak)
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// reset forgets the peak so far and samples afresh; the consume scenario
+// calls it after the prefill, so the peak is that of the consume phase.
+func (s *sampler) reset() {
+	s.mu.Lock()
+	s.peak = 0
+	s.mu.Unlock()
+	s.read()
+}

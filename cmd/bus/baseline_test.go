@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/redistest"
+)
+
+func TestBenchBaselineOnMemPrintsBothSidesAndTheRatio(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "3000", "--baseline", "--rounds", "2")
+	require.Equal(t, exitOK, code, "baseline succeeds; stderr: %s", stderr)
+	for _, s := range []string{"bus/raw", "Go channel", "rounds", "msgs/s", "p50", "p99", "p999"} {
+		assert.Contains(t, stdout, s, "the comparison shows %q", s)
+	}
+	line := stdout[strings.Index(stdout, "msgs/s"):]
+	line = line[:strings.IndexByte(line, '\n')]
+	fields := strings.Fields(line)
+	require.Len(t, fields, 4, "msgs/s row has bus, raw and ratio: %q", line)
+	assert.NotEqual(t, "-", fields[3], "a throughput ratio is printed")
+}
+
+func TestBenchBaselineJSONHasTheRawFiguresAndRatios(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "3000", "--baseline", "--json")
+	require.Equal(t, exitOK, code, "baseline succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	want := slices.Sorted(slices.Values(append(slices.Clone(benchJSONKeys), "baseline", "ratio", "rounds")))
+	assert.Equal(t, want, sortedKeys(fields), "the documented keys plus baseline, ratio and rounds")
+	require.NotNil(t, res.Baseline, "baseline object")
+	require.NotNil(t, res.Ratio, "ratio object")
+	assert.Equal(t, 1, res.Rounds, "one round by default")
+	assert.Equal(t, "Go channel", res.Baseline.Client, "mem's raw client is a channel")
+	assert.EqualValues(t, 3000, res.Baseline.Delivered, "the raw side delivered every message")
+	assert.Zero(t, res.Baseline.Lost, "the raw side lost nothing")
+	assert.Positive(t, res.Baseline.MsgsPerSec, "raw throughput")
+	require.NotNil(t, res.Baseline.P99Ms, "raw latency measured in e2e")
+	assert.InDelta(t, res.MsgsPerSec/res.Baseline.MsgsPerSec, res.Ratio.MsgsPerSec, 1e-9, "throughput ratio is bus/raw")
+	require.NotNil(t, res.Ratio.P50, "p50 ratio when both sides measured latency")
+	require.NotNil(t, res.Ratio.P99, "p99 ratio when both sides measured latency")
+}
+
+func TestBenchBaselineConsumeHasNullLatencyRatios(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "-n", "2000", "--scenario", "consume", "--baseline", "--json")
+	require.Equal(t, exitOK, code, "baseline succeeds; stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	require.NotNil(t, res.Baseline, "baseline object")
+	assert.EqualValues(t, 2000, res.Baseline.Delivered, "the channel held and delivered the whole prefill")
+	assert.Nil(t, res.Baseline.P50Ms, "no raw latency in consume")
+	assert.Positive(t, res.Ratio.MsgsPerSec, "throughput ratio")
+	ratio, ok := fields["ratio"].(map[string]any)
+	require.True(t, ok, "ratio is an object")
+	for _, k := range []string{"p50", "p99", "p999"} {
+		v, present := ratio[k]
+		assert.True(t, present, "ratio.%s present", k)
+		assert.Nil(t, v, "ratio.%s is null when no latency was measured", k)
+	}
+}
+
+// baselineRun runs a small baseline comparison and checks that both sides
+// delivered every message exactly once.
+func baselineRun(t *testing.T, cfg benchConfig) comparison {
+	t.Helper()
+	cfg.Baseline = true
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := runComparison(ctx, cfg, nil)
+	require.NoError(t, err, "baseline run")
+	require.Equal(t, cfg.rounds(), c.Rounds, "every round ran")
+	for _, r := range []benchResult{c.Bus, c.Raw} {
+		require.NoError(t, r.failure(), "%s must not fail", r.Client)
+		assert.EqualValues(t, cfg.N, r.Delivered, "%s: every message delivered", r.Client)
+		assert.Zero(t, r.Duplicates, "%s: no duplicates", r.Client)
+		assert.Zero(t, r.Errors, "%s: no background errors: %s", r.Client, r.FirstError)
+		assert.Positive(t, r.MsgsPerSec, "%s: throughput", r.Client)
+	}
+	assert.Positive(t, c.Ratio.Throughput, "throughput ratio")
+	return c
+}
+
+func TestBenchBaselineOnRedis(t *testing.T) {
+	url := redistest.URL(t)
+	for _, scenario := range []string{scenarioE2E, scenarioConsume, scenarioPublish} {
+		t.Run(scenario, func(t *testing.T) {
+			cfg := testBenchConfig(scenario)
+			cfg.URL, cfg.N, cfg.Publishers = url, 2000, 2
+			if scenario == scenarioE2E {
+				cfg.Rate, cfg.Rounds = 20000, 2
+			}
+			c := baselineRun(t, cfg)
+			assert.Equal(t, "go-redis", c.Raw.Client)
+			if scenario == scenarioE2E {
+				assert.Positive(t, c.Ratio.P99, "p99 ratio of a paced e2e run")
+			}
+		})
+	}
+	// The raw side deletes its stream key.
+	opts, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	keys, err := rc.Keys(context.Background(), "bus-bench-raw:*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "the raw client's stream keys are deleted")
+}
+
+func TestBenchBaselineOnNATSJetStream(t *testing.T) {
+	url := natstest.Start(t).URL()
+	for _, scenario := range []string{scenarioE2E, scenarioConsume} {
+		t.Run(scenario, func(t *testing.T) {
+			cfg := testBenchConfig(scenario)
+			cfg.URL, cfg.N = url, 2000
+			c := baselineRun(t, cfg)
+			assert.Equal(t, "nats.go jetstream", c.Raw.Client)
+		})
+	}
+	nc, err := natsgo.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name := range js.StreamNames(ctx).Name() {
+		assert.False(t, strings.HasPrefix(name, "BUS-BENCH-RAW"), "the raw client's stream %s is deleted", name)
+	}
+}
+
+func TestBenchBaselineOnCoreNATS(t *testing.T) {
+	cfg := testBenchConfig(scenarioE2E)
+	cfg.URL, cfg.N = natstest.Start(t).URL()+"?jetstream=false", 2000
+	c := baselineRun(t, cfg)
+	assert.Equal(t, "nats.go core", c.Raw.Client)
+}
+
+func TestAggregateTakesMediansAndTheWorstCounts(t *testing.T) {
+	rs := []benchResult{
+		{Client: "bus", N: 10, Seconds: 1, MsgsPerSec: 10, P50: 3, P99: 30, Max: 50, Delivered: 10, PeakHeapMiB: 2, Latency: "x"},
+		{Client: "bus", N: 10, Seconds: 3, MsgsPerSec: 30, P50: 1, P99: 10, Max: 90, Delivered: 9, Lost: 1, PeakHeapMiB: 1, Latency: "x", Errors: 2, FirstError: "boom"},
+		{Client: "bus", N: 10, Seconds: 2, MsgsPerSec: 20, P50: 2, P99: 20, Max: 70, Delivered: 10, PeakHeapMiB: 3, Latency: "x"},
+	}
+	a := aggregate(rs)
+	assert.InDelta(t, 2, a.Seconds, 1e-9, "median seconds")
+	assert.InDelta(t, 20, a.MsgsPerSec, 1e-9, "median throughput")
+	assert.EqualValues(t, 2, a.P50, "median p50")
+	assert.EqualValues(t, 20, a.P99, "median p99")
+	assert.EqualValues(t, 90, a.Max, "largest max")
+	assert.InDelta(t, 3, a.PeakHeapMiB, 1e-9, "largest peak heap")
+	assert.EqualValues(t, 1, a.Lost, "counts of the worst round")
+	assert.EqualValues(t, 9, a.Delivered, "counts of the worst round")
+	assert.EqualValues(t, 2, a.Errors, "errors add up")
+	assert.Error(t, a.failure(), "a loss in any round fails the run")
+
+	assert.InDelta(t, 2.5, median([]float64{1, 4, 2, 3}, func(v float64) float64 { return v }), 1e-9, "even count: mean of the middle two")
+	assert.Zero(t, median([]float64{0, 0}, func(v float64) float64 { return v }), "no measured value")
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// target is what a bench run drives: the bus, or a raw client as its
+// baseline. Its methods may be called from several goroutines at once.
+type target interface {
+	// backend names the backend ("mem", "redis", "nats").
+	backend() string
+	// client names what is driven: "bus", or the raw client.
+	client() string
+	// prepare readies the target for scenario; for the consume scenario
+	// it creates the group, starting from the oldest message, before the
+	// prefill.
+	prepare(ctx context.Context, scenario string) error
+	// publisher returns a publisher for one publishing goroutine.
+	publisher(ctx context.Context) (publisher, error)
+	// subscribe starts consuming with the group and passes every payload
+	// to h, which may run on several goroutines at once and must not
+	// keep the slice.
+	subscribe(ctx context.Context, h func([]byte)) (consumer, error)
+	// close releases what the target opened (and what it created, for a
+	// raw client).
+	close(ctx context.Context) error
+}
+
+// publisher publishes batches for one goroutine.
+type publisher interface {
+	// publish returns nil once every payload is accepted with the
+	// guarantee of bus.Publish returning nil. It may reuse nothing of
+	// payloads after it returns.
+	publish(ctx context.Context, payloads [][]byte) error
+}
+
+// consumer is a running subscription.
+type consumer interface {
+	// done is closed when the consumer ends on its own, such as on a
+	// permanent error.
+	done() <-chan struct{}
+	// stop ends the consumer and flushes its acks.
+	stop(ctx context.Context) error
+	// err is why the consumer ended on its own, or nil.
+	err() error
+}
+
+// openTarget opens the target of a run; r receives background errors.
+type openTarget func(ctx context.Context, r *benchRun) (target, error)
+
+// busTarget drives the bus.
+type busTarget struct {
+	b   *bus.Bus
+	r   *benchRun
+	url string
+}
+
+func openBusTarget(ctx context.Context, r *benchRun) (target, error) {
+	u := benchURL(r.cfg)
+	b, err := bus.Open(ctx, u, bus.WithObserver(observer.Func(r.observe)))
+	if err != nil {
+		return nil, err
+	}
+	return &busTarget{b: b, r: r, url: u}, nil
+}
+
+// benchURL is the URL the bus side opens. The consume scenario keeps the
+// whole prefill in the backend, so on a private mem:// broker whose URL
+// sets no backlog limit the limits are raised to hold -n messages.
+func benchURL(cfg benchConfig) string {
+	if cfg.Scenario != scenarioConsume {
+		return cfg.URL
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil || u.Scheme != "mem" || u.Host != "" {
+		return cfg.URL // bus.Open reports a bad URL; a named broker keeps its own options
+	}
+	q := u.Query()
+	if q.Has("max_backlog") || q.Has("max_backlog_bytes") {
+		return cfg.URL
+	}
+	q.Set("max_backlog", strconv.Itoa(max(cfg.N, inmemory.DefaultMaxBacklog)))
+	q.Set("max_backlog_bytes", strconv.FormatInt(max(memBacklogBytes(cfg), inmemory.DefaultMaxBacklogBytes), 10))
+	base, _, _ := strings.Cut(cfg.URL, "?") // u.String() would drop the "//" of mem://
+	return base + "?" + q.Encode()
+}
+
+// memBacklogBytes is a mem:// backlog byte limit that holds -n messages:
+// the backend counts payload, ID, key and headers plus 256 bytes of
+// bookkeeping per entry.
+func memBacklogBytes(cfg benchConfig) int64 {
+	return int64(cfg.N) * int64(cfg.Size+512)
+}
+
+func (t *busTarget) backend() string {
+	if name := t.b.Capabilities().Name; name != "" {
+		return name
+	}
+	if u, err := url.Parse(t.url); err == nil {
+		return u.Scheme
+	}
+	return "unknown"
+}
+
+func (t *busTarget) client() string { return "bus" }
+
+func (t *busTarget) prepare(ctx context.Context, scenario string) error {
+	if scenario != scenarioConsume {
+		return nil
+	}
+	if !t.b.Capabilities().StartOldest {
+		return fmt.Errorf("the consume scenario needs a backend that can start a group from the oldest message; %s cannot (use --scenario e2e)", t.backend())
+	}
+	sub, err := t.sub(ctx, func(context.Context, *bus.Delivery) error { return nil })
+	if err != nil {
+		return err
+	}
+	if err := sub.Close(ctx); err != nil {
+		return fmt.Errorf("create group: %w", err)
+	}
+	return nil
+}
+
+func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, error) {
+	from := bus.StartNewest
+	if t.r.cfg.Scenario == scenarioConsume {
+		from = bus.StartOldest
+	}
+	return t.b.Subscribe(ctx, t.r.topic, h,
+		bus.WithGroup(fmt.Sprintf("bench-%x", t.r.nonce)),
+		bus.WithStartFrom(from),
+		bus.WithAckMode(t.r.cfg.AckMode),
+		bus.WithMaxInFlight(t.r.cfg.MaxInFlight),
+	)
+}
+
+func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, error) {
+	manual := t.r.cfg.AckMode == bus.AckManual
+	sub, err := t.sub(ctx, func(ctx context.Context, d *bus.Delivery) error {
+		h(d.Payload)
+		if manual {
+			return d.Ack(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return busConsumer{sub}, nil
+}
+
+func (t *busTarget) close(ctx context.Context) error { return t.b.Close(ctx) }
+
+// busPublisher publishes through the bus with reused messages.
+type busPublisher struct {
+	b     *bus.Bus
+	topic string
+	msgs  []bus.Message
+	ptrs  []*bus.Message
+}
+
+func (t *busTarget) publisher(context.Context) (publisher, error) {
+	p := &busPublisher{b: t.b, topic: t.r.topic, msgs: make([]bus.Message, t.r.cfg.Batch), ptrs: make([]*bus.Message, t.r.cfg.Batch)}
+	for i := range p.msgs {
+		p.ptrs[i] = &p.msgs[i]
+	}
+	return p, nil
+}
+
+func (p *busPublisher) publish(ctx context.Context, payloads [][]byte) error {
+	for i, pl := range payloads {
+		p.msgs[i].ID = "" // the bus assigns a fresh ID, as for any application message
+		p.msgs[i].Payload = pl
+	}
+	return p.b.Publish(ctx, p.topic, p.ptrs[:len(payloads)]...)
+}
+
+type busConsumer struct{ s *bus.Subscription }
+
+func (c busConsumer) done() <-chan struct{} { return c.s.Done() }
+
+func (c busConsumer) stop(ctx context.Context) error { return c.s.Close(ctx) }
+
+func (c busConsumer) err() error { return c.s.Err() }
