@@ -81,6 +81,7 @@ type jsSub struct {
 
 	seq     uint64 // pull request counter; Receive's goroutine only
 	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
+	spare   []jsDelivery // allocated for deliveries to come; Receive's goroutine only
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -136,7 +137,7 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 	if max < 1 {
 		max = 1
 	}
-	var out []*backend.Message
+	out := make([]*backend.Message, 0, min(max, deliveryChunk))
 	// Messages of an abandoned request that arrived since the last call.
 	out = s.drain(out, max)
 	if len(out) > 0 {
@@ -191,7 +192,7 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 		if !isJSDelivery(msg) {
 			continue // the end of an abandoned request
 		}
-		out = s.accept(out, max, msg)
+		out = s.accept(out, max, msg, 1)
 	}
 }
 
@@ -252,7 +253,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 			}
 		}
 		if isJSDelivery(msg) {
-			out = s.accept(out, max, msg)
+			out = s.accept(out, max, msg, n-got)
 			got++
 			continue
 		}
@@ -312,7 +313,7 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 // accept turns a delivered message into a backend message. Deliveries
 // beyond max (only possible after an abandoned request) are handed back
 // at once; entries that are not JetStream deliveries are reported.
-func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*backend.Message {
+func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming int) []*backend.Message {
 	meta, err := parseAckSubject(msg.Reply)
 	if err != nil {
 		s.cfg.Observer.Observe(context.Background(), observer.Event{
@@ -328,7 +329,8 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	if meta.streamSeq > s.lastSeq {
 		s.lastSeq = meta.streamSeq
 	}
-	d := &jsDelivery{ack: jsAckID{reply: msg.Reply}}
+	d := s.newDelivery(coming)
+	d.ack.reply = msg.Reply
 	d.ack.renew(s.cfg.AckTimeout)
 	m := &d.msg
 	*m = backend.Message{
@@ -344,6 +346,21 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 		m.ID = meta.stream + ":" + strconv.FormatUint(meta.streamSeq, 10)
 	}
 	return append(out, m)
+}
+
+// deliveryChunk bounds how many deliveries share one allocation; one
+// that is still unsettled keeps its chunk in memory.
+const deliveryChunk = 32
+
+// newDelivery returns a zero delivery. Deliveries are allocated in chunks
+// sized by how many more the current request may bring (coming).
+func (s *jsSub) newDelivery(coming int) *jsDelivery {
+	if len(s.spare) == 0 {
+		s.spare = make([]jsDelivery, min(max(coming, 1), deliveryChunk))
+	}
+	d := &s.spare[0]
+	s.spare = s.spare[1:]
+	return d
 }
 
 func (s *jsSub) ackID(id backend.AckID) (*jsAckID, error) {
