@@ -79,8 +79,8 @@ type jsSub struct {
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
 
-	seq     uint64 // pull request counter; Receive's goroutine only
-	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
+	seq     uint64       // pull request counter; Receive's goroutine only
+	lastSeq uint64       // highest stream sequence received; Receive's goroutine only
 	spare   []jsDelivery // allocated for deliveries to come; Receive's goroutine only
 
 	closeOnce sync.Once
