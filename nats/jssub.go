@@ -446,7 +446,8 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 	if err := s.b.ensureStream(ctx, topic); err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}
-	nm, err := encode(s.b.subjectFor(topic), msg, false, s.b.idScope(topic))
+	tn := s.b.namesFor(topic)
+	nm, err := encode(tn.subject, msg, false, tn.idScope)
 	if err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}

@@ -177,7 +177,7 @@ func sortFailures(f []backend.Failure) {
 }
 
 func (b *Backend) publishCore(ctx context.Context, topic string, msgs []*backend.Message) error {
-	subject := b.subjectFor(topic)
+	subject := b.namesFor(topic).subject
 	fs := failures{n: len(msgs)}
 	sent := 0
 	for i, m := range msgs {
