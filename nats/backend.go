@@ -46,9 +46,12 @@ type Backend struct {
 	caps    backend.Capabilities
 	v210    bool // server is 2.10 or later
 
-	mu      sync.Mutex
-	streams map[string]bool // streams known to exist
-	subs    map[subscriber]struct{}
+	mu   sync.Mutex
+	subs map[subscriber]struct{}
+
+	streams sync.Map     // stream name -> struct{}: streams known to exist
+	topics  sync.Map     // topic -> *topicNames
+	ntopics atomic.Int64 // entries in topics
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to
@@ -136,8 +139,7 @@ func (o *Options) connOptions(serverURL string, secure bool, redact func(error) 
 func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 	b := &Backend{
 		nc: nc, ownConn: own, opts: o,
-		streams: map[string]bool{},
-		subs:    map[subscriber]struct{}{},
+		subs: map[subscriber]struct{}{},
 	}
 	b.v210 = serverAtLeast(nc.ConnectedServerVersion(), 2, 10)
 	maxPayload := 0

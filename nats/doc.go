@@ -51,8 +51,9 @@
 //
 // JetStream mode is at-least-once. Publish returns nil only when the
 // server stored every message of the batch; batches are published
-// asynchronously, at most PublishWindow unacknowledged at a time, and
-// every message carries Nats-Msg-Id = Message.ID, so the server drops a
+// asynchronously, at most PublishWindow unacknowledged at a time across
+// every concurrent Publish call (a call waits for its own acks only, so
+// calls overlap on the wire), and every message carries Nats-Msg-Id = Message.ID, so the server drops a
 // republished duplicate within the stream's duplicates window. Headers
 // with the Nats- prefix are refused: the server would act on them.
 //
@@ -60,10 +61,14 @@
 // the ack timeout, MaxDeliver above the bus's max deliveries (the bus
 // dead-letters first; the server's limit is a safety net) and
 // MaxAckPending = 2*MaxInFlight + 512 (room for acks in transit). A member
-// pulls at most the capacity the bus reserved for one Receive: first
-// what is available without waiting, and when nothing is, one message
-// with a wait of under a second. No messages are prefetched, so none sits
-// in a buffer while its AckWait runs. A consumer that the server lost
+// pulls at most the capacity the bus reserved for one Receive, with one
+// request that the server holds for under a second until the first
+// message and ends as soon as it delivered what the stream had (servers
+// before 2.10 end it with a 408 status, later ones with 404). When the
+// server refuses such a request because an older one is still open, the
+// member waits for one message and then takes what else is there. No
+// messages are prefetched, so none sits in a buffer while its AckWait
+// runs. A consumer that the server lost
 // (deleted, or a memory stream after a restart) is re-created and
 // reported to the observer (observer.ScopeReclaim): on a stream that had
 // to be re-created too it starts at the stream's beginning; otherwise
@@ -71,8 +76,9 @@
 // StartFrom if it had received none. Deliveries that were unacked when
 // the consumer vanished cannot be settled any more; they are delivered
 // again only if they come after that point. A pull request cut short by
-// Close may still deliver one message to the closed member; the server
-// redelivers it after AckWait.
+// Close may still deliver messages that were on their way to the closed
+// member (the server stops once the member's inbox is unsubscribed); the
+// server redelivers them after AckWait.
 //
 // Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
 // Nack with a delay is -NAK with that delay (the server holds the

@@ -15,10 +15,12 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Pull timing. Receive first asks for what is available without waiting;
-// when nothing is, it waits up to longPoll for the first message. A
-// request whose end the server does not confirm within its wait plus
-// responseGrace is abandoned (the connection is probably down).
+// Pull timing. Receive sends one request that the server holds up to
+// longPoll for the first message and ends as soon as it has delivered what
+// the stream holds, up to the batch ("no_wait" with "expires"): one round
+// trip whether messages wait or not. A request whose end the server does
+// not confirm within its wait plus responseGrace is abandoned (the
+// connection is probably down).
 const (
 	longPoll      = 800 * time.Millisecond
 	responseGrace = 250 * time.Millisecond
@@ -55,6 +57,12 @@ func (a *jsAckID) renew(ackWait time.Duration) {
 	a.deadline.Store(time.Now().Add(ackWait - leaseMargin(ackWait)).UnixNano())
 }
 
+// jsDelivery is a received message and its AckID in one allocation.
+type jsDelivery struct {
+	msg backend.Message
+	ack jsAckID
+}
+
 func (a *jsAckID) stale() bool { return time.Now().UnixNano() > a.deadline.Load() }
 
 // jsSub is one member of a group: a durable pull consumer read through a
@@ -71,8 +79,9 @@ type jsSub struct {
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
 
-	seq     uint64 // pull request counter; Receive's goroutine only
-	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
+	seq     uint64       // pull request counter; Receive's goroutine only
+	lastSeq uint64       // highest stream sequence received; Receive's goroutine only
+	spare   []jsDelivery // allocated for deliveries to come; Receive's goroutine only
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -128,24 +137,43 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 	if max < 1 {
 		max = 1
 	}
-	var out []*backend.Message
+	out := make([]*backend.Message, 0, min(max, deliveryChunk))
 	// Messages of an abandoned request that arrived since the last call.
 	out = s.drain(out, max)
 	if len(out) > 0 {
 		return out, nil
 	}
-	out, err := s.pull(ctx, out, max, max, 0)
-	if err != nil || len(out) > 0 {
+	out, err := s.pull(ctx, out, max, max, pullUntilFirst)
+	if !errors.Is(err, errRequestsPending) {
 		return out, s.wrap(err)
 	}
-	out, err = s.pull(ctx, out, max, 1, longPoll)
+	// The server refused a request that returns early because an older
+	// one of this member, abandoned, is still open there: wait for the
+	// first message with a plain request, then take what else is there.
+	out, err = s.pull(ctx, out, max, 1, pullWait)
 	if err != nil || len(out) == 0 || max == 1 {
 		return out, s.wrap(err)
 	}
-	// The first message came; take what else is there without waiting.
-	out, err = s.pull(ctx, out, max, max-len(out), 0)
+	out, err = s.pull(ctx, out, max, max-len(out), pullNoWait)
 	return out, s.wrap(err)
 }
+
+// Kinds of pull request.
+type pullKind int
+
+const (
+	// pullUntilFirst waits up to longPoll for the first message and ends
+	// when the stream has nothing more to deliver.
+	pullUntilFirst pullKind = iota
+	// pullWait waits up to longPoll until the batch is full.
+	pullWait
+	// pullNoWait takes what is there now.
+	pullNoWait
+)
+
+// errRequestsPending is the server's refusal of a pullUntilFirst request
+// while older requests of the member are open.
+var errRequestsPending = errors.New("pull: server status 408 Requests Pending")
 
 func (s *jsSub) wrap(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -164,40 +192,41 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 		if !isJSDelivery(msg) {
 			continue // the end of an abandoned request
 		}
-		out = s.accept(out, max, msg)
+		out = s.accept(out, max, msg, 1)
 	}
 }
 
-// pull sends one pull request for n messages and collects its messages
-// into out (never beyond max). wait 0 asks the server for what is
-// available now; otherwise the server holds the request up to wait. A
-// request the server neither fills nor ends in time is abandoned with an
-// error: the connection is down or the server is overloaded (this is the
-// pull's heartbeat: the server always answers a live request).
-func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wait time.Duration) ([]*backend.Message, error) {
+// pull sends one pull request of kind for n messages and collects its
+// messages into out (never beyond max). A request the server neither
+// fills nor ends in time is abandoned with an error: the connection is
+// down or the server is overloaded (this is the pull's heartbeat: the
+// server always answers a live request).
+func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, kind pullKind) ([]*backend.Message, error) {
 	if !s.b.nc.IsConnected() {
 		// A request written now would wait in the reconnect buffer and
 		// reach the server late, after Receive gave up on it.
 		return out, fmt.Errorf("pull: %w (%s)", natsgo.ErrDisconnected, s.b.nc.Status())
 	}
 	s.seq++
-	reply := s.inbox + strconv.FormatUint(s.seq, 10)
-	var req []byte
-	if wait == 0 {
-		req = fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, n)
-	} else {
-		req = fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, n, wait.Nanoseconds())
+	var buf [80]byte
+	reply := string(strconv.AppendUint(append(buf[:0], s.inbox...), s.seq, 10))
+	req := strconv.AppendInt(append(buf[:0], `{"batch":`...), int64(n), 10)
+	switch kind {
+	case pullUntilFirst:
+		req = strconv.AppendInt(append(req, `,"no_wait":true,"expires":`...), longPoll.Nanoseconds(), 10)
+	case pullWait:
+		req = strconv.AppendInt(append(req, `,"expires":`...), longPoll.Nanoseconds(), 10)
+	case pullNoWait:
+		req = append(req, `,"no_wait":true`...)
 	}
+	req = append(req, '}')
 	if err := s.b.nc.PublishRequest(s.nextSubj, reply, req); err != nil {
 		if errors.Is(err, natsgo.ErrConnectionClosed) {
 			return out, fmt.Errorf("pull: %w", backend.ErrClosed)
 		}
 		return out, fmt.Errorf("pull: %w", err)
 	}
-	timeout := wait
-	if timeout < longPoll {
-		timeout = longPoll
-	}
+	timeout := longPoll
 	wctx, cancel := context.WithTimeout(ctx, timeout+responseGrace)
 	defer cancel()
 	got := 0
@@ -224,7 +253,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 			}
 		}
 		if isJSDelivery(msg) {
-			out = s.accept(out, max, msg)
+			out = s.accept(out, max, msg, n-got)
 			got++
 			continue
 		}
@@ -232,8 +261,15 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, wa
 			continue // the end of an older, abandoned request
 		}
 		switch code := msg.Header.Get(hdrStatus); code {
-		case "404", "408":
-			// No messages, or the request expired: done.
+		case "408":
+			if got == 0 && kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
+				return out, errRequestsPending
+			}
+			// The request expired, or (before server 2.10) ended
+			// after delivering what there was: done.
+			return out, nil
+		case "404":
+			// No messages: done.
 			return out, nil
 		case "100":
 			continue // heartbeat
@@ -277,7 +313,7 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 // accept turns a delivered message into a backend message. Deliveries
 // beyond max (only possible after an abandoned request) are handed back
 // at once; entries that are not JetStream deliveries are reported.
-func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*backend.Message {
+func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming int) []*backend.Message {
 	meta, err := parseAckSubject(msg.Reply)
 	if err != nil {
 		s.cfg.Observer.Observe(context.Background(), observer.Event{
@@ -293,10 +329,14 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	if meta.streamSeq > s.lastSeq {
 		s.lastSeq = meta.streamSeq
 	}
-	m := &backend.Message{
+	d := s.newDelivery(coming)
+	d.ack.reply = msg.Reply
+	d.ack.renew(s.cfg.AckTimeout)
+	m := &d.msg
+	*m = backend.Message{
 		Payload:     msg.Data,
 		PublishedAt: meta.timestamp,
-		AckID:       s.newAckID(msg.Reply),
+		AckID:       &d.ack,
 		Attempt:     meta.delivered,
 	}
 	decodeHeaders(msg.Header, m, s.idScope)
@@ -308,10 +348,19 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg) []*back
 	return append(out, m)
 }
 
-func (s *jsSub) newAckID(reply string) *jsAckID {
-	a := &jsAckID{reply: reply}
-	a.renew(s.cfg.AckTimeout)
-	return a
+// deliveryChunk bounds how many deliveries share one allocation; one
+// that is still unsettled keeps its chunk in memory.
+const deliveryChunk = 32
+
+// newDelivery returns a zero delivery. Deliveries are allocated in chunks
+// sized by how many more the current request may bring (coming).
+func (s *jsSub) newDelivery(coming int) *jsDelivery {
+	if len(s.spare) == 0 {
+		s.spare = make([]jsDelivery, min(max(coming, 1), deliveryChunk))
+	}
+	d := &s.spare[0]
+	s.spare = s.spare[1:]
+	return d
 }
 
 func (s *jsSub) ackID(id backend.AckID) (*jsAckID, error) {
@@ -397,7 +446,8 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 	if err := s.b.ensureStream(ctx, topic); err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}
-	nm, err := encode(s.b.subjectFor(topic), msg, false, s.b.idScope(topic))
+	tn := s.b.namesFor(topic)
+	nm, err := encode(tn.subject, msg, false, tn.idScope)
 	if err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}

@@ -96,9 +96,13 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 	if core {
 		n++
 	}
-	// One backing array for every header value: one allocation, not one
-	// per header.
-	vals := make([]string, 0, n)
+	// The message and the backing array of every header value share one
+	// allocation when the headers are few, which is the common case.
+	w := &wireMsg{}
+	vals := w.vals[:0]
+	if n > len(w.vals) {
+		vals = make([]string, 0, n)
+	}
 	h := make(natsgo.Header, n)
 	var encoded []string
 	set := func(k, v string) {
@@ -133,7 +137,15 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 	if len(encoded) > 0 {
 		h[hdrEncoded] = []string{strings.Join(encoded, ",")}
 	}
-	return &natsgo.Msg{Subject: subject, Header: h, Data: m.Payload}, nil
+	w.msg = natsgo.Msg{Subject: subject, Header: h, Data: m.Payload}
+	return &w.msg, nil
+}
+
+// wireMsg is a message on the wire with room for the values of its
+// headers (the ID, and the key or a user header).
+type wireMsg struct {
+	msg  natsgo.Msg
+	vals [3]string
 }
 
 // decodeHeaders fills ID, Key, Headers and (in core mode) PublishedAt of

@@ -49,6 +49,33 @@ func boundName(name string) string {
 	return name[:maxNameLen-len(h)-2] + "_x" + h
 }
 
+// topicNames are the names derived from one topic. Publish needs them on
+// every call, so they are cached (see namesFor).
+type topicNames struct {
+	subject string // subjectFor
+	stream  string // streamFor
+	idScope string // idScope
+}
+
+// maxCachedTopics bounds the cache of derived names: an application that
+// makes up topics without end gets them derived on each call instead of
+// a cache that grows without end.
+const maxCachedTopics = 4096
+
+// namesFor returns the derived names of topic.
+func (b *Backend) namesFor(topic string) *topicNames {
+	if v, ok := b.topics.Load(topic); ok {
+		return v.(*topicNames)
+	}
+	n := &topicNames{subject: b.subjectFor(topic), stream: b.streamFor(topic), idScope: b.idScope(topic)}
+	if b.ntopics.Load() < maxCachedTopics {
+		if _, loaded := b.topics.LoadOrStore(topic, n); !loaded {
+			b.ntopics.Add(1)
+		}
+	}
+	return n
+}
+
 // subjectFor returns the NATS subject of topic. Bus topics are valid
 // subjects already (dot-separated tokens without wildcards).
 func (b *Backend) subjectFor(topic string) string {

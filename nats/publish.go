@@ -65,31 +65,52 @@ func (f *failures) result() error {
 	return &backend.BatchError{Failed: f.failed}
 }
 
+// Pipelining. A batch goes out with async publishes, and Publish then
+// waits for that batch's acks only: the window of outstanding acks
+// (Options.PublishWindow) is the JetStream context's and spans every call,
+// so concurrent calls share it and one call's wait never holds back
+// another call's sends (no lock is held while waiting).
+//
+// Per-message work is kept to what the wire needs: the topic's names and
+// its stream's existence are looked up without a lock, futures of small
+// batches live on the stack, and a publish passes no options (each option
+// costs the client library an allocation per message) unless the window
+// stays full, see publishAsync.
+
+// smallBatch is the batch size whose futures need no allocation.
+const smallBatch = 16
+
+// defaultStallWait is how long the client library lets a publish without
+// options wait for a slot in a full window before it fails with
+// ErrTooManyStalledMsgs (its defaultAsyncStallWait).
+const defaultStallWait = 200 * time.Millisecond
+
 func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
-	if err := b.ensureStream(ctx, topic); err != nil {
-		return err
+	tn := b.namesFor(topic)
+	if !b.streamKnown(tn.stream) {
+		if err := b.ensureStream(ctx, topic); err != nil {
+			return err
+		}
 	}
-	subject, scope := b.subjectFor(topic), b.idScope(topic)
 	dl, hasDeadline := ctx.Deadline()
-	stallOpt := jetstream.WithStallWait(b.opts.PublishTimeout)
-	futures := make([]jetstream.PubAckFuture, len(msgs))
+	var buf [smallBatch]jetstream.PubAckFuture
+	futures := buf[:0]
+	if len(msgs) > len(buf) {
+		futures = make([]jetstream.PubAckFuture, 0, len(msgs))
+	}
+	futures = futures[:len(msgs)]
 	fs := failures{n: len(msgs)}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			fs.add(i, err)
 			continue
 		}
-		nm, err := encode(subject, m, false, scope)
+		nm, err := encode(tn.subject, m, false, tn.idScope)
 		if err != nil {
 			fs.add(i, err)
 			continue
 		}
-		if hasDeadline {
-			// A full window waits at most until the deadline, measured
-			// now: the stream lookup and earlier messages took their share.
-			stallOpt = jetstream.WithStallWait(max(time.Until(dl), time.Millisecond))
-		}
-		f, err := b.js.PublishMsgAsync(nm, stallOpt)
+		f, err := b.publishAsync(ctx, nm, dl, hasDeadline)
 		if err != nil {
 			fs.add(i, err)
 			continue
@@ -97,6 +118,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 		futures[i] = f
 	}
 	noStream := false
+	done := ctx.Done()
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -108,17 +130,41 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 				noStream = true
 			}
 			fs.add(i, err)
-		case <-ctx.Done():
+		case <-done:
 			fs.add(i, ctx.Err())
 		}
 	}
+	clear(futures)
 	if noStream {
 		// The stream vanished (deleted, or lost with memory storage on a
 		// restart): look it up again on the next publish.
-		b.forgetStream(b.streamFor(topic))
+		b.forgetStream(tn.stream)
 	}
 	sortFailures(fs.failed)
 	return fs.result()
+}
+
+// publishAsync sends nm within the publish window. While the window has
+// room this passes no options. When the window stays full, the publish
+// waits for a slot until ctx's deadline (measured now: the stream lookup
+// and earlier messages took their share) or, without a deadline, for
+// PublishTimeout.
+func (b *Backend) publishAsync(ctx context.Context, nm *natsgo.Msg, dl time.Time, hasDeadline bool) (jetstream.PubAckFuture, error) {
+	if !hasDeadline || time.Until(dl) > defaultStallWait {
+		// The library's own wait for a slot ends before the deadline.
+		f, err := b.js.PublishMsgAsync(nm)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	wait := b.opts.PublishTimeout - defaultStallWait
+	if hasDeadline {
+		wait = time.Until(dl)
+	}
+	return b.js.PublishMsgAsync(nm, jetstream.WithStallWait(max(wait, time.Millisecond)))
 }
 
 func sortFailures(f []backend.Failure) {
@@ -131,7 +177,7 @@ func sortFailures(f []backend.Failure) {
 }
 
 func (b *Backend) publishCore(ctx context.Context, topic string, msgs []*backend.Message) error {
-	subject := b.subjectFor(topic)
+	subject := b.namesFor(topic).subject
 	fs := failures{n: len(msgs)}
 	sent := 0
 	for i, m := range msgs {

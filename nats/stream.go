@@ -23,10 +23,7 @@ func (b *Backend) ensureStream(ctx context.Context, topic string) error {
 // created the stream.
 func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, error) {
 	name := b.streamFor(topic)
-	b.mu.Lock()
-	ok := b.streams[name]
-	b.mu.Unlock()
-	if ok {
+	if b.streamKnown(name) {
 		return false, nil
 	}
 	created := false
@@ -47,9 +44,7 @@ func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, 
 	default:
 		return false, fmt.Errorf("look up stream %q: %w", name, err)
 	}
-	b.mu.Lock()
-	b.streams[name] = true
-	b.mu.Unlock()
+	b.streams.Store(name, struct{}{})
 	return created, nil
 }
 
@@ -81,10 +76,15 @@ func subjectMatches(filter, subject string) bool {
 	return len(ft) == len(st)
 }
 
+// streamKnown reports whether stream name is known to exist. It takes no
+// lock: Publish asks on every call.
+func (b *Backend) streamKnown(name string) bool {
+	_, ok := b.streams.Load(name)
+	return ok
+}
+
 func (b *Backend) forgetStream(name string) {
-	b.mu.Lock()
-	delete(b.streams, name)
-	b.mu.Unlock()
+	b.streams.Delete(name)
 }
 
 func (b *Backend) streamConfig(name, topic string) jetstream.StreamConfig {

@@ -14,21 +14,42 @@ package bench
 // $BUS_NATS_URL; streams get unique names and are deleted afterwards.
 //
 //   - PublishBatch: batches of 1000 messages, each with a Nats-Msg-Id;
-//     raw PublishAsync with a window of 1000 and waits for the acks of the
-//     batch; the bus Publishes the batch (async within its window of
+//     raw PublishMsgAsync with a window of 1000 and waits for the acks of
+//     the batch; the bus Publishes the batch (async within its window of
 //     1000) and returns when every message is stored.
+//   - PublishBatch16: one caller publishing batches of 16. Raw: the batch
+//     with PublishMsgAsync, then wait for that batch's acks (what a nil
+//     error from bus.Publish guarantees: every message stored).
+//   - PublishConcurrent64: 64 goroutines, one message per call, each
+//     waiting for its ack (raw PublishMsgAsync and wait; bus.Publish).
+//
+//     Both publish benchmarks also run, for context, raw PublishAsync
+//     with a window of 1000 and no per-call wait (fire and forget within
+//     the window, then wait for the last acks), and report the bus's
+//     ratio to it as bus/raw-window. That pattern gives no caller a
+//     stored-or-error answer, so it is an upper bound, not a peer.
 //   - ConsumeAck: drain a prefilled stream with a new durable pull
 //     consumer, acking each message; raw Consume with its default 500
 //     message buffer; the bus subscribes with AckOnSuccess and 500 in
 //     flight.
 //   - E2E: one publisher (batches of 1000) and one consumer at once; the
 //     figure counts until the consumer handled every message.
+//   - Latency5k: 5,000 msgs/s below saturation, one message per publish
+//     call (16 publishing goroutines fed by a pacer), raw js.PublishMsg
+//     and a pull consumer (Consume) with explicit acks against bus.Publish
+//     and a subscription with AckOnSuccess. The latency of a message is
+//     from the time the schedule gave it (not when it was actually sent,
+//     so a stalled publisher is counted) to its handler; the benchmark
+//     reports p50 and p99 of each side over every round and the p99
+//     ratio bus/raw.
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,10 +64,16 @@ import (
 )
 
 const (
-	natsPayload  = 256
-	natsBatch    = 1000
-	natsInFlight = 500
-	natsWait     = 2 * time.Minute
+	natsPayload    = 256
+	natsBatch      = 1000
+	natsSmallBatch = 16
+	natsCallers    = 64
+	natsInFlight   = 500
+	natsWait       = 2 * time.Minute
+
+	natsRate       = 5_000 // msgs/s of the latency benchmark
+	natsRateFor    = 2 * time.Second
+	natsRateSender = 16 // publishing goroutines of the latency benchmark
 )
 
 func natsRound() int {
@@ -67,6 +94,8 @@ type natsEnv struct {
 	subj   string // subject prefix of the raw streams
 	opts   busnats.Options
 	n      int
+
+	asyncErrs atomic.Int64 // failed fire-and-forget raw publishes
 }
 
 func newNATSEnv(b *testing.B) *natsEnv {
@@ -79,7 +108,10 @@ func newNATSEnv(b *testing.B) *natsEnv {
 		b.Fatalf("connect: %v", err)
 	}
 	e.nc = nc
-	e.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(natsBatch))
+	e.js, err = jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(natsBatch),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *natsgo.Msg, error) { e.asyncErrs.Add(1) }),
+	)
 	if err != nil {
 		b.Fatalf("jetstream: %v", err)
 	}
@@ -132,33 +164,115 @@ func (e *natsEnv) busTopic(label string) string {
 
 func payload() []byte { return benchPayload(natsPayload) }
 
-// rawPublish publishes n messages in batches of natsBatch, waiting for the
-// acks of each batch, like bus.Publish does.
-func (e *natsEnv) rawPublish(subject string, n int) {
+// rawMsg is a raw message with its own Nats-Msg-Id, like the bus sends.
+func rawMsg(subject string, data []byte) *natsgo.Msg {
+	return &natsgo.Msg{Subject: subject, Data: data, Header: natsgo.Header{jetstream.MsgIDHeader: []string{nuid.Next()}}}
+}
+
+// waitAcks waits for the acks of futures.
+func (e *natsEnv) waitAcks(futures []jetstream.PubAckFuture) {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			e.b.Fatalf("raw publish ack: %v", err)
+		}
+	}
+}
+
+// rawPublish publishes n messages in batches of batch with
+// PublishMsgAsync, waiting for the acks of each batch before the next,
+// like bus.Publish does.
+func (e *natsEnv) rawPublish(subject string, n, batch int) {
 	data := payload()
-	futures := make([]jetstream.PubAckFuture, 0, natsBatch)
+	futures := make([]jetstream.PubAckFuture, 0, batch)
 	for sent := 0; sent < n; {
 		futures = futures[:0]
-		for i := 0; i < natsBatch && sent < n; i++ {
-			f, err := e.js.PublishAsync(subject, data, jetstream.WithMsgID(nuid.Next()))
+		for i := 0; i < batch && sent < n; i++ {
+			f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
 			if err != nil {
 				e.b.Fatalf("raw publish: %v", err)
 			}
 			futures = append(futures, f)
 			sent++
 		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				e.b.Fatalf("raw publish ack: %v", err)
-			}
-		}
+		e.waitAcks(futures)
 	}
 }
 
-func (e *natsEnv) busPublish(topic string, n int) {
-	busPublishBatches(e.b, e.bus, topic, n, natsBatch, payload())
+// rawPublishWindow publishes n messages with PublishAsync from callers
+// goroutines, without waiting for any ack until the end: only the window
+// of 1000 outstanding acks paces them.
+func (e *natsEnv) rawPublishWindow(subject string, n, callers int) {
+	data := payload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if _, err := e.js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithStallWait(natsWait)); err != nil {
+					e.b.Errorf("raw publish: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(natsWait):
+		e.b.Fatalf("raw publish: acks missing after %v", natsWait)
+	}
+	if n := e.asyncErrs.Load(); n > 0 {
+		e.b.Fatalf("raw publish: %d acks failed", n)
+	}
+}
+
+// rawPublishConcurrent publishes n messages from callers goroutines, one
+// message per call, each waiting for its ack.
+func (e *natsEnv) rawPublishConcurrent(subject string, n, callers int) {
+	data := payload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			futures := make([]jetstream.PubAckFuture, 1)
+			for next.Add(1) <= int64(n) {
+				f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
+				if err != nil {
+					e.b.Errorf("raw publish: %v", err)
+					return
+				}
+				futures[0] = f
+				e.waitAcks(futures)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (e *natsEnv) busPublish(topic string, n, batch int) {
+	busPublishBatches(e.b, e.bus, topic, n, batch, payload())
+}
+
+// busPublishConcurrent publishes n messages from callers goroutines, one
+// message per Publish call.
+func (e *natsEnv) busPublishConcurrent(topic string, n, callers int) {
+	data := payload()
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: data}); err != nil {
+					e.b.Errorf("bus publish: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // rawConsume drains n messages with a new durable pull consumer.
@@ -230,24 +344,33 @@ func (e *natsEnv) closeSub(sub *bus.Subscription) {
 // are medians over the rounds, which one noisy round does not move.
 type rates struct {
 	raw, bus []time.Duration
-	msgs     int // per round
+	window   []time.Duration // raw fire-and-forget within a window, if run
+	msgs     int             // per round
 }
 
 func (r *rates) report(b *testing.B) {
 	if len(r.raw) == 0 {
 		return
 	}
-	rawRate := float64(r.msgs) / median(r.raw).Seconds()
-	busRate := float64(r.msgs) / median(r.bus).Seconds()
-	ratios := make([]time.Duration, len(r.raw))
-	for i := range r.raw {
-		// bus/raw of one round, as a duration to reuse median (x 1e6).
-		ratios[i] = time.Duration(float64(r.raw[i]) / float64(r.bus[i]) * 1e6)
+	b.ReportMetric(float64(r.msgs)/median(r.raw).Seconds(), "raw-msgs/s")
+	b.ReportMetric(float64(r.msgs)/median(r.bus).Seconds(), "bus-msgs/s")
+	b.ReportMetric(medianRatio(r.raw, r.bus), "bus/raw")
+	if len(r.window) > 0 {
+		b.ReportMetric(float64(r.msgs)/median(r.window).Seconds(), "raw-window-msgs/s")
+		b.ReportMetric(medianRatio(r.window, r.bus), "bus/raw-window")
 	}
-	b.ReportMetric(rawRate, "raw-msgs/s")
-	b.ReportMetric(busRate, "bus-msgs/s")
-	b.ReportMetric(float64(median(ratios))/1e6, "bus/raw")
 	b.ReportMetric(0, "ns/op")
+}
+
+// medianRatio is the median over rounds of raw time / bus time, that is
+// of the bus/raw rate ratio.
+func medianRatio(raw, bus []time.Duration) float64 {
+	ratios := make([]time.Duration, len(raw))
+	for i := range raw {
+		// As a duration to reuse median (x 1e6).
+		ratios[i] = time.Duration(float64(raw[i]) / float64(bus[i]) * 1e6)
+	}
+	return float64(median(ratios)) / 1e6
 }
 
 func median(d []time.Duration) time.Duration {
@@ -285,15 +408,65 @@ func both(b *testing.B, r *rates, round, n int, raw, bus func()) {
 	r.bus = append(r.bus, bd)
 }
 
+// three is both with the raw fire-and-forget side as well, in rotating
+// order.
+func three(b *testing.B, r *rates, round, n int, raw, window, bus func()) {
+	r.msgs = n
+	sides := []func(){raw, window, bus}
+	var d [3]time.Duration
+	for k := range 3 {
+		i := (round + k) % 3
+		d[i] = timed(sides[i])
+	}
+	if testing.Verbose() {
+		b.Logf("round %d: raw %v, raw window %v, bus %v for %d messages", round, d[0], d[1], d[2], n)
+	}
+	r.raw = append(r.raw, d[0])
+	r.window = append(r.window, d[1])
+	r.bus = append(r.bus, d[2])
+}
+
 func BenchmarkNATSPublishBatch(b *testing.B) {
 	e := newNATSEnv(b)
 	_, subject := e.rawStream("pub")
 	topic := e.busTopic("pub")
-	e.busPublish(topic, natsBatch) // create the stream outside the timing
+	e.busPublish(topic, natsBatch, natsBatch) // create the stream outside the timing
 	n := natsRound()
 	var r rates
 	for round := 0; b.Loop(); round++ {
-		both(b, &r, round, n, func() { e.rawPublish(subject, n) }, func() { e.busPublish(topic, n) })
+		both(b, &r, round, n, func() { e.rawPublish(subject, n, natsBatch) }, func() { e.busPublish(topic, n, natsBatch) })
+	}
+	r.report(b)
+}
+
+func BenchmarkNATSPublishBatch16(b *testing.B) {
+	e := newNATSEnv(b)
+	_, subject := e.rawStream("pub")
+	topic := e.busTopic("pub")
+	e.busPublish(topic, natsSmallBatch, natsSmallBatch) // create the stream outside the timing
+	n := natsRound()
+	var r rates
+	for round := 0; b.Loop(); round++ {
+		three(b, &r, round, n,
+			func() { e.rawPublish(subject, n, natsSmallBatch) },
+			func() { e.rawPublishWindow(subject, n, 1) },
+			func() { e.busPublish(topic, n, natsSmallBatch) })
+	}
+	r.report(b)
+}
+
+func BenchmarkNATSPublishConcurrent64(b *testing.B) {
+	e := newNATSEnv(b)
+	_, subject := e.rawStream("pub")
+	topic := e.busTopic("pub")
+	e.busPublish(topic, 1, 1) // create the stream outside the timing
+	n := natsRound()
+	var r rates
+	for round := 0; b.Loop(); round++ {
+		three(b, &r, round, n,
+			func() { e.rawPublishConcurrent(subject, n, natsCallers) },
+			func() { e.rawPublishWindow(subject, n, natsCallers) },
+			func() { e.busPublishConcurrent(topic, n, natsCallers) })
 	}
 	r.report(b)
 }
@@ -305,9 +478,9 @@ func BenchmarkNATSConsumeAck(b *testing.B) {
 	for round := 0; b.Loop(); round++ {
 		b.StopTimer()
 		stream, subject := e.rawStream("con")
-		e.rawPublish(subject, n)
+		e.rawPublish(subject, n, natsBatch)
 		topic := e.busTopic("con")
-		e.busPublish(topic, n)
+		e.busPublish(topic, n, natsBatch)
 		b.StartTimer()
 		var sub *bus.Subscription
 		both(b, &r, round, n, func() { e.rawConsume(stream, n) }, func() { sub = e.busConsume(topic, n) })
@@ -324,21 +497,168 @@ func BenchmarkNATSE2E(b *testing.B) {
 		b.StopTimer()
 		stream, subject := e.rawStream("e2e")
 		topic := e.busTopic("e2e")
-		e.busPublish(topic, 1) // create the stream
+		e.busPublish(topic, 1, 1) // create the stream
 		b.StartTimer()
 		var sub *bus.Subscription
 		both(b, &r, round, n, func() {
 			pubDone := make(chan struct{})
-			go func() { defer close(pubDone); e.rawPublish(subject, n) }()
+			go func() { defer close(pubDone); e.rawPublish(subject, n, natsBatch) }()
 			e.rawConsume(stream, n)
 			<-pubDone
 		}, func() {
 			pubDone := make(chan struct{})
-			go func() { defer close(pubDone); e.busPublish(topic, n) }()
+			go func() { defer close(pubDone); e.busPublish(topic, n, natsBatch) }()
 			sub = e.busConsume(topic, n+1)
 			<-pubDone
 		})
 		e.closeSub(sub)
 	}
 	r.report(b)
+}
+
+// latencies records, per message index, the time from its scheduled send
+// to its handler. Redeliveries keep the first figure.
+type latencies struct {
+	start    time.Time
+	interval time.Duration
+	d        []time.Duration
+	seen     []atomic.Bool
+	got      atomic.Int64
+	done     chan struct{}
+}
+
+func newLatencies(n int) *latencies {
+	return &latencies{interval: time.Second / natsRate, d: make([]time.Duration, n), seen: make([]atomic.Bool, n), done: make(chan struct{})}
+}
+
+func (l *latencies) scheduled(i int) time.Time { return l.start.Add(time.Duration(i) * l.interval) }
+
+// record notes the arrival of the message carrying p.
+func (l *latencies) record(p []byte) {
+	now := time.Now()
+	i := int(binary.BigEndian.Uint64(p))
+	if i >= len(l.d) || l.seen[i].Swap(true) {
+		return
+	}
+	l.d[i] = now.Sub(l.scheduled(i))
+	if l.got.Add(1) == int64(len(l.d)) {
+		close(l.done)
+	}
+}
+
+// pace publishes len(l.d) messages at natsRate through natsRateSender
+// goroutines calling publish with one message each, then waits until
+// every message was handled.
+func (l *latencies) pace(b *testing.B, publish func(p []byte) error) {
+	n := len(l.d)
+	todo := make(chan int, n)
+	var wg sync.WaitGroup
+	for range natsRateSender {
+		wg.Go(func() {
+			for i := range todo {
+				p := payload()
+				binary.BigEndian.PutUint64(p, uint64(i))
+				if err := publish(p); err != nil {
+					b.Errorf("publish: %v", err)
+				}
+			}
+		})
+	}
+	l.start = time.Now().Add(time.Millisecond)
+	for i := range n {
+		if d := time.Until(l.scheduled(i)); d > 0 {
+			time.Sleep(d)
+		}
+		todo <- i
+	}
+	close(todo)
+	wg.Wait()
+	select {
+	case <-l.done:
+	case <-time.After(natsWait):
+		b.Fatalf("latency: %d of %d handled after %v", l.got.Load(), n, natsWait)
+	}
+}
+
+func (e *natsEnv) rawLatency(n int) []time.Duration {
+	stream, subject := e.rawStream("lat")
+	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
+	defer cancel()
+	cons, err := e.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		e.b.Fatalf("raw consumer: %v", err)
+	}
+	l := newLatencies(n)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		l.record(m.Data())
+		if err := m.Ack(); err != nil {
+			e.b.Errorf("raw ack: %v", err)
+		}
+	})
+	if err != nil {
+		e.b.Fatalf("raw consume: %v", err)
+	}
+	defer cc.Stop()
+	l.pace(e.b, func(p []byte) error {
+		_, err := e.js.PublishMsg(ctx, rawMsg(subject, p))
+		return err
+	})
+	return l.d
+}
+
+func (e *natsEnv) busLatency(n int) []time.Duration {
+	topic := e.busTopic("lat")
+	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
+	defer cancel()
+	if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: []byte("create the stream")}); err != nil {
+		e.b.Fatalf("bus publish: %v", err)
+	}
+	l := newLatencies(n)
+	sub, err := e.bus.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		if len(d.Payload) == natsPayload {
+			l.record(d.Payload)
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithMaxInFlight(natsInFlight))
+	if err != nil {
+		e.b.Fatalf("bus subscribe: %v", err)
+	}
+	defer e.closeSub(sub)
+	l.pace(e.b, func(p []byte) error {
+		return e.bus.Publish(ctx, topic, &bus.Message{Payload: p})
+	})
+	return l.d
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func BenchmarkNATSLatency5k(b *testing.B) {
+	e := newNATSEnv(b)
+	n := int(natsRate * natsRateFor / time.Second)
+	var raw, bs []time.Duration
+	for round := 0; b.Loop(); round++ {
+		if round%2 == 0 {
+			raw = append(raw, e.rawLatency(n)...)
+			bs = append(bs, e.busLatency(n)...)
+		} else {
+			bs = append(bs, e.busLatency(n)...)
+			raw = append(raw, e.rawLatency(n)...)
+		}
+	}
+	if len(raw) == 0 {
+		return
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(percentile(raw, 0.5)), "raw-p50-ms")
+	b.ReportMetric(ms(percentile(raw, 0.99)), "raw-p99-ms")
+	b.ReportMetric(ms(percentile(bs, 0.5)), "bus-p50-ms")
+	b.ReportMetric(ms(percentile(bs, 0.99)), "bus-p99-ms")
+	b.ReportMetric(float64(percentile(bs, 0.99))/float64(percentile(raw, 0.99)), "p99-bus/raw")
+	b.ReportMetric(0, "ns/op")
 }
