@@ -119,7 +119,9 @@ func (t *busTarget) prepare(ctx context.Context, scenario string) error {
 	if !t.b.Capabilities().StartOldest {
 		return fmt.Errorf("the consume scenario needs a backend that can start a group from the oldest message; %s cannot (use --scenario e2e)", t.backend())
 	}
-	sub, err := t.sub(ctx, func(context.Context, *bus.Delivery) error { return nil })
+	// Messages already on the topic that this short-lived member takes
+	// are counted (as foreign) like any other.
+	sub, err := t.sub(ctx, t.handler(t.r.handle))
 	if err != nil {
 		return err
 	}
@@ -142,15 +144,20 @@ func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, 
 	)
 }
 
-func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, error) {
+// handler runs h on each payload and settles as the ack mode wants.
+func (t *busTarget) handler(h func([]byte)) bus.Handler {
 	manual := t.r.cfg.AckMode == bus.AckManual
-	sub, err := t.sub(ctx, func(ctx context.Context, d *bus.Delivery) error {
+	return func(ctx context.Context, d *bus.Delivery) error {
 		h(d.Payload)
 		if manual {
 			return d.Ack(ctx)
 		}
 		return nil
-	})
+	}
+}
+
+func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, error) {
+	sub, err := t.sub(ctx, t.handler(h))
 	if err != nil {
 		return nil, err
 	}
