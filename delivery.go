@@ -60,6 +60,13 @@ type Delivery struct {
 
 	sub   *Subscription
 	ackID backend.AckID
+	// received is when the batch of the delivery came from the backend,
+	// the start of its lease.
+	received time.Time
+	// hctx is the handler's ctx when the handler runs under a lease, and
+	// kept what the lease keeper knows of it.
+	hctx handlerCtx
+	kept keptLease
 
 	// state holds stateSettled / stateHandlerDone / stateReleased bits.
 	state atomic.Uint32

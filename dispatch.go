@@ -2,6 +2,7 @@ package bus
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,10 +30,18 @@ type dispatcher struct {
 	stopped bool
 	stall   *time.Timer
 	armed   bool
+	// slots holds, per worker, the delivery it runs now, for the lease
+	// keeper to walk without a registration per message.
+	slots []*workerSlot
 
 	slowNanos atomic.Int64 // moving average of handler duration
 	sample    atomic.Uint32
 	wg        sync.WaitGroup
+}
+
+// workerSlot is the delivery a worker runs now (nil between handlers).
+type workerSlot struct {
+	cur atomic.Pointer[Delivery]
 }
 
 const (
@@ -86,7 +95,9 @@ func (p *dispatcher) wakeLocked(n int) {
 	for extra := n - p.idle; extra > 0 && p.workers < p.max; extra-- {
 		p.workers++
 		p.wg.Add(1)
-		go p.work()
+		w := &workerSlot{}
+		p.slots = append(p.slots, w)
+		go p.work(w)
 	}
 }
 
@@ -101,13 +112,16 @@ func (p *dispatcher) checkStall() {
 	p.wakeLocked(p.queued())
 }
 
-func (p *dispatcher) work() {
+func (p *dispatcher) work(w *workerSlot) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
 		for p.queued() == 0 {
 			if p.stopped {
 				p.workers--
+				if i := slices.Index(p.slots, w); i >= 0 {
+					p.slots = slices.Delete(p.slots, i, i+1)
+				}
 				p.mu.Unlock()
 				return
 			}
@@ -124,6 +138,7 @@ func (p *dispatcher) work() {
 		p.busy++
 		p.mu.Unlock()
 
+		w.cur.Store(d)
 		if p.sample.Add(1)&15 == 0 {
 			start := time.Now()
 			p.run(d)
@@ -133,6 +148,7 @@ func (p *dispatcher) work() {
 		} else {
 			p.run(d)
 		}
+		w.cur.Store(nil)
 
 		p.mu.Lock()
 		p.busy--
@@ -140,6 +156,19 @@ func (p *dispatcher) work() {
 			p.cond.Broadcast()
 		}
 	}
+}
+
+// running appends to ds the deliveries whose handler runs now, or that
+// just returned.
+func (p *dispatcher) running(ds []*Delivery) []*Delivery {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.slots {
+		if d := w.cur.Load(); d != nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }
 
 // stop waits for queued and running deliveries to finish, then ends the

@@ -18,24 +18,26 @@ import (
 // extension failed, or WithMaxExtension was reached) the handler's ctx is
 // cancelled with cause ErrLeaseLost while at least a quarter of the lease
 // is left, before the backend can deliver the message again, and
-// ScopeLease is reported once. It costs no timer per message: a delivery
-// is only put in a map while its handler runs.
+// ScopeLease is reported once. It costs nothing per message: a tick walks
+// the dispatcher's workers to find the running handlers, and the state it
+// keeps for each lives in its Delivery.
 type leaseKeeper struct {
 	s      *Subscription
 	ext    backend.Extender // nil when the backend cannot extend leases
 	period time.Duration    // a quarter of the ack timeout
 	max    time.Duration    // WithMaxExtension
 
-	mu      sync.Mutex
-	running map[*Delivery]*keptLease
-	stop    chan struct{}
-	calls   sync.WaitGroup // extensions in progress
+	mu    sync.Mutex // guards the keptLease of every delivery
+	stop  chan struct{}
+	calls sync.WaitGroup // extensions in progress
+	buf   []*Delivery    // the running deliveries of a tick, reused
 }
 
+// keptLease is what the keeper knows of a delivery whose handler runs;
+// its fields are guarded by leaseKeeper.mu. The lease was granted when
+// the delivery was received (Delivery.received).
 type keptLease struct {
-	received  time.Time // when the handler started
-	renewed   time.Time // start of the current lease
-	cancel    context.CancelCauseFunc
+	renewed   time.Time // start of the current lease; zero: received
 	extending bool
 	lost      bool
 }
@@ -47,34 +49,16 @@ func newLeaseKeeper(s *Subscription) *leaseKeeper {
 	if s.opts.ackMode == AckOnReceive || !s.caps.Redelivery {
 		return nil
 	}
-	k := &leaseKeeper{
-		s: s, period: s.opts.ackTimeout / 4, max: s.opts.maxExtension,
-		running: map[*Delivery]*keptLease{}, stop: make(chan struct{}),
-	}
+	k := &leaseKeeper{s: s, period: s.opts.ackTimeout / 4, max: s.opts.maxExtension, stop: make(chan struct{})}
 	k.ext, _ = s.bsub.(backend.Extender)
 	return k
-}
-
-// start registers a handler that begins now under a lease granted at
-// received; cancel ends its ctx.
-func (k *leaseKeeper) start(d *Delivery, received time.Time, cancel context.CancelCauseFunc) {
-	k.mu.Lock()
-	k.running[d] = &keptLease{received: received, renewed: received, cancel: cancel}
-	k.mu.Unlock()
-}
-
-// done unregisters a handler that returned.
-func (k *leaseKeeper) done(d *Delivery) {
-	k.mu.Lock()
-	delete(k.running, d)
-	k.mu.Unlock()
 }
 
 // renewed records a lease restarted by Delivery.Extend.
 func (k *leaseKeeper) renewed(d *Delivery, at time.Time) {
 	k.mu.Lock()
-	if l := k.running[d]; l != nil && at.After(l.renewed) {
-		l.renewed = at
+	if at.After(d.kept.renewed) {
+		d.kept.renewed = at
 	}
 	k.mu.Unlock()
 }
@@ -100,25 +84,27 @@ func (k *leaseKeeper) close() {
 
 func (k *leaseKeeper) tick(now time.Time) {
 	timeout := k.s.opts.ackTimeout
+	running := k.s.disp.running(k.buf[:0])
 	var lost []observer.Event
 	k.mu.Lock()
-	defer func() {
-		k.mu.Unlock()
-		k.report(lost)
-	}()
-	for d, l := range k.running {
-		if l.lost || l.extending {
+	for _, d := range running {
+		l := &d.kept
+		if l.lost || l.extending || d.hctx.ended.Load() {
 			continue
 		}
-		age := now.Sub(l.renewed)
+		renewed := l.renewed
+		if renewed.IsZero() {
+			renewed = d.received
+		}
+		age := now.Sub(renewed)
 		if age < k.period {
 			continue
 		}
 		switch {
-		case k.ext != nil && now.Sub(l.received) < k.max:
+		case k.ext != nil && now.Sub(d.received) < k.max:
 			l.extending = true
 			k.calls.Add(1)
-			go k.extend(d, l)
+			go k.extend(d)
 		case age >= timeout/2:
 			var cause error
 			if k.ext == nil {
@@ -126,25 +112,30 @@ func (k *leaseKeeper) tick(now time.Time) {
 			} else {
 				cause = fmt.Errorf("%w: the handler ran past the max extension of %v", ErrLeaseLost, k.max)
 			}
-			lost = append(lost, k.loseLocked(d, l, cause))
+			lost = k.loseLocked(lost, d, cause)
 		}
 	}
+	k.mu.Unlock()
+	clear(running)
+	k.buf = running[:0]
+	k.report(lost)
 }
 
 // extend renews one lease; on failure the handler's ctx is cancelled.
-func (k *leaseKeeper) extend(d *Delivery, l *keptLease) {
+func (k *leaseKeeper) extend(d *Delivery) {
 	defer k.calls.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
 	err := d.extendLease(ctx)
 	cancel()
 	var lost []observer.Event
 	k.mu.Lock()
+	l := &d.kept
 	l.extending = false
 	switch {
-	case k.running[d] != l:
+	case d.hctx.ended.Load():
 		// The handler returned meanwhile.
 	case err != nil:
-		lost = append(lost, k.loseLocked(d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err)))
+		lost = k.loseLocked(lost, d, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
 	default:
 		l.renewed = time.Now()
 	}
@@ -152,12 +143,15 @@ func (k *leaseKeeper) extend(d *Delivery, l *keptLease) {
 	k.report(lost)
 }
 
-// loseLocked cancels a handler whose lease cannot be kept and returns the
-// event to report once k.mu is released.
-func (k *leaseKeeper) loseLocked(d *Delivery, l *keptLease, cause error) observer.Event {
-	l.lost = true
-	l.cancel(cause)
-	return observer.Event{Scope: observer.ScopeLease, Topic: k.s.topic, Group: k.s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: cause}
+// loseLocked cancels a handler whose lease cannot be kept and appends the
+// event to report once k.mu is released; nothing when the handler has
+// returned meanwhile.
+func (k *leaseKeeper) loseLocked(lost []observer.Event, d *Delivery, cause error) []observer.Event {
+	d.kept.lost = true
+	if !d.hctx.lose(cause) {
+		return lost
+	}
+	return append(lost, observer.Event{Scope: observer.ScopeLease, Topic: k.s.topic, Group: k.s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: cause})
 }
 
 func (k *leaseKeeper) report(events []observer.Event) {

@@ -49,7 +49,10 @@ type Subscription struct {
 	mu        sync.Mutex
 	err       error
 	leases    map[*Delivery]struct{} // AckManual deliveries waiting for settlement
-	stopAfter func() bool
+	// dispatchBuf holds the pointers of the batch being dispatched; the
+	// fetch loop reuses it.
+	dispatchBuf []*Delivery
+	stopAfter   func() bool
 }
 
 // settleTimeout bounds the backend calls the bus makes to settle a
@@ -381,8 +384,12 @@ func (s *Subscription) returnExcess(msgs []*backend.Message, n int) []*backend.M
 }
 
 func (s *Subscription) dispatch(msgs []*backend.Message) {
-	ds := make([]*Delivery, len(msgs))
+	// The Deliveries of a batch share one allocation. They are never
+	// reused: user code may keep a *Delivery as long as it likes (to
+	// settle it later in AckManual, or to read its fields).
 	vals := make([]Delivery, len(msgs))
+	ds := s.dispatchBuf[:0]
+	received := time.Now()
 	for i, m := range msgs {
 		d := &vals[i]
 		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
@@ -392,10 +399,14 @@ func (s *Subscription) dispatch(msgs []*backend.Message) {
 		d.PublishedAt = m.PublishedAt
 		d.sub = s
 		d.ackID = m.AckID
-		ds[i] = d
+		d.received = received
+		d.hctx.parent = s.handlerCtx
+		ds = append(ds, d)
 	}
 	s.unsettled.Add(len(ds))
 	s.disp.push(ds)
+	clear(ds)
+	s.dispatchBuf = ds[:0]
 }
 
 // release frees the in-flight slot of a finished delivery.
@@ -408,15 +419,12 @@ func (s *Subscription) release(*Delivery) {
 }
 
 func (s *Subscription) process(d *Delivery) {
-	var received time.Time
-	if s.opts.ackMode == AckManual || s.feedback != nil || s.keeper != nil {
-		received = time.Now()
-	}
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
 		d.claim()
 		s.deadLetter(d, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries))
+		d.hctx.end()
 		d.handlerDone()
 		return
 	}
@@ -425,15 +433,20 @@ func (s *Subscription) process(d *Delivery) {
 		// never sees it.
 		d.claim()
 		s.deadLetter(d, withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.Payload), s.bus.opts.maxPayload)))
+		d.hctx.end()
 		d.handlerDone()
 		return
 	}
 	if s.opts.ackMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	err := s.call(d, received)
+	var start time.Time
 	if s.feedback != nil {
-		s.feedback.Feedback(time.Since(received), err)
+		start = time.Now()
+	}
+	err := s.call(d)
+	if s.feedback != nil {
+		s.feedback.Feedback(time.Since(start), err)
 	}
 	switch s.opts.ackMode {
 	case AckOnReceive:
@@ -449,26 +462,22 @@ func (s *Subscription) process(d *Delivery) {
 		}
 	case AckManual:
 		s.reportHandlerErr(d, err)
-		d.armLease(received)
+		d.armLease(d.received)
 	}
 	d.handlerDone()
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
 // While it runs, the keeper keeps the delivery's lease alive, or cancels
-// ctx with cause ErrLeaseLost when it cannot.
-func (s *Subscription) call(d *Delivery, received time.Time) (err error) {
+// ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
+// returns.
+func (s *Subscription) call(d *Delivery) (err error) {
 	s.running.Add(1)
 	defer s.running.Add(-1)
-	ctx := s.handlerCtx
-	if k := s.keeper; k != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		k.start(d, received, cancel)
-		defer func() {
-			k.done(d)
-			cancel(nil)
-		}()
+	var ctx context.Context = s.handlerCtx
+	if s.keeper != nil {
+		ctx = &d.hctx
+		defer d.hctx.end()
 	}
 	if s.opts.handlerTimeout > 0 {
 		var cancel context.CancelFunc
