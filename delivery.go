@@ -58,22 +58,23 @@ type Delivery struct {
 	// PublishedAt is when the bus accepted the message.
 	PublishedAt time.Time
 
+	// The fields below are kept few and small: a Delivery is allocated
+	// per message, and the garbage collector pays for every byte.
+
 	sub   *Subscription
 	ackID backend.AckID
-	// received is when the batch of the delivery came from the backend,
-	// the start of its lease.
-	received time.Time
-	// hctx is the handler's ctx when the handler runs under a lease, and
-	// kept what the lease keeper knows of it.
-	hctx handlerCtx
-	kept keptLease
+	// received is when the delivery's batch came from the backend, the
+	// start of its lease, on the monoNow clock.
+	received int64
+	// ctx is the handler's ctx once made (see handlerCtx).
+	ctx atomic.Pointer[cancelCause]
+	ext *deliveryExt // allocated only when hooks or a lease are used; guarded by mu
 
-	// state holds stateSettled / stateHandlerDone / stateReleased bits.
-	state atomic.Uint32
+	mu sync.Mutex // guards outcome, ext and the making of ctx
 
-	mu      sync.Mutex
-	outcome Outcome
-	ext     *deliveryExt // allocated only when hooks or a lease are used
+	// state holds the stateSettled ... stateCtxEnded bits.
+	state   atomic.Uint32
+	outcome uint8 // an Outcome
 }
 
 // deliveryExt holds the state few deliveries need, so the common one
@@ -83,6 +84,10 @@ type deliveryExt struct {
 	hooks    []func(Outcome, error)
 	lease    *time.Timer
 	deadline time.Time
+
+	// kept is what the lease keeper knows of a running handler whose
+	// lease it had to act on; guarded by leaseKeeper.mu.
+	kept keptLease
 }
 
 // extLocked returns d.ext, allocating it; d.mu must be held.
@@ -98,6 +103,7 @@ const (
 	stateFinished                    // the settlement has completed
 	stateHandlerDone
 	stateReleased
+	stateCtxEnded // the handler returned: its ctx is cancelled
 )
 
 // Ack settles the delivery as done. Acks are batched; a failed flush is
@@ -160,7 +166,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 		return err
 	}
 	if k := d.sub.keeper; k != nil {
-		k.renewed(d, time.Now())
+		k.renewed(d, monoNow())
 	}
 	return nil
 }
@@ -192,8 +198,7 @@ func (d *Delivery) extendLease(ctx context.Context) error {
 // spans and count outcomes.
 func (d *Delivery) OnSettle(fn func(Outcome, error)) {
 	d.mu.Lock()
-	if d.outcome != OutcomePending {
-		o := d.outcome
+	if o := Outcome(d.outcome); o != OutcomePending {
 		d.mu.Unlock()
 		fn(o, nil)
 		return
@@ -207,7 +212,7 @@ func (d *Delivery) OnSettle(fn func(Outcome, error)) {
 func (d *Delivery) Outcome() Outcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.outcome
+	return Outcome(d.outcome)
 }
 
 // DeadLetterCode is the reason code of a delivery that was dead-lettered
@@ -339,7 +344,7 @@ func reasonCode(reason error) backend.DeadLetterCode {
 // handler is done too.
 func (d *Delivery) finish(o Outcome, err error) {
 	d.mu.Lock()
-	d.outcome = o
+	d.outcome = uint8(o)
 	var hooks []func(Outcome, error)
 	armed := false
 	if x := d.ext; x != nil {
@@ -385,15 +390,15 @@ func (d *Delivery) maybeRelease() {
 // armLease starts the bus-side lease for a delivery whose handler returned
 // unsettled (AckManual): when it runs out the slot is freed and the
 // backend redelivers.
-func (d *Delivery) armLease(received time.Time) {
+func (d *Delivery) armLease() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.outcome != OutcomePending {
+	if Outcome(d.outcome) != OutcomePending {
 		return
 	}
 	x := d.extLocked()
 	if x.deadline.IsZero() {
-		x.deadline = received.Add(d.sub.opts.ackTimeout)
+		x.deadline = monoTime(d.received).Add(d.sub.opts.ackTimeout)
 	}
 	x.lease = time.AfterFunc(time.Until(x.deadline), d.expire)
 	d.sub.trackLease(d, true)

@@ -2,28 +2,24 @@ package bus
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// handlerCtx is the ctx of one handler call under a lease. It behaves as
-// context.WithCancelCause(parent) cancelled when the handler returns, or
-// with cause ErrLeaseLost when the lease cannot be kept, and it ends when
-// parent ends (Close). It lives inside its Delivery, so it costs no
-// allocation: the real cancelCtx, its cancel func and its registration
-// with parent are only made when something needs them, which is a call to
-// Done (a select on the ctx, a derived ctx such as context.WithTimeout) or
-// a cancellation with a cause. A quick handler that never waits on its ctx
+// handlerCtx is a Delivery seen as the ctx of its handler call, when the
+// handler runs under a lease: (*handlerCtx)(d). It behaves as
+// context.WithCancelCause(s.handlerCtx) cancelled when the handler
+// returns, or with cause ErrLeaseLost when the lease cannot be kept, and
+// it ends when the subscription cancels its handlers (Close).
+//
+// It costs no allocation of its own: it lives in the Delivery, and the
+// real cancelCtx, its cancel func and its registration with the parent
+// are only made when something needs them, which is a call to Done (a
+// select on the ctx, a derived ctx such as context.WithTimeout) or a
+// cancellation with a cause. A quick handler that never waits on its ctx
 // runs without any of them. It is safe for concurrent use.
-type handlerCtx struct {
-	parent context.Context
-	mu     sync.Mutex // serializes materialize, end and lose
-	inner  atomic.Pointer[cancelCause]
-	ended  atomic.Bool
-}
+type handlerCtx Delivery
 
-// cancelCause is a materialized handler ctx.
+// cancelCause is a handler ctx once made.
 type cancelCause struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -31,71 +27,74 @@ type cancelCause struct {
 
 var _ context.Context = (*handlerCtx)(nil)
 
+func (c *handlerCtx) parent() context.Context { return c.sub.handlerCtx }
+
+func (c *handlerCtx) ended() bool { return c.state.Load()&stateCtxEnded != 0 }
+
 // Deadline implements context.Context: the parent's.
-func (c *handlerCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *handlerCtx) Deadline() (time.Time, bool) { return c.parent().Deadline() }
 
 // Done implements context.Context.
 func (c *handlerCtx) Done() <-chan struct{} {
-	if in := c.inner.Load(); in != nil {
+	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Done()
 	}
-	return c.materialize().ctx.Done()
+	return c.make().ctx.Done()
 }
 
 // Err implements context.Context.
 func (c *handlerCtx) Err() error {
-	if in := c.inner.Load(); in != nil {
+	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Err()
 	}
-	if c.ended.Load() {
+	if c.ended() {
 		return context.Canceled
 	}
-	return c.parent.Err()
+	return c.parent().Err()
 }
 
-// Value implements context.Context. Once materialized, the values come
-// through the real cancelCtx, which is how context.Cause finds the cause.
-// Before that the ctx was not cancelled by itself: Cause falls back to
-// the parent's, or to Err, which is what it returns for a cancelCtx
+// Value implements context.Context. Once made, the values come through
+// the real cancelCtx, which is how context.Cause finds a cause. Before
+// that the ctx was not cancelled with a cause of its own, and Cause falls
+// back to the parent's, or to Err: what it returns for a cancelCtx
 // cancelled without a cause.
 func (c *handlerCtx) Value(key any) any {
-	if in := c.inner.Load(); in != nil {
+	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Value(key)
 	}
-	return c.parent.Value(key)
+	return c.parent().Value(key)
 }
 
-// String names the ctx like the context package does.
+// String names the ctx, as the context package's do.
 func (c *handlerCtx) String() string { return "bus.handlerCtx" }
 
-// materialize makes the real cancelCtx, cancelled at once when the handler
-// has already returned.
-func (c *handlerCtx) materialize() *cancelCause {
+// make makes the real cancelCtx, cancelled at once when the handler has
+// returned.
+func (c *handlerCtx) make() *cancelCause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.materializeLocked()
+	return c.makeLocked()
 }
 
-func (c *handlerCtx) materializeLocked() *cancelCause {
-	if in := c.inner.Load(); in != nil {
+func (c *handlerCtx) makeLocked() *cancelCause {
+	if in := c.ctx.Load(); in != nil {
 		return in
 	}
-	ctx, cancel := context.WithCancelCause(c.parent)
+	ctx, cancel := context.WithCancelCause(c.parent())
 	in := &cancelCause{ctx: ctx, cancel: cancel}
-	if c.ended.Load() {
+	c.ctx.Store(in)
+	// end sets the bit, then loads ctx: it cancels what is stored by now,
+	// or this sees the bit.
+	if c.ended() {
 		cancel(nil)
 	}
-	c.inner.Store(in)
 	return in
 }
 
-// end cancels the ctx because the handler returned.
+// end cancels the ctx because the handler returned. It takes no lock.
 func (c *handlerCtx) end() {
-	c.mu.Lock()
-	c.ended.Store(true)
-	in := c.inner.Load()
-	c.mu.Unlock()
-	if in != nil {
+	c.state.Or(stateCtxEnded)
+	if in := c.ctx.Load(); in != nil {
 		in.cancel(nil)
 	}
 }
@@ -105,9 +104,19 @@ func (c *handlerCtx) end() {
 func (c *handlerCtx) lose(cause error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ended.Load() {
+	if c.ended() {
 		return false
 	}
-	c.materializeLocked().cancel(cause)
+	c.makeLocked().cancel(cause)
 	return true
 }
+
+// monoEpoch is the origin of monoNow.
+var monoEpoch = time.Now()
+
+// monoNow reads the monotonic clock as nanoseconds since monoEpoch: a
+// time that fits a Delivery in 8 bytes with no pointer.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// monoTime converts a monoNow reading back to a time.Time.
+func monoTime(t int64) time.Time { return monoEpoch.Add(time.Duration(t)) }

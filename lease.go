@@ -33,13 +33,25 @@ type leaseKeeper struct {
 	buf   []*Delivery    // the running deliveries of a tick, reused
 }
 
-// keptLease is what the keeper knows of a delivery whose handler runs;
-// its fields are guarded by leaseKeeper.mu. The lease was granted when
-// the delivery was received (Delivery.received).
+// keptLease is what the keeper knows of a delivery whose handler runs,
+// once it had to act on it (most handlers return well before); it lives
+// in the delivery's deliveryExt and is guarded by leaseKeeper.mu. The
+// lease was granted when the delivery was received (Delivery.received).
 type keptLease struct {
-	renewed   time.Time // start of the current lease; zero: received
+	renewed   int64 // start of the current lease (monoNow); 0: received
 	extending bool
 	lost      bool
+}
+
+// keptOf returns the keeper's record of d, or nil when it has none;
+// create makes it.
+func keptOf(d *Delivery, create bool) *keptLease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ext == nil && !create {
+		return nil
+	}
+	return &d.extLocked().kept
 }
 
 // newLeaseKeeper returns the keeper of s, or nil when no handler of s runs
@@ -54,12 +66,11 @@ func newLeaseKeeper(s *Subscription) *leaseKeeper {
 	return k
 }
 
-// renewed records a lease restarted by Delivery.Extend.
-func (k *leaseKeeper) renewed(d *Delivery, at time.Time) {
+// renewed records a lease restarted by Delivery.Extend at at (monoNow).
+func (k *leaseKeeper) renewed(d *Delivery, at int64) {
+	l := keptOf(d, true)
 	k.mu.Lock()
-	if at.After(d.kept.renewed) {
-		d.kept.renewed = at
-	}
+	l.renewed = max(l.renewed, at)
 	k.mu.Unlock()
 }
 
@@ -71,8 +82,8 @@ func (k *leaseKeeper) run() {
 		case <-k.stop:
 			k.calls.Wait()
 			return
-		case now := <-t.C:
-			k.tick(now)
+		case <-t.C:
+			k.tick(monoNow())
 		}
 	}
 }
@@ -82,29 +93,26 @@ func (k *leaseKeeper) close() {
 	close(k.stop)
 }
 
-func (k *leaseKeeper) tick(now time.Time) {
+func (k *leaseKeeper) tick(now int64) {
 	timeout := k.s.opts.ackTimeout
+	period := int64(k.period)
 	running := k.s.disp.running(k.buf[:0])
 	var lost []observer.Event
-	k.mu.Lock()
 	for _, d := range running {
-		l := &d.kept
-		if l.lost || l.extending || d.hctx.ended.Load() {
+		hc := (*handlerCtx)(d)
+		if hc.ended() || now-d.received < period {
 			continue
 		}
-		renewed := l.renewed
-		if renewed.IsZero() {
-			renewed = d.received
-		}
-		age := now.Sub(renewed)
-		if age < k.period {
-			continue
-		}
+		l := keptOf(d, true)
+		k.mu.Lock()
+		renewed := max(l.renewed, d.received)
+		age := time.Duration(now - renewed)
 		switch {
-		case k.ext != nil && now.Sub(d.received) < k.max:
+		case l.lost || l.extending || age < k.period:
+		case k.ext != nil && time.Duration(now-d.received) < k.max:
 			l.extending = true
 			k.calls.Add(1)
-			go k.extend(d)
+			go k.extend(d, l)
 		case age >= timeout/2:
 			var cause error
 			if k.ext == nil {
@@ -112,32 +120,32 @@ func (k *leaseKeeper) tick(now time.Time) {
 			} else {
 				cause = fmt.Errorf("%w: the handler ran past the max extension of %v", ErrLeaseLost, k.max)
 			}
-			lost = k.loseLocked(lost, d, cause)
+			lost = k.loseLocked(lost, d, l, cause)
 		}
+		k.mu.Unlock()
 	}
-	k.mu.Unlock()
 	clear(running)
 	k.buf = running[:0]
 	k.report(lost)
 }
 
 // extend renews one lease; on failure the handler's ctx is cancelled.
-func (k *leaseKeeper) extend(d *Delivery) {
+func (k *leaseKeeper) extend(d *Delivery, l *keptLease) {
 	defer k.calls.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
+	start := monoNow()
 	err := d.extendLease(ctx)
 	cancel()
 	var lost []observer.Event
 	k.mu.Lock()
-	l := &d.kept
 	l.extending = false
 	switch {
-	case d.hctx.ended.Load():
+	case (*handlerCtx)(d).ended():
 		// The handler returned meanwhile.
 	case err != nil:
-		lost = k.loseLocked(lost, d, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
+		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
 	default:
-		l.renewed = time.Now()
+		l.renewed = max(l.renewed, start)
 	}
 	k.mu.Unlock()
 	k.report(lost)
@@ -146,9 +154,9 @@ func (k *leaseKeeper) extend(d *Delivery) {
 // loseLocked cancels a handler whose lease cannot be kept and appends the
 // event to report once k.mu is released; nothing when the handler has
 // returned meanwhile.
-func (k *leaseKeeper) loseLocked(lost []observer.Event, d *Delivery, cause error) []observer.Event {
-	d.kept.lost = true
-	if !d.hctx.lose(cause) {
+func (k *leaseKeeper) loseLocked(lost []observer.Event, d *Delivery, l *keptLease, cause error) []observer.Event {
+	l.lost = true
+	if !(*handlerCtx)(d).lose(cause) {
 		return lost
 	}
 	return append(lost, observer.Event{Scope: observer.ScopeLease, Topic: k.s.topic, Group: k.s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: cause})

@@ -384,14 +384,20 @@ func (s *Subscription) returnExcess(msgs []*backend.Message, n int) []*backend.M
 }
 
 func (s *Subscription) dispatch(msgs []*backend.Message) {
-	// The Deliveries of a batch share one allocation. They are never
-	// reused: user code may keep a *Delivery as long as it likes (to
-	// settle it later in AckManual, or to read its fields).
-	vals := make([]Delivery, len(msgs))
+	// The Deliveries of a batch share allocations of up to deliverySlab
+	// (small enough for the allocator's size classes, which keeps them
+	// cheap to allocate and to free). They are never reused: user code
+	// may keep a *Delivery as long as it likes (to settle it later in
+	// AckManual, or to read its fields).
+	var vals []Delivery
 	ds := s.dispatchBuf[:0]
-	received := time.Now()
+	received := monoNow()
 	for i, m := range msgs {
-		d := &vals[i]
+		if len(vals) == 0 {
+			vals = make([]Delivery, min(len(msgs)-i, deliverySlab))
+		}
+		d := &vals[0]
+		vals = vals[1:]
 		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
 		d.Topic = s.topic
 		d.Group = s.opts.group
@@ -400,7 +406,6 @@ func (s *Subscription) dispatch(msgs []*backend.Message) {
 		d.sub = s
 		d.ackID = m.AckID
 		d.received = received
-		d.hctx.parent = s.handlerCtx
 		ds = append(ds, d)
 	}
 	s.unsettled.Add(len(ds))
@@ -408,6 +413,9 @@ func (s *Subscription) dispatch(msgs []*backend.Message) {
 	clear(ds)
 	s.dispatchBuf = ds[:0]
 }
+
+// deliverySlab is the most Deliveries allocated at once.
+const deliverySlab = 64
 
 // release frees the in-flight slot of a finished delivery.
 func (s *Subscription) release(*Delivery) {
@@ -424,7 +432,7 @@ func (s *Subscription) process(d *Delivery) {
 		// out): dead-letter without running the handler again.
 		d.claim()
 		s.deadLetter(d, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries))
-		d.hctx.end()
+		(*handlerCtx)(d).end()
 		d.handlerDone()
 		return
 	}
@@ -433,7 +441,7 @@ func (s *Subscription) process(d *Delivery) {
 		// never sees it.
 		d.claim()
 		s.deadLetter(d, withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.Payload), s.bus.opts.maxPayload)))
-		d.hctx.end()
+		(*handlerCtx)(d).end()
 		d.handlerDone()
 		return
 	}
@@ -462,7 +470,7 @@ func (s *Subscription) process(d *Delivery) {
 		}
 	case AckManual:
 		s.reportHandlerErr(d, err)
-		d.armLease(d.received)
+		d.armLease()
 	}
 	d.handlerDone()
 }
@@ -476,8 +484,9 @@ func (s *Subscription) call(d *Delivery) (err error) {
 	defer s.running.Add(-1)
 	var ctx context.Context = s.handlerCtx
 	if s.keeper != nil {
-		ctx = &d.hctx
-		defer d.hctx.end()
+		hc := (*handlerCtx)(d)
+		ctx = hc
+		defer hc.end()
 	}
 	if s.opts.handlerTimeout > 0 {
 		var cancel context.CancelFunc

@@ -199,6 +199,14 @@ type recvBuf struct {
 	out  []*backend.Message
 }
 
+// reset drops the references the messages of the last call hold, so that
+// settled payloads can be collected.
+func (b *recvBuf) reset() {
+	clear(b.msgs[:len(b.out)])
+	clear(b.out)
+	b.out = b.out[:0]
+}
+
 // take delivers up to max entries under leases of q: redeliveries first,
 // then new entries in log order. The leases of one call share one
 // allocation; the messages live in buf until the next call.
@@ -208,11 +216,11 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 		return nil
 	}
 	leases := make([]lease, n)
+	buf.reset()
 	if cap(buf.msgs) < n {
 		buf.msgs = make([]backend.Message, n)
 		buf.out = make([]*backend.Message, 0, n)
 	}
-	clear(buf.msgs[:cap(buf.msgs)])
 	ms := buf.msgs[:n]
 	out := buf.out[:0]
 	deadline := now + int64(q.timeout)
