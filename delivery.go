@@ -80,10 +80,14 @@ type Delivery struct {
 // deliveryExt holds the state few deliveries need, so the common one
 // stays small.
 type deliveryExt struct {
-	dlqCode  backend.DeadLetterCode // why it was dead-lettered or dropped
-	hooks    []func(Outcome, error)
-	lease    *time.Timer
-	deadline time.Time
+	dlqCode backend.DeadLetterCode // why it was dead-lettered or dropped
+	hooks   []func(Outcome, error)
+	// leaseEnd is when the lease ends (monoNow clock), once Extend moved
+	// it or a manual delivery was queued; 0: received plus the ack timeout.
+	leaseEnd int64
+	// leaseIdx is 1 + the index in the subscription's manualLeases, 0
+	// when not queued; guarded by manualLeases.mu.
+	leaseIdx int
 
 	// kept is what the lease keeper knows of a running handler whose
 	// lease it had to act on; guarded by leaseKeeper.mu.
@@ -178,15 +182,15 @@ func (d *Delivery) extendLease(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("bus: extend: %w: %s cannot extend leases", ErrUnsupported, d.sub.caps.Name)
 	}
-	start := time.Now()
+	start := monoNow()
 	if err := ext.Extend(ctx, d.ackID); err != nil {
 		return fmt.Errorf("bus: extend %q: %w", d.ID, err)
 	}
 	d.mu.Lock()
 	x := d.extLocked()
-	x.deadline = start.Add(d.sub.opts.ackTimeout)
-	if x.lease != nil {
-		x.lease.Reset(time.Until(x.deadline))
+	x.leaseEnd = max(x.leaseEnd, start+int64(d.sub.opts.ackTimeout))
+	if d.sub.opts.ackMode == AckManual {
+		d.sub.manual.move(x, x.leaseEnd)
 	}
 	d.mu.Unlock()
 	return nil
@@ -346,19 +350,13 @@ func (d *Delivery) finish(o Outcome, err error) {
 	d.mu.Lock()
 	d.outcome = uint8(o)
 	var hooks []func(Outcome, error)
-	armed := false
 	if x := d.ext; x != nil {
 		hooks, x.hooks = x.hooks, nil
-		if x.lease != nil {
-			armed = true
-			x.lease.Stop()
-			x.lease = nil
+		if d.sub.opts.ackMode == AckManual {
+			d.sub.manual.remove(x)
 		}
 	}
 	d.mu.Unlock()
-	if armed {
-		d.sub.trackLease(d, false)
-	}
 	for _, h := range hooks {
 		h(o, err)
 	}
@@ -389,19 +387,19 @@ func (d *Delivery) maybeRelease() {
 
 // armLease starts the bus-side lease for a delivery whose handler returned
 // unsettled (AckManual): when it runs out the slot is freed and the
-// backend redelivers.
-func (d *Delivery) armLease() {
+// backend redelivers. It reports false when the subscription has given up
+// its manual deliveries (Close ran out of time); the caller expires d.
+func (d *Delivery) armLease() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if Outcome(d.outcome) != OutcomePending {
-		return
+		return true
 	}
 	x := d.extLocked()
-	if x.deadline.IsZero() {
-		x.deadline = monoTime(d.received).Add(d.sub.opts.ackTimeout)
+	if x.leaseEnd == 0 {
+		x.leaseEnd = d.received + int64(d.sub.opts.ackTimeout)
 	}
-	x.lease = time.AfterFunc(time.Until(x.deadline), d.expire)
-	d.sub.trackLease(d, true)
+	return d.sub.manual.add(d, x, x.leaseEnd)
 }
 
 func (d *Delivery) expire() {

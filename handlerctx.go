@@ -117,6 +117,3 @@ var monoEpoch = time.Now()
 // monoNow reads the monotonic clock as nanoseconds since monoEpoch: a
 // time that fits a Delivery in 8 bytes with no pointer.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
-
-// monoTime converts a monoNow reading back to a time.Time.
-func monoTime(t int64) time.Time { return monoEpoch.Add(time.Duration(t)) }

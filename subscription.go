@@ -48,7 +48,7 @@ type Subscription struct {
 	done      chan struct{}
 	mu        sync.Mutex
 	err       error
-	leases    map[*Delivery]struct{} // AckManual deliveries waiting for settlement
+	manual    manualLeases // AckManual deliveries waiting for settlement
 	// dispatchBuf holds the pointers of the batch being dispatched; the
 	// fetch loop reuses it.
 	dispatchBuf []*Delivery
@@ -59,30 +59,11 @@ type Subscription struct {
 // delivery on its own (nack, dead-letter).
 const settleTimeout = 10 * time.Second
 
-func (s *Subscription) trackLease(d *Delivery, on bool) {
-	s.mu.Lock()
-	if on {
-		if s.leases == nil {
-			s.leases = map[*Delivery]struct{}{}
-		}
-		s.leases[d] = struct{}{}
-	} else {
-		delete(s.leases, d)
-	}
-	s.mu.Unlock()
-}
-
 // dropLeases gives up the deliveries still waiting for a manual
-// settlement when Close runs out of time: their slots are freed and the
-// backend redelivers them when their lease ends there.
+// settlement when Close runs out of time, or when it ends: their slots are
+// freed and the backend redelivers them when their lease ends there.
 func (s *Subscription) dropLeases() {
-	s.mu.Lock()
-	list := make([]*Delivery, 0, len(s.leases))
-	for d := range s.leases {
-		list = append(list, d)
-	}
-	s.mu.Unlock()
-	for _, d := range list {
+	for _, d := range s.manual.drain() {
 		if d.claim() {
 			d.finish(OutcomeExpired, ErrClosed)
 		}
@@ -196,6 +177,7 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 			s.running.Load(), ctx.Err()))
 	}
 	s.cancelHandler()
+	s.dropLeases()
 	if s.keeper != nil {
 		s.keeper.close()
 	}
@@ -470,7 +452,9 @@ func (s *Subscription) process(d *Delivery) {
 		}
 	case AckManual:
 		s.reportHandlerErr(d, err)
-		d.armLease()
+		if !d.armLease() && d.claim() {
+			d.finish(OutcomeExpired, ErrClosed)
+		}
 	}
 	d.handlerDone()
 }
