@@ -35,13 +35,13 @@ type dispatcher struct {
 	slots []*workerSlot
 
 	slowNanos atomic.Int64 // moving average of handler duration
-	sample    atomic.Uint32
 	wg        sync.WaitGroup
 }
 
 // workerSlot is the delivery a worker runs now (nil between handlers).
 type workerSlot struct {
 	cur atomic.Pointer[Delivery]
+	n   uint32 // deliveries run, for sampling their duration
 }
 
 const (
@@ -139,7 +139,7 @@ func (p *dispatcher) work(w *workerSlot) {
 		p.mu.Unlock()
 
 		w.cur.Store(d)
-		if p.sample.Add(1)&15 == 0 {
+		if w.n++; w.n&15 == 0 {
 			start := time.Now()
 			p.run(d)
 			el := int64(time.Since(start))
