@@ -107,7 +107,8 @@ const (
 	stateFinished                    // the settlement has completed
 	stateHandlerDone
 	stateReleased
-	stateCtxEnded // the handler returned: its ctx is cancelled
+	stateCtxEnded  // the handler returned: its ctx is cancelled
+	stateInHandler // the handler runs now
 )
 
 // Ack settles the delivery as done. Acks are batched; a failed flush is
@@ -364,23 +365,32 @@ func (d *Delivery) finish(o Outcome, err error) {
 	d.maybeRelease()
 }
 
-// handlerDone marks the handler as returned.
-func (d *Delivery) handlerDone() {
+// handlerDone marks the handler as returned. It reports whether the
+// delivery is settled too: its slot is then the caller's to give back
+// (Subscription.releaseDone), which a dispatcher worker does in batches.
+func (d *Delivery) handlerDone() bool {
 	d.state.Or(stateHandlerDone)
-	d.maybeRelease()
+	return d.takeRelease()
 }
 
 // maybeRelease frees the in-flight slot once the handler has returned and
 // the delivery is settled, exactly once.
 func (d *Delivery) maybeRelease() {
+	if d.takeRelease() {
+		d.sub.releaseDone(1)
+	}
+}
+
+// takeRelease reports, exactly once, that the handler has returned and
+// the delivery is settled: the caller then frees its slot.
+func (d *Delivery) takeRelease() bool {
 	for {
 		s := d.state.Load()
 		if s&(stateFinished|stateHandlerDone) != stateFinished|stateHandlerDone || s&stateReleased != 0 {
-			return
+			return false
 		}
 		if d.state.CompareAndSwap(s, s|stateReleased) {
-			d.sub.release(d)
-			return
+			return true
 		}
 	}
 }

@@ -16,7 +16,11 @@ import (
 // batch wakes more workers if queued deliveries are not being taken, so a
 // handler that turns slow never leaves deliveries waiting for long.
 type dispatcher struct {
-	run   func(*Delivery)
+	// run handles a delivery and reports whether its slot is to be
+	// given back; workers give slots back through free in batches.
+	run   func(*Delivery) bool
+	free  func(n int)
+	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
 
@@ -40,8 +44,9 @@ type dispatcher struct {
 
 // workerSlot is the delivery a worker runs now (nil between handlers).
 type workerSlot struct {
-	cur atomic.Pointer[Delivery]
-	n   uint32 // deliveries run, for sampling their duration
+	cur   atomic.Pointer[Delivery]
+	n     uint32 // deliveries run, for sampling their duration
+	freed int    // slots to give back
 }
 
 const (
@@ -53,8 +58,12 @@ const (
 	stallCheck = time.Millisecond
 )
 
-func newDispatcher(max int, run func(*Delivery)) *dispatcher {
-	d := &dispatcher{run: run, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
+// newDispatcher returns a dispatcher of at most max workers. A worker
+// gives the slots of the deliveries run returns true for back through
+// free, a batch at a time (an eighth of max), and all of them before it
+// waits for work: a slot is never held by a worker with nothing to do.
+func newDispatcher(max int, run func(*Delivery) bool, free func(n int)) *dispatcher {
+	d := &dispatcher{run: run, free: free, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
@@ -117,6 +126,14 @@ func (p *dispatcher) work(w *workerSlot) {
 	p.mu.Lock()
 	for {
 		for p.queued() == 0 {
+			if w.freed > 0 {
+				n := w.freed
+				w.freed = 0
+				p.mu.Unlock()
+				p.free(n)
+				p.mu.Lock()
+				continue
+			}
 			if p.stopped {
 				p.workers--
 				if i := slices.Index(p.slots, w); i >= 0 {
@@ -139,16 +156,23 @@ func (p *dispatcher) work(w *workerSlot) {
 		p.mu.Unlock()
 
 		w.cur.Store(d)
+		var freed bool
 		if w.n++; w.n&15 == 0 {
 			start := time.Now()
-			p.run(d)
+			freed = p.run(d)
 			el := int64(time.Since(start))
 			avg := p.slowNanos.Load()
 			p.slowNanos.Store(avg + (el-avg)/4)
 		} else {
-			p.run(d)
+			freed = p.run(d)
 		}
 		w.cur.Store(nil)
+		if freed {
+			if w.freed++; w.freed >= p.batch {
+				p.free(w.freed)
+				w.freed = 0
+			}
+		}
 
 		p.mu.Lock()
 		p.busy--
@@ -169,6 +193,19 @@ func (p *dispatcher) running(ds []*Delivery) []*Delivery {
 		}
 	}
 	return ds
+}
+
+// inHandler counts the deliveries whose handler runs now.
+func (p *dispatcher) inHandler() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := int64(0)
+	for _, w := range p.slots {
+		if d := w.cur.Load(); d != nil && d.state.Load()&stateInHandler != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // stop waits for queued and running deliveries to finish, then ends the

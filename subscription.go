@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -41,7 +40,6 @@ type Subscription struct {
 	unsettled sync.WaitGroup // delivered but not yet released
 	keeper    *leaseKeeper   // nil when no handler runs under a lease
 	workers   sync.WaitGroup // the fetch, ack and keeper goroutines
-	running   atomic.Int64   // handlers running now
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -145,7 +143,7 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	select {
 	case <-drained:
 	case <-ctx.Done():
-		cancelled = s.running.Load()
+		cancelled = s.disp.inHandler()
 		s.cancelHandler()
 	}
 	// Manual deliveries whose handler returned unsettled keep their
@@ -174,7 +172,7 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	}
 	if !clean {
 		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
-			s.running.Load(), ctx.Err()))
+			s.disp.inHandler(), ctx.Err()))
 	}
 	s.cancelHandler()
 	s.dropLeases()
@@ -399,24 +397,25 @@ func (s *Subscription) dispatch(msgs []*backend.Message) {
 // deliverySlab is the most Deliveries allocated at once.
 const deliverySlab = 64
 
-// release frees the in-flight slot of a finished delivery.
-func (s *Subscription) release(*Delivery) {
-	s.sem.Release(1)
+// releaseDone frees the in-flight slots of n finished deliveries.
+func (s *Subscription) releaseDone(n int) {
+	s.sem.Release(n)
 	if s.opts.limiter != nil {
-		s.opts.limiter.Release(1)
+		s.opts.limiter.Release(n)
 	}
-	s.unsettled.Done()
+	s.unsettled.Add(-n)
 }
 
-func (s *Subscription) process(d *Delivery) {
+// process handles one delivery on a dispatcher worker. It reports whether
+// the delivery's slot is the worker's to give back (see handlerDone).
+func (s *Subscription) process(d *Delivery) bool {
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
 		d.claim()
 		s.deadLetter(d, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries))
 		(*handlerCtx)(d).end()
-		d.handlerDone()
-		return
+		return d.handlerDone()
 	}
 	if len(d.Payload) > s.bus.opts.maxPayload {
 		// A foreign producer wrote more than this bus accepts: the handler
@@ -424,8 +423,7 @@ func (s *Subscription) process(d *Delivery) {
 		d.claim()
 		s.deadLetter(d, withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.Payload), s.bus.opts.maxPayload)))
 		(*handlerCtx)(d).end()
-		d.handlerDone()
-		return
+		return d.handlerDone()
 	}
 	if s.opts.ackMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
@@ -456,7 +454,7 @@ func (s *Subscription) process(d *Delivery) {
 			d.finish(OutcomeExpired, ErrClosed)
 		}
 	}
-	d.handlerDone()
+	return d.handlerDone()
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
@@ -464,8 +462,8 @@ func (s *Subscription) process(d *Delivery) {
 // ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
 // returns.
 func (s *Subscription) call(d *Delivery) (err error) {
-	s.running.Add(1)
-	defer s.running.Add(-1)
+	d.state.Or(stateInHandler)
+	defer d.state.And(^stateInHandler)
 	var ctx context.Context = s.handlerCtx
 	if s.keeper != nil {
 		hc := (*handlerCtx)(d)
