@@ -58,24 +58,40 @@ type Delivery struct {
 	// PublishedAt is when the bus accepted the message.
 	PublishedAt time.Time
 
+	// The fields below are kept few and small: a Delivery is allocated
+	// per message, and the garbage collector pays for every byte.
+
 	sub   *Subscription
 	ackID backend.AckID
+	// received is when the delivery's batch came from the backend, the
+	// start of its lease, on the monoNow clock.
+	received int64
+	// ctx is the handler's ctx once made (see handlerCtx).
+	ctx atomic.Pointer[cancelCause]
+	ext *deliveryExt // allocated only when hooks or a lease are used; guarded by mu
 
-	// state holds stateSettled / stateHandlerDone / stateReleased bits.
-	state atomic.Uint32
+	mu sync.Mutex // guards outcome, ext and the making of ctx
 
-	mu      sync.Mutex
-	outcome Outcome
-	ext     *deliveryExt // allocated only when hooks or a lease are used
+	// state holds the stateSettled ... stateCtxEnded bits.
+	state   atomic.Uint32
+	outcome uint8 // an Outcome
 }
 
 // deliveryExt holds the state few deliveries need, so the common one
 // stays small.
 type deliveryExt struct {
-	dlqCode  backend.DeadLetterCode // why it was dead-lettered or dropped
-	hooks    []func(Outcome, error)
-	lease    *time.Timer
-	deadline time.Time
+	dlqCode backend.DeadLetterCode // why it was dead-lettered or dropped
+	hooks   []func(Outcome, error)
+	// leaseEnd is when the lease ends (monoNow clock), once Extend moved
+	// it or a manual delivery was queued; 0: received plus the ack timeout.
+	leaseEnd int64
+	// leaseIdx is 1 + the index in the subscription's manualLeases, 0
+	// when not queued; guarded by manualLeases.mu.
+	leaseIdx int
+
+	// kept is what the lease keeper knows of a running handler whose
+	// lease it had to act on; guarded by leaseKeeper.mu.
+	kept keptLease
 }
 
 // extLocked returns d.ext, allocating it; d.mu must be held.
@@ -91,6 +107,8 @@ const (
 	stateFinished                    // the settlement has completed
 	stateHandlerDone
 	stateReleased
+	stateCtxEnded  // the handler returned: its ctx is cancelled
+	stateInHandler // the handler runs now
 )
 
 // Ack settles the delivery as done. Acks are batched; a failed flush is
@@ -153,7 +171,7 @@ func (d *Delivery) Extend(ctx context.Context) error {
 		return err
 	}
 	if k := d.sub.keeper; k != nil {
-		k.renewed(d, time.Now())
+		k.renewed(d, monoNow())
 	}
 	return nil
 }
@@ -165,15 +183,15 @@ func (d *Delivery) extendLease(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("bus: extend: %w: %s cannot extend leases", ErrUnsupported, d.sub.caps.Name)
 	}
-	start := time.Now()
+	start := monoNow()
 	if err := ext.Extend(ctx, d.ackID); err != nil {
 		return fmt.Errorf("bus: extend %q: %w", d.ID, err)
 	}
 	d.mu.Lock()
 	x := d.extLocked()
-	x.deadline = start.Add(d.sub.opts.ackTimeout)
-	if x.lease != nil {
-		x.lease.Reset(time.Until(x.deadline))
+	x.leaseEnd = max(x.leaseEnd, start+int64(d.sub.opts.ackTimeout))
+	if d.sub.opts.ackMode == AckManual {
+		d.sub.manual.move(x, x.leaseEnd)
 	}
 	d.mu.Unlock()
 	return nil
@@ -185,8 +203,7 @@ func (d *Delivery) extendLease(ctx context.Context) error {
 // spans and count outcomes.
 func (d *Delivery) OnSettle(fn func(Outcome, error)) {
 	d.mu.Lock()
-	if d.outcome != OutcomePending {
-		o := d.outcome
+	if o := Outcome(d.outcome); o != OutcomePending {
 		d.mu.Unlock()
 		fn(o, nil)
 		return
@@ -200,7 +217,7 @@ func (d *Delivery) OnSettle(fn func(Outcome, error)) {
 func (d *Delivery) Outcome() Outcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.outcome
+	return Outcome(d.outcome)
 }
 
 // DeadLetterCode is the reason code of a delivery that was dead-lettered
@@ -332,21 +349,15 @@ func reasonCode(reason error) backend.DeadLetterCode {
 // handler is done too.
 func (d *Delivery) finish(o Outcome, err error) {
 	d.mu.Lock()
-	d.outcome = o
+	d.outcome = uint8(o)
 	var hooks []func(Outcome, error)
-	armed := false
 	if x := d.ext; x != nil {
 		hooks, x.hooks = x.hooks, nil
-		if x.lease != nil {
-			armed = true
-			x.lease.Stop()
-			x.lease = nil
+		if d.sub.opts.ackMode == AckManual {
+			d.sub.manual.remove(x)
 		}
 	}
 	d.mu.Unlock()
-	if armed {
-		d.sub.trackLease(d, false)
-	}
 	for _, h := range hooks {
 		h(o, err)
 	}
@@ -354,42 +365,51 @@ func (d *Delivery) finish(o Outcome, err error) {
 	d.maybeRelease()
 }
 
-// handlerDone marks the handler as returned.
-func (d *Delivery) handlerDone() {
+// handlerDone marks the handler as returned. It reports whether the
+// delivery is settled too: its slot is then the caller's to give back
+// (Subscription.releaseDone), which a dispatcher worker does in batches.
+func (d *Delivery) handlerDone() bool {
 	d.state.Or(stateHandlerDone)
-	d.maybeRelease()
+	return d.takeRelease()
 }
 
 // maybeRelease frees the in-flight slot once the handler has returned and
 // the delivery is settled, exactly once.
 func (d *Delivery) maybeRelease() {
+	if d.takeRelease() {
+		d.sub.releaseDone(1)
+	}
+}
+
+// takeRelease reports, exactly once, that the handler has returned and
+// the delivery is settled: the caller then frees its slot.
+func (d *Delivery) takeRelease() bool {
 	for {
 		s := d.state.Load()
 		if s&(stateFinished|stateHandlerDone) != stateFinished|stateHandlerDone || s&stateReleased != 0 {
-			return
+			return false
 		}
 		if d.state.CompareAndSwap(s, s|stateReleased) {
-			d.sub.release(d)
-			return
+			return true
 		}
 	}
 }
 
 // armLease starts the bus-side lease for a delivery whose handler returned
 // unsettled (AckManual): when it runs out the slot is freed and the
-// backend redelivers.
-func (d *Delivery) armLease(received time.Time) {
+// backend redelivers. It reports false when the subscription has given up
+// its manual deliveries (Close ran out of time); the caller expires d.
+func (d *Delivery) armLease() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.outcome != OutcomePending {
-		return
+	if Outcome(d.outcome) != OutcomePending {
+		return true
 	}
 	x := d.extLocked()
-	if x.deadline.IsZero() {
-		x.deadline = received.Add(d.sub.opts.ackTimeout)
+	if x.leaseEnd == 0 {
+		x.leaseEnd = d.received + int64(d.sub.opts.ackTimeout)
 	}
-	x.lease = time.AfterFunc(time.Until(x.deadline), d.expire)
-	d.sub.trackLease(d, true)
+	return d.sub.manual.add(d, x, x.leaseEnd)
 }
 
 func (d *Delivery) expire() {

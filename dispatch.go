@@ -2,6 +2,7 @@ package bus
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,11 @@ import (
 // batch wakes more workers if queued deliveries are not being taken, so a
 // handler that turns slow never leaves deliveries waiting for long.
 type dispatcher struct {
-	run   func(*Delivery)
+	// run handles a delivery and reports whether its slot is to be
+	// given back; workers give slots back through free in batches.
+	run   func(*Delivery) bool
+	free  func(n int)
+	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
 
@@ -29,10 +34,19 @@ type dispatcher struct {
 	stopped bool
 	stall   *time.Timer
 	armed   bool
+	// slots holds, per worker, the delivery it runs now, for the lease
+	// keeper to walk without a registration per message.
+	slots []*workerSlot
 
 	slowNanos atomic.Int64 // moving average of handler duration
-	sample    atomic.Uint32
 	wg        sync.WaitGroup
+}
+
+// workerSlot is the delivery a worker runs now (nil between handlers).
+type workerSlot struct {
+	cur   atomic.Pointer[Delivery]
+	n     uint32 // deliveries run, for sampling their duration
+	freed int    // slots to give back
 }
 
 const (
@@ -44,8 +58,12 @@ const (
 	stallCheck = time.Millisecond
 )
 
-func newDispatcher(max int, run func(*Delivery)) *dispatcher {
-	d := &dispatcher{run: run, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
+// newDispatcher returns a dispatcher of at most max workers. A worker
+// gives the slots of the deliveries run returns true for back through
+// free, a batch at a time (an eighth of max), and all of them before it
+// waits for work: a slot is never held by a worker with nothing to do.
+func newDispatcher(max int, run func(*Delivery) bool, free func(n int)) *dispatcher {
+	d := &dispatcher{run: run, free: free, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
@@ -86,7 +104,9 @@ func (p *dispatcher) wakeLocked(n int) {
 	for extra := n - p.idle; extra > 0 && p.workers < p.max; extra-- {
 		p.workers++
 		p.wg.Add(1)
-		go p.work()
+		w := &workerSlot{}
+		p.slots = append(p.slots, w)
+		go p.work(w)
 	}
 }
 
@@ -101,13 +121,24 @@ func (p *dispatcher) checkStall() {
 	p.wakeLocked(p.queued())
 }
 
-func (p *dispatcher) work() {
+func (p *dispatcher) work(w *workerSlot) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
 		for p.queued() == 0 {
+			if w.freed > 0 {
+				n := w.freed
+				w.freed = 0
+				p.mu.Unlock()
+				p.free(n)
+				p.mu.Lock()
+				continue
+			}
 			if p.stopped {
 				p.workers--
+				if i := slices.Index(p.slots, w); i >= 0 {
+					p.slots = slices.Delete(p.slots, i, i+1)
+				}
 				p.mu.Unlock()
 				return
 			}
@@ -124,14 +155,23 @@ func (p *dispatcher) work() {
 		p.busy++
 		p.mu.Unlock()
 
-		if p.sample.Add(1)&15 == 0 {
+		w.cur.Store(d)
+		var freed bool
+		if w.n++; w.n&15 == 0 {
 			start := time.Now()
-			p.run(d)
+			freed = p.run(d)
 			el := int64(time.Since(start))
 			avg := p.slowNanos.Load()
 			p.slowNanos.Store(avg + (el-avg)/4)
 		} else {
-			p.run(d)
+			freed = p.run(d)
+		}
+		w.cur.Store(nil)
+		if freed {
+			if w.freed++; w.freed >= p.batch {
+				p.free(w.freed)
+				w.freed = 0
+			}
 		}
 
 		p.mu.Lock()
@@ -140,6 +180,32 @@ func (p *dispatcher) work() {
 			p.cond.Broadcast()
 		}
 	}
+}
+
+// running appends to ds the deliveries whose handler runs now, or that
+// just returned.
+func (p *dispatcher) running(ds []*Delivery) []*Delivery {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.slots {
+		if d := w.cur.Load(); d != nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// inHandler counts the deliveries whose handler runs now.
+func (p *dispatcher) inHandler() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := int64(0)
+	for _, w := range p.slots {
+		if d := w.cur.Load(); d != nil && d.state.Load()&stateInHandler != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // stop waits for queued and running deliveries to finish, then ends the

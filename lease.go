@@ -18,26 +18,40 @@ import (
 // extension failed, or WithMaxExtension was reached) the handler's ctx is
 // cancelled with cause ErrLeaseLost while at least a quarter of the lease
 // is left, before the backend can deliver the message again, and
-// ScopeLease is reported once. It costs no timer per message: a delivery
-// is only put in a map while its handler runs.
+// ScopeLease is reported once. It costs nothing per message: a tick walks
+// the dispatcher's workers to find the running handlers, and the state it
+// keeps for each lives in its Delivery.
 type leaseKeeper struct {
 	s      *Subscription
 	ext    backend.Extender // nil when the backend cannot extend leases
 	period time.Duration    // a quarter of the ack timeout
 	max    time.Duration    // WithMaxExtension
 
-	mu      sync.Mutex
-	running map[*Delivery]*keptLease
-	stop    chan struct{}
-	calls   sync.WaitGroup // extensions in progress
+	mu    sync.Mutex // guards the keptLease of every delivery
+	stop  chan struct{}
+	calls sync.WaitGroup // extensions in progress
+	buf   []*Delivery    // the running deliveries of a tick, reused
 }
 
+// keptLease is what the keeper knows of a delivery whose handler runs,
+// once it had to act on it (most handlers return well before); it lives
+// in the delivery's deliveryExt and is guarded by leaseKeeper.mu. The
+// lease was granted when the delivery was received (Delivery.received).
 type keptLease struct {
-	received  time.Time // when the handler started
-	renewed   time.Time // start of the current lease
-	cancel    context.CancelCauseFunc
+	renewed   int64 // start of the current lease (monoNow); 0: received
 	extending bool
 	lost      bool
+}
+
+// keptOf returns the keeper's record of d, or nil when it has none;
+// create makes it.
+func keptOf(d *Delivery, create bool) *keptLease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ext == nil && !create {
+		return nil
+	}
+	return &d.extLocked().kept
 }
 
 // newLeaseKeeper returns the keeper of s, or nil when no handler of s runs
@@ -47,35 +61,16 @@ func newLeaseKeeper(s *Subscription) *leaseKeeper {
 	if s.opts.ackMode == AckOnReceive || !s.caps.Redelivery {
 		return nil
 	}
-	k := &leaseKeeper{
-		s: s, period: s.opts.ackTimeout / 4, max: s.opts.maxExtension,
-		running: map[*Delivery]*keptLease{}, stop: make(chan struct{}),
-	}
+	k := &leaseKeeper{s: s, period: s.opts.ackTimeout / 4, max: s.opts.maxExtension, stop: make(chan struct{})}
 	k.ext, _ = s.bsub.(backend.Extender)
 	return k
 }
 
-// start registers a handler that begins now under a lease granted at
-// received; cancel ends its ctx.
-func (k *leaseKeeper) start(d *Delivery, received time.Time, cancel context.CancelCauseFunc) {
+// renewed records a lease restarted by Delivery.Extend at at (monoNow).
+func (k *leaseKeeper) renewed(d *Delivery, at int64) {
+	l := keptOf(d, true)
 	k.mu.Lock()
-	k.running[d] = &keptLease{received: received, renewed: received, cancel: cancel}
-	k.mu.Unlock()
-}
-
-// done unregisters a handler that returned.
-func (k *leaseKeeper) done(d *Delivery) {
-	k.mu.Lock()
-	delete(k.running, d)
-	k.mu.Unlock()
-}
-
-// renewed records a lease restarted by Delivery.Extend.
-func (k *leaseKeeper) renewed(d *Delivery, at time.Time) {
-	k.mu.Lock()
-	if l := k.running[d]; l != nil && at.After(l.renewed) {
-		l.renewed = at
-	}
+	l.renewed = max(l.renewed, at)
 	k.mu.Unlock()
 }
 
@@ -87,8 +82,8 @@ func (k *leaseKeeper) run() {
 		case <-k.stop:
 			k.calls.Wait()
 			return
-		case now := <-t.C:
-			k.tick(now)
+		case <-t.C:
+			k.tick(monoNow())
 		}
 	}
 }
@@ -98,24 +93,23 @@ func (k *leaseKeeper) close() {
 	close(k.stop)
 }
 
-func (k *leaseKeeper) tick(now time.Time) {
+func (k *leaseKeeper) tick(now int64) {
 	timeout := k.s.opts.ackTimeout
+	period := int64(k.period)
+	running := k.s.disp.running(k.buf[:0])
 	var lost []observer.Event
-	k.mu.Lock()
-	defer func() {
-		k.mu.Unlock()
-		k.report(lost)
-	}()
-	for d, l := range k.running {
-		if l.lost || l.extending {
+	for _, d := range running {
+		hc := (*handlerCtx)(d)
+		if hc.ended() || now-d.received < period {
 			continue
 		}
-		age := now.Sub(l.renewed)
-		if age < k.period {
-			continue
-		}
+		l := keptOf(d, true)
+		k.mu.Lock()
+		renewed := max(l.renewed, d.received)
+		age := time.Duration(now - renewed)
 		switch {
-		case k.ext != nil && now.Sub(l.received) < k.max:
+		case l.lost || l.extending || age < k.period:
+		case k.ext != nil && time.Duration(now-d.received) < k.max:
 			l.extending = true
 			k.calls.Add(1)
 			go k.extend(d, l)
@@ -126,38 +120,46 @@ func (k *leaseKeeper) tick(now time.Time) {
 			} else {
 				cause = fmt.Errorf("%w: the handler ran past the max extension of %v", ErrLeaseLost, k.max)
 			}
-			lost = append(lost, k.loseLocked(d, l, cause))
+			lost = k.loseLocked(lost, d, l, cause)
 		}
+		k.mu.Unlock()
 	}
+	clear(running)
+	k.buf = running[:0]
+	k.report(lost)
 }
 
 // extend renews one lease; on failure the handler's ctx is cancelled.
 func (k *leaseKeeper) extend(d *Delivery, l *keptLease) {
 	defer k.calls.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
+	start := monoNow()
 	err := d.extendLease(ctx)
 	cancel()
 	var lost []observer.Event
 	k.mu.Lock()
 	l.extending = false
 	switch {
-	case k.running[d] != l:
+	case (*handlerCtx)(d).ended():
 		// The handler returned meanwhile.
 	case err != nil:
-		lost = append(lost, k.loseLocked(d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err)))
+		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
 	default:
-		l.renewed = time.Now()
+		l.renewed = max(l.renewed, start)
 	}
 	k.mu.Unlock()
 	k.report(lost)
 }
 
-// loseLocked cancels a handler whose lease cannot be kept and returns the
-// event to report once k.mu is released.
-func (k *leaseKeeper) loseLocked(d *Delivery, l *keptLease, cause error) observer.Event {
+// loseLocked cancels a handler whose lease cannot be kept and appends the
+// event to report once k.mu is released; nothing when the handler has
+// returned meanwhile.
+func (k *leaseKeeper) loseLocked(lost []observer.Event, d *Delivery, l *keptLease, cause error) []observer.Event {
 	l.lost = true
-	l.cancel(cause)
-	return observer.Event{Scope: observer.ScopeLease, Topic: k.s.topic, Group: k.s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: cause}
+	if !(*handlerCtx)(d).lose(cause) {
+		return lost
+	}
+	return append(lost, observer.Event{Scope: observer.ScopeLease, Topic: k.s.topic, Group: k.s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Err: cause})
 }
 
 func (k *leaseKeeper) report(events []observer.Event) {

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -41,45 +40,28 @@ type Subscription struct {
 	unsettled sync.WaitGroup // delivered but not yet released
 	keeper    *leaseKeeper   // nil when no handler runs under a lease
 	workers   sync.WaitGroup // the fetch, ack and keeper goroutines
-	running   atomic.Int64   // handlers running now
 
 	closeOnce sync.Once
 	closing   chan struct{}
 	done      chan struct{}
 	mu        sync.Mutex
 	err       error
-	leases    map[*Delivery]struct{} // AckManual deliveries waiting for settlement
-	stopAfter func() bool
+	manual    manualLeases // AckManual deliveries waiting for settlement
+	// dispatchBuf holds the pointers of the batch being dispatched; the
+	// fetch loop reuses it.
+	dispatchBuf []*Delivery
+	stopAfter   func() bool
 }
 
 // settleTimeout bounds the backend calls the bus makes to settle a
 // delivery on its own (nack, dead-letter).
 const settleTimeout = 10 * time.Second
 
-func (s *Subscription) trackLease(d *Delivery, on bool) {
-	s.mu.Lock()
-	if on {
-		if s.leases == nil {
-			s.leases = map[*Delivery]struct{}{}
-		}
-		s.leases[d] = struct{}{}
-	} else {
-		delete(s.leases, d)
-	}
-	s.mu.Unlock()
-}
-
 // dropLeases gives up the deliveries still waiting for a manual
-// settlement when Close runs out of time: their slots are freed and the
-// backend redelivers them when their lease ends there.
+// settlement when Close runs out of time, or when it ends: their slots are
+// freed and the backend redelivers them when their lease ends there.
 func (s *Subscription) dropLeases() {
-	s.mu.Lock()
-	list := make([]*Delivery, 0, len(s.leases))
-	for d := range s.leases {
-		list = append(list, d)
-	}
-	s.mu.Unlock()
-	for _, d := range list {
+	for _, d := range s.manual.drain() {
 		if d.claim() {
 			d.finish(OutcomeExpired, ErrClosed)
 		}
@@ -161,7 +143,7 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	select {
 	case <-drained:
 	case <-ctx.Done():
-		cancelled = s.running.Load()
+		cancelled = s.disp.inHandler()
 		s.cancelHandler()
 	}
 	// Manual deliveries whose handler returned unsettled keep their
@@ -190,9 +172,10 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	}
 	if !clean {
 		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
-			s.running.Load(), ctx.Err()))
+			s.disp.inHandler(), ctx.Err()))
 	}
 	s.cancelHandler()
+	s.dropLeases()
 	if s.keeper != nil {
 		s.keeper.close()
 	}
@@ -381,10 +364,20 @@ func (s *Subscription) returnExcess(msgs []*backend.Message, n int) []*backend.M
 }
 
 func (s *Subscription) dispatch(msgs []*backend.Message) {
-	ds := make([]*Delivery, len(msgs))
-	vals := make([]Delivery, len(msgs))
+	// The Deliveries of a batch share allocations of up to deliverySlab
+	// (small enough for the allocator's size classes, which keeps them
+	// cheap to allocate and to free). They are never reused: user code
+	// may keep a *Delivery as long as it likes (to settle it later in
+	// AckManual, or to read its fields).
+	var vals []Delivery
+	ds := s.dispatchBuf[:0]
+	received := monoNow()
 	for i, m := range msgs {
-		d := &vals[i]
+		if len(vals) == 0 {
+			vals = make([]Delivery, min(len(msgs)-i, deliverySlab))
+		}
+		d := &vals[0]
+		vals = vals[1:]
 		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
 		d.Topic = s.topic
 		d.Group = s.opts.group
@@ -392,48 +385,56 @@ func (s *Subscription) dispatch(msgs []*backend.Message) {
 		d.PublishedAt = m.PublishedAt
 		d.sub = s
 		d.ackID = m.AckID
-		ds[i] = d
+		d.received = received
+		ds = append(ds, d)
 	}
 	s.unsettled.Add(len(ds))
 	s.disp.push(ds)
+	clear(ds)
+	s.dispatchBuf = ds[:0]
 }
 
-// release frees the in-flight slot of a finished delivery.
-func (s *Subscription) release(*Delivery) {
-	s.sem.Release(1)
+// deliverySlab is the most Deliveries allocated at once.
+const deliverySlab = 64
+
+// releaseDone frees the in-flight slots of n finished deliveries.
+func (s *Subscription) releaseDone(n int) {
+	s.sem.Release(n)
 	if s.opts.limiter != nil {
-		s.opts.limiter.Release(1)
+		s.opts.limiter.Release(n)
 	}
-	s.unsettled.Done()
+	s.unsettled.Add(-n)
 }
 
-func (s *Subscription) process(d *Delivery) {
-	var received time.Time
-	if s.opts.ackMode == AckManual || s.feedback != nil || s.keeper != nil {
-		received = time.Now()
-	}
+// process handles one delivery on a dispatcher worker. It reports whether
+// the delivery's slot is the worker's to give back (see handlerDone).
+func (s *Subscription) process(d *Delivery) bool {
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
 		d.claim()
 		s.deadLetter(d, fmt.Errorf("max deliveries (%d) exceeded", s.opts.maxDeliveries))
-		d.handlerDone()
-		return
+		(*handlerCtx)(d).end()
+		return d.handlerDone()
 	}
 	if len(d.Payload) > s.bus.opts.maxPayload {
 		// A foreign producer wrote more than this bus accepts: the handler
 		// never sees it.
 		d.claim()
 		s.deadLetter(d, withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.Payload), s.bus.opts.maxPayload)))
-		d.handlerDone()
-		return
+		(*handlerCtx)(d).end()
+		return d.handlerDone()
 	}
 	if s.opts.ackMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	err := s.call(d, received)
+	var start time.Time
 	if s.feedback != nil {
-		s.feedback.Feedback(time.Since(received), err)
+		start = time.Now()
+	}
+	err := s.call(d)
+	if s.feedback != nil {
+		s.feedback.Feedback(time.Since(start), err)
 	}
 	switch s.opts.ackMode {
 	case AckOnReceive:
@@ -449,26 +450,25 @@ func (s *Subscription) process(d *Delivery) {
 		}
 	case AckManual:
 		s.reportHandlerErr(d, err)
-		d.armLease(received)
+		if !d.armLease() && d.claim() {
+			d.finish(OutcomeExpired, ErrClosed)
+		}
 	}
-	d.handlerDone()
+	return d.handlerDone()
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
 // While it runs, the keeper keeps the delivery's lease alive, or cancels
-// ctx with cause ErrLeaseLost when it cannot.
-func (s *Subscription) call(d *Delivery, received time.Time) (err error) {
-	s.running.Add(1)
-	defer s.running.Add(-1)
-	ctx := s.handlerCtx
-	if k := s.keeper; k != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		k.start(d, received, cancel)
-		defer func() {
-			k.done(d)
-			cancel(nil)
-		}()
+// ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
+// returns.
+func (s *Subscription) call(d *Delivery) (err error) {
+	d.state.Or(stateInHandler)
+	defer d.state.And(^stateInHandler)
+	var ctx context.Context = s.handlerCtx
+	if s.keeper != nil {
+		hc := (*handlerCtx)(d)
+		ctx = hc
+		defer hc.end()
 	}
 	if s.opts.handlerTimeout > 0 {
 		var cancel context.CancelFunc

@@ -208,11 +208,12 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 		return nil
 	}
 	leases := make([]lease, n)
+	prev := len(buf.out) // messages of the last call still referenced
 	if cap(buf.msgs) < n {
 		buf.msgs = make([]backend.Message, n)
 		buf.out = make([]*backend.Message, 0, n)
+		prev = 0
 	}
-	clear(buf.msgs[:cap(buf.msgs)])
 	ms := buf.msgs[:n]
 	out := buf.out[:0]
 	deadline := now + int64(q.timeout)
@@ -221,14 +222,16 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 		l := &leases[i]
 		l.g, l.e, l.q, l.deadline, l.attempt = g, e, q, deadline, attempt
 		q.recs.push(leaseRec{l: l, deadline: deadline})
-		m := &ms[i]
-		m.ID, m.Key, m.Payload, m.PublishedAt = e.id, e.key, e.payload, time.Unix(0, e.published)
+		var h map[string]string
 		if len(e.headers) > 0 {
-			m.Headers = maps.Clone(e.headers)
+			h = maps.Clone(e.headers)
 		}
-		m.AckID = l
-		m.Attempt = int(attempt)
-		out = append(out, m)
+		// Every field is written: what the last call left is overwritten.
+		ms[i] = backend.Message{
+			ID: e.id, Key: e.key, Headers: h, Payload: e.payload,
+			PublishedAt: time.Unix(0, e.published), AckID: l, Attempt: int(attempt),
+		}
+		out = append(out, &ms[i])
 	}
 	for len(out) < n && g.ready.len() > 0 {
 		r := g.ready.pop()
@@ -256,6 +259,11 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 	}
 	if g.pending() {
 		g.notify()
+	}
+	// Drop what the last call left beyond this one, so that settled
+	// payloads can be collected.
+	if prev > len(out) {
+		clear(buf.msgs[len(out):prev])
 	}
 	buf.out = out
 	return out

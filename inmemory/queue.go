@@ -8,6 +8,9 @@ type fifo[T any] struct {
 	n    int
 }
 
+// fifoKeep is the capacity below which a fifo never shrinks.
+const fifoKeep = 4096
+
 func (q *fifo[T]) len() int { return q.n }
 
 func (q *fifo[T]) push(v T) {
@@ -29,8 +32,9 @@ func (q *fifo[T]) pop() T {
 	q.head = (q.head + 1) & (len(q.buf) - 1)
 	q.n--
 	// Shrink lazily so a queue that swings between full and empty does
-	// not copy itself on every swing.
-	if len(q.buf) > 1024 && q.n < len(q.buf)/8 {
+	// not copy itself on every swing: a lease queue swings by the acks a
+	// subscription batches on top of what it has in flight.
+	if len(q.buf) > fifoKeep && q.n < len(q.buf)/8 {
 		q.resize(len(q.buf) / 2)
 	}
 	return v

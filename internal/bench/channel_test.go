@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,17 +134,20 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 	}()
 	round := chanRound()
 	var chanTime, busTime, chanCPU, busCPU time.Duration
+	var chanAllocs, busAllocs uint64
 	iter := 0
 	for b.Loop() {
-		start, cpu := time.Now(), cputime.Process()
+		start, cpu, allocs := time.Now(), cputime.Process(), mallocs()
 		runChannelPipeline(round)
 		chanTime += time.Since(start)
 		chanCPU += cputime.Process() - cpu
+		chanAllocs += mallocs() - allocs
 
-		start, cpu = time.Now(), cputime.Process()
+		start, cpu, allocs = time.Now(), cputime.Process(), mallocs()
 		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
 		busTime += time.Since(start)
 		busCPU += cputime.Process() - cpu
+		busAllocs += mallocs() - allocs
 		iter++
 	}
 	msgs := float64(round * iter)
@@ -156,6 +160,18 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 	// ratio, which other load on the machine does not distort.
 	b.ReportMetric(float64(chanCPU.Nanoseconds())/msgs, "chan-cpu-ns/msg")
 	b.ReportMetric(float64(busCPU.Nanoseconds())/msgs, "bus-cpu-ns/msg")
+	// Heap allocations per message, publish and consume together: what
+	// the garbage collector has to keep up with at the default GOGC.
+	b.ReportMetric(float64(chanAllocs)/msgs, "chan-allocs/msg")
+	b.ReportMetric(float64(busAllocs)/msgs, "bus-allocs/msg")
+}
+
+// mallocs returns the number of heap allocations so far, all goroutines
+// included.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // BenchmarkChannelPipeline is the channel side alone, for profiling.
@@ -183,9 +199,13 @@ func BenchmarkMemE2E(b *testing.B) {
 	}()
 	round := chanRound()
 	iter := 0
+	var allocs uint64
 	for b.Loop() {
+		before := mallocs()
 		runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
+		allocs += mallocs() - before
 		iter++
 	}
 	b.ReportMetric(float64(round*iter)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(allocs)/float64(round*iter), "allocs/msg")
 }
