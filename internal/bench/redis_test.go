@@ -21,15 +21,26 @@ package bench
 //     AckOnSuccess and redisInFlight in flight.
 //   - E2E: one publisher (batches of 16) and one consumer at once; the
 //     figure counts until the consumer handled every message.
+//   - PublishParallel: 16 goroutines publish one message per call; the
+//     raw baselines are the same pattern with go-redis (one XADD per
+//     call, waiting for it: bus/raw) and one goroutine pipelining batches
+//     of 16 (bus/raw-pipe).
+//   - Latency5k: a publisher paced at 5,000 msgs/s, one message per call,
+//     on a fixed schedule; raw XADD with an XREADGROUP BLOCK consumer
+//     that XACKs each batch, against the bus with AckOnSuccess; p50 and
+//     p99 of publish-call-to-handler latency and the p99 ratio.
 //   - BacklogPeakHeap: the bus consumes a backlog of 500k messages (50k
 //     with -short) and reports the peak heap, which is bounded by max in
 //     flight times message size, not by the backlog.
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -442,4 +453,306 @@ func BenchmarkRedisBacklogPeakHeap(b *testing.B) {
 		e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
 		b.StartTimer()
 	}
+}
+
+// redisPublishers is how many goroutines publish one message per call in
+// BenchmarkRedisPublishParallel, as a web service's request handlers do.
+const redisPublishers = 16
+
+// rawPublishEach adds n entries from redisPublishers goroutines, each
+// sending one XADD and waiting for its reply before the next.
+func (e *redisEnv) rawPublishEach(stream string, n int) {
+	ctx := context.Background()
+	data := redisPayload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, redisPublishers)
+	for range redisPublishers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.FormatInt(i, 10), "p", data}}
+				if err := e.client.XAdd(ctx, &a).Err(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.b.Fatalf("raw publish: %v", err)
+	}
+}
+
+// busPublishEach publishes n messages from redisPublishers goroutines, one
+// message (a new one, as a caller would build) per Publish call.
+func (e *redisEnv) busPublishEach(topic string, n int) {
+	ctx := context.Background()
+	data := redisPayload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, redisPublishers)
+	for range redisPublishers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: data}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.b.Fatalf("bus publish: %v", err)
+	}
+}
+
+// BenchmarkRedisPublishParallel publishes one message per call from
+// redisPublishers goroutines through the bus, against two raw baselines
+// in the same run: the same pattern with go-redis (each goroutine sends
+// one XADD and waits for it; bus/raw), and one goroutine pipelining
+// batches of 16 (bus/raw-pipe), the best a raw caller gets from one
+// connection.
+func BenchmarkRedisPublishParallel(b *testing.B) {
+	e := newRedisEnv(b)
+	stream := e.rawStream("ppub")
+	pipeStream := e.rawStream("ppipe")
+	topic := e.busTopic("ppub")
+	n := redisRound()
+	const chunks = 10
+	var r redisRates // raw: one XADD per goroutine and call
+	var pipe, pipeCPU time.Duration
+	for b.Loop() {
+		for c := range chunks {
+			sides := []func(){
+				func() { r.timedSide(false, func() { e.rawPublishEach(stream, n/chunks) }) },
+				func() {
+					c0 := cputime.Process()
+					redisTimed(&pipe, func() { e.rawPublish(pipeStream, n/chunks) })
+					pipeCPU += cputime.Process() - c0
+				},
+				func() { r.timedSide(true, func() { e.busPublishEach(topic, n/chunks) }) },
+			}
+			for i := range sides { // rotate which side goes first
+				sides[(c+i)%len(sides)]()
+			}
+		}
+		r.msgs += n / chunks * chunks
+		b.StopTimer()
+		e.client.Del(context.Background(), stream, pipeStream, e.prefix+":{"+topic+"}")
+		b.StartTimer()
+	}
+	r.report(b)
+	if pipe > 0 && r.bus > 0 {
+		pipeRate := float64(r.msgs) / pipe.Seconds()
+		b.ReportMetric(pipeRate, "raw-pipe-msgs/s")
+		b.ReportMetric(float64(r.msgs)/r.bus.Seconds()/pipeRate, "bus/raw-pipe")
+		b.ReportMetric(float64(pipeCPU.Nanoseconds())/float64(r.msgs), "raw-pipe-cpu-ns/msg")
+	}
+}
+
+// Latency below saturation: a publisher paced at redisLatencyRate sends
+// one message per call on a fixed schedule (message i is due at start +
+// i/rate; a late publisher catches up instead of drifting), and each
+// message's latency runs from the moment its publish call starts to the
+// moment the consumer sees it.
+const (
+	redisLatencyRate = 5_000
+	redisLatencyWarm = 200 // first messages of a side, not counted
+)
+
+func redisLatencyMsgs() int {
+	if testing.Short() {
+		return 1_000
+	}
+	return 3_000
+}
+
+// redisLatencies records, per sequence number, when a message was sent
+// and when it was received, in Unix nanoseconds.
+type redisLatencies struct {
+	sent, recv []atomic.Int64
+	got        atomic.Int64
+	done       chan struct{}
+}
+
+func newRedisLatencies(n int) *redisLatencies {
+	return &redisLatencies{sent: make([]atomic.Int64, n), recv: make([]atomic.Int64, n), done: make(chan struct{})}
+}
+
+// received records the first receipt of message seq.
+func (l *redisLatencies) received(seq uint64) {
+	if seq >= uint64(len(l.recv)) || !l.recv[seq].CompareAndSwap(0, time.Now().UnixNano()) {
+		return
+	}
+	if l.got.Add(1) == int64(len(l.recv)) {
+		close(l.done)
+	}
+}
+
+// wait waits until every message was received.
+func (l *redisLatencies) wait(b *testing.B, side string) {
+	select {
+	case <-l.done:
+	case <-time.After(redisWait):
+		b.Fatalf("%s latency: %d of %d received after %v", side, l.got.Load(), len(l.recv), redisWait)
+	}
+}
+
+// collect appends the latencies of the messages past the warm-up.
+func (l *redisLatencies) collect(dst []time.Duration) []time.Duration {
+	for i := redisLatencyWarm; i < len(l.sent); i++ {
+		dst = append(dst, time.Duration(l.recv[i].Load()-l.sent[i].Load()))
+	}
+	return dst
+}
+
+// redisPaced calls send(i) for i in [0, n) at rate per second on a fixed
+// schedule, recording the start of each call.
+func redisPaced(l *redisLatencies, send func(i int, payload []byte)) {
+	n := len(l.sent)
+	payload := redisPayload()
+	start := time.Now()
+	for i := range n {
+		due := start.Add(time.Duration(i) * time.Second / redisLatencyRate)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		binary.LittleEndian.PutUint64(payload, uint64(i))
+		l.sent[i].Store(time.Now().UnixNano())
+		send(i, payload)
+	}
+}
+
+// rawLatency runs the paced publisher with XADD and a consumer with
+// XREADGROUP BLOCK on a client of its own, acking each batch with XACK
+// before it reads again.
+func (e *redisEnv) rawLatency(b *testing.B, n int) *redisLatencies {
+	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
+	defer cancel()
+	stream := e.rawStream("lat")
+	if err := e.client.XGroupCreateMkStream(ctx, stream, "raw", "$").Err(); err != nil {
+		b.Fatalf("raw group: %v", err)
+	}
+	l := newRedisLatencies(n)
+	ro := *e.client.Options()
+	ro.PushNotificationProcessor = nil
+	reader := redis.NewClient(&ro)
+	defer reader.Close()
+	consumed := make(chan error, 1)
+	go func() {
+		ids := make([]string, 0, redisReadCount)
+		for l.got.Load() < int64(n) {
+			res, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: time.Second,
+			}).Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				consumed <- err
+				return
+			}
+			ids = ids[:0]
+			for _, m := range res[0].Messages {
+				if p, ok := m.Values["p"].(string); ok && len(p) >= 8 {
+					l.received(binary.LittleEndian.Uint64([]byte(p[:8])))
+				}
+				ids = append(ids, m.ID)
+			}
+			if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil {
+				consumed <- err
+				return
+			}
+		}
+		consumed <- nil
+	}()
+	redisPaced(l, func(i int, payload []byte) {
+		a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.Itoa(i), "p", payload}}
+		if err := e.client.XAdd(ctx, &a).Err(); err != nil {
+			b.Fatalf("raw publish: %v", err)
+		}
+	})
+	l.wait(b, "raw")
+	if err := <-consumed; err != nil {
+		b.Fatalf("raw consume: %v", err)
+	}
+	e.client.Del(context.Background(), stream)
+	return l
+}
+
+// busLatency runs the paced publisher and a subscription with
+// AckOnSuccess through the bus.
+func (e *redisEnv) busLatency(b *testing.B, n int) *redisLatencies {
+	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
+	defer cancel()
+	topic := e.busTopic("lat")
+	l := newRedisLatencies(n)
+	sub, err := e.bus.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		if len(d.Payload) >= 8 {
+			l.received(binary.LittleEndian.Uint64(d.Payload))
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithMaxInFlight(redisInFlight))
+	if err != nil {
+		b.Fatalf("bus subscribe: %v", err)
+	}
+	redisPaced(l, func(_ int, payload []byte) {
+		if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: payload}); err != nil {
+			b.Fatalf("bus publish: %v", err)
+		}
+	})
+	l.wait(b, "bus")
+	if err := sub.Close(ctx); err != nil {
+		b.Errorf("bus close subscription: %v", err)
+	}
+	e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
+	return l
+}
+
+// redisPercentile returns the p-th percentile (0-100) of sorted.
+func redisPercentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)*p/100, len(sorted)-1)]
+}
+
+// BenchmarkRedisLatency5k measures publish-to-handler latency below
+// saturation: redisLatencyMsgs messages at 5,000 msgs/s, one per publish
+// call, through raw go-redis (XADD; XREADGROUP BLOCK and XACK) and through
+// the bus (AckOnSuccess), alternating which goes first. It reports p50
+// and p99 of each side in microseconds and the p99 ratio bus/raw.
+func BenchmarkRedisLatency5k(b *testing.B) {
+	e := newRedisEnv(b)
+	n := redisLatencyMsgs()
+	var raw, bs []time.Duration
+	i := 0
+	for b.Loop() {
+		sides := []func(){
+			func() { raw = e.rawLatency(b, n).collect(raw) },
+			func() { bs = e.busLatency(b, n).collect(bs) },
+		}
+		sides[i%2]()
+		sides[(i+1)%2]()
+		i++
+	}
+	slices.Sort(raw)
+	slices.Sort(bs)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(redisPercentile(raw, 50)), "raw-p50-µs")
+	b.ReportMetric(us(redisPercentile(raw, 99)), "raw-p99-µs")
+	b.ReportMetric(us(redisPercentile(bs, 50)), "bus-p50-µs")
+	b.ReportMetric(us(redisPercentile(bs, 99)), "bus-p99-µs")
+	if p := redisPercentile(raw, 99); p > 0 {
+		b.ReportMetric(float64(redisPercentile(bs, 99))/float64(p), "p99-bus/raw")
+	}
+	b.ReportMetric(0, "ns/op")
 }
