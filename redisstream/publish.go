@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,9 +55,9 @@ func (b *bytesArg) MarshalBinary() ([]byte, error) { return *b, nil }
 
 // Publish adds every message of the batch to the topic's stream: one XADD
 // for a single message, one pipelined round trip for more. It is safe for
-// concurrent use, for one topic too. Its arguments are built in a few
-// arrays per batch, so a message costs go-redis's command and reply and
-// little else.
+// concurrent use, for one topic too. Its arguments are built in pooled
+// arrays, so a message costs go-redis's command and reply and little
+// else.
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.isClosed() {
 		return fmt.Errorf("redisstream: publish %q: %w", topic, backend.ErrClosed)
@@ -69,8 +70,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 
 	// The strings built per message (meta, header names) go in one
 	// buffer that becomes one string. Every value is passed by pointer
-	// into arrays owned by this call, so a call abandoned at ctx's end
-	// never reads memory the caller reuses (payload bytes aside).
+	// into arrays this call owns until it returns (or for good, when it
+	// is abandoned at ctx's end), so go-redis never reads memory the
+	// caller reuses (payload bytes aside).
 	nargs, nstr, nbuf := 0, 0, 0
 	for _, m := range msgs {
 		f := fieldCount(m)
@@ -81,13 +83,8 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			nbuf += len(headerPrefix) + len(k)
 		}
 	}
-	type span struct{ slot, start, end int }
-	buf := make([]byte, 0, nbuf)
-	spans := make([]span, 0, nstr)
-	args := make([]any, 0, nargs)
-	strs := make([]string, nstr)
-	payloads := make([]bytesArg, len(msgs))
-	cmds := make([]*redis.StringCmd, len(msgs))
+	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
+	buf, spans, args, strs, payloads, cmds := sc.buf, sc.spans, sc.args, sc.strs, sc.payloads, sc.cmds
 	si := 0
 	str := func(v string) any {
 		strs[si] = v
@@ -95,7 +92,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return &strs[si-1]
 	}
 	text := func(start int) any {
-		spans = append(spans, span{slot: si, start: start, end: len(buf)})
+		spans = append(spans, pubSpan{slot: si, start: start, end: len(buf)})
 		si++
 		return &strs[si-1]
 	}
@@ -122,6 +119,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	for _, sp := range spans {
 		strs[sp.slot] = all[sp.start:sp.end]
 	}
+	sc.buf, sc.spans, sc.args = buf, spans, args
 	var err error
 	if len(cmds) == 1 {
 		err = b.call(ctx, func(ctx context.Context) error {
@@ -137,13 +135,18 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			return err
 		})
 	}
+	if ctx.Err() != nil {
+		// The call may have been abandoned and still be using the
+		// arguments: they are left to it, and its replies are not ours
+		// to read; any of the batch may have been stored.
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
+	}
+	defer putPubScratch(sc)
 	if err == nil {
 		return nil
-	}
-	if ctx.Err() != nil {
-		// The call may have been abandoned: its replies are not ours
-		// to read, and any of the batch may have been stored.
-		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	var failed []backend.Failure
 	for i, c := range cmds {
@@ -155,6 +158,50 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	return &backend.BatchError{Failed: failed}
+}
+
+// pubScratch holds the arrays one Publish call builds its commands in,
+// reused through pubScratchPool by calls that are done with them.
+type pubScratch struct {
+	buf      []byte
+	spans    []pubSpan
+	args     []any
+	strs     []string
+	payloads []bytesArg
+	cmds     []*redis.StringCmd
+}
+
+// pubSpan says that strs[slot] is buf[start:end].
+type pubSpan struct{ slot, start, end int }
+
+var pubScratchPool = sync.Pool{New: func() any { return new(pubScratch) }}
+
+// maxPooledArgs bounds the scratch kept for reuse, so one huge batch does
+// not pin its arrays.
+const maxPooledArgs = 4096
+
+func getPubScratch(nbuf, nstr, nargs, nmsgs int) *pubScratch {
+	sc := pubScratchPool.Get().(*pubScratch)
+	sc.buf = slices.Grow(sc.buf[:0], nbuf)
+	sc.spans = slices.Grow(sc.spans[:0], nstr)
+	sc.args = slices.Grow(sc.args[:0], nargs)
+	sc.strs = slices.Grow(sc.strs[:0], nstr)[:nstr]
+	sc.payloads = slices.Grow(sc.payloads[:0], nmsgs)[:nmsgs]
+	sc.cmds = slices.Grow(sc.cmds[:0], nmsgs)[:nmsgs]
+	return sc
+}
+
+// putPubScratch drops every reference the scratch holds (user strings,
+// payloads, commands) and pools it.
+func putPubScratch(sc *pubScratch) {
+	if cap(sc.args) > maxPooledArgs {
+		return
+	}
+	clear(sc.args)
+	clear(sc.strs)
+	clear(sc.payloads)
+	clear(sc.cmds)
+	pubScratchPool.Put(sc)
 }
 
 // trimArgs returns the trimming arguments of an XADD under the retention

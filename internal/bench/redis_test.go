@@ -559,13 +559,17 @@ func BenchmarkRedisPublishParallel(b *testing.B) {
 }
 
 // Latency below saturation: a publisher paced at redisLatencyRate sends
-// one message per call on a fixed schedule (message i is due at start +
-// i/rate; a late publisher catches up instead of drifting), and each
-// message's latency runs from the moment its publish call starts to the
-// moment the consumer sees it.
+// one message per call on a fixed schedule (message i of a chunk is due
+// at the chunk's start + i/rate; a late publisher catches up instead of
+// drifting), and each message's latency runs from the moment its publish
+// call starts to the moment the consumer sees it. Both consumers run for
+// the whole benchmark; the publisher alternates between raw and bus in
+// chunks of redisLatencyChunk messages, so load from elsewhere on the
+// machine hits both alike.
 const (
-	redisLatencyRate = 5_000
-	redisLatencyWarm = 200 // first messages of a side, not counted
+	redisLatencyRate  = 5_000
+	redisLatencyChunk = 500
+	redisLatencyWarm  = 200 // messages per side before the measured ones
 )
 
 func redisLatencyMsgs() int {
@@ -579,12 +583,13 @@ func redisLatencyMsgs() int {
 // and when it was received, in Unix nanoseconds.
 type redisLatencies struct {
 	sent, recv []atomic.Int64
+	returned   []atomic.Int64 // when the publish call returned
 	got        atomic.Int64
 	done       chan struct{}
 }
 
 func newRedisLatencies(n int) *redisLatencies {
-	return &redisLatencies{sent: make([]atomic.Int64, n), recv: make([]atomic.Int64, n), done: make(chan struct{})}
+	return &redisLatencies{sent: make([]atomic.Int64, n), recv: make([]atomic.Int64, n), returned: make([]atomic.Int64, n), done: make(chan struct{})}
 }
 
 // received records the first receipt of message seq.
@@ -606,115 +611,138 @@ func (l *redisLatencies) wait(b *testing.B, side string) {
 	}
 }
 
-// collect appends the latencies of the messages past the warm-up.
-func (l *redisLatencies) collect(dst []time.Duration) []time.Duration {
-	for i := redisLatencyWarm; i < len(l.sent); i++ {
-		dst = append(dst, time.Duration(l.recv[i].Load()-l.sent[i].Load()))
+// collect appends the latencies of every message, and the durations of
+// their publish calls.
+func (l *redisLatencies) collect(lat, pub []time.Duration) ([]time.Duration, []time.Duration) {
+	for i := range l.sent {
+		lat = append(lat, time.Duration(l.recv[i].Load()-l.sent[i].Load()))
+		pub = append(pub, time.Duration(l.returned[i].Load()-l.sent[i].Load()))
 	}
-	return dst
+	return lat, pub
 }
 
-// redisPaced calls send(i) for i in [0, n) at rate per second on a fixed
-// schedule, recording the start of each call.
-func redisPaced(l *redisLatencies, send func(i int, payload []byte)) {
-	n := len(l.sent)
+// redisPaced calls send for messages [from, to) of l at redisLatencyRate
+// on a fixed schedule, recording the start of each call; the payload
+// carries the sequence number.
+func redisPaced(l *redisLatencies, from, to int, send func(i int, payload []byte)) {
 	payload := redisPayload()
 	start := time.Now()
-	for i := range n {
-		due := start.Add(time.Duration(i) * time.Second / redisLatencyRate)
+	for i := from; i < to; i++ {
+		due := start.Add(time.Duration(i-from) * time.Second / redisLatencyRate)
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
 		binary.LittleEndian.PutUint64(payload, uint64(i))
 		l.sent[i].Store(time.Now().UnixNano())
 		send(i, payload)
+		l.returned[i].Store(time.Now().UnixNano())
 	}
 }
 
-// rawLatency runs the paced publisher with XADD and a consumer with
-// XREADGROUP BLOCK on a client of its own, acking each batch with XACK
-// before it reads again.
-func (e *redisEnv) rawLatency(b *testing.B, n int) *redisLatencies {
-	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
-	defer cancel()
+// redisLatencySide is one side of the latency benchmark: a consumer that
+// runs throughout and reports to the current recorder, and a send func.
+type redisLatencySide struct {
+	name string
+	cur  atomic.Pointer[redisLatencies]
+	send func(i int, payload []byte)
+	stop func()
+}
+
+func (s *redisLatencySide) received(seq uint64) {
+	if l := s.cur.Load(); l != nil {
+		l.received(seq)
+	}
+}
+
+// rawLatencySide publishes with XADD and consumes with XREADGROUP BLOCK on
+// a client of its own, acking each batch with XACK before reading again.
+func (e *redisEnv) rawLatencySide(b *testing.B) *redisLatencySide {
+	ctx, cancel := context.WithCancel(context.Background())
 	stream := e.rawStream("lat")
 	if err := e.client.XGroupCreateMkStream(ctx, stream, "raw", "$").Err(); err != nil {
 		b.Fatalf("raw group: %v", err)
 	}
-	l := newRedisLatencies(n)
 	ro := *e.client.Options()
 	ro.PushNotificationProcessor = nil
 	reader := redis.NewClient(&ro)
-	defer reader.Close()
+	side := &redisLatencySide{name: "raw"}
 	consumed := make(chan error, 1)
 	go func() {
 		ids := make([]string, 0, redisReadCount)
-		for l.got.Load() < int64(n) {
+		for ctx.Err() == nil {
 			res, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: time.Second,
+				Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: 100 * time.Millisecond,
 			}).Result()
 			if err == redis.Nil {
 				continue
 			}
 			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
 				consumed <- err
 				return
 			}
 			ids = ids[:0]
 			for _, m := range res[0].Messages {
 				if p, ok := m.Values["p"].(string); ok && len(p) >= 8 {
-					l.received(binary.LittleEndian.Uint64([]byte(p[:8])))
+					side.received(binary.LittleEndian.Uint64([]byte(p[:8])))
 				}
 				ids = append(ids, m.ID)
 			}
-			if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil {
+			if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil && ctx.Err() == nil {
 				consumed <- err
 				return
 			}
 		}
 		consumed <- nil
 	}()
-	redisPaced(l, func(i int, payload []byte) {
+	side.send = func(i int, payload []byte) {
 		a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.Itoa(i), "p", payload}}
 		if err := e.client.XAdd(ctx, &a).Err(); err != nil {
 			b.Fatalf("raw publish: %v", err)
 		}
-	})
-	l.wait(b, "raw")
-	if err := <-consumed; err != nil {
-		b.Fatalf("raw consume: %v", err)
 	}
-	e.client.Del(context.Background(), stream)
-	return l
+	side.stop = func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			b.Errorf("raw consume: %v", err)
+		}
+		_ = reader.Close()
+		e.client.Del(context.Background(), stream)
+	}
+	return side
 }
 
-// busLatency runs the paced publisher and a subscription with
-// AckOnSuccess through the bus.
-func (e *redisEnv) busLatency(b *testing.B, n int) *redisLatencies {
-	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
-	defer cancel()
+// busLatencySide publishes through the bus and consumes with a
+// subscription in AckOnSuccess.
+func (e *redisEnv) busLatencySide(b *testing.B) *redisLatencySide {
+	ctx := context.Background()
 	topic := e.busTopic("lat")
-	l := newRedisLatencies(n)
+	side := &redisLatencySide{name: "bus"}
 	sub, err := e.bus.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
 		if len(d.Payload) >= 8 {
-			l.received(binary.LittleEndian.Uint64(d.Payload))
+			side.received(binary.LittleEndian.Uint64(d.Payload))
 		}
 		return nil
 	}, bus.WithGroup("g"), bus.WithMaxInFlight(redisInFlight))
 	if err != nil {
 		b.Fatalf("bus subscribe: %v", err)
 	}
-	redisPaced(l, func(_ int, payload []byte) {
+	side.send = func(_ int, payload []byte) {
 		if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: payload}); err != nil {
 			b.Fatalf("bus publish: %v", err)
 		}
-	})
-	l.wait(b, "bus")
-	if err := sub.Close(ctx); err != nil {
-		b.Errorf("bus close subscription: %v", err)
 	}
-	e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
-	return l
+	side.stop = func() {
+		cctx, cancel := context.WithTimeout(ctx, redisWait)
+		defer cancel()
+		if err := sub.Close(cctx); err != nil {
+			b.Errorf("bus close subscription: %v", err)
+		}
+		e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
+	}
+	return side
 }
 
 // redisPercentile returns the p-th percentile (0-100) of sorted.
@@ -726,27 +754,54 @@ func redisPercentile(sorted []time.Duration, p int) time.Duration {
 }
 
 // BenchmarkRedisLatency5k measures publish-to-handler latency below
-// saturation: redisLatencyMsgs messages at 5,000 msgs/s, one per publish
-// call, through raw go-redis (XADD; XREADGROUP BLOCK and XACK) and through
-// the bus (AckOnSuccess), alternating which goes first. It reports p50
-// and p99 of each side in microseconds and the p99 ratio bus/raw.
+// saturation: redisLatencyMsgs messages per side and iteration at 5,000
+// msgs/s, one per publish call, through raw go-redis (XADD; XREADGROUP
+// BLOCK and XACK) and through the bus (AckOnSuccess), in alternating
+// chunks. It reports p50 and p99 of each side in microseconds, the p99
+// ratio bus/raw, and the p50 of each side's publish call alone.
 func BenchmarkRedisLatency5k(b *testing.B) {
 	e := newRedisEnv(b)
 	n := redisLatencyMsgs()
-	var raw, bs []time.Duration
-	i := 0
-	for b.Loop() {
-		sides := []func(){
-			func() { raw = e.rawLatency(b, n).collect(raw) },
-			func() { bs = e.busLatency(b, n).collect(bs) },
+	sides := []*redisLatencySide{e.rawLatencySide(b), e.busLatencySide(b)}
+	defer func() {
+		for _, s := range sides {
+			s.stop()
 		}
-		sides[i%2]()
-		sides[(i+1)%2]()
-		i++
+	}()
+	run := func(s *redisLatencySide, l *redisLatencies, from, to int) {
+		s.cur.Store(l)
+		redisPaced(l, from, to, s.send)
 	}
+	for _, s := range sides { // warm up connections and goroutines
+		l := newRedisLatencies(redisLatencyWarm)
+		run(s, l, 0, redisLatencyWarm)
+		l.wait(b, s.name)
+	}
+	all := make([][]time.Duration, len(sides))
+	pubs := make([][]time.Duration, len(sides))
+	iter := 0
+	for b.Loop() {
+		ls := []*redisLatencies{newRedisLatencies(n), newRedisLatencies(n)}
+		for c := 0; c < n; c += redisLatencyChunk {
+			for k := range sides {
+				i := (k + iter + c/redisLatencyChunk) % len(sides) // rotate which goes first
+				run(sides[i], ls[i], c, min(c+redisLatencyChunk, n))
+			}
+		}
+		for i, s := range sides {
+			ls[i].wait(b, s.name)
+			all[i], pubs[i] = ls[i].collect(all[i], pubs[i])
+		}
+		iter++
+	}
+	raw, bs := all[0], all[1]
 	slices.Sort(raw)
 	slices.Sort(bs)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for i, s := range sides {
+		slices.Sort(pubs[i])
+		b.ReportMetric(us(redisPercentile(pubs[i], 50)), s.name+"-publish-p50-µs")
+	}
 	b.ReportMetric(us(redisPercentile(raw, 50)), "raw-p50-µs")
 	b.ReportMetric(us(redisPercentile(raw, 99)), "raw-p99-µs")
 	b.ReportMetric(us(redisPercentile(bs, 50)), "bus-p50-µs")
