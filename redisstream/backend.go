@@ -30,6 +30,10 @@ type Backend struct {
 	// leaves room for BLOCK, which go-redis extends only for its typed
 	// XREADGROUP.
 	rawReads bool
+	// inlineReads: reads may run on the caller's goroutine (see
+	// reader.read); it needs raw reads on a read client that applies ctx
+	// deadlines to socket I/O.
+	inlineReads bool
 
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
@@ -93,12 +97,13 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
 		b.rawReads = rawReadsOK(o.ReadClient, o.Block)
+		b.inlineReads = b.rawReads && contextTimeouts(o.ReadClient)
 		return b, nil
 	}
 	// The read client carries only blocking reads (and CLIENT ID): its
 	// read timeout is the longest BLOCK plus readGrace, the bound every
 	// read has anyway.
-	b.rawReads = true
+	b.rawReads, b.inlineReads = true, true
 	switch c := client.(type) {
 	case *redis.Client:
 		ro := *c.Options()

@@ -59,7 +59,10 @@
 //     parsed in place (RESP2 or RESP3), with no field map per entry; a
 //     given Options.ReadClient whose read timeout is shorter than BLOCK +
 //     1s, or off, gets go-redis's typed XREADGROUP instead, whose deadline
-//     go-redis extends by the BLOCK.
+//     go-redis extends by the BLOCK. While reads find entries, the next
+//     one runs on the caller's goroutine with a BLOCK of at most 50ms and
+//     a socket deadline 200ms after it (a reply slower than that fails the
+//     read, and reads go back to their own goroutine and the full BLOCK).
 //   - Acks are one XACK per flush.
 //   - Publish sends one XADD for a single message and one pipeline for a
 //     batch; concurrent calls, for one topic too, share nothing but a

@@ -28,6 +28,9 @@ type reader struct {
 	// next; only the goroutine that calls read touches it. A read that is
 	// abandoned keeps its buffer.
 	spare *replyBuffer
+	// lastFound: the last read returned entries, so the next one runs
+	// inline (see read); only the goroutine that calls read touches it.
+	lastFound bool
 
 	mu     sync.Mutex // guards the fields below against Close
 	conn   *redis.Conn
@@ -197,11 +200,17 @@ func (rr readResult) found() bool {
 //
 // Deadlines: BLOCK is cut to what is left of ctx's deadline. When ctx
 // ends, CLIENT UNBLOCK (bounded by unblockTimeout) ends the read on a
-// live link; if the read has not come back within unblockTimeout (a dead
-// link), read returns ctx.Err() anyway and abandons the read and its
-// connection. An abandoned read ends readGrace after its BLOCK (the read
-// client applies ctx deadlines), or when the backend closes its read
-// client; Backend.Close waits for it.
+// live link. A read that follows one which found entries runs inline,
+// on the caller's goroutine (a goroutine per read costs more than the
+// rest of a busy receive path): its BLOCK is cut to inlineBlock and its
+// socket deadline is inlineGrace after that, so over a dead link it
+// returns within inlineBlock + inlineGrace. Other reads (the stream was
+// idle, or a read failed) run on a goroutine of their own with the full
+// BLOCK: if the read has not come back within unblockTimeout of ctx's
+// end (a dead link), read returns ctx.Err() anyway and abandons the read
+// and its connection. An abandoned read ends readGrace after its BLOCK
+// (the read client applies ctx deadlines), or when the backend closes its
+// read client; Backend.Close waits for it.
 func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResult {
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
@@ -210,6 +219,17 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResul
 		}
 		args.Block = max(min(args.Block, left), time.Millisecond)
 	}
+	inline := r.b.inlineReads && r.lastFound
+	if inline {
+		args.Block = min(args.Block, inlineBlock)
+	}
+	rr := r.readOnce(ctx, args, inline)
+	r.lastFound = rr.found()
+	return rr
+}
+
+// readOnce runs one read (see read), inline or on a goroutine of its own.
+func (r *reader) readOnce(ctx context.Context, args *redis.XReadGroupArgs, inline bool) readResult {
 	conn, node, id, err := r.get(ctx)
 	if err != nil {
 		return readResult{err: err}
@@ -223,7 +243,6 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResul
 			return node.ClientUnblock(uctx, id).Err()
 		})
 	})
-	done := make(chan readResult, 1)
 	r.mu.Lock()
 	r.busy = true
 	r.mu.Unlock()
@@ -235,9 +254,8 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResul
 			buf = &replyBuffer{}
 		}
 	}
-	go func() {
-		defer r.b.reads.Done()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
+	do := func(grace time.Duration) readResult {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+grace)
 		defer cancel()
 		var rr readResult
 		if buf != nil {
@@ -254,19 +272,29 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResul
 			rr.res, rr.err = conn.XReadGroup(rctx, args).Result()
 		}
 		r.finish(conn)
-		done <- rr
-	}()
+		return rr
+	}
 	var rr readResult
-	select {
-	case rr = <-done:
-	case <-ctx.Done():
-		t := time.NewTimer(unblockTimeout)
+	if inline {
+		rr = do(inlineGrace)
+		r.b.reads.Done()
+	} else {
+		done := make(chan readResult, 1)
+		go func() {
+			defer r.b.reads.Done()
+			done <- do(readGrace)
+		}()
 		select {
 		case rr = <-done:
-			t.Stop()
-		case <-t.C:
-			r.abandon(conn, done)
-			return readResult{err: ctx.Err()}
+		case <-ctx.Done():
+			t := time.NewTimer(unblockTimeout)
+			select {
+			case rr = <-done:
+				t.Stop()
+			case <-t.C:
+				r.abandon(conn, done)
+				return readResult{err: ctx.Err()}
+			}
 		}
 	}
 	if !stop() {
