@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,10 +25,23 @@ type Backend struct {
 	// ctxTimeouts: client applies ctx deadlines to socket I/O
 	// (ContextTimeoutEnabled); otherwise call enforces them.
 	ctxTimeouts bool
+	// rawReads: XREADGROUP replies are read raw and parsed by the
+	// backend (see resp.go); it needs a read client whose read timeout
+	// leaves room for BLOCK, which go-redis extends only for its typed
+	// XREADGROUP.
+	rawReads bool
+	// inlineReads: reads may run on the caller's goroutine (see
+	// reader.read); it needs raw reads on a read client that applies ctx
+	// deadlines to socket I/O.
+	inlineReads bool
 
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
 
+	pubs       pubCache // per-topic publish state
+	maxLenArgs []any    // MAXLEN ~ n of every XADD, boxed; nil without
+
+	shut    atomic.Bool // closed, readable without mu
 	mu      sync.Mutex
 	closed  bool
 	topics  map[string]*topicState
@@ -76,12 +89,21 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		topics:  map[string]*topicState{},
 		reclaim: map[reclaimKey]*reclaimer{},
 	}
+	if o.MaxLen > 0 && (o.Retention == RetainMaxLen || o.Retention == RetainSettled) {
+		b.maxLenArgs = []any{"MAXLEN", "~", o.MaxLen}
+	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	b.ctxTimeouts = contextTimeouts(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
+		b.rawReads = rawReadsOK(o.ReadClient, o.Block)
+		b.inlineReads = b.rawReads && contextTimeouts(o.ReadClient)
 		return b, nil
 	}
+	// The read client carries only blocking reads (and CLIENT ID): its
+	// read timeout is the longest BLOCK plus readGrace, the bound every
+	// read has anyway.
+	b.rawReads, b.inlineReads = true, true
 	switch c := client.(type) {
 	case *redis.Client:
 		ro := *c.Options()
@@ -89,6 +111,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		ro.PushNotificationProcessor = nil
 		ro.MaintNotificationsConfig = readMaintConfig()
 		ro.ContextTimeoutEnabled = true
+		ro.ReadTimeout = o.Block + readGrace
 		// Every subscription holds one connection of this pool.
 		ro.PoolSize = max(ro.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClient(&ro), true
@@ -97,12 +120,35 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 		co.PushNotificationProcessor = nil
 		co.MaintNotificationsConfig = readMaintConfig()
 		co.ContextTimeoutEnabled = true
+		co.ReadTimeout = o.Block + readGrace
 		co.PoolSize = max(co.PoolSize, readPoolSize)
 		b.read, b.ownRead = redis.NewClusterClient(&co), true
 	default:
 		return nil, fmt.Errorf("%w: client type %T needs Options.ReadClient for blocking reads", ErrInvalidOption, client)
 	}
 	return b, nil
+}
+
+// rawReadsOK reports whether blocking reads on a given read client may
+// use raw replies: its socket read deadline must not end a read before
+// its BLOCK does, and must exist (from the read timeout, or from ctx when
+// it applies ctx deadlines) so that an abandoned read ends. Otherwise
+// reads use go-redis's typed XREADGROUP, whose deadline go-redis extends
+// by the BLOCK.
+func rawReadsOK(c redis.UniversalClient, block time.Duration) bool {
+	var rt time.Duration
+	var ctxTimeouts bool
+	switch c := c.(type) {
+	case *redis.Client:
+		rt, ctxTimeouts = c.Options().ReadTimeout, c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		rt, ctxTimeouts = c.Options().ReadTimeout, c.Options().ContextTimeoutEnabled
+	default:
+		return false
+	}
+	// After go-redis's defaults: 0 means no timeout (ctx deadlines only,
+	// if enabled) and -1 no deadline at all.
+	return rt >= block+readGrace || rt == 0 && ctxTimeouts
 }
 
 // Capabilities reports what the backend guarantees. Persistence holds as
@@ -121,79 +167,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 }
 
-func (b *Backend) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
-// Publish adds every message of the batch to the topic's stream in one
-// pipelined round trip.
-func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
-	if b.isClosed() {
-		return fmt.Errorf("redisstream: publish %q: %w", topic, backend.ErrClosed)
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	key := streamKey(b.opts.Prefix, topic)
-	n, nm := 0, 0
-	for _, m := range msgs {
-		n += fieldCount(m)
-		nm += metaSize(m)
-	}
-	vals := make([]any, 0, n)
-	metas := make([]byte, 0, nm) // one buffer for the meta values of the batch
-	cmds := make([]*redis.StringCmd, len(msgs))
-	args := make([]redis.XAddArgs, len(msgs))
-	pipe := b.client.Pipeline()
-	for i, m := range msgs {
-		start, ms := len(vals), len(metas)
-		metas = appendMeta(metas, m)
-		vals = appendFields(vals, m, metas[ms:len(metas):len(metas)])
-		a := &args[i]
-		a.Stream = key
-		a.Values = vals[start:len(vals):len(vals)]
-		b.retention(a)
-		cmds[i] = pipe.XAdd(ctx, a)
-	}
-	err := b.call(ctx, func(ctx context.Context) error {
-		_, err := pipe.Exec(ctx)
-		return err
-	})
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		// The pipeline may have been abandoned: its replies are not
-		// ours to read, and any of the batch may have been stored.
-		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
-	}
-	var failed []backend.Failure
-	for i, c := range cmds {
-		if cerr := c.Err(); cerr != nil {
-			failed = append(failed, backend.Failure{Index: i, Err: fmt.Errorf("redisstream: publish %q: %w", topic, cerr)})
-		}
-	}
-	if len(failed) == 0 || len(failed) == len(msgs) {
-		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
-	}
-	return &backend.BatchError{Failed: failed}
-}
-
-// retention sets the trimming arguments of one XADD.
-func (b *Backend) retention(a *redis.XAddArgs) {
-	switch b.opts.Retention {
-	case RetainMaxLen:
-		a.MaxLen, a.Approx = b.opts.MaxLen, true
-	case RetainMaxAge:
-		a.MinID, a.Approx = strconv.FormatInt(time.Now().Add(-b.opts.MaxAge).UnixMilli(), 10), true
-	case RetainSettled:
-		if b.opts.MaxLen > 0 {
-			a.MaxLen, a.Approx = b.opts.MaxLen, true
-		}
-	}
-}
+func (b *Backend) isClosed() bool { return b.shut.Load() }
 
 // Subscribe joins (creating if needed) the consumer group cfg.Group on the
 // topic's stream as a new consumer.
@@ -270,6 +244,7 @@ func (b *Backend) Close() error {
 		return fmt.Errorf("redisstream: close: %w", backend.ErrClosed)
 	}
 	b.closed = true
+	b.shut.Store(true)
 	for name, ts := range b.topics {
 		ts.stop()
 		delete(b.topics, name)

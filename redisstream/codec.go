@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -131,4 +132,76 @@ func stringField(id string, values map[string]any, name string, required bool) (
 		return "", fmt.Errorf("%w %s: field %q has type %T", errMalformed, id, name, raw)
 	}
 	return v, nil
+}
+
+// decodeFields decodes the raw fields of an entry the way decode does, in
+// one pass and without a field map. It handles what the bus writes: a
+// meta field with a plain decimal time, a payload, optionally a key and
+// headers, each field once. It sets every field of m but the ID, which it
+// returns (pointing into fs) for the caller to copy. For anything else (a
+// field missing, foreign, repeated or unusual) it returns false, leaving
+// m partly set, and the caller decodes the field map with decode, which
+// accepts or refuses the entry with its canonical error. When it returns
+// true, decode of the same fields gives the same message.
+func decodeFields(fs []rawField, m *backend.Message) (id []byte, ok bool) {
+	var meta, payload, key []byte
+	haveMeta, havePayload, haveKey := false, false, false
+	headers := 0
+	for _, f := range fs {
+		switch string(f.name) {
+		case fieldMeta:
+			if haveMeta {
+				return nil, false
+			}
+			meta, haveMeta = f.value, true
+		case fieldPayload:
+			if havePayload {
+				return nil, false
+			}
+			payload, havePayload = f.value, true
+		case fieldKey:
+			if haveKey {
+				return nil, false
+			}
+			key, haveKey = f.value, true
+		default:
+			if len(f.name) <= len(headerPrefix) || string(f.name[:len(headerPrefix)]) != headerPrefix {
+				return nil, false
+			}
+			headers++
+		}
+	}
+	if !haveMeta || !havePayload {
+		return nil, false
+	}
+	sp := bytes.IndexByte(meta, ' ')
+	if sp < 1 || sp > 18 || sp == len(meta)-1 {
+		return nil, false
+	}
+	var ms int64
+	for _, c := range meta[:sp] {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	m.PublishedAt = time.UnixMilli(ms)
+	m.Payload = append(make([]byte, 0, len(payload)), payload...)
+	if haveKey {
+		m.Key = string(key)
+	}
+	if headers > 0 {
+		m.Headers = make(map[string]string, headers)
+		for _, f := range fs {
+			if len(f.name) <= len(headerPrefix) || string(f.name[:len(headerPrefix)]) != headerPrefix {
+				continue
+			}
+			k := string(f.name[len(headerPrefix):])
+			if _, dup := m.Headers[k]; dup {
+				return nil, false
+			}
+			m.Headers[k] = string(f.value)
+		}
+	}
+	return meta[sp+1:], true
 }

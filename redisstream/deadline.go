@@ -20,6 +20,13 @@ const (
 	// BLOCK has run out; a read past it is abandoned with a timeout and
 	// its connection dropped.
 	readGrace = time.Second
+	// inlineBlock caps the BLOCK of a read that runs inline, and
+	// inlineGrace is how long such a read waits for the reply after its
+	// BLOCK; together they bound how late an inline read returns after
+	// its ctx ends over a dead link. A reply slower than inlineGrace
+	// fails the read, and the next one runs on a goroutine.
+	inlineBlock = 50 * time.Millisecond
+	inlineGrace = 200 * time.Millisecond
 	// passTimeout bounds one pass of a background task (promoter,
 	// trimmer).
 	passTimeout = 5 * time.Second

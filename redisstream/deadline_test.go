@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/redistest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/redisstream"
@@ -327,5 +328,47 @@ func TestBackendCallsOverBlackholeReturnWithinCtxDeadline(t *testing.T) {
 		})
 		assert.Error(t, cerr, "%s over a dead link fails", tt.name)
 		assert.Less(t, took, 300*time.Millisecond, "%s with a 200ms ctx returns within 300ms", tt.name)
+	}
+}
+
+// TestBusyReceiveOverBlackholeReturnsSoonAfterCancel: a read that follows
+// one which found entries runs on the caller's goroutine with a short
+// BLOCK; over a dead link it still returns soon after its ctx is
+// cancelled, whatever the link.
+func TestBusyReceiveOverBlackholeReturnsSoonAfterCancel(t *testing.T) {
+	for _, ctxTimeouts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
+			p, c := holeClient(t, ctxTimeouts)
+			be, err := redisstream.New(c, nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = be.Close() })
+			ctx := context.Background()
+			topic := uniqueTopic(t)
+			sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3, Observer: observer.Nop})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Close() })
+			for i := range 2 {
+				require.NoError(t, be.Publish(ctx, topic, []*backend.Message{{ID: fmt.Sprint(i), Payload: []byte("x"), PublishedAt: time.Now()}}))
+			}
+			got := 0
+			for got == 0 {
+				msgs, err := sub.Receive(ctx, 1)
+				require.NoError(t, err)
+				got += len(msgs)
+			}
+			p.blackhole()
+			rctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			var rerr error
+			took := within(t, 10*time.Second, "a busy Receive over a blackhole", func() {
+				// The entry left may come back (already read from the
+				// buffer before the hole); keep reading until the error.
+				for rerr == nil {
+					_, rerr = sub.Receive(rctx, 1)
+				}
+			})
+			assert.ErrorIs(t, rerr, context.Canceled)
+			assert.Less(t, took, 700*time.Millisecond, "Receive returns within 600ms of the cancel")
+		})
 	}
 }

@@ -55,8 +55,18 @@
 //     client cloned from the given client's options (on a cluster, from the
 //     node holding the stream), so reads never queue behind XACK or XADD. A
 //     cancelled ctx ends a blocked read at once: another connection sends
-//     CLIENT UNBLOCK with the reader's client ID.
+//     CLIENT UNBLOCK with the reader's client ID. The reply is read raw and
+//     parsed in place (RESP2 or RESP3), with no field map per entry; a
+//     given Options.ReadClient whose read timeout is shorter than BLOCK +
+//     1s, or off, gets go-redis's typed XREADGROUP instead, whose deadline
+//     go-redis extends by the BLOCK. While reads find entries, the next
+//     one runs on the caller's goroutine with a BLOCK of at most 50ms and
+//     a socket deadline 200ms after it (a reply slower than that fails the
+//     read, and reads go back to their own goroutine and the full BLOCK).
 //   - Acks are one XACK per flush.
+//   - Publish sends one XADD for a single message and one pipeline for a
+//     batch; concurrent calls, for one topic too, share nothing but a
+//     cache of stream keys.
 //   - Leases: an entry pending for longer than the ack timeout is
 //     reclaimed with XAUTOCLAIM, at most a quarter of the ack timeout late.
 //     One scan runs at a time per stream and group in a Backend, and it
@@ -125,8 +135,10 @@
 //     (bounded by 250ms); if the read has not come back by then, Receive
 //     returns and the read is abandoned with its connection. A read never
 //     outlives its BLOCK by more than 1s (a deadline on the read client;
-//     an Options.ReadClient without ContextTimeoutEnabled ends it at
-//     go-redis's own bound, BLOCK + 10s); Backend.Close waits for it.
+//     an Options.ReadClient without ContextTimeoutEnabled ends it at its
+//     read timeout, or at go-redis's own bound, BLOCK + 10s, when that
+//     timeout is shorter than BLOCK + 1s or off); Backend.Close waits for
+//     it.
 //   - The backend's own work has short bounds: Subscription.Close, which
 //     has no ctx, gives the removal of its consumer 100ms; each promoter
 //     and trimmer pass 5s, and stopping them does not wait for their I/O.

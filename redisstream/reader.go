@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +23,14 @@ import (
 type reader struct {
 	b      *Backend
 	stream string
+
+	// spare is the reply buffer of the last raw read, reused by the
+	// next; only the goroutine that calls read touches it. A read that is
+	// abandoned keeps its buffer.
+	spare *replyBuffer
+	// lastFound: the last read returned entries, so the next one runs
+	// inline (see read); only the goroutine that calls read touches it.
+	lastFound bool
 
 	mu     sync.Mutex // guards the fields below against Close
 	conn   *redis.Conn
@@ -121,34 +132,107 @@ func isTopologyError(err error) bool {
 	return strings.HasPrefix(s, "MOVED") || strings.HasPrefix(s, "ASK") || strings.HasPrefix(s, "CLUSTERDOWN") || strings.HasPrefix(s, "TRYAGAIN")
 }
 
-// readResult is what one XREADGROUP returned.
+// readResult is what one XREADGROUP returned: the raw reply (raw reads)
+// or the typed one.
 type readResult struct {
+	raw []byte
+	buf *replyBuffer // holds raw; give it back with recycle
 	res []redis.XStream
 	err error
 }
 
-// read runs one XREADGROUP. If ctx ends while the read is blocked, the read
-// is unblocked and ctx.Err() returned; entries it had already taken stay
-// pending and are reclaimed after their lease.
+// maxSpareReply bounds the reply buffer a reader keeps between reads.
+const maxSpareReply = 1 << 20
+
+// replyBuffer collects the raw reply of one read. Its ReadFrom reads a
+// bulk string straight into the buffer, which go-redis's raw reply
+// writer (io.CopyN) uses.
+type replyBuffer struct{ b []byte }
+
+func (w *replyBuffer) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// ReadFrom appends what r yields until io.EOF.
+func (w *replyBuffer) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	if lr, ok := r.(*io.LimitedReader); ok && lr.N <= math.MaxInt32 {
+		w.b = slices.Grow(w.b, int(lr.N))
+	}
+	for {
+		if len(w.b) == cap(w.b) {
+			w.b = slices.Grow(w.b, 512)
+		}
+		n, err := r.Read(w.b[len(w.b):cap(w.b)])
+		w.b = w.b[:len(w.b)+n]
+		total += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// recycle gives a reply buffer back once its reply has been decoded.
+func (r *reader) recycle(rr readResult) {
+	if rr.buf != nil && cap(rr.buf.b) <= maxSpareReply {
+		rr.buf.b = rr.buf.b[:0]
+		r.spare = rr.buf
+	}
+}
+
+// found reports whether the read returned entries.
+func (rr readResult) found() bool {
+	if rr.err != nil {
+		return false
+	}
+	return len(rr.raw) > 0 || len(rr.res) > 0 && len(rr.res[0].Messages) > 0
+}
+
+// read runs one XREADGROUP: with raw reads (see Backend.rawReads) it
+// returns the raw reply, which holds entries when its error is nil;
+// otherwise go-redis's typed reply. If ctx ends while the read is
+// blocked, the read is unblocked and ctx.Err() returned; entries it had
+// already taken stay pending and are reclaimed after their lease.
 //
 // Deadlines: BLOCK is cut to what is left of ctx's deadline. When ctx
 // ends, CLIENT UNBLOCK (bounded by unblockTimeout) ends the read on a
-// live link; if the read has not come back within unblockTimeout (a dead
-// link), read returns ctx.Err() anyway and abandons the read and its
-// connection. An abandoned read ends readGrace after its BLOCK (the read
-// client applies ctx deadlines), or when the backend closes its read
-// client; Backend.Close waits for it.
-func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
+// live link. A read that follows one which found entries runs inline,
+// on the caller's goroutine (a goroutine per read costs more than the
+// rest of a busy receive path): its BLOCK is cut to inlineBlock and its
+// socket deadline is inlineGrace after that, so over a dead link it
+// returns within inlineBlock + inlineGrace. Other reads (the stream was
+// idle, or a read failed) run on a goroutine of their own with the full
+// BLOCK: if the read has not come back within unblockTimeout of ctx's
+// end (a dead link), read returns ctx.Err() anyway and abandons the read
+// and its connection. An abandoned read ends readGrace after its BLOCK
+// (the read client applies ctx deadlines), or when the backend closes its
+// read client; Backend.Close waits for it.
+func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) readResult {
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		if left <= 0 {
-			return nil, context.DeadlineExceeded
+			return readResult{err: context.DeadlineExceeded}
 		}
 		args.Block = max(min(args.Block, left), time.Millisecond)
 	}
+	inline := r.b.inlineReads && r.lastFound
+	if inline {
+		args.Block = min(args.Block, inlineBlock)
+	}
+	rr := r.readOnce(ctx, args, inline)
+	r.lastFound = rr.found()
+	return rr
+}
+
+// readOnce runs one read (see read), inline or on a goroutine of its own.
+func (r *reader) readOnce(ctx context.Context, args *redis.XReadGroupArgs, inline bool) readResult {
 	conn, node, id, err := r.get(ctx)
 	if err != nil {
-		return nil, err
+		return readResult{err: err}
 	}
 	unblocked := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -159,48 +243,75 @@ func (r *reader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.
 			return node.ClientUnblock(uctx, id).Err()
 		})
 	})
-	done := make(chan readResult, 1)
 	r.mu.Lock()
 	r.busy = true
 	r.mu.Unlock()
 	r.b.reads.Add(1)
-	go func() {
-		defer r.b.reads.Done()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+readGrace)
+	var buf *replyBuffer
+	if r.b.rawReads {
+		buf, r.spare = r.spare, nil
+		if buf == nil {
+			buf = &replyBuffer{}
+		}
+	}
+	do := func(grace time.Duration) readResult {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+grace)
 		defer cancel()
-		res, err := conn.XReadGroup(rctx, args).Result()
+		var rr readResult
+		if buf != nil {
+			_, rr.err = conn.DoRawWriteTo(rctx, buf, "XREADGROUP", "GROUP", args.Group, args.Consumer,
+				"COUNT", args.Count, "BLOCK", args.Block.Milliseconds(), "STREAMS", args.Streams[0], args.Streams[1]).Result()
+			if rr.err == nil {
+				rr.err = replyErr(buf.b)
+			}
+			rr.buf = buf
+			if rr.err == nil {
+				rr.raw = buf.b
+			}
+		} else {
+			rr.res, rr.err = conn.XReadGroup(rctx, args).Result()
+		}
 		r.finish(conn)
-		done <- readResult{res, err}
-	}()
+		return rr
+	}
 	var rr readResult
-	select {
-	case rr = <-done:
-	case <-ctx.Done():
-		t := time.NewTimer(unblockTimeout)
+	if inline {
+		rr = do(inlineGrace)
+		r.b.reads.Done()
+	} else {
+		done := make(chan readResult, 1)
+		go func() {
+			defer r.b.reads.Done()
+			done <- do(readGrace)
+		}()
 		select {
 		case rr = <-done:
-			t.Stop()
-		case <-t.C:
-			r.abandon(conn, done)
-			return nil, ctx.Err()
+		case <-ctx.Done():
+			t := time.NewTimer(unblockTimeout)
+			select {
+			case rr = <-done:
+				t.Stop()
+			case <-t.C:
+				r.abandon(conn, done)
+				return readResult{err: ctx.Err()}
+			}
 		}
 	}
-	res, err := rr.res, rr.err
 	if !stop() {
 		<-unblocked
-		if err == nil || errors.Is(err, redis.Nil) {
+		if rr.err == nil || errors.Is(rr.err, redis.Nil) {
 			// Entries read just before the unblock are returned: they
 			// were delivered and their lease has started.
-			if len(res) > 0 && len(res[0].Messages) > 0 {
-				return res, nil
+			if rr.found() {
+				return rr
 			}
-			return nil, ctx.Err()
+			return readResult{err: ctx.Err()}
 		}
 	}
-	if err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) {
+	if err := rr.err; err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) {
 		r.drop(err)
 	}
-	return res, err
+	return rr
 }
 
 // abandon gives up a read still in flight on conn: the connection is no

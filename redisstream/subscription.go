@@ -62,6 +62,12 @@ type subscription struct {
 	readArgs redis.XReadGroupArgs
 	streams  [2]string
 	reader   reader
+	// ackHead is the start of every XACK, boxed once.
+	ackHead [3]any
+	// Scratch space of raw reads, reused by Receive (one goroutine).
+	entries []rawEntry
+	fields  []rawField
+	ids     []byte
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -88,6 +94,7 @@ func newSubscription(b *Backend, topic string, k keys, cfg backend.SubscribeConf
 	s.reader = reader{b: b, stream: k.stream}
 	s.streams = [2]string{k.stream, ">"}
 	s.readArgs = redis.XReadGroupArgs{Group: cfg.Group, Consumer: s.consumer, Streams: s.streams[:]}
+	s.ackHead = [3]any{"XACK", k.stream, cfg.Group}
 	b.mu.Lock()
 	if ts.obs == nil {
 		ts.obs = cfg.Observer
@@ -171,8 +178,9 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	args := s.readArgs
 	args.Count = int64(max)
 	args.Block = s.blockFor(time.Now())
-	res, err := s.reader.read(ctx, &args)
-	if err != nil {
+	rr := s.reader.read(ctx, &args)
+	defer s.reader.recycle(rr)
+	if err := rr.err; err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil // BLOCK ran out
 		}
@@ -187,19 +195,23 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		return nil, receiveErr(s.errf("receive", err))
 	}
-	if len(res) == 0 {
+	if rr.raw != nil {
+		return s.decodeRaw(ctx, rr.raw)
+	}
+	if len(rr.res) == 0 {
 		return nil, nil
 	}
-	entries := res[0].Messages
+	entries := rr.res[0].Messages
 	msgs := make([]*backend.Message, 0, len(entries))
 	vals := make([]backend.Message, len(entries))
 	refs := make([]entryRef, len(entries))
+	var trimmed []string
 	for i := range entries {
 		e := &entries[i]
 		m := &vals[i]
 		if e.Values == nil {
 			// Deleted between delivery and read: nothing to hand out.
-			s.dropTrimmed(ctx, []string{e.ID})
+			trimmed = append(trimmed, e.ID)
 			continue
 		}
 		if err := decode(e.ID, e.Values, m); err != nil {
@@ -211,6 +223,59 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		m.Attempt = 1
 		msgs = append(msgs, m)
 	}
+	s.dropTrimmed(ctx, trimmed)
+	return msgs, nil
+}
+
+// decodeRaw turns the raw reply of a read that found entries into
+// messages. Entries the bus wrote take the fast path (decodeFields);
+// anything else is decoded from its field map, which gives the canonical
+// error of a malformed entry.
+func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Message, error) {
+	entries, fields, err := parseXRead(raw, s.entries[:0], s.fields[:0])
+	defer func() {
+		// Keep the scratch space, but no reference into the reply.
+		clear(entries)
+		clear(fields)
+		s.entries, s.fields = entries[:0], fields[:0]
+	}()
+	if err != nil {
+		// Entries the read took stay pending and are reclaimed after
+		// their lease.
+		return nil, s.errf("receive", err)
+	}
+	msgs := make([]*backend.Message, 0, len(entries))
+	vals := make([]backend.Message, len(entries))
+	refs := make([]entryRef, len(entries))
+	var trimmed []string
+	for i, e := range entries {
+		if e.deleted {
+			trimmed = append(trimmed, string(e.id))
+			continue
+		}
+		m := &vals[i]
+		fs := fields[e.start:e.end]
+		var id string
+		if msgID, ok := decodeFields(fs, m); ok {
+			// One string holds the entry ID and the message ID.
+			s.ids = append(append(s.ids[:0], e.id...), msgID...)
+			both := string(s.ids)
+			id, m.ID = both[:len(e.id)], both[len(e.id):]
+		} else {
+			*m = backend.Message{}
+			id = string(e.id)
+			values := fieldMap(fs)
+			if err := decode(id, values, m); err != nil {
+				s.quarantine(ctx, id, values, 1, err)
+				continue
+			}
+		}
+		refs[i] = entryRef{id: id, count: 1}
+		m.AckID = &refs[i]
+		m.Attempt = 1
+		msgs = append(msgs, m)
+	}
+	s.dropTrimmed(ctx, trimmed)
 	return msgs, nil
 }
 
@@ -261,14 +326,14 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 3+len(ids))
-	args = append(args, "XACK", s.keys.stream, s.cfg.Group)
+	args := make([]any, 0, len(s.ackHead)+len(ids))
+	args = append(args, s.ackHead[:]...)
 	for _, id := range ids {
 		e, ok := entryOf(id)
 		if !ok {
 			return s.errf("ack", fmt.Errorf("foreign ack id %T", id))
 		}
-		args = append(args, e.id)
+		args = append(args, &e.id) // a pointer boxes without an allocation
 	}
 	// XACK settles the entry whoever holds it now: an Ack of a delivery
 	// whose lease ran out still settles a message that is unsettled, and

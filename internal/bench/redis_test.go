@@ -21,15 +21,26 @@ package bench
 //     AckOnSuccess and redisInFlight in flight.
 //   - E2E: one publisher (batches of 16) and one consumer at once; the
 //     figure counts until the consumer handled every message.
+//   - PublishParallel: 16 goroutines publish one message per call; the
+//     raw baselines are the same pattern with go-redis (one XADD per
+//     call, waiting for it: bus/raw) and one goroutine pipelining batches
+//     of 16 (bus/raw-pipe).
+//   - Latency5k: a publisher paced at 5,000 msgs/s, one message per call,
+//     on a fixed schedule; raw XADD with an XREADGROUP BLOCK consumer
+//     that XACKs each batch, against the bus with AckOnSuccess; p50 and
+//     p99 of publish-call-to-handler latency and the p99 ratio.
 //   - BacklogPeakHeap: the bus consumes a backlog of 500k messages (50k
 //     with -short) and reports the peak heap, which is bounded by max in
 //     flight times message size, not by the backlog.
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -442,4 +453,361 @@ func BenchmarkRedisBacklogPeakHeap(b *testing.B) {
 		e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
 		b.StartTimer()
 	}
+}
+
+// redisPublishers is how many goroutines publish one message per call in
+// BenchmarkRedisPublishParallel, as a web service's request handlers do.
+const redisPublishers = 16
+
+// rawPublishEach adds n entries from redisPublishers goroutines, each
+// sending one XADD and waiting for its reply before the next.
+func (e *redisEnv) rawPublishEach(stream string, n int) {
+	ctx := context.Background()
+	data := redisPayload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, redisPublishers)
+	for range redisPublishers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.FormatInt(i, 10), "p", data}}
+				if err := e.client.XAdd(ctx, &a).Err(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.b.Fatalf("raw publish: %v", err)
+	}
+}
+
+// busPublishEach publishes n messages from redisPublishers goroutines, one
+// message (a new one, as a caller would build) per Publish call.
+func (e *redisEnv) busPublishEach(topic string, n int) {
+	ctx := context.Background()
+	data := redisPayload()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, redisPublishers)
+	for range redisPublishers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: data}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.b.Fatalf("bus publish: %v", err)
+	}
+}
+
+// BenchmarkRedisPublishParallel publishes one message per call from
+// redisPublishers goroutines through the bus, against two raw baselines
+// in the same run: the same pattern with go-redis (each goroutine sends
+// one XADD and waits for it; bus/raw), and one goroutine pipelining
+// batches of 16 (bus/raw-pipe), the best a raw caller gets from one
+// connection.
+func BenchmarkRedisPublishParallel(b *testing.B) {
+	e := newRedisEnv(b)
+	stream := e.rawStream("ppub")
+	pipeStream := e.rawStream("ppipe")
+	topic := e.busTopic("ppub")
+	n := redisRound()
+	const chunks = 10
+	var r redisRates // raw: one XADD per goroutine and call
+	var pipe, pipeCPU time.Duration
+	for b.Loop() {
+		for c := range chunks {
+			sides := []func(){
+				func() { r.timedSide(false, func() { e.rawPublishEach(stream, n/chunks) }) },
+				func() {
+					c0 := cputime.Process()
+					redisTimed(&pipe, func() { e.rawPublish(pipeStream, n/chunks) })
+					pipeCPU += cputime.Process() - c0
+				},
+				func() { r.timedSide(true, func() { e.busPublishEach(topic, n/chunks) }) },
+			}
+			for i := range sides { // rotate which side goes first
+				sides[(c+i)%len(sides)]()
+			}
+		}
+		r.msgs += n / chunks * chunks
+		b.StopTimer()
+		e.client.Del(context.Background(), stream, pipeStream, e.prefix+":{"+topic+"}")
+		b.StartTimer()
+	}
+	r.report(b)
+	if pipe > 0 && r.bus > 0 {
+		pipeRate := float64(r.msgs) / pipe.Seconds()
+		b.ReportMetric(pipeRate, "raw-pipe-msgs/s")
+		b.ReportMetric(float64(r.msgs)/r.bus.Seconds()/pipeRate, "bus/raw-pipe")
+		b.ReportMetric(float64(pipeCPU.Nanoseconds())/float64(r.msgs), "raw-pipe-cpu-ns/msg")
+	}
+}
+
+// Latency below saturation: a publisher paced at redisLatencyRate sends
+// one message per call on a fixed schedule (message i of a chunk is due
+// at the chunk's start + i/rate; a late publisher catches up instead of
+// drifting), and each message's latency runs from the moment its publish
+// call starts to the moment the consumer sees it. Both consumers run for
+// the whole benchmark; the publisher alternates between raw and bus in
+// chunks of redisLatencyChunk messages, so load from elsewhere on the
+// machine hits both alike.
+const (
+	redisLatencyRate  = 5_000
+	redisLatencyChunk = 500
+	redisLatencyWarm  = 200 // messages per side before the measured ones
+)
+
+func redisLatencyMsgs() int {
+	if testing.Short() {
+		return 1_000
+	}
+	return 3_000
+}
+
+// redisLatencies records, per sequence number, when a message was sent
+// and when it was received, in Unix nanoseconds.
+type redisLatencies struct {
+	sent, recv []atomic.Int64
+	returned   []atomic.Int64 // when the publish call returned
+	got        atomic.Int64
+	done       chan struct{}
+}
+
+func newRedisLatencies(n int) *redisLatencies {
+	return &redisLatencies{sent: make([]atomic.Int64, n), recv: make([]atomic.Int64, n), returned: make([]atomic.Int64, n), done: make(chan struct{})}
+}
+
+// received records the first receipt of message seq.
+func (l *redisLatencies) received(seq uint64) {
+	if seq >= uint64(len(l.recv)) || !l.recv[seq].CompareAndSwap(0, time.Now().UnixNano()) {
+		return
+	}
+	if l.got.Add(1) == int64(len(l.recv)) {
+		close(l.done)
+	}
+}
+
+// wait waits until every message was received.
+func (l *redisLatencies) wait(b *testing.B, side string) {
+	select {
+	case <-l.done:
+	case <-time.After(redisWait):
+		b.Fatalf("%s latency: %d of %d received after %v", side, l.got.Load(), len(l.recv), redisWait)
+	}
+}
+
+// collect appends the latencies of every message, and the durations of
+// their publish calls.
+func (l *redisLatencies) collect(lat, pub []time.Duration) ([]time.Duration, []time.Duration) {
+	for i := range l.sent {
+		lat = append(lat, time.Duration(l.recv[i].Load()-l.sent[i].Load()))
+		pub = append(pub, time.Duration(l.returned[i].Load()-l.sent[i].Load()))
+	}
+	return lat, pub
+}
+
+// redisPaced calls send for messages [from, to) of l at redisLatencyRate
+// on a fixed schedule, recording the start of each call; the payload
+// carries the sequence number.
+func redisPaced(l *redisLatencies, from, to int, send func(i int, payload []byte)) {
+	payload := redisPayload()
+	start := time.Now()
+	for i := from; i < to; i++ {
+		due := start.Add(time.Duration(i-from) * time.Second / redisLatencyRate)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		binary.LittleEndian.PutUint64(payload, uint64(i))
+		l.sent[i].Store(time.Now().UnixNano())
+		send(i, payload)
+		l.returned[i].Store(time.Now().UnixNano())
+	}
+}
+
+// redisLatencySide is one side of the latency benchmark: a consumer that
+// runs throughout and reports to the current recorder, and a send func.
+type redisLatencySide struct {
+	name string
+	cur  atomic.Pointer[redisLatencies]
+	send func(i int, payload []byte)
+	stop func()
+}
+
+func (s *redisLatencySide) received(seq uint64) {
+	if l := s.cur.Load(); l != nil {
+		l.received(seq)
+	}
+}
+
+// rawLatencySide publishes with XADD and consumes with XREADGROUP BLOCK on
+// a client of its own, acking each batch with XACK before reading again.
+func (e *redisEnv) rawLatencySide(b *testing.B) *redisLatencySide {
+	ctx, cancel := context.WithCancel(context.Background())
+	stream := e.rawStream("lat")
+	if err := e.client.XGroupCreateMkStream(ctx, stream, "raw", "$").Err(); err != nil {
+		b.Fatalf("raw group: %v", err)
+	}
+	ro := *e.client.Options()
+	ro.PushNotificationProcessor = nil
+	reader := redis.NewClient(&ro)
+	side := &redisLatencySide{name: "raw"}
+	consumed := make(chan error, 1)
+	go func() {
+		ids := make([]string, 0, redisReadCount)
+		for ctx.Err() == nil {
+			res, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: 100 * time.Millisecond,
+			}).Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				consumed <- err
+				return
+			}
+			ids = ids[:0]
+			for _, m := range res[0].Messages {
+				if p, ok := m.Values["p"].(string); ok && len(p) >= 8 {
+					side.received(binary.LittleEndian.Uint64([]byte(p[:8])))
+				}
+				ids = append(ids, m.ID)
+			}
+			if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil && ctx.Err() == nil {
+				consumed <- err
+				return
+			}
+		}
+		consumed <- nil
+	}()
+	side.send = func(i int, payload []byte) {
+		a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.Itoa(i), "p", payload}}
+		if err := e.client.XAdd(ctx, &a).Err(); err != nil {
+			b.Fatalf("raw publish: %v", err)
+		}
+	}
+	side.stop = func() {
+		cancel()
+		if err := <-consumed; err != nil {
+			b.Errorf("raw consume: %v", err)
+		}
+		_ = reader.Close()
+		e.client.Del(context.Background(), stream)
+	}
+	return side
+}
+
+// busLatencySide publishes through the bus and consumes with a
+// subscription in AckOnSuccess.
+func (e *redisEnv) busLatencySide(b *testing.B) *redisLatencySide {
+	ctx := context.Background()
+	topic := e.busTopic("lat")
+	side := &redisLatencySide{name: "bus"}
+	sub, err := e.bus.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		if len(d.Payload) >= 8 {
+			side.received(binary.LittleEndian.Uint64(d.Payload))
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithMaxInFlight(redisInFlight))
+	if err != nil {
+		b.Fatalf("bus subscribe: %v", err)
+	}
+	side.send = func(_ int, payload []byte) {
+		if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: payload}); err != nil {
+			b.Fatalf("bus publish: %v", err)
+		}
+	}
+	side.stop = func() {
+		cctx, cancel := context.WithTimeout(ctx, redisWait)
+		defer cancel()
+		if err := sub.Close(cctx); err != nil {
+			b.Errorf("bus close subscription: %v", err)
+		}
+		e.client.Del(context.Background(), e.prefix+":{"+topic+"}")
+	}
+	return side
+}
+
+// redisPercentile returns the p-th percentile (0-100) of sorted.
+func redisPercentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)*p/100, len(sorted)-1)]
+}
+
+// BenchmarkRedisLatency5k measures publish-to-handler latency below
+// saturation: redisLatencyMsgs messages per side and iteration at 5,000
+// msgs/s, one per publish call, through raw go-redis (XADD; XREADGROUP
+// BLOCK and XACK) and through the bus (AckOnSuccess), in alternating
+// chunks. It reports p50 and p99 of each side in microseconds, the p99
+// ratio bus/raw, and the p50 of each side's publish call alone.
+func BenchmarkRedisLatency5k(b *testing.B) {
+	e := newRedisEnv(b)
+	n := redisLatencyMsgs()
+	sides := []*redisLatencySide{e.rawLatencySide(b), e.busLatencySide(b)}
+	defer func() {
+		for _, s := range sides {
+			s.stop()
+		}
+	}()
+	run := func(s *redisLatencySide, l *redisLatencies, from, to int) {
+		s.cur.Store(l)
+		redisPaced(l, from, to, s.send)
+	}
+	for _, s := range sides { // warm up connections and goroutines
+		l := newRedisLatencies(redisLatencyWarm)
+		run(s, l, 0, redisLatencyWarm)
+		l.wait(b, s.name)
+	}
+	all := make([][]time.Duration, len(sides))
+	pubs := make([][]time.Duration, len(sides))
+	iter := 0
+	for b.Loop() {
+		ls := []*redisLatencies{newRedisLatencies(n), newRedisLatencies(n)}
+		for c := 0; c < n; c += redisLatencyChunk {
+			for k := range sides {
+				i := (k + iter + c/redisLatencyChunk) % len(sides) // rotate which goes first
+				run(sides[i], ls[i], c, min(c+redisLatencyChunk, n))
+			}
+		}
+		for i, s := range sides {
+			ls[i].wait(b, s.name)
+			all[i], pubs[i] = ls[i].collect(all[i], pubs[i])
+		}
+		iter++
+	}
+	raw, bs := all[0], all[1]
+	slices.Sort(raw)
+	slices.Sort(bs)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for i, s := range sides {
+		slices.Sort(pubs[i])
+		b.ReportMetric(us(redisPercentile(pubs[i], 50)), s.name+"-publish-p50-µs")
+	}
+	b.ReportMetric(us(redisPercentile(raw, 50)), "raw-p50-µs")
+	b.ReportMetric(us(redisPercentile(raw, 99)), "raw-p99-µs")
+	b.ReportMetric(us(redisPercentile(bs, 50)), "bus-p50-µs")
+	b.ReportMetric(us(redisPercentile(bs, 99)), "bus-p99-µs")
+	if p := redisPercentile(raw, 99); p > 0 {
+		b.ReportMetric(float64(redisPercentile(bs, 99))/float64(p), "p99-bus/raw")
+	}
+	b.ReportMetric(0, "ns/op")
 }

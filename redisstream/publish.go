@@ -1,0 +1,220 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// pubTopic is what Publish keeps per topic: the stream key, boxed once
+// (go-redis takes []any arguments, and boxing a string allocates).
+type pubTopic struct {
+	key    string
+	keyArg any
+}
+
+// pubCache maps topics to their publish state. It stops growing at
+// maxPubTopics entries (a process that publishes to ever new topics
+// computes the state of the others per call).
+type pubCache struct {
+	m sync.Map // topic -> *pubTopic
+	n atomic.Int64
+}
+
+const maxPubTopics = 4096
+
+func (c *pubCache) get(prefix, topic string) *pubTopic {
+	if v, ok := c.m.Load(topic); ok {
+		return v.(*pubTopic)
+	}
+	key := streamKey(prefix, topic)
+	p := &pubTopic{key: key, keyArg: key}
+	if c.n.Load() < maxPubTopics {
+		if v, loaded := c.m.LoadOrStore(topic, p); loaded {
+			return v.(*pubTopic)
+		}
+		c.n.Add(1)
+	}
+	return p
+}
+
+// bytesArg passes a []byte to go-redis through a pointer, which boxes in
+// an interface without an allocation.
+type bytesArg []byte
+
+// MarshalBinary returns the bytes as they are.
+func (b *bytesArg) MarshalBinary() ([]byte, error) { return *b, nil }
+
+// Publish adds every message of the batch to the topic's stream: one XADD
+// for a single message, one pipelined round trip for more. It is safe for
+// concurrent use, for one topic too. Its arguments are built in pooled
+// arrays, so a message costs go-redis's command and reply and little
+// else.
+func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if b.isClosed() {
+		return fmt.Errorf("redisstream: publish %q: %w", topic, backend.ErrClosed)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	pt := b.pubs.get(b.opts.Prefix, topic)
+	trim := b.trimArgs()
+
+	// The strings built per message (meta, header names) go in one
+	// buffer that becomes one string. Every value is passed by pointer
+	// into arrays this call owns until it returns (or for good, when it
+	// is abandoned at ctx's end), so go-redis never reads memory the
+	// caller reuses (payload bytes aside).
+	nargs, nstr, nbuf := 0, 0, 0
+	for _, m := range msgs {
+		f := fieldCount(m)
+		nargs += 3 + len(trim) + f
+		nstr += f/2 - 1 + len(m.Headers) // meta, key, header names and values
+		nbuf += metaSize(m)
+		for k := range m.Headers {
+			nbuf += len(headerPrefix) + len(k)
+		}
+	}
+	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
+	buf, spans, args, strs, payloads, cmds := sc.buf, sc.spans, sc.args, sc.strs, sc.payloads, sc.cmds
+	si := 0
+	str := func(v string) any {
+		strs[si] = v
+		si++
+		return &strs[si-1]
+	}
+	text := func(start int) any {
+		spans = append(spans, pubSpan{slot: si, start: start, end: len(buf)})
+		si++
+		return &strs[si-1]
+	}
+	for i, m := range msgs {
+		start := len(args)
+		args = append(args, "XADD", pt.keyArg)
+		args = append(args, trim...)
+		at := len(buf)
+		buf = appendMeta(buf, m)
+		args = append(args, "*", fieldMeta, text(at))
+		if m.Key != "" {
+			args = append(args, fieldKey, str(m.Key))
+		}
+		for k, v := range m.Headers {
+			at := len(buf)
+			buf = append(append(buf, headerPrefix...), k...)
+			args = append(args, text(at), str(v))
+		}
+		payloads[i] = m.Payload
+		args = append(args, fieldPayload, &payloads[i])
+		cmds[i] = redis.NewStringCmd(ctx, args[start:len(args):len(args)]...)
+	}
+	all := string(buf)
+	for _, sp := range spans {
+		strs[sp.slot] = all[sp.start:sp.end]
+	}
+	sc.buf, sc.spans, sc.args = buf, spans, args
+	var err error
+	if len(cmds) == 1 {
+		err = b.call(ctx, func(ctx context.Context) error {
+			return b.client.Process(ctx, cmds[0])
+		})
+	} else {
+		err = b.call(ctx, func(ctx context.Context) error {
+			pipe := b.client.Pipeline()
+			for _, c := range cmds {
+				_ = pipe.Process(ctx, c)
+			}
+			_, err := pipe.Exec(ctx)
+			return err
+		})
+	}
+	if ctx.Err() != nil {
+		// The call may have been abandoned and still be using the
+		// arguments: they are left to it, and its replies are not ours
+		// to read; any of the batch may have been stored.
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
+	}
+	defer putPubScratch(sc)
+	if err == nil {
+		return nil
+	}
+	var failed []backend.Failure
+	for i, c := range cmds {
+		if cerr := c.Err(); cerr != nil {
+			failed = append(failed, backend.Failure{Index: i, Err: fmt.Errorf("redisstream: publish %q: %w", topic, cerr)})
+		}
+	}
+	if len(failed) == 0 || len(failed) == len(msgs) {
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
+	}
+	return &backend.BatchError{Failed: failed}
+}
+
+// pubScratch holds the arrays one Publish call builds its commands in,
+// reused through pubScratchPool by calls that are done with them.
+type pubScratch struct {
+	buf      []byte
+	spans    []pubSpan
+	args     []any
+	strs     []string
+	payloads []bytesArg
+	cmds     []*redis.StringCmd
+}
+
+// pubSpan says that strs[slot] is buf[start:end].
+type pubSpan struct{ slot, start, end int }
+
+var pubScratchPool = sync.Pool{New: func() any { return new(pubScratch) }}
+
+// maxPooledArgs bounds the scratch kept for reuse, so one huge batch does
+// not pin its arrays.
+const maxPooledArgs = 4096
+
+func getPubScratch(nbuf, nstr, nargs, nmsgs int) *pubScratch {
+	sc := pubScratchPool.Get().(*pubScratch)
+	sc.buf = slices.Grow(sc.buf[:0], nbuf)
+	sc.spans = slices.Grow(sc.spans[:0], nstr)
+	sc.args = slices.Grow(sc.args[:0], nargs)
+	sc.strs = slices.Grow(sc.strs[:0], nstr)[:nstr]
+	sc.payloads = slices.Grow(sc.payloads[:0], nmsgs)[:nmsgs]
+	sc.cmds = slices.Grow(sc.cmds[:0], nmsgs)[:nmsgs]
+	return sc
+}
+
+// putPubScratch drops every reference the scratch holds (user strings,
+// payloads, commands) and pools it.
+func putPubScratch(sc *pubScratch) {
+	if cap(sc.args) > maxPooledArgs {
+		return
+	}
+	clear(sc.args)
+	clear(sc.strs)
+	clear(sc.payloads)
+	clear(sc.cmds)
+	pubScratchPool.Put(sc)
+}
+
+// trimArgs returns the trimming arguments of an XADD under the retention
+// option, boxed.
+func (b *Backend) trimArgs() []any {
+	switch b.opts.Retention {
+	case RetainMaxLen:
+		return b.maxLenArgs
+	case RetainMaxAge:
+		minID := strconv.FormatInt(time.Now().Add(-b.opts.MaxAge).UnixMilli(), 10)
+		return []any{"MINID", "~", minID}
+	case RetainSettled:
+		return b.maxLenArgs // nil without MaxLen
+	}
+	return nil
+}
