@@ -62,6 +62,7 @@ var cases = []testCase{
 	{name: "SPI/ReceiveAtMostMax", run: testSPIReceiveAtMostMax},
 	{name: "SPI/ReceiveHonoursCtx", run: testSPIReceiveHonoursCtx},
 	{name: "SPI/ReceiveAfterCloseErrClosed", run: testSPIReceiveAfterClose},
+	{name: "SPI/ReceiveInProgressAtCloseErrClosed", run: testSPIReceiveInProgressAtClose},
 	{name: "SPI/AckSettlesIdempotently", needs: []capability{capRedelivery}, run: testSPIAckSettlesIdempotently},
 	{name: "SPI/StaleRule", needs: []capability{capRedelivery}, run: testSPIStaleRule},
 	{name: "SPI/AttemptCountsUp", needs: []capability{capRedelivery}, run: testSPIAttemptCountsUp},

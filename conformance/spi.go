@@ -135,6 +135,49 @@ func testSPIReceiveAfterClose(t *testing.T, s *suite) {
 	require.ErrorIs(t, err, backend.ErrClosed, "Publish after Backend.Close")
 }
 
+// testSPIReceiveInProgressAtClose: a Receive blocked on an empty topic
+// returns promptly with ErrClosed when its subscription is closed, and
+// another when the whole backend is closed. Each Close races a Receive
+// that has just been started, so both orders (Close first, Receive
+// first) are exercised over the rounds; either must give ErrClosed.
+func testSPIReceiveInProgressAtClose(t *testing.T, s *suite) {
+	e := s.newSPI(t, "closing")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.deadline())
+	defer cancel()
+	receive := func(sub backend.Subscription) <-chan error {
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			close(started)
+			_, err := sub.Receive(ctx, 1)
+			done <- err
+		}()
+		<-started
+		return done
+	}
+	wait := func(done <-chan error, what string) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(s.deadline()):
+			t.Fatalf("a Receive in progress did not return within %v after %s", s.deadline(), what)
+			return nil
+		}
+	}
+	for round := range 3 {
+		sub := e.subscribe(fmt.Sprintf("g%d", round), s.longLease())
+		done := receive(sub)
+		require.NoError(t, sub.Close(), "round %d: close the subscription", round)
+		err := wait(done, "Subscription.Close")
+		require.ErrorIs(t, err, backend.ErrClosed, "round %d: a Receive in progress at Subscription.Close", round)
+	}
+	live := e.subscribe("g-live", s.longLease())
+	done := receive(live)
+	require.NoError(t, e.be.Close(), "close the backend")
+	err := wait(done, "Backend.Close")
+	require.ErrorIs(t, err, backend.ErrClosed, "a Receive in progress at Backend.Close")
+}
+
 // testSPIAckSettlesIdempotently: an acked message is not delivered again,
 // and acking it twice is not an error.
 func testSPIAckSettlesIdempotently(t *testing.T, s *suite) {

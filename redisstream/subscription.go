@@ -168,6 +168,9 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		msgs, err := s.reclaim(ctx, max)
 		s.rc.unlock()
 		if err != nil {
+			if s.closed.Load() || s.b.isClosed() {
+				return nil, s.errf("receive", backend.ErrClosed)
+			}
 			return nil, err
 		}
 		if len(msgs) > 0 {
@@ -187,7 +190,9 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, errReaderClosed) {
+		if errors.Is(err, errReaderClosed) || s.closed.Load() || s.b.isClosed() {
+			// Closed while the read was in progress: whatever the
+			// client said, the answer is that the member is closed.
 			return nil, s.errf("receive", backend.ErrClosed)
 		}
 		if isNoGroup(err) {
