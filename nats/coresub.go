@@ -82,7 +82,7 @@ func (s *coreSub) Receive(ctx context.Context, max int) ([]*backend.Message, err
 			return nil, ctx.Err()
 		case wctx.Err() != nil:
 			return nil, nil
-		case errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
+		case errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed) || s.b.closed.Load() || s.isClosed():
 			return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 		case errors.Is(err, natsgo.ErrSlowConsumer):
 			// Messages were dropped; the subscription goes on.
@@ -125,4 +125,13 @@ func (s *coreSub) Nack(context.Context, backend.AckID, time.Duration) error {
 // member are dropped (at-most-once).
 func (s *coreSub) Close() error {
 	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
+}
+
+func (s *coreSub) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
 }

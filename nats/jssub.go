@@ -179,6 +179,11 @@ func (s *jsSub) wrap(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	if s.isClosed() || s.b.closed.Load() {
+		// Closed while the pull was in progress: whatever the
+		// connection said, the answer is that the member is closed.
+		return fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
+	}
 	return fmt.Errorf("nats: receive %q: %w", s.topic, err)
 }
 
