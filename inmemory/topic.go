@@ -218,8 +218,11 @@ func (t *topic) advance() {
 			}
 		}
 	}
-	if n := len(t.ring); n > minRing && int(t.head-t.base) < n/4 {
-		t.resize(n / 2)
+	// Shrink with wide hysteresis (below a sixteenth, to a quarter), so a
+	// backlog that swings between full and nearly empty does not
+	// reallocate its ring on every swing.
+	if n := len(t.ring); n > minRing && int(t.head-t.base) < n/16 {
+		t.resize(max(minRing, n/4))
 	}
 }
 
