@@ -106,3 +106,16 @@ type GroupInfo struct {
 	// zero when nothing is pending or it is not known.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
 }
+
+// TopicDeleter is implemented by backends that can remove a whole topic:
+// its retained messages and the consumer groups on it. The bus command
+// uses it to remove the topics it made for itself (bus bench). It is
+// optional.
+//
+// DeleteTopic honours its ctx; deleting a topic that does not exist is not
+// an error. It is meant for topics nobody uses: a subscription still live
+// on the topic may recreate its group, or end with an error, as the
+// backend documents.
+type TopicDeleter interface {
+	DeleteTopic(ctx context.Context, topic string) error
+}

@@ -188,3 +188,50 @@ func (c *countingBackend) Delete(ctx context.Context, topic string, ids []string
 	}
 	return in.Delete(ctx, topic, ids)
 }
+
+// testDeleteTopic: a backend.TopicDeleter removes a topic's messages and
+// groups: a group made afterwards from the oldest message sees only what
+// was published after the delete, and deleting again is not an error.
+func testDeleteTopic(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	del, ok := h.be.Backend.(backend.TopicDeleter)
+	if !ok {
+		t.Skipf("%s does not implement backend.TopicDeleter", s.caps.Name)
+	}
+	topic := h.topic("delete")
+	payloads := make(chan string, 16)
+	handler := func(_ context.Context, d *bus.Delivery) error {
+		payloads <- string(d.Payload)
+		return nil
+	}
+	sub := h.subscribe(context.Background(), topic, handler,
+		bus.WithGroup(h.group("before")), bus.WithStartFrom(bus.StartOldest))
+	h.publishN(topic, "old", 3)
+	for range 3 {
+		recv(t, s, payloads, "the messages published before the delete")
+	}
+	h.closeSub(sub)
+
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	require.NoError(t, del.DeleteTopic(ctx, topic), "delete the topic")
+	require.NoError(t, del.DeleteTopic(ctx, topic), "deleting a deleted topic is not an error")
+	if in, ok := h.be.Backend.(backend.Inspector); ok {
+		gs, err := in.Groups(ctx, topic)
+		require.NoError(t, err, "groups of a deleted topic")
+		assert.Empty(t, gs, "a deleted topic has no groups")
+	}
+
+	h.publishN(topic, "new", 2)
+	sub = h.subscribe(context.Background(), topic, handler,
+		bus.WithGroup(h.group("after")), bus.WithStartFrom(bus.StartOldest))
+	defer h.closeSub(sub)
+	got := []string{recv(t, s, payloads, "the first message published after the delete"),
+		recv(t, s, payloads, "the second message published after the delete")}
+	assert.ElementsMatch(t, []string{"new-0", "new-1"}, got, "only what was published after the delete")
+	select {
+	case p := <-payloads:
+		t.Fatalf("a message of the deleted topic came back: %q", p)
+	default:
+	}
+}

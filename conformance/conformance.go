@@ -127,6 +127,7 @@ var cases = []testCase{
 
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
+	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},
 	{name: "DeadLetterReplayRoundTrip", needs: []capability{capRedelivery}, run: testDeadLetterReplayRoundTrip},
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 }

@@ -219,3 +219,61 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 	}
 	return "", nil
 }
+
+var _ backend.TopicDeleter = (*Backend)(nil)
+
+// DeleteTopic implements backend.TopicDeleter. With a stream per topic it
+// deletes the topic's stream, and with it the consumers (groups) on it. In
+// a shared stream it deletes the consumers that read only the topic's
+// subject and purges the topic's messages; the stream stays. Core NATS
+// retains nothing, so there is nothing to delete. A subscription still
+// live on the topic ends with an error.
+func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
+	if b.closed.Load() {
+		return fmt.Errorf("nats: delete topic %q: %w", topic, backend.ErrClosed)
+	}
+	if b.opts.CoreNATS {
+		return nil
+	}
+	if err := b.deleteTopic(ctx, topic); err != nil {
+		return fmt.Errorf("nats: delete topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+func (b *Backend) deleteTopic(ctx context.Context, topic string) error {
+	name := b.streamFor(topic)
+	if b.opts.StreamMode != StreamShared {
+		err := b.js.DeleteStream(ctx, name)
+		b.forgetStream(name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		return err
+	}
+	st, err := b.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	subject := b.subjectFor(topic)
+	var doomed []string
+	lister := st.ListConsumers(ctx)
+	for info := range lister.Info() {
+		c := info.Config
+		if c.FilterSubject == subject || (len(c.FilterSubjects) == 1 && c.FilterSubjects[0] == subject) {
+			doomed = append(doomed, info.Name)
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return err
+	}
+	for _, c := range doomed {
+		if err := st.DeleteConsumer(ctx, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subject))
+}

@@ -272,3 +272,21 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	}
 	return deleted, nil
 }
+
+// DeleteTopic implements backend.TopicDeleter: it deletes the topic's
+// stream key (DEL), and with it every message and consumer group of the
+// topic. A subscription still live on the topic recreates its group and
+// stream on its next read. The topic's dead-letter topic, a topic of its
+// own, is left alone.
+func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
+	if b.isClosed() {
+		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
+	}
+	k := streamKey(b.opts.Prefix, topic)
+	if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, k).Err() }); err != nil {
+		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+var _ backend.TopicDeleter = (*Backend)(nil)

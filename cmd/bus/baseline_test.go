@@ -111,6 +111,9 @@ func TestBenchBaselineOnRedis(t *testing.T) {
 	keys, err := rc.Keys(context.Background(), "bus-bench-raw:*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the raw client's stream keys are deleted")
+	keys, err = rc.Keys(context.Background(), "bus:{bus-bench.*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "the bus side's topics, made up by the runs, are deleted")
 }
 
 func TestBenchBaselineOnNATSJetStream(t *testing.T) {
@@ -130,8 +133,10 @@ func TestBenchBaselineOnNATSJetStream(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for name := range js.StreamNames(ctx).Name() {
+	for info := range js.ListStreams(ctx).Info() {
+		name := info.Config.Name
 		assert.False(t, strings.HasPrefix(name, "BUS-BENCH-RAW"), "the raw client's stream %s is deleted", name)
+		assert.NotContains(t, strings.Join(info.Config.Subjects, " "), "bus-bench.", "the bus side's stream %s, made up by a run, is deleted", name)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -164,7 +165,20 @@ func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, er
 	return busConsumer{sub}, nil
 }
 
-func (t *busTarget) close(ctx context.Context) error { return t.b.Close(ctx) }
+// close deletes the topic when the run made it up (no --topic), so a run
+// against a real broker leaves nothing behind, then closes the bus. A
+// topic that cannot be deleted (no backend.TopicDeleter, or no right to)
+// is counted with the run's background errors, not as a failure.
+func (t *busTarget) close(ctx context.Context) error {
+	if t.r.cfg.Topic == "" {
+		if d, ok := t.b.Backend().(backend.TopicDeleter); ok {
+			if err := d.DeleteTopic(ctx, t.r.topic); err != nil {
+				t.r.note("delete the run's topic: " + err.Error())
+			}
+		}
+	}
+	return t.b.Close(ctx)
+}
 
 // busPublisher publishes through the bus with reused messages.
 type busPublisher struct {
