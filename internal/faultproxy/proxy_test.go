@@ -272,7 +272,9 @@ func TestProxyForwardsHalfClose(t *testing.T) {
 }
 
 func TestProxyClosesClientWhenTargetIsDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port freed on 127.0.0.2, where the other tests' servers (bound to
+	// 127.0.0.1) cannot take it over between the close and the dial.
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	require.NoError(t, err)
 	target := ln.Addr().String()
 	require.NoError(t, ln.Close())
