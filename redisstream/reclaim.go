@@ -120,9 +120,10 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 	}
 	if len(deleted) > 0 {
 		// Redis 7 has already removed them from the pending list.
-		s.b.stats.trimmed.Add(int64(len(deleted)))
+		// Reported before counted: whoever sees the count sees the event.
 		s.observe(observer.ScopeReclaim, deleted[0], 0, s.errf("reclaim", fmt.Errorf(
 			"%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost", len(deleted), deleted[0])))
+		s.b.stats.trimmed.Add(int64(len(deleted)))
 	}
 	if len(entries) == 0 {
 		return nil, nil

@@ -544,8 +544,9 @@ func (s *subscription) dropTrimmed(ctx context.Context, ids []string) {
 	}); aerr != nil {
 		err = errors.Join(err, fmt.Errorf("ack: %w", aerr))
 	}
-	s.b.stats.trimmed.Add(int64(len(ids)))
+	// Reported before counted: whoever sees the count sees the event.
 	s.observe(observer.ScopeReclaim, ids[0], 0, s.errf("reclaim", err))
+	s.b.stats.trimmed.Add(int64(len(ids)))
 }
 
 // Close stops the subscription and removes its consumer from the group if
