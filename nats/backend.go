@@ -18,6 +18,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/topiccache"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -49,9 +50,8 @@ type Backend struct {
 	mu   sync.Mutex
 	subs map[subscriber]struct{}
 
-	streams sync.Map     // stream name -> struct{}: streams known to exist
-	topics  sync.Map     // topic -> *topicNames
-	ntopics atomic.Int64 // entries in topics
+	streams sync.Map // stream name -> struct{}: streams known to exist
+	topics  topiccache.Cache[*topicNames]
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to

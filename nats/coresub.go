@@ -65,12 +65,7 @@ func (s *coreSub) connectionEvent(err error) {
 // Receive implements backend.Subscription: it waits up to a second for
 // the first message, then takes what else is buffered, up to max.
 func (s *coreSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	select {
-	case <-s.closed:
-		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
-	default:
-	}
-	if s.b.closed.Load() {
+	if s.isClosed() || s.b.closed.Load() {
 		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
 	wctx, cancel := context.WithTimeout(ctx, coreWait)
@@ -127,9 +122,12 @@ func (s *coreSub) Close() error {
 	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
 }
 
-func (s *coreSub) isClosed() bool {
+func (s *coreSub) isClosed() bool { return isDone(s.closed) }
+
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
 	select {
-	case <-s.closed:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -120,14 +120,7 @@ func (s *jsSub) connectionEvent(err error) {
 	s.cfg.Observer.Observe(context.Background(), observer.Event{Scope: observer.ScopeConnection, Topic: s.topic, Group: s.cfg.Group, Err: err})
 }
 
-func (s *jsSub) isClosed() bool {
-	select {
-	case <-s.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (s *jsSub) isClosed() bool { return isDone(s.closed) }
 
 // Receive implements backend.Subscription.
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {

@@ -57,23 +57,13 @@ type topicNames struct {
 	idScope string // idScope
 }
 
-// maxCachedTopics bounds the cache of derived names: an application that
-// makes up topics without end gets them derived on each call instead of
-// a cache that grows without end.
-const maxCachedTopics = 4096
-
-// namesFor returns the derived names of topic.
+// namesFor returns the derived names of topic, derived once per topic
+// (see internal/topiccache).
 func (b *Backend) namesFor(topic string) *topicNames {
-	if v, ok := b.topics.Load(topic); ok {
-		return v.(*topicNames)
+	if n, ok := b.topics.Load(topic); ok {
+		return n
 	}
-	n := &topicNames{subject: b.subjectFor(topic), stream: b.streamFor(topic), idScope: b.idScope(topic)}
-	if b.ntopics.Load() < maxCachedTopics {
-		if _, loaded := b.topics.LoadOrStore(topic, n); !loaded {
-			b.ntopics.Add(1)
-		}
-	}
-	return n
+	return b.topics.Store(topic, &topicNames{subject: b.subjectFor(topic), stream: b.streamFor(topic), idScope: b.idScope(topic)})
 }
 
 // subjectFor returns the NATS subject of topic. Bus topics are valid

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/topiccache"
 )
 
 // Backend is the Redis Streams backend. It is safe for concurrent use.
@@ -38,8 +39,8 @@ type Backend struct {
 	ownClient bool // opened from a URL: Close closes client
 	ownRead   bool // cloned by New: Close closes read
 
-	pubs       pubCache // per-topic publish state
-	maxLenArgs []any    // MAXLEN ~ n of every XADD, boxed; nil without
+	pubs       topiccache.Cache[*pubTopic] // per-topic publish state
+	maxLenArgs []any                       // MAXLEN ~ n of every XADD, boxed; nil without
 
 	shut    atomic.Bool // closed, readable without mu
 	mu      sync.Mutex

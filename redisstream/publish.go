@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,29 +20,14 @@ type pubTopic struct {
 	keyArg any
 }
 
-// pubCache maps topics to their publish state. It stops growing at
-// maxPubTopics entries (a process that publishes to ever new topics
-// computes the state of the others per call).
-type pubCache struct {
-	m sync.Map // topic -> *pubTopic
-	n atomic.Int64
-}
-
-const maxPubTopics = 4096
-
-func (c *pubCache) get(prefix, topic string) *pubTopic {
-	if v, ok := c.m.Load(topic); ok {
-		return v.(*pubTopic)
+// pubTopicOf returns the publish state of topic, derived once per topic
+// (see internal/topiccache).
+func (b *Backend) pubTopicOf(topic string) *pubTopic {
+	if p, ok := b.pubs.Load(topic); ok {
+		return p
 	}
-	key := streamKey(prefix, topic)
-	p := &pubTopic{key: key, keyArg: key}
-	if c.n.Load() < maxPubTopics {
-		if v, loaded := c.m.LoadOrStore(topic, p); loaded {
-			return v.(*pubTopic)
-		}
-		c.n.Add(1)
-	}
-	return p
+	key := streamKey(b.opts.Prefix, topic)
+	return b.pubs.Store(topic, &pubTopic{key: key, keyArg: key})
 }
 
 // bytesArg passes a []byte to go-redis through a pointer, which boxes in
@@ -65,7 +49,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) == 0 {
 		return nil
 	}
-	pt := b.pubs.get(b.opts.Prefix, topic)
+	pt := b.pubTopicOf(topic)
 	trim := b.trimArgs()
 
 	// The strings built per message (meta, header names) go in one

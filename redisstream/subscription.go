@@ -153,11 +153,14 @@ func (s *subscription) observe(scope observer.Scope, id string, attempt int, err
 	})
 }
 
+// ended reports whether the subscription or its backend was closed.
+func (s *subscription) ended() bool { return s.closed.Load() || s.b.isClosed() }
+
 // Receive returns up to max messages: first entries whose lease ran out
 // (when a reclaim is due), otherwise new entries read with a blocking
 // XREADGROUP on the backend's read client.
 func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	if s.closed.Load() || s.b.isClosed() {
+	if s.ended() {
 		// Backend.Close ends the subscriptions still open.
 		return nil, s.errf("receive", backend.ErrClosed)
 	}
@@ -168,7 +171,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		msgs, err := s.reclaim(ctx, max)
 		s.rc.unlock()
 		if err != nil {
-			if s.closed.Load() || s.b.isClosed() {
+			if s.ended() {
 				return nil, s.errf("receive", backend.ErrClosed)
 			}
 			return nil, err
@@ -190,7 +193,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, errReaderClosed) || s.closed.Load() || s.b.isClosed() {
+		if errors.Is(err, errReaderClosed) || s.ended() {
 			// Closed while the read was in progress: whatever the
 			// client said, the answer is that the member is closed.
 			return nil, s.errf("receive", backend.ErrClosed)

@@ -11,36 +11,26 @@ import (
 // jsonResult is the one line bus bench --json prints; its keys are a
 // stable interface for scripts. Figures a run did not measure are null.
 type jsonResult struct {
-	Backend      string     `json:"backend"`
-	Scenario     string     `json:"scenario"`
-	N            int        `json:"n"`
-	Size         int        `json:"size"`
-	Seconds      float64    `json:"seconds"`
-	MsgsPerSec   float64    `json:"msgs_per_sec"`
-	P50Ms        *float64   `json:"p50_ms"`
-	P99Ms        *float64   `json:"p99_ms"`
-	P999Ms       *float64   `json:"p999_ms"`
-	Latency      *string    `json:"latency"`
-	Delivered    int64      `json:"delivered"`
-	Duplicates   int64      `json:"duplicates"`
-	Lost         int64      `json:"lost"`
-	AckMode      string     `json:"ack_mode"`
-	Batch        int        `json:"batch"`
-	Publishers   int        `json:"publishers"`
-	MaxInFlight  int        `json:"max_in_flight"`
-	Rate         float64    `json:"rate"`
-	AchievedRate *float64   `json:"achieved_rate"`
-	RateShort    bool       `json:"rate_short"`
-	GOGC         int        `json:"gogc"`
-	PeakHeapMiB  float64    `json:"peak_heap_mib"`
-	Rounds       int        `json:"rounds,omitempty"`
-	Baseline     *jsonSide  `json:"baseline,omitempty"`
-	Ratio        *jsonRatio `json:"ratio,omitempty"`
+	Backend  string `json:"backend"`
+	Scenario string `json:"scenario"`
+	N        int    `json:"n"`
+	Size     int    `json:"size"`
+	jsonFigures
+	Latency     *string    `json:"latency"`
+	AckMode     string     `json:"ack_mode"`
+	Batch       int        `json:"batch"`
+	Publishers  int        `json:"publishers"`
+	MaxInFlight int        `json:"max_in_flight"`
+	Rate        float64    `json:"rate"`
+	GOGC        int        `json:"gogc"`
+	Rounds      int        `json:"rounds,omitempty"`
+	Baseline    *jsonSide  `json:"baseline,omitempty"`
+	Ratio       *jsonRatio `json:"ratio,omitempty"`
 }
 
-// jsonSide is the raw client's figures in a --baseline result.
-type jsonSide struct {
-	Client       string   `json:"client"`
+// jsonFigures is what one side measured: the bus in jsonResult, the raw
+// client in its baseline object (embedded, so the keys are the same).
+type jsonFigures struct {
 	Seconds      float64  `json:"seconds"`
 	MsgsPerSec   float64  `json:"msgs_per_sec"`
 	P50Ms        *float64 `json:"p50_ms"`
@@ -52,6 +42,21 @@ type jsonSide struct {
 	AchievedRate *float64 `json:"achieved_rate"`
 	RateShort    bool     `json:"rate_short"`
 	PeakHeapMiB  float64  `json:"peak_heap_mib"`
+}
+
+// jsonSide is the raw client's figures in a --baseline result.
+type jsonSide struct {
+	Client string `json:"client"`
+	jsonFigures
+}
+
+func (r *benchResult) figures() jsonFigures {
+	return jsonFigures{
+		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
+		P50Ms: latencyMs(r, r.P50), P99Ms: latencyMs(r, r.P99), P999Ms: latencyMs(r, r.P999),
+		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
+		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
+	}
 }
 
 // jsonRatio is bus/raw: throughput, and latency quantiles when both
@@ -82,12 +87,9 @@ func nonZero(v float64) *float64 {
 func (r *benchResult) json(cfg benchConfig, gogc int) jsonResult {
 	j := jsonResult{
 		Backend: r.Backend, Scenario: r.Scenario, N: r.N, Size: r.Size,
-		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
-		P50Ms: latencyMs(r, r.P50), P99Ms: latencyMs(r, r.P99), P999Ms: latencyMs(r, r.P999),
-		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
-		AckMode: cfg.AckMode.String(), Batch: cfg.Batch, Publishers: cfg.Publishers, MaxInFlight: cfg.MaxInFlight,
-		Rate: cfg.Rate, AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort,
-		GOGC: gogc, PeakHeapMiB: r.PeakHeapMiB,
+		jsonFigures: r.figures(),
+		AckMode:     cfg.AckMode.String(), Batch: cfg.Batch, Publishers: cfg.Publishers, MaxInFlight: cfg.MaxInFlight,
+		Rate: cfg.Rate, GOGC: gogc,
 	}
 	if r.Latency != "" {
 		j.Latency = &r.Latency
@@ -97,14 +99,8 @@ func (r *benchResult) json(cfg benchConfig, gogc int) jsonResult {
 
 func (c *comparison) json(cfg benchConfig, gogc int) jsonResult {
 	j := c.Bus.json(cfg, gogc)
-	raw := &c.Raw
 	j.Rounds = c.Rounds
-	j.Baseline = &jsonSide{
-		Client: raw.Client, Seconds: raw.Seconds, MsgsPerSec: raw.MsgsPerSec,
-		P50Ms: latencyMs(raw, raw.P50), P99Ms: latencyMs(raw, raw.P99), P999Ms: latencyMs(raw, raw.P999),
-		Delivered: raw.Delivered, Duplicates: raw.Duplicates, Lost: raw.Lost,
-		AchievedRate: nonZero(raw.AchievedRate), RateShort: raw.RateShort, PeakHeapMiB: raw.PeakHeapMiB,
-	}
+	j.Baseline = &jsonSide{Client: c.Raw.Client, jsonFigures: c.Raw.figures()}
 	j.Ratio = &jsonRatio{MsgsPerSec: c.Ratio.Throughput, P50: nonZero(c.Ratio.P50), P99: nonZero(c.Ratio.P99), P999: nonZero(c.Ratio.P999)}
 	return j
 }

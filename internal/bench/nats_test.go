@@ -205,19 +205,12 @@ func (e *natsEnv) rawPublish(subject string, n, batch int) {
 // of 1000 outstanding acks paces them.
 func (e *natsEnv) rawPublishWindow(subject string, n, callers int) {
 	data := payload()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				if _, err := e.js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithStallWait(natsWait)); err != nil {
-					e.b.Errorf("raw publish: %v", err)
-					return
-				}
-			}
-		})
+	if err := fanOut(n, callers, func(int64) error {
+		_, err := e.js.PublishMsgAsync(rawMsg(subject, data), jetstream.WithStallWait(natsWait))
+		return err
+	}); err != nil {
+		e.b.Fatalf("raw publish: %v", err)
 	}
-	wg.Wait()
 	select {
 	case <-e.js.PublishAsyncComplete():
 	case <-time.After(natsWait):
@@ -232,23 +225,16 @@ func (e *natsEnv) rawPublishWindow(subject string, n, callers int) {
 // message per call, each waiting for its ack.
 func (e *natsEnv) rawPublishConcurrent(subject string, n, callers int) {
 	data := payload()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			futures := make([]jetstream.PubAckFuture, 1)
-			for next.Add(1) <= int64(n) {
-				f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
-				if err != nil {
-					e.b.Errorf("raw publish: %v", err)
-					return
-				}
-				futures[0] = f
-				e.waitAcks(futures)
-			}
-		})
+	if err := fanOut(n, callers, func(int64) error {
+		f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
+		if err != nil {
+			return err
+		}
+		e.waitAcks([]jetstream.PubAckFuture{f})
+		return nil
+	}); err != nil {
+		e.b.Fatalf("raw publish: %v", err)
 	}
-	wg.Wait()
 }
 
 func (e *natsEnv) busPublish(topic string, n, batch int) {
@@ -260,31 +246,30 @@ func (e *natsEnv) busPublish(topic string, n, batch int) {
 func (e *natsEnv) busPublishConcurrent(topic string, n, callers int) {
 	data := payload()
 	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: data}); err != nil {
-					e.b.Errorf("bus publish: %v", err)
-					return
-				}
-			}
-		})
+	if err := fanOut(n, callers, func(int64) error {
+		return e.bus.Publish(ctx, topic, &bus.Message{Payload: data})
+	}); err != nil {
+		e.b.Fatalf("bus publish: %v", err)
 	}
-	wg.Wait()
 }
 
-// rawConsume drains n messages with a new durable pull consumer.
-func (e *natsEnv) rawConsume(stream string, n int) {
-	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
-	defer cancel()
+// rawConsumer creates the raw side's durable pull consumer on stream,
+// from the first message, with explicit acks.
+func (e *natsEnv) rawConsumer(ctx context.Context, stream string) jetstream.Consumer {
 	cons, err := e.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second,
 	})
 	if err != nil {
 		e.b.Fatalf("raw consumer: %v", err)
 	}
+	return cons
+}
+
+// rawConsume drains n messages with a new durable pull consumer.
+func (e *natsEnv) rawConsume(stream string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
+	defer cancel()
+	cons := e.rawConsumer(ctx, stream)
 	var got atomic.Int64
 	done := make(chan struct{})
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -584,12 +569,7 @@ func (e *natsEnv) rawLatency(n int) []time.Duration {
 	stream, subject := e.rawStream("lat")
 	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
 	defer cancel()
-	cons, err := e.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy, AckWait: 30 * time.Second,
-	})
-	if err != nil {
-		e.b.Fatalf("raw consumer: %v", err)
-	}
+	cons := e.rawConsumer(ctx, stream)
 	l := newLatencies(n)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		l.record(m.Data())

@@ -40,7 +40,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -464,27 +463,10 @@ const redisPublishers = 16
 func (e *redisEnv) rawPublishEach(stream string, n int) {
 	ctx := context.Background()
 	data := redisPayload()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, redisPublishers)
-	for range redisPublishers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.FormatInt(i, 10), "p", data}}
-				if err := e.client.XAdd(ctx, &a).Err(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := fanOut(n, redisPublishers, func(i int64) error {
+		a := redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.FormatInt(i, 10), "p", data}}
+		return e.client.XAdd(ctx, &a).Err()
+	}); err != nil {
 		e.b.Fatalf("raw publish: %v", err)
 	}
 }
@@ -494,22 +476,9 @@ func (e *redisEnv) rawPublishEach(stream string, n int) {
 func (e *redisEnv) busPublishEach(topic string, n int) {
 	ctx := context.Background()
 	data := redisPayload()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, redisPublishers)
-	for range redisPublishers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				if err := e.bus.Publish(ctx, topic, &bus.Message{Payload: data}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := fanOut(n, redisPublishers, func(int64) error {
+		return e.bus.Publish(ctx, topic, &bus.Message{Payload: data})
+	}); err != nil {
 		e.b.Fatalf("bus publish: %v", err)
 	}
 }
