@@ -110,6 +110,24 @@ func waitQueued(t *testing.T, b *bus.Bus, n int) {
 		10*time.Second, time.Millisecond, "want %d publishes queued", n)
 }
 
+// busyBus returns a bus with one batch slot per topic, and that slot on
+// topic "t" taken by a call the backend holds, so later calls queue;
+// release lets the held call finish and checks its result.
+func busyBus(t *testing.T, pb bus.PublishBatching) (g *gateBackend, b *bus.Bus, release func()) {
+	t.Helper()
+	g = newGateBackend()
+	pb.MaxBatches = 1
+	b = bus.New(g, bus.WithPublishBatching(pb))
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	first := publishAsync(context.Background(), b, bmsg("first"))
+	held := g.next(t)
+	return g, b, func() {
+		t.Helper()
+		close(held.release)
+		require.NoError(t, result(t, first), "the held call succeeds")
+	}
+}
+
 func TestPublishAloneGoesStraightToTheBackendWithTheCallersCtx(t *testing.T) {
 	g := newGateBackend()
 	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
@@ -125,20 +143,14 @@ func TestPublishAloneGoesStraightToTheBackendWithTheCallersCtx(t *testing.T) {
 }
 
 func TestConcurrentPublishesAreCombinedWhileTheTopicIsBusy(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("first"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	var waiting []<-chan error
 	for i := range 10 {
 		waiting = append(waiting, publishAsync(context.Background(), b, bmsg(fmt.Sprint("m", i))))
 	}
 	waitQueued(t, b, 10)
 	g.noCall(t)
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 
 	c2 := g.next(t)
 	assert.Len(t, c2.ids, 10, "the ten waiting calls go out as one backend batch")
@@ -152,19 +164,13 @@ func TestConcurrentPublishesAreCombinedWhileTheTopicIsBusy(t *testing.T) {
 }
 
 func TestCombinedBatchesRespectMessageAndByteBounds(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1, MaxMessages: 5, MaxBytes: 1 << 20}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{MaxMessages: 5, MaxBytes: 1 << 20})
 	var waiting []<-chan error
 	for i := range 4 {
 		waiting = append(waiting, publishAsync(context.Background(), b, bmsg(fmt.Sprint(i, "a")), bmsg(fmt.Sprint(i, "b"))))
 		waitQueued(t, b, i+1)
 	}
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	for range 2 {
 		c := g.next(t)
 		assert.Len(t, c.ids, 4, "two calls of two messages fit in five; a third would not")
@@ -190,14 +196,9 @@ func TestCombinedBatchesRespectMessageAndByteBounds(t *testing.T) {
 }
 
 func TestCombinedBatchReportsEachFailureToItsOwnCaller(t *testing.T) {
-	g := newGateBackend()
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	g.failIDs["bad2"] = errors.New("refused by the backend")
 	g.failIDs["bad3"] = errors.New("refused by the backend")
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
 	ok1 := publishAsync(context.Background(), b, bmsg("ok1"), bmsg("ok2"))
 	waitQueued(t, b, 1)
 	partial := publishAsync(context.Background(), b, bmsg("ok3"), bmsg("bad2"))
@@ -205,8 +206,7 @@ func TestCombinedBatchReportsEachFailureToItsOwnCaller(t *testing.T) {
 	single := publishAsync(context.Background(), b, bmsg("bad3"))
 	waitQueued(t, b, 3)
 	invalid := publishAsync(context.Background(), b, &bus.Message{ID: "bad id with spaces"})
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	c2 := g.next(t)
 	assert.Equal(t, []string{"ok1", "ok2", "ok3", "bad2", "bad3"}, c2.ids, "valid calls are combined in arrival order; the invalid one never reaches the backend")
 	close(c2.release)
@@ -225,12 +225,7 @@ func TestCombinedBatchReportsEachFailureToItsOwnCaller(t *testing.T) {
 }
 
 func TestQueuedPublishWhoseCtxEndsIsNeverSent(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := publishAsync(ctx, b, bmsg("gone"))
 	waitQueued(t, b, 1)
@@ -239,8 +234,7 @@ func TestQueuedPublishWhoseCtxEndsIsNeverSent(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, result(t, gone), context.Canceled, "a queued call returns when its ctx ends")
 	waitQueued(t, b, 1)
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	c2 := g.next(t)
 	assert.Equal(t, []string{"kept"}, c2.ids, "the abandoned call's message is not sent")
 	close(c2.release)
@@ -248,12 +242,7 @@ func TestQueuedPublishWhoseCtxEndsIsNeverSent(t *testing.T) {
 }
 
 func TestCombinedBatchOwnsItsBytesAndEndsOnlyWhenEveryCallerGaveUp(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	ctxA, cancelA := context.WithCancel(context.Background())
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
@@ -263,8 +252,7 @@ func TestCombinedBatchOwnsItsBytesAndEndsOnlyWhenEveryCallerGaveUp(t *testing.T)
 	waitQueued(t, b, 1)
 	bb := publishAsync(ctxB, b, bmsg("b"))
 	waitQueued(t, b, 2)
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	c2 := g.next(t) // a and b are in flight together
 
 	cancelA()
@@ -289,12 +277,7 @@ func TestCombinedBatchOwnsItsBytesAndEndsOnlyWhenEveryCallerGaveUp(t *testing.T)
 }
 
 func TestCombinedBatchCarriesTheLatestDeadline(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-	defer b.Close(context.Background())
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	near := time.Now().Add(time.Hour)
 	far := near.Add(time.Hour)
 	ctx1, cancel1 := context.WithDeadline(context.Background(), near)
@@ -305,8 +288,7 @@ func TestCombinedBatchCarriesTheLatestDeadline(t *testing.T) {
 	waitQueued(t, b, 1)
 	r2 := publishAsync(ctx2, b, bmsg("2"))
 	waitQueued(t, b, 2)
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	c2 := g.next(t)
 	dl, ok := c2.ctx.Deadline()
 	require.True(t, ok, "a batch of calls that all have deadlines has one")
@@ -343,17 +325,12 @@ func TestPublishBatchingRejectsNegativeBounds(t *testing.T) {
 }
 
 func TestCloseWaitsForCombinedBatches(t *testing.T) {
-	g := newGateBackend()
-	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{MaxBatches: 1}))
-
-	first := publishAsync(context.Background(), b, bmsg("x"))
-	c1 := g.next(t)
+	g, b, release := busyBus(t, bus.PublishBatching{})
 	queued := publishAsync(context.Background(), b, bmsg("q"))
 	waitQueued(t, b, 1)
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close(context.Background()) }()
-	close(c1.release)
-	require.NoError(t, result(t, first))
+	release()
 	c2 := g.next(t)
 	assert.Equal(t, []string{"q"}, c2.ids, "a call queued before Close is still sent")
 	select {
