@@ -54,6 +54,11 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
+// Client returns the client the backend publishes and acknowledges with,
+// configured as the backend's URL or options say. The backend keeps
+// owning it: Close closes it when the backend opened it from a URL.
+func (b *Backend) Client() redis.UniversalClient { return b.client }
+
 // readPoolSize caps the connections of the read client: one per
 // subscription, opened on demand.
 const readPoolSize = 4096

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/eventbus-go/bus/internal/urlopt"
+	busnats "github.com/eventbus-go/bus/nats"
 )
 
 // natsTarget is the baseline of nats://, tls:// and nats+tls://: nats.go
@@ -26,6 +26,7 @@ import (
 type natsTarget struct {
 	r       *benchRun
 	u       *url.URL
+	be      *busnats.Backend // opened from the URL only for its connection
 	nc      *natsgo.Conn
 	js      jetstream.JetStream
 	core    bool
@@ -42,64 +43,34 @@ const (
 	natsRawTimeout      = 10 * time.Second
 )
 
-// openNATSTarget connects nats.go to the servers and credentials of the
-// URL, with its jetstream, storage, creds, nkey and TLS file parameters;
-// the bus's other parameters do not concern the raw client.
+// openNATSTarget takes nats.go as the bus would dial it: the URL goes
+// through the NATS backend's own parser (servers, credentials, nkey, TLS,
+// jetstream and storage), and the raw side uses that backend's connection
+// and nothing else of it.
 func openNATSTarget(ctx context.Context, r *benchRun) (target, error) {
 	u, err := url.Parse(r.cfg.URL)
 	if err != nil {
 		return nil, urlopt.ParseError(r.cfg.URL)
 	}
-	q := u.Query()
+	be, err := busnats.Open(ctx, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	caps := be.Capabilities()
 	t := &natsTarget{
-		r: r, u: u, storage: jetstream.FileStorage,
+		r: r, u: u, be: be, core: caps.Name == "nats-core", storage: jetstream.MemoryStorage,
 		stream:  fmt.Sprintf("BUS-BENCH-RAW_%x", r.nonce),
 		subject: fmt.Sprintf("bus-bench-raw.%x", r.nonce),
 	}
-	if v := q.Get("jetstream"); v != "" {
-		js, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, fmt.Errorf("baseline: jetstream=%q: want true or false", v)
-		}
-		t.core = !js
+	if caps.Persistent {
+		t.storage = jetstream.FileStorage
 	}
-	if q.Get("storage") == "memory" {
-		t.storage = jetstream.MemoryStorage
-	}
-	opts := []natsgo.Option{natsgo.Name("bus bench baseline"), natsgo.Timeout(natsRawTimeout)}
-	if v := q.Get("creds"); v != "" {
-		opts = append(opts, natsgo.UserCredentials(v))
-	}
-	if v := q.Get("nkey"); v != "" {
-		o, err := natsgo.NkeyOptionFromSeed(v)
-		if err != nil {
-			return nil, fmt.Errorf("baseline: nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if v := q.Get("tls_ca"); v != "" {
-		opts = append(opts, natsgo.RootCAs(v))
-	}
-	if c, k := q.Get("tls_cert"), q.Get("tls_key"); c != "" || k != "" {
-		opts = append(opts, natsgo.ClientCert(c, k))
-	}
-	server := *u
-	server.RawQuery, server.Fragment, server.RawFragment, server.Path, server.RawPath = "", "", "", "", ""
-	if server.Scheme != "nats" {
-		server.Scheme = "tls"
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	nc, err := natsgo.Connect(server.String(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("baseline: connect: %w", urlopt.RedactError(err, u))
-	}
+	nc := be.Conn()
 	t.nc = nc
 	if !t.core {
 		window := max(4000, r.cfg.Batch*r.cfg.Publishers)
 		if t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window)); err != nil {
-			nc.Close()
+			_ = be.Close()
 			return nil, fmt.Errorf("baseline: jetstream: %w", err)
 		}
 	}
@@ -255,12 +226,11 @@ func (c *natsConsumer) err() error { return nil }
 
 // close deletes the stream and closes the connection.
 func (t *natsTarget) close(ctx context.Context) error {
-	defer t.nc.Close()
-	if t.core {
-		return nil
+	var err error
+	if !t.core {
+		if derr := t.js.DeleteStream(ctx, t.stream); derr != nil && !errors.Is(derr, jetstream.ErrStreamNotFound) {
+			err = fmt.Errorf("baseline: delete stream %s: %w", t.stream, urlopt.RedactError(derr, t.u))
+		}
 	}
-	if err := t.js.DeleteStream(ctx, t.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("baseline: delete stream %s: %w", t.stream, urlopt.RedactError(err, t.u))
-	}
-	return nil
+	return errors.Join(err, t.be.Close())
 }

@@ -5,25 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus/internal/urlopt"
+	"github.com/eventbus-go/bus/redisstream"
 )
 
 // redisTarget is the baseline of redis:// and rediss://: go-redis on a
 // stream key of its own. Each publisher sends its batch as one pipeline of
-// XADDs; one reader, on a client of its own, runs XREADGROUP with COUNT
+// XADDs; one reader, on a connection of the same pool, runs XREADGROUP with COUNT
 // max-in-flight, handles the entries and acknowledges them with one XACK
 // per read.
 type redisTarget struct {
-	r      *benchRun
-	u      *url.URL
-	rc     redis.UniversalClient // publishing and acks
-	reader redis.UniversalClient // blocking reads
-	key    string
+	r   *benchRun
+	u   *url.URL
+	be  *redisstream.Backend // opened from the URL only for its client
+	rc  redis.UniversalClient
+	key string
 }
 
 const (
@@ -34,42 +34,20 @@ const (
 	redisRawField = "p"
 )
 
-// openRedisTarget connects go-redis to the address, credentials, database
-// and TLS of the URL (and its seed nodes with cluster=true); the bus's
-// other parameters do not concern the raw client.
+// openRedisTarget takes go-redis as the bus would dial it: the URL goes
+// through the Redis backend's own parser (address, credentials, database,
+// TLS, cluster seeds, client parameters), and the raw side uses that
+// backend's client and nothing else of it.
 func openRedisTarget(ctx context.Context, r *benchRun) (target, error) {
 	u, err := url.Parse(r.cfg.URL)
 	if err != nil {
 		return nil, urlopt.ParseError(r.cfg.URL)
 	}
-	q := u.Query()
-	base := *u
-	base.RawQuery = ""
-	t := &redisTarget{r: r, u: u, key: fmt.Sprintf("bus-bench-raw:{%x}", r.nonce)}
-	if cluster, _ := strconv.ParseBool(q.Get("cluster")); cluster {
-		co, err := redis.ParseClusterURL(base.String())
-		if err != nil {
-			return nil, fmt.Errorf("baseline: %w", urlopt.RedactError(err, u))
-		}
-		co.Addrs = append(co.Addrs, q["addr"]...)
-		co.ContextTimeoutEnabled = true
-		ro := *co
-		t.rc, t.reader = redis.NewClusterClient(co), redis.NewClusterClient(&ro)
-	} else {
-		o, err := redis.ParseURL(base.String())
-		if err != nil {
-			return nil, fmt.Errorf("baseline: %w", urlopt.RedactError(err, u))
-		}
-		o.ContextTimeoutEnabled = true
-		ro := *o
-		t.rc, t.reader = redis.NewClient(o), redis.NewClient(&ro)
+	be, err := redisstream.OpenURL(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	if err := t.rc.Ping(ctx).Err(); err != nil {
-		_ = t.rc.Close()
-		_ = t.reader.Close()
-		return nil, fmt.Errorf("baseline: ping: %w", urlopt.RedactError(err, u))
-	}
-	return t, nil
+	return &redisTarget{r: r, u: u, be: be, rc: be.Client(), key: fmt.Sprintf("bus-bench-raw:{%x}", r.nonce)}, nil
 }
 
 func (t *redisTarget) backend() string { return "redis" }
@@ -143,7 +121,7 @@ func (t *redisTarget) read(ctx context.Context, h func([]byte)) error {
 	}
 	ids := make([]string, 0, t.r.cfg.MaxInFlight)
 	for ctx.Err() == nil {
-		res, err := t.reader.XReadGroup(ctx, args).Result()
+		res, err := t.rc.XReadGroup(ctx, args).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -203,5 +181,5 @@ func (t *redisTarget) close(ctx context.Context) error {
 	if err != nil {
 		err = fmt.Errorf("baseline: delete %s: %w", t.key, urlopt.RedactError(err, t.u))
 	}
-	return errors.Join(err, t.rc.Close(), t.reader.Close())
+	return errors.Join(err, t.be.Close())
 }
