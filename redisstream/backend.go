@@ -26,6 +26,10 @@ type Backend struct {
 	// ctxTimeouts: client applies ctx deadlines to socket I/O
 	// (ContextTimeoutEnabled); otherwise call enforces them.
 	ctxTimeouts bool
+	// socketTimeouts: client bounds each socket read and write by its
+	// own timeouts; Publish then needs no goroutine for a ctx without a
+	// deadline (see callBounded).
+	socketTimeouts bool
 	// rawReads: XREADGROUP replies are read raw and parsed by the
 	// backend (see resp.go); it needs a read client whose read timeout
 	// leaves room for BLOCK, which go-redis extends only for its typed
@@ -100,6 +104,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	b.ctxTimeouts = contextTimeouts(client)
+	b.socketTimeouts = socketTimeouts(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
 		b.rawReads = rawReadsOK(o.ReadClient, o.Block)

@@ -372,3 +372,56 @@ func TestBusyReceiveOverBlackholeReturnsSoonAfterCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledPublishOverBlackholeReturnsWithinSocketTimeouts: a Publish
+// whose ctx has no deadline runs on the caller's goroutine when the client
+// bounds its socket I/O by timeouts; cancelled over a dead link it returns
+// the cancel within those timeouts. A client without socket timeouts keeps
+// the goroutine, and such a Publish returns at once.
+func TestCancelledPublishOverBlackholeReturnsWithinSocketTimeouts(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration // client read and write timeout; -1: none
+		within  time.Duration // after the cancel
+	}{
+		{"client with 400ms socket timeouts", 400 * time.Millisecond, 1500 * time.Millisecond},
+		{"client without socket timeouts", -1, 300 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := startHoleProxy(t, srv.Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true, Protocol: 2,
+				ReadTimeout: tt.timeout, WriteTimeout: tt.timeout})
+			t.Cleanup(func() {
+				p.close()
+				_ = c.Close()
+			})
+			be, err := redisstream.New(c, nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = be.Close() })
+			topic := uniqueTopic(t)
+			msg := func(id string) []*backend.Message {
+				return []*backend.Message{{ID: id, Payload: []byte(id), PublishedAt: time.Now()}}
+			}
+			live, stop := context.WithCancel(context.Background())
+			require.NoError(t, be.Publish(live, topic, msg("before")), "publish over a live link with a cancel-only ctx")
+			stop()
+
+			p.blackhole()
+			ctx, cancel := context.WithCancel(context.Background())
+			var cancelled time.Time
+			timer := time.AfterFunc(100*time.Millisecond, func() {
+				cancelled = time.Now()
+				cancel()
+			})
+			defer timer.Stop()
+			var perr error
+			within(t, 10*time.Second, "a cancelled Publish over a blackhole", func() {
+				perr = be.Publish(ctx, topic, msg("lost"))
+			})
+			require.ErrorIs(t, perr, context.Canceled, "the error says the ctx was cancelled")
+			require.False(t, cancelled.IsZero(), "Publish returned before its ctx was cancelled")
+			assert.Less(t, time.Since(cancelled), tt.within, "Publish returns within %v of the cancel", tt.within)
+		})
+	}
+}

@@ -131,6 +131,12 @@
 //     closed. (A ctx with a deadline that is cancelled early ends its I/O
 //     at the deadline.) Enable ContextTimeoutEnabled on clients given to
 //     New: deadlines then cost no goroutine.
+//   - Publish is the exception for a ctx without a deadline when the
+//     client has read and write timeouts (go-redis's default of 5s, or
+//     any above zero): it runs on the caller's goroutine, and a cancel
+//     takes effect when the reply is in or, over a dead link, within
+//     those timeouts. The goroutine's hand-off would cost a third of a
+//     loopback round trip. Give Publish a deadline for a tighter bound.
 //   - A blocked XREADGROUP whose ctx ends is unblocked with CLIENT UNBLOCK
 //     (bounded by 250ms); if the read has not come back by then, Receive
 //     returns and the read is abandoned with its connection. A read never

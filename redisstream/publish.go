@@ -106,11 +106,11 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	sc.buf, sc.spans, sc.args = buf, spans, args
 	var err error
 	if len(cmds) == 1 {
-		err = b.call(ctx, func(ctx context.Context) error {
+		err = b.callBounded(ctx, func(ctx context.Context) error {
 			return b.client.Process(ctx, cmds[0])
 		})
 	} else {
-		err = b.call(ctx, func(ctx context.Context) error {
+		err = b.callBounded(ctx, func(ctx context.Context) error {
 			pipe := b.client.Pipeline()
 			for _, c := range cmds {
 				_ = pipe.Process(ctx, c)
