@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/nats-io/nuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus/internal/urlopt"
@@ -15,7 +16,8 @@ import (
 
 // redisTarget is the baseline of redis:// and rediss://: go-redis on a
 // stream key of its own. Each publisher sends its batch as one pipeline of
-// XADDs; one reader, on a connection of the same pool, runs XREADGROUP with COUNT
+// XADDs, each entry with an id field (a unique message ID, as the bus
+// stores one) and the payload; one reader, on a connection of the same pool, runs XREADGROUP with COUNT
 // max-in-flight, handles the entries and acknowledges them with one XACK
 // per read.
 type redisTarget struct {
@@ -32,6 +34,7 @@ const (
 	// how long stopping the reader takes.
 	redisRawBlock = 250 * time.Millisecond
 	redisRawField = "p"
+	redisRawID    = "id"
 )
 
 // openRedisTarget takes go-redis as the bus would dial it: the URL goes
@@ -75,14 +78,15 @@ func (t *redisTarget) publisher(context.Context) (publisher, error) {
 	n := t.r.cfg.Batch
 	p := &redisPublisher{t: t, pipe: t.rc.Pipeline(), args: make([]redis.XAddArgs, n), vals: make([][]any, n)}
 	for i := range p.vals {
-		p.vals[i] = []any{redisRawField, nil}
+		p.vals[i] = []any{redisRawID, nil, redisRawField, nil}
 	}
 	return p, nil
 }
 
 func (p *redisPublisher) publish(ctx context.Context, payloads [][]byte) error {
 	for i, pl := range payloads {
-		p.vals[i][1] = pl
+		p.vals[i][1] = nuid.Next()
+		p.vals[i][3] = pl
 		p.args[i] = redis.XAddArgs{Stream: p.t.key, Values: p.vals[i]}
 		p.pipe.XAdd(ctx, &p.args[i])
 	}
@@ -135,6 +139,9 @@ func (t *redisTarget) read(ctx context.Context, h func([]byte)) error {
 		for _, s := range res {
 			for _, m := range s.Messages {
 				v, _ := m.Values[redisRawField].(string)
+				if id, _ := m.Values[redisRawID].(string); id == "" {
+					return fmt.Errorf("baseline: entry %s has no %s field", m.ID, redisRawID)
+				}
 				h([]byte(v))
 				ids = append(ids, m.ID)
 			}
