@@ -127,7 +127,8 @@ func replyErr(raw []byte) error {
 		return replyError(bytes.TrimRight(raw[1:], "\r\n"))
 	case '!':
 		p := respParser{b: raw}
-		if _, n, _, err := p.header(); err == nil && n <= len(raw)-p.pos {
+		// A null blob error ("!-1") is not a valid reply.
+		if _, n, null, err := p.header(); err == nil && !null && n <= len(raw)-p.pos {
 			return replyError(raw[p.pos : p.pos+n])
 		}
 		return errBadReply
