@@ -171,8 +171,11 @@ func RedactError(err error, u *url.URL) error {
 	return &redactedError{msg: clean, err: err}
 }
 
-// userInfoInText matches the user part of a URL quoted in a text.
-var userInfoInText = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^\s"'<>]*@`)
+// userInfoInText matches the user part of a URL quoted in a text. A user
+// part may hold an apostrophe (a sub-delimiter url.Parse accepts there,
+// written as is): the match runs up to white space, '"', '<' or '>',
+// none of which a URL that parsed can hold.
+var userInfoInText = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^\s"<>]*@`)
 
 // replaceFold replaces the occurrences of old in s, ignoring ASCII case
 // (percent-escapes may be written %2f or %2F). An occurrence of a short
