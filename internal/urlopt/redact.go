@@ -59,12 +59,13 @@ func plainUser(name string) bool {
 
 // suspiciousQuery reports whether a query may hold credentials: a key
 // that is not a plain parameter name (letters, digits, '_', '-', '.'), such
-// as one with '@', ':' or '/' from a misplaced user part or path, or a key
-// that names a credential.
+// as one with '@', ':' or '/' from a misplaced user part or path, a key
+// that names a credential, or a value with an '@' (a user part: a
+// misplaced one, as in "redis://?u=:pw@h", or one of a seed address).
 func suspiciousQuery(raw string) bool {
 	for kv := range strings.SplitSeq(raw, "&") {
-		k, _, _ := strings.Cut(kv, "=")
-		if !plainName(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		if !plainName(k) || strings.Contains(v, "@") || strings.Contains(strings.ToLower(v), "%40") {
 			return true
 		}
 		switch strings.ToLower(k) {
@@ -150,16 +151,7 @@ func RedactError(err error, u *url.URL) error {
 		return nil
 	}
 	msg := err.Error()
-	clean := msg
-	secrets := Secrets(u)
-	// Longest first, so a short secret inside a longer one does not break
-	// the longer one's match.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	for _, s := range secrets {
-		clean = replaceFold(clean, s, mask)
-	}
-	// Any user part of any URL quoted in the text, however it is escaped.
-	clean = userInfoInText.ReplaceAllString(clean, "${1}"+mask+"@")
+	clean := redactText(msg, Secrets(u))
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		// A url.Error quotes the whole URL.
@@ -177,26 +169,61 @@ func RedactError(err error, u *url.URL) error {
 // none of which a URL that parsed can hold.
 var userInfoInText = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^\s"<>]*@`)
 
-// replaceFold replaces the occurrences of old in s, ignoring ASCII case
-// (percent-escapes may be written %2f or %2F). An occurrence of a short
-// secret (under 8 bytes) inside a longer word is left alone, so that a
-// password such as "on" never turns "Violation" into "Violatixxxxx".
-func replaceFold(s, old, repl string) string {
+// redactText masks in msg the user part of every URL quoted in it and
+// every occurrence of the secrets. All spans are found in the original
+// text and masked together: masking one first could cut through another
+// (a secret path through the "scheme://" of a quoted URL, or a quoted
+// URL's user part through a secret query), hiding it from its search.
+func redactText(msg string, secrets []string) string {
+	var spans [][2]int
+	for _, m := range userInfoInText.FindAllStringSubmatchIndex(msg, -1) {
+		// From after "scheme://" to before the last '@'.
+		if m[3] < m[1]-1 {
+			spans = append(spans, [2]int{m[3], m[1] - 1})
+		}
+	}
+	for _, sec := range secrets {
+		spans = appendFoldSpans(spans, msg, sec)
+	}
+	if len(spans) == 0 {
+		return msg
+	}
+	slices.SortFunc(spans, func(a, b [2]int) int { return a[0] - b[0] })
+	var b strings.Builder
+	from := 0 // msg[:from] is written or masked
+	for i := 0; i < len(spans); {
+		start, end := spans[i][0], spans[i][1]
+		for i++; i < len(spans) && spans[i][0] <= end; i++ {
+			end = max(end, spans[i][1])
+		}
+		if start < from {
+			start = from
+		}
+		b.WriteString(msg[from:start])
+		b.WriteString(mask)
+		from = end
+	}
+	b.WriteString(msg[from:])
+	return b.String()
+}
+
+// appendFoldSpans appends the spans of s where old occurs, ignoring ASCII
+// case (percent-escapes may be written %2f or %2F). An occurrence of a
+// short secret (under 8 bytes) inside a longer word is left out, so that
+// a password such as "on" never turns "Violation" into "Violatixxxxx".
+func appendFoldSpans(spans [][2]int, s, old string) [][2]int {
 	if old == "" {
-		return s
+		return spans
 	}
 	lower, lowOld := strings.ToLower(s), strings.ToLower(old)
 	if len(lower) != len(s) || len(lowOld) != len(old) {
 		lower, lowOld = s, old // non-ASCII case mapping changed lengths
 	}
 	short := len(old) < 8
-	var b strings.Builder
-	from := 0 // s[:from] is written
 	for at := 0; ; {
 		i := strings.Index(lower[at:], lowOld)
 		if i < 0 {
-			b.WriteString(s[from:])
-			return b.String()
+			return spans
 		}
 		i += at
 		end := i + len(old)
@@ -206,9 +233,8 @@ func replaceFold(s, old, repl string) string {
 			at = i + 1
 			continue
 		}
-		b.WriteString(s[from:i])
-		b.WriteString(repl)
-		from, at = end, end
+		spans = append(spans, [2]int{i, end})
+		at = end
 	}
 }
 

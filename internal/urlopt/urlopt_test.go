@@ -144,3 +144,24 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+// TestRedactErrorMasksUserPartsWhateverElseIsMasked: the forms fuzzing
+// found leaking. A user part quoted in the text is masked even when it
+// holds an apostrophe, and even when a secret path or query of the same
+// URL is masked too; a query value with an '@' is a misplaced user part.
+func TestRedactErrorMasksUserPartsWhateverElseIsMasked(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ raw, secret string }{
+		{"rediss://u:pw'%00Secret@h/0", "pw'%00Secret"},        // apostrophe in the user part
+		{"rediss://$:pw!%00Secret@h/$", "pw!%00Secret"},        // secret path "/$" next to the user part
+		{"rediss://u?0@:pw Secret@h/0", "pw Secret"},           // '?' in the user name: the rest is a query
+		{"rediss://?u=:pwSecret@h/0", "pwSecret"},              // an empty host: the user part is a query value
+		{"redis://h:6379?addr=u:pwSecret@h2:6379", "pwSecret"}, // a seed address with a user part
+	} {
+		u, err := url.Parse(tt.raw)
+		require.NoError(t, err, tt.raw)
+		got := urlopt.RedactError(errors.New("dial "+tt.raw+" failed"), u).Error()
+		assert.NotContains(t, got, tt.secret, "RedactError of %q", tt.raw)
+		assert.NotContains(t, urlopt.Redact(u), tt.secret, "Redact of %q", tt.raw)
+	}
+}
