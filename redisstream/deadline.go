@@ -66,19 +66,7 @@ func socketTimeouts(c redis.UniversalClient) bool {
 // is discarded. A caller must not read what fn writes once call has
 // returned ctx.Err().
 func (b *Backend) call(ctx context.Context, fn func(context.Context) error) error {
-	if ctx.Done() == nil {
-		return fn(ctx)
-	}
-	if _, ok := ctx.Deadline(); ok && b.ctxTimeouts && ctx.Err() == nil {
-		// The socket deadline already ends fn in time; cancellation
-		// without the deadline is rare on these paths, so no goroutine.
-		err := fn(ctx)
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return err
-	}
-	return b.async(ctx, fn)
+	return b.run(ctx, fn, false)
 }
 
 // callBounded is call for Publish: a ctx that has no deadline but can be
@@ -88,8 +76,20 @@ func (b *Backend) call(ctx context.Context, fn func(context.Context) error) erro
 // rather than at once; in exchange a call costs no goroutine, whose
 // hand-off is a third of a loopback round trip on a busy machine.
 func (b *Backend) callBounded(ctx context.Context, fn func(context.Context) error) error {
-	if _, ok := ctx.Deadline(); ok || !b.socketTimeouts || ctx.Done() == nil {
-		return b.call(ctx, fn)
+	return b.run(ctx, fn, b.socketTimeouts)
+}
+
+// run is call, and callBounded when cancelInline is set.
+func (b *Backend) run(ctx context.Context, fn func(context.Context) error, cancelInline bool) error {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	_, hasDeadline := ctx.Deadline()
+	// With a deadline the socket deadline ends fn in time (cancellation
+	// before it is rare on these paths); without one, the client's own
+	// timeouts bound fn when cancelInline says they may.
+	if hasDeadline && !b.ctxTimeouts || !hasDeadline && !cancelInline {
+		return b.async(ctx, fn)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
