@@ -86,12 +86,10 @@ const smallBatch = 16
 const defaultStallWait = 200 * time.Millisecond
 
 func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
-	tn := b.namesFor(topic)
-	if !b.streamKnown(tn.stream) {
-		if err := b.ensureStream(ctx, topic); err != nil {
-			return err
-		}
+	if err := b.ensureStream(ctx, topic); err != nil {
+		return err
 	}
+	tn := b.namesFor(topic)
 	dl, hasDeadline := ctx.Deadline()
 	var buf [smallBatch]jetstream.PubAckFuture
 	futures := buf[:0]

@@ -22,7 +22,7 @@ func (b *Backend) ensureStream(ctx context.Context, topic string) error {
 // ensureStreamCreated is ensureStream that also reports whether this call
 // created the stream.
 func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, error) {
-	name := b.streamFor(topic)
+	name := b.namesFor(topic).stream
 	if b.streamKnown(name) {
 		return false, nil
 	}
