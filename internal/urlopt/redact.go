@@ -65,7 +65,7 @@ func plainUser(name string) bool {
 func suspiciousQuery(raw string) bool {
 	for kv := range strings.SplitSeq(raw, "&") {
 		k, v, _ := strings.Cut(kv, "=")
-		if !plainName(k) || strings.Contains(v, "@") || strings.Contains(strings.ToLower(v), "%40") {
+		if !plainName(k) || strings.Contains(v, "@") || strings.Contains(v, "%40") {
 			return true
 		}
 		switch strings.ToLower(k) {
@@ -195,9 +195,6 @@ func redactText(msg string, secrets []string) string {
 		start, end := spans[i][0], spans[i][1]
 		for i++; i < len(spans) && spans[i][0] <= end; i++ {
 			end = max(end, spans[i][1])
-		}
-		if start < from {
-			start = from
 		}
 		b.WriteString(msg[from:start])
 		b.WriteString(mask)
