@@ -9,7 +9,9 @@ package bench
 // of 256 bytes, alternating which goes first (publish alternates in ten
 // chunks), so load from elsewhere on the machine hits both alike; the
 // benchmark reports both rates and bus/raw. Use -benchtime 10x or more on a
-// busy machine.
+// busy machine. Next to the rates it reports each side's CPU time per
+// message: the client's (this process) and, where the server answers INFO
+// CPU, the server's, which shares the machine's cores with the client.
 // The server is a private redis-server, or the one at $BUS_REDIS_URL;
 // every key gets a unique prefix and is deleted afterwards.
 //
@@ -40,6 +42,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -203,11 +206,39 @@ func (e *redisEnv) busConsume(topic string, n int) {
 	}
 }
 
-// redisRates accumulates the wall and CPU time each side spent.
+// redisRates accumulates the wall and CPU time each side spent, the
+// server's CPU time included when srv can read it.
 type redisRates struct {
 	raw, bus       time.Duration
 	rawCPU, busCPU time.Duration
+	rawSrv, busSrv time.Duration
+	srv            *redis.Client // nil: no server CPU figures
+	srvFailed      bool
 	msgs           int
+}
+
+// serverCPU returns the CPU time the server has used (INFO CPU), or false
+// when the server will not say (a server whose ACL refuses INFO).
+func serverCPU(c *redis.Client) (time.Duration, bool) {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, false
+	}
+	var total time.Duration
+	found := 0
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, val, ok := strings.Cut(line, ":")
+		if !ok || name != "used_cpu_sys" && name != "used_cpu_user" {
+			continue
+		}
+		sec, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return 0, false
+		}
+		total += time.Duration(sec * float64(time.Second))
+		found++
+	}
+	return total, found == 2
 }
 
 func (r *redisRates) report(b *testing.B) {
@@ -224,6 +255,12 @@ func (r *redisRates) report(b *testing.B) {
 		b.ReportMetric(float64(r.rawCPU.Nanoseconds())/float64(r.msgs), "raw-cpu-ns/msg")
 		b.ReportMetric(float64(r.busCPU.Nanoseconds())/float64(r.msgs), "bus-cpu-ns/msg")
 	}
+	if r.srv != nil && !r.srvFailed && r.rawSrv > 0 && r.busSrv > 0 {
+		// Server CPU per message: what each side cost the broker, which
+		// shares the machine's cores with the client.
+		b.ReportMetric(float64(r.rawSrv.Nanoseconds())/float64(r.msgs), "raw-srv-cpu-ns/msg")
+		b.ReportMetric(float64(r.busSrv.Nanoseconds())/float64(r.msgs), "bus-srv-cpu-ns/msg")
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -233,16 +270,29 @@ func redisTimed(d *time.Duration, f func()) {
 	*d += time.Since(start)
 }
 
-// timedSide runs f and adds its wall and process CPU time to one side.
+// timedSide runs f and adds its wall, process CPU and server CPU time to
+// one side.
 func (r *redisRates) timedSide(bus bool, f func()) {
-	c0 := cputime.Process()
-	if bus {
-		redisTimed(&r.bus, f)
-		r.busCPU += cputime.Process() - c0
-		return
+	var s0 time.Duration
+	srvOK := false
+	if r.srv != nil && !r.srvFailed {
+		s0, srvOK = serverCPU(r.srv)
+		r.srvFailed = !srvOK
 	}
-	redisTimed(&r.raw, f)
-	r.rawCPU += cputime.Process() - c0
+	c0 := cputime.Process()
+	wall, cpu, srv := &r.raw, &r.rawCPU, &r.rawSrv
+	if bus {
+		wall, cpu, srv = &r.bus, &r.busCPU, &r.busSrv
+	}
+	redisTimed(wall, f)
+	*cpu += cputime.Process() - c0
+	if srvOK {
+		if s1, ok := serverCPU(r.srv); ok {
+			*srv += s1 - s0
+		} else {
+			r.srvFailed = true
+		}
+	}
 }
 
 func BenchmarkRedisPublishBatch(b *testing.B) {
@@ -251,7 +301,7 @@ func BenchmarkRedisPublishBatch(b *testing.B) {
 	topic := e.busTopic("pub")
 	n := redisRound()
 	const chunks = 10 // raw and bus alternate, so load bursts hit both alike
-	var r redisRates
+	r := redisRates{srv: e.client}
 	for b.Loop() {
 		for c := range chunks {
 			raw := func() { r.timedSide(false, func() { e.rawPublish(stream, n/chunks) }) }
@@ -275,7 +325,7 @@ func BenchmarkRedisPublishBatch(b *testing.B) {
 func BenchmarkRedisConsumeAck(b *testing.B) {
 	e := newRedisEnv(b)
 	n := redisRound()
-	var r redisRates
+	r := redisRates{srv: e.client}
 	for b.Loop() {
 		b.StopTimer()
 		stream := e.rawStream("con")
@@ -303,7 +353,7 @@ func BenchmarkRedisConsumeAck(b *testing.B) {
 func BenchmarkRedisE2E(b *testing.B) {
 	e := newRedisEnv(b)
 	n := redisRound()
-	var r redisRates
+	r := redisRates{srv: e.client}
 	for b.Loop() {
 		b.StopTimer()
 		stream := e.rawStream("e2e")
@@ -496,7 +546,7 @@ func BenchmarkRedisPublishParallel(b *testing.B) {
 	topic := e.busTopic("ppub")
 	n := redisRound()
 	const chunks = 10
-	var r redisRates // raw: one XADD per goroutine and call
+	r := redisRates{srv: e.client} // raw: one XADD per goroutine and call
 	var pipe, pipeCPU time.Duration
 	for b.Loop() {
 		for c := range chunks {
