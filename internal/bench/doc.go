@@ -9,7 +9,9 @@
 //     the bus on mem:// end to end with AckOnSuccess, 256-byte payloads;
 //     it reports both rates, the bus/channel ratio and the CPU time per
 //     message of each side. BenchmarkChannelPipeline and BenchmarkMemE2E
-//     run one side alone, for profiling.
+//     run one side alone, for profiling; BenchmarkMemPublish and
+//     BenchmarkMemConsume split the bus side into its publishing and its
+//     consuming half.
 //   - BenchmarkRedis*: the bus on Redis Streams against raw go-redis doing
 //     the same work (see redis_test.go).
 //   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
