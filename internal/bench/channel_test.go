@@ -77,15 +77,8 @@ func runChannelPipeline(n int) {
 // publisher.
 func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) time.Duration {
 	ctx := context.Background()
-	var handled atomic.Int64
-	done := make(chan struct{})
-	sub, err := bs.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
-		_ = binary.LittleEndian.Uint64(d.Payload)
-		if handled.Add(1) == int64(n) {
-			close(done)
-		}
-		return nil
-	}, bus.WithMaxInFlight(chanInFlight))
+	c := newCounter(n)
+	sub, err := bs.Subscribe(ctx, topic, c.handle, bus.WithMaxInFlight(chanInFlight))
 	if err != nil {
 		b.Fatalf("subscribe: %v", err)
 	}
@@ -96,11 +89,7 @@ func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) time.Duration {
 		published = time.Now()
 		pubErr <- err
 	}()
-	select {
-	case <-done:
-	case <-time.After(chanWait):
-		b.Fatalf("bus e2e: %d of %d handled after %v", handled.Load(), n, chanWait)
-	}
+	c.wait(b, "bus e2e")
 	handledAt := time.Now()
 	if err := <-pubErr; err != nil {
 		b.Fatalf("publish: %v", err)
@@ -109,6 +98,34 @@ func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) time.Duration {
 		b.Fatalf("close subscription: %v", err)
 	}
 	return max(handledAt.Sub(published), 0)
+}
+
+// counter is a handler that reads each payload's sequence number and
+// counts deliveries up to n.
+type counter struct {
+	n       int64
+	handled atomic.Int64
+	done    chan struct{}
+}
+
+func newCounter(n int) *counter { return &counter{n: int64(n), done: make(chan struct{})} }
+
+func (c *counter) handle(_ context.Context, d *bus.Delivery) error {
+	_ = binary.LittleEndian.Uint64(d.Payload)
+	if c.handled.Add(1) == c.n {
+		close(c.done)
+	}
+	return nil
+}
+
+// wait returns once n deliveries were handled, and fails the benchmark
+// after chanWait.
+func (c *counter) wait(b *testing.B, what string) {
+	select {
+	case <-c.done:
+	case <-time.After(chanWait):
+		b.Fatalf("%s: %d of %d handled after %v", what, c.handled.Load(), c.n, chanWait)
+	}
 }
 
 // publishSeq publishes n messages numbered 0 to n-1 (in their first eight
@@ -136,16 +153,7 @@ func publishSeq(bs *bus.Bus, topic string, n int) error {
 }
 
 func BenchmarkMemE2EVsChannel(b *testing.B) {
-	ctx := context.Background()
-	bs, err := bus.Open(ctx, "mem://")
-	if err != nil {
-		b.Fatalf("open mem://: %v", err)
-	}
-	defer func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	}()
+	bs := openMem(b, "mem://")
 	round := chanRound()
 	var chanTime, busTime, chanCPU, busCPU time.Duration
 	var chanAllocs, busAllocs uint64
@@ -188,6 +196,22 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
+// openMem opens a bus on url (a mem:// URL), closed when the benchmark
+// ends.
+func openMem(b *testing.B, url string) *bus.Bus {
+	ctx := context.Background()
+	bs, err := bus.Open(ctx, url)
+	if err != nil {
+		b.Fatalf("open %s: %v", url, err)
+	}
+	b.Cleanup(func() {
+		if err := bs.Close(ctx); err != nil {
+			b.Errorf("close bus: %v", err)
+		}
+	})
+	return bs
+}
+
 // BenchmarkChannelPipeline is the channel side alone, for profiling.
 func BenchmarkChannelPipeline(b *testing.B) {
 	round := chanRound()
@@ -201,16 +225,7 @@ func BenchmarkChannelPipeline(b *testing.B) {
 //
 //	go test ./internal/bench -run '^$' -bench 'MemE2E$' -benchtime 5x -cpuprofile cpu.out
 func BenchmarkMemE2E(b *testing.B) {
-	ctx := context.Background()
-	bs, err := bus.Open(ctx, "mem://")
-	if err != nil {
-		b.Fatalf("open mem://: %v", err)
-	}
-	defer func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	}()
+	bs := openMem(b, "mem://")
 	round := chanRound()
 	iter := 0
 	var allocs uint64
@@ -235,16 +250,7 @@ func BenchmarkMemE2E(b *testing.B) {
 // never waits; one topic for every round, so the retained ones do not
 // add up).
 func BenchmarkMemPublish(b *testing.B) {
-	ctx := context.Background()
-	bs, err := bus.Open(ctx, "mem://")
-	if err != nil {
-		b.Fatalf("open mem://: %v", err)
-	}
-	defer func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	}()
+	bs := openMem(b, "mem://")
 	round := chanRound()
 	iter := 0
 	for b.Loop() {
@@ -263,15 +269,7 @@ func BenchmarkMemConsume(b *testing.B) {
 	ctx := context.Background()
 	round := chanRound()
 	// Room for the whole round, so the prefill drops nothing.
-	bs, err := bus.Open(ctx, fmt.Sprintf("mem://?max_backlog=%d&max_backlog_bytes=%d", round, round*1024))
-	if err != nil {
-		b.Fatalf("open mem://: %v", err)
-	}
-	defer func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	}()
+	bs := openMem(b, fmt.Sprintf("mem://?max_backlog=%d&max_backlog_bytes=%d", round, round*1024))
 	iter := 0
 	var elapsed time.Duration
 	for b.Loop() {
@@ -280,24 +278,13 @@ func BenchmarkMemConsume(b *testing.B) {
 		if err := publishSeq(bs, topic, round); err != nil {
 			b.Fatalf("prefill: %v", err)
 		}
-		var handled atomic.Int64
-		done := make(chan struct{})
+		c := newCounter(round)
 		start := time.Now()
-		sub, err := bs.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
-			_ = binary.LittleEndian.Uint64(d.Payload)
-			if handled.Add(1) == int64(round) {
-				close(done)
-			}
-			return nil
-		}, bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(chanInFlight))
+		sub, err := bs.Subscribe(ctx, topic, c.handle, bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(chanInFlight))
 		if err != nil {
 			b.Fatalf("subscribe: %v", err)
 		}
-		select {
-		case <-done:
-		case <-time.After(chanWait):
-			b.Fatalf("bus consume: %d of %d handled after %v", handled.Load(), round, chanWait)
-		}
+		c.wait(b, "bus consume")
 		elapsed += time.Since(start)
 		if err := sub.Close(ctx); err != nil {
 			b.Fatalf("close subscription: %v", err)
