@@ -441,10 +441,10 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 	if _, err := s.live("dead-letter", id); err != nil {
 		return err
 	}
-	if err := s.b.ensureStream(ctx, topic); err != nil {
+	tn, err := s.b.ensureStream(ctx, topic)
+	if err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}
-	tn := s.b.namesFor(topic)
 	nm, err := encode(tn.subject, msg, false, tn.idScope)
 	if err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)

@@ -86,10 +86,10 @@ const smallBatch = 16
 const defaultStallWait = 200 * time.Millisecond
 
 func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
-	if err := b.ensureStream(ctx, topic); err != nil {
+	tn, err := b.ensureStream(ctx, topic)
+	if err != nil {
 		return err
 	}
-	tn := b.namesFor(topic)
 	dl, hasDeadline := ctx.Deadline()
 	var buf [smallBatch]jetstream.PubAckFuture
 	futures := buf[:0]

@@ -13,10 +13,17 @@ import (
 
 // ensureStream makes sure the stream that stores topic exists: it binds
 // to an existing one, or creates it unless BindOnly is set. Known streams
-// are cached; forgetStream drops one from the cache.
-func (b *Backend) ensureStream(ctx context.Context, topic string) error {
-	_, err := b.ensureStreamCreated(ctx, topic)
-	return err
+// are cached; forgetStream drops one from the cache. It returns topic's
+// derived names, which every caller goes on to publish with.
+func (b *Backend) ensureStream(ctx context.Context, topic string) (*topicNames, error) {
+	tn := b.namesFor(topic)
+	if b.streamKnown(tn.stream) {
+		return tn, nil
+	}
+	if _, err := b.ensureStreamCreated(ctx, topic); err != nil {
+		return nil, err
+	}
+	return tn, nil
 }
 
 // ensureStreamCreated is ensureStream that also reports whether this call

@@ -85,7 +85,7 @@ func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) time.Duration {
 	pubErr := make(chan error, 1)
 	var published time.Time // written before pubErr is sent
 	go func() {
-		err := publishSeq(bs, topic, n)
+		err := publishBatches(bs, topic, n, chanBatch, benchPayload(chanPayloadSize))
 		published = time.Now()
 		pubErr <- err
 	}()
@@ -126,30 +126,6 @@ func (c *counter) wait(b *testing.B, what string) {
 	case <-time.After(chanWait):
 		b.Fatalf("%s: %d of %d handled after %v", what, c.handled.Load(), c.n, chanWait)
 	}
-}
-
-// publishSeq publishes n messages numbered 0 to n-1 (in their first eight
-// payload bytes) in batches of chanBatch, reusing one set of messages.
-func publishSeq(bs *bus.Bus, topic string, n int) error {
-	ctx := context.Background()
-	buf := make([]byte, chanBatch*chanPayloadSize)
-	msgs := make([]bus.Message, chanBatch)
-	ptrs := make([]*bus.Message, chanBatch)
-	for i := range msgs {
-		msgs[i].Payload = buf[i*chanPayloadSize : (i+1)*chanPayloadSize]
-		ptrs[i] = &msgs[i]
-	}
-	for seq := 0; seq < n; seq += chanBatch {
-		k := min(chanBatch, n-seq)
-		for i := range k {
-			msgs[i].ID = ""
-			binary.LittleEndian.PutUint64(msgs[i].Payload, uint64(seq+i))
-		}
-		if err := bs.Publish(ctx, topic, ptrs[:k]...); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func BenchmarkMemE2EVsChannel(b *testing.B) {
@@ -254,7 +230,7 @@ func BenchmarkMemPublish(b *testing.B) {
 	round := chanRound()
 	iter := 0
 	for b.Loop() {
-		if err := publishSeq(bs, "bench.mem.pub", round); err != nil {
+		if err := publishBatches(bs, "bench.mem.pub", round, chanBatch, benchPayload(chanPayloadSize)); err != nil {
 			b.Fatalf("publish: %v", err)
 		}
 		iter++
@@ -275,7 +251,7 @@ func BenchmarkMemConsume(b *testing.B) {
 	for b.Loop() {
 		topic := fmt.Sprintf("bench.mem.con.%d", iter)
 		iter++
-		if err := publishSeq(bs, topic, round); err != nil {
+		if err := publishBatches(bs, topic, round, chanBatch, benchPayload(chanPayloadSize)); err != nil {
 			b.Fatalf("prefill: %v", err)
 		}
 		c := newCounter(round)
