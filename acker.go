@@ -3,7 +3,9 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -15,8 +17,11 @@ import (
 const ackFlushTimeout = 10 * time.Second
 
 // acker batches acks of one subscription into few backend calls: a flush
-// happens when size ids are waiting or interval after the first one
-// arrived, and once more on close.
+// happens when size ids are waiting in one buffer, or interval after the
+// first one arrived, and once more on close. Acks wait in two buffers:
+// the dispatcher's, for the acks its workers make when a handler returns
+// (see Subscription.ackAfterHandler), and the acker's own, for every
+// other ack.
 type acker struct {
 	sub      *Subscription
 	size     int
@@ -24,12 +29,14 @@ type acker struct {
 
 	mu     sync.Mutex
 	buf    []backend.AckID
-	spare  []backend.AckID
 	closed bool
+	off    atomic.Bool     // closed, for a check without the lock
+	batch  []backend.AckID // the flush in progress; only run touches it
 
-	kick chan struct{} // first id of a batch arrived, or the batch is full
-	stop chan struct{}
-	done chan struct{}
+	first chan struct{} // a buffer got its first id
+	full  chan struct{} // a buffer holds size ids
+	stop  chan struct{}
+	done  chan struct{}
 
 	// flushCtx bounds the final flush by the Close ctx; set before stop
 	// is closed.
@@ -39,11 +46,39 @@ type acker struct {
 func newAcker(s *Subscription, size int, interval time.Duration) *acker {
 	return &acker{
 		sub: s, size: size, interval: interval,
-		buf:  make([]backend.AckID, 0, size),
-		kick: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		buf:   make([]backend.AckID, 0, size),
+		first: make(chan struct{}, 1),
+		full:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
+}
+
+// isClosed reports whether close was called.
+func (a *acker) isClosed() bool { return a.off.Load() }
+
+// buffered wakes run for a buffer that now holds n ids.
+func (a *acker) buffered(n int) {
+	if n == 1 {
+		signal(a.first)
+	}
+	if n >= a.size {
+		signal(a.full)
+	}
+}
+
+// signal wakes a goroutine waiting on ch, without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// dropped reports the ack of d, made after the acker closed; the message
+// is redelivered after its lease.
+func (a *acker) dropped(d *Delivery) {
+	a.sub.report(d, observer.ScopeAck, fmt.Errorf("bus: ack %q: %w", d.ID, ErrClosed))
 }
 
 func (a *acker) add(id backend.AckID) error {
@@ -55,12 +90,7 @@ func (a *acker) add(id backend.AckID) error {
 	a.buf = append(a.buf, id)
 	n := len(a.buf)
 	a.mu.Unlock()
-	if n == 1 || n >= a.size {
-		select {
-		case a.kick <- struct{}{}:
-		default:
-		}
-	}
+	a.buffered(n)
 	return nil
 }
 
@@ -73,13 +103,14 @@ func (a *acker) run() {
 		case <-a.stop:
 			a.flush(a.flushCtx)
 			return
-		case <-a.kick:
+		case <-a.first:
+		case <-a.full:
 		}
 		if a.pending() < a.size {
 			timer.Reset(a.interval)
 			select {
 			case <-timer.C:
-			case <-a.kick:
+			case <-a.full:
 				timer.Stop()
 			case <-a.stop:
 				timer.Stop()
@@ -91,24 +122,33 @@ func (a *acker) run() {
 	}
 }
 
+// pending counts the ids in the fuller buffer.
 func (a *acker) pending() int {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.buf)
+	n := len(a.buf)
+	a.mu.Unlock()
+	return max(n, a.sub.disp.pendingAcks())
+}
+
+// collect moves every buffered id into a.batch.
+func (a *acker) collect() {
+	a.batch = a.sub.disp.takeAcks(a.batch)
+	a.mu.Lock()
+	a.batch = append(a.batch, a.buf...)
+	clear(a.buf)
+	a.buf = a.buf[:0]
+	a.mu.Unlock()
 }
 
 // flush sends everything buffered, in chunks of at most size. Each chunk
 // gets ackFlushTimeout, and no more than parent allows.
 func (a *acker) flush(parent context.Context) {
 	for {
-		a.mu.Lock()
-		ids := a.buf
+		a.collect()
+		ids := a.batch
 		if len(ids) == 0 {
-			a.mu.Unlock()
 			return
 		}
-		a.buf = a.spare[:0]
-		a.mu.Unlock()
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
 			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
@@ -119,9 +159,7 @@ func (a *acker) flush(parent context.Context) {
 			}
 		}
 		clear(ids)
-		a.mu.Lock()
-		a.spare = ids[:0]
-		a.mu.Unlock()
+		a.batch = ids[:0]
 	}
 }
 
@@ -132,7 +170,9 @@ func (a *acker) flush(parent context.Context) {
 func (a *acker) close(hard context.Context) error {
 	a.mu.Lock()
 	a.closed = true
+	a.off.Store(true)
 	a.mu.Unlock()
+	a.sub.disp.closeAcks()
 	a.flushCtx = hard
 	close(a.stop)
 	if !waitOrDone(hard, a.done) {

@@ -256,7 +256,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		done:      make(chan struct{}),
 	}
 	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
-	s.disp = newDispatcher(o.maxInFlight, s.process, s.releaseDone)
+	s.disp = newDispatcher(o.maxInFlight, s.process, s.releaseDone, s.acks)
 	s.feedback, _ = o.limiter.(LimiterFeedback)
 	// Fetching stops as soon as the Subscribe ctx ends; handlers keep
 	// their own ctx, which shutdown cancels only when its ctx runs out.

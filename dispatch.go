@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/eventbus-go/bus/backend"
 )
 
 // dispatcher runs deliveries on a pool of worker goroutines that grows on
@@ -16,10 +18,12 @@ import (
 // batch wakes more workers if queued deliveries are not being taken, so a
 // handler that turns slow never leaves deliveries waiting for long.
 type dispatcher struct {
-	// run handles a delivery and reports whether its slot is to be
-	// given back; workers give slots back through free in batches.
-	run   func(*Delivery) bool
+	// run handles a delivery on worker w and reports whether its slot
+	// is to be given back; workers give slots back through free in
+	// batches.
+	run   func(d *Delivery, w *workerSlot) bool
 	free  func(n int)
+	acker *acker
 	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
@@ -37,6 +41,13 @@ type dispatcher struct {
 	// slots holds, per worker, the delivery it runs now, for the lease
 	// keeper to walk without a registration per message.
 	slots []*workerSlot
+	// acks holds the acks that workers made when a handler returned
+	// (AckOnSuccess). A worker adds its ack in the critical section in
+	// which it takes its next delivery, so acking costs no lock of its
+	// own; the acker takes them from here (takeAcks). acksClosed: the
+	// acker is closed and refuses them.
+	acks       []backend.AckID
+	acksClosed bool
 
 	slowNanos atomic.Int64 // moving average of handler duration
 	wg        sync.WaitGroup
@@ -47,6 +58,9 @@ type workerSlot struct {
 	cur   atomic.Pointer[Delivery]
 	n     uint32 // deliveries run, for sampling their duration
 	freed int    // slots to give back
+	// ack is the delivery the worker acks once its handler has returned
+	// (see Subscription.ackAfterHandler); only the worker touches it.
+	ack *Delivery
 }
 
 const (
@@ -62,8 +76,8 @@ const (
 // gives the slots of the deliveries run returns true for back through
 // free, a batch at a time (an eighth of max), and all of them before it
 // waits for work: a slot is never held by a worker with nothing to do.
-func newDispatcher(max int, run func(*Delivery) bool, free func(n int)) *dispatcher {
-	d := &dispatcher{run: run, free: free, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
+func newDispatcher(max int, run func(*Delivery, *workerSlot) bool, free func(n int), a *acker) *dispatcher {
+	d := &dispatcher{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
@@ -159,12 +173,12 @@ func (p *dispatcher) work(w *workerSlot) {
 		var freed bool
 		if w.n++; w.n&15 == 0 {
 			start := time.Now()
-			freed = p.run(d)
+			freed = p.run(d, w)
 			el := int64(time.Since(start))
 			avg := p.slowNanos.Load()
 			p.slowNanos.Store(avg + (el-avg)/4)
 		} else {
-			freed = p.run(d)
+			freed = p.run(d, w)
 		}
 		w.cur.Store(nil)
 		if freed {
@@ -175,11 +189,54 @@ func (p *dispatcher) work(w *workerSlot) {
 		}
 
 		p.mu.Lock()
+		if d := w.ack; d != nil {
+			w.ack = nil
+			if !p.ackLocked(d.ackID) {
+				p.mu.Unlock()
+				p.acker.dropped(d)
+				p.mu.Lock()
+			}
+		}
 		p.busy--
 		if p.stopped && p.busy == 0 && p.queued() == 0 {
 			p.cond.Broadcast()
 		}
 	}
+}
+
+// ackLocked buffers an ack for the acker; it reports false when the acker
+// is closed.
+func (p *dispatcher) ackLocked(id backend.AckID) bool {
+	if p.acksClosed {
+		return false
+	}
+	p.acks = append(p.acks, id)
+	p.acker.buffered(len(p.acks))
+	return true
+}
+
+// takeAcks appends the buffered acks to dst and empties the buffer.
+func (p *dispatcher) takeAcks(dst []backend.AckID) []backend.AckID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dst = append(dst, p.acks...)
+	clear(p.acks)
+	p.acks = p.acks[:0]
+	return dst
+}
+
+// pendingAcks counts the buffered acks.
+func (p *dispatcher) pendingAcks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.acks)
+}
+
+// closeAcks refuses acks from now on.
+func (p *dispatcher) closeAcks() {
+	p.mu.Lock()
+	p.acksClosed = true
+	p.mu.Unlock()
 }
 
 // running appends to ds the deliveries whose handler runs now, or that

@@ -406,9 +406,10 @@ func (s *Subscription) releaseDone(n int) {
 	s.unsettled.Add(-n)
 }
 
-// process handles one delivery on a dispatcher worker. It reports whether
-// the delivery's slot is the worker's to give back (see handlerDone).
-func (s *Subscription) process(d *Delivery) bool {
+// process handles one delivery on dispatcher worker w. It reports
+// whether the delivery's slot is the worker's to give back (see
+// handlerDone).
+func (s *Subscription) process(d *Delivery, w *workerSlot) bool {
 	if s.opts.ackMode != AckOnReceive && s.caps.Redelivery && d.Attempt > s.opts.maxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out): dead-letter without running the handler again.
@@ -443,7 +444,7 @@ func (s *Subscription) process(d *Delivery) bool {
 		s.reportHandlerErr(d, err)
 		if d.claim() {
 			if err == nil {
-				s.settleErr(d, observer.ScopeAck, d.doAck())
+				s.ackAfterHandler(d, w)
 			} else {
 				s.retryOrDeadLetter(d, err)
 			}
@@ -455,6 +456,24 @@ func (s *Subscription) process(d *Delivery) bool {
 		}
 	}
 	return d.handlerDone()
+}
+
+// ackAfterHandler acks a claimed delivery whose handler succeeded
+// (AckOnSuccess). The worker hands the ack to the acker in the critical
+// section in which it takes its next delivery, which it enters anyway
+// (see dispatcher.ackLocked), so the ack takes no lock of its own: a lock
+// per message that every worker shares costs more than the handlers of
+// a busy subscription. The acker sees the ack at once, so it never waits
+// for the worker's next handler. Once the acker is closed (the
+// subscription is shutting down), the ack is refused and reported as
+// before.
+func (s *Subscription) ackAfterHandler(d *Delivery, w *workerSlot) {
+	if s.acks.isClosed() {
+		s.settleErr(d, observer.ScopeAck, d.doAck())
+		return
+	}
+	w.ack = d
+	d.finish(OutcomeAcked, nil)
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
