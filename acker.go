@@ -30,8 +30,10 @@ type acker struct {
 	mu     sync.Mutex
 	buf    []backend.AckID
 	closed bool
-	off    atomic.Bool     // closed, for a check without the lock
-	batch  []backend.AckID // the flush in progress; only run touches it
+	off    atomic.Bool // closed, for a check without the lock
+	// The buffers of the flush in progress, swapped with the ones acks
+	// go to; only run touches them.
+	fromWorkers, fromOthers []backend.AckID
 
 	first chan struct{} // a buffer got its first id
 	full  chan struct{} // a buffer holds size ids
@@ -130,36 +132,34 @@ func (a *acker) pending() int {
 	return max(n, a.sub.disp.pendingAcks())
 }
 
-// collect moves every buffered id into a.batch.
-func (a *acker) collect() {
-	a.batch = a.sub.disp.takeAcks(a.batch)
-	a.mu.Lock()
-	a.batch = append(a.batch, a.buf...)
-	clear(a.buf)
-	a.buf = a.buf[:0]
-	a.mu.Unlock()
-}
-
 // flush sends everything buffered, in chunks of at most size. Each chunk
 // gets ackFlushTimeout, and no more than parent allows.
 func (a *acker) flush(parent context.Context) {
 	for {
-		a.collect()
-		ids := a.batch
-		if len(ids) == 0 {
+		a.fromWorkers = a.sub.disp.swapAcks(a.fromWorkers)
+		a.mu.Lock()
+		a.fromOthers, a.buf = a.buf, a.fromOthers[:0]
+		a.mu.Unlock()
+		if len(a.fromWorkers) == 0 && len(a.fromOthers) == 0 {
 			return
 		}
-		for start := 0; start < len(ids); start += a.size {
-			chunk := ids[start:min(start+a.size, len(ids))]
-			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
-			err := a.sub.bsub.Ack(ctx, chunk)
-			cancel()
-			if err != nil {
-				a.sub.bus.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.topic, Group: a.sub.opts.group, Err: err})
-			}
+		a.send(parent, a.fromWorkers)
+		a.send(parent, a.fromOthers)
+		clear(a.fromWorkers)
+		clear(a.fromOthers)
+	}
+}
+
+// send acks ids in chunks of at most size.
+func (a *acker) send(parent context.Context, ids []backend.AckID) {
+	for start := 0; start < len(ids); start += a.size {
+		chunk := ids[start:min(start+a.size, len(ids))]
+		ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
+		err := a.sub.bsub.Ack(ctx, chunk)
+		cancel()
+		if err != nil {
+			a.sub.bus.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.topic, Group: a.sub.opts.group, Err: err})
 		}
-		clear(ids)
-		a.batch = ids[:0]
 	}
 }
 

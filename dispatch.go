@@ -44,7 +44,7 @@ type dispatcher struct {
 	// acks holds the acks that workers made when a handler returned
 	// (AckOnSuccess). A worker adds its ack in the critical section in
 	// which it takes its next delivery, so acking costs no lock of its
-	// own; the acker takes them from here (takeAcks). acksClosed: the
+	// own; the acker takes them from here (swapAcks). acksClosed: the
 	// acker is closed and refuses them.
 	acks       []backend.AckID
 	acksClosed bool
@@ -215,14 +215,14 @@ func (p *dispatcher) ackLocked(id backend.AckID) bool {
 	return true
 }
 
-// takeAcks appends the buffered acks to dst and empties the buffer.
-func (p *dispatcher) takeAcks(dst []backend.AckID) []backend.AckID {
+// swapAcks returns the buffered acks and buffers into spare (emptied)
+// from now on: the lock is held for a swap, not for a copy.
+func (p *dispatcher) swapAcks(spare []backend.AckID) []backend.AckID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	dst = append(dst, p.acks...)
-	clear(p.acks)
-	p.acks = p.acks[:0]
-	return dst
+	ids := p.acks
+	p.acks = spare[:0]
+	return ids
 }
 
 // pendingAcks counts the buffered acks.

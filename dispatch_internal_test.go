@@ -22,10 +22,10 @@ func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
 	require.True(t, ack("a"))
 	require.True(t, ack("b"))
 	assert.Equal(t, 2, p.pendingAcks())
-	assert.Equal(t, []backend.AckID{"a", "b"}, p.takeAcks(nil))
+	assert.Equal(t, []backend.AckID{"a", "b"}, p.swapAcks(nil))
 	assert.Zero(t, p.pendingAcks(), "taking empties the buffer")
 	require.True(t, ack("c"))
 	p.closeAcks()
 	assert.False(t, ack("d"), "refused after close")
-	assert.Equal(t, []backend.AckID{"c"}, p.takeAcks(nil), "what was buffered before close is still flushed")
+	assert.Equal(t, []backend.AckID{"c"}, p.swapAcks(nil), "what was buffered before close is still flushed")
 }
