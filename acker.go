@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,10 +26,12 @@ type acker struct {
 	size     int
 	interval time.Duration
 
-	mu     sync.Mutex
-	buf    []backend.AckID
-	closed bool
-	off    atomic.Bool // closed, for a check without the lock
+	mu  sync.Mutex
+	buf []backend.AckID
+	// closed is set by close, under mu so that add, which checks it
+	// under mu, never buffers after the final flush; the dispatcher
+	// checks it under its own lock for the same reason (ackLocked).
+	closed atomic.Bool
 	// The buffers of the flush in progress, swapped with the ones acks
 	// go to; only run touches them.
 	fromWorkers, fromOthers []backend.AckID
@@ -57,7 +58,7 @@ func newAcker(s *Subscription, size int, interval time.Duration) *acker {
 }
 
 // isClosed reports whether close was called.
-func (a *acker) isClosed() bool { return a.off.Load() }
+func (a *acker) isClosed() bool { return a.closed.Load() }
 
 // buffered wakes run for a buffer that now holds n ids.
 func (a *acker) buffered(n int) {
@@ -80,12 +81,12 @@ func signal(ch chan struct{}) {
 // dropped reports the ack of d, made after the acker closed; the message
 // is redelivered after its lease.
 func (a *acker) dropped(d *Delivery) {
-	a.sub.report(d, observer.ScopeAck, fmt.Errorf("bus: ack %q: %w", d.ID, ErrClosed))
+	a.sub.report(d, observer.ScopeAck, d.ackErr(ErrClosed))
 }
 
 func (a *acker) add(id backend.AckID) error {
 	a.mu.Lock()
-	if a.closed {
+	if a.closed.Load() {
 		a.mu.Unlock()
 		return ErrClosed
 	}
@@ -169,10 +170,8 @@ func (a *acker) send(parent context.Context, ids []backend.AckID) {
 // lease.
 func (a *acker) close(hard context.Context) error {
 	a.mu.Lock()
-	a.closed = true
-	a.off.Store(true)
+	a.closed.Store(true)
 	a.mu.Unlock()
-	a.sub.disp.closeAcks()
 	a.flushCtx = hard
 	close(a.stop)
 	if !waitOrDone(hard, a.done) {

@@ -263,10 +263,15 @@ func (d *Delivery) alreadySettled(op string) error {
 func (d *Delivery) doAck() error {
 	err := d.sub.acks.add(d.ackID)
 	if err != nil {
-		err = fmt.Errorf("bus: ack %q: %w", d.ID, err)
+		err = d.ackErr(err)
 	}
 	d.finish(OutcomeAcked, err)
 	return err
+}
+
+// ackErr is the error of an ack of d the acker refused.
+func (d *Delivery) ackErr(err error) error {
+	return fmt.Errorf("bus: ack %q: %w", d.ID, err)
 }
 
 func (d *Delivery) doNack(ctx context.Context, delay time.Duration) error {

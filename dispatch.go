@@ -44,10 +44,8 @@ type dispatcher struct {
 	// acks holds the acks that workers made when a handler returned
 	// (AckOnSuccess). A worker adds its ack in the critical section in
 	// which it takes its next delivery, so acking costs no lock of its
-	// own; the acker takes them from here (swapAcks). acksClosed: the
-	// acker is closed and refuses them.
-	acks       []backend.AckID
-	acksClosed bool
+	// own; the acker takes them from here (swapAcks).
+	acks []backend.AckID
 
 	slowNanos atomic.Int64 // moving average of handler duration
 	wg        sync.WaitGroup
@@ -205,9 +203,10 @@ func (p *dispatcher) work(w *workerSlot) {
 }
 
 // ackLocked buffers an ack for the acker; it reports false when the acker
-// is closed.
+// is closed. The acker's final flush swaps the buffer under p.mu after it
+// was closed, so an ack this accepts is always flushed.
 func (p *dispatcher) ackLocked(id backend.AckID) bool {
-	if p.acksClosed {
+	if p.acker.isClosed() {
 		return false
 	}
 	p.acks = append(p.acks, id)
@@ -230,13 +229,6 @@ func (p *dispatcher) pendingAcks() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.acks)
-}
-
-// closeAcks refuses acks from now on.
-func (p *dispatcher) closeAcks() {
-	p.mu.Lock()
-	p.acksClosed = true
-	p.mu.Unlock()
 }
 
 // running appends to ds the deliveries whose handler runs now, or that

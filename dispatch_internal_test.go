@@ -25,7 +25,7 @@ func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
 	assert.Equal(t, []backend.AckID{"a", "b"}, p.swapAcks(nil))
 	assert.Zero(t, p.pendingAcks(), "taking empties the buffer")
 	require.True(t, ack("c"))
-	p.closeAcks()
+	p.acker.closed.Store(true) // as acker.close does
 	assert.False(t, ack("d"), "refused after close")
 	assert.Equal(t, []backend.AckID{"c"}, p.swapAcks(nil), "what was buffered before close is still flushed")
 }
