@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/recvbuf"
 )
 
 type leaseState uint8
@@ -190,32 +191,17 @@ func (g *group) schedule(due int64, e *entry, attempt int32, chain *leaseChain) 
 // pending reports whether the group has entries it could deliver now.
 func (g *group) pending() bool { return g.ready.len() > 0 || g.cursor < g.t.head }
 
-// recvBuf holds the messages of a subscription's last Receive. The SPI
-// lets a backend reuse them on the next Receive (the bus copies what it
-// needs first), so only the leases, which are the AckIDs and outlive the
-// call, are allocated per batch.
-type recvBuf struct {
-	msgs []backend.Message
-	out  []*backend.Message
-}
-
 // take delivers up to max entries under leases of q: redeliveries first,
 // then new entries in log order. The leases of one call share one
-// allocation; the messages live in buf until the next call.
-func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend.Message {
+// allocation (they are the AckIDs, which outlive the call); the messages
+// live in buf until the next call.
+func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*backend.Message {
 	n := min(max, g.ready.len()+int(g.t.head-g.cursor))
 	if n <= 0 {
 		return nil
 	}
 	leases := make([]lease, n)
-	prev := len(buf.out) // messages of the last call still referenced
-	if cap(buf.msgs) < n {
-		buf.msgs = make([]backend.Message, n)
-		buf.out = make([]*backend.Message, 0, n)
-		prev = 0
-	}
-	ms := buf.msgs[:n]
-	out := buf.out[:0]
+	ms, out := buf.Next(n)
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
@@ -226,7 +212,6 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 		if len(e.headers) > 0 {
 			h = maps.Clone(e.headers)
 		}
-		// Every field is written: what the last call left is overwritten.
 		ms[i] = backend.Message{
 			ID: e.id, Key: e.key, Headers: h, Payload: e.payload,
 			PublishedAt: time.Unix(0, e.published), AckID: l, Attempt: int(attempt),
@@ -260,11 +245,5 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvBuf) []*backend
 	if g.pending() {
 		g.notify()
 	}
-	// Drop what the last call left beyond this one, so that settled
-	// payloads can be collected.
-	if prev > len(out) {
-		clear(buf.msgs[len(out):prev])
-	}
-	buf.out = out
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/recvbuf"
 )
 
 // maxReceiveWait bounds how long Receive blocks without a message.
@@ -19,8 +20,8 @@ type Subscription struct {
 	t     *topic
 	g     *group
 	q     *leaseQueue
-	timer *time.Timer // used by Receive only
-	buf   recvBuf     // messages of the last Receive, reused by the next
+	timer *time.Timer    // used by Receive only
+	buf   recvbuf.Buffer // messages of the last Receive, reused by the next
 
 	closed bool          // guarded by t.mu
 	done   chan struct{} // closed by Close

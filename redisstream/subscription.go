@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/recvbuf"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -68,12 +69,7 @@ type subscription struct {
 	entries []rawEntry
 	fields  []rawField
 	ids     []byte
-	// The messages of the last Receive, reused by the next (the SPI
-	// allows it): only the AckIDs, which outlive the call, are allocated
-	// per read.
-	vals []backend.Message
-	out  []*backend.Message
-	used int // vals the last Receive filled
+	recv    recvbuf.Buffer // messages of the last Receive, reused by the next
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -216,7 +212,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		return nil, nil
 	}
 	entries := rr.res[0].Messages
-	vals, msgs := s.batch(len(entries))
+	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
 	var trimmed []string
 	for i := range entries {
@@ -257,7 +253,7 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 		// their lease.
 		return nil, s.errf("receive", err)
 	}
-	vals, msgs := s.batch(len(entries))
+	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
 	var trimmed []string
 	for i, e := range entries {
@@ -288,21 +284,6 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	}
 	s.dropTrimmed(ctx, trimmed)
 	return msgs, nil
-}
-
-// batch returns n zeroed messages for a Receive to fill, and an empty
-// slice to return them in. Both are the last Receive's, reused; what it
-// left is cleared, so the collector can take settled payloads.
-func (s *subscription) batch(n int) ([]backend.Message, []*backend.Message) {
-	if cap(s.vals) < n {
-		s.vals = make([]backend.Message, n)
-		s.out = make([]*backend.Message, 0, n)
-	} else {
-		clear(s.vals[:max(n, s.used)])
-		clear(s.out[:max(n, s.used)])
-	}
-	s.used = n
-	return s.vals[:n], s.out[:0]
 }
 
 // blockFor returns the XREADGROUP BLOCK: the configured block, cut short
