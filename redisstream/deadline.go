@@ -84,11 +84,15 @@ func (b *Backend) run(ctx context.Context, fn func(context.Context) error, cance
 	if ctx.Done() == nil {
 		return fn(ctx)
 	}
-	_, hasDeadline := ctx.Deadline()
-	// With a deadline the socket deadline ends fn in time (cancellation
-	// before it is rare on these paths); without one, the client's own
-	// timeouts bound fn when cancelInline says they may.
-	if hasDeadline && !b.ctxTimeouts || !hasDeadline && !cancelInline {
+	// fn runs inline when something ends it in time: with a deadline, the
+	// socket deadline go-redis sets from it (cancellation before it is
+	// rare on these paths); without one, the client's own timeouts, when
+	// cancelInline says they may.
+	inline := cancelInline
+	if _, ok := ctx.Deadline(); ok {
+		inline = b.ctxTimeouts
+	}
+	if !inline {
 		return b.async(ctx, fn)
 	}
 	if err := ctx.Err(); err != nil {
