@@ -285,8 +285,7 @@ func TestRawReadsNeedARoomyReadDeadline(t *testing.T) {
 // receive, so the typed read path stays covered.
 func TestTypedReadsStillDeliver(t *testing.T) {
 	ctx := context.Background()
-	opts, err := redis.ParseURL(redistest.URL(t))
-	require.NoError(t, err)
+	opts := redistest.Options(t)
 	c := redis.NewClient(opts)
 	defer c.Close()
 	ro := *opts

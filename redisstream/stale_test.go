@@ -25,9 +25,7 @@ type staleEnv struct {
 
 func newStaleEnv(t *testing.T) *staleEnv {
 	t.Helper()
-	opts, err := redis.ParseURL(redistest.URL(t))
-	require.NoError(t, err)
-	client := redis.NewClient(opts)
+	client := redis.NewClient(redistest.Options(t))
 	be := newBackend(t, client, nil)
 	t.Cleanup(func() { _ = be.Close() })
 	topic := uniqueTopic(t)

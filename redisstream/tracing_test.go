@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/conformance/tracing"
@@ -12,8 +11,7 @@ import (
 )
 
 func TestConformanceTracing(t *testing.T) {
-	opts, err := redis.ParseURL(redistest.URL(t))
-	require.NoError(t, err, "parse the test server URL")
+	opts := redistest.Options(t)
 	tracing.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, redis.NewClient(opts), nil)
 	})

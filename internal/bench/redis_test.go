@@ -81,10 +81,7 @@ type redisEnv struct {
 
 func newRedisEnv(b *testing.B) *redisEnv {
 	b.Helper()
-	opts, err := redis.ParseURL(redistest.URL(b))
-	if err != nil {
-		b.Fatalf("parse url: %v", err)
-	}
+	opts := redistest.Options(b)
 	e := &redisEnv{b: b, client: redis.NewClient(opts), prefix: fmt.Sprintf("bench%d", time.Now().UnixNano())}
 	be, err := redisstream.New(e.client, &redisstream.Options{Prefix: e.prefix})
 	if err != nil {

@@ -16,9 +16,7 @@ import (
 // benchmarks report as srv-cpu-ns/msg: it is read from INFO CPU and grows
 // while the server works.
 func TestServerCPUReadsTheServersCPUTime(t *testing.T) {
-	opts, err := redis.ParseURL(redistest.URL(t))
-	require.NoError(t, err)
-	c := redis.NewClient(opts)
+	c := redis.NewClient(redistest.Options(t))
 	defer c.Close()
 
 	before, ok := serverCPU(c)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // EnvURL names the environment variable that points tests at an existing
@@ -63,6 +65,17 @@ func URL(t testing.TB) string {
 		return u
 	}
 	return Start(t).URL()
+}
+
+// Options returns the go-redis options for URL(t).
+func Options(t testing.TB) *redis.Options {
+	t.Helper()
+	u := URL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("redistest: parse %s: %v", u, err)
+	}
+	return opts
 }
 
 // Addr returns the server's host:port.

@@ -22,9 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func redisClient(t *testing.T) redis.UniversalClient {
 	t.Helper()
-	opt, err := redis.ParseURL(redistest.URL(t))
-	require.NoError(t, err, "parse redis url")
-	c := redis.NewClient(opt)
+	c := redis.NewClient(redistest.Options(t))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
