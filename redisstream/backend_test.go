@@ -226,6 +226,9 @@ func TestOpenURL(t *testing.T) {
 		{name: "bad retention", query: "retention=sometimes", wantErr: "retention"},
 		{name: "maxlen mode without maxlen", query: "retention=maxlen", wantErr: "MaxLen"},
 		{name: "block too long", query: "block=5s", wantErr: "block"},
+		{name: "read linger off", query: "read_linger=-1"},
+		{name: "read linger over block", query: "block=10ms&read_linger=20ms", wantErr: "read linger"},
+		{name: "bad read linger", query: "read_linger=soon", wantErr: "read_linger"},
 		{name: "bad duration", query: "block=soon", wantErr: "block"},
 		{name: "addr without cluster", query: "addr=127.0.0.1:1", wantErr: "cluster=true"},
 	}
@@ -282,6 +285,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{name: "negative maxlen", opts: redisstream.Options{MaxLen: -1}},
 		{name: "maxage without age", opts: redisstream.Options{Retention: redisstream.RetainMaxAge}},
 		{name: "short trim interval", opts: redisstream.Options{TrimInterval: time.Millisecond}},
+		{name: "read linger over block", opts: redisstream.Options{Block: 5 * time.Millisecond, ReadLinger: 6 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,6 +63,11 @@
 //     one runs on the caller's goroutine with a BLOCK of at most 50ms and
 //     a socket deadline 200ms after it (a reply slower than that fails the
 //     read, and reads go back to their own goroutine and the full BLOCK).
+//     While the stream is busy (the last read found 8 entries or more,
+//     yet under half its COUNT), the next read waits Options.ReadLinger
+//     (200µs) first and takes what arrived meanwhile: fewer round trips
+//     and less server work per message, for up to that much latency on a
+//     busy stream; reads of a quiet stream or of a backlog never wait.
 //   - Acks are one XACK per flush.
 //   - Publish sends one XADD for a single message and one pipeline for a
 //     batch; concurrent calls, for one topic too, share nothing but a

@@ -61,6 +61,7 @@ const (
 	DefaultBlock        = time.Second
 	DefaultTrimInterval = 10 * time.Second
 	DefaultMaxPayload   = 64 << 20
+	DefaultReadLinger   = 200 * time.Microsecond
 )
 
 // Options configure a Backend. The zero value (or nil) means every default.
@@ -71,6 +72,16 @@ type Options struct {
 	// Block is the longest one XREADGROUP waits (default and maximum 1s).
 	// A cancelled ctx ends a blocked read at once (CLIENT UNBLOCK).
 	Block time.Duration
+	// ReadLinger is how long a subscription waits before its next
+	// XREADGROUP while its stream is busy: the last read found at least 8
+	// entries, yet fewer than half of what it asked for. One read then
+	// takes what arrived meanwhile instead of a read per handful, which
+	// saves round trips and server work per message (about a quarter of
+	// both at 100,000 messages a second). Messages arriving on a busy
+	// stream wait up to ReadLinger longer; on a quiet stream (reads that
+	// find fewer than 8) and on a backlog no read waits. Default 200µs,
+	// at most Block; negative turns it off.
+	ReadLinger time.Duration
 	// Retention chooses the trimming mode (default RetainSettled).
 	Retention Retention
 	// MaxLen is the approximate stream length for RetainMaxLen, and a
@@ -113,6 +124,12 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Block = DefaultBlock
 	case c.Block < time.Millisecond || c.Block > time.Second:
 		errs = append(errs, fmt.Errorf("%w: block %v is not within [1ms, 1s]", ErrInvalidOption, c.Block))
+	}
+	switch {
+	case c.ReadLinger == 0:
+		c.ReadLinger = DefaultReadLinger
+	case c.ReadLinger > c.Block:
+		errs = append(errs, fmt.Errorf("%w: read linger %v is over the block %v", ErrInvalidOption, c.ReadLinger, c.Block))
 	}
 	switch c.Retention {
 	case RetainSettled, RetainAll:

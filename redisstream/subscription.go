@@ -74,6 +74,14 @@ type subscription struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
+	// found and asked are the entries the last XREADGROUP found and the
+	// COUNT it asked for; lingerBeforeRead decides on them (Receive's
+	// goroutine only, like the timer).
+	found, asked int
+	lingerTimer  *time.Timer
+	// lingerWait, when set (by tests), replaces the wait of a linger.
+	lingerWait func(ctx context.Context, d time.Duration) error
+
 	nogroupWait time.Duration // backoff between group re-creations
 	lastNoGroup time.Time
 }
@@ -183,11 +191,15 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 	}
 
+	if err := s.lingerBeforeRead(ctx); err != nil {
+		return nil, err
+	}
 	args := s.readArgs
 	args.Count = int64(max)
 	args.Block = s.blockFor(time.Now())
 	rr := s.reader.read(ctx, &args)
 	defer s.reader.recycle(rr)
+	s.found, s.asked = 0, max
 	if err := rr.err; err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil // BLOCK ran out
@@ -212,6 +224,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		return nil, nil
 	}
 	entries := rr.res[0].Messages
+	s.found = len(entries)
 	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
 	var trimmed []string
@@ -253,6 +266,7 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 		// their lease.
 		return nil, s.errf("receive", err)
 	}
+	s.found = len(entries)
 	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
 	var trimmed []string
@@ -284,6 +298,42 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	}
 	s.dropTrimmed(ctx, trimmed)
 	return msgs, nil
+}
+
+// readLingerMin is the fewest entries a read must find for the next one
+// to linger: a read that found fewer met a quiet stream, where waiting
+// would add latency and save next to no reads.
+const readLingerMin = 8
+
+// lingerBeforeRead waits Options.ReadLinger before a read when the last
+// one found a busy stream: at least readLingerMin entries, yet fewer than
+// half of its COUNT. Entries then arrive about as fast as they are read,
+// so each read would take a few, paying a round trip and a wakeup of the
+// server's blocked-client path for each handful; after the wait one read
+// takes what arrived meanwhile. A read that found fewer entries (a quiet
+// stream, where a message must not wait) or half its COUNT or more (a
+// backlog, where the next read finds entries at once) is not delayed. The
+// wait ends early, with ctx.Err(), when ctx ends.
+func (s *subscription) lingerBeforeRead(ctx context.Context) error {
+	d := s.b.opts.ReadLinger
+	if d <= 0 || s.found < readLingerMin || 2*s.found >= s.asked {
+		return nil
+	}
+	if s.lingerWait != nil {
+		return s.lingerWait(ctx, d)
+	}
+	if s.lingerTimer == nil {
+		s.lingerTimer = time.NewTimer(d)
+	} else {
+		s.lingerTimer.Reset(d)
+	}
+	select {
+	case <-s.lingerTimer.C:
+		return nil
+	case <-ctx.Done():
+		s.lingerTimer.Stop()
+		return ctx.Err()
+	}
 }
 
 // blockFor returns the XREADGROUP BLOCK: the configured block, cut short

@@ -31,7 +31,8 @@ func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 //	redis://[user:password@]host:port[/db][?param=value&...]
 //
 // User, password and database come from the URL; a host is required.
-// Backend parameters: prefix, block (duration), retention (settled,
+// Backend parameters: prefix, block (duration), read_linger (duration;
+// -1 turns it off), retention (settled,
 // maxlen, maxage, all), maxlen, maxage (duration), trim_interval
 // (duration), max_payload (bytes), cluster (true: open a cluster client;
 // more seed nodes with addr=host:port, repeatable). Client parameters,
@@ -101,6 +102,9 @@ func parseURL(u *url.URL) (parsedURL, error) {
 	}
 	if d, ok := p.Duration("block", time.Millisecond); ok {
 		o.Block = d
+	}
+	if d, ok := p.DurationOrOff("read_linger"); ok {
+		o.ReadLinger = d
 	}
 	if d, ok := p.Duration("maxage", time.Millisecond); ok {
 		o.MaxAge = d

@@ -13,7 +13,7 @@ import (
 
 func TestParseURLPassesValidatedClientParameters(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse("rediss://default:pw@h:6390/2?pool_size=10&read_timeout=-1&dial_timeout=2s&max_retries=-1&protocol=2&prefix=app&block=250ms")
+	u, err := url.Parse("rediss://default:pw@h:6390/2?pool_size=10&read_timeout=-1&dial_timeout=2s&max_retries=-1&protocol=2&prefix=app&block=250ms&read_linger=1ms")
 	require.NoError(t, err)
 	pu, err := parseURL(u)
 	require.NoError(t, err)
@@ -30,6 +30,7 @@ func TestParseURLPassesValidatedClientParameters(t *testing.T) {
 	assert.Equal(t, 2, o.Protocol)
 	assert.Equal(t, "app", pu.opts.Prefix)
 	assert.Equal(t, 250*time.Millisecond, pu.opts.Block)
+	assert.Equal(t, time.Millisecond, pu.opts.ReadLinger)
 
 	u, err = url.Parse("redis://h:7000?cluster=true&addr=h2:7001&pool_size=3")
 	require.NoError(t, err)
