@@ -3,7 +3,6 @@ package redisstream
 import (
 	"bytes"
 	"errors"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,15 +45,17 @@ type respParser struct {
 	pos int
 }
 
-// line returns the next line without its CRLF.
+// line returns the next line without its CRLF. A line of the replies
+// parsed here (a type and a length, or a simple string) never holds a
+// CR, so the first CR must start the CRLF.
 func (p *respParser) line() ([]byte, error) {
-	i := bytes.Index(p.b[p.pos:], []byte("\r\n"))
-	if i < 1 {
+	rest := p.b[p.pos:]
+	i := bytes.IndexByte(rest, '\r')
+	if i < 1 || i+1 == len(rest) || rest[i+1] != '\n' {
 		return nil, errBadReply
 	}
-	l := p.b[p.pos : p.pos+i]
 	p.pos += i + 2
-	return l, nil
+	return rest[:i], nil
 }
 
 // header reads the next element's type and length; null reports a RESP2
@@ -71,11 +72,31 @@ func (p *respParser) header() (kind byte, n int, null bool, err error) {
 	case '+', '-':
 		return kind, len(l) - 1, false, nil
 	}
-	v, err := strconv.Atoi(string(l[1:]))
-	if err != nil || v < -1 {
+	n, ok := parseLength(l[1:])
+	if !ok {
 		return 0, 0, false, errBadReply
 	}
-	return kind, v, v == -1, nil
+	return kind, n, n == -1, nil
+}
+
+// parseLength parses the length of a RESP header: decimal digits, or -1
+// for a null. It refuses anything else, a sign or a number with more than
+// 18 digits (which could overflow) included.
+func parseLength(b []byte) (int, bool) {
+	if len(b) == 2 && b[0] == '-' && b[1] == '1' {
+		return -1, true
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 // str reads a bulk or simple string.

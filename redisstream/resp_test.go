@@ -64,6 +64,10 @@ func TestParseXReadRefusesBrokenReplies(t *testing.T) {
 	for _, raw := range []string{
 		"", "*", "*1\r\n", "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*1\r\n$1\r\nm\r\n",
 		"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$9\r\n1-1\r\n*0\r\n", ":1\r\n", "*1\r\n*2\r\n$1\r\ns\r\n*0\r\nextra",
+		// Lengths: signs, -0, under -1, not digits, too long to be safe,
+		// and a CR without its LF.
+		"*+1\r\n*2\r\n$1\r\ns\r\n*0\r\n", "*-0\r\n", "*-2\r\n", "*1x\r\n", "*\r\n",
+		"*1234567890123456789\r\n", "*1\r*2\r\n$1\r\ns\r\n*0\r\n",
 	} {
 		_, _, err := parseXRead([]byte(raw), nil, nil)
 		assert.Error(t, err, "%q", raw)
@@ -116,7 +120,7 @@ func FuzzDecodeFieldsAgreesWithDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fs := rawFields(data)
 		var fast backend.Message
-		id, ok := decodeFields(fs, &fast)
+		id, ok := decodeFields(fs, &fast, nil)
 		if !ok {
 			return
 		}
@@ -153,7 +157,7 @@ func TestDecodeFieldsLeavesUnusualEntriesToDecode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var m backend.Message
-			_, ok := decodeFields(rawFields([]byte(tt.data)), &m)
+			_, ok := decodeFields(rawFields([]byte(tt.data)), &m, nil)
 			assert.False(t, ok)
 		})
 	}
@@ -209,7 +213,7 @@ func TestRawReadsMatchTypedReads(t *testing.T) {
 					continue
 				}
 				var fast, slow backend.Message
-				id, ok := decodeFields(fields[e.start:e.end], &fast)
+				id, ok := decodeFields(fields[e.start:e.end], &fast, nil)
 				require.True(t, ok, "entry %s takes the fast path", want.ID)
 				fast.ID = string(id)
 				require.NoError(t, decode(want.ID, want.Values, &slow))
@@ -315,4 +319,29 @@ func TestTypedReadsStillDeliver(t *testing.T) {
 	assert.Equal(t, want.Payload, got[0].Payload)
 	assert.True(t, want.PublishedAt.Equal(got[0].PublishedAt))
 	require.NoError(t, sub.Ack(ctx, []backend.AckID{got[0].AckID}))
+}
+
+// BenchmarkParseXRead parses a reply of 100 entries as the bus writes
+// them (meta and a 256-byte payload):
+//
+//	go test ./redisstream -run '^$' -bench ParseXRead
+func BenchmarkParseXRead(b *testing.B) {
+	raw := []byte("*1\r\n*2\r\n$10\r\nbus:{abcd}\r\n*100\r\n")
+	payload := bytes.Repeat([]byte{'x'}, 256)
+	for i := range 100 {
+		id := fmt.Sprintf("1700000000000-%d", i)
+		meta := fmt.Sprintf("1700000000000 01JABCDEFGHJKMNPQRSTVWXY%02d", i)
+		raw = fmt.Appendf(raw, "*2\r\n$%d\r\n%s\r\n*4\r\n$1\r\nm\r\n$%d\r\n%s\r\n$1\r\np\r\n$%d\r\n%s\r\n", len(id), id, len(meta), meta, len(payload), payload)
+	}
+	var entries []rawEntry
+	var fields []rawField
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		entries, fields, err = parseXRead(raw, entries[:0], fields[:0])
+		if err != nil || len(entries) != 100 {
+			b.Fatalf("parsed %d entries: %v", len(entries), err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/entry")
 }
