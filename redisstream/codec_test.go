@@ -75,3 +75,32 @@ func TestDecodeRejectsMalformedEntriesWithoutEchoingWireText(t *testing.T) {
 		})
 	}
 }
+
+func TestPayloadSlabCopiesAreExactAndIsolated(t *testing.T) {
+	entries := []rawEntry{{start: 0, end: 2}, {start: 2, end: 3}, {start: 3, end: 5}}
+	fields := []rawField{
+		{name: []byte(fieldMeta), value: []byte("1 a")}, {name: []byte(fieldPayload), value: []byte("abc")},
+		{name: []byte(fieldPayload), value: []byte{}},
+		{name: []byte(fieldKey), value: []byte("k")}, {name: []byte(fieldPayload), value: []byte("de")},
+	}
+	slab := newPayloadSlab(entries, fields)
+	require.Equal(t, 5, cap(slab.b), "room for exactly the payload fields")
+	a := slab.copy([]byte("abc"))
+	empty := slab.copy([]byte{})
+	b := slab.copy([]byte("de"))
+	assert.Equal(t, []byte("abc"), a)
+	assert.NotNil(t, empty, "an empty payload stays empty, not nil")
+	assert.Empty(t, empty)
+	assert.Equal(t, []byte("de"), b)
+	assert.Equal(t, len(a), cap(a), "each copy is capped to its length")
+	grown := append(a, 'X')
+	assert.Equal(t, []byte("abcX"), grown)
+	assert.Equal(t, []byte("de"), b, "appending to one payload never reaches the next")
+	// Past its room (a read whose entries were not all counted), and
+	// without a slab, a payload gets an allocation of its own.
+	c := slab.copy([]byte("fgh"))
+	assert.Equal(t, []byte("fgh"), c)
+	var none *payloadSlab
+	assert.Equal(t, []byte("ij"), none.copy([]byte("ij")))
+	assert.NotNil(t, none.copy(nil))
+}
