@@ -64,10 +64,11 @@
 //     a socket deadline 200ms after it (a reply slower than that fails the
 //     read, and reads go back to their own goroutine and the full BLOCK).
 //     While the stream is busy (the last read found 8 entries or more,
-//     yet under half its COUNT), the next read waits Options.ReadLinger
-//     (200µs) first and takes what arrived meanwhile: fewer round trips
-//     and less server work per message, for up to that much latency on a
-//     busy stream; reads of a quiet stream or of a backlog never wait.
+//     yet under half its COUNT, and the last two found entries at 50,000
+//     a second or more), the next read waits Options.ReadLinger (200µs)
+//     first and takes what arrived meanwhile: fewer round trips and less
+//     server work per message, for up to that much latency on a busy
+//     stream; reads of a quieter stream or of a backlog never wait.
 //   - Acks are one XACK per flush.
 //   - Publish sends one XADD for a single message and one pipeline for a
 //     batch; concurrent calls, for one topic too, share nothing but a

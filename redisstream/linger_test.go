@@ -16,11 +16,62 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// TestReadLingersOnlyWhileTheStreamIsBusy walks Receive through a quiet
-// stream, a busy one and a backlog, and checks which reads wait
-// Options.ReadLinger first; then that a linger ends with its ctx and reads
-// nothing.
+// TestReadLingersOnlyWhileTheStreamIsBusy checks which reads wait
+// Options.ReadLinger first, from what the last two reads found and when
+// they started.
 func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
+	t.Parallel()
+	const linger = 5 * time.Millisecond
+	start := time.Unix(1_700_000_000, 0)
+	tests := []struct {
+		name                    string
+		readLinger              time.Duration
+		prevFound, found, asked int
+		// window is from the start of the read before the last to now.
+		window time.Duration
+		want   bool
+	}{
+		{name: "busy: 8 or more found, fast, under half the count", readLinger: linger, prevFound: 16, found: 16, asked: 256, window: 300 * time.Microsecond, want: true},
+		{name: "quiet: fewer than 8 found", readLinger: linger, prevFound: 7, found: 7, asked: 256, window: 10 * time.Microsecond},
+		{name: "moderately busy: 20 a millisecond", readLinger: linger, prevFound: 1, found: 15, asked: 256, window: 800 * time.Microsecond},
+		{name: "just at the rate", readLinger: linger, prevFound: 25, found: 25, asked: 256, window: time.Millisecond, want: true},
+		{name: "a backlog: half the count or more", readLinger: linger, prevFound: 128, found: 128, asked: 256, window: 100 * time.Microsecond},
+		{name: "turned off", readLinger: -1, prevFound: 16, found: 16, asked: 256, window: 100 * time.Microsecond},
+		{name: "first read: no rate yet", readLinger: linger, found: 16, asked: 256},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := start.Add(tt.window)
+			s := &subscription{
+				b:     &Backend{opts: Options{ReadLinger: tt.readLinger}},
+				found: tt.found, asked: tt.asked, prevFound: tt.prevFound, prevStarted: start,
+				lingerClock: func() time.Time { return now },
+			}
+			var waited []time.Duration
+			s.lingerWait = func(_ context.Context, d time.Duration) error {
+				waited = append(waited, d)
+				return nil
+			}
+			if tt.name == "first read: no rate yet" {
+				s.prevStarted = time.Time{}
+			}
+			at, err := s.lingerBeforeRead(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, now, at, "the read starts at the clock's time")
+			if tt.want {
+				assert.Equal(t, []time.Duration{linger}, waited, "the read lingers ReadLinger")
+			} else {
+				assert.Empty(t, waited, "the read does not linger")
+			}
+		})
+	}
+}
+
+// TestReadLingerFollowsReceiveAndEndsWithCtx drives the decision through
+// Receive against a server: what each read found and when it started
+// reach the next decision, and a linger whose ctx ends returns the ctx's
+// error and reads nothing.
+func TestReadLingerFollowsReceiveAndEndsWithCtx(t *testing.T) {
 	defer time.AfterFunc(time.Minute, func() { panic("watchdog: " + t.Name() + " still running after 1m") }).Stop()
 	ctx := context.Background()
 	c := redis.NewClient(redistest.Options(t))
@@ -33,9 +84,11 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 	require.NoError(t, err)
 	defer bsub.Close()
 	sub := bsub.(*subscription)
-	var waits []time.Duration
+	now := time.Unix(1_700_000_000, 0)
+	sub.lingerClock = func() time.Time { return now }
+	var waited []time.Duration
 	sub.lingerWait = func(_ context.Context, d time.Duration) error {
-		waits = append(waits, d)
+		waited = append(waited, d)
 		return nil
 	}
 
@@ -51,11 +104,11 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 	}
 	// receive reads once, after a publish that put n entries in the
 	// stream, expects all n and acks them.
-	receive := func(max, n int) {
+	receive := func(n int) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		got, err := sub.Receive(rctx, max)
+		got, err := sub.Receive(rctx, 100)
 		require.NoError(t, err)
 		require.Len(t, got, n, "the read takes every entry published before it")
 		ids := make([]backend.AckID, len(got))
@@ -65,29 +118,30 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 		require.NoError(t, sub.Ack(ctx, ids))
 	}
 
+	publish(10)
+	receive(10)
+	now = now.Add(100 * time.Microsecond)
+	publish(10)
+	receive(10) // the read before found nothing yet: no rate
+	assert.Empty(t, waited)
+	now = now.Add(100 * time.Microsecond)
 	publish(3)
-	receive(100, 3) // no read before it
+	receive(3) // 20 found in 200µs: busy
+	assert.Equal(t, []time.Duration{linger}, waited, "a read after two busy ones lingers")
+	now = now.Add(100 * time.Microsecond)
 	publish(10)
-	receive(100, 10) // the last read found 3: a quiet stream
-	assert.Empty(t, waits, "no read lingers after a read that found fewer than %d", readLingerMin)
-
+	receive(10) // the last found 3: quiet
+	assert.Len(t, waited, 1, "a read after a quiet one does not linger")
+	now = now.Add(100 * time.Microsecond)
 	publish(10)
-	receive(100, 10) // the last read found 10 of 100: busy
-	assert.Equal(t, []time.Duration{linger}, waits, "a read after a busy one lingers ReadLinger")
-
-	publish(10)
-	receive(15, 10) // the last read found 10 of 100 again
-	require.Len(t, waits, 2)
-	publish(1)
-	receive(100, 1) // the last read found 10 of 15: half its count or more
-	assert.Len(t, waits, 2, "no read lingers after one that found half its count or more (a backlog)")
+	receive(10) // 13 found in 200µs: busy
+	require.Len(t, waited, 2)
 
 	// A real linger, longer than the ctx: Receive returns with the ctx's
 	// error and takes nothing.
-	publish(10)
-	receive(100, 10)
 	sub.lingerWait = nil
 	b.opts.ReadLinger = time.Minute
+	now = now.Add(100 * time.Microsecond)
 	publish(5)
 	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()

@@ -75,12 +75,18 @@ type subscription struct {
 	closeOnce sync.Once
 
 	// found and asked are the entries the last XREADGROUP found and the
-	// COUNT it asked for; lingerBeforeRead decides on them (Receive's
-	// goroutine only, like the timer).
+	// COUNT it asked for, started when it started; prevFound and
+	// prevStarted are the same of the read before it. lingerBeforeRead
+	// decides on them (Receive's goroutine only, like the timer).
 	found, asked int
+	started      time.Time
+	prevFound    int
+	prevStarted  time.Time
 	lingerTimer  *time.Timer
-	// lingerWait, when set (by tests), replaces the wait of a linger.
-	lingerWait func(ctx context.Context, d time.Duration) error
+	// lingerWait and lingerClock, when set (by tests), replace the wait
+	// of a linger and the clock its decision reads.
+	lingerWait  func(ctx context.Context, d time.Duration) error
+	lingerClock func() time.Time
 
 	nogroupWait time.Duration // backoff between group re-creations
 	lastNoGroup time.Time
@@ -191,9 +197,11 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 	}
 
-	if err := s.lingerBeforeRead(ctx); err != nil {
+	now, err := s.lingerBeforeRead(ctx)
+	if err != nil {
 		return nil, err
 	}
+	s.prevFound, s.prevStarted, s.started = s.found, s.started, now
 	args := s.readArgs
 	args.Count = int64(max)
 	args.Block = s.blockFor(time.Now())
@@ -301,27 +309,47 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	return msgs, nil
 }
 
-// readLingerMin is the fewest entries a read must find for the next one
-// to linger: a read that found fewer met a quiet stream, where waiting
-// would add latency and save next to no reads.
-const readLingerMin = 8
+// A read lingers (see lingerBeforeRead) only after one that found at
+// least readLingerMin entries while they arrived at readLingerRate or
+// more.
+const (
+	// readLingerMin: a read that found fewer met a quiet stream, where
+	// waiting would add latency and save next to no reads.
+	readLingerMin = 8
+	// readLingerRate, in entries a second over the last two reads: below
+	// it the reads are not what bounds the subscription (at 20,000 a
+	// second they take each publisher's batch as it comes), and a wait
+	// would only add latency. Two reads, because a read that was woken by
+	// the first entry of a batch finds one, and the one right after it
+	// finds the rest of the batch within a round trip: either alone
+	// misjudges the rate.
+	readLingerRate = 50_000
+)
 
 // lingerBeforeRead waits Options.ReadLinger before a read when the last
-// one found a busy stream: at least readLingerMin entries, yet fewer than
-// half of its COUNT. Entries then arrive about as fast as they are read,
-// so each read would take a few, paying a round trip and a wakeup of the
-// server's blocked-client path for each handful; after the wait one read
-// takes what arrived meanwhile. A read that found fewer entries (a quiet
-// stream, where a message must not wait) or half its COUNT or more (a
-// backlog, where the next read finds entries at once) is not delayed. The
-// wait ends early, with ctx.Err(), when ctx ends.
-func (s *subscription) lingerBeforeRead(ctx context.Context) error {
+// one found a busy stream: at least readLingerMin entries, at
+// readLingerRate or more over the last two reads, and fewer than half of
+// its COUNT. Entries then arrive about as fast as they are read, so each
+// read would take a few, paying a round trip and a wakeup of the server's
+// blocked-client path for each handful; after the wait one read takes
+// what arrived meanwhile. No other read is delayed: not on a quiet or
+// moderately busy stream, where a message must not wait, nor on a
+// backlog (half its COUNT or more), where the next read finds entries at
+// once. It returns the time the read starts; the wait ends early, with
+// ctx.Err(), when ctx ends.
+func (s *subscription) lingerBeforeRead(ctx context.Context) (time.Time, error) {
+	clock := time.Now
+	if s.lingerClock != nil {
+		clock = s.lingerClock
+	}
+	now := clock()
 	d := s.b.opts.ReadLinger
-	if d <= 0 || s.found < readLingerMin || 2*s.found >= s.asked {
-		return nil
+	if d <= 0 || s.found < readLingerMin || 2*s.found >= s.asked ||
+		float64(s.prevFound+s.found) < readLingerRate*now.Sub(s.prevStarted).Seconds() {
+		return now, nil
 	}
 	if s.lingerWait != nil {
-		return s.lingerWait(ctx, d)
+		return now, s.lingerWait(ctx, d)
 	}
 	if s.lingerTimer == nil {
 		s.lingerTimer = time.NewTimer(d)
@@ -330,10 +358,10 @@ func (s *subscription) lingerBeforeRead(ctx context.Context) error {
 	}
 	select {
 	case <-s.lingerTimer.C:
-		return nil
+		return clock(), nil
 	case <-ctx.Done():
 		s.lingerTimer.Stop()
-		return ctx.Err()
+		return now, ctx.Err()
 	}
 }
 
