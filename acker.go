@@ -133,34 +133,32 @@ func (a *acker) pending() int {
 	return max(n, a.sub.disp.pendingAcks())
 }
 
-// flush sends everything buffered, in chunks of at most size. Each chunk
-// gets ackFlushTimeout, and no more than parent allows.
+// flush sends everything buffered, in chunks of at most size, the acks
+// of both buffers together: a flush is one backend call per chunk,
+// whichever buffer its acks waited in. Each chunk gets ackFlushTimeout,
+// and no more than parent allows.
 func (a *acker) flush(parent context.Context) {
 	for {
 		a.fromWorkers = a.sub.disp.swapAcks(a.fromWorkers)
 		a.mu.Lock()
 		a.fromOthers, a.buf = a.buf, a.fromOthers[:0]
 		a.mu.Unlock()
-		if len(a.fromWorkers) == 0 && len(a.fromOthers) == 0 {
+		ids := append(a.fromWorkers, a.fromOthers...)
+		if len(ids) == 0 {
 			return
 		}
-		a.send(parent, a.fromWorkers)
-		a.send(parent, a.fromOthers)
-		clear(a.fromWorkers)
-		clear(a.fromOthers)
-	}
-}
-
-// send acks ids in chunks of at most size.
-func (a *acker) send(parent context.Context, ids []backend.AckID) {
-	for start := 0; start < len(ids); start += a.size {
-		chunk := ids[start:min(start+a.size, len(ids))]
-		ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
-		err := a.sub.bsub.Ack(ctx, chunk)
-		cancel()
-		if err != nil {
-			a.sub.bus.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.topic, Group: a.sub.opts.group, Err: err})
+		for start := 0; start < len(ids); start += a.size {
+			chunk := ids[start:min(start+a.size, len(ids))]
+			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
+			err := a.sub.bsub.Ack(ctx, chunk)
+			cancel()
+			if err != nil {
+				a.sub.bus.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.topic, Group: a.sub.opts.group, Err: err})
+			}
 		}
+		clear(ids)
+		clear(a.fromOthers)
+		a.fromWorkers = ids[:0]
 	}
 }
 

@@ -79,3 +79,31 @@ func TestAckOfHandlerReturningAfterCloseIsReportedNotSent(t *testing.T) {
 	assert.NotContains(t, acked, "a", "nothing is sent after the acker closed")
 	require.NoError(t, b.Close(context.Background()))
 }
+
+// A flush sends the acks workers made when handlers returned and the acks
+// made any other way (here Delivery.Ack from a handler) in one backend
+// call, not one per buffer.
+func TestFlushSendsAcksOfBothBuffersInOneCall(t *testing.T) {
+	f := newFakeBackend()
+	// A long interval and a large batch: only Close flushes.
+	b := bus.New(f, bus.WithAckBatch(100, time.Hour))
+	handled := make(chan struct{}, 2)
+	s, err := b.Subscribe(context.Background(), "orders", func(_ context.Context, d *bus.Delivery) error {
+		defer func() { handled <- struct{}{} }()
+		if d.ID == "explicit" {
+			return d.Ack(context.Background()) // the acker's own buffer
+		}
+		return nil // the worker's ack, in the dispatcher's buffer
+	})
+	require.NoError(t, err)
+	f.push(msg("explicit", 1), msg("returned", 1))
+	recv(t, handled)
+	recv(t, handled)
+	require.NoError(t, s.Close(context.Background()))
+	f.mu.Lock()
+	acked, calls := append([]string(nil), f.acked...), f.ackCalls
+	f.mu.Unlock()
+	assert.ElementsMatch(t, []string{"explicit", "returned"}, acked, "both acks are sent")
+	assert.Equal(t, 1, calls, "in one Ack call")
+	require.NoError(t, b.Close(context.Background()))
+}

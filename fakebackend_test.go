@@ -18,6 +18,7 @@ type fakeBackend struct {
 	queue        []*bus.BackendMessage
 	wake         chan struct{}
 	acked        []string
+	ackCalls     int // Ack calls made
 	nacks        []fakeNack
 	published    map[string][]*bus.BackendMessage
 	receives     []int // max of each Receive call
@@ -128,6 +129,7 @@ func maxInt(a, b int) int {
 func (s *fakeSub) Ack(_ context.Context, ids []backend.AckID) error {
 	s.f.mu.Lock()
 	defer s.f.mu.Unlock()
+	s.f.ackCalls++
 	for _, id := range ids {
 		s.f.acked = append(s.f.acked, id.(string))
 		s.f.outstand--
