@@ -204,7 +204,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	s.prevFound, s.prevStarted, s.started = s.found, s.started, now
 	args := s.readArgs
 	args.Count = int64(max)
-	args.Block = s.blockFor(time.Now())
+	args.Block = s.blockFor(now)
 	rr := s.reader.read(ctx, &args)
 	defer s.reader.recycle(rr)
 	s.found, s.asked = 0, max
