@@ -14,9 +14,13 @@ import (
 // demand up to max in flight. Waking a parked goroutine costs more than
 // handling a cheap message, so a batch wakes only as many workers as it
 // needs: all of them while handlers are slow (they block on I/O), at most
-// GOMAXPROCS while handlers are quick. A stall check started with each
-// batch wakes more workers if queued deliveries are not being taken, so a
+// GOMAXPROCS while handlers are quick. A stall check runs every
+// stallCheck while deliveries are queued. When fewer were taken since the
+// last check than are queued now, the running workers would not drain
+// the queue by the next one, and every queued delivery gets a worker: a
 // handler that turns slow never leaves deliveries waiting for long.
+// Workers that keep up are left alone; a queue that is refilled as fast
+// as it drains is not stalled.
 type dispatcher struct {
 	// run handles a delivery on worker w and reports whether its slot
 	// is to be given back; workers give slots back through free in
@@ -27,6 +31,9 @@ type dispatcher struct {
 	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
+	// stallAfter is the stall check's interval (stallCheck; tests set
+	// their own).
+	stallAfter time.Duration
 
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -38,6 +45,9 @@ type dispatcher struct {
 	stopped bool
 	stall   *time.Timer
 	armed   bool
+	taken   uint64 // deliveries the workers took from the queue
+	// takenAtArm is taken when the stall check was last armed.
+	takenAtArm uint64
 	// slots holds, per worker, the delivery it runs now, for the lease
 	// keeper to walk without a registration per message.
 	slots []*workerSlot
@@ -65,8 +75,8 @@ const (
 	// slowHandler is the average handler duration above which every
 	// queued delivery gets a worker of its own at once.
 	slowHandler = 20 * time.Microsecond
-	// stallCheck is how long queued deliveries may wait before more
-	// workers are woken.
+	// stallCheck is how often the stall check looks at queued
+	// deliveries.
 	stallCheck = time.Millisecond
 )
 
@@ -75,7 +85,7 @@ const (
 // free, a batch at a time (an eighth of max), and all of them before it
 // waits for work: a slot is never held by a worker with nothing to do.
 func newDispatcher(max int, run func(*Delivery, *workerSlot) bool, free func(n int), a *acker) *dispatcher {
-	d := &dispatcher{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), queue: make([]*Delivery, 0, max)}
+	d := &dispatcher{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*Delivery, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
@@ -94,14 +104,20 @@ func (p *dispatcher) push(ds []*Delivery) {
 		p.wakeLocked(want)
 	}
 	if !p.armed && p.queued() > 0 {
-		p.armed = true
-		if p.stall == nil {
-			p.stall = time.AfterFunc(stallCheck, p.checkStall)
-		} else {
-			p.stall.Reset(stallCheck)
-		}
+		p.armLocked()
 	}
 	p.mu.Unlock()
+}
+
+// armLocked starts the stall check.
+func (p *dispatcher) armLocked() {
+	p.armed = true
+	p.takenAtArm = p.taken
+	if p.stall == nil {
+		p.stall = time.AfterFunc(p.stallAfter, p.checkStall)
+	} else {
+		p.stall.Reset(p.stallAfter)
+	}
 }
 
 func (p *dispatcher) queued() int { return len(p.queue) - p.head }
@@ -129,7 +145,14 @@ func (p *dispatcher) checkStall() {
 	if p.stopped || p.queued() == 0 {
 		return
 	}
-	// Deliveries are waiting: give every one of them a worker.
+	if p.taken-p.takenAtArm >= uint64(p.queued()) {
+		// The workers drain the queue faster than this check runs:
+		// look again later.
+		p.armLocked()
+		return
+	}
+	// Deliveries are waiting on handlers that do not return soon
+	// enough: give every one of them a worker.
 	p.wakeLocked(p.queued())
 }
 
@@ -161,6 +184,7 @@ func (p *dispatcher) work(w *workerSlot) {
 		d := p.queue[p.head]
 		p.queue[p.head] = nil
 		p.head++
+		p.taken++
 		if p.head == len(p.queue) {
 			p.queue, p.head = p.queue[:0], 0
 		}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,4 +29,46 @@ func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
 	p.acker.closed.Store(true) // as acker.close does
 	assert.False(t, ack("d"), "refused after close")
 	assert.Equal(t, []backend.AckID{"c"}, p.swapAcks(nil), "what was buffered before close is still flushed")
+}
+
+// The stall check gives every queued delivery a worker when the workers
+// took fewer deliveries since the last check than are queued, and leaves
+// the pool alone while they keep up.
+func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
+	release := make(chan struct{})
+	var running atomic.Int32
+	p := newDispatcher(8, func(*Delivery, *workerSlot) bool {
+		running.Add(1)
+		<-release
+		return false
+	}, func(int) {}, newAcker(nil, 2, time.Millisecond))
+	p.stallAfter = time.Hour // the test calls checkStall itself
+	defer func() {
+		close(release)
+		p.stop()
+	}()
+
+	p.mu.Lock()
+	for range 5 {
+		p.queue = append(p.queue, &Delivery{})
+	}
+	p.taken, p.takenAtArm = 12, 7 // 5 taken since the last check, 5 queued
+	p.mu.Unlock()
+	p.checkStall()
+	p.mu.Lock()
+	workers, armed, mark := p.workers, p.armed, p.takenAtArm
+	p.mu.Unlock()
+	assert.Zero(t, workers, "workers that took as many as are queued are keeping up")
+	assert.True(t, armed, "the check looks again while deliveries are queued")
+	assert.Equal(t, uint64(12), mark, "the next check counts from here")
+
+	p.mu.Lock()
+	p.taken = 16 // 4 taken since: fewer than the 5 queued
+	p.mu.Unlock()
+	p.checkStall()
+	p.mu.Lock()
+	workers = p.workers
+	p.mu.Unlock()
+	assert.Equal(t, 5, workers, "every queued delivery gets a worker")
+	require.Eventually(t, func() bool { return running.Load() == 5 }, 5*time.Second, time.Millisecond, "the woken workers run the queued deliveries")
 }

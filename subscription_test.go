@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -518,4 +519,39 @@ func recvDone(t *testing.T, c <-chan struct{}) {
 	case <-time.After(waitFor):
 		t.Fatal("subscription did not stop")
 	}
+}
+
+// Handlers that turn slow get a worker each, whatever the quick ones
+// before them taught the dispatcher: here eight handlers can only return
+// once all eight run at the same time.
+func TestHandlersThatTurnSlowAllGetAWorker(t *testing.T) {
+	const n = 8
+	var arrived atomic.Int32
+	all, done := make(chan struct{}), make(chan struct{})
+	var handled atomic.Int32
+	f, _, _, _ := startFake(t, func(_ context.Context, d *bus.Delivery) error {
+		defer handled.Add(1)
+		if !strings.HasPrefix(d.ID, "wait") {
+			return nil
+		}
+		if arrived.Add(1) == n {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-done: // the test failed; let Close drain
+		}
+		return nil
+	}, bus.WithMaxInFlight(n))
+	t.Cleanup(func() { close(done) }) // runs before the bus closes
+	for i := range 64 {
+		f.push(msg("quick"+strconv.Itoa(i), 1))
+	}
+	require.Eventually(t, func() bool { return handled.Load() == 64 }, waitFor, time.Millisecond, "the quick handlers run")
+	for i := range n {
+		f.push(msg("wait"+strconv.Itoa(i), 1))
+	}
+	require.Eventually(t, func() bool { return arrived.Load() == n }, waitFor, time.Millisecond,
+		"all %d handlers must run at once (max in flight %d)", n, n)
+	require.Eventually(t, func() bool { return handled.Load() == 64+n }, waitFor, time.Millisecond, "and then return")
 }
