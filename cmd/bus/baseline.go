@@ -150,6 +150,8 @@ func aggregate(rs []benchResult) benchResult {
 	out.P50 = dur(func(r benchResult) time.Duration { return r.P50 })
 	out.P99 = dur(func(r benchResult) time.Duration { return r.P99 })
 	out.P999 = dur(func(r benchResult) time.Duration { return r.P999 })
+	out.SendLateP50 = dur(func(r benchResult) time.Duration { return r.SendLateP50 })
+	out.SendLateP99 = dur(func(r benchResult) time.Duration { return r.SendLateP99 })
 	out.Errors = 0
 	for _, r := range rs {
 		out.Max = max(out.Max, r.Max)

@@ -100,6 +100,14 @@ func TestBenchBaselineOnRedis(t *testing.T) {
 			assert.Equal(t, "go-redis", c.Raw.Client)
 			if scenario == scenarioE2E {
 				assert.Positive(t, c.Ratio.P99, "p99 ratio of a paced e2e run")
+				for _, r := range []benchResult{c.Bus, c.Raw} {
+					assert.True(t, r.Paced, "%s: send lateness measured", r.Client)
+					assert.GreaterOrEqual(t, r.P99, r.SendLateP99, "%s: latency includes the send lateness", r.Client)
+				}
+				var out strings.Builder
+				writeComparison(&out, cfg, 100, &c)
+				assert.Contains(t, out.String(), "sent late p50", "the table shows how late each side sent")
+				assert.Contains(t, out.String(), "sent late p99", "the table shows how late each side sent")
 			}
 		})
 	}
@@ -149,15 +157,18 @@ func TestBenchBaselineOnCoreNATS(t *testing.T) {
 
 func TestAggregateTakesMediansAndTheWorstCounts(t *testing.T) {
 	rs := []benchResult{
-		{Client: "bus", N: 10, Seconds: 1, MsgsPerSec: 10, P50: 3, P99: 30, Max: 50, Delivered: 10, PeakHeapMiB: 2, Latency: "x"},
-		{Client: "bus", N: 10, Seconds: 3, MsgsPerSec: 30, P50: 1, P99: 10, Max: 90, Delivered: 9, Lost: 1, PeakHeapMiB: 1, Latency: "x", Errors: 2, FirstError: "boom"},
-		{Client: "bus", N: 10, Seconds: 2, MsgsPerSec: 20, P50: 2, P99: 20, Max: 70, Delivered: 10, PeakHeapMiB: 3, Latency: "x"},
+		{Client: "bus", N: 10, Seconds: 1, MsgsPerSec: 10, P50: 3, P99: 30, Max: 50, Delivered: 10, PeakHeapMiB: 2, Latency: "x", Paced: true, SendLateP50: 5, SendLateP99: 7},
+		{Client: "bus", N: 10, Seconds: 3, MsgsPerSec: 30, P50: 1, P99: 10, Max: 90, Delivered: 9, Lost: 1, PeakHeapMiB: 1, Latency: "x", Errors: 2, FirstError: "boom", Paced: true, SendLateP50: 4, SendLateP99: 9},
+		{Client: "bus", N: 10, Seconds: 2, MsgsPerSec: 20, P50: 2, P99: 20, Max: 70, Delivered: 10, PeakHeapMiB: 3, Latency: "x", Paced: true, SendLateP50: 6, SendLateP99: 8},
 	}
 	a := aggregate(rs)
 	assert.InDelta(t, 2, a.Seconds, 1e-9, "median seconds")
 	assert.InDelta(t, 20, a.MsgsPerSec, 1e-9, "median throughput")
 	assert.EqualValues(t, 2, a.P50, "median p50")
 	assert.EqualValues(t, 20, a.P99, "median p99")
+	assert.True(t, a.Paced, "paced rounds stay paced")
+	assert.EqualValues(t, 5, a.SendLateP50, "median send lateness p50")
+	assert.EqualValues(t, 8, a.SendLateP99, "median send lateness p99")
 	assert.EqualValues(t, 90, a.Max, "largest max")
 	assert.InDelta(t, 3, a.PeakHeapMiB, 1e-9, "largest peak heap")
 	assert.EqualValues(t, 1, a.Lost, "counts of the worst round")

@@ -68,7 +68,7 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 var benchJSONKeys = []string{
 	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "gogc", "latency", "lost",
 	"max_in_flight", "msgs_per_sec", "n", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
-	"rate", "rate_short", "scenario", "seconds", "size",
+	"rate", "rate_short", "scenario", "seconds", "send_late_p50_ms", "send_late_p99_ms", "size",
 }
 
 // decodeBenchJSON checks that stdout is one JSON line and returns it as a
@@ -117,6 +117,8 @@ func TestBenchJSONPrintsOneLineWithExactlyTheDocumentedKeys(t *testing.T) {
 	assert.Equal(t, 64, res.MaxInFlight, "settings: max in flight")
 	assert.Zero(t, res.Rate, "settings: unpaced")
 	assert.Nil(t, res.AchievedRate, "no achieved rate when unpaced")
+	assert.Nil(t, res.SendLateP50Ms, "no send lateness when unpaced")
+	assert.Nil(t, res.SendLateP99Ms, "no send lateness when unpaced")
 	assert.Equal(t, gcPercent(), res.GOGC, "settings: the runtime's GOGC by default")
 	assert.Positive(t, res.PeakHeapMiB, "peak heap")
 	assert.Contains(t, stderr, "peak live heap", "heap figure also goes to stderr in JSON mode")
@@ -265,6 +267,12 @@ func TestBenchRatePacesThePublishers(t *testing.T) {
 			assert.Contains(t, res.Latency, "scheduled send", "latency counts from the scheduled time")
 			assert.Positive(t, res.P999, "p999 measured")
 			assert.GreaterOrEqual(t, res.P999, res.P99, "p999 >= p99")
+			// Every message's latency runs from its batch's due time, so
+			// it includes how late the batch was sent.
+			require.True(t, res.Paced, "send lateness measured when paced")
+			assert.GreaterOrEqual(t, res.SendLateP99, res.SendLateP50, "send late p99 >= p50")
+			assert.GreaterOrEqual(t, res.P50, res.SendLateP50, "latency p50 includes the send lateness")
+			assert.GreaterOrEqual(t, res.P99, res.SendLateP99, "latency p99 includes the send lateness")
 		})
 	}
 }
@@ -275,6 +283,9 @@ func TestBenchRateShortfallIsReported(t *testing.T) {
 	require.Equal(t, exitOK, code, "a short rate is reported, not a failure; stderr: %s", stderr)
 	_, res := decodeBenchJSON(t, stdout)
 	require.NotNil(t, res.AchievedRate, "achieved rate reported when paced")
+	require.NotNil(t, res.SendLateP50Ms, "send lateness reported when paced")
+	require.NotNil(t, res.SendLateP99Ms, "send lateness reported when paced")
+	assert.Positive(t, *res.SendLateP99Ms, "publishers behind a schedule of 1e9 msgs/s send late")
 	assert.True(t, res.RateShort, "a rate of 1e9 msgs/s is out of reach")
 	assert.Contains(t, stderr, "SHORT of the target", "the shortfall is said on stderr")
 }

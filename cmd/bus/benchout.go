@@ -41,7 +41,11 @@ type jsonFigures struct {
 	Lost         int64    `json:"lost"`
 	AchievedRate *float64 `json:"achieved_rate"`
 	RateShort    bool     `json:"rate_short"`
-	PeakHeapMiB  float64  `json:"peak_heap_mib"`
+	// SendLateP50Ms and SendLateP99Ms: how late the paced publishers
+	// sent against their schedule; null when unpaced.
+	SendLateP50Ms *float64 `json:"send_late_p50_ms"`
+	SendLateP99Ms *float64 `json:"send_late_p99_ms"`
+	PeakHeapMiB   float64  `json:"peak_heap_mib"`
 }
 
 // jsonSide is the raw client's figures in a --baseline result.
@@ -56,7 +60,17 @@ func (r *benchResult) figures() jsonFigures {
 		P50Ms: latencyMs(r, r.P50), P99Ms: latencyMs(r, r.P99), P999Ms: latencyMs(r, r.P999),
 		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
+		SendLateP50Ms: sendLateMs(r, r.SendLateP50), SendLateP99Ms: sendLateMs(r, r.SendLateP99),
 	}
+}
+
+// sendLateMs is d in milliseconds, or nil when r was not paced.
+func sendLateMs(r *benchResult, d time.Duration) *float64 {
+	if !r.Paced {
+		return nil
+	}
+	v := ms(d)
+	return &v
 }
 
 // jsonRatio is bus/raw: throughput, and latency quantiles when both
@@ -150,6 +164,9 @@ func writeTable(w io.Writer, cfg benchConfig, gogc int, r *benchResult) {
 // rateLine says what a paced run achieved against its target.
 func rateLine(cfg benchConfig, r *benchResult) string {
 	s := fmt.Sprintf("target %g msgs/s, achieved %.0f", cfg.Rate, r.AchievedRate)
+	if r.Paced {
+		s += fmt.Sprintf("; batches sent late by p50 %s, p99 %s", fmtMs(r.SendLateP50), fmtMs(r.SendLateP99))
+	}
 	if r.RateShort {
 		s += " (SHORT of the target: the publishers fell behind their schedule)"
 	}
@@ -181,6 +198,14 @@ func writeComparison(w io.Writer, cfg benchConfig, gogc int, c *comparison) {
 	row("seconds", fmt.Sprintf("%.3f", b.Seconds), fmt.Sprintf("%.3f", raw.Seconds), "")
 	if cfg.Rate > 0 {
 		row("achieved rate", fmt.Sprintf("%.0f", b.AchievedRate), fmt.Sprintf("%.0f", raw.AchievedRate), "")
+		late := func(r *benchResult, d time.Duration) string {
+			if !r.Paced {
+				return "-"
+			}
+			return fmtMs(d)
+		}
+		row("sent late p50", late(b, b.SendLateP50), late(raw, raw.SendLateP50), "")
+		row("sent late p99", late(b, b.SendLateP99), late(raw, raw.SendLateP99), "")
 	}
 	lat := func(r *benchResult, d time.Duration) string {
 		if r.Latency == "" {
