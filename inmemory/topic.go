@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/slab"
 )
 
 // entry is one published message in a topic log. Its fields are written
@@ -257,17 +258,16 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 
 // copyEntries copies msgs into entries the topic can keep: the caller owns
 // the messages, their header maps and payloads. Payloads of the batch
-// share one allocation, each capped to its own length. It also returns
+// share one allocation (a slab), each capped to its own length. It also returns
 // what the batch counts against MaxBacklogBytes.
 func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Payload)
 	}
-	slab := make([]byte, size)
+	payloads := slab.New(size)
 	es := make([]entry, len(msgs))
 	var now, total int64
-	pos := 0
 	for i, m := range msgs {
 		e := &es[i]
 		e.id, e.key = m.ID, m.Key
@@ -281,9 +281,7 @@ func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 		e.size = int32(min(size, math.MaxInt32))
 		total += int64(e.size)
 		if m.Payload != nil {
-			n := copy(slab[pos:], m.Payload)
-			e.payload = slab[pos : pos+n : pos+n]
-			pos += n
+			e.payload = payloads.Copy(m.Payload)
 		}
 		if m.PublishedAt.IsZero() {
 			if now == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/slab"
 )
 
 // Entry fields. Reserved fields are short lower-case names without a colon;
@@ -143,8 +144,8 @@ func stringField(id string, values map[string]any, name string, required bool) (
 // m partly set, and the caller decodes the field map with decode, which
 // accepts or refuses the entry with its canonical error. When it returns
 // true, decode of the same fields gives the same message. The payload is
-// copied into slab (nil: an allocation of its own).
-func decodeFields(fs []rawField, m *backend.Message, slab *payloadSlab) (id []byte, ok bool) {
+// copied into payloads (nil: an allocation of its own).
+func decodeFields(fs []rawField, m *backend.Message, payloads *slab.Bytes) (id []byte, ok bool) {
 	var meta, payload, key []byte
 	haveMeta, havePayload, haveKey := false, false, false
 	headers := 0
@@ -187,7 +188,7 @@ func decodeFields(fs []rawField, m *backend.Message, slab *payloadSlab) (id []by
 		ms = ms*10 + int64(c-'0')
 	}
 	m.PublishedAt = time.UnixMilli(ms)
-	m.Payload = slab.copy(payload)
+	m.Payload = payloads.Copy(payload)
 	if haveKey {
 		m.Key = string(key)
 	}
@@ -207,15 +208,10 @@ func decodeFields(fs []rawField, m *backend.Message, slab *payloadSlab) (id []by
 	return meta[sp+1:], true
 }
 
-// payloadSlab holds the payloads of one read in a single allocation:
-// one allocation per read instead of one per message, for the allocator
-// and the garbage collector alike. A payload it hands out is capped to its
-// own length, so appending to it never reaches a neighbour.
-type payloadSlab struct{ b []byte }
-
-// newPayloadSlab returns a slab for the payloads of entries: the value
-// of each entry's payload field (the bus's own entries have one).
-func newPayloadSlab(entries []rawEntry, fields []rawField) *payloadSlab {
+// newPayloadSlab returns a slab for the payloads of one read's entries:
+// room for the value of each entry's payload field (the bus's own entries
+// have one), so the read's payloads share one allocation.
+func newPayloadSlab(entries []rawEntry, fields []rawField) *slab.Bytes {
 	size := 0
 	for _, e := range entries {
 		for _, f := range fields[e.start:e.end] {
@@ -224,17 +220,5 @@ func newPayloadSlab(entries []rawEntry, fields []rawField) *payloadSlab {
 			}
 		}
 	}
-	return &payloadSlab{b: make([]byte, 0, size)}
-}
-
-// copy returns a copy of p, from the slab while it has room (a nil slab
-// has none) and from an allocation of its own otherwise. The copy is
-// never nil.
-func (s *payloadSlab) copy(p []byte) []byte {
-	if s == nil || len(p) > cap(s.b)-len(s.b) {
-		return append(make([]byte, 0, len(p)), p...)
-	}
-	start := len(s.b)
-	s.b = append(s.b, p...)
-	return s.b[start:len(s.b):len(s.b)]
+	return slab.New(size)
 }

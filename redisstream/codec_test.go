@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/slab"
 )
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -83,11 +84,11 @@ func TestPayloadSlabCopiesAreExactAndIsolated(t *testing.T) {
 		{name: []byte(fieldPayload), value: []byte{}},
 		{name: []byte(fieldKey), value: []byte("k")}, {name: []byte(fieldPayload), value: []byte("de")},
 	}
-	slab := newPayloadSlab(entries, fields)
-	require.Equal(t, 5, cap(slab.b), "room for exactly the payload fields")
-	a := slab.copy([]byte("abc"))
-	empty := slab.copy([]byte{})
-	b := slab.copy([]byte("de"))
+	payloads := newPayloadSlab(entries, fields)
+	require.Equal(t, 5, payloads.Room(), "room for exactly the payload fields")
+	a := payloads.Copy([]byte("abc"))
+	empty := payloads.Copy([]byte{})
+	b := payloads.Copy([]byte("de"))
 	assert.Equal(t, []byte("abc"), a)
 	assert.NotNil(t, empty, "an empty payload stays empty, not nil")
 	assert.Empty(t, empty)
@@ -98,9 +99,9 @@ func TestPayloadSlabCopiesAreExactAndIsolated(t *testing.T) {
 	assert.Equal(t, []byte("de"), b, "appending to one payload never reaches the next")
 	// Past its room (a read whose entries were not all counted), and
 	// without a slab, a payload gets an allocation of its own.
-	c := slab.copy([]byte("fgh"))
+	c := payloads.Copy([]byte("fgh"))
 	assert.Equal(t, []byte("fgh"), c)
-	var none *payloadSlab
-	assert.Equal(t, []byte("ij"), none.copy([]byte("ij")))
-	assert.NotNil(t, none.copy(nil))
+	var none *slab.Bytes
+	assert.Equal(t, []byte("ij"), none.Copy([]byte("ij")))
+	assert.NotNil(t, none.Copy(nil))
 }

@@ -277,7 +277,7 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	s.found = len(entries)
 	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
-	slab := newPayloadSlab(entries, fields)
+	payloads := newPayloadSlab(entries, fields)
 	var trimmed []string
 	for i, e := range entries {
 		if e.deleted {
@@ -287,7 +287,7 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 		m := &vals[i]
 		fs := fields[e.start:e.end]
 		var id string
-		if msgID, ok := decodeFields(fs, m, slab); ok {
+		if msgID, ok := decodeFields(fs, m, payloads); ok {
 			// One string holds the entry ID and the message ID.
 			s.ids = append(append(s.ids[:0], e.id...), msgID...)
 			both := string(s.ids)

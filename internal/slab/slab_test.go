@@ -1,0 +1,46 @@
+package slab_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/internal/slab"
+)
+
+func TestCopiesAreExactAndIsolated(t *testing.T) {
+	s := slab.New(5)
+	require.Equal(t, 5, s.Room(), "room for exactly what was asked")
+	a := s.Copy([]byte("abc"))
+	empty := s.Copy([]byte{})
+	b := s.Copy([]byte("de"))
+	assert.Equal(t, []byte("abc"), a)
+	assert.NotNil(t, empty, "an empty slice stays empty, not nil")
+	assert.Empty(t, empty)
+	assert.Equal(t, []byte("de"), b)
+	assert.Zero(t, s.Room(), "the room is used up")
+	assert.Equal(t, len(a), cap(a), "each copy is capped to its length")
+	grown := append(a, 'X')
+	assert.Equal(t, []byte("abcX"), grown)
+	assert.Equal(t, []byte("de"), b, "appending to one copy never reaches the next")
+	// Past its room, and without a slab, a copy gets an allocation of
+	// its own.
+	c := s.Copy([]byte("fgh"))
+	assert.Equal(t, []byte("fgh"), c)
+	var none *slab.Bytes
+	assert.Equal(t, []byte("ij"), none.Copy([]byte("ij")))
+	assert.NotNil(t, none.Copy(nil))
+	assert.Zero(t, none.Room())
+}
+
+func TestCopiesShareOneAllocation(t *testing.T) {
+	p := []byte("0123456789abcdef")
+	allocs := testing.AllocsPerRun(100, func() {
+		s := slab.New(16 * len(p))
+		for range 16 {
+			_ = s.Copy(p)
+		}
+	})
+	assert.LessOrEqual(t, allocs, 2.0, "the slab and its backing array, not one per copy")
+}
