@@ -57,20 +57,11 @@ type jsonSide struct {
 func (r *benchResult) figures() jsonFigures {
 	return jsonFigures{
 		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
-		P50Ms: latencyMs(r, r.P50), P99Ms: latencyMs(r, r.P99), P999Ms: latencyMs(r, r.P999),
+		P50Ms: msIf(r.Latency != "", r.P50), P99Ms: msIf(r.Latency != "", r.P99), P999Ms: msIf(r.Latency != "", r.P999),
 		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
-		SendLateP50Ms: sendLateMs(r, r.SendLateP50), SendLateP99Ms: sendLateMs(r, r.SendLateP99),
+		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),
 	}
-}
-
-// sendLateMs is d in milliseconds, or nil when r was not paced.
-func sendLateMs(r *benchResult, d time.Duration) *float64 {
-	if !r.Paced {
-		return nil
-	}
-	v := ms(d)
-	return &v
 }
 
 // jsonRatio is bus/raw: throughput, and latency quantiles when both
@@ -82,9 +73,9 @@ type jsonRatio struct {
 	P999       *float64 `json:"p999"`
 }
 
-// latencyMs is d in milliseconds, or nil when r measured no latency.
-func latencyMs(r *benchResult, d time.Duration) *float64 {
-	if r.Latency == "" {
+// msIf is d in milliseconds when the run measured it, else nil (null).
+func msIf(measured bool, d time.Duration) *float64 {
+	if !measured {
 		return nil
 	}
 	v := ms(d)
@@ -198,26 +189,15 @@ func writeComparison(w io.Writer, cfg benchConfig, gogc int, c *comparison) {
 	row("seconds", fmt.Sprintf("%.3f", b.Seconds), fmt.Sprintf("%.3f", raw.Seconds), "")
 	if cfg.Rate > 0 {
 		row("achieved rate", fmt.Sprintf("%.0f", b.AchievedRate), fmt.Sprintf("%.0f", raw.AchievedRate), "")
-		late := func(r *benchResult, d time.Duration) string {
-			if !r.Paced {
-				return "-"
-			}
-			return fmtMs(d)
-		}
-		row("sent late p50", late(b, b.SendLateP50), late(raw, raw.SendLateP50), "")
-		row("sent late p99", late(b, b.SendLateP99), late(raw, raw.SendLateP99), "")
+		row("sent late p50", cellMs(b.Paced, b.SendLateP50), cellMs(raw.Paced, raw.SendLateP50), "")
+		row("sent late p99", cellMs(b.Paced, b.SendLateP99), cellMs(raw.Paced, raw.SendLateP99), "")
 	}
-	lat := func(r *benchResult, d time.Duration) string {
-		if r.Latency == "" {
-			return "-"
-		}
-		return fmtMs(d)
-	}
-	if b.Latency != "" || raw.Latency != "" {
-		row("p50", lat(b, b.P50), lat(raw, raw.P50), fmtRatio(c.Ratio.P50))
-		row("p99", lat(b, b.P99), lat(raw, raw.P99), fmtRatio(c.Ratio.P99))
-		row("p999", lat(b, b.P999), lat(raw, raw.P999), fmtRatio(c.Ratio.P999))
-		row("max", lat(b, b.Max), lat(raw, raw.Max), "")
+	bl, rl := b.Latency != "", raw.Latency != ""
+	if bl || rl {
+		row("p50", cellMs(bl, b.P50), cellMs(rl, raw.P50), fmtRatio(c.Ratio.P50))
+		row("p99", cellMs(bl, b.P99), cellMs(rl, raw.P99), fmtRatio(c.Ratio.P99))
+		row("p999", cellMs(bl, b.P999), cellMs(rl, raw.P999), fmtRatio(c.Ratio.P999))
+		row("max", cellMs(bl, b.Max), cellMs(rl, raw.Max), "")
 	} else {
 		row("latency", "-", "-", "")
 	}
@@ -241,6 +221,14 @@ func fmtRatio(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// cellMs is a table cell: d in milliseconds when measured, else "-".
+func cellMs(measured bool, d time.Duration) string {
+	if !measured {
+		return "-"
+	}
+	return fmtMs(d)
 }
 
 func fmtMs(d time.Duration) string {
