@@ -128,26 +128,31 @@ func (c *counter) wait(b *testing.B, what string) {
 	}
 }
 
+// sideCost adds up what one side of a comparison spent over its rounds.
+type sideCost struct {
+	wall, cpu time.Duration
+	allocs    uint64
+}
+
+// measure runs one round of the side and adds its wall time, the
+// process's CPU time and the heap allocations.
+func (c *sideCost) measure(round func()) {
+	start, cpu, allocs := time.Now(), cputime.Process(), mallocs()
+	round()
+	c.wall += time.Since(start)
+	c.cpu += cputime.Process() - cpu
+	c.allocs += mallocs() - allocs
+}
+
 func BenchmarkMemE2EVsChannel(b *testing.B) {
 	bs := openMem(b, "mem://")
 	round := chanRound()
-	var chanTime, busTime, chanCPU, busCPU time.Duration
-	var chanAllocs, busAllocs uint64
+	var chanSide, busSide sideCost
 	iter := 0
 	for b.Loop() {
-		channel := func() {
-			start, cpu, allocs := time.Now(), cputime.Process(), mallocs()
-			runChannelPipeline(round)
-			chanTime += time.Since(start)
-			chanCPU += cputime.Process() - cpu
-			chanAllocs += mallocs() - allocs
-		}
+		channel := func() { chanSide.measure(func() { runChannelPipeline(round) }) }
 		bus := func() {
-			start, cpu, allocs := time.Now(), cputime.Process(), mallocs()
-			runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
-			busTime += time.Since(start)
-			busCPU += cputime.Process() - cpu
-			busAllocs += mallocs() - allocs
+			busSide.measure(func() { runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round) })
 		}
 		// Alternate which side goes first, as the other comparisons do:
 		// a side that runs right after the bus finds the heap pages the
@@ -163,19 +168,19 @@ func BenchmarkMemE2EVsChannel(b *testing.B) {
 		iter++
 	}
 	msgs := float64(round * iter)
-	chanRate := msgs / chanTime.Seconds()
-	busRate := msgs / busTime.Seconds()
+	chanRate := msgs / chanSide.wall.Seconds()
+	busRate := msgs / busSide.wall.Seconds()
 	b.ReportMetric(chanRate, "chan-msgs/s")
 	b.ReportMetric(busRate, "bus-msgs/s")
 	b.ReportMetric(busRate/chanRate, "bus/chan")
 	// CPU per message (all goroutines, GC included): the cost side of the
 	// ratio, which other load on the machine does not distort.
-	b.ReportMetric(float64(chanCPU.Nanoseconds())/msgs, "chan-cpu-ns/msg")
-	b.ReportMetric(float64(busCPU.Nanoseconds())/msgs, "bus-cpu-ns/msg")
+	b.ReportMetric(float64(chanSide.cpu.Nanoseconds())/msgs, "chan-cpu-ns/msg")
+	b.ReportMetric(float64(busSide.cpu.Nanoseconds())/msgs, "bus-cpu-ns/msg")
 	// Heap allocations per message, publish and consume together: what
 	// the garbage collector has to keep up with at the default GOGC.
-	b.ReportMetric(float64(chanAllocs)/msgs, "chan-allocs/msg")
-	b.ReportMetric(float64(busAllocs)/msgs, "bus-allocs/msg")
+	b.ReportMetric(float64(chanSide.allocs)/msgs, "chan-allocs/msg")
+	b.ReportMetric(float64(busSide.allocs)/msgs, "bus-allocs/msg")
 }
 
 // mallocs returns the number of heap allocations so far, all goroutines
