@@ -27,8 +27,10 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 		name                    string
 		readLinger              time.Duration
 		prevFound, found, asked int
-		// window is from the start of the read before the last to now.
+		// window is from the start of the read before the last to now;
+		// first says there was no read before the last.
 		window time.Duration
+		first  bool
 		want   bool
 	}{
 		{name: "busy: 8 or more found, fast, under half the count", readLinger: linger, prevFound: 16, found: 16, asked: 256, window: 300 * time.Microsecond, want: true},
@@ -37,7 +39,7 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 		{name: "just at the rate", readLinger: linger, prevFound: 25, found: 25, asked: 256, window: time.Millisecond, want: true},
 		{name: "a backlog: half the count or more", readLinger: linger, prevFound: 128, found: 128, asked: 256, window: 100 * time.Microsecond},
 		{name: "turned off", readLinger: -1, prevFound: 16, found: 16, asked: 256, window: 100 * time.Microsecond},
-		{name: "first read: no rate yet", readLinger: linger, found: 16, asked: 256},
+		{name: "first read: no rate yet", readLinger: linger, found: 16, asked: 256, first: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,7 +54,7 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 				waited = append(waited, d)
 				return nil
 			}
-			if tt.name == "first read: no rate yet" {
+			if tt.first {
 				s.prevStarted = time.Time{}
 			}
 			at, err := s.lingerBeforeRead(context.Background())
