@@ -55,9 +55,10 @@ type jsonSide struct {
 }
 
 func (r *benchResult) figures() jsonFigures {
+	lat := r.Latency != ""
 	return jsonFigures{
 		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
-		P50Ms: msIf(r.Latency != "", r.P50), P99Ms: msIf(r.Latency != "", r.P99), P999Ms: msIf(r.Latency != "", r.P999),
+		P50Ms: msIf(lat, r.P50), P99Ms: msIf(lat, r.P99), P999Ms: msIf(lat, r.P999),
 		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
 		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),

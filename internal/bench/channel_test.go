@@ -223,16 +223,17 @@ func BenchmarkMemE2E(b *testing.B) {
 	bs := openMem(b, "mem://")
 	round := chanRound()
 	iter := 0
-	var allocs uint64
+	var cost sideCost
 	var tail time.Duration
 	for b.Loop() {
-		before := mallocs()
-		tail += runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round)
-		allocs += mallocs() - before
+		cost.measure(func() { tail += runBusE2E(b, bs, fmt.Sprintf("bench.mem.e2e.%d", iter), round) })
 		iter++
 	}
-	b.ReportMetric(float64(round*iter)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64(allocs)/float64(round*iter), "allocs/msg")
+	msgs := float64(round * iter)
+	b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(cost.allocs)/msgs, "allocs/msg")
+	// CPU per message, all goroutines and the collector included.
+	b.ReportMetric(float64(cost.cpu.Nanoseconds())/msgs, "cpu-ns/msg")
 	// From the last Publish returning to the last message handled, per
 	// round: near zero when the handlers keep up with the publisher
 	// (the publisher is then what bounds the rate).
