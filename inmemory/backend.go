@@ -147,41 +147,49 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if t == nil {
 		return errClosed("publish", topic)
 	}
-	t.mu.Lock()
+	if !t.mu.TryLock() {
+		if t.offer(es, bytes) {
+			return nil
+		}
+		t.mu.Lock()
+	}
+	t.drain()
 	if err := b.waitRoom(ctx, t, len(es), bytes); err != nil {
-		t.mu.Unlock()
+		t.unlock()
 		return fmt.Errorf("inmemory: publish %q: %w", topic, err)
 	}
-	t.appendEntries(es, bytes)
-	t.mu.Unlock()
+	t.insert(es)
+	t.unlock()
 	return nil
 }
 
-// waitRoom returns, with t.mu held, when t has room for n more entries of
-// bytes in total. A topic without a group always has room: it drops its
-// oldest entries.
+// waitRoom admits a batch of n entries of bytes in total to t's backlog,
+// with mu held, waiting for room as the backlog policy says. A topic
+// without a group always has room: it drops its oldest entries.
 func (b *Backend) waitRoom(ctx context.Context, t *topic, n int, bytes int64) error {
-	for len(t.glist) > 0 && !t.fits(n, bytes) {
+	for {
+		if b.closed.Load() {
+			return backend.ErrClosed
+		}
+		if t.admit(n, bytes, len(t.glist) > 0) {
+			return nil
+		}
 		if b.br.opts.BacklogPolicy == BacklogError {
 			return t.fullError()
 		}
 		ch := t.waitSpace(n, bytes)
-		t.mu.Unlock()
+		t.unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			t.mu.Lock()
+			t.lock()
 			return fmt.Errorf("waiting for backlog room: %w", ctx.Err())
 		case <-b.done:
-			t.mu.Lock()
+			t.lock()
 			return backend.ErrClosed
 		}
-		t.mu.Lock()
+		t.lock()
 	}
-	if b.closed.Load() {
-		return backend.ErrClosed
-	}
-	return nil
 }
 
 // Subscribe joins cfg.Group on topic, creating the group at cfg.StartFrom
@@ -203,8 +211,8 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	if t == nil {
 		return nil, errClosed("subscribe", topic)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	g := t.groups[cfg.Group]
 	if g == nil {
 		g = t.addGroup(cfg.Group, cfg.StartFrom)
@@ -268,9 +276,9 @@ func (b *Backend) Stats(topic string) (TopicStats, bool) {
 	if t == nil {
 		return TopicStats{}, false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := TopicStats{Backlog: t.live, BacklogBytes: t.liveBytes, Window: int(t.head - t.base), Published: t.head, Dropped: t.dropped}
+	t.lock()
+	defer t.unlock()
+	s := TopicStats{Backlog: int(t.live.Load()), BacklogBytes: t.liveBytes.Load(), Window: int(t.head - t.base), Published: t.head, Dropped: t.dropped}
 	for _, g := range t.glist {
 		s.Groups = append(s.Groups, GroupStats{
 			Name: g.name, Members: g.members, Undelivered: int(t.head - g.cursor),

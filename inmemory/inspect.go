@@ -44,9 +44,9 @@ func compareStrings(a, b string) int {
 }
 
 func (t *topic) info() backend.TopicInfo {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ti := backend.TopicInfo{Name: t.name, Messages: backend.Figure(t.live), Bytes: backend.Figure(t.liveBytes)}
+	t.lock()
+	defer t.unlock()
+	ti := backend.TopicInfo{Name: t.name, Messages: backend.Figure(t.live.Load()), Bytes: backend.Figure(t.liveBytes.Load())}
 	m := t.mask()
 	for off := t.base; off < t.head; off++ {
 		if e := t.ring[off&m]; e != nil {
@@ -72,8 +72,8 @@ func (b *Backend) Groups(ctx context.Context, name string) ([]backend.GroupInfo,
 	if t == nil {
 		return []backend.GroupInfo{}, nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	out := make([]backend.GroupInfo, 0, len(t.glist))
 	for _, g := range t.glist {
 		out = append(out, g.info())
@@ -135,8 +135,8 @@ func (b *Backend) Peek(ctx context.Context, name, cursor string, n int) ([]*back
 	if t == nil {
 		return nil, "", nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	var out []*backend.Message
 	off := max(from, t.base)
 	for ; off < t.head && len(out) < n; off++ {
@@ -171,8 +171,8 @@ func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, e
 	for _, id := range ids {
 		want[id] = true
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	deleted := 0
 	m := t.mask()
 	for off := t.base; off < t.head; off++ {
@@ -192,8 +192,7 @@ func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, e
 		e.release()
 		e.refs = 0
 		t.ring[off&m] = nil
-		t.live--
-		t.liveBytes -= int64(e.size)
+		t.unlive(e)
 		deleted++
 	}
 	if deleted > 0 {

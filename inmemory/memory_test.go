@@ -25,9 +25,9 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 	a, b := sub("a"), sub("b")
 	require.NoError(t, be.Publish(ctx, "mem", []*backend.Message{{ID: "x", Headers: map[string]string{"k": "v"}, Payload: []byte("data")}}))
 	tp := be.br.lookup("mem")
-	tp.mu.Lock()
+	tp.lock()
 	e := tp.at(0)
-	tp.mu.Unlock()
+	tp.unlock()
 	require.NotNil(t, e)
 
 	settle := func(s backend.Subscription) {
@@ -37,11 +37,11 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 		require.NoError(t, s.Ack(ctx, []backend.AckID{m[0].AckID}))
 	}
 	settle(a)
-	tp.mu.Lock()
+	tp.lock()
 	assert.NotNil(t, e.payload, "group b still owes the entry")
-	tp.mu.Unlock()
+	tp.unlock()
 	settle(b)
-	tp.mu.Lock()
+	tp.lock()
 	assert.Nil(t, e.payload, "payload released")
 	assert.Nil(t, e.headers, "headers released")
 	assert.Empty(t, e.id, "id released")
@@ -51,7 +51,7 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 			assert.Zero(t, q.recs.len(), "settled leases leave the lease queue")
 		}
 	}
-	tp.mu.Unlock()
+	tp.unlock()
 	require.NoError(t, a.Close())
 	require.NoError(t, b.Close())
 }
@@ -72,9 +72,9 @@ func TestRingShrinksAfterASpike(t *testing.T) {
 		require.NoError(t, be.Publish(ctx, "spike", batch))
 	}
 	tp := be.br.lookup("spike")
-	tp.mu.Lock()
+	tp.lock()
 	peak := len(tp.ring)
-	tp.mu.Unlock()
+	tp.unlock()
 	require.GreaterOrEqual(t, peak, 10000)
 	for n := 0; n < 10000; {
 		m, err := s.Receive(ctx, 512)
@@ -86,8 +86,8 @@ func TestRingShrinksAfterASpike(t *testing.T) {
 		require.NoError(t, s.Ack(ctx, ids))
 		n += len(m)
 	}
-	tp.mu.Lock()
-	defer tp.mu.Unlock()
+	tp.lock()
+	defer tp.unlock()
 	assert.LessOrEqual(t, len(tp.ring), minRing, "ring shrinks back once drained")
 	assert.LessOrEqual(t, len(tp.glist[0].queues[0].recs.buf), 1024, "lease queue shrinks back once drained")
 }

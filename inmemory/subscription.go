@@ -42,9 +42,9 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		t.mu.Lock()
+		t.lock()
 		if s.closed || s.b.closed.Load() {
-			t.mu.Unlock()
+			t.unlock()
 			return nil, errClosed("receive", t.name)
 		}
 		now := t.b.now()
@@ -53,16 +53,16 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		g.reap(now)
 		if msgs := g.take(max, now, s.q, &s.buf); len(msgs) > 0 {
-			t.mu.Unlock()
+			t.unlock()
 			return msgs, nil
 		}
 		if now >= deadline {
-			t.mu.Unlock()
+			t.unlock()
 			return nil, nil
 		}
 		wake := min(deadline, g.nextWake())
 		ch := g.waitCh(wake)
-		t.mu.Unlock()
+		t.unlock()
 
 		s.timer.Reset(time.Duration(wake - now))
 		select {
@@ -115,7 +115,7 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 		return errClosed("ack", s.t.name)
 	}
 	t := s.t
-	t.mu.Lock()
+	t.lock()
 	var other *group
 	for _, id := range ids {
 		l := s.anyLease(id)
@@ -145,7 +145,7 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	if other != nil {
 		other.trim()
 	}
-	t.mu.Unlock()
+	t.unlock()
 	return nil
 }
 
@@ -158,8 +158,8 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 		return errClosed("nack", s.t.name)
 	}
 	t := s.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	l := s.leaseOf(id)
 	if l == nil {
 		return s.staleErr("nack", id)
@@ -184,8 +184,8 @@ func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 		return errClosed("extend", s.t.name)
 	}
 	t := s.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lock()
+	defer t.unlock()
 	l := s.leaseOf(id)
 	if l == nil {
 		return s.staleErr("extend", id)
@@ -226,8 +226,8 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 		case s.b.closed.Load():
 			unlock()
 			return errClosed("dead-letter", t.name)
-		case len(dl.glist) == 0 || dl.fits(1, bytes):
-			dl.appendEntries(es, bytes)
+		case dl.admit(1, bytes, len(dl.glist) > 0):
+			dl.insert(es)
 			l.state = leaseDeadLettered
 			if l.chain != nil {
 				l.chain.settled = true
@@ -257,17 +257,17 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 // returns the unlock function.
 func lockPair(a, b *topic) func() {
 	if a == b {
-		a.mu.Lock()
-		return a.mu.Unlock
+		a.lock()
+		return a.unlock
 	}
 	if b.name < a.name {
 		a, b = b, a
 	}
-	a.mu.Lock()
-	b.mu.Lock()
+	a.lock()
+	b.lock()
 	return func() {
-		b.mu.Unlock()
-		a.mu.Unlock()
+		b.unlock()
+		a.unlock()
 	}
 }
 
@@ -275,8 +275,8 @@ func lockPair(a, b *topic) func() {
 // this member received and did not settle stay leased and are redelivered
 // to the group when their leases expire. Closing twice returns nil.
 func (s *Subscription) Close() error {
-	s.t.mu.Lock()
-	defer s.t.mu.Unlock()
+	s.t.lock()
+	defer s.t.unlock()
 	if s.closed {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -39,13 +40,23 @@ func (e *entry) release() {
 }
 
 // topic is a retained log of entries plus its consumer groups. Every field
-// is guarded by mu.
+// is guarded by mu unless its comment says otherwise.
 //
 // The log is a ring of entry pointers covering the offsets [base, head).
 // A slot is nil once its entry has been freed (settled by every group).
 // base only moves past nil slots, or past entries that every group has
 // already received when the window grows too large (see advance); such an
 // entry lives on through its leases and redelivery queues.
+//
+// A publisher that finds mu held does not wait for it: it leaves its batch
+// in the inbox, and whoever holds mu appends it to the log before letting
+// go (lock and unlock drain the inbox; see offer). A parked publisher
+// would be woken on the core of the Receive or Ack that held mu, and the
+// core it ran on would sit idle until the scheduler moved one of them
+// back: on a two-core machine that halves end-to-end throughput. Every
+// reader of the log takes mu through lock, so a batch in the inbox is
+// appended before anyone can look for it: a Publish that returned is
+// visible to every later Receive, Subscribe and inspection.
 type topic struct {
 	mu   sync.Mutex
 	name string
@@ -55,12 +66,18 @@ type topic struct {
 	base, head uint64
 
 	// live counts entries that are retained: not yet settled by every
-	// group, or, while the topic has no group, held in the ring.
-	live      int
-	liveBytes int64
+	// group, or, while the topic has no group, held in the ring; the
+	// inbox's entries count too. Both counters only grow under inMu (see
+	// admit), so that a publisher that holds inMu sees them move only
+	// down, and only shrink under mu.
+	live      atomic.Int64
+	liveBytes atomic.Int64
 
 	groups map[string]*group
 	glist  []*group
+	// hasGroups is set once the topic has a group; groups are never
+	// removed. Read without mu by offer.
+	hasGroups atomic.Bool
 
 	// spaceCh is closed (and reset) when live goes down enough for the
 	// smallest batch a publisher waits to store (spaceNeed) under
@@ -72,6 +89,16 @@ type topic struct {
 	// dropped counts entries dropped because the topic had no group and
 	// its backlog was full.
 	dropped uint64
+
+	inMu sync.Mutex
+	// inbox holds the batches offered while mu was held, in the order
+	// they were admitted; guarded by inMu.
+	inbox [][]entry
+	// inboxFull is set while inbox is not empty.
+	inboxFull atomic.Bool
+	// spare is the drained inbox's backing array, reused by the next
+	// drain; guarded by mu.
+	spare [][]entry
 }
 
 const minRing = 64
@@ -95,12 +122,92 @@ func (t *topic) waitSpace(n int, bytes int64) <-chan struct{} {
 // fits reports whether n more entries of bytes in total fit in the
 // backlog limits.
 func (t *topic) fits(n int, bytes int64) bool {
-	return t.live+n <= t.b.opts.MaxBacklog && t.liveBytes+bytes <= t.b.opts.MaxBacklogBytes
+	return t.live.Load()+int64(n) <= int64(t.b.opts.MaxBacklog) && t.liveBytes.Load()+bytes <= t.b.opts.MaxBacklogBytes
 }
 
 func (t *topic) fullError() error {
 	o := t.b.opts
-	return fmt.Errorf("%w: %d unsettled entries of %d bytes, max %d entries and %d bytes", ErrBacklogFull, t.live, t.liveBytes, o.MaxBacklog, o.MaxBacklogBytes)
+	return fmt.Errorf("%w: %d unsettled entries of %d bytes, max %d entries and %d bytes", ErrBacklogFull, t.live.Load(), t.liveBytes.Load(), o.MaxBacklog, o.MaxBacklogBytes)
+}
+
+// lock takes mu and appends what the inbox holds.
+func (t *topic) lock() {
+	t.mu.Lock()
+	t.drain()
+}
+
+// unlock lets go of mu. A batch offered while mu was held is appended
+// first: by this call, or by whoever took mu in between.
+func (t *topic) unlock() {
+	for {
+		t.drain()
+		t.mu.Unlock()
+		// A publisher that offered a batch after the drain above and
+		// found mu held counts on this check (see offer).
+		if !t.inboxFull.Load() || !t.mu.TryLock() {
+			return
+		}
+	}
+}
+
+// drain appends the inbox's batches to the log; mu is held.
+func (t *topic) drain() {
+	if !t.inboxFull.Load() {
+		return
+	}
+	t.inMu.Lock()
+	batches := t.inbox
+	t.inbox = t.spare
+	t.inboxFull.Store(false)
+	t.inMu.Unlock()
+	for _, es := range batches {
+		t.insert(es)
+	}
+	clear(batches)
+	t.spare = batches[:0]
+}
+
+// admit counts a batch of n entries of bytes in total against the backlog
+// limits. With limit, it admits the batch only if it fits, and reports
+// whether it did; without, it always does (a topic without a group makes
+// room by dropping its oldest entries).
+func (t *topic) admit(n int, bytes int64, limit bool) bool {
+	t.inMu.Lock()
+	defer t.inMu.Unlock()
+	if limit && !t.fits(n, bytes) {
+		return false
+	}
+	t.live.Add(int64(n))
+	t.liveBytes.Add(bytes)
+	return true
+}
+
+// offer stores a batch without waiting for mu, which another goroutine
+// holds: it admits the batch to the inbox if the topic has a group and the
+// batch fits in the backlog. It reports false, storing nothing, when the
+// caller must take mu and store the batch itself. A batch it accepted is
+// appended by whoever holds mu before they let go of it, or by the caller
+// when mu turns out to be free by now.
+func (t *topic) offer(es []entry, bytes int64) bool {
+	if !t.hasGroups.Load() {
+		return false
+	}
+	t.inMu.Lock()
+	if !t.fits(len(es), bytes) {
+		t.inMu.Unlock()
+		return false
+	}
+	t.live.Add(int64(len(es)))
+	t.liveBytes.Add(bytes)
+	t.inbox = append(t.inbox, es)
+	t.inboxFull.Store(true)
+	t.inMu.Unlock()
+	// inboxFull is set before mu is tried: if mu is held now, its holder
+	// sees the flag after letting go (unlock) and drains.
+	if t.mu.TryLock() {
+		t.unlock()
+	}
+	return true
 }
 
 func (t *topic) mask() uint64 { return uint64(len(t.ring) - 1) }
@@ -124,8 +231,9 @@ func (t *topic) resize(n int) {
 	t.ring = r
 }
 
-// appendEntries adds es to the log and hands one reference to each group.
-func (t *topic) appendEntries(es []entry, bytes int64) {
+// insert adds the admitted batch es to the log and hands one reference to
+// each group.
+func (t *topic) insert(es []entry) {
 	need := int(t.head-t.base) + len(es)
 	if need > len(t.ring) {
 		n := len(t.ring)
@@ -143,12 +251,10 @@ func (t *topic) appendEntries(es []entry, bytes int64) {
 		t.ring[t.head&m] = e
 		t.head++
 	}
-	t.live += len(es)
-	t.liveBytes += bytes
 	if len(t.glist) == 0 {
 		// No group yet: keep the newest entries within the limits, drop
 		// the oldest so publishing with no subscriber never blocks.
-		for !t.fits(0, 0) {
+		for !t.fits(0, 0) && t.base < t.head {
 			t.dropFront()
 			t.dropped++
 		}
@@ -167,8 +273,7 @@ func (t *topic) dropFront() {
 	if e := t.ring[i]; e != nil {
 		e.release()
 		t.ring[i] = nil
-		t.live--
-		t.liveBytes -= int64(e.size)
+		t.unlive(e)
 	}
 	t.base++
 }
@@ -181,8 +286,7 @@ func (t *topic) settle(e *entry) {
 		return
 	}
 	e.release()
-	t.live--
-	t.liveBytes -= int64(e.size)
+	t.unlive(e)
 	if e.off >= t.base && e.off < t.head {
 		t.ring[e.off&t.mask()] = nil
 	}
@@ -193,6 +297,12 @@ func (t *topic) settle(e *entry) {
 	if e.off == t.base {
 		t.advance()
 	}
+}
+
+// unlive takes the freed entry e off the backlog counts.
+func (t *topic) unlive(e *entry) {
+	t.live.Add(-1)
+	t.liveBytes.Add(-int64(e.size))
 }
 
 // advance moves base past freed slots. When the window is more than twice
@@ -253,6 +363,7 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 	}
 	t.groups[name] = g
 	t.glist = append(t.glist, g)
+	t.hasGroups.Store(true)
 	return g
 }
 
