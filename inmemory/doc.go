@@ -104,7 +104,12 @@
 //
 // A Backend and its Subscriptions are safe for concurrent use; Receive is
 // called from one goroutine at a time per Subscription. Each topic has one
-// lock, taken once per Publish batch, Receive batch and Ack batch. Close
-// makes blocked Receive and Publish calls return, and later calls return
-// errors wrapping backend.ErrClosed.
+// lock, taken once per Publish batch, Receive batch and Ack batch. A
+// Publish that finds the lock held does not wait for it: it counts its
+// batch against the backlog limits and leaves it in the topic's inbox,
+// which the holder appends to the log before it lets go, so the batch is
+// in the log before anyone can look for it. Only a batch that does not
+// fit, and a topic without a group, take the lock. Close makes blocked
+// Receive and Publish calls return, and later calls return errors
+// wrapping backend.ErrClosed.
 package inmemory
