@@ -108,8 +108,9 @@
 // Publish that finds the lock held does not wait for it: it counts its
 // batch against the backlog limits and leaves it in the topic's inbox,
 // which the holder appends to the log before it lets go, so the batch is
-// in the log before anyone can look for it. Only a batch that does not
-// fit, and a topic without a group, take the lock. Close makes blocked
-// Receive and Publish calls return, and later calls return errors
-// wrapping backend.ErrClosed.
+// in the log before anyone can look for it. A batch that does not fit in
+// the backlog, or that goes to a topic without a group, waits for the
+// lock and is stored under it, as every batch is when the lock is free.
+// Close makes blocked Receive and Publish calls return, and later calls
+// return errors wrapping backend.ErrClosed.
 package inmemory

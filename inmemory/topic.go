@@ -53,7 +53,8 @@ func (e *entry) release() {
 // go (lock and unlock drain the inbox; see offer). A parked publisher
 // would be woken on the core of the Receive or Ack that held mu, and the
 // core it ran on would sit idle until the scheduler moved one of them
-// back: on a two-core machine that halves end-to-end throughput. Every
+// back: on a two-core machine that cost a third of end-to-end throughput
+// (see the README's performance section). Every
 // reader of the log takes mu through lock, so a batch in the inbox is
 // appended before anyone can look for it: a Publish that returned is
 // visible to every later Receive, Subscribe and inspection.
