@@ -175,6 +175,11 @@ func (t *topic) drain() {
 func (t *topic) admit(n int, bytes int64, limit bool) bool {
 	t.inMu.Lock()
 	defer t.inMu.Unlock()
+	return t.admitLocked(n, bytes, limit)
+}
+
+// admitLocked is admit with inMu held.
+func (t *topic) admitLocked(n int, bytes int64, limit bool) bool {
 	if limit && !t.fits(n, bytes) {
 		return false
 	}
@@ -194,12 +199,10 @@ func (t *topic) offer(es []entry, bytes int64) bool {
 		return false
 	}
 	t.inMu.Lock()
-	if !t.fits(len(es), bytes) {
+	if !t.admitLocked(len(es), bytes, true) {
 		t.inMu.Unlock()
 		return false
 	}
-	t.live.Add(int64(len(es)))
-	t.liveBytes.Add(bytes)
 	t.inbox = append(t.inbox, es)
 	t.inboxFull.Store(true)
 	t.inMu.Unlock()
