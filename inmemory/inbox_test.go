@@ -13,29 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // inboxWait bounds every wait in these tests; a Publish or Receive that
 // hangs fails the test with a message instead of the test binary's
 // timeout.
 const inboxWait = 10 * time.Second
-
-func inboxBackend(t *testing.T, opts *Options) *Backend {
-	t.Helper()
-	be, err := New(opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = be.Close() })
-	return be
-}
-
-func inboxSubscribe(t *testing.T, be *Backend, topic string) *Subscription {
-	t.Helper()
-	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s.(*Subscription)
-}
 
 func batch(prefix string, from, n int) []*backend.Message {
 	out := make([]*backend.Message, n)
@@ -50,8 +33,8 @@ func batch(prefix string, from, n int) []*backend.Message {
 // waiting for it; the holder appends the batch when it lets go, and wakes
 // a member blocked in Receive.
 func TestPublishDoesNotWaitForTheLogAndTheHolderAppendsIt(t *testing.T) {
-	be := inboxBackend(t, nil)
-	s := inboxSubscribe(t, be, "inbox")
+	be := newTestBackend(t, nil)
+	s := subscribeGroup(t, be, "inbox", "g")
 	tp := be.br.lookup("inbox")
 
 	got := make(chan []*backend.Message, 1)
@@ -116,8 +99,8 @@ func TestPublishDoesNotWaitForTheLogAndTheHolderAppendsIt(t *testing.T) {
 // its batches went.
 func TestOfferedBatchesKeepTheBacklogLimitAndTheOrder(t *testing.T) {
 	const limit, size, publishers = 100, 3, 8
-	be := inboxBackend(t, &Options{MaxBacklog: limit, BacklogPolicy: BacklogError})
-	s := inboxSubscribe(t, be, "limit")
+	be := newTestBackend(t, &Options{MaxBacklog: limit, BacklogPolicy: BacklogError})
+	s := subscribeGroup(t, be, "limit", "g")
 	tp := be.br.lookup("limit")
 
 	tp.mu.Lock()
@@ -187,8 +170,8 @@ func TestOfferedBatchesKeepTheBacklogLimitAndTheOrder(t *testing.T) {
 // refused on that account: its publisher waits for the log and decides
 // there, as it would have without the inbox.
 func TestAPublisherTheInboxRefusesWaitsForRoom(t *testing.T) {
-	be := inboxBackend(t, &Options{MaxBacklog: 4})
-	s := inboxSubscribe(t, be, "room")
+	be := newTestBackend(t, &Options{MaxBacklog: 4})
+	s := subscribeGroup(t, be, "room", "g")
 	tp := be.br.lookup("room")
 	require.NoError(t, be.Publish(context.Background(), "room", batch("a", 0, 4)))
 

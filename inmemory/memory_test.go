@@ -12,17 +12,29 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-func TestSettledEntriesDropTheirMessageData(t *testing.T) {
-	be, err := New(nil)
+// newTestBackend returns a private backend closed when the test ends.
+func newTestBackend(t *testing.T, opts *Options) *Backend {
+	t.Helper()
+	be, err := New(opts)
 	require.NoError(t, err)
-	defer be.Close()
+	t.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
+// subscribeGroup joins group on topic with an ack timeout of a minute; the
+// subscription is closed when the test ends.
+func subscribeGroup(t *testing.T, be *Backend, topic, group string) *Subscription {
+	t.Helper()
+	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, Observer: observer.Nop})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s.(*Subscription)
+}
+
+func TestSettledEntriesDropTheirMessageData(t *testing.T) {
+	be := newTestBackend(t, nil)
 	ctx := context.Background()
-	sub := func(g string) backend.Subscription {
-		s, err := be.Subscribe(ctx, "mem", backend.SubscribeConfig{Group: g, AckTimeout: time.Minute, Observer: observer.Nop})
-		require.NoError(t, err)
-		return s
-	}
-	a, b := sub("a"), sub("b")
+	a, b := subscribeGroup(t, be, "mem", "a"), subscribeGroup(t, be, "mem", "b")
 	require.NoError(t, be.Publish(ctx, "mem", []*backend.Message{{ID: "x", Headers: map[string]string{"k": "v"}, Payload: []byte("data")}}))
 	tp := be.br.lookup("mem")
 	tp.lock()
@@ -30,7 +42,7 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 	tp.unlock()
 	require.NotNil(t, e)
 
-	settle := func(s backend.Subscription) {
+	settle := func(s *Subscription) {
 		m, err := s.Receive(ctx, 1)
 		require.NoError(t, err)
 		require.Len(t, m, 1)
@@ -57,13 +69,9 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 }
 
 func TestRingShrinksAfterASpike(t *testing.T) {
-	be, err := New(nil)
-	require.NoError(t, err)
-	defer be.Close()
+	be := newTestBackend(t, nil)
 	ctx := context.Background()
-	s, err := be.Subscribe(ctx, "spike", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop})
-	require.NoError(t, err)
-	defer s.Close()
+	s := subscribeGroup(t, be, "spike", "g")
 	batch := make([]*backend.Message, 1000)
 	for i := range batch {
 		batch[i] = &backend.Message{ID: "m", Payload: make([]byte, 100)}
