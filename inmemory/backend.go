@@ -3,6 +3,7 @@ package inmemory
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +22,14 @@ type broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 	closed bool
+
+	// yield gives up the processor (see topic.yieldIfAhead); tests
+	// replace it to count the calls.
+	yield func()
 }
 
 func newBroker(opts Options) *broker {
-	return &broker{opts: opts, epoch: time.Now(), topics: map[string]*topic{}}
+	return &broker{opts: opts, epoch: time.Now(), topics: map[string]*topic{}, yield: runtime.Gosched}
 }
 
 // now is the broker clock: monotonic nanoseconds since the broker started.
@@ -149,6 +154,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	}
 	if !t.mu.TryLock() {
 		if t.offer(es, bytes) {
+			t.yieldIfAhead()
 			return nil
 		}
 		t.mu.Lock()
@@ -160,6 +166,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	}
 	t.insert(es)
 	t.unlock()
+	t.yieldIfAhead()
 	return nil
 }
 

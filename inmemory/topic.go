@@ -131,6 +131,33 @@ func (t *topic) fullError() error {
 	return fmt.Errorf("%w: %d unsettled entries of %d bytes, max %d entries and %d bytes", ErrBacklogFull, t.live.Load(), t.liveBytes.Load(), o.MaxBacklog, o.MaxBacklogBytes)
 }
 
+// yieldAhead is the share of a backlog limit (one part in yieldAhead)
+// past which a publisher yields its processor after each Publish (see
+// yieldIfAhead).
+const yieldAhead = 8
+
+// yieldIfAhead lets the consumers run when the publishers are ahead of
+// them: when the topic has a group and its backlog is past an eighth of
+// either limit, the calling publisher yields its processor once. A
+// publisher never blocks while the backlog has room, so on a saturated
+// processor it kept it for its whole time slice (10 ms) while the
+// goroutines of the subscriptions it had just woken waited in the run
+// queue. That happens on every collection on a two-core machine, whose
+// mark worker takes one of the two, and the backlog, and with it the
+// heap, grew to the limit. The yield costs a publisher that is ahead a
+// trip through the scheduler per call (a Publish batch), and nothing when
+// the consumers keep up. A topic without a group has no consumer to yield
+// to.
+func (t *topic) yieldIfAhead() {
+	if !t.hasGroups.Load() {
+		return
+	}
+	o := t.b.opts
+	if t.live.Load() > int64(o.MaxBacklog/yieldAhead) || t.liveBytes.Load() > o.MaxBacklogBytes/yieldAhead {
+		t.b.yield()
+	}
+}
+
 // lock takes mu and appends what the inbox holds.
 func (t *topic) lock() {
 	t.mu.Lock()

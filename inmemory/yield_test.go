@@ -1,0 +1,95 @@
+package inmemory
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// countYields makes be's publishers count their yields instead of
+// yielding.
+func countYields(be *Backend) *atomic.Int64 {
+	var n atomic.Int64
+	be.br.yield = func() { n.Add(1) }
+	return &n
+}
+
+// A publisher yields once per Publish while the backlog of a topic with a
+// group is past an eighth of the entry limit, and not otherwise.
+func TestAPublisherYieldsWhileItIsAheadOfTheGroups(t *testing.T) {
+	ctx := context.Background()
+	be := newTestBackend(t, &Options{MaxBacklog: 80}) // yields past 10 entries
+	yields := countYields(be)
+
+	require.NoError(t, be.Publish(ctx, "nogroup", batch("n", 0, 40)))
+	assert.Zero(t, yields.Load(), "a topic without a group has no consumer to yield to")
+
+	s := subscribeGroup(t, be, "ahead", "g")
+	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 0, 5)))
+	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 5, 5)))
+	assert.Zero(t, yields.Load(), "10 entries are not past an eighth of 80")
+	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 10, 1)))
+	assert.Equal(t, int64(1), yields.Load(), "11 entries are: one yield for the call")
+	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 11, 3)))
+	assert.Equal(t, int64(2), yields.Load(), "one yield per call while ahead")
+
+	// The group catches up: settling the backlog stops the yields.
+	ms, err := s.Receive(ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, ms, 14)
+	ids := make([]backend.AckID, len(ms))
+	for i, m := range ms {
+		ids[i] = m.AckID
+	}
+	require.NoError(t, s.Ack(ctx, ids))
+	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 14, 4)))
+	assert.Equal(t, int64(2), yields.Load(), "no yield once the group keeps up")
+}
+
+// The byte limit counts as well: a few large messages past an eighth of
+// MaxBacklogBytes make the publisher yield.
+func TestAPublisherYieldsPastAnEighthOfTheByteLimit(t *testing.T) {
+	ctx := context.Background()
+	payload := bytes.Repeat([]byte{'p'}, 1000)
+	size := int64(entryOverhead + len(payload) + len("b-0"))
+	be := newTestBackend(t, &Options{MaxBacklog: 1000, MaxBacklogBytes: 8 * 2 * size}) // yields past 2 messages' bytes
+	yields := countYields(be)
+	subscribeGroup(t, be, "bytes", "g")
+
+	msg := func(id string) []*backend.Message { return []*backend.Message{{ID: id, Payload: payload}} }
+	require.NoError(t, be.Publish(ctx, "bytes", msg("b-0")))
+	require.NoError(t, be.Publish(ctx, "bytes", msg("b-1")))
+	assert.Zero(t, yields.Load(), "two messages' bytes are not past an eighth")
+	require.NoError(t, be.Publish(ctx, "bytes", msg("b-2")))
+	assert.Equal(t, int64(1), yields.Load(), "three are")
+}
+
+// A Publish that leaves its batch in the inbox, because a Receive or an
+// Ack holds the log, yields too when it is ahead.
+func TestAPublisherThatOffersItsBatchYieldsWhenAhead(t *testing.T) {
+	be := newTestBackend(t, &Options{MaxBacklog: 80})
+	yields := countYields(be)
+	subscribeGroup(t, be, "offer", "g")
+	tp := be.br.lookup("offer")
+
+	tp.mu.Lock() // as a Receive or an Ack holding the log would
+	published := make(chan error, 1)
+	go func() { published <- be.Publish(context.Background(), "offer", batch("o", 0, 20)) }()
+	select {
+	case err := <-published:
+		require.NoError(t, err, "publish while the log is held")
+	case <-time.After(inboxWait):
+		tp.mu.Unlock()
+		t.Fatal("Publish waited for the log lock")
+	}
+	assert.True(t, tp.inboxFull.Load(), "the batch went to the inbox")
+	assert.Equal(t, int64(1), yields.Load(), "20 entries are past an eighth of 80")
+	tp.unlock()
+}
