@@ -138,15 +138,16 @@ const yieldAhead = 8
 
 // yieldIfAhead lets the consumers run when the publishers are ahead of
 // them: when the topic has a group and its backlog is past an eighth of
-// either limit, the calling publisher yields its processor once. A
-// publisher never blocks while the backlog has room, so on a saturated
-// processor it kept it for its whole time slice (10 ms) while the
-// goroutines of the subscriptions it had just woken waited in the run
-// queue. That happens on every collection on a two-core machine, whose
-// mark worker takes one of the two, and the backlog, and with it the
-// heap, grew to the limit. The yield costs a publisher that is ahead a
-// trip through the scheduler per call (a Publish batch), and nothing when
-// the consumers keep up. A topic without a group has no consumer to yield
+// either limit, the calling publisher yields its processor once
+// (runtime.Gosched). A publisher never blocks while the backlog has room,
+// so it keeps its processor while the subscription goroutines it woke
+// wait for one. Measured on two cores at GOGC=100, the yield raised the
+// end-to-end rate by 10-12% and kept the backlog, and so the heap,
+// smaller; with the collector off it changed nothing, and on one core it
+// is a wash (BenchmarkMemE2E slower, bus bench faster: see the README's
+// performance section). It costs a publisher that is ahead one trip
+// through the scheduler per Publish call, and nothing while the
+// consumers keep up. A topic without a group has no consumer to yield
 // to.
 func (t *topic) yieldIfAhead() {
 	if !t.hasGroups.Load() {
