@@ -113,8 +113,8 @@
 // lock and is stored under it, as every batch is when the lock is free.
 // A publisher that is ahead of a topic's groups (its backlog is past an
 // eighth of either limit) yields its processor once after each Publish,
-// so that the subscriptions it woke get to run on a busy machine instead
-// of waiting for its time slice to end.
+// so that on a busy machine the subscriptions get to run before it
+// publishes more.
 // Close makes blocked Receive and Publish calls return, and later calls
 // return errors wrapping backend.ErrClosed.
 package inmemory
