@@ -29,6 +29,24 @@ func batch(prefix string, from, n int) []*backend.Message {
 	return out
 }
 
+// publishWhileHeld takes tp's lock, as a Receive or an Ack holding the
+// log would, and publishes msgs to tp from another goroutine; it fails
+// the test unless that Publish returns, without error, while the lock is
+// still held. The caller lets go of the lock (tp.unlock).
+func publishWhileHeld(t *testing.T, be *Backend, tp *topic, msgs []*backend.Message) {
+	t.Helper()
+	tp.mu.Lock()
+	published := make(chan error, 1)
+	go func() { published <- be.Publish(context.Background(), tp.name, msgs) }()
+	select {
+	case err := <-published:
+		require.NoError(t, err, "publish while the log is held")
+	case <-time.After(inboxWait):
+		tp.mu.Unlock()
+		t.Fatal("Publish waited for the log lock")
+	}
+}
+
 // A Publish that finds the log held by a Receive or an Ack returns without
 // waiting for it; the holder appends the batch when it lets go, and wakes
 // a member blocked in Receive.
@@ -61,16 +79,7 @@ func TestPublishDoesNotWaitForTheLogAndTheHolderAppendsIt(t *testing.T) {
 		return tp.glist[0].wakeCh != nil
 	}, inboxWait, time.Millisecond, "the member blocks in Receive")
 
-	tp.mu.Lock() // as a Receive or an Ack holding the log would
-	published := make(chan error, 1)
-	go func() { published <- be.Publish(context.Background(), "inbox", batch("m", 0, 3)) }()
-	select {
-	case err := <-published:
-		require.NoError(t, err, "publish while the log is held")
-	case <-time.After(inboxWait):
-		tp.mu.Unlock()
-		t.Fatal("Publish waited for the log lock")
-	}
+	publishWhileHeld(t, be, tp, batch("m", 0, 3))
 	assert.True(t, tp.inboxFull.Load(), "the batch waits in the inbox")
 	assert.Equal(t, uint64(0), tp.head, "nothing is in the log yet")
 	assert.Equal(t, int64(3), tp.live.Load(), "the inbox's entries count against the backlog")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,16 +78,7 @@ func TestAPublisherThatOffersItsBatchYieldsWhenAhead(t *testing.T) {
 	subscribeGroup(t, be, "offer", "g")
 	tp := be.br.lookup("offer")
 
-	tp.mu.Lock() // as a Receive or an Ack holding the log would
-	published := make(chan error, 1)
-	go func() { published <- be.Publish(context.Background(), "offer", batch("o", 0, 20)) }()
-	select {
-	case err := <-published:
-		require.NoError(t, err, "publish while the log is held")
-	case <-time.After(inboxWait):
-		tp.mu.Unlock()
-		t.Fatal("Publish waited for the log lock")
-	}
+	publishWhileHeld(t, be, tp, batch("o", 0, 20))
 	assert.True(t, tp.inboxFull.Load(), "the batch went to the inbox")
 	assert.Equal(t, int64(1), yields.Load(), "20 entries are past an eighth of 80")
 	tp.unlock()
