@@ -32,7 +32,9 @@ func batch(prefix string, from, n int) []*backend.Message {
 // publishWhileHeld takes tp's lock, as a Receive or an Ack holding the
 // log would, and publishes msgs to tp from another goroutine; it fails
 // the test unless that Publish returns, without error, while the lock is
-// still held. The caller lets go of the lock (tp.unlock).
+// still held. On success the caller lets go of the lock (tp.unlock); on
+// failure it is let go before the test stops, so the cleanup that closes
+// the backend does not wait for it.
 func publishWhileHeld(t *testing.T, be *Backend, tp *topic, msgs []*backend.Message) {
 	t.Helper()
 	tp.mu.Lock()
@@ -40,7 +42,10 @@ func publishWhileHeld(t *testing.T, be *Backend, tp *topic, msgs []*backend.Mess
 	go func() { published <- be.Publish(context.Background(), tp.name, msgs) }()
 	select {
 	case err := <-published:
-		require.NoError(t, err, "publish while the log is held")
+		if err != nil {
+			tp.mu.Unlock()
+			t.Fatalf("publish while the log is held: %v", err)
+		}
 	case <-time.After(inboxWait):
 		tp.mu.Unlock()
 		t.Fatal("Publish waited for the log lock")
