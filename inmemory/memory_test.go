@@ -31,6 +31,17 @@ func subscribeGroup(t *testing.T, be *Backend, topic, group string) *Subscriptio
 	return s.(*Subscription)
 }
 
+// ackAll acks every message of ms on s, as the package's external
+// tests' helper of the same name does.
+func ackAll(t *testing.T, s *Subscription, ms []*backend.Message) {
+	t.Helper()
+	ids := make([]backend.AckID, len(ms))
+	for i, m := range ms {
+		ids[i] = m.AckID
+	}
+	require.NoError(t, s.Ack(context.Background(), ids), "ack %d", len(ms))
+}
+
 func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 	be := newTestBackend(t, nil)
 	ctx := context.Background()
@@ -87,11 +98,7 @@ func TestRingShrinksAfterASpike(t *testing.T) {
 	for n := 0; n < 10000; {
 		m, err := s.Receive(ctx, 512)
 		require.NoError(t, err)
-		ids := make([]backend.AckID, len(m))
-		for i := range m {
-			ids[i] = m[i].AckID
-		}
-		require.NoError(t, s.Ack(ctx, ids))
+		ackAll(t, s, m)
 		n += len(m)
 	}
 	tp.lock()

@@ -43,11 +43,7 @@ func TestAPublisherYieldsWhileItIsAheadOfTheGroups(t *testing.T) {
 	ms, err := s.Receive(ctx, 100)
 	require.NoError(t, err)
 	require.Len(t, ms, 14)
-	ids := make([]backend.AckID, len(ms))
-	for i, m := range ms {
-		ids[i] = m.AckID
-	}
-	require.NoError(t, s.Ack(ctx, ids))
+	ackAll(t, s, ms)
 	require.NoError(t, be.Publish(ctx, "ahead", batch("a", 14, 4)))
 	assert.Equal(t, int64(2), yields.Load(), "no yield once the group keeps up")
 }
