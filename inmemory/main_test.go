@@ -117,14 +117,7 @@ func ids(ms []*backend.Message) []string {
 	return out
 }
 
-func ackAll(t testing.TB, s backend.Subscription, ms []*backend.Message) {
-	t.Helper()
-	a := make([]backend.AckID, len(ms))
-	for i, m := range ms {
-		a[i] = m.AckID
-	}
-	require.NoError(t, s.Ack(context.Background(), a), "ack %d", len(ms))
-}
+var ackAll = inmemory.AckAll
 
 func seq(prefix string, n int) []string {
 	out := make([]string, n)

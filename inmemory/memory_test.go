@@ -31,9 +31,9 @@ func subscribeGroup(t *testing.T, be *Backend, topic, group string) *Subscriptio
 	return s.(*Subscription)
 }
 
-// ackAll acks every message of ms on s, as the package's external
-// tests' helper of the same name does.
-func ackAll(t *testing.T, s *Subscription, ms []*backend.Message) {
+// ackAll acks every message of ms on s. The external tests use it too
+// (export_test.go).
+func ackAll(t testing.TB, s backend.Subscription, ms []*backend.Message) {
 	t.Helper()
 	ids := make([]backend.AckID, len(ms))
 	for i, m := range ms {
