@@ -106,8 +106,18 @@ func (b *Backend) run(ctx context.Context, fn func(context.Context) error, cance
 }
 
 // async runs fn on a goroutine of its own and returns when fn does or when
-// ctx ends, whichever comes first (see call).
+// ctx ends, whichever comes first (see call). When ctx has already ended,
+// fn does not run.
 func (b *Backend) async(ctx context.Context, fn func(context.Context) error) error {
+	return b.asyncOrRelease(ctx, fn, nil)
+}
+
+// asyncOrRelease is async for an fn that acquires something: when the
+// call gives up on fn (ctx ended while fn ran), release runs once fn has
+// returned, to free what fn acquired. Backend.Close waits for a pending
+// release as for an abandoned read (b.reads). release never runs for an
+// fn that did not start, so nothing waits for one that never will.
+func (b *Backend) asyncOrRelease(ctx context.Context, fn func(context.Context) error, release func()) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -117,6 +127,14 @@ func (b *Backend) async(ctx context.Context, fn func(context.Context) error) err
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+		if release != nil {
+			b.reads.Add(1)
+			go func() {
+				defer b.reads.Done()
+				<-done
+				release()
+			}()
+		}
 		return ctx.Err()
 	}
 }

@@ -62,53 +62,32 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 		node redis.Cmdable
 		id   int64
 	)
-	// The opening runs on a goroutine of its own rather than through
-	// Backend.async: a read that gives up on it must wait for the opening
-	// to end before it can close the connection, and async, which returns
-	// without starting fn when ctx has ended, would leave it waiting for
-	// an opening that never runs (and Backend.Close waiting for that read).
-	if err := ctx.Err(); err != nil {
-		return nil, nil, 0, err
-	}
-	opened := make(chan error, 1) // what the opening returned
-	go func() {
-		opened <- func() error {
-			switch c := r.b.read.(type) {
-			case *redis.Client:
-				conn, node = c.Conn(), r.b.client
-			case *redis.ClusterClient:
-				nc, err := c.MasterForKey(ctx, r.stream)
-				if err != nil {
-					return fmt.Errorf("find the node of %s: %w", r.stream, err)
-				}
-				conn, node = nc.Conn(), nc
-			default:
-				return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
+	err := r.b.asyncOrRelease(ctx, func(ctx context.Context) error {
+		switch c := r.b.read.(type) {
+		case *redis.Client:
+			conn, node = c.Conn(), r.b.client
+		case *redis.ClusterClient:
+			nc, err := c.MasterForKey(ctx, r.stream)
+			if err != nil {
+				return fmt.Errorf("find the node of %s: %w", r.stream, err)
 			}
-			var err error
-			if id, err = conn.ClientID(ctx).Result(); err != nil {
-				_ = conn.Close()
-				conn = nil
-				return fmt.Errorf("client id: %w", err)
-			}
-			return nil
-		}()
-	}()
-	var err error
-	select {
-	case err = <-opened:
-	case <-ctx.Done():
-		// Abandoned: release the connection once it is open.
-		r.b.reads.Add(1)
-		go func() {
-			defer r.b.reads.Done()
-			<-opened
-			if conn != nil {
-				_ = conn.Close()
-			}
-		}()
-		return nil, nil, 0, ctx.Err()
-	}
+			conn, node = nc.Conn(), nc
+		default:
+			return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
+		}
+		var err error
+		if id, err = conn.ClientID(ctx).Result(); err != nil {
+			_ = conn.Close()
+			conn = nil
+			return fmt.Errorf("client id: %w", err)
+		}
+		return nil
+	}, func() {
+		// Abandoned: close the connection the opening got.
+		if conn != nil {
+			_ = conn.Close()
+		}
+	})
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -35,3 +35,45 @@ func TestAReadWhoseCtxHasEndedLeavesNothingForCloseToWaitFor(t *testing.T) {
 		t.Fatal("Backend.Close did not return within 5s: it still waits for the read whose ctx had ended")
 	}
 }
+
+// An fn the call gave up on gets its release once it returns, and not
+// before; Backend.Close's wait (b.reads) covers the release.
+func TestAsyncOrReleaseReleasesWhatAnAbandonedFnAcquired(t *testing.T) {
+	b := &Backend{}
+	unblock := make(chan struct{})
+	released := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	go func() {
+		<-started
+		cancel()
+	}()
+	err := b.asyncOrRelease(ctx, func(context.Context) error {
+		close(started)
+		<-unblock
+		return nil
+	}, func() { close(released) })
+	require.ErrorIs(t, err, context.Canceled, "the call returns when its ctx ends")
+
+	select {
+	case <-released:
+		t.Fatal("released while fn still runs")
+	default:
+	}
+	waited := make(chan struct{})
+	go func() {
+		b.reads.Wait()
+		close(waited)
+	}()
+	close(unblock)
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("release did not run within 5s of fn returning")
+	}
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b.reads still counts the release 5s after it ran")
+	}
+}
