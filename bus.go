@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -30,6 +29,8 @@ type Bus struct {
 	ops  inflight
 	mu   sync.Mutex // guards subs only, never held across I/O or a wait
 	subs map[*Subscription]struct{}
+	// closed is closed when the first Close has returned.
+	closed chan struct{}
 }
 
 // New returns a Bus over b. An invalid option makes every later call
@@ -59,11 +60,13 @@ func buildBusOptions(opts []Option) (busOptions, error) {
 			errs = append(errs, err)
 		}
 	}
-	if o.observer == nil {
-		o.observer = observer.Nop
-	}
 	if o.logger == nil {
-		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.logger = slog.Default()
+	}
+	if o.observer == nil {
+		// Failures are never silent by default: a dead letter, a panic or
+		// a subscription that ended is logged; a retry is not.
+		o.observer = observer.Slog(o.logger)
 	}
 	if len(errs) > 0 {
 		return o, fmt.Errorf("bus: %w", errors.Join(errs...))
@@ -72,7 +75,7 @@ func buildBusOptions(opts []Option) (busOptions, error) {
 }
 
 func newBus(be backend.Backend, o busOptions) *Bus {
-	b := &Bus{be: be, caps: be.Capabilities(), opts: o, subs: map[*Subscription]struct{}{}}
+	b := &Bus{be: be, caps: be.Capabilities(), opts: o, subs: map[*Subscription]struct{}{}, closed: make(chan struct{})}
 	if b.caps.MaxPayload > 0 && b.caps.MaxPayload < b.opts.maxPayload {
 		b.opts.maxPayload = b.caps.MaxPayload
 	}
@@ -261,14 +264,16 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	// Fetching stops as soon as the Subscribe ctx ends; handlers keep
 	// their own ctx, which shutdown cancels only when its ctx runs out.
 	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
-	s.handlerCtx, s.cancelHandler = context.WithCancel(context.WithoutCancel(ctx))
+	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.force, s.forceStop = context.WithCancelCause(context.Background())
 	s.keeper = newLeaseKeeper(s)
 
 	b.mu.Lock()
 	if b.ops.isClosed() {
 		b.mu.Unlock()
 		s.stopFetch()
-		s.cancelHandler()
+		s.cancelHandler(ErrClosed)
+		s.forceStop(ErrClosed)
 		_ = bsub.Close()
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
 	}
@@ -333,30 +338,28 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 // for publishes in progress, then closes the backend. Publish and
 // Subscribe return ErrClosed afterwards. Like net/http.Server.Shutdown it
 // never blocks past ctx (plus a short grace): when ctx ends first, the
-// error says what was still running, and that work finishes, or is given
-// back to the backend, in the background. A second Close returns nil. A
-// handler must not call Close; it would wait for itself until ctx ends.
+// running handlers' ctx is cancelled with cause ErrClosing, the error says
+// what was still running, and that work finishes, or is given back to the
+// backend, in the background. A second or concurrent Close waits for the
+// first one until its own ctx ends (which also cancels the running
+// handlers) and returns nil when the bus closed in time. A handler must
+// not call Close; it would wait for itself until ctx ends.
 func (b *Bus) Close(ctx context.Context) error {
 	idle, first := b.ops.close()
 	if !first {
-		return nil
+		return b.waitClosed(ctx)
 	}
+	defer close(b.closed)
 	hard, cancel := withGrace(ctx)
 	defer cancel()
-	b.mu.Lock()
-	subs := make([]*Subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
-	b.mu.Unlock()
-
+	subs := b.snapshot(nil)
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	for i, s := range subs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.closeWith(ctx, hard)
+			errs[i] = s.Close(ctx)
 		}()
 	}
 	wg.Wait()
@@ -367,21 +370,43 @@ func (b *Bus) Close(ctx context.Context) error {
 	}
 	// Subscriptions set up concurrently with Close registered after the
 	// snapshot; close them too.
-	b.mu.Lock()
-	rest := make([]*Subscription, 0, len(b.subs))
-	for s := range b.subs {
-		if !slices.Contains(subs, s) {
-			rest = append(rest, s)
-		}
-	}
-	b.mu.Unlock()
-	for _, s := range rest {
-		errs = append(errs, s.closeWith(ctx, hard))
+	for _, s := range b.snapshot(subs) {
+		errs = append(errs, s.Close(ctx))
 	}
 	if err := closeBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// snapshot lists the live subscriptions that are not in seen.
+func (b *Bus) snapshot(seen []*Subscription) []*Subscription {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	subs := make([]*Subscription, 0, len(b.subs))
+	for s := range b.subs {
+		if !slices.Contains(seen, s) {
+			subs = append(subs, s)
+		}
+	}
+	return subs
+}
+
+// waitClosed is a Close after the first: it waits for the first to end
+// until ctx ends, and then forces the subscriptions still closing.
+func (b *Bus) waitClosed(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		for _, s := range b.snapshot(nil) {
+			s.forceStop(context.Cause(ctx))
+		}
+	})
+	defer stop()
+	hard, cancel := withGrace(ctx)
+	defer cancel()
+	if !waitOrDone(hard, b.closed) {
+		return fmt.Errorf("bus: close: still closing: %w", ctx.Err())
+	}
+	return nil
 }
 
 // closeGrace is how long past its ctx a Close may take to collect what

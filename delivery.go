@@ -288,15 +288,16 @@ func (d *Delivery) doNack(ctx context.Context, delay time.Duration) error {
 func (d *Delivery) doDeadLetter(ctx context.Context, reason error) error {
 	s := d.sub
 	topic := s.opts.deadLetter
+	code := reasonCode(reason)
 	if topic == "" {
-		d.setDeadLetterCode(reasonCode(reason))
+		d.setDeadLetterCode(code)
 		err := s.acks.add(d.ackID)
-		s.report(d, observer.ScopeDeadLetter, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
+		s.reportDeadLetter(d, code, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
 		d.finish(OutcomeDropped, err)
 		return err
 	}
 	cp := d.deadLetterCopy(reason)
-	d.setDeadLetterCode(reasonCode(reason))
+	d.setDeadLetterCode(code)
 	var err error
 	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
 		err = dl.DeadLetter(ctx, d.ackID, topic, cp)
@@ -305,6 +306,8 @@ func (d *Delivery) doDeadLetter(ctx context.Context, reason error) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.ID, topic, err)
+	} else {
+		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
 	}
 	d.finish(OutcomeDeadLettered, err)
 	return err

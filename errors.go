@@ -30,6 +30,14 @@ var (
 	// Extender, an extension failed, or WithMaxExtension was reached), so
 	// the message may be delivered again. Read it with context.Cause.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrClosing is the cause of a handler's ctx cancellation when its
+	// subscription shuts down (Subscription.Close or Bus.Close whose ctx
+	// ended, or the Subscribe ctx ended and the handler outlived the
+	// shutdown's wait). A shutdown is not a failure: a delivery whose
+	// handler then returns an error (other than a Permanent one) is given
+	// back to the group without counting as an attempt and without being
+	// reported. Read it with context.Cause.
+	ErrClosing = errors.New("subscription closing")
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
 	ErrAlreadySettled = errors.New("delivery already settled")

@@ -33,7 +33,11 @@ type Subscription struct {
 	fetchCtx      context.Context // ends when fetching must stop
 	stopFetch     context.CancelFunc
 	handlerCtx    context.Context // parent of every handler ctx
-	cancelHandler context.CancelFunc
+	cancelHandler context.CancelCauseFunc
+	// force ends when the ctx of any Close ends, whichever Close started
+	// the shutdown: the shutdown then stops waiting for handlers.
+	force     context.Context
+	forceStop context.CancelCauseFunc
 
 	fetchDone chan struct{}
 	disp      *dispatcher
@@ -41,12 +45,17 @@ type Subscription struct {
 	keeper    *leaseKeeper   // nil when no handler runs under a lease
 	workers   sync.WaitGroup // the fetch, ack and keeper goroutines
 
-	closeOnce sync.Once
-	closing   chan struct{}
-	done      chan struct{}
-	mu        sync.Mutex
-	err       error
-	manual    manualLeases // AckManual deliveries waiting for settlement
+	closeMu      sync.Mutex // guards the four fields below
+	closeStarted bool
+	waiting      bool  // a Close other than the first is waiting
+	shutdownDone bool  // closeErr is set
+	errTaken     bool  // closeErr went to a caller or the observer
+	closeErr     error // what the shutdown returned
+	closing      chan struct{}
+	done         chan struct{}
+	mu           sync.Mutex
+	err          error
+	manual       manualLeases // AckManual deliveries waiting for settlement
 	// dispatchBuf holds the pointers of the batch being dispatched; the
 	// fetch loop reuses it.
 	dispatchBuf []*Delivery
@@ -59,12 +68,18 @@ const settleTimeout = 10 * time.Second
 
 // dropLeases gives up the deliveries still waiting for a manual
 // settlement when Close runs out of time, or when it ends: their slots are
-// freed and the backend redelivers them when their lease ends there.
-func (s *Subscription) dropLeases() {
+// freed, and they are released to the group (without counting an attempt)
+// while hard lasts, or else redelivered when their lease ends there.
+func (s *Subscription) dropLeases(hard context.Context) {
 	for _, d := range s.manual.drain() {
-		if d.claim() {
-			d.finish(OutcomeExpired, ErrClosed)
+		if !d.claim() {
+			continue
 		}
+		if hard.Err() != nil {
+			d.finish(OutcomeExpired, ErrClosed)
+			continue
+		}
+		s.release(hard, d)
 	}
 }
 
@@ -88,94 +103,93 @@ func (s *Subscription) Group() string { return s.opts.group }
 // Close stops the subscription, like net/http.Server.Shutdown:
 //  1. it stops fetching;
 //  2. it lets in-flight handlers finish until ctx ends, then cancels their
-//     ctx;
+//     ctx with cause ErrClosing;
 //  3. it flushes settlements;
 //  4. it returns when no handler of the subscription runs, or when ctx
 //     ends (plus a short grace), whichever comes first.
 //
-// Close never blocks past ctx: handlers that ignore their cancelled ctx
-// are counted in the error, their late settlements are reported to the
-// observer and dropped, and their messages come back after the lease.
-// Manual deliveries still unsettled when ctx ends are given back the same
-// way. Done is closed when the last handler has returned. A second Close
-// waits for Done until its own ctx ends. A handler must not call Close on
-// its own subscription (Close would wait for it until ctx ends); it can
-// cancel the ctx given to Subscribe instead.
+// Close never blocks past ctx, on every path: also when the shutdown was
+// started by the Subscribe ctx ending or by a backend failure, and when
+// Close is called twice or concurrently. Whichever Close's ctx ends first
+// cancels the running handlers. A delivery whose handler the shutdown
+// cancelled is given back to the group without counting as an attempt
+// (see ErrClosing). Handlers that ignore their cancelled ctx are counted
+// in the error, their late settlements are reported to the observer and
+// dropped, and their messages come back after the lease. Done is closed
+// when the last handler has returned. A Close that did not start the
+// shutdown returns nil once Done is closed, or an error when its ctx ends
+// first. A handler must not call Close on its own subscription (Close
+// would wait for it until ctx ends); it can cancel the ctx given to
+// Subscribe instead.
 func (s *Subscription) Close(ctx context.Context) error {
+	// Any Close whose ctx ends forces the shutdown under way.
+	stop := context.AfterFunc(ctx, func() { s.forceStop(context.Cause(ctx)) })
+	defer stop()
+	if s.startClose() {
+		return s.shutdown()
+	}
 	hard, cancel := withGrace(ctx)
 	defer cancel()
-	return s.closeWith(ctx, hard)
-}
-
-// closeWith is Close with the hard deadline (ctx plus the grace) given.
-func (s *Subscription) closeWith(ctx, hard context.Context) error {
-	var err error
-	first := false
-	s.closeOnce.Do(func() {
-		first = true
-		err = s.shutdown(ctx, hard)
-	})
-	if !first {
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			return fmt.Errorf("bus: close subscription %q: %w", s.topic, ctx.Err())
-		}
+	if !waitOrDone(hard, s.done) {
+		return fmt.Errorf("bus: close subscription %q: %d handler(s) still running: %w", s.topic, s.disp.inHandler(), ctx.Err())
 	}
-	return err
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.shutdownDone && !s.errTaken {
+		// The shutdown's error goes to one caller: the first that waits
+		// for it (the background close then reports nothing).
+		s.errTaken = true
+		return s.closeErr
+	}
+	return nil
 }
 
-func (s *Subscription) shutdown(ctx, hard context.Context) error {
+// startClose reports whether the caller is the first to close s: it then
+// runs the shutdown. A later caller is counted as waiting for its result.
+func (s *Subscription) startClose() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	first := !s.closeStarted
+	s.closeStarted = true
+	if !first {
+		s.waiting = true
+	}
+	return first
+}
+
+// errToReport reports whether the error of a shutdown that the Subscribe
+// ctx or a backend failure started still needs reporting: not when a
+// Close waits for it (that Close returns it).
+func (s *Subscription) errToReport() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.waiting {
+		return false
+	}
+	s.errTaken = true
+	return true
+}
+
+// shutdown runs the steps of Close once, bounded by s.force (the ctx of
+// every Close) plus the grace.
+func (s *Subscription) shutdown() error {
+	hard, cancel := withGrace(s.force)
+	defer cancel()
 	close(s.closing)
 	if s.stopAfter != nil {
 		s.stopAfter()
 	}
 	s.stopFetch()
-	var errs []error
-
 	drained := make(chan struct{})
 	go func() {
 		<-s.fetchDone // no delivery is pushed after the fetch loop ends
 		s.disp.stop()
 		close(drained)
 	}()
-	cancelled := int64(0)
-	select {
-	case <-drained:
-	case <-ctx.Done():
-		cancelled = s.disp.inHandler()
-		s.cancelHandler()
-	}
-	// Manual deliveries whose handler returned unsettled keep their
-	// lease; wait for their settlement until ctx ends, then give them
-	// back to the backend by letting the lease run out there.
-	unsettled := make(chan struct{})
-	go func() {
-		<-drained
-		s.unsettled.Wait()
-		close(unsettled)
-	}()
-	select {
-	case <-unsettled:
-	case <-ctx.Done():
-		s.cancelHandler()
-		s.dropLeases()
-	}
-	clean := waitOrDone(hard, drained)
-	if !waitOrDone(hard, s.fetchDone) {
-		// A backend whose Receive ignores ctx breaks its contract; do not
-		// let it hang Close past the caller's deadline.
-		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", ctx.Err()))
-	}
-	if clean && cancelled > 0 {
-		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, ctx.Err()))
-	}
-	if !clean {
-		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
-			s.disp.inHandler(), ctx.Err()))
-	}
-	s.cancelHandler()
-	s.dropLeases()
+	cancelled := s.waitHandlers(drained)
+	errs := s.collect(hard, drained, cancelled)
+	s.cancelHandler(ErrClosing)
+	s.dropLeases(hard)
 	if s.keeper != nil {
 		s.keeper.close()
 	}
@@ -192,9 +206,66 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 	}
 	s.bus.opts.logger.LogAttrs(context.Background(), slog.LevelDebug, "bus: subscription closed",
 		slog.String("topic", s.topic), slog.String("group", s.opts.group), slog.Bool("clean", err == nil))
-	// Done closes once the last handler and the subscription's own
-	// goroutines have returned: now, or in the background after
-	// stragglers that ignore their ctx.
+	// Set before Done closes: a Close that waits for Done then finds it.
+	s.closeMu.Lock()
+	s.closeErr, s.shutdownDone = err, true
+	s.closeMu.Unlock()
+	s.finishClose(hard, drained)
+	return err
+}
+
+// waitHandlers lets the running handlers finish until the shutdown is
+// forced, then cancels them (cause ErrClosing); it returns how many it
+// cancelled. Manual deliveries whose handler returned unsettled keep their
+// lease; they are waited for until the shutdown is forced, then given back
+// (dropLeases).
+func (s *Subscription) waitHandlers(drained <-chan struct{}) int64 {
+	cancelled := int64(0)
+	select {
+	case <-drained:
+	case <-s.force.Done():
+		cancelled = s.disp.inHandler()
+		s.cancelHandler(ErrClosing)
+	}
+	unsettled := make(chan struct{})
+	go func() {
+		<-drained
+		s.unsettled.Wait()
+		close(unsettled)
+	}()
+	select {
+	case <-unsettled:
+	case <-s.force.Done():
+		s.cancelHandler(ErrClosing)
+	}
+	return cancelled
+}
+
+// collect waits, until hard ends, for the handlers and the fetch loop to
+// return, and says what did not.
+func (s *Subscription) collect(hard context.Context, drained <-chan struct{}, cancelled int64) []error {
+	var errs []error
+	cause := context.Cause(s.force)
+	clean := waitOrDone(hard, drained)
+	if !waitOrDone(hard, s.fetchDone) {
+		// A backend whose Receive ignores ctx breaks its contract; do not
+		// let it hang Close past the caller's deadline.
+		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", cause))
+	}
+	if clean && cancelled > 0 {
+		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, cause))
+	}
+	if !clean {
+		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
+			s.disp.inHandler(), cause))
+	}
+	return errs
+}
+
+// finishClose closes Done once the last handler and the subscription's
+// own goroutines have returned: now, or in the background after
+// stragglers that ignore their ctx.
+func (s *Subscription) finishClose(hard context.Context, drained <-chan struct{}) {
 	finished := make(chan struct{})
 	go func() {
 		<-drained
@@ -209,11 +280,11 @@ func (s *Subscription) shutdown(ctx, hard context.Context) error {
 			close(s.done)
 		}()
 	}
-	return err
 }
 
 // backgroundCloseTimeout bounds the shutdown that runs when the Subscribe
-// ctx ends or the backend fails for good, where no caller gives a ctx.
+// ctx ends or the backend fails for good, where no caller gives a ctx. A
+// Close called meanwhile with a shorter ctx cuts it short.
 const backgroundCloseTimeout = 30 * time.Second
 
 // closeInBackground closes the subscription when no caller waits for the
@@ -222,7 +293,7 @@ const backgroundCloseTimeout = 30 * time.Second
 func (s *Subscription) closeInBackground() {
 	ctx, cancel := context.WithTimeout(context.Background(), backgroundCloseTimeout)
 	defer cancel()
-	if err := s.Close(ctx); err != nil {
+	if err := s.Close(ctx); err != nil && s.errToReport() {
 		s.bus.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: s.topic, Group: s.opts.group, Err: err})
 	}
 }
@@ -441,6 +512,14 @@ func (s *Subscription) process(d *Delivery, w *workerSlot) bool {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
 	case AckOnSuccess:
+		if s.shutdownCancelled(err) {
+			if d.claim() {
+				ctx, cancel := s.settleCtx()
+				s.release(ctx, d)
+				cancel()
+			}
+			break
+		}
 		s.reportHandlerErr(d, err)
 		if d.claim() {
 			if err == nil {
@@ -450,7 +529,9 @@ func (s *Subscription) process(d *Delivery, w *workerSlot) bool {
 			}
 		}
 	case AckManual:
-		s.reportHandlerErr(d, err)
+		if !s.shutdownCancelled(err) {
+			s.reportHandlerErr(d, err)
+		}
 		if !d.armLease() && d.claim() {
 			d.finish(OutcomeExpired, ErrClosed)
 		}
@@ -533,13 +614,36 @@ func (s *Subscription) retryOrDeadLetter(d *Delivery, err error) {
 			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
 			return
 		}
-		if s.handlerCtx.Err() != nil {
-			delay = 0 // shutting down: let another member take it now
-		}
 		ctx, cancel := s.settleCtx()
 		defer cancel()
 		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))
 	}
+}
+
+// shutdownCancelled reports whether a handler's error comes from the
+// shutdown: the subscription cancelled its handlers (cause ErrClosing),
+// and the error is not one the handler marked Permanent. Such an error is
+// not a failure of the message.
+func (s *Subscription) shutdownCancelled(err error) bool {
+	return err != nil && s.handlerCtx.Err() != nil && !IsPermanent(err)
+}
+
+// release gives a claimed delivery back to the group without counting an
+// attempt (backend.Releaser), or with a nack without delay on a backend
+// that cannot. A stale delivery (its lease ran out meanwhile) is already
+// back with the group, and is not reported.
+func (s *Subscription) release(ctx context.Context, d *Delivery) {
+	var err error
+	if r, ok := s.bsub.(backend.Releaser); ok {
+		err = r.Release(ctx, d.ackID)
+	} else {
+		err = s.bsub.Nack(ctx, d.ackID, 0)
+	}
+	if err != nil && !errors.Is(err, backend.ErrStale) {
+		err = fmt.Errorf("bus: release %q: %w", d.ID, err)
+		s.report(d, observer.ScopeNack, err)
+	}
+	d.finish(OutcomeNacked, err)
 }
 
 // deadLetter settles a claimed delivery on the bus's own initiative,
@@ -560,6 +664,12 @@ func (s *Subscription) settleErr(d *Delivery, scope observer.Scope, err error) {
 	if err != nil {
 		s.report(d, scope, err)
 	}
+}
+
+// reportDeadLetter tells the observer that d was dead-lettered or dropped,
+// and why: one event per message, with its code.
+func (s *Subscription) reportDeadLetter(d *Delivery, code backend.DeadLetterCode, reason error) {
+	s.bus.observe(observer.Event{Scope: observer.ScopeDeadLetter, Topic: s.topic, Group: s.opts.group, MessageID: d.ID, Attempt: d.Attempt, Code: string(code), Err: reason})
 }
 
 func (s *Subscription) report(d *Delivery, scope observer.Scope, err error) {

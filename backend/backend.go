@@ -191,6 +191,25 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, id AckID, topic string, msg *Message) error
 }
 
+// Releaser is implemented by subscriptions that can give a delivery back
+// to its group without counting it as an attempt. The bus releases the
+// deliveries whose handler a shutdown cancelled (Subscription.Close, the
+// Subscribe ctx ending, Bus.Close): a shutdown is not a failure, so a
+// message must not be dead-lettered for max deliveries because the
+// processes handling it were restarted. Without it the bus nacks with no
+// delay, and the shutdown counts as an attempt.
+type Releaser interface {
+	// Release makes id available to its group again at once (as Nack with
+	// no delay does), and the message's next delivery has the same Attempt
+	// as this one. A backend whose server keeps the delivery count
+	// corrects the count there, or records the correction at the broker
+	// so that every member sees it; a correction kept only in the
+	// releasing process is not enough, since the next delivery usually
+	// goes to another process. A stale id returns an error wrapping
+	// ErrStale and never touches a newer delivery.
+	Release(ctx context.Context, id AckID) error
+}
+
 // Capabilities describes what a backend guarantees. The zero value is the
 // weakest backend: one consumer per topic, nothing persisted, at-most-once.
 type Capabilities struct {

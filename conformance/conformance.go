@@ -115,6 +115,10 @@ var cases = []testCase{
 	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
 	{name: "CancelStopsFetchingAtOnce", run: testCancelStopsFetching},
 	{name: "CloseBoundedByCtx", run: testCloseBoundedByCtx},
+	{name: "CloseAfterSubscribeCtxEnded", run: testCloseAfterSubscribeCtxEnded},
+	{name: "ConcurrentClosesBounded", run: testConcurrentClosesBounded},
+	{name: "CloseAfterBackendFailure", run: testCloseAfterBackendFailure},
+	{name: "ShutdownsDoNotBurnAttempts", needs: []capability{capGroups, capRedelivery}, run: testShutdownsDoNotBurnAttempts},
 	{name: "NoGoroutineLeak", run: testNoGoroutineLeak},
 
 	// Validation.

@@ -35,7 +35,7 @@ func benchBackend(b *testing.B) *inmemory.Backend {
 }
 
 func benchSub(b *testing.B, be *inmemory.Backend, topic string) backend.Subscription {
-	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop})
+	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, Observer: observer.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -38,7 +38,9 @@
 //     carries its attempt number (1 on the first delivery). An expired
 //     lease makes the entry available to any member of the group again,
 //     with Attempt+1. Nack ends the lease and makes the entry available
-//     again after its delay, with Attempt+1. Receive hands out due
+//     again after its delay, with Attempt+1. Release (backend.Releaser,
+//     used by the bus for deliveries a shutdown cancelled) makes it
+//     available at once with the same Attempt. Receive hands out due
 //     redeliveries before new entries.
 //   - The AckID of a delivery names that delivery only. Acking or nacking
 //     an id whose lease already ended (settled, or expired and handed to

@@ -40,7 +40,7 @@ func ackTimeout(d time.Duration) subOpt {
 // when the test ends.
 func subscribe(t testing.TB, be backend.Backend, topic, group string, opts ...subOpt) backend.Subscription {
 	t.Helper()
-	cfg := backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, MaxInFlight: 64, MaxDeliveries: 10, Observer: observer.Nop}
+	cfg := backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, MaxInFlight: 64, MaxDeliveries: 10, Observer: observer.Nop()}
 	for _, o := range opts {
 		o(&cfg)
 	}

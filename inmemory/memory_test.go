@@ -25,7 +25,7 @@ func newTestBackend(t *testing.T, opts *Options) *Backend {
 // subscription is closed when the test ends.
 func subscribeGroup(t *testing.T, be *Backend, topic, group string) *Subscription {
 	t.Helper()
-	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, Observer: observer.Nop})
+	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, Observer: observer.Nop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s.(*Subscription)

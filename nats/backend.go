@@ -275,7 +275,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		return nil, fmt.Errorf("nats: subscribe %q: %w", topic, backend.ErrClosed)
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = observer.Nop
+		cfg.Observer = observer.Nop()
 	}
 	var (
 		s   backend.Subscription

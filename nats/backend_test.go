@@ -128,7 +128,7 @@ func TestPublishRefusesNATSHeadersAndReportsFailedIndexes(t *testing.T) {
 func subCfg(from backend.StartFrom, maxInFlight int) backend.SubscribeConfig {
 	return backend.SubscribeConfig{
 		Group: "g", StartFrom: from, AckTimeout: 5 * time.Second, MaxInFlight: maxInFlight,
-		MaxDeliveries: 5, Observer: observer.Nop,
+		MaxDeliveries: 5, Observer: observer.Nop(),
 	}
 }
 

@@ -14,7 +14,8 @@
 //     counts events in an OpenTelemetry counter (bus.errors) by scope,
 //     topic and group. It lives there so that this package, and the
 //     backend SPI that uses it, import only the standard library.
-//   - Nop discards events; it is the default.
+//   - Nop discards events. A bus without an observer uses Slog over
+//     slog.Default(), so that failures are never silent by default.
 //
 // Observers are called from the bus's goroutines and must be safe for
 // concurrent use. They should return quickly.

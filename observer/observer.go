@@ -22,8 +22,9 @@ const (
 	// ScopeReclaim: reclaiming expired leases, or re-creating a lost
 	// consumer group, failed or lost messages.
 	ScopeReclaim
-	// ScopeDeadLetter: a message was dead-lettered, or dropped because
-	// dead-lettering is off, or dead-lettering failed.
+	// ScopeDeadLetter: a message was dead-lettered (Code says why and Err
+	// is the reason), or dropped because dead-lettering is off, or
+	// dead-lettering failed (Code empty).
 	ScopeDeadLetter
 	// ScopeDecode: an entry could not be decoded into a message.
 	ScopeDecode
@@ -71,6 +72,11 @@ type Event struct {
 	MessageID string
 	Attempt   int
 	Err       error
+	// Code is the machine-readable reason of a message that was
+	// dead-lettered or dropped (ScopeDeadLetter): "max-deliveries",
+	// "permanent", "rejected", "expired", ... Empty for every other
+	// event, and for a dead-lettering that failed.
+	Code string
 	// Stack is the goroutine stack of a recovered panic (ScopePanic).
 	Stack []byte
 	// Recovery is set, with a nil Err, on the event that ends an outage
@@ -90,5 +96,11 @@ type Func func(ctx context.Context, e Event)
 // Observe calls f.
 func (f Func) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// Nop is an Observer that discards every event.
-var Nop Observer = Func(func(context.Context, Event) {})
+// Nop returns an Observer that discards every event. A bus with no
+// observer logs what a user must know of through slog.Default() (see
+// Slog); bus.WithObserver(observer.Nop()) silences it.
+func Nop() Observer { return nopObserver{} }
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(context.Context, Event) {}

@@ -9,16 +9,21 @@ import (
 // attributes. Payloads and headers are never logged. A nil logger uses
 // slog.Default().
 //
-// Expected, self-healing errors stay below Error, so that a healthy system
-// does not page anyone; the level is Level(e):
+// It is what a bus uses when no observer is given (logging through
+// slog.Default()). Expected, self-healing errors stay below Warn, so that
+// a retry that then succeeds prints nothing at the default level, and a
+// healthy system does not page anyone; the level is Level(e):
 //
-//   - Warn for ScopeHandler: a handler error is retried by redelivery, and
-//     its final fate is reported on its own (ScopeDeadLetter);
+//   - Debug for ScopeHandler: a handler error is retried by redelivery,
+//     and its final fate is reported on its own (ScopeDeadLetter);
+//   - Warn for a message that was dead-lettered or dropped (an event of
+//     ScopeDeadLetter with a Code): one line per message, with its code;
 //   - Warn for ScopeLease: the message comes back after its lease;
 //   - Info for an event without an error (a recovery notice, for example
 //     a connection that came back);
-//   - Error for everything else: dead letters, panics, and backend
-//     failures (receive, ack, reclaim, connection lost, shutdown).
+//   - Error for everything else: panics, a dead-lettering that failed,
+//     and backend failures (receive, ack, reclaim, connection lost,
+//     shutdown).
 func Slog(logger *slog.Logger) Observer {
 	if logger == nil {
 		logger = slog.Default()
@@ -33,7 +38,7 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if !o.logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 9)
+	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs, slog.String("scope", e.Scope.String()))
 	if e.Topic != "" {
 		attrs = append(attrs, slog.String("topic", e.Topic))
@@ -47,6 +52,9 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Attempt > 0 {
 		attrs = append(attrs, slog.Int("attempt", e.Attempt))
 	}
+	if e.Code != "" {
+		attrs = append(attrs, slog.String("code", e.Code))
+	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
@@ -57,6 +65,9 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 		attrs = append(attrs, slog.String("stack", string(e.Stack)))
 	}
 	msg := "bus: " + e.Scope.String() + " error"
+	if e.Scope == ScopeDeadLetter && e.Code != "" {
+		msg = "bus: message dead-lettered"
+	}
 	if e.Err == nil {
 		msg = "bus: " + e.Scope.String()
 		if e.Recovery != nil {
@@ -71,7 +82,9 @@ func Level(e Event) slog.Level {
 	switch {
 	case e.Err == nil:
 		return slog.LevelInfo
-	case e.Scope == ScopeHandler, e.Scope == ScopeLease:
+	case e.Scope == ScopeHandler:
+		return slog.LevelDebug
+	case e.Scope == ScopeLease, e.Scope == ScopeDeadLetter && e.Code != "":
 		return slog.LevelWarn
 	default:
 		return slog.LevelError

@@ -22,11 +22,12 @@ func TestSlogLevelsKeepRetriedErrorsBelowError(t *testing.T) {
 		event observer.Event
 		want  slog.Level
 	}{
-		{"handler error is retried", observer.Event{Scope: observer.ScopeHandler, Err: boom}, slog.LevelWarn},
+		{"handler error is retried", observer.Event{Scope: observer.ScopeHandler, Err: boom}, slog.LevelDebug},
 		{"lease ran out", observer.Event{Scope: observer.ScopeLease, Err: boom}, slog.LevelWarn},
 		{"connection recovered", observer.Event{Scope: observer.ScopeConnection}, slog.LevelInfo},
 		{"connection lost", observer.Event{Scope: observer.ScopeConnection, Err: boom}, slog.LevelError},
-		{"dead letter", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom}, slog.LevelError},
+		{"message dead-lettered", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom, Code: "max-deliveries"}, slog.LevelWarn},
+		{"dead-lettering failed", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom}, slog.LevelError},
 		{"panic", observer.Event{Scope: observer.ScopePanic, Err: boom}, slog.LevelError},
 		{"receive failed", observer.Event{Scope: observer.ScopeReceive, Err: boom}, slog.LevelError},
 	}

@@ -188,7 +188,7 @@ func TestReceiveDeniedByACLIsPermanent(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = be.Close() })
 	s, err := be.Subscribe(context.Background(), uniqueTopic(t), backend.SubscribeConfig{
-		Group: "g", AckTimeout: time.Second, MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop,
+		Group: "g", AckTimeout: time.Second, MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop(),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -213,7 +213,7 @@ func TestReceiveOnAKeyOfAnotherTypeIsPermanent(t *testing.T) {
 	t.Cleanup(func() { _ = be.Close() })
 	topic := uniqueTopic(t)
 	s, err := be.Subscribe(context.Background(), topic, backend.SubscribeConfig{
-		Group: "g", AckTimeout: time.Minute, MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop,
+		Group: "g", AckTimeout: time.Minute, MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop(),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

@@ -344,7 +344,7 @@ func TestBusyReceiveOverBlackholeReturnsSoonAfterCancel(t *testing.T) {
 			t.Cleanup(func() { _ = be.Close() })
 			ctx := context.Background()
 			topic := uniqueTopic(t)
-			sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3, Observer: observer.Nop})
+			sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3, Observer: observer.Nop()})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = sub.Close() })
 			for i := range 2 {

@@ -82,7 +82,7 @@ func TestReadLingerFollowsReceiveAndEndsWithCtx(t *testing.T) {
 	b, err := New(c, &Options{Prefix: fmt.Sprintf("linger%d", time.Now().UnixNano()), ReadLinger: linger})
 	require.NoError(t, err)
 	defer b.Close()
-	bsub, err := b.Subscribe(ctx, "t", backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 100, MaxDeliveries: 3, Observer: observer.Nop})
+	bsub, err := b.Subscribe(ctx, "t", backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 100, MaxDeliveries: 3, Observer: observer.Nop()})
 	require.NoError(t, err)
 	defer bsub.Close()
 	sub := bsub.(*subscription)

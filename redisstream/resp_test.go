@@ -300,7 +300,7 @@ func TestTypedReadsStillDeliver(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	require.False(t, b.rawReads, "this read client takes typed reads")
-	sub, err := b.Subscribe(ctx, "t", backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3, Observer: observer.Nop})
+	sub, err := b.Subscribe(ctx, "t", backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3, Observer: observer.Nop()})
 	require.NoError(t, err)
 	defer sub.Close()
 	want := &backend.Message{ID: "m1", Key: "k", Headers: map[string]string{"a": "b"}, Payload: []byte{0, 1, 2}, PublishedAt: time.UnixMilli(1700000000000)}

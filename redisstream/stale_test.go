@@ -36,7 +36,7 @@ func (e *staleEnv) subscribe(ackTimeout time.Duration) backend.Subscription {
 	e.t.Helper()
 	s, err := e.be.Subscribe(context.Background(), e.topic, backend.SubscribeConfig{
 		Group: "g", StartFrom: backend.StartOldest, AckTimeout: ackTimeout, MaxInFlight: 10,
-		MaxDeliveries: 10, Observer: observer.Nop, DeadLetterTopic: e.topic + ".dlq",
+		MaxDeliveries: 10, Observer: observer.Nop(), DeadLetterTopic: e.topic + ".dlq",
 	})
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = s.Close() })
