@@ -94,23 +94,14 @@ func (e *PublishError) Unwrap() []error {
 	return errs
 }
 
-// Permanent marks a handler error as not retryable: in AckOnSuccess the
-// message goes straight to the dead-letter topic. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
+// Permanent marks err as one that no retry can fix. Returned by a handler
+// (AckOnSuccess), the message goes straight to the dead-letter topic with
+// code permanent; returned by a backend's Receive, the subscription ends
+// with Err set. It is backend.Permanent: one concept on both sides, so
+// IsPermanent answers the same for an error marked by either.
+// Permanent(nil) is nil.
+func Permanent(err error) error { return backend.Permanent(err) }
 
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
-
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+// Permanent (bus.Permanent or backend.Permanent, which are the same).
+func IsPermanent(err error) bool { return backend.IsPermanent(err) }

@@ -121,5 +121,5 @@ func Example_deadLetter() {
 	// payload: 4111-x
 	// from: payments group: charger attempt: 1
 	// id: pay-1
-	// reason: permanent: card number is malformed
+	// reason: card number is malformed
 }

@@ -20,8 +20,9 @@ var ErrInvalidOption = errors.New("invalid option")
 // Permanent marks err as one that no retry can fix (for example a missing
 // permission or a stream configured for other subjects). When Receive
 // returns such an error the bus ends the subscription: Err() reports it and
-// Done() is closed. Other Receive errors are retried with backoff.
-// Permanent(nil) is nil.
+// Done() is closed. Other Receive errors are retried with backoff. It is
+// the same mark as bus.Permanent, which a handler returns to dead-letter a
+// message at once. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -88,6 +88,8 @@ type group struct {
 	// wakeAt is the earliest time one of them plans to wake up on its own.
 	wakeCh chan struct{}
 	wakeAt int64
+	// sleepers counts the members blocked in Receive.
+	sleepers int
 }
 
 func newGroup(t *topic, name string) *group {
@@ -124,12 +126,17 @@ func (g *group) notifyBefore(at int64) {
 }
 
 // waitCh returns the channel a member blocks on until it plans to wake at
-// at.
-func (g *group) waitCh(at int64) <-chan struct{} {
+// at. A planned wake-up already past (now) is stale: its member woke on its
+// timer, not on the channel, so it no longer holds back notifyBefore.
+func (g *group) waitCh(at, now int64) <-chan struct{} {
 	if g.wakeCh == nil {
 		g.wakeCh = make(chan struct{})
 	}
-	g.wakeAt = min(g.wakeAt, at)
+	if g.wakeAt <= now {
+		g.wakeAt = at
+	} else {
+		g.wakeAt = min(g.wakeAt, at)
+	}
 	return g.wakeCh
 }
 

@@ -38,11 +38,16 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	}
 	t, g := s.t, s.g
 	var deadline int64
+	slept := false
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return s.wokeAndLeft(slept, err)
 		}
 		t.lock()
+		if slept {
+			g.sleepers--
+			slept = false
+		}
 		if s.closed || s.b.closed.Load() {
 			t.unlock()
 			return nil, errClosed("receive", t.name)
@@ -61,7 +66,9 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return nil, nil
 		}
 		wake := min(deadline, g.nextWake())
-		ch := g.waitCh(wake)
+		ch := g.waitCh(wake, now)
+		g.sleepers++
+		slept = true
 		t.unlock()
 
 		s.timer.Reset(time.Duration(wake - now))
@@ -74,6 +81,17 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		s.timer.Stop()
 	}
+}
+
+// wokeAndLeft ends a Receive whose ctx ended: a member that slept is no
+// longer blocked on the group.
+func (s *Subscription) wokeAndLeft(slept bool, err error) ([]*backend.Message, error) {
+	if slept {
+		s.t.lock()
+		s.g.sleepers--
+		s.t.unlock()
+	}
+	return nil, err
 }
 
 // leaseOf returns the lease id stands for if it is an active lease on
