@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -243,6 +244,28 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
 	}
 
+	s := &Subscription{topic: topic, group: o.group}
+	s.eng = engine.New(ctx, b.engineConfig(s, topic, o, h), bsub)
+	b.mu.Lock()
+	if b.ops.isClosed() {
+		b.mu.Unlock()
+		s.eng.Discard()
+		_ = bsub.Close()
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+	s.eng.Start()
+	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
+		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
+		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
+		slog.Duration("ack_timeout", o.ackTimeout))
+	return s, nil
+}
+
+// engineConfig is what the delivery engine runs s with: the options, the
+// handler inside its middleware, and the bus's hooks.
+func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h Handler) engine.Config[Delivery] {
 	handler := h
 	for i := len(o.middleware) - 1; i >= 0; i-- {
 		handler = o.middleware[i](handler)
@@ -250,51 +273,27 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	for i := len(b.opts.middleware) - 1; i >= 0; i-- {
 		handler = b.opts.middleware[i](handler)
 	}
-
-	s := &Subscription{
-		bus: b, topic: topic, opts: o, caps: b.caps, bsub: bsub, handler: handler,
-		sem:       NewConcurrencyLimiter(o.maxInFlight),
-		fetchDone: make(chan struct{}),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
+	cfg := engine.Config[Delivery]{
+		Topic: topic, Group: o.group, AckMode: engine.AckMode(o.ackMode),
+		MaxInFlight: o.maxInFlight, AckTimeout: o.ackTimeout, MaxExtension: o.maxExtension,
+		HandlerTimeout: o.handlerTimeout, MaxDeliveries: o.maxDeliveries, DeadLetter: o.deadLetter,
+		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
+		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
+		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
+		Handler: func(ctx context.Context, r *engine.Delivery[Delivery]) error { return handler(ctx, &r.Pub) },
+		Fill:    fill(topic, o.group),
+		Info:    info,
+		Publish: b.be.Publish,
+		Go:      b.goTracked,
+		Ended:   func() { b.forget(s) },
 	}
-	s.acks = newAcker(s, b.opts.ackBatch, b.opts.ackInterval)
-	s.disp = newDispatcher(o.maxInFlight, s.process, s.releaseDone, s.acks)
-	s.feedback, _ = o.limiter.(LimiterFeedback)
-	// Fetching stops as soon as the Subscribe ctx ends; handlers keep
-	// their own ctx, which shutdown cancels only when its ctx runs out.
-	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
-	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
-	s.force, s.forceStop = context.WithCancelCause(context.Background())
-	s.keeper = newLeaseKeeper(s)
-
-	b.mu.Lock()
-	if b.ops.isClosed() {
-		b.mu.Unlock()
-		s.stopFetch()
-		s.cancelHandler(ErrClosed)
-		s.forceStop(ErrClosed)
-		_ = bsub.Close()
-		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
+	if o.limiter != nil {
+		cfg.Limiter = o.limiter
+		if fb, ok := o.limiter.(LimiterFeedback); ok {
+			cfg.Feedback = fb.Feedback
+		}
 	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
-
-	s.workers.Add(2)
-	go func() { defer s.workers.Done(); s.acks.run() }()
-	go func() { defer s.workers.Done(); s.fetch() }()
-	if s.keeper != nil {
-		s.workers.Add(1)
-		go func() { defer s.workers.Done(); s.keeper.run() }()
-	}
-	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
-		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
-		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
-		slog.Duration("ack_timeout", o.ackTimeout))
-	s.stopAfter = context.AfterFunc(ctx, func() {
-		b.goTracked(s.closeInBackground)
-	})
-	return s, nil
+	return cfg
 }
 
 func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeOptions, error) {
@@ -350,7 +349,7 @@ func (b *Bus) Close(ctx context.Context) error {
 		return b.waitClosed(ctx)
 	}
 	defer close(b.closed)
-	hard, cancel := withGrace(ctx)
+	hard, cancel := engine.WithGrace(ctx)
 	defer cancel()
 	subs := b.snapshot(nil)
 	errs := make([]error, len(subs))
@@ -365,7 +364,7 @@ func (b *Bus) Close(ctx context.Context) error {
 	wg.Wait()
 	// Publishes and subscribes in progress, and background closes started
 	// before Close, end within ctx or are reported.
-	if !waitOrDone(hard, idle) {
+	if !engine.WaitOrDone(hard, idle) {
 		errs = append(errs, fmt.Errorf("bus: close: publishes or subscribes still in progress: %w", ctx.Err()))
 	}
 	// Subscriptions set up concurrently with Close registered after the
@@ -373,7 +372,7 @@ func (b *Bus) Close(ctx context.Context) error {
 	for _, s := range b.snapshot(subs) {
 		errs = append(errs, s.Close(ctx))
 	}
-	if err := closeBounded(hard, b.be.Close); err != nil {
+	if err := engine.CloseBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
@@ -397,75 +396,29 @@ func (b *Bus) snapshot(seen []*Subscription) []*Subscription {
 func (b *Bus) waitClosed(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
 		for _, s := range b.snapshot(nil) {
-			s.forceStop(context.Cause(ctx))
+			s.eng.Force(context.Cause(ctx))
 		}
 	})
 	defer stop()
-	hard, cancel := withGrace(ctx)
+	hard, cancel := engine.WithGrace(ctx)
 	defer cancel()
-	if !waitOrDone(hard, b.closed) {
+	if !engine.WaitOrDone(hard, b.closed) {
 		return fmt.Errorf("bus: close: still closing: %w", ctx.Err())
 	}
 	return nil
 }
 
-// closeGrace is how long past its ctx a Close may take to collect what
-// has just finished (a handler that returned on cancellation, a backend
-// that closed at once). It is one budget for the whole Close, not one per
-// step.
-const closeGrace = 50 * time.Millisecond
-
-// withGrace returns a ctx that ends closeGrace after ctx ends: the hard
-// deadline of a Close.
-func withGrace(ctx context.Context) (context.Context, context.CancelFunc) {
-	hard, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(closeGrace, cancel) })
-	return hard, func() {
-		stop()
-		cancel()
-	}
-}
-
-// waitOrDone waits for ch until hard ends; it reports whether ch was
-// closed.
-func waitOrDone(hard context.Context, ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-	}
-	select {
-	case <-ch:
-		return true
-	case <-hard.Done():
-		return false
-	}
-}
-
-// closeBounded runs a close that takes no ctx (the SPI's Close methods) and
-// waits for it until hard ends; it keeps running after that, and its error
-// is then lost.
-func closeBounded(hard context.Context, f func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-hard.Done():
-		return errors.New("did not return before the close ctx ended")
-	}
-}
-
 // goTracked runs f on a goroutine that Close waits for (within its ctx);
 // after Close has begun it does nothing (Close itself does the work).
-func (b *Bus) goTracked(f func()) {
+func (b *Bus) goTracked(f func()) bool {
 	if !b.ops.enter() {
-		return
+		return false
 	}
 	go func() {
 		defer b.ops.leave()
 		f()
 	}()
+	return true
 }
 
 func (b *Bus) forget(s *Subscription) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
 )
 
 // Sentinel errors. Errors returned by the bus wrap one of them where a
@@ -19,9 +20,9 @@ var (
 	// ErrInvalidMessage: a message is nil or has an invalid header.
 	ErrInvalidMessage = errors.New("invalid message")
 	// ErrPayloadTooLarge: a payload is over the max payload.
-	ErrPayloadTooLarge = errors.New("payload too large")
+	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
 	// ErrUnsupported: the backend cannot do what was asked.
-	ErrUnsupported = errors.New("unsupported by backend")
+	ErrUnsupported = engine.ErrUnsupported
 	// ErrInvalidOption: an option value or URL parameter is out of range,
 	// unknown or repeated. Backends wrap the same value.
 	ErrInvalidOption = backend.ErrInvalidOption
@@ -29,7 +30,7 @@ var (
 	// bus could not keep the delivery's lease alive (the backend has no
 	// Extender, an extension failed, or WithMaxExtension was reached), so
 	// the message may be delivered again. Read it with context.Cause.
-	ErrLeaseLost = errors.New("lease lost")
+	ErrLeaseLost = engine.ErrLeaseLost
 	// ErrClosing is the cause of a handler's ctx cancellation when its
 	// subscription shuts down (Subscription.Close or Bus.Close whose ctx
 	// ended, or the Subscribe ctx ended and the handler outlived the
@@ -37,10 +38,10 @@ var (
 	// handler then returns an error (other than a Permanent one) is given
 	// back to the group without counting as an attempt and without being
 	// reported. Read it with context.Cause.
-	ErrClosing = errors.New("subscription closing")
+	ErrClosing = engine.ErrClosing
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
-	ErrAlreadySettled = errors.New("delivery already settled")
+	ErrAlreadySettled = engine.ErrAlreadySettled
 	// ErrDetached: a settlement method was called on a Delivery that did
 	// not come from a subscription (a zero Delivery). Use
 	// bustest.NewDelivery to unit-test handlers.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/eventbus-go/bus/internal/engine"
 )
 
 // Limiter decides how many messages a subscription may take. The bus
@@ -32,146 +34,29 @@ type LimiterFeedback interface {
 }
 
 // ConcurrencyLimiter caps the units held at once. Safe for concurrent use.
-type ConcurrencyLimiter struct {
-	mu      sync.Mutex
-	limit   int
-	used    int
-	waiters []waiter
-}
-
-// waiter is a blocked Acquire; it is woken when need units are free.
-type waiter struct {
-	ch   chan struct{}
-	need int
-}
+type ConcurrencyLimiter struct{ slots *engine.Slots }
 
 // NewConcurrencyLimiter returns a limiter with limit units (limit >= 1).
 func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
 	if limit < 1 {
 		panic(fmt.Sprintf("bus: concurrency limit %d, want >= 1", limit))
 	}
-	return &ConcurrencyLimiter{limit: limit}
+	return &ConcurrencyLimiter{slots: engine.NewSlots(limit)}
 }
 
 // Acquire implements Limiter.
 func (l *ConcurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) {
-	return l.acquire(ctx, 1, max, nil)
-}
-
-// acquire takes between 1 and most units. It waits until at least need
-// units are free, or, once linger fires (nil = never), until any unit is.
-// Waiting for several units at once lets a saturated subscription fetch in
-// batches instead of one message per freed slot.
-func (l *ConcurrencyLimiter) acquire(ctx context.Context, need, most int, linger <-chan time.Time) (int, error) {
-	most = max(most, 1)
-	need = min(max(need, 1), most)
-	for {
-		l.mu.Lock()
-		if n := l.takeLocked(need, most); n > 0 {
-			l.mu.Unlock()
-			return n, nil
-		}
-		w := waiter{ch: make(chan struct{}), need: need}
-		l.waiters = append(l.waiters, w)
-		l.mu.Unlock()
-		select {
-		case <-w.ch:
-		case <-linger:
-			linger = nil
-			need = 1
-			l.removeWaiter(w.ch)
-		case <-ctx.Done():
-			l.removeWaiter(w.ch)
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// tryAcquire takes between need and most units if need are free now, and
-// returns 0 otherwise.
-func (l *ConcurrencyLimiter) tryAcquire(need, most int) int {
-	most = max(most, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.takeLocked(min(max(need, 1), most), most)
-}
-
-// takeLocked takes up to most units when at least need are free; l.mu
-// must be held.
-func (l *ConcurrencyLimiter) takeLocked(need, most int) int {
-	free := l.limit - l.used
-	if free < need {
-		return 0
-	}
-	n := min(free, most)
-	l.used += n
-	return n
-}
-
-func (l *ConcurrencyLimiter) removeWaiter(ch chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, w := range l.waiters {
-		if w.ch == ch {
-			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-			return
-		}
-	}
+	return l.slots.Acquire(ctx, 1, max, nil)
 }
 
 // Release implements Limiter.
-func (l *ConcurrencyLimiter) Release(n int) {
-	if n <= 0 {
-		return
-	}
-	l.mu.Lock()
-	l.used -= n
-	if l.used < 0 {
-		l.mu.Unlock()
-		panic("bus: limiter released more than acquired")
-	}
-	l.wakeLocked()
-	l.mu.Unlock()
-}
-
-// wakeLocked wakes the waiters whose need is now free.
-func (l *ConcurrencyLimiter) wakeLocked() {
-	if len(l.waiters) == 0 {
-		return
-	}
-	free := l.limit - l.used
-	kept := l.waiters[:0]
-	for _, w := range l.waiters {
-		if free >= w.need {
-			close(w.ch)
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	clear(l.waiters[len(kept):])
-	l.waiters = kept
-}
+func (l *ConcurrencyLimiter) Release(n int) { l.slots.Release(n) }
 
 // InUse returns the units held now.
-func (l *ConcurrencyLimiter) InUse() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.used
-}
+func (l *ConcurrencyLimiter) InUse() int { return l.slots.InUse() }
 
 // Limit returns the current limit.
-func (l *ConcurrencyLimiter) Limit() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
-
-func (l *ConcurrencyLimiter) setLimit(n int) {
-	l.mu.Lock()
-	l.limit = n
-	l.wakeLocked()
-	l.mu.Unlock()
-}
+func (l *ConcurrencyLimiter) Limit() int { return l.slots.Limit() }
 
 // RateLimiter lets at most r messages per second start, with bursts of up
 // to burst. Units are not held: Release is a no-op. Safe for concurrent
@@ -269,6 +154,6 @@ func (l *AdaptiveLimiter) Feedback(latency time.Duration, err error) {
 	n := int(l.limit)
 	l.mu.Unlock()
 	if n != l.ConcurrencyLimiter.Limit() {
-		l.ConcurrencyLimiter.setLimit(n)
+		l.ConcurrencyLimiter.slots.SetLimit(n)
 	}
 }

@@ -375,18 +375,3 @@ func defaultBackOff() backoff.BackOff {
 	e.MaxElapsedTime = 0
 	return e
 }
-
-// retryDelay returns the backoff delay for the given attempt, and false
-// when the policy says stop.
-func retryDelay(newBackOff func() backoff.BackOff, attempt int) (time.Duration, bool) {
-	b := newBackOff()
-	b.Reset()
-	var d time.Duration
-	for i := 0; i < max(attempt, 1); i++ {
-		d = b.NextBackOff()
-		if d == backoff.Stop {
-			return 0, false
-		}
-	}
-	return d, true
-}

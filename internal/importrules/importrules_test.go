@@ -29,6 +29,8 @@ func TestImportRules(t *testing.T) {
 		pkg        string
 		stdlibOnly bool     // no third-party package at all
 		refused    []string // import path prefixes it must not depend on
+		// refusedExact are import paths it must not depend on.
+		refusedExact []string
 	}{
 		{pkg: "backend", stdlibOnly: true},
 		{pkg: "observer", stdlibOnly: true},
@@ -38,6 +40,9 @@ func TestImportRules(t *testing.T) {
 		{pkg: "conformance", refused: []string{otel, goRedis, natsGo}},
 		{pkg: "redisstream", refused: []string{otel, natsGo, testify}},
 		{pkg: "nats", refused: []string{otel, goRedis, testify}},
+		// The delivery engine has its own record; the public Delivery
+		// wraps it, never the other way round.
+		{pkg: "internal/engine", refused: []string{otel, goRedis, natsGo, testify}, refusedExact: []string{module}},
 	}
 	for _, tt := range tests {
 		path := module
@@ -49,6 +54,11 @@ func TestImportRules(t *testing.T) {
 		for _, d := range deps {
 			if tt.stdlibOnly && !isStdlib(d) && !strings.HasPrefix(d, module) {
 				t.Errorf("%s must build with the standard library alone, but depends on %s", path, d)
+			}
+			for _, r := range tt.refusedExact {
+				if d == r {
+					t.Errorf("%s must not depend on %s", path, r)
+				}
 			}
 			for _, r := range tt.refused {
 				if strings.HasPrefix(d, r) {

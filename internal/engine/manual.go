@@ -1,9 +1,6 @@
-package bus
+package engine
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // manualLeases holds the AckManual deliveries whose handler returned
 // unsettled, ordered by the end of their lease, and expires each when its
@@ -11,42 +8,39 @@ import (
 // One timer per subscription, set for the earliest lease, does the job of
 // a timer per message. A delivery leaves the heap when it is settled (at
 // once, so a settled delivery is never held until its lease would have
-// ended), when its lease ends, or when Close gives it up. It is safe for
-// concurrent use; the lock order is Delivery.mu, then manualLeases.mu.
-type manualLeases struct {
-	mu      sync.Mutex
-	heap    []leaseEntry
+// ended), when its lease ends, or when Close gives it up. It is guarded by
+// its subscription's mu (the methods named Locked need it held).
+type manualLeases[P any] struct {
+	s       *Sub[P]
+	heap    []leaseEntry[P]
 	timer   *time.Timer // fires at timerAt; nil until the first lease
 	timerAt int64       // monoNow clock; 0 when the timer is not set
 	stopped bool
 }
 
 // leaseEntry is a delivery waiting in manualLeases; its index is kept in
-// the delivery's deliveryExt.leaseIdx, guarded by manualLeases.mu.
-type leaseEntry struct {
+// the delivery's deliveryExt.leaseIdx.
+type leaseEntry[P any] struct {
 	end int64 // monoNow clock
-	d   *Delivery
+	d   *Delivery[P]
+	x   *deliveryExt
 }
 
-// add queues d, whose lease ends at end; x is d.ext. It reports false,
-// and queues nothing, once drain was called.
-func (m *manualLeases) add(d *Delivery, x *deliveryExt, end int64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// addLocked queues d, whose lease ends at end; x is d's ext. It reports
+// false, and queues nothing, once drain was called.
+func (m *manualLeases[P]) addLocked(d *Delivery[P], x *deliveryExt, end int64) bool {
 	if m.stopped {
 		return false
 	}
 	x.leaseIdx = len(m.heap) + 1
-	m.heap = append(m.heap, leaseEntry{end: end, d: d})
+	m.heap = append(m.heap, leaseEntry[P]{end: end, d: d, x: x})
 	m.up(len(m.heap) - 1)
 	m.armLocked()
 	return true
 }
 
-// move changes the end of d's lease, if d is queued.
-func (m *manualLeases) move(x *deliveryExt, end int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// moveLocked changes the end of a queued delivery's lease.
+func (m *manualLeases[P]) moveLocked(x *deliveryExt, end int64) {
 	if x.leaseIdx == 0 {
 		return
 	}
@@ -58,25 +52,21 @@ func (m *manualLeases) move(x *deliveryExt, end int64) {
 	m.armLocked()
 }
 
-// remove takes d out of the heap, if it is queued, and reports whether it
-// was.
-func (m *manualLeases) remove(x *deliveryExt) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// removeLocked takes a delivery out of the heap, if it is queued.
+func (m *manualLeases[P]) removeLocked(x *deliveryExt) {
 	if x.leaseIdx == 0 {
-		return false
+		return
 	}
-	m.removeLocked(x.leaseIdx - 1)
-	return true
+	m.removeAt(x.leaseIdx - 1)
 }
 
-func (m *manualLeases) removeLocked(i int) {
+func (m *manualLeases[P]) removeAt(i int) {
 	last := len(m.heap) - 1
 	if i != last {
 		m.swap(i, last)
 	}
-	m.heap[last].d.ext.leaseIdx = 0
-	m.heap[last] = leaseEntry{}
+	m.heap[last].x.leaseIdx = 0
+	m.heap[last] = leaseEntry[P]{}
 	m.heap = m.heap[:last]
 	if i != last {
 		if !m.up(i) {
@@ -89,19 +79,19 @@ func (m *manualLeases) removeLocked(i int) {
 }
 
 // fire expires the leases that have ended and sets the timer for the next.
-func (m *manualLeases) fire() {
+func (m *manualLeases[P]) fire() {
 	now := monoNow()
-	var due []*Delivery
-	m.mu.Lock()
+	var due []*Delivery[P]
+	m.s.mu.Lock()
 	m.timerAt = 0
 	for len(m.heap) > 0 && m.heap[0].end <= now {
 		due = append(due, m.heap[0].d)
-		m.removeLocked(0)
+		m.removeAt(0)
 	}
 	if !m.stopped {
 		m.armLocked()
 	}
-	m.mu.Unlock()
+	m.s.mu.Unlock()
 	for _, d := range due {
 		d.expire()
 	}
@@ -109,7 +99,7 @@ func (m *manualLeases) fire() {
 
 // armLocked sets the timer for the earliest lease when it is not set for
 // it already.
-func (m *manualLeases) armLocked() {
+func (m *manualLeases[P]) armLocked() {
 	if len(m.heap) == 0 {
 		return
 	}
@@ -128,31 +118,31 @@ func (m *manualLeases) armLocked() {
 
 // drain empties the heap and stops the timer for good; it returns the
 // deliveries that were waiting.
-func (m *manualLeases) drain() []*Delivery {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (m *manualLeases[P]) drain() []*Delivery[P] {
+	m.s.mu.Lock()
+	defer m.s.mu.Unlock()
 	m.stopped = true
 	if m.timer != nil {
 		m.timer.Stop()
 	}
-	ds := make([]*Delivery, 0, len(m.heap))
+	ds := make([]*Delivery[P], 0, len(m.heap))
 	for _, e := range m.heap {
-		e.d.ext.leaseIdx = 0
+		e.x.leaseIdx = 0
 		ds = append(ds, e.d)
 	}
 	m.heap = nil
 	return ds
 }
 
-func (m *manualLeases) swap(i, j int) {
+func (m *manualLeases[P]) swap(i, j int) {
 	h := m.heap
 	h[i], h[j] = h[j], h[i]
-	h[i].d.ext.leaseIdx = i + 1
-	h[j].d.ext.leaseIdx = j + 1
+	h[i].x.leaseIdx = i + 1
+	h[j].x.leaseIdx = j + 1
 }
 
 // up moves entry i towards the root and reports whether it moved.
-func (m *manualLeases) up(i int) bool {
+func (m *manualLeases[P]) up(i int) bool {
 	moved := false
 	for i > 0 {
 		p := (i - 1) / 2
@@ -166,7 +156,7 @@ func (m *manualLeases) up(i int) bool {
 	return moved
 }
 
-func (m *manualLeases) down(i int) {
+func (m *manualLeases[P]) down(i int) {
 	n := len(m.heap)
 	for {
 		c := 2*i + 1

@@ -1,4 +1,4 @@
-package bus
+package engine
 
 import (
 	"context"
@@ -19,10 +19,10 @@ const ackFlushTimeout = 10 * time.Second
 // happens when size ids are waiting in one buffer, or interval after the
 // first one arrived, and once more on close. Acks wait in two buffers:
 // the dispatcher's, for the acks its workers make when a handler returns
-// (see Subscription.ackAfterHandler), and the acker's own, for every
+// (see Sub.ackAfterHandler), and the acker's own, for every
 // other ack.
-type acker struct {
-	sub      *Subscription
+type acker[P any] struct {
+	sub      *Sub[P]
 	size     int
 	interval time.Duration
 
@@ -46,8 +46,8 @@ type acker struct {
 	flushCtx context.Context
 }
 
-func newAcker(s *Subscription, size int, interval time.Duration) *acker {
-	return &acker{
+func newAcker[P any](s *Sub[P], size int, interval time.Duration) *acker[P] {
+	return &acker[P]{
 		sub: s, size: size, interval: interval,
 		buf:   make([]backend.AckID, 0, size),
 		first: make(chan struct{}, 1),
@@ -58,10 +58,10 @@ func newAcker(s *Subscription, size int, interval time.Duration) *acker {
 }
 
 // isClosed reports whether close was called.
-func (a *acker) isClosed() bool { return a.closed.Load() }
+func (a *acker[P]) isClosed() bool { return a.closed.Load() }
 
 // buffered wakes run for a buffer that now holds n ids.
-func (a *acker) buffered(n int) {
+func (a *acker[P]) buffered(n int) {
 	if n == 1 {
 		signal(a.first)
 	}
@@ -80,11 +80,11 @@ func signal(ch chan struct{}) {
 
 // dropped reports the ack of d, made after the acker closed; the message
 // is redelivered after its lease.
-func (a *acker) dropped(d *Delivery) {
+func (a *acker[P]) dropped(d *Delivery[P]) {
 	a.sub.report(d, observer.ScopeAck, d.ackErr(ErrClosed))
 }
 
-func (a *acker) add(id backend.AckID) error {
+func (a *acker[P]) add(id backend.AckID) error {
 	a.mu.Lock()
 	if a.closed.Load() {
 		a.mu.Unlock()
@@ -97,7 +97,7 @@ func (a *acker) add(id backend.AckID) error {
 	return nil
 }
 
-func (a *acker) run() {
+func (a *acker[P]) run() {
 	defer close(a.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -126,7 +126,7 @@ func (a *acker) run() {
 }
 
 // pending counts the ids in the fuller buffer.
-func (a *acker) pending() int {
+func (a *acker[P]) pending() int {
 	a.mu.Lock()
 	n := len(a.buf)
 	a.mu.Unlock()
@@ -137,7 +137,7 @@ func (a *acker) pending() int {
 // of both buffers together: a flush is one backend call per chunk,
 // whichever buffer its acks waited in. Each chunk gets ackFlushTimeout,
 // and no more than parent allows.
-func (a *acker) flush(parent context.Context) {
+func (a *acker[P]) flush(parent context.Context) {
 	for {
 		a.fromWorkers = a.sub.disp.swapAcks(a.fromWorkers)
 		a.mu.Lock()
@@ -153,7 +153,7 @@ func (a *acker) flush(parent context.Context) {
 			err := a.sub.bsub.Ack(ctx, chunk)
 			cancel()
 			if err != nil {
-				a.sub.bus.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.topic, Group: a.sub.opts.group, Err: err})
+				a.sub.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.cfg.Topic, Group: a.sub.cfg.Group, Err: err})
 			}
 		}
 		clear(ids)
@@ -166,13 +166,13 @@ func (a *acker) flush(parent context.Context) {
 // error wrapping ErrClosed). The flush is bounded by hard, the Close's
 // ctx plus its grace; acks it cannot send are redelivered after their
 // lease.
-func (a *acker) close(hard context.Context) error {
+func (a *acker[P]) close(hard context.Context) error {
 	a.mu.Lock()
 	a.closed.Store(true)
 	a.mu.Unlock()
 	a.flushCtx = hard
 	close(a.stop)
-	if !waitOrDone(hard, a.done) {
+	if !WaitOrDone(hard, a.done) {
 		return errors.New("ack flush did not finish before the close ctx ended")
 	}
 	return nil

@@ -1,4 +1,4 @@
-package bus
+package engine
 
 import (
 	"runtime"
@@ -21,13 +21,13 @@ import (
 // handler that turns slow never leaves deliveries waiting for long.
 // Workers that keep up are left alone; a queue that is refilled as fast
 // as it drains is not stalled.
-type dispatcher struct {
+type dispatcher[P any] struct {
 	// run handles a delivery on worker w and reports whether its slot
 	// is to be given back; workers give slots back through free in
 	// batches.
-	run   func(d *Delivery, w *workerSlot) bool
+	run   func(d *Delivery[P], w *workerSlot[P]) bool
 	free  func(n int)
-	acker *acker
+	acker *acker[P]
 	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
@@ -37,7 +37,7 @@ type dispatcher struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []*Delivery
+	queue   []*Delivery[P]
 	head    int
 	workers int
 	idle    int
@@ -50,7 +50,7 @@ type dispatcher struct {
 	takenAtArm uint64
 	// slots holds, per worker, the delivery it runs now, for the lease
 	// keeper to walk without a registration per message.
-	slots []*workerSlot
+	slots []*workerSlot[P]
 	// acks holds the acks that workers made when a handler returned
 	// (AckOnSuccess). A worker adds its ack in the critical section in
 	// which it takes its next delivery, so acking costs no lock of its
@@ -62,13 +62,13 @@ type dispatcher struct {
 }
 
 // workerSlot is the delivery a worker runs now (nil between handlers).
-type workerSlot struct {
-	cur   atomic.Pointer[Delivery]
+type workerSlot[P any] struct {
+	cur   atomic.Pointer[Delivery[P]]
 	n     uint32 // deliveries run, for sampling their duration
 	freed int    // slots to give back
 	// ack is the delivery the worker acks once its handler has returned
-	// (see Subscription.ackAfterHandler); only the worker touches it.
-	ack *Delivery
+	// (see Sub.ackAfterHandler); only the worker touches it.
+	ack *Delivery[P]
 }
 
 const (
@@ -84,14 +84,14 @@ const (
 // gives the slots of the deliveries run returns true for back through
 // free, a batch at a time (an eighth of max), and all of them before it
 // waits for work: a slot is never held by a worker with nothing to do.
-func newDispatcher(max int, run func(*Delivery, *workerSlot) bool, free func(n int), a *acker) *dispatcher {
-	d := &dispatcher{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*Delivery, 0, max)}
+func newDispatcher[P any](max int, run func(*Delivery[P], *workerSlot[P]) bool, free func(n int), a *acker[P]) *dispatcher[P] {
+	d := &dispatcher[P]{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*Delivery[P], 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
 
 // push queues a batch; the caller holds a slot for each delivery.
-func (p *dispatcher) push(ds []*Delivery) {
+func (p *dispatcher[P]) push(ds []*Delivery[P]) {
 	p.mu.Lock()
 	p.queue = append(p.queue, ds...)
 	want := len(ds)
@@ -110,7 +110,7 @@ func (p *dispatcher) push(ds []*Delivery) {
 }
 
 // armLocked starts the stall check.
-func (p *dispatcher) armLocked() {
+func (p *dispatcher[P]) armLocked() {
 	p.armed = true
 	p.takenAtArm = p.taken
 	if p.stall == nil {
@@ -120,11 +120,11 @@ func (p *dispatcher) armLocked() {
 	}
 }
 
-func (p *dispatcher) queued() int { return len(p.queue) - p.head }
+func (p *dispatcher[P]) queued() int { return len(p.queue) - p.head }
 
 // wakeLocked makes sure n more deliveries have a worker: it signals idle
 // workers and starts new ones while under max.
-func (p *dispatcher) wakeLocked(n int) {
+func (p *dispatcher[P]) wakeLocked(n int) {
 	n = min(n, p.queued())
 	for i := 0; i < n && i < p.idle; i++ {
 		p.cond.Signal()
@@ -132,13 +132,13 @@ func (p *dispatcher) wakeLocked(n int) {
 	for extra := n - p.idle; extra > 0 && p.workers < p.max; extra-- {
 		p.workers++
 		p.wg.Add(1)
-		w := &workerSlot{}
+		w := &workerSlot[P]{}
 		p.slots = append(p.slots, w)
 		go p.work(w)
 	}
 }
 
-func (p *dispatcher) checkStall() {
+func (p *dispatcher[P]) checkStall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.armed = false
@@ -156,7 +156,7 @@ func (p *dispatcher) checkStall() {
 	p.wakeLocked(p.queued())
 }
 
-func (p *dispatcher) work(w *workerSlot) {
+func (p *dispatcher[P]) work(w *workerSlot[P]) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
@@ -229,7 +229,7 @@ func (p *dispatcher) work(w *workerSlot) {
 // ackLocked buffers an ack for the acker; it reports false when the acker
 // is closed. The acker's final flush swaps the buffer under p.mu after it
 // was closed, so an ack this accepts is always flushed.
-func (p *dispatcher) ackLocked(id backend.AckID) bool {
+func (p *dispatcher[P]) ackLocked(id backend.AckID) bool {
 	if p.acker.isClosed() {
 		return false
 	}
@@ -240,7 +240,7 @@ func (p *dispatcher) ackLocked(id backend.AckID) bool {
 
 // swapAcks returns the buffered acks and buffers into spare (emptied)
 // from now on: the lock is held for a swap, not for a copy.
-func (p *dispatcher) swapAcks(spare []backend.AckID) []backend.AckID {
+func (p *dispatcher[P]) swapAcks(spare []backend.AckID) []backend.AckID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ids := p.acks
@@ -249,7 +249,7 @@ func (p *dispatcher) swapAcks(spare []backend.AckID) []backend.AckID {
 }
 
 // pendingAcks counts the buffered acks.
-func (p *dispatcher) pendingAcks() int {
+func (p *dispatcher[P]) pendingAcks() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.acks)
@@ -257,7 +257,7 @@ func (p *dispatcher) pendingAcks() int {
 
 // running appends to ds the deliveries whose handler runs now, or that
 // just returned.
-func (p *dispatcher) running(ds []*Delivery) []*Delivery {
+func (p *dispatcher[P]) running(ds []*Delivery[P]) []*Delivery[P] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, w := range p.slots {
@@ -269,7 +269,7 @@ func (p *dispatcher) running(ds []*Delivery) []*Delivery {
 }
 
 // inHandler counts the deliveries whose handler runs now.
-func (p *dispatcher) inHandler() int64 {
+func (p *dispatcher[P]) inHandler() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := int64(0)
@@ -283,7 +283,7 @@ func (p *dispatcher) inHandler() int64 {
 
 // stop waits for queued and running deliveries to finish, then ends the
 // workers. New pushes must have stopped.
-func (p *dispatcher) stop() {
+func (p *dispatcher[P]) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.wakeLocked(p.queued())

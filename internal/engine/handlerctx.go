@@ -1,4 +1,4 @@
-package bus
+package engine
 
 import (
 	"context"
@@ -6,18 +6,19 @@ import (
 )
 
 // handlerCtx is a Delivery seen as the ctx of its handler call, when the
-// handler runs under a lease: (*handlerCtx)(d). It behaves as
+// handler runs under a lease: (*handlerCtx[P])(d). It behaves as
 // context.WithCancelCause(s.handlerCtx) cancelled when the handler
 // returns, or with cause ErrLeaseLost when the lease cannot be kept, and
-// it ends when the subscription cancels its handlers (Close).
+// it ends when the subscription cancels its handlers (cause ErrClosing).
 //
 // It costs no allocation of its own: it lives in the Delivery, and the
 // real cancelCtx, its cancel func and its registration with the parent
 // are only made when something needs them, which is a call to Done (a
 // select on the ctx, a derived ctx such as context.WithTimeout) or a
 // cancellation with a cause. A quick handler that never waits on its ctx
-// runs without any of them. It is safe for concurrent use.
-type handlerCtx Delivery
+// runs without any of them. It is safe for concurrent use, without a
+// lock: the real ctx is installed with a compare-and-swap.
+type handlerCtx[P any] Delivery[P]
 
 // cancelCause is a handler ctx once made.
 type cancelCause struct {
@@ -25,17 +26,15 @@ type cancelCause struct {
 	cancel context.CancelCauseFunc
 }
 
-var _ context.Context = (*handlerCtx)(nil)
+func (c *handlerCtx[P]) parent() context.Context { return c.sub.handlerCtx }
 
-func (c *handlerCtx) parent() context.Context { return c.sub.handlerCtx }
-
-func (c *handlerCtx) ended() bool { return c.state.Load()&stateCtxEnded != 0 }
+func (c *handlerCtx[P]) ended() bool { return c.state.Load()&stateCtxEnded != 0 }
 
 // Deadline implements context.Context: the parent's.
-func (c *handlerCtx) Deadline() (time.Time, bool) { return c.parent().Deadline() }
+func (c *handlerCtx[P]) Deadline() (time.Time, bool) { return c.parent().Deadline() }
 
 // Done implements context.Context.
-func (c *handlerCtx) Done() <-chan struct{} {
+func (c *handlerCtx[P]) Done() <-chan struct{} {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Done()
 	}
@@ -43,7 +42,7 @@ func (c *handlerCtx) Done() <-chan struct{} {
 }
 
 // Err implements context.Context.
-func (c *handlerCtx) Err() error {
+func (c *handlerCtx[P]) Err() error {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Err()
 	}
@@ -58,7 +57,7 @@ func (c *handlerCtx) Err() error {
 // that the ctx was not cancelled with a cause of its own, and Cause falls
 // back to the parent's, or to Err: what it returns for a cancelCtx
 // cancelled without a cause.
-func (c *handlerCtx) Value(key any) any {
+func (c *handlerCtx[P]) Value(key any) any {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Value(key)
 	}
@@ -66,23 +65,22 @@ func (c *handlerCtx) Value(key any) any {
 }
 
 // String names the ctx, as the context package's do.
-func (c *handlerCtx) String() string { return "bus.handlerCtx" }
+func (c *handlerCtx[P]) String() string { return "bus.handlerCtx" }
 
 // make makes the real cancelCtx, cancelled at once when the handler has
-// returned.
-func (c *handlerCtx) make() *cancelCause {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.makeLocked()
-}
-
-func (c *handlerCtx) makeLocked() *cancelCause {
+// returned. Of two concurrent calls one installs its ctx; the other
+// cancels its own (which unregisters it from the parent) and uses the
+// installed one.
+func (c *handlerCtx[P]) make() *cancelCause {
 	if in := c.ctx.Load(); in != nil {
 		return in
 	}
 	ctx, cancel := context.WithCancelCause(c.parent())
 	in := &cancelCause{ctx: ctx, cancel: cancel}
-	c.ctx.Store(in)
+	if !c.ctx.CompareAndSwap(nil, in) {
+		cancel(nil)
+		return c.ctx.Load()
+	}
 	// end sets the bit, then loads ctx: it cancels what is stored by now,
 	// or this sees the bit.
 	if c.ended() {
@@ -91,8 +89,8 @@ func (c *handlerCtx) makeLocked() *cancelCause {
 	return in
 }
 
-// end cancels the ctx because the handler returned. It takes no lock.
-func (c *handlerCtx) end() {
+// end cancels the ctx because the handler returned.
+func (c *handlerCtx[P]) end() {
 	c.state.Or(stateCtxEnded)
 	if in := c.ctx.Load(); in != nil {
 		in.cancel(nil)
@@ -101,14 +99,14 @@ func (c *handlerCtx) end() {
 
 // lose cancels the ctx with cause while the handler runs. It reports
 // false, and does nothing, when the handler has already returned.
-func (c *handlerCtx) lose(cause error) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *handlerCtx[P]) lose(cause error) bool {
 	if c.ended() {
 		return false
 	}
-	c.makeLocked().cancel(cause)
-	return true
+	in := c.make()
+	in.cancel(cause)
+	// The handler may have returned meanwhile: the cause is then not ours.
+	return context.Cause(in.ctx) == cause
 }
 
 // monoEpoch is the origin of monoNow.

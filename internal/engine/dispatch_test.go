@@ -1,4 +1,4 @@
-package bus
+package engine
 
 import (
 	"sync/atomic"
@@ -14,7 +14,7 @@ import (
 // The acks workers buffer in the dispatcher are taken by the acker in
 // order, and refused once the acker has closed.
 func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
-	p := newDispatcher(4, nil, nil, newAcker(nil, 2, time.Millisecond))
+	p := newDispatcher[struct{}](4, nil, nil, newAcker[struct{}](nil, 2, time.Millisecond))
 	ack := func(id string) bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -37,11 +37,11 @@ func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
 func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 	release := make(chan struct{})
 	var running atomic.Int32
-	p := newDispatcher(8, func(*Delivery, *workerSlot) bool {
+	p := newDispatcher(8, func(*Delivery[struct{}], *workerSlot[struct{}]) bool {
 		running.Add(1)
 		<-release
 		return false
-	}, func(int) {}, newAcker(nil, 2, time.Millisecond))
+	}, func(int) {}, newAcker[struct{}](nil, 2, time.Millisecond))
 	p.stallAfter = time.Hour // the test calls checkStall itself
 	defer func() {
 		close(release)
@@ -50,7 +50,7 @@ func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 
 	p.mu.Lock()
 	for range 5 {
-		p.queue = append(p.queue, &Delivery{})
+		p.queue = append(p.queue, &Delivery[struct{}]{})
 	}
 	p.taken, p.takenAtArm = 12, 7 // 5 taken since the last check, 5 queued
 	p.mu.Unlock()

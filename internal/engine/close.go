@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Close stops the subscription (see the root package's Subscription.Close
+// for the contract): it stops fetching, lets handlers finish until the
+// ctx of any Close ends, then cancels them with cause ErrClosing, flushes
+// settlements and returns by its ctx plus a short grace.
+func (s *Sub[P]) Close(ctx context.Context) error {
+	// Any Close whose ctx ends forces the shutdown under way.
+	stop := context.AfterFunc(ctx, func() { s.Force(context.Cause(ctx)) })
+	defer stop()
+	if s.startClose() {
+		return s.shutdown()
+	}
+	hard, cancel := WithGrace(ctx)
+	defer cancel()
+	if !WaitOrDone(hard, s.done) {
+		return fmt.Errorf("bus: close subscription %q: %d handler(s) still running: %w", s.cfg.Topic, s.disp.inHandler(), ctx.Err())
+	}
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.shutdownDone && !s.errTaken {
+		// The shutdown's error goes to one caller: the first that waits
+		// for it (the background close then reports nothing).
+		s.errTaken = true
+		return s.closeErr
+	}
+	return nil
+}
+
+// Force makes the shutdown stop waiting for the running handlers (at
+// once if it has not started yet): their ctx is cancelled with cause
+// ErrClosing.
+func (s *Sub[P]) Force(cause error) { s.forceStop(cause) }
+
+// startClose reports whether the caller is the first to close s: it then
+// runs the shutdown. A later caller is counted as waiting for its result.
+func (s *Sub[P]) startClose() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	first := !s.closeStarted
+	s.closeStarted = true
+	if !first {
+		s.waiting = true
+	}
+	return first
+}
+
+// errToReport reports whether the error of a shutdown that the Subscribe
+// ctx or a backend failure started still needs reporting: not when a
+// Close waits for it (that Close returns it).
+func (s *Sub[P]) errToReport() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.waiting {
+		return false
+	}
+	s.errTaken = true
+	return true
+}
+
+// shutdown runs the steps of Close once, bounded by s.force (the ctx of
+// every Close) plus the grace.
+func (s *Sub[P]) shutdown() error {
+	hard, cancel := WithGrace(s.force)
+	defer cancel()
+	s.stopAfter()
+	s.stopFetch()
+	drained := make(chan struct{})
+	go func() {
+		<-s.fetchDone // no delivery is pushed after the fetch loop ends
+		s.disp.stop()
+		close(drained)
+	}()
+	cancelled := s.waitHandlers(drained)
+	errs := s.collect(hard, drained, cancelled)
+	s.cancelHandler(ErrClosing)
+	s.dropLeases(hard)
+	if s.keeper != nil {
+		s.keeper.close()
+	}
+	if err := s.acks.close(hard); err != nil {
+		errs = append(errs, err)
+	}
+	if err := CloseBounded(hard, s.bsub.Close); err != nil {
+		errs = append(errs, fmt.Errorf("backend close: %w", err))
+	}
+	s.cfg.Ended()
+	var err error
+	if len(errs) > 0 {
+		err = fmt.Errorf("bus: close subscription %q: %w", s.cfg.Topic, errors.Join(errs...))
+	}
+	s.cfg.Logger.LogAttrs(context.Background(), slog.LevelDebug, "bus: subscription closed",
+		slog.String("topic", s.cfg.Topic), slog.String("group", s.cfg.Group), slog.Bool("clean", err == nil))
+	// Set before Done closes: a Close that waits for Done then finds it.
+	s.closeMu.Lock()
+	s.closeErr, s.shutdownDone = err, true
+	s.closeMu.Unlock()
+	s.finishClose(hard, drained)
+	return err
+}
+
+// waitHandlers lets the running handlers finish until the shutdown is
+// forced, then cancels them (cause ErrClosing); it returns how many it
+// cancelled. Manual deliveries whose handler returned unsettled keep their
+// lease; they are waited for until the shutdown is forced, then given back
+// (dropLeases).
+func (s *Sub[P]) waitHandlers(drained <-chan struct{}) int64 {
+	cancelled := int64(0)
+	select {
+	case <-drained:
+	case <-s.force.Done():
+		cancelled = s.disp.inHandler()
+		s.cancelHandler(ErrClosing)
+	}
+	unsettled := make(chan struct{})
+	go func() {
+		<-drained
+		s.unsettled.Wait()
+		close(unsettled)
+	}()
+	select {
+	case <-unsettled:
+	case <-s.force.Done():
+		s.cancelHandler(ErrClosing)
+	}
+	return cancelled
+}
+
+// collect waits, until hard ends, for the handlers and the fetch loop to
+// return, and says what did not.
+func (s *Sub[P]) collect(hard context.Context, drained <-chan struct{}, cancelled int64) []error {
+	var errs []error
+	cause := context.Cause(s.force)
+	clean := WaitOrDone(hard, drained)
+	if !WaitOrDone(hard, s.fetchDone) {
+		// A backend whose Receive ignores ctx breaks its contract; do not
+		// let it hang Close past the caller's deadline.
+		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", cause))
+	}
+	if clean && cancelled > 0 {
+		errs = append(errs, fmt.Errorf("cancelled %d running handler(s) when the close ctx ended: %w", cancelled, cause))
+	}
+	if !clean {
+		errs = append(errs, fmt.Errorf("%d handler(s) still running after their ctx was cancelled; their late settlements will be dropped and their messages redelivered after the lease: %w",
+			s.disp.inHandler(), cause))
+	}
+	return errs
+}
+
+// dropLeases gives up the deliveries still waiting for a manual
+// settlement when Close runs out of time, or when it ends: their slots are
+// freed, and they are released to the group (without counting an attempt)
+// while hard lasts, or else redelivered when their lease ends there.
+func (s *Sub[P]) dropLeases(hard context.Context) {
+	for _, d := range s.manual.drain() {
+		if !d.claim() {
+			continue
+		}
+		if hard.Err() != nil {
+			d.finish(OutcomeExpired, ErrClosed)
+			continue
+		}
+		s.release(hard, d)
+	}
+}
+
+// finishClose closes Done once the last handler and the subscription's
+// own goroutines have returned: now, or in the background after
+// stragglers that ignore their ctx.
+func (s *Sub[P]) finishClose(hard context.Context, drained <-chan struct{}) {
+	finished := make(chan struct{})
+	go func() {
+		<-drained
+		s.workers.Wait()
+		close(finished)
+	}()
+	if WaitOrDone(hard, finished) {
+		close(s.done)
+	} else {
+		go func() {
+			<-finished
+			close(s.done)
+		}()
+	}
+}
+
+// backgroundCloseTimeout bounds the shutdown that runs when the Subscribe
+// ctx ends or the backend fails for good, where no caller gives a ctx. A
+// Close called meanwhile with a shorter ctx cuts it short.
+const backgroundCloseTimeout = 30 * time.Second
+
+// closeInBackground closes the subscription when no caller waits for the
+// result (its ctx ended, or the backend failed); a close error goes to the
+// observer.
+func (s *Sub[P]) closeInBackground() {
+	ctx, cancel := context.WithTimeout(context.Background(), backgroundCloseTimeout)
+	defer cancel()
+	if err := s.Close(ctx); err != nil && s.errToReport() {
+		s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: s.cfg.Topic, Group: s.cfg.Group, Err: err})
+	}
+}
+
+// fail ends the subscription because the backend failed for good.
+func (s *Sub[P]) fail(err error) {
+	s.closeMu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.closeMu.Unlock()
+	s.stopFetch()
+	s.cfg.Go(s.closeInBackground)
+}

@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Delivery is the engine's record of one delivery. Pub is the public face
+// handed to the handler; the rest is the engine's. The settlement methods
+// are safe for concurrent use; the first settlement wins.
+type Delivery[P any] struct {
+	Pub P
+
+	// The fields below are kept few and small: a Delivery is allocated
+	// per message, and the garbage collector pays for every byte.
+
+	sub   *Sub[P]
+	ackID backend.AckID
+	// received is when the delivery's batch came from the backend, the
+	// start of its lease, on the monoNow clock.
+	received int64
+	// ctx is the handler's ctx once made (see handlerCtx).
+	ctx atomic.Pointer[cancelCause]
+	// ext holds the state few deliveries need; allocated, and its fields
+	// read and written, under sub.mu.
+	ext atomic.Pointer[deliveryExt]
+	// state holds the stateSettled ... stateInHandler bits and, from
+	// outcomeShift on, the Outcome.
+	state   atomic.Uint32
+	attempt int32
+}
+
+// deliveryExt holds the state few deliveries need, so the common one
+// stays small. Guarded by Sub.mu.
+type deliveryExt struct {
+	dlqCode backend.DeadLetterCode // why it was dead-lettered or dropped
+	hooks   []func(Outcome, error)
+	// leaseEnd is when the lease ends (monoNow clock), once Extend moved
+	// it or a manual delivery was queued; 0: received plus the ack timeout.
+	leaseEnd int64
+	// leaseIdx is 1 + the index in the subscription's manual heap, 0 when
+	// not queued.
+	leaseIdx int
+	// kept is what the lease keeper knows of a running handler whose
+	// lease it had to act on.
+	kept keptLease
+}
+
+const (
+	stateSettled  uint32 = 1 << iota // a settlement has claimed the delivery
+	stateFinished                    // the settlement has completed
+	stateHandlerDone
+	stateReleased
+	stateCtxEnded  // the handler returned: its ctx is cancelled
+	stateInHandler // the handler runs now
+	stateOversized // the payload is over the max payload
+
+	outcomeShift = 8
+)
+
+// Outcome is how a delivery was settled.
+type Outcome int
+
+const (
+	OutcomePending Outcome = iota
+	OutcomeAcked
+	OutcomeNacked
+	OutcomeDeadLettered
+	OutcomeDropped
+	OutcomeExpired
+)
+
+var outcomeNames = [...]string{"pending", "ack", "nack", "dead_letter", "dropped", "expired"}
+
+// String returns "ack", "nack", "dead_letter", "dropped", "expired" or
+// "pending".
+func (o Outcome) String() string {
+	if o >= 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Attempt is the delivery's attempt number (1 on the first delivery).
+func (d *Delivery[P]) Attempt() int { return int(d.attempt) }
+
+// extLocked returns d.ext, allocating it; sub.mu must be held.
+func (d *Delivery[P]) extLocked() *deliveryExt {
+	x := d.ext.Load()
+	if x == nil {
+		x = &deliveryExt{}
+		d.ext.Store(x)
+	}
+	return x
+}
+
+// id is the message ID, for errors and events.
+func (d *Delivery[P]) id() string { return d.sub.cfg.Info(&d.Pub).ID }
+
+// Ack settles the delivery as done. Acks are batched; a failed flush is
+// reported to the observer and the message is redelivered after its lease.
+func (d *Delivery[P]) Ack(ctx context.Context) error {
+	if !d.claim() {
+		return d.alreadySettled("ack")
+	}
+	return d.doAck()
+}
+
+// Nack hands the delivery back for redelivery after delay (0 = at once),
+// with Attempt+1.
+func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
+	if delay < 0 {
+		return fmt.Errorf("bus: nack: %w: negative delay %v", ErrInvalidOption, delay)
+	}
+	if caps := d.sub.cfg.Caps; !caps.Redelivery {
+		return fmt.Errorf("bus: nack: %w: %s does not redeliver", ErrUnsupported, caps.Name)
+	}
+	if !d.claim() {
+		return d.alreadySettled("nack")
+	}
+	return d.doNack(ctx, delay)
+}
+
+// Reject settles the delivery as failed for good: it goes to the
+// dead-letter topic with code rejected, or is dropped with dead-lettering
+// off.
+func (d *Delivery[P]) Reject(ctx context.Context, reason error) error {
+	if reason == nil {
+		reason = errors.New("rejected")
+	}
+	if !d.claim() {
+		return d.alreadySettled("reject")
+	}
+	return d.doDeadLetter(ctx, WithCode(backend.CodeRejected, reason))
+}
+
+// Extend restarts the lease of an unsettled delivery.
+func (d *Delivery[P]) Extend(ctx context.Context) error {
+	if d.state.Load()&stateSettled != 0 {
+		return d.alreadySettled("extend")
+	}
+	if err := d.extendLease(ctx); err != nil {
+		return err
+	}
+	if k := d.sub.keeper; k != nil {
+		k.renewed(d, monoNow())
+	}
+	return nil
+}
+
+// extendLease restarts the lease through the backend and moves the
+// engine-side deadline of a manual delivery with it.
+func (d *Delivery[P]) extendLease(ctx context.Context) error {
+	s := d.sub
+	ext, ok := s.bsub.(backend.Extender)
+	if !ok {
+		return fmt.Errorf("bus: extend: %w: %s cannot extend leases", ErrUnsupported, s.cfg.Caps.Name)
+	}
+	start := monoNow()
+	if err := ext.Extend(ctx, d.ackID); err != nil {
+		return fmt.Errorf("bus: extend %q: %w", d.id(), err)
+	}
+	s.mu.Lock()
+	x := d.extLocked()
+	x.leaseEnd = max(x.leaseEnd, start+int64(s.cfg.AckTimeout))
+	if s.cfg.AckMode == AckManual {
+		s.manual.moveLocked(x, x.leaseEnd)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// OnSettle registers fn to be called once, with the outcome and the error
+// of the settlement, when the delivery is settled (or its lease expires).
+// If it is already settled fn is called at once.
+func (d *Delivery[P]) OnSettle(fn func(Outcome, error)) {
+	s := d.sub
+	s.mu.Lock()
+	// Store ext, then read the outcome; finish stores the outcome, then
+	// reads ext: one of the two sees the other.
+	x := d.extLocked()
+	if o := d.Outcome(); o != OutcomePending {
+		s.mu.Unlock()
+		fn(o, nil)
+		return
+	}
+	x.hooks = append(x.hooks, fn)
+	s.mu.Unlock()
+}
+
+// Outcome returns how the delivery was settled so far.
+func (d *Delivery[P]) Outcome() Outcome { return Outcome(d.state.Load() >> outcomeShift) }
+
+// DeadLetterCode is the reason code of a delivery that was dead-lettered
+// (or dropped with dead-lettering off), and "" otherwise.
+func (d *Delivery[P]) DeadLetterCode() backend.DeadLetterCode {
+	if d.ext.Load() == nil {
+		return ""
+	}
+	d.sub.mu.Lock()
+	defer d.sub.mu.Unlock()
+	return d.ext.Load().dlqCode
+}
+
+func (d *Delivery[P]) setDeadLetterCode(c backend.DeadLetterCode) {
+	d.sub.mu.Lock()
+	d.extLocked().dlqCode = c
+	d.sub.mu.Unlock()
+}
+
+// claim takes the right to settle. It fails if another settlement won.
+func (d *Delivery[P]) claim() bool {
+	for {
+		s := d.state.Load()
+		if s&stateSettled != 0 {
+			return false
+		}
+		if d.state.CompareAndSwap(s, s|stateSettled) {
+			return true
+		}
+	}
+}
+
+func (d *Delivery[P]) alreadySettled(op string) error {
+	return fmt.Errorf("bus: %s %q: %w (%s)", op, d.id(), ErrAlreadySettled, d.Outcome())
+}
+
+func (d *Delivery[P]) doAck() error {
+	err := d.sub.acks.add(d.ackID)
+	if err != nil {
+		err = d.ackErr(err)
+	}
+	d.finish(OutcomeAcked, err)
+	return err
+}
+
+// ackErr is the error of an ack of d the acker refused.
+func (d *Delivery[P]) ackErr(err error) error {
+	return fmt.Errorf("bus: ack %q: %w", d.id(), err)
+}
+
+func (d *Delivery[P]) doNack(ctx context.Context, delay time.Duration) error {
+	err := d.sub.bsub.Nack(ctx, d.ackID, delay)
+	if err != nil {
+		err = fmt.Errorf("bus: nack %q: %w", d.id(), err)
+	}
+	d.finish(OutcomeNacked, err)
+	return err
+}
+
+// doDeadLetter moves the message to the dead-letter topic, or drops it
+// when dead-lettering is off; either is reported once, with its code.
+func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
+	s := d.sub
+	topic := s.cfg.DeadLetter
+	code := ReasonCode(reason)
+	d.setDeadLetterCode(code)
+	if topic == "" {
+		err := s.acks.add(d.ackID)
+		s.reportDeadLetter(d, code, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
+		d.finish(OutcomeDropped, err)
+		return err
+	}
+	cp := d.deadLetterCopy(code, reason)
+	var err error
+	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
+		err = dl.DeadLetter(ctx, d.ackID, topic, cp)
+	} else if err = s.cfg.Publish(ctx, topic, []*backend.Message{cp}); err == nil {
+		err = s.acks.add(d.ackID)
+	}
+	if err != nil {
+		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.id(), topic, err)
+	} else {
+		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
+	}
+	d.finish(OutcomeDeadLettered, err)
+	return err
+}
+
+func (d *Delivery[P]) deadLetterCopy(code backend.DeadLetterCode, reason error) *backend.Message {
+	m := d.sub.cfg.Info(&d.Pub)
+	return backend.NewDeadLetter(&m, backend.DeadLetterInfo{
+		Topic: d.sub.cfg.Topic, Group: d.sub.cfg.Group, Attempt: int(d.attempt), Code: code, Reason: reason.Error(),
+	})
+}
+
+// finish records the outcome, runs the hooks and frees the slot if the
+// handler is done too.
+func (d *Delivery[P]) finish(o Outcome, err error) {
+	d.state.Or(uint32(o) << outcomeShift)
+	if x := d.ext.Load(); x != nil {
+		s := d.sub
+		s.mu.Lock()
+		hooks := x.hooks
+		x.hooks = nil
+		if s.cfg.AckMode == AckManual {
+			s.manual.removeLocked(x)
+		}
+		s.mu.Unlock()
+		for _, h := range hooks {
+			h(o, err)
+		}
+	}
+	d.state.Or(stateFinished)
+	d.maybeRelease()
+}
+
+// handlerDone marks the handler as returned. It reports whether the
+// delivery is settled too: its slot is then the caller's to give back
+// (Sub.releaseDone), which a dispatcher worker does in batches.
+func (d *Delivery[P]) handlerDone() bool {
+	d.state.Or(stateHandlerDone)
+	return d.takeRelease()
+}
+
+// maybeRelease frees the in-flight slot once the handler has returned and
+// the delivery is settled, exactly once.
+func (d *Delivery[P]) maybeRelease() {
+	if d.takeRelease() {
+		d.sub.releaseDone(1)
+	}
+}
+
+// takeRelease reports, exactly once, that the handler has returned and
+// the delivery is settled: the caller then frees its slot.
+func (d *Delivery[P]) takeRelease() bool {
+	for {
+		s := d.state.Load()
+		if s&(stateFinished|stateHandlerDone) != stateFinished|stateHandlerDone || s&stateReleased != 0 {
+			return false
+		}
+		if d.state.CompareAndSwap(s, s|stateReleased) {
+			return true
+		}
+	}
+}
+
+// armLease starts the engine-side lease for a delivery whose handler
+// returned unsettled (AckManual): when it runs out the slot is freed and
+// the backend redelivers. It reports false when the subscription has
+// given up its manual deliveries (Close ran out of time); the caller
+// expires d.
+func (d *Delivery[P]) armLease() bool {
+	s := d.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Store ext, then read the outcome (see OnSettle).
+	x := d.extLocked()
+	if d.Outcome() != OutcomePending {
+		return true
+	}
+	if x.leaseEnd == 0 {
+		x.leaseEnd = d.received + int64(s.cfg.AckTimeout)
+	}
+	return s.manual.addLocked(d, x, x.leaseEnd)
+}
+
+func (d *Delivery[P]) expire() {
+	if !d.claim() {
+		return
+	}
+	s := d.sub
+	s.report(d, observer.ScopeLease, fmt.Errorf("lease of %v expired unsettled; the message will be redelivered", s.cfg.AckTimeout))
+	d.finish(OutcomeExpired, nil)
+}

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// leaseKeeper keeps the leases of running handlers alive. One goroutine
+// per subscription wakes every quarter of the ack timeout and extends,
+// through backend.Extender, each lease that was not renewed since the last
+// tick; a message whose handler is still working is then never delivered
+// again while it runs. When a lease cannot be kept (no Extender, an
+// extension failed, or the max extension was reached) the handler's ctx
+// is cancelled with cause ErrLeaseLost while at least a quarter of the
+// lease is left, before the backend can deliver the message again, and
+// ScopeLease is reported once. It costs nothing per message: a tick walks
+// the dispatcher's workers to find the running handlers, and the state it
+// keeps for each lives in its Delivery (guarded by the subscription's mu).
+type leaseKeeper[P any] struct {
+	s      *Sub[P]
+	ext    backend.Extender // nil when the backend cannot extend leases
+	period time.Duration    // a quarter of the ack timeout
+	max    time.Duration    // the max extension
+
+	stop  chan struct{}
+	calls sync.WaitGroup // extensions in progress
+	buf   []*Delivery[P] // the running deliveries of a tick, reused
+}
+
+// keptLease is what the keeper knows of a delivery whose handler runs,
+// once it had to act on it (most handlers return well before). The lease
+// was granted when the delivery was received (Delivery.received).
+type keptLease struct {
+	renewed   int64 // start of the current lease (monoNow); 0: received
+	extending bool
+	lost      bool
+}
+
+// newLeaseKeeper returns the keeper of s, or nil when no handler of s runs
+// under a lease (AckOnReceive acks before the handler, and an at-most-once
+// backend has no lease to lose).
+func newLeaseKeeper[P any](s *Sub[P]) *leaseKeeper[P] {
+	if s.cfg.AckMode == AckOnReceive || !s.cfg.Caps.Redelivery {
+		return nil
+	}
+	k := &leaseKeeper[P]{s: s, period: s.cfg.AckTimeout / 4, max: s.cfg.MaxExtension, stop: make(chan struct{})}
+	k.ext, _ = s.bsub.(backend.Extender)
+	return k
+}
+
+// renewed records a lease restarted by Delivery.Extend at at (monoNow).
+func (k *leaseKeeper[P]) renewed(d *Delivery[P], at int64) {
+	k.s.mu.Lock()
+	l := &d.extLocked().kept
+	l.renewed = max(l.renewed, at)
+	k.s.mu.Unlock()
+}
+
+func (k *leaseKeeper[P]) run() {
+	t := time.NewTicker(k.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			k.calls.Wait()
+			return
+		case <-t.C:
+			k.tick(monoNow())
+		}
+	}
+}
+
+// close stops the keeper; run waits for extensions in progress.
+func (k *leaseKeeper[P]) close() {
+	close(k.stop)
+}
+
+func (k *leaseKeeper[P]) tick(now int64) {
+	running := k.s.disp.running(k.buf[:0])
+	var lost []observer.Event
+	for _, d := range running {
+		if (*handlerCtx[P])(d).ended() || now-d.received < int64(k.period) {
+			continue
+		}
+		k.s.mu.Lock()
+		lost = k.checkLocked(lost, d, now)
+		k.s.mu.Unlock()
+	}
+	clear(running)
+	k.buf = running[:0]
+	k.report(lost)
+}
+
+// checkLocked extends the lease of a running handler that is due for it,
+// or gives it up when it cannot be kept.
+func (k *leaseKeeper[P]) checkLocked(lost []observer.Event, d *Delivery[P], now int64) []observer.Event {
+	timeout := k.s.cfg.AckTimeout
+	l := &d.extLocked().kept
+	renewed := max(l.renewed, d.received)
+	age := time.Duration(now - renewed)
+	switch {
+	case l.lost || l.extending || age < k.period:
+	case k.ext != nil && time.Duration(now-d.received) < k.max:
+		l.extending = true
+		k.calls.Add(1)
+		go k.extend(d, l)
+	case age >= timeout/2:
+		var cause error
+		if k.ext == nil {
+			cause = fmt.Errorf("%w: %s cannot extend leases and the handler ran for %v of its %v ack timeout", ErrLeaseLost, k.s.cfg.Caps.Name, age.Round(time.Millisecond), timeout)
+		} else {
+			cause = fmt.Errorf("%w: the handler ran past the max extension of %v", ErrLeaseLost, k.max)
+		}
+		lost = k.loseLocked(lost, d, l, cause)
+	}
+	return lost
+}
+
+// extend renews one lease; on failure the handler's ctx is cancelled.
+func (k *leaseKeeper[P]) extend(d *Delivery[P], l *keptLease) {
+	defer k.calls.Done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
+	start := monoNow()
+	err := d.extendLease(ctx)
+	cancel()
+	var lost []observer.Event
+	k.s.mu.Lock()
+	l.extending = false
+	switch {
+	case (*handlerCtx[P])(d).ended():
+		// The handler returned meanwhile.
+	case err != nil:
+		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
+	default:
+		l.renewed = max(l.renewed, start)
+	}
+	k.s.mu.Unlock()
+	k.report(lost)
+}
+
+// loseLocked cancels a handler whose lease cannot be kept and appends the
+// event to report once the lock is released; nothing when the handler
+// has returned meanwhile.
+func (k *leaseKeeper[P]) loseLocked(lost []observer.Event, d *Delivery[P], l *keptLease, cause error) []observer.Event {
+	l.lost = true
+	if !(*handlerCtx[P])(d).lose(cause) {
+		return lost
+	}
+	return append(lost, k.s.event(d, observer.ScopeLease, cause))
+}
+
+func (k *leaseKeeper[P]) report(events []observer.Event) {
+	for _, e := range events {
+		k.s.observe(e)
+	}
+}

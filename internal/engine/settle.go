@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// process handles one delivery on dispatcher worker w. It reports
+// whether the delivery's slot is the worker's to give back (see
+// handlerDone).
+func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
+	if reason := s.refuse(d); reason != nil {
+		// The handler never sees it: dead-letter it at once.
+		d.claim()
+		s.deadLetter(d, reason)
+		(*handlerCtx[P])(d).end()
+		return d.handlerDone()
+	}
+	if s.cfg.AckMode == AckOnReceive && d.claim() {
+		s.settleErr(d, observer.ScopeAck, d.doAck())
+	}
+	var start time.Time
+	if s.cfg.Feedback != nil {
+		start = time.Now()
+	}
+	err := s.call(d)
+	if s.cfg.Feedback != nil {
+		s.cfg.Feedback(time.Since(start), err)
+	}
+	switch s.cfg.AckMode {
+	case AckOnReceive:
+		s.reportHandlerErr(d, err)
+	case AckOnSuccess:
+		s.settleAfterHandler(d, w, err)
+	case AckManual:
+		if !s.shutdownCancelled(err) {
+			s.reportHandlerErr(d, err)
+		}
+		if !d.armLease() && d.claim() {
+			d.finish(OutcomeExpired, ErrClosed)
+		}
+	}
+	return d.handlerDone()
+}
+
+// refuse returns why d must not reach the handler, or nil.
+func (s *Sub[P]) refuse(d *Delivery[P]) error {
+	if s.cfg.AckMode != AckOnReceive && s.cfg.Caps.Redelivery && int(d.attempt) > s.cfg.MaxDeliveries {
+		// Redelivered past the limit without a handler verdict (leases ran
+		// out).
+		return fmt.Errorf("max deliveries (%d) exceeded", s.cfg.MaxDeliveries)
+	}
+	if d.state.Load()&stateOversized != 0 {
+		// A foreign producer wrote more than this bus accepts.
+		return WithCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(s.cfg.Info(&d.Pub).Payload), s.cfg.MaxPayload))
+	}
+	return nil
+}
+
+// settleAfterHandler settles an AckOnSuccess delivery by its handler's
+// error: ack, retry or dead-letter; a delivery whose handler the shutdown
+// cancelled is released without counting an attempt.
+func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error) {
+	if s.shutdownCancelled(err) {
+		if d.claim() {
+			ctx, cancel := s.settleCtx()
+			s.release(ctx, d)
+			cancel()
+		}
+		return
+	}
+	s.reportHandlerErr(d, err)
+	if !d.claim() {
+		return
+	}
+	if err == nil {
+		s.ackAfterHandler(d, w)
+	} else {
+		s.retryOrDeadLetter(d, err)
+	}
+}
+
+// ackAfterHandler acks a claimed delivery whose handler succeeded
+// (AckOnSuccess). The worker hands the ack to the acker in the critical
+// section in which it takes its next delivery, which it enters anyway
+// (see dispatcher.ackLocked), so the ack takes no lock of its own: a lock
+// per message that every worker shares costs more than the handlers of
+// a busy subscription. The acker sees the ack at once, so it never waits
+// for the worker's next handler. Once the acker is closed (the
+// subscription is shutting down), the ack is refused and reported as
+// before.
+func (s *Sub[P]) ackAfterHandler(d *Delivery[P], w *workerSlot[P]) {
+	if s.acks.isClosed() {
+		s.settleErr(d, observer.ScopeAck, d.doAck())
+		return
+	}
+	w.ack = d
+	d.finish(OutcomeAcked, nil)
+}
+
+// call runs the handler with its ctx, turning a panic into an error.
+// While it runs, the keeper keeps the delivery's lease alive, or cancels
+// ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
+// returns.
+func (s *Sub[P]) call(d *Delivery[P]) (err error) {
+	d.state.Or(stateInHandler)
+	defer d.state.And(^stateInHandler)
+	var ctx context.Context = s.handlerCtx
+	if s.keeper != nil {
+		hc := (*handlerCtx[P])(d)
+		ctx = hc
+		defer hc.end()
+	}
+	if s.cfg.HandlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.HandlerTimeout)
+		defer cancel()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	err = s.cfg.Handler(ctx, d)
+	if err == nil && s.cfg.HandlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("handler timed out after %v: %w", s.cfg.HandlerTimeout, ctx.Err())
+	}
+	return err
+}
+
+func (s *Sub[P]) reportHandlerErr(d *Delivery[P], err error) {
+	if err == nil {
+		return
+	}
+	var p *PanicError
+	if errors.As(err, &p) {
+		e := s.event(d, observer.ScopePanic, err)
+		e.Stack = p.Stack
+		s.observe(e)
+		return
+	}
+	s.report(d, observer.ScopeHandler, err)
+}
+
+// retryOrDeadLetter settles a failed delivery (already claimed).
+func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
+	attempt := int(d.attempt)
+	switch {
+	case backend.IsPermanent(err):
+		s.deadLetter(d, err)
+	case !s.cfg.Caps.Redelivery:
+		s.deadLetter(d, fmt.Errorf("backend cannot redeliver: %w", err))
+	case attempt >= s.cfg.MaxDeliveries:
+		s.deadLetter(d, fmt.Errorf("max deliveries (%d) reached: %w", s.cfg.MaxDeliveries, err))
+	default:
+		delay, ok := RetryDelay(s.cfg.NewBackOff, attempt)
+		if !ok {
+			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
+			return
+		}
+		ctx, cancel := s.settleCtx()
+		defer cancel()
+		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))
+	}
+}
+
+// shutdownCancelled reports whether a handler's error comes from the
+// shutdown: the subscription cancelled its handlers (cause ErrClosing),
+// and the error is not one the handler marked Permanent. Such an error is
+// not a failure of the message.
+func (s *Sub[P]) shutdownCancelled(err error) bool {
+	return err != nil && s.handlerCtx.Err() != nil && !backend.IsPermanent(err)
+}
+
+// release gives a claimed delivery back to the group without counting an
+// attempt (backend.Releaser), or with a nack without delay on a backend
+// that cannot. A stale delivery (its lease ran out meanwhile) is already
+// back with the group, and is not reported.
+func (s *Sub[P]) release(ctx context.Context, d *Delivery[P]) {
+	var err error
+	if r, ok := s.bsub.(backend.Releaser); ok {
+		err = r.Release(ctx, d.ackID)
+	} else {
+		err = s.bsub.Nack(ctx, d.ackID, 0)
+	}
+	if err != nil && !errors.Is(err, backend.ErrStale) {
+		err = fmt.Errorf("bus: release %q: %w", d.id(), err)
+		s.report(d, observer.ScopeNack, err)
+	}
+	d.finish(OutcomeNacked, err)
+}
+
+// deadLetter settles a claimed delivery on the engine's own initiative,
+// reporting a failure to the observer.
+func (s *Sub[P]) deadLetter(d *Delivery[P], reason error) {
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, reason))
+}
+
+// settleCtx bounds a settlement the engine makes itself; it outlives the
+// handler's cancellation so shutdown still settles.
+func (s *Sub[P]) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
+}
+
+func (s *Sub[P]) settleErr(d *Delivery[P], scope observer.Scope, err error) {
+	if err != nil {
+		s.report(d, scope, err)
+	}
+}
+
+// PanicError is a handler panic turned into an error.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// codedReason is a dead-letter reason with its machine-readable code.
+type codedReason struct {
+	code backend.DeadLetterCode
+	err  error
+}
+
+func (r *codedReason) Error() string { return r.err.Error() }
+func (r *codedReason) Unwrap() error { return r.err }
+
+// WithCode attaches a dead-letter code to reason, unless it has one.
+func WithCode(code backend.DeadLetterCode, reason error) error {
+	var c *codedReason
+	if errors.As(reason, &c) {
+		return reason
+	}
+	return &codedReason{code: code, err: reason}
+}
+
+// ReasonCode is the code of a dead-letter reason: the one attached with
+// WithCode, else permanent for a Permanent error, else max-deliveries (the
+// engine gave up redelivering).
+func ReasonCode(reason error) backend.DeadLetterCode {
+	var c *codedReason
+	switch {
+	case errors.As(reason, &c):
+		return c.code
+	case backend.IsPermanent(reason):
+		return backend.CodePermanent
+	default:
+		return backend.CodeMaxDeliveries
+	}
+}

@@ -1,0 +1,317 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Sub is one running subscription: its fetch loop, its workers, its
+// acker and lease keeper, and its shutdown. It is safe for concurrent use.
+type Sub[P any] struct {
+	cfg  Config[P]
+	bsub backend.Subscription
+
+	slots *Slots // max in flight
+	acks  *acker[P]
+	disp  *dispatcher[P]
+
+	fetchCtx      context.Context // ends when fetching must stop
+	stopFetch     context.CancelFunc
+	handlerCtx    context.Context // parent of every handler ctx
+	cancelHandler context.CancelCauseFunc
+	// force ends when the ctx of any Close ends, whichever Close started
+	// the shutdown: the shutdown then stops waiting for handlers.
+	force     context.Context
+	forceStop context.CancelCauseFunc
+	stopAfter func() bool
+
+	fetchDone chan struct{}
+	unsettled sync.WaitGroup  // delivered but not yet released
+	keeper    *leaseKeeper[P] // nil when no handler runs under a lease
+	workers   sync.WaitGroup  // the fetch, ack and keeper goroutines
+
+	// mu guards the extension state of the deliveries (their deliveryExt),
+	// the manual heap and the lease keeper's records; see the package doc.
+	mu     sync.Mutex
+	manual manualLeases[P] // AckManual deliveries waiting for settlement
+
+	closeMu      sync.Mutex // guards the fields below
+	closeStarted bool
+	waiting      bool  // a Close other than the first is waiting
+	shutdownDone bool  // closeErr is set
+	errTaken     bool  // closeErr went to a caller or the observer
+	closeErr     error // what the shutdown returned
+	err          error // why the subscription ended, if not by Close
+	done         chan struct{}
+
+	// dispatchBuf holds the pointers of the batch being dispatched; the
+	// fetch loop reuses it.
+	dispatchBuf []*Delivery[P]
+}
+
+// New returns the subscription of cfg over bsub, not yet running. Fetching
+// stops as soon as ctx ends; handlers keep their own ctx, which the
+// shutdown cancels only when its ctx runs out.
+func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *Sub[P] {
+	s := &Sub[P]{cfg: cfg, bsub: bsub, slots: NewSlots(cfg.MaxInFlight),
+		fetchDone: make(chan struct{}), done: make(chan struct{})}
+	s.manual.s = s
+	s.acks = newAcker(s, cfg.AckBatch, cfg.AckInterval)
+	s.disp = newDispatcher(cfg.MaxInFlight, s.process, s.releaseDone, s.acks)
+	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
+	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.force, s.forceStop = context.WithCancelCause(context.Background())
+	s.keeper = newLeaseKeeper(s)
+	s.stopAfter = context.AfterFunc(ctx, func() { cfg.Go(s.closeInBackground) })
+	return s
+}
+
+// Start runs the subscription's goroutines.
+func (s *Sub[P]) Start() {
+	s.workers.Add(2)
+	go func() { defer s.workers.Done(); s.acks.run() }()
+	go func() { defer s.workers.Done(); s.fetch() }()
+	if s.keeper != nil {
+		s.workers.Add(1)
+		go func() { defer s.workers.Done(); s.keeper.run() }()
+	}
+}
+
+// Discard gives up a subscription that New made and that never started.
+func (s *Sub[P]) Discard() {
+	s.stopAfter()
+	s.stopFetch()
+	s.cancelHandler(ErrClosed)
+	s.forceStop(ErrClosed)
+	close(s.fetchDone)
+}
+
+// Done is closed when the subscription has fully stopped.
+func (s *Sub[P]) Done() <-chan struct{} { return s.done }
+
+// Err returns the error that ended the subscription: nil while it runs and
+// after a clean Close, otherwise why it stopped.
+func (s *Sub[P]) Err() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	return s.err
+}
+
+func (s *Sub[P]) observe(e observer.Event) { s.cfg.Observer.Observe(context.Background(), e) }
+
+// event is an event about d.
+func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer.Event {
+	return observer.Event{Scope: scope, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: d.id(), Attempt: int(d.attempt), Err: err}
+}
+
+func (s *Sub[P]) report(d *Delivery[P], scope observer.Scope, err error) {
+	s.observe(s.event(d, scope, err))
+}
+
+// reportDeadLetter tells the observer that d was dead-lettered or dropped,
+// and why: one event per message, with its code.
+func (s *Sub[P]) reportDeadLetter(d *Delivery[P], code backend.DeadLetterCode, reason error) {
+	e := s.event(d, observer.ScopeDeadLetter, reason)
+	e.Code = string(code)
+	s.observe(e)
+}
+
+// Receive retry backoff: full jitter between 0 and an exponential cap.
+const (
+	receiveBackoffBase = 10 * time.Millisecond
+	receiveBackoffMax  = 5 * time.Second
+)
+
+// fetch is the receive loop: take capacity, ask the backend for at most
+// that many messages, start a handler per message.
+func (s *Sub[P]) fetch() {
+	defer close(s.fetchDone)
+	var f fetchState
+	// sharedWant bounds what is taken from a shared limiter: an idle
+	// subscription blocked in Receive holds a single unit, so it does not
+	// starve the others; the amount doubles while messages flow.
+	sharedWant := 1
+	for {
+		n, ok := s.take(sharedWant)
+		if !ok {
+			return
+		}
+		msgs, err := s.bsub.Receive(s.fetchCtx, n)
+		if len(msgs) > n {
+			msgs = s.returnExcess(msgs, n)
+		}
+		if unused := n - len(msgs); unused > 0 {
+			s.releaseSlots(unused)
+		}
+		if len(msgs) > 0 {
+			s.dispatch(msgs)
+			sharedWant = min(2*len(msgs), s.cfg.MaxInFlight)
+		} else {
+			sharedWant = 1
+		}
+		if !s.afterReceive(&f, err) {
+			return
+		}
+	}
+}
+
+// fetchState is what the fetch loop knows of failing Receives.
+type fetchState struct {
+	failures int
+	outage   observer.Outage
+}
+
+// take takes the capacity of the next Receive: in-flight slots, then
+// units of the shared limiter. It reports false when fetching must stop.
+func (s *Sub[P]) take(sharedWant int) (int, bool) {
+	n, err := s.acquire()
+	if err != nil {
+		return 0, false
+	}
+	if s.cfg.Limiter != nil {
+		m, err := s.cfg.Limiter.Acquire(s.fetchCtx, min(n, sharedWant))
+		if err != nil {
+			s.slots.Release(n)
+			return 0, false
+		}
+		if m < n {
+			s.slots.Release(n - m)
+			n = m
+		}
+	}
+	if s.fetchCtx.Err() != nil {
+		// Cancelled while waiting for capacity: no Receive starts.
+		s.releaseSlots(n)
+		return 0, false
+	}
+	return n, true
+}
+
+// afterReceive handles the error of a Receive: it backs off after a
+// failure that a retry may fix, and ends the subscription after one that
+// none fixes. It reports false when fetching must stop.
+func (s *Sub[P]) afterReceive(f *fetchState, err error) bool {
+	base := observer.Event{Scope: observer.ScopeReceive, Topic: s.cfg.Topic, Group: s.cfg.Group}
+	if err == nil {
+		if f.failures > 0 {
+			f.failures = 0
+			f.outage.Recover(context.Background(), s.cfg.Observer, base)
+		}
+		return true
+	}
+	if s.fetchCtx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, ErrClosed) || backend.IsPermanent(err) {
+		// No retry fixes it: end the subscription, say why once.
+		base.Err = fmt.Errorf("bus: receive %q: %w", s.cfg.Topic, err)
+		s.observe(base)
+		s.fail(base.Err)
+		return false
+	}
+	f.failures++
+	f.outage.Fail(context.Background(), s.cfg.Observer, base, err)
+	ceiling := min(receiveBackoffBase<<min(f.failures, 20), receiveBackoffMax)
+	t := time.NewTimer(rand.N(ceiling) + time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.fetchCtx.Done():
+		return false
+	}
+}
+
+// releaseSlots gives back n slots taken for a Receive that did not fill
+// them.
+func (s *Sub[P]) releaseSlots(n int) {
+	s.slots.Release(n)
+	if s.cfg.Limiter != nil {
+		s.cfg.Limiter.Release(n)
+	}
+}
+
+// fetchLinger is how long a saturated subscription waits for a quarter of
+// its capacity to free up before it fetches for fewer slots.
+const fetchLinger = 2 * time.Millisecond
+
+// acquire takes free in-flight slots for the next Receive. When every slot
+// is busy it waits for a quarter of them (briefly), so that a saturated
+// subscription fetches in batches rather than one message per freed slot.
+func (s *Sub[P]) acquire() (int, error) {
+	max := s.cfg.MaxInFlight
+	if n := s.slots.TryAcquire(max/4, max); n > 0 {
+		return n, nil
+	}
+	t := time.NewTimer(fetchLinger)
+	defer t.Stop()
+	return s.slots.Acquire(s.fetchCtx, max/4, max, t.C)
+}
+
+// returnExcess handles a backend that broke the contract by returning more
+// than it was asked for: the extra messages are handed back at once, never
+// run without capacity, and the breach is reported.
+func (s *Sub[P]) returnExcess(msgs []*backend.Message, n int) []*backend.Message {
+	extra := msgs[n:]
+	s.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.cfg.Topic, Group: s.cfg.Group,
+		Err: fmt.Errorf("backend returned %d messages for a Receive of at most %d; handed %d back", len(msgs), n, len(extra))})
+	for _, m := range extra {
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		if err := s.bsub.Nack(ctx, m.AckID, 0); err != nil {
+			s.observe(observer.Event{Scope: observer.ScopeNack, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: m.ID, Attempt: m.Attempt, Err: err})
+		}
+		cancel()
+	}
+	return msgs[:n]
+}
+
+// dispatch turns a batch into deliveries and queues them for the workers.
+// The Deliveries of a batch share allocations of up to deliverySlab
+// (small enough for the allocator's size classes, which keeps them cheap
+// to allocate and to free). They are never reused: user code may keep a
+// delivery as long as it likes (to settle it later in AckManual, or to
+// read its fields).
+func (s *Sub[P]) dispatch(msgs []*backend.Message) {
+	var vals []Delivery[P]
+	ds := s.dispatchBuf[:0]
+	received := monoNow()
+	for i, m := range msgs {
+		if len(vals) == 0 {
+			vals = make([]Delivery[P], min(len(msgs)-i, deliverySlab))
+		}
+		d := &vals[0]
+		vals = vals[1:]
+		d.sub = s
+		d.ackID = m.AckID
+		d.received = received
+		d.attempt = int32(max(m.Attempt, 1))
+		if len(m.Payload) > s.cfg.MaxPayload {
+			d.state.Store(stateOversized)
+		}
+		s.cfg.Fill(d, m)
+		ds = append(ds, d)
+	}
+	s.unsettled.Add(len(ds))
+	s.disp.push(ds)
+	clear(ds)
+	s.dispatchBuf = ds[:0]
+}
+
+// deliverySlab is the most Deliveries allocated at once.
+const deliverySlab = 64
+
+// releaseDone frees the in-flight slots of n finished deliveries.
+func (s *Sub[P]) releaseDone(n int) {
+	s.slots.Release(n)
+	if s.cfg.Limiter != nil {
+		s.cfg.Limiter.Release(n)
+	}
+	s.unsettled.Add(-n)
+}
