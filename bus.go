@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/coalesce"
 	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/observer"
@@ -23,7 +24,7 @@ type Bus struct {
 	opts    busOptions
 	optErr  error
 	publish PublishFunc
-	batcher *coalescer
+	batcher *coalesce.Coalescer
 
 	// ops counts publishes, subscribes being set up and the bus's own
 	// background goroutines; no lock is held across any of them.
@@ -80,7 +81,7 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 	if b.caps.MaxPayload > 0 && b.caps.MaxPayload < b.opts.maxPayload {
 		b.opts.maxPayload = b.caps.MaxPayload
 	}
-	b.batcher = newCoalescer(be, o.batching, &b.ops)
+	b.batcher = coalesce.New(be, o.batching.config(), &b.ops)
 	b.publish = b.publishCore
 	for i := len(o.publishMW) - 1; i >= 0; i-- {
 		b.publish = o.publishMW[i](b.publish)
@@ -152,7 +153,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
 		buf.ptrs[i] = &buf.vals[i]
 	}
-	err := b.batcher.publish(ctx, topic, buf.ptrs)
+	err := b.batcher.Publish(ctx, topic, buf.ptrs)
 	if err == nil {
 		return nil
 	}

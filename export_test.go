@@ -7,21 +7,8 @@ type BackendMessage = backend.Message
 
 // PendingPublishes returns how many Publish calls to topic wait behind
 // the batches in flight.
-func PendingPublishes(b *Bus, topic string) int {
-	c := b.batcher
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if q := c.topics[topic]; q != nil {
-		return len(q.pending)
-	}
-	return 0
-}
+func PendingPublishes(b *Bus, topic string) int { return b.batcher.Pending(topic) }
 
 // PublishTopicsKept returns how many topics the publish batching keeps
 // state for.
-func PublishTopicsKept(b *Bus) int {
-	c := b.batcher
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.topics)
-}
+func PublishTopicsKept(b *Bus) int { return b.batcher.TopicsKept() }

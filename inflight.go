@@ -71,3 +71,8 @@ func (t *inflight) close() (idle <-chan struct{}, first bool) {
 	}
 	return t.idle, first
 }
+
+// Join and Leave let the publish coalescer count its background batches
+// (coalesce.Tracker).
+func (t *inflight) Join()  { t.join() }
+func (t *inflight) Leave() { t.leave() }
