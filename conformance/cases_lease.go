@@ -208,44 +208,50 @@ func testCancelStopsFetching(t *testing.T, s *suite) {
 	h := &harness{t: t, s: s, bus: b}
 	h.publishN(topic, "m", 200)
 	for round := range rounds {
-		ctx, cancel := context.WithCancel(context.Background())
-		var cancelled atomic.Bool
-		var after atomic.Int64
-		started := make(chan struct{}, 1)
-		// Handlers hold their slot until the cancel, so a round takes at
-		// most maxInFlight messages and the group leaves the rest of the
-		// topic to later rounds (a backend may drop what every group
-		// settled).
-		proceed := make(chan struct{})
-		opts := []bus.SubscribeOption{bus.WithGroup("g-cancel-" + uniqueSuffix()), bus.WithMaxInFlight(maxInFlight), bus.WithAckTimeout(s.longLease())}
-		if s.caps.StartOldest {
-			opts = append(opts, bus.WithStartFrom(bus.StartOldest))
-		}
-		sub, err := b.Subscribe(ctx, topic, func(ctx context.Context, d *bus.Delivery) error {
-			if cancelled.Load() {
-				after.Add(1)
-			}
-			trySend(started, struct{}{})
-			select {
-			case <-proceed:
-			case <-ctx.Done():
-			}
-			return nil
-		}, opts...)
-		require.NoError(t, err, "round %d: subscribe", round)
-		if s.caps.StartOldest {
-			recv(t, s, started, "the first handler of the round")
-		}
-		cancel() // cancels the fetch ctx before it returns
-		cancelled.Store(true)
-		close(proceed)
-		select {
-		case <-sub.Done():
-		case <-time.After(s.deadline()):
-			t.Fatalf("round %d: the subscription did not stop after its ctx was cancelled", round)
-		}
-		require.LessOrEqual(t, after.Load(), int64(maxInFlight), "round %d: handlers started after the cancel", round)
+		cancelRound(t, s, b, topic, round, maxInFlight)
 	}
+}
+
+// cancelRound subscribes a new group to topic, cancels its Subscribe ctx
+// while handlers hold their slots, and checks that at most maxInFlight
+// handlers started after the cancel.
+func cancelRound(t *testing.T, s *suite, b *bus.Bus, topic string, round, maxInFlight int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var cancelled atomic.Bool
+	var after atomic.Int64
+	started := make(chan struct{}, 1)
+	// Handlers hold their slot until the cancel, so a round takes at most
+	// maxInFlight messages and the group leaves the rest of the topic to
+	// later rounds (a backend may drop what every group settled).
+	proceed := make(chan struct{})
+	opts := []bus.SubscribeOption{bus.WithGroup("g-cancel-" + uniqueSuffix()), bus.WithMaxInFlight(maxInFlight), bus.WithAckTimeout(s.longLease())}
+	if s.caps.StartOldest {
+		opts = append(opts, bus.WithStartFrom(bus.StartOldest))
+	}
+	sub, err := b.Subscribe(ctx, topic, func(ctx context.Context, d *bus.Delivery) error {
+		if cancelled.Load() {
+			after.Add(1)
+		}
+		trySend(started, struct{}{})
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+		}
+		return nil
+	}, opts...)
+	require.NoError(t, err, "round %d: subscribe", round)
+	if s.caps.StartOldest {
+		recv(t, s, started, "the first handler of the round")
+	}
+	cancel() // cancels the fetch ctx before it returns
+	cancelled.Store(true)
+	close(proceed)
+	select {
+	case <-sub.Done():
+	case <-time.After(s.deadline()):
+		t.Fatalf("round %d: the subscription did not stop after its ctx was cancelled", round)
+	}
+	require.LessOrEqual(t, after.Load(), int64(maxInFlight), "round %d: handlers started after the cancel", round)
 }
 
 // blockingPublishBackend blocks every Publish to one topic until gate is

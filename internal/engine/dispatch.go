@@ -160,56 +160,13 @@ func (p *dispatcher[P]) work(w *workerSlot[P]) {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
-		for p.queued() == 0 {
-			if w.freed > 0 {
-				n := w.freed
-				w.freed = 0
-				p.mu.Unlock()
-				p.free(n)
-				p.mu.Lock()
-				continue
-			}
-			if p.stopped {
-				p.workers--
-				if i := slices.Index(p.slots, w); i >= 0 {
-					p.slots = slices.Delete(p.slots, i, i+1)
-				}
-				p.mu.Unlock()
-				return
-			}
-			p.idle++
-			p.cond.Wait()
-			p.idle--
+		d := p.nextLocked(w)
+		if d == nil {
+			p.mu.Unlock()
+			return
 		}
-		d := p.queue[p.head]
-		p.queue[p.head] = nil
-		p.head++
-		p.taken++
-		if p.head == len(p.queue) {
-			p.queue, p.head = p.queue[:0], 0
-		}
-		p.busy++
 		p.mu.Unlock()
-
-		w.cur.Store(d)
-		var freed bool
-		if w.n++; w.n&15 == 0 {
-			start := time.Now()
-			freed = p.run(d, w)
-			el := int64(time.Since(start))
-			avg := p.slowNanos.Load()
-			p.slowNanos.Store(avg + (el-avg)/4)
-		} else {
-			freed = p.run(d, w)
-		}
-		w.cur.Store(nil)
-		if freed {
-			if w.freed++; w.freed >= p.batch {
-				p.free(w.freed)
-				w.freed = 0
-			}
-		}
-
+		p.runOne(d, w)
 		p.mu.Lock()
 		if d := w.ack; d != nil {
 			w.ack = nil
@@ -222,6 +179,65 @@ func (p *dispatcher[P]) work(w *workerSlot[P]) {
 		p.busy--
 		if p.stopped && p.busy == 0 && p.queued() == 0 {
 			p.cond.Broadcast()
+		}
+	}
+}
+
+// nextLocked waits for the next queued delivery and takes it; it returns
+// nil when the dispatcher has stopped and the worker must end. A worker
+// gives back the slots it collected before it waits. p.mu is held (and
+// released while waiting or giving slots back).
+func (p *dispatcher[P]) nextLocked(w *workerSlot[P]) *Delivery[P] {
+	for p.queued() == 0 {
+		if w.freed > 0 {
+			n := w.freed
+			w.freed = 0
+			p.mu.Unlock()
+			p.free(n)
+			p.mu.Lock()
+			continue
+		}
+		if p.stopped {
+			p.workers--
+			if i := slices.Index(p.slots, w); i >= 0 {
+				p.slots = slices.Delete(p.slots, i, i+1)
+			}
+			return nil
+		}
+		p.idle++
+		p.cond.Wait()
+		p.idle--
+	}
+	d := p.queue[p.head]
+	p.queue[p.head] = nil
+	p.head++
+	p.taken++
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+	}
+	p.busy++
+	return d
+}
+
+// runOne runs d on w, samples the handler duration every 16th delivery,
+// and collects d's slot when it is the worker's to give back.
+func (p *dispatcher[P]) runOne(d *Delivery[P], w *workerSlot[P]) {
+	w.cur.Store(d)
+	var freed bool
+	if w.n++; w.n&15 == 0 {
+		start := time.Now()
+		freed = p.run(d, w)
+		el := int64(time.Since(start))
+		avg := p.slowNanos.Load()
+		p.slowNanos.Store(avg + (el-avg)/4)
+	} else {
+		freed = p.run(d, w)
+	}
+	w.cur.Store(nil)
+	if freed {
+		if w.freed++; w.freed >= p.batch {
+			p.free(w.freed)
+			w.freed = 0
 		}
 	}
 }

@@ -284,25 +284,7 @@ func (l *link) forward(src, dst *net.TCPConn) {
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		buf := make([]byte, chunkSize)
-		for {
-			n, err := src.Read(buf)
-			var c chunk
-			if n > 0 {
-				c = chunk{data: append([]byte(nil), buf[:n]...), at: time.Now()}
-			}
-			if err != nil {
-				c.err, c.at = err, time.Now()
-			}
-			select {
-			case q <- c:
-			case <-l.done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
+		l.read(src, q)
 	}()
 	defer func() { <-readerDone }()
 	for {
@@ -312,33 +294,72 @@ func (l *link) forward(src, dst *net.TCPConn) {
 		case <-l.done:
 			return
 		}
-		select {
-		case <-l.p.gate():
-		case <-l.done:
-			return
-		}
-		if wait := time.Until(c.at.Add(time.Duration(l.p.latency.Load()))); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-l.done:
-				t.Stop()
-				return
-			}
-		}
-		if len(c.data) > 0 {
-			if _, err := dst.Write(c.data); err != nil {
-				l.abort()
-				return
-			}
-		}
-		if c.err != nil {
-			if errors.Is(c.err, io.EOF) {
-				_ = dst.CloseWrite()
-			} else {
-				l.abort()
-			}
+		if !l.hold(c) || !l.write(dst, c) {
 			return
 		}
 	}
+}
+
+// read stamps what src delivers and queues it for the writer, until a
+// read error (queued too) or the link is torn down.
+func (l *link) read(src *net.TCPConn, q chan<- chunk) {
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := src.Read(buf)
+		var c chunk
+		if n > 0 {
+			c = chunk{data: append([]byte(nil), buf[:n]...), at: time.Now()}
+		}
+		if err != nil {
+			c.err, c.at = err, time.Now()
+		}
+		select {
+		case q <- c:
+		case <-l.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// hold waits while the proxy is blackholed and until c's latency has
+// passed; it reports false when the link was torn down meanwhile.
+func (l *link) hold(c chunk) bool {
+	select {
+	case <-l.p.gate():
+	case <-l.done:
+		return false
+	}
+	if wait := time.Until(c.at.Add(time.Duration(l.p.latency.Load()))); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.done:
+			return false
+		}
+	}
+	return true
+}
+
+// write passes c on to dst: its data, then its end (EOF as a half close,
+// any other error as an abort). It reports false when the direction ended.
+func (l *link) write(dst *net.TCPConn, c chunk) bool {
+	if len(c.data) > 0 {
+		if _, err := dst.Write(c.data); err != nil {
+			l.abort()
+			return false
+		}
+	}
+	if c.err == nil {
+		return true
+	}
+	if errors.Is(c.err, io.EOF) {
+		_ = dst.CloseWrite()
+	} else {
+		l.abort()
+	}
+	return false
 }

@@ -134,7 +134,14 @@ func New(opts ...Option) (*Instrumentation, error) {
 		system:  semconv.MessagingSystemKey.String(c.system),
 		attrs:   map[attrKey]*attrs{},
 	}
-	m := c.mp.Meter(ScopeName)
+	if err := in.instruments(c.mp.Meter(ScopeName)); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// instruments creates the metric instruments of in on m.
+func (in *Instrumentation) instruments(m metric.Meter) error {
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
 		ctr, err := m.Int64Counter(name, metric.WithUnit("{message}"), metric.WithDescription(desc))
@@ -162,9 +169,9 @@ func New(opts ...Option) (*Instrumentation, error) {
 		metric.WithDescription("Time from publish to the start of the handler."), metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("otelbus: create instruments: %w", err)
+		return fmt.Errorf("otelbus: create instruments: %w", err)
 	}
-	return in, nil
+	return nil
 }
 
 // Options returns the bus options that install both the handler and the
