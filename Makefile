@@ -1,6 +1,7 @@
 # make test: the one command that runs every test on a fresh machine. It
 # installs what the tests need (scripts/setup.sh), then checks formatting,
-# vets, runs staticcheck and runs every test with the race detector. Tests
+# vets, runs staticcheck and deadcode, and runs every test with the race
+# detector. Tests
 # start their own private redis-server and nats-server on loopback.
 #
 # make bench: the main job, the end-to-end benchmark on the in-process
@@ -10,10 +11,11 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
+DEADCODE ?= $(shell command -v deadcode 2>/dev/null || echo $(GOBIN)/deadcode)
 
-.PHONY: test setup fmt vet staticcheck unit fuzz bench
+.PHONY: test setup fmt vet staticcheck deadcode unit fuzz bench
 
-test: setup fmt vet staticcheck unit fuzz
+test: setup fmt vet staticcheck deadcode unit fuzz
 
 setup:
 	./scripts/setup.sh
@@ -27,6 +29,11 @@ vet:
 
 staticcheck:
 	$(STATICCHECK) ./...
+
+# deadcode: no function that neither a program nor a test reaches.
+deadcode:
+	@out="$$($(DEADCODE) -test ./...)"; \
+	if [ -n "$$out" ]; then echo "deadcode: unreachable functions:"; echo "$$out"; exit 1; fi
 
 unit:
 	$(GO) test -race -timeout 20m ./...

@@ -427,7 +427,3 @@ func (b *Bus) forget(s *Subscription) {
 	delete(b.subs, s)
 	b.mu.Unlock()
 }
-
-func (b *Bus) observe(e observer.Event) {
-	b.opts.observer.Observe(context.Background(), e)
-}

@@ -96,3 +96,34 @@ func TestNopObserverSilencesTheDefaultLog(t *testing.T) {
 	retriedThenDead(t, bus.WithObserver(observer.Nop()))
 	assert.Empty(t, buf.lines(), "observer.Nop() silences the default logging")
 }
+
+func TestMaxExtensionCapsTheKeepAliveWithLeaseLost(t *testing.T) {
+	b, err := bus.Open(context.Background(), "mem://", bus.WithObserver(observer.Nop()))
+	require.NoError(t, err, "open mem://")
+	defer func() { require.NoError(t, b.Close(context.Background()), "close the bus") }()
+	const ackTimeout, maxExtension = 80 * time.Millisecond, 200 * time.Millisecond
+	type result struct {
+		cause error
+		ran   time.Duration
+	}
+	got := make(chan result, 2)
+	_, err = b.Subscribe(context.Background(), "long", func(ctx context.Context, d *bus.Delivery) error {
+		if d.Attempt > 1 {
+			return nil
+		}
+		begin := time.Now()
+		select {
+		case <-ctx.Done():
+			got <- result{context.Cause(ctx), time.Since(begin)}
+		case <-time.After(waitFor):
+			got <- result{nil, time.Since(begin)}
+		}
+		return nil
+	}, bus.WithAckTimeout(ackTimeout), bus.WithMaxExtension(maxExtension))
+	require.NoError(t, err, "subscribe")
+	require.NoError(t, b.Publish(context.Background(), "long", &bus.Message{}), "publish")
+	r := <-got
+	require.ErrorIs(t, r.cause, bus.ErrLeaseLost, "the keep-alive stops at the max extension")
+	assert.Contains(t, r.cause.Error(), "max extension", "the cause names the cap")
+	assert.Greater(t, r.ran, ackTimeout, "the lease was kept alive past the ack timeout before the cap")
+}

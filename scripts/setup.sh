@@ -7,7 +7,7 @@
 #     external server (the NATS suite also embeds one in-process);
 #   - chromium (Debian package chromium): the dashboard's browser test
 #     drives it headless;
-#   - staticcheck, pinned, into $(go env GOPATH)/bin.
+#   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
 # nothing: tests start their own servers unless BUS_REDIS_URL or
@@ -15,6 +15,7 @@
 set -euo pipefail
 
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
+DEADCODE_VERSION="${DEADCODE_VERSION:-v0.52.0}"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -66,6 +67,10 @@ gobin="$(go env GOPATH)/bin"
 if ! [ -x "$gobin/staticcheck" ] && ! command -v staticcheck >/dev/null 2>&1; then
 	log "installing staticcheck $STATICCHECK_VERSION"
 	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+if ! [ -x "$gobin/deadcode" ] && ! command -v deadcode >/dev/null 2>&1; then
+	log "installing deadcode $DEADCODE_VERSION"
+	go install "golang.org/x/tools/cmd/deadcode@$DEADCODE_VERSION"
 fi
 nats_bin="$(command -v nats-server || echo /usr/sbin/nats-server)"
 log "ready: $(redis-server --version | cut -d' ' -f3), $("$nats_bin" --version 2>&1), $(go version | cut -d' ' -f3)"

@@ -68,9 +68,6 @@ func closedChan() chan struct{} {
 // Addr returns the host:port clients connect to.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
-
 // Accepted returns how many client connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 

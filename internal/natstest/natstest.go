@@ -20,11 +20,6 @@ const readyTimeout = 10 * time.Second
 // Option adjusts the server options before the server starts.
 type Option func(*server.Options)
 
-// WithMaxPayload sets the server's max_payload in bytes.
-func WithMaxPayload(n int32) Option {
-	return func(o *server.Options) { o.MaxPayload = n }
-}
-
 // WithoutJetStream starts a core-only server.
 func WithoutJetStream() Option {
 	return func(o *server.Options) { o.JetStream = false }
@@ -95,9 +90,6 @@ func (s *Server) start() error {
 func (s *Server) URL() string {
 	return fmt.Sprintf("nats://%s:%d", s.opts.Host, s.opts.Port)
 }
-
-// StoreDir returns the JetStream store directory.
-func (s *Server) StoreDir() string { return s.opts.StoreDir }
 
 // Shutdown stops the server and waits until it has stopped. It is safe to
 // call more than once.

@@ -84,9 +84,6 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // URL returns a redis:// URL for the server.
 func (s *Server) URL() string { return "redis://" + s.Addr() }
 
-// Dir returns the server's data directory.
-func (s *Server) Dir() string { return s.dir }
-
 // Kill stops the server with SIGKILL and waits until the process is gone.
 func (s *Server) Kill() {
 	s.t.Helper()
