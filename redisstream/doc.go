@@ -80,6 +80,12 @@
 //     for. Attempt is the entry's delivery count (read with XPENDING).
 //   - Extend resets the idle time (XCLAIM ... JUSTID) without counting a
 //     delivery.
+//   - Release (backend.Releaser: a delivery whose handler a shutdown
+//     cancelled) makes the entry claimable at once and lowers its
+//     delivery count by one (XCLAIM ... RETRYCOUNT), in a Lua script with
+//     the staleness check below: the member that reclaims it sees the
+//     released delivery's Attempt again, so deploys do not use up max
+//     deliveries.
 //   - Stale settlements: an AckID carries the entry ID and the delivery
 //     count the entry had when it was handed out. Every delivery
 //     (XREADGROUP, XAUTOCLAIM) increments the count; Nack, Extend and the

@@ -176,13 +176,20 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 
 	msgs := make([]*backend.Message, 0, len(list))
 	for i, c := range list {
+		// A reclaimed entry was delivered before, so an unknown count is
+		// at least 2; a known count is the attempt, also 1 for an entry
+		// whose only delivery was released (see Release).
+		attempt := counts[i]
+		if attempt == 0 {
+			attempt = 2
+		}
 		m := &backend.Message{}
 		if err := decode(c.id, c.values, m); err != nil {
-			s.quarantine(ctx, c.id, c.values, max(counts[i], 2), err)
+			s.quarantine(ctx, c.id, c.values, attempt, err)
 			continue
 		}
 		m.AckID = &entryRef{id: c.id, count: counts[i]}
-		m.Attempt = max(counts[i], 2)
+		m.Attempt = attempt
 		msgs = append(msgs, m)
 	}
 	return msgs, nil

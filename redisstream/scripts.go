@@ -131,3 +131,24 @@ if not ok or #p > 0 then return 0 end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
+
+// releaseScript gives a pending entry this consumer owns back to the group
+// at once without counting the delivery (backend.Releaser): like a nack
+// without delay it makes the entry claimable at once, and it sets the
+// entry's delivery counter one lower, so that the reclaim that hands it
+// out again (and counts a delivery) brings it back to this delivery's
+// count.
+//
+// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id,
+// ARGV[4] idle ms, ARGV[5] the delivery count of the released delivery.
+// Returns 1 when released, 0 when not pending, -1 when delivered again
+// since.
+var releaseScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 then return 0 end
+if p[1][2] ~= ARGV[2] then return -1 end
+local n = tonumber(ARGV[5])
+if p[1][4] ~= n then return -1 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n - 1, 'JUSTID')
+return 1
+`)
