@@ -43,9 +43,11 @@ type Backend struct {
 	nc      *natsgo.Conn
 	ownConn bool
 	js      jetstream.JetStream
-	opts    Options
-	caps    backend.Capabilities
-	v210    bool // server is 2.10 or later
+	// released is the bucket of released deliveries (release.go).
+	released releases
+	opts     Options
+	caps     backend.Capabilities
+	v210     bool // server is 2.10 or later
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}

@@ -85,7 +85,14 @@
 // message), Extend is +WPI (in progress, restarting AckWait), and Reject
 // or dead-lettering stores a copy in the dead-letter topic's stream and
 // then sends +TERM so the original is never delivered again. Attempt is
-// the delivery count from the message's metadata. Acks are not confirmed
+// the delivery count from the message's metadata, less the deliveries the
+// bus released: Release (backend.Releaser, for a delivery whose handler a
+// shutdown cancelled) records the release in a key-value bucket of the
+// backend's (<StreamPrefix>_RELEASED, keys kept at most seven days) and
+// sends -NAK with a delay of about a second, which outlasts the closing
+// member's last pull request; a redelivery looks its record up, and
+// settling the message deletes it. The consumer's MaxDeliver leaves room
+// for 100 released deliveries of one message. Acks are not confirmed
 // by the server: a lost ack means a redelivery, never a loss. A member
 // that crashes leaves its deliveries pending; the server redelivers them
 // to another member after AckWait.

@@ -46,6 +46,9 @@ var (
 type jsAckID struct {
 	reply    string
 	deadline atomic.Int64 // Unix nanoseconds
+	// released is the key of this message's release record (see
+	// release.go) when it had one: settling the message deletes it.
+	released string
 }
 
 // leaseMargin is taken off the lease this member assumes it holds.
@@ -122,8 +125,17 @@ func (s *jsSub) connectionEvent(err error) {
 
 func (s *jsSub) isClosed() bool { return isDone(s.closed) }
 
-// Receive implements backend.Subscription.
+// Receive implements backend.Subscription. The Attempt of a redelivery
+// has the releases of the message taken off (see Release).
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	out, err := s.receive(ctx, max)
+	if len(out) > 0 {
+		s.correctAttempts(ctx, out)
+	}
+	return out, err
+}
+
+func (s *jsSub) receive(ctx context.Context, max int) ([]*backend.Message, error) {
 	if s.isClosed() || s.b.closed.Load() {
 		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
@@ -405,6 +417,7 @@ func (s *jsSub) Ack(ctx context.Context, ids []backend.AckID) error {
 			errs = append(errs, err)
 		}
 	}
+	s.forgetReleases(ctx, ids)
 	return errors.Join(errs...)
 }
 
@@ -452,7 +465,11 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 	if _, err := s.b.js.PublishMsg(ctx, nm); err != nil {
 		return fmt.Errorf("nats: dead-letter to %q: %w", topic, err)
 	}
-	return s.send("terminate", id, termBody)
+	if err := s.send("terminate", id, termBody); err != nil {
+		return err
+	}
+	s.forgetReleases(ctx, []backend.AckID{id})
+	return nil
 }
 
 // Close implements backend.Subscription. Unsettled deliveries are

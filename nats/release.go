@@ -1,0 +1,188 @@
+package nats
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+var _ backend.Releaser = (*jsSub)(nil)
+
+// JetStream keeps the delivery count of a message itself and cannot lower
+// it, so a released delivery (backend.Releaser) is recorded at the broker,
+// in a key-value bucket of the backend's (releasedBucket), and taken off
+// the count when the message is delivered again: Attempt is the server's
+// count less the releases of that message for that consumer. Only
+// redeliveries pay for the lookup; the key is deleted when the message is
+// acked or dead-lettered, and the bucket forgets a key after
+// releasedMaxAge, so a crash leaves nothing forever (a release older than
+// that counts as an attempt again).
+const releasedMaxAge = 7 * 24 * time.Hour
+
+// releaseDelay outlasts the pull requests of a member that is closing.
+const releaseDelay = longPoll + responseGrace
+
+// releaseTries bounds the compare-and-set rounds of one release.
+const releaseTries = 5
+
+// releases is the backend's bucket of released deliveries, made on first
+// use.
+type releases struct {
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+// releasedBucket names the bucket of the backend's released deliveries.
+func (b *Backend) releasedBucket() string {
+	name := []byte(b.opts.StreamPrefix + "_RELEASED")
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			name[i] = '_'
+		}
+	}
+	return string(name)
+}
+
+// releasedKV returns the bucket, creating it the first time.
+func (b *Backend) releasedKV(ctx context.Context) (jetstream.KeyValue, error) {
+	b.released.mu.Lock()
+	defer b.released.mu.Unlock()
+	if b.released.kv != nil {
+		return b.released.kv, nil
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      b.releasedBucket(),
+		Description: "deliveries the bus gave back at shutdown, not counted as attempts",
+		TTL:         releasedMaxAge,
+		Storage:     jetstream.FileStorage,
+	}
+	if b.opts.Storage == StorageMemory {
+		cfg.Storage = jetstream.MemoryStorage
+	}
+	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("released-deliveries bucket %q: %w", cfg.Bucket, err)
+	}
+	b.released.kv = kv
+	return kv, nil
+}
+
+// releaseKey names a message of a consumer in the bucket.
+func (s *jsSub) releaseKey(streamSeq uint64) string {
+	return s.stream + "." + s.consumer + "." + strconv.FormatUint(streamSeq, 10)
+}
+
+// Release implements backend.Releaser: it records the release in the
+// bucket, then sends -NAK with a delay of releaseDelay. The bus releases
+// while it closes the member, whose last pull request may still be open
+// at the server for up to longPoll: without the delay the server could
+// hand the message straight back to that request, whose inbox nobody
+// reads any more, and it would wait there for its AckWait. When the
+// release cannot be recorded the message is still nacked (and the
+// delivery counts), and the error says so.
+func (s *jsSub) Release(ctx context.Context, id backend.AckID) error {
+	a, err := s.live("release", id)
+	if err != nil {
+		return err
+	}
+	meta, err := parseAckSubject(a.reply)
+	if err != nil {
+		return fmt.Errorf("nats: release %q: %w", s.topic, err)
+	}
+	recErr := s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
+	if err := s.send("release", id, fmt.Appendf(nil, `-NAK {"delay": %d}`, releaseDelay.Nanoseconds())); err != nil {
+		return err
+	}
+	if recErr != nil {
+		return fmt.Errorf("nats: release %q: the delivery was nacked and counts: %w", s.topic, recErr)
+	}
+	return nil
+}
+
+// recordRelease adds one release to key, with compare-and-set.
+func (s *jsSub) recordRelease(ctx context.Context, key string) error {
+	kv, err := s.b.releasedKV(ctx)
+	if err != nil {
+		return err
+	}
+	for range releaseTries {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			_, err = kv.Create(ctx, key, encodeCount(1))
+		case err == nil:
+			_, err = kv.Update(ctx, key, encodeCount(decodeCount(e.Value())+1), e.Revision())
+		}
+		if err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("record the release of %s: too many concurrent updates", key)
+}
+
+// isConflict reports whether a compare-and-set lost the race.
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || strings.Contains(err.Error(), "wrong last sequence")
+}
+
+func encodeCount(n uint64) []byte { return binary.AppendUvarint(nil, n) }
+
+func decodeCount(b []byte) uint64 {
+	n, _ := binary.Uvarint(b)
+	return n
+}
+
+// correctAttempts takes the recorded releases off the Attempt of the
+// redeliveries in msgs. A lookup that fails leaves the server's count,
+// which can only dead-letter a message early, never lose it.
+func (s *jsSub) correctAttempts(ctx context.Context, msgs []*backend.Message) {
+	var kv jetstream.KeyValue
+	for _, m := range msgs {
+		if m.Attempt <= 1 {
+			continue
+		}
+		if kv == nil {
+			var err error
+			if kv, err = s.b.releasedKV(ctx); err != nil {
+				return
+			}
+		}
+		a := m.AckID.(*jsAckID)
+		meta, err := parseAckSubject(a.reply)
+		if err != nil {
+			continue
+		}
+		key := s.releaseKey(meta.streamSeq)
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		if n := int(decodeCount(e.Value())); n > 0 {
+			m.Attempt = max(m.Attempt-n, 1)
+			a.released = key
+		}
+	}
+}
+
+// forgetReleases deletes the release records of settled deliveries, best
+// effort: a record left behind expires with the bucket's max age.
+func (s *jsSub) forgetReleases(ctx context.Context, ids []backend.AckID) {
+	for _, id := range ids {
+		a, ok := id.(*jsAckID)
+		if !ok || a == nil || a.released == "" {
+			continue
+		}
+		if kv, err := s.b.releasedKV(ctx); err == nil {
+			_ = kv.Delete(ctx, a.released)
+		}
+	}
+}
