@@ -36,50 +36,6 @@ type DeadLetter struct {
 	Time time.Time
 }
 
-// peekPage is how many messages one Inspector.Peek call reads.
-const peekPage = 256
-
-func (b *Bus) inspector(op string) (backend.Inspector, error) {
-	if b.optErr != nil {
-		return nil, b.optErr
-	}
-	in, ok := b.be.(backend.Inspector)
-	if !ok {
-		return nil, fmt.Errorf("bus: %s: %w: %s has no Inspector", op, ErrUnsupported, b.caps.Name)
-	}
-	return in, nil
-}
-
-// Topics lists the backend's topics with their retained counts.
-func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
-	in, err := b.inspector("topics")
-	if err != nil {
-		return nil, err
-	}
-	ts, err := in.Topics(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bus: topics: %w", err)
-	}
-	return ts, nil
-}
-
-// Groups lists the consumer groups of topic with their lag and pending
-// counts.
-func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
-	if err := ValidateTopic(topic); err != nil {
-		return nil, fmt.Errorf("bus: groups: %w", err)
-	}
-	in, err := b.inspector("groups")
-	if err != nil {
-		return nil, err
-	}
-	gs, err := in.Groups(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
-	}
-	return gs, nil
-}
-
 // DeadLetters lists up to limit messages of the dead-letter topic dlq,
 // oldest first (limit <= 0 means all). Listing consumes nothing.
 func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLetter, error) {
@@ -107,7 +63,8 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 // kept, the bus-dlq-* headers removed, and the replayed message starts
 // again at attempt 1. A message leaves dlq only after it is stored on its
 // topic, so a crash in between may duplicate it but never loses it. It
-// returns how many were replayed; IDs not found are not errors.
+// returns how many were replayed. IDs that name no dead letter of dlq are
+// an error wrapping ErrNotFound, after the others were replayed.
 func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
@@ -116,40 +73,44 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 	if err != nil {
 		return 0, err
 	}
-	want := idSet(ids)
-	var picked []DeadLetter
-	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
-		if want == nil || want[m.ID] {
-			picked = append(picked, decodeDeadLetter(m))
-		}
-		return true
-	})
+	picked, missing, err := pickDeadLetters(ctx, in, dlq, ids)
 	if err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters of %q: %w", dlq, err)
 	}
 	replayed := 0
-	for i := range picked {
-		dl := &picked[i]
-		if dl.Topic == "" {
-			return replayed, fmt.Errorf("bus: replay dead letter %q of %q: %w: it names no original topic", dl.ID, dlq, ErrInvalidMessage)
-		}
-		m := dl.Message
-		m.Headers = maps.Clone(m.Headers)
-		m.Headers[HeaderReplayed] = strconv.FormatInt(time.Now().UnixNano(), 10)
-		if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
-			return replayed, fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
-		}
-		if _, err := in.Delete(ctx, dlq, []string{dl.ID}); err != nil {
-			return replayed, fmt.Errorf("bus: replay dead letter %q: stored on %q, but not removed from %q: %w", dl.ID, dl.Topic, dlq, err)
+	for _, m := range picked {
+		dl := decodeDeadLetter(m)
+		if err := b.replay(ctx, in, dlq, &dl); err != nil {
+			return replayed, err
 		}
 		replayed++
 	}
-	return replayed, nil
+	return replayed, notFound("replay dead letters of", dlq, missing)
+}
+
+// replay publishes one dead letter to its original topic, then removes it
+// from dlq.
+func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *DeadLetter) error {
+	if dl.Topic == "" {
+		return fmt.Errorf("bus: replay dead letter %q of %q: %w: it names no original topic", dl.ID, dlq, ErrInvalidMessage)
+	}
+	m := dl.Message
+	m.Headers = maps.Clone(m.Headers)
+	m.Headers[backend.HeaderReplayed] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
+		return fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
+	}
+	if _, err := in.Delete(ctx, dlq, []string{dl.ID}); err != nil {
+		return fmt.Errorf("bus: replay dead letter %q: stored on %q, but not removed from %q: %w", dl.ID, dl.Topic, dlq, err)
+	}
+	return nil
 }
 
 // PurgeDeadLetters removes dead letters from dlq: those whose message IDs
-// are listed, or all of them when ids is empty. It returns how many it
-// removed.
+// are listed, or all of them when ids is empty. Messages of dlq without
+// the dead-letter headers are never removed. It returns how many it
+// removed. IDs that name no dead letter of dlq are an error wrapping
+// ErrNotFound, after the others were removed.
 func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: purge dead letters: %w", err)
@@ -158,37 +119,61 @@ func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (
 	if err != nil {
 		return 0, err
 	}
-	if len(ids) == 0 {
-		err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
-			ids = append(ids, m.ID)
-			return true
-		})
-		if err != nil {
-			return 0, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
+	picked, missing, err := pickDeadLetters(ctx, in, dlq, ids)
+	if err != nil {
+		return 0, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
+	}
+	n := 0
+	if len(picked) > 0 {
+		found := make([]string, len(picked))
+		for i, m := range picked {
+			found[i] = m.ID
+		}
+		if n, err = in.Delete(ctx, dlq, found); err != nil {
+			return n, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
 		}
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, err := in.Delete(ctx, dlq, ids)
-	if err != nil {
-		return n, fmt.Errorf("bus: purge dead letters of %q: %w", dlq, err)
-	}
-	return n, nil
+	return n, notFound("purge dead letters of", dlq, missing)
 }
 
-// HeaderReplayed is set on a message that ReplayDeadLetters put back on its
-// topic, to the replay time in Unix nanoseconds. Backends that deduplicate
-// by message ID take it into account, so a replay is not mistaken for a
-// duplicate of the original publish.
-const HeaderReplayed = "bus-replayed"
+// pickDeadLetters reads the dead letters of dlq that ids name (all of them
+// when ids is empty), and the ids that name none.
+func pickDeadLetters(ctx context.Context, in backend.Inspector, dlq string, ids []string) (picked []*backend.Message, missing []string, err error) {
+	want := idSet(ids)
+	seen := map[string]bool{}
+	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+		if backend.IsDeadLetter(m) && (want == nil || want[m.ID]) && !seen[m.ID] {
+			seen[m.ID] = true
+			picked = append(picked, m)
+		}
+		return true
+	})
+	for _, id := range ids {
+		if !seen[id] {
+			missing = append(missing, id)
+			seen[id] = true
+		}
+	}
+	return picked, missing, err
+}
+
+// notFound is the error for ids that named no dead letter of dlq, or nil.
+func notFound(op, dlq string, ids []string) error {
+	switch {
+	case len(ids) == 0:
+		return nil
+	case len(ids) > 5:
+		return fmt.Errorf("bus: %s %q: %w: %s and %d more", op, dlq, ErrNotFound, strings.Join(ids[:5], ", "), len(ids)-5)
+	}
+	return fmt.Errorf("bus: %s %q: %w: %s", op, dlq, ErrNotFound, strings.Join(ids, ", "))
+}
 
 // publishReplay publishes one replayed message: it is validated like any
-// other, with HeaderReplayed as the one reserved header allowed.
+// other, with backend.HeaderReplayed as the one reserved header allowed.
 func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error {
 	v := *m
 	v.Headers = maps.Clone(m.Headers)
-	delete(v.Headers, HeaderReplayed)
+	delete(v.Headers, backend.HeaderReplayed)
 	if err := validateMessage(&v, b.opts.maxPayload); err != nil {
 		return err
 	}

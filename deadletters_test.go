@@ -12,6 +12,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
@@ -66,8 +67,9 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 
 	fail.Store(false)
 	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "o-1", "missing")
-	require.NoError(t, err)
-	assert.Equal(t, 1, n, "one replayed; an unknown ID is skipped")
+	require.ErrorIs(t, err, bus.ErrNotFound, "an unknown ID is an error")
+	assert.Contains(t, err.Error(), "missing", "the error names the unknown ID")
+	assert.Equal(t, 1, n, "the known ID is replayed all the same")
 	select {
 	case d := <-handled:
 		assert.Equal(t, "o-1", d.ID, "the original ID is kept")
@@ -88,6 +90,9 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq", "o-2")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
+	n, err = b.PurgeDeadLetters(ctx, "orders.dlq", "typo")
+	require.ErrorIs(t, err, bus.ErrNotFound, "purging an unknown ID is an error")
+	assert.Zero(t, n, "nothing purged for an unknown ID")
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq")
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "purge without IDs removes the rest")
@@ -137,4 +142,38 @@ func TestInspectorFiguresOnMem(t *testing.T) {
 	assert.Equal(t, backend.Figure(10), ts[0].Messages)
 	close(block)
 	require.NoError(t, sub.Close(ctx))
+}
+
+func TestDeadLetterTopicsAreFoundByTheirHeadersNotTheirNames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	dead := make(chan struct{}, 1)
+	_, err = b.Subscribe(ctx, "pay-failures", func(context.Context, *bus.Delivery) error {
+		dead <- struct{}{}
+		return nil
+	}, bus.WithGroup("ops"))
+	require.NoError(t, err)
+	_, err = b.Subscribe(ctx, "payments", func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(errors.New("declined"))
+	}, bus.WithDeadLetter("pay-failures"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "payments", &bus.Message{ID: "p-1"}))
+	require.NoError(t, b.Publish(ctx, "not-dead.dlq", &bus.Message{ID: "x"}), "an ordinary topic named like a dead-letter topic")
+	<-dead
+	ts, err := b.DeadLetterTopics(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, tp := range ts {
+		names = append(names, tp.Name)
+	}
+	assert.Equal(t, []string{"pay-failures"}, names, "the topic WithDeadLetter named is found; a .dlq name alone is not enough")
+	n, err := b.PurgeDeadLetters(ctx, "not-dead.dlq")
+	require.NoError(t, err)
+	assert.Zero(t, n, "a message without the dead-letter headers is never purged")
+	err = b.DeleteTopic(ctx, "not-dead.dlq")
+	require.ErrorIs(t, err, bus.ErrUnsupported, "mem has no backend.TopicDeleter (conformance DeleteTopic covers the backends that do)")
+	require.ErrorIs(t, b.DeleteTopic(ctx, "bad topic"), bus.ErrInvalidTopic, "the topic is checked before anything else")
 }

@@ -46,6 +46,8 @@ var (
 	// not come from a subscription (a zero Delivery). Use
 	// bustest.NewDelivery to unit-test handlers.
 	ErrDetached = errors.New("delivery is not from a subscription")
+	// ErrNotFound: a dead letter named by its ID is not on the topic.
+	ErrNotFound = errors.New("not found")
 	// ErrUnknownScheme: Open got a URL whose scheme no backend registered.
 	ErrUnknownScheme = errors.New("unknown backend scheme")
 )

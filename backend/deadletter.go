@@ -22,6 +22,20 @@ const (
 	HeaderDeadLetterTime    = "bus-dlq-time"    // when it was dead-lettered, RFC 3339 with nanoseconds, UTC
 )
 
+// HeaderReplayed is set on a message that the bus replayed from a
+// dead-letter topic to its original topic, to the replay time in Unix
+// nanoseconds. Backends that deduplicate by message ID take it into
+// account, so a replay is not mistaken for a duplicate of the original
+// publish.
+const HeaderReplayed = "bus-replayed"
+
+// IsDeadLetter reports whether m is a dead-letter copy (it carries the
+// dead-letter headers NewDeadLetter sets).
+func IsDeadLetter(m *Message) bool {
+	_, ok := m.Headers[HeaderDeadLetterReason]
+	return ok
+}
+
 // DeadLetterCode is the machine-readable reason a message was
 // dead-lettered, carried in HeaderDeadLetterCode.
 type DeadLetterCode string

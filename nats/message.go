@@ -79,8 +79,9 @@ func wireKey(k string) string {
 	return k
 }
 
-// replayedHeader is bus.HeaderReplayed: a replayed dead letter carries it.
-const replayedHeader = "bus-replayed"
+// replayedHeader is backend.HeaderReplayed: a replayed dead letter
+// carries it.
+const replayedHeader = backend.HeaderReplayed
 
 // encode builds the NATS message for m on subject. It refuses headers with
 // the Nats- prefix: the server would act on them (expected stream,

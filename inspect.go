@@ -1,0 +1,116 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// This file holds the portable operations on a backend's state: listing
+// topics and groups, and removing a topic. They need a backend that
+// implements backend.Inspector (backend.TopicDeleter to remove a topic);
+// without one they return an error wrapping ErrUnsupported. The dead-letter
+// operations are in deadletters.go.
+
+// TopicInfo describes one topic: its retained messages and bytes, and the
+// publish times of the oldest and newest. A figure the backend cannot know
+// is unknown (Known reports false; it prints "unknown" and is null in
+// JSON), never 0.
+type TopicInfo = backend.TopicInfo
+
+// GroupInfo describes one consumer group of a topic: its members, the
+// messages it received but has not settled (Pending), and those it has not
+// received yet (Lag).
+type GroupInfo = backend.GroupInfo
+
+// peekPage is how many messages one Inspector.Peek call reads.
+const peekPage = 256
+
+func (b *Bus) inspector(op string) (backend.Inspector, error) {
+	if b.optErr != nil {
+		return nil, b.optErr
+	}
+	in, ok := b.be.(backend.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("bus: %s: %w: %s has no Inspector", op, ErrUnsupported, b.caps.Name)
+	}
+	return in, nil
+}
+
+// Topics lists the backend's topics with their retained counts, sorted by
+// name.
+func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
+	in, err := b.inspector("topics")
+	if err != nil {
+		return nil, err
+	}
+	ts, err := in.Topics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: topics: %w", err)
+	}
+	return ts, nil
+}
+
+// Groups lists the consumer groups of topic with their lag and pending
+// counts.
+func (b *Bus) Groups(ctx context.Context, topic string) ([]GroupInfo, error) {
+	if err := ValidateTopic(topic); err != nil {
+		return nil, fmt.Errorf("bus: groups: %w", err)
+	}
+	in, err := b.inspector("groups")
+	if err != nil {
+		return nil, err
+	}
+	gs, err := in.Groups(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+	}
+	return gs, nil
+}
+
+// DeadLetterTopics lists the topics that hold dead letters, whatever their
+// names (WithDeadLetter may name any topic): those whose oldest retained
+// message carries the dead-letter headers. It reads one message per topic.
+func (b *Bus) DeadLetterTopics(ctx context.Context) ([]TopicInfo, error) {
+	in, err := b.inspector("dead-letter topics")
+	if err != nil {
+		return nil, err
+	}
+	ts, err := in.Topics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: dead-letter topics: %w", err)
+	}
+	var out []TopicInfo
+	for _, t := range ts {
+		msgs, _, err := in.Peek(ctx, t.Name, "", 1)
+		if err != nil {
+			return nil, fmt.Errorf("bus: dead-letter topics: peek %q: %w", t.Name, err)
+		}
+		if len(msgs) > 0 && backend.IsDeadLetter(msgs[0]) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// DeleteTopic removes topic: its retained messages and its consumer
+// groups. Subscriptions still live on it may recreate their group or end
+// with an error, as the backend documents. Deleting a topic that does not
+// exist is not an error.
+func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
+	if err := ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: delete topic: %w", err)
+	}
+	if b.optErr != nil {
+		return b.optErr
+	}
+	d, ok := b.be.(backend.TopicDeleter)
+	if !ok {
+		return fmt.Errorf("bus: delete topic %q: %w: %s cannot delete topics", topic, ErrUnsupported, b.caps.Name)
+	}
+	if err := d.DeleteTopic(ctx, topic); err != nil {
+		return fmt.Errorf("bus: delete topic %q: %w", topic, err)
+	}
+	return nil
+}
