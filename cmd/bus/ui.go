@@ -4,11 +4,11 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -32,11 +32,12 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bus ui", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rawURL := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
-	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (loopback by default)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (loopback by default; any other address needs --auth)")
 	allowWrites := fs.Bool("allow-writes", false, "enable the replay and purge buttons")
+	auth := fs.String("auth", "", "user:password for HTTP basic authentication on every page and call (required to listen beyond loopback)")
 	interval := fs.Duration("interval", 2*time.Second, "how often the dashboard samples the backend")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, and a dead-letter browser.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, and a dead-letter browser. Writes (replay, purge) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay and purge is logged on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -46,38 +47,59 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bus ui: takes no arguments, and --interval must be > 0")
 		return exitUsage
 	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus ui: %v\n", err)
+		return exitFailure
+	}
+	defer ln.Close()
+	if !isLoopback(ln.Addr()) && *auth == "" {
+		fmt.Fprintf(stderr, "bus ui: listening on %s reaches beyond this machine; give --auth user:password\n", ln.Addr())
+		return exitUsage
+	}
 	b, err := bus.Open(ctx, *rawURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
 		return exitFailure
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "bus ui: %v\n", err)
-		return exitFailure
-	}
+	cfg := uiConfig{allowWrites: *allowWrites, interval: *interval, auth: *auth, log: slog.New(slog.NewTextHandler(stderr, nil))}
 	fmt.Fprintf(stdout, "bus ui: serving http://%s (writes %s)\n", ln.Addr(), map[bool]string{true: "enabled", false: "disabled"}[*allowWrites])
-	if err := serveUI(ctx, ln, b, *allowWrites, *interval); err != nil {
+	if err := serveUI(ctx, ln, b, cfg); err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
 }
 
+// uiConfig is how the dashboard serves.
+type uiConfig struct {
+	allowWrites bool
+	interval    time.Duration
+	auth        string       // "user:pass", or "" for none
+	log         *slog.Logger // replays and purges are logged here
+}
+
 // serveUI serves the dashboard on ln until ctx ends.
-func serveUI(ctx context.Context, ln net.Listener, b *bus.Bus, allowWrites bool, interval time.Duration) error {
-	u := &uiServer{b: b, allowWrites: allowWrites}
+func serveUI(ctx context.Context, ln net.Listener, b *bus.Bus, cfg uiConfig) error {
+	g, err := newGuard(ln.Addr(), cfg.auth)
+	if err != nil {
+		return err
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	u := &uiServer{b: b, allowWrites: cfg.allowWrites, guard: g, log: cfg.log}
 	srv := &http.Server{Handler: u.routes(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		u.sample(ctx, interval)
+		u.sample(ctx, cfg.interval)
 	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -87,22 +109,29 @@ func serveUI(ctx context.Context, ln net.Listener, b *bus.Bus, allowWrites bool,
 		wg.Wait()
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Polling browsers keep connections open: give requests in progress a
+	// moment, then close what is left.
+	sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
 	<-errc
 	wg.Wait()
-	return err
+	return nil
 }
 
 type uiServer struct {
 	b           *bus.Bus
 	allowWrites bool
+	guard       *guard
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	last    *snapshot
 	history []uiSample
 	lastErr string
+	dlqs    []string // the topics that hold dead letters, by their headers
 }
 
 // uiSample is one point of the chart.
@@ -119,13 +148,17 @@ func (u *uiServer) sample(ctx context.Context, interval time.Duration) {
 	for {
 		sctx, cancel := context.WithTimeout(ctx, interval+5*time.Second)
 		snap, err := takeSnapshot(sctx, u.b)
+		var dlqs []string
+		if err == nil {
+			dlqs, err = deadLetterTopicNames(sctx, u.b)
+		}
 		cancel()
 		u.mu.Lock()
 		if err != nil {
 			u.lastErr = err.Error()
 		} else {
 			snap.withRates(u.last)
-			u.last, u.lastErr = snap, ""
+			u.last, u.lastErr, u.dlqs = snap, "", dlqs
 			s := uiSample{At: snap.At}
 			for _, tp := range snap.Topics {
 				if tp.PublishRate != nil {
@@ -161,7 +194,20 @@ func (u *uiServer) routes() http.Handler {
 	mux.HandleFunc("GET /api/state", u.state)
 	mux.HandleFunc("GET /api/dlq", u.dlq)
 	mux.HandleFunc("POST /api/dlq/{op}", u.dlqWrite)
-	return mux
+	return u.guard.wrap(mux)
+}
+
+// deadLetterTopicNames names the topics that hold dead letters.
+func deadLetterTopicNames(ctx context.Context, b *bus.Bus) ([]string, error) {
+	ts, err := b.DeadLetterTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	return names, nil
 }
 
 func writeAPI(w http.ResponseWriter, code int, v any) {
@@ -174,10 +220,15 @@ func writeAPI(w http.ResponseWriter, code int, v any) {
 func (u *uiServer) state(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	writeAPI(w, http.StatusOK, map[string]any{
+	st := map[string]any{
 		"backend": u.b.Capabilities().Name, "allow_writes": u.allowWrites,
 		"snapshot": u.last, "history": u.history, "error": u.lastErr,
-	})
+		"dead_letter_topics": u.dlqs,
+	}
+	if u.allowWrites {
+		st["token"] = u.guard.token // readable by this origin only
+	}
+	writeAPI(w, http.StatusOK, st)
 }
 
 // uiDeadLetter is a dead letter as the dashboard shows it: the payload is
@@ -217,27 +268,39 @@ func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 	writeAPI(w, http.StatusOK, out)
 }
 
+// dlqWriteRequest is the body of a replay or purge.
+type dlqWriteRequest struct {
+	Topic string   `json:"topic"`
+	IDs   []string `json:"ids"`
+	All   bool     `json:"all"`
+	// Confirm must repeat Topic when All is set: a replay or purge of a
+	// whole topic is confirmed by the request, not only by the page.
+	Confirm string `json:"confirm"`
+}
+
 func (u *uiServer) dlqWrite(w http.ResponseWriter, r *http.Request) {
 	if !u.allowWrites {
 		writeAPI(w, http.StatusForbidden, map[string]string{"error": "writes are disabled; start bus ui with --allow-writes"})
 		return
 	}
-	var req struct {
-		Topic string   `json:"topic"`
-		IDs   []string `json:"ids"`
-		All   bool     `json:"all"`
+	if why := u.guard.writeAllowed(r); why != "" {
+		u.log.Warn("bus ui: write refused", "op", r.PathValue("op"), "remote", r.RemoteAddr, "why", why)
+		writeAPI(w, http.StatusForbidden, map[string]string{"error": why})
+		return
 	}
+	var req dlqWriteRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
 		writeAPI(w, http.StatusBadRequest, map[string]string{"error": "bad request body"})
 		return
 	}
-	if req.All == (len(req.IDs) > 0) || !strings.HasSuffix(req.Topic, ".dlq") {
-		writeAPI(w, http.StatusBadRequest, map[string]string{"error": "give a .dlq topic and either all or ids"})
+	if why := req.check(); why != "" {
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": why})
 		return
 	}
+	op := r.PathValue("op")
 	var n int
 	var err error
-	switch r.PathValue("op") {
+	switch op {
 	case "replay":
 		n, err = u.b.ReplayDeadLetters(r.Context(), req.Topic, req.IDs...)
 	case "purge":
@@ -246,9 +309,31 @@ func (u *uiServer) dlqWrite(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusNotFound, map[string]string{"error": "unknown operation"})
 		return
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	u.log.Info("bus ui: "+op, "topic", req.Topic, "ids", strings.Join(req.IDs, ","), "all", req.All, "done", n, "remote", r.RemoteAddr, "error", errText(err))
+	if err != nil {
 		writeAPI(w, http.StatusBadGateway, map[string]any{"done": n, "error": err.Error()})
 		return
 	}
 	writeAPI(w, http.StatusOK, map[string]any{"done": n})
+}
+
+// check says what is wrong with a write request, or "".
+func (req *dlqWriteRequest) check() string {
+	switch {
+	case bus.ValidateTopic(req.Topic) != nil:
+		return "give a valid dead-letter topic"
+	case req.All == (len(req.IDs) > 0):
+		return "give either all or ids"
+	case req.All && req.Confirm != req.Topic:
+		return "a replay or purge of all needs confirm set to the topic"
+	}
+	return ""
+}
+
+// errText is err's text, or "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

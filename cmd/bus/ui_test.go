@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -84,7 +86,10 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	uiCtx, stopUI := context.WithCancel(ctx)
 	served := make(chan error, 1)
-	go func() { served <- serveUI(uiCtx, ln, b, true, 200*time.Millisecond) }()
+	var log syncBuffer
+	go func() {
+		served <- serveUI(uiCtx, ln, b, uiConfig{allowWrites: true, interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(&log, nil))})
+	}()
 	defer func() {
 		stopUI()
 		require.NoError(t, <-served)
@@ -125,10 +130,25 @@ func TestDashboardInABrowser(t *testing.T) {
 	assert.GreaterOrEqual(t, points, 2, "the chart plots samples")
 
 	ok.Store(true)
+	var result string
+	var detailHidden bool
+	var ticks []string
 	require.NoError(t, chromedp.Run(cctx,
+		chromedp.Click(`#dlq tr[data-id="pay-2"]`),
+		chromedp.WaitVisible(`#detail`),
 		chromedp.Click(`#dlq tr[data-id="pay-2"] button.replay`),
 		chromedp.WaitNotPresent(`#dlq tr[data-id="pay-2"]`),
+		// Several refreshes later the result is still on screen.
+		chromedp.Poll(`window.busChartPoints >= 8`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text(`#result-text`, &result),
+		chromedp.Evaluate(`document.querySelector("#detail").hidden`, &detailHidden),
+		chromedp.Evaluate(`window.busChartTicks`, &ticks),
 	), "replay pay-2 with its button")
+	assert.Contains(t, result, "replay pay-2: 1 done", "the replay's result stays visible across refreshes")
+	assert.True(t, detailHidden, "the detail panel lets go of the replayed message")
+	assert.Equal(t, []string{"0", "2", "4", "6", "8"}, ticks, "the chart's axis shows round, distinct values (lag 7)")
+	assert.Contains(t, log.String(), "bus ui: replay", "the replay is logged")
+	assert.Contains(t, log.String(), "done=1", "with its count")
 	select {
 	case id := <-replayed:
 		assert.Equal(t, "pay-2", id, "the replayed message arrives on its original topic")
@@ -158,7 +178,9 @@ func TestDashboardRefusesWritesWithoutFlag(t *testing.T) {
 	b, err := bus.Open(ctx, "mem://")
 	require.NoError(t, err)
 	defer b.Close(ctx)
-	u := &uiServer{b: b}
+	g, err := newGuard(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, "")
+	require.NoError(t, err)
+	u := &uiServer{b: b, guard: g, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv := httptestServer(t, u)
 	resp, err := srv.Client().Post(srv.URL+"/api/dlq/purge", "application/json", strings.NewReader(`{"topic":"x.dlq","all":true}`))
 	require.NoError(t, err)

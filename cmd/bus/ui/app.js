@@ -5,6 +5,10 @@
 const $ = (sel) => document.querySelector(sel);
 let allowWrites = false;
 let dlqTopic = "";
+// token is the per-process write token; only this page can read it.
+let token = "";
+// selectedID is the dead letter shown in the detail panel.
+let selectedID = "";
 // busChartPoints is read by the browser test: how many samples the chart drew.
 window.busChartPoints = 0;
 
@@ -35,6 +39,7 @@ function render(state) {
   $("#status").textContent = state.error ? "error: " + state.error : "";
   $("#status").className = state.error ? "error" : "";
   allowWrites = state.allow_writes;
+  token = state.token || "";
   $("#writes").textContent = allowWrites ? "" : "read-only: start bus ui with --allow-writes to replay or purge";
   const snap = state.snapshot;
   if (!snap) return;
@@ -45,7 +50,7 @@ function render(state) {
     cell(tr, t.messages, "num messages");
     cell(tr, t.bytes, "num");
     cell(tr, t.publish_rate === null || t.publish_rate === undefined ? null : t.publish_rate.toFixed(1), "num rate");
-    cell(tr, t.newest || "-");
+    cell(tr, t.newest ? when(t.newest) : "-");
   });
   const groups = [];
   for (const t of topics) for (const g of t.groups || []) groups.push([t.name, g]);
@@ -60,7 +65,8 @@ function render(state) {
     cell(tr, g.lag, "num lag");
   });
   const sel = $("#dlq-topic");
-  const dlqs = topics.map((t) => t.name).filter((n) => n.endsWith(".dlq"));
+  // Dead-letter topics are found by their headers, whatever their names.
+  const dlqs = state.dead_letter_topics || [];
   if (sel.options.length !== dlqs.length || dlqs.some((n, i) => sel.options[i].value !== n)) {
     sel.replaceChildren(...dlqs.map((n) => new Option(n, n)));
     if (dlqs.length && !dlqs.includes(dlqTopic)) {
@@ -71,6 +77,30 @@ function render(state) {
   drawChart(state.history || []);
 }
 
+// when shows a timestamp to the second, in the viewer's time zone.
+function when(t) {
+  const d = new Date(t);
+  if (isNaN(d)) return String(t);
+  const p = (n) => String(n).padStart(2, "0");
+  return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
+    p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+}
+
+// ticks returns up to five round, distinct axis values from 0 to at least
+// max (just 0 when max is 0).
+function ticks(max) {
+  if (max <= 0) return [0];
+  const raw = max / 4;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = Math.max(1, [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw));
+  const out = [];
+  for (let v = 0; out.length < 6; v += step) {
+    out.push(v);
+    if (v >= max) break;
+  }
+  return out;
+}
+
 function drawChart(history) {
   const c = $("#chart");
   const ctx = c.getContext("2d");
@@ -78,15 +108,18 @@ function drawChart(history) {
   window.busChartPoints = history.length;
   if (history.length < 1) return;
   const series = [["lag", "#c62828"], ["pending", "#1565c0"], ["rate", "#2e7d32"]];
-  let max = 1;
-  for (const s of history) for (const [k] of series) max = Math.max(max, s[k]);
+  let top = 0;
+  for (const s of history) for (const [k] of series) top = Math.max(top, s[k]);
+  const axis = ticks(top);
+  const max = Math.max(axis[axis.length - 1], 1);
+  window.busChartTicks = axis.map(String);
   ctx.strokeStyle = "#e6e8ec";
   ctx.fillStyle = "#6b7280";
   ctx.font = "11px sans-serif";
-  for (let i = 0; i <= 4; i++) {
-    const y = c.height - 20 - (i * (c.height - 30)) / 4;
+  for (const v of axis) {
+    const y = c.height - 20 - (v * (c.height - 30)) / max;
     ctx.beginPath(); ctx.moveTo(40, y); ctx.lineTo(c.width, y); ctx.stroke();
-    ctx.fillText(String(Math.round((max * i) / 4)), 2, y + 4);
+    ctx.fillText(String(v), 2, y + 4);
   }
   const x = (i) => 40 + (history.length === 1 ? 0 : (i * (c.width - 45)) / (history.length - 1));
   const y = (v) => c.height - 20 - (v * (c.height - 30)) / max;
@@ -113,33 +146,44 @@ async function loadDLQ() {
   const tbody = $("#dlq tbody");
   $("#replay-all").disabled = !allowWrites || !dlqTopic;
   $("#purge-all").disabled = !allowWrites || !dlqTopic;
-  if (!dlqTopic) { tbody.replaceChildren(); return; }
+  if (!dlqTopic) { tbody.replaceChildren(); hideDetail(); return; }
   const r = await fetch("api/dlq?topic=" + encodeURIComponent(dlqTopic));
   const list = r.ok ? await r.json() : [];
   rows(tbody, list, (tr, d) => {
     tr.dataset.id = d.id;
+    if (d.id === selectedID) tr.classList.add("selected");
     cell(tr, d.id);
     cell(tr, d.code || "-", "code");
     cell(tr, d.topic);
     cell(tr, d.group || "-");
     cell(tr, d.attempt, "num");
-    cell(tr, d.time || "-");
+    cell(tr, d.time ? when(d.time) : "-", "time");
     cell(tr, d.reason);
     const td = document.createElement("td");
-    const b = document.createElement("button");
-    b.textContent = "Replay";
-    b.className = "replay";
-    b.disabled = !allowWrites;
-    b.addEventListener("click", (ev) => { ev.stopPropagation(); write("replay", { ids: [d.id] }); });
-    td.appendChild(b);
+    for (const op of ["replay", "purge"]) {
+      const b = document.createElement("button");
+      b.textContent = op === "replay" ? "Replay" : "Purge";
+      b.className = op;
+      b.disabled = !allowWrites;
+      b.addEventListener("click", (ev) => { ev.stopPropagation(); write(op, { ids: [d.id] }); });
+      td.appendChild(b);
+    }
     tr.appendChild(td);
     tr.addEventListener("click", () => showDetail(tr, d));
   });
+  // A message replayed or purged since leaves the detail panel.
+  if (selectedID && !list.some((d) => d.id === selectedID)) hideDetail();
+}
+
+function hideDetail() {
+  selectedID = "";
+  $("#detail").hidden = true;
 }
 
 function showDetail(tr, d) {
   for (const r of document.querySelectorAll("#dlq tbody tr")) r.classList.remove("selected");
   tr.classList.add("selected");
+  selectedID = d.id;
   $("#detail").hidden = false;
   $("#detail-id").textContent = d.id;
   const headers = Object.entries(d.headers || {});
@@ -147,19 +191,34 @@ function showDetail(tr, d) {
   $("#detail-payload").textContent = (d.payload_encoding === "base64" ? "(base64) " : "") + d.payload + (d.truncated ? " …(truncated)" : "");
 }
 
+// showResult keeps the outcome of a replay or purge on screen until it is
+// dismissed (the periodic refresh does not touch it).
+function showResult(text, failed) {
+  $("#result-text").textContent = text;
+  $("#result").className = failed ? "error" : "";
+  $("#result").hidden = false;
+}
+
 async function write(op, body) {
   const what = body.all ? "all dead letters of " + dlqTopic : body.ids.join(", ");
   if (!confirm(op + " " + what + "?")) return;
-  const r = await fetch("api/dlq/" + op, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ topic: dlqTopic, ...body }),
-  });
-  const res = await r.json();
-  $("#status").textContent = res.error ? op + ": " + res.error : op + ": " + res.done + " done";
+  const req = { topic: dlqTopic, ...body };
+  if (body.all) req.confirm = dlqTopic;
+  try {
+    const r = await fetch("api/dlq/" + op, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Bus-Token": token },
+      body: JSON.stringify(req),
+    });
+    const res = await r.json();
+    showResult(res.error ? op + " " + what + ": " + res.error : op + " " + what + ": " + res.done + " done", !!res.error);
+  } catch (e) {
+    showResult(op + ": " + e, true);
+  }
   await refresh();
 }
 
+$("#result-dismiss").addEventListener("click", () => { $("#result").hidden = true; });
 $("#dlq-topic").addEventListener("change", (e) => { dlqTopic = e.target.value; loadDLQ(); });
 $("#replay-all").addEventListener("click", () => write("replay", { all: true }));
 $("#purge-all").addEventListener("click", () => write("purge", { all: true }));
