@@ -36,8 +36,9 @@ type DeadLetter struct {
 	Time time.Time
 }
 
-// DeadLetters lists up to limit messages of the dead-letter topic dlq,
-// oldest first (limit <= 0 means all). Listing consumes nothing.
+// DeadLetters lists up to limit dead letters of the topic dlq, oldest
+// first (limit <= 0 means all); messages of dlq without the dead-letter
+// headers are skipped. Listing consumes nothing.
 func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLetter, error) {
 	if err := ValidateTopic(dlq); err != nil {
 		return nil, fmt.Errorf("bus: dead letters: %w", err)
@@ -48,7 +49,9 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 	}
 	var out []DeadLetter
 	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
-		out = append(out, decodeDeadLetter(m))
+		if backend.IsDeadLetter(m) {
+			out = append(out, decodeDeadLetter(m))
+		}
 		return limit <= 0 || len(out) < limit
 	})
 	if err != nil {

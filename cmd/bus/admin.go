@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -81,7 +82,12 @@ func warnPrivateMem(rawURL string, stderr io.Writer) {
 }
 
 func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := newAdminFlags("topics", "bus topics [flags]", "Lists the topics with their retained messages, size and publish times.", stderr)
+	if len(args) > 0 && args[0] == "delete" {
+		return topicsDeleteCmd(ctx, args[1:], stdout, stderr)
+	}
+	a := newAdminFlags("topics", "bus topics [--dead-letters] [flags]\n       bus topics delete TOPIC --yes [flags]",
+		"Lists the topics with their retained messages, size and publish times.\n\"delete\" removes a topic with its messages and groups.", stderr)
+	dead := a.fs.Bool("dead-letters", false, "list only the topics that hold dead letters (found by their headers, whatever their names)")
 	if code, ok := parseFlags(a.fs, args); !ok {
 		return code
 	}
@@ -95,13 +101,17 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	defer done()
-	ts, err := b.Topics(ctx)
+	list := b.Topics
+	if *dead {
+		list = b.DeadLetterTopics
+	}
+	ts, err := list(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus topics: %v\n", err)
 		return exitFailure
 	}
 	if ts == nil {
-		ts = []backend.TopicInfo{}
+		ts = []bus.TopicInfo{}
 	}
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, ts), stderr, "topics")
@@ -112,6 +122,38 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Messages, t.Bytes, fmtTime(t.Oldest), fmtTime(t.Newest))
 	}
 	return exitCode(tw.Flush(), stderr, "topics")
+}
+
+// topicsDeleteCmd removes a topic; it wants --yes, since nothing brings
+// the messages back.
+func topicsDeleteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("topics delete", "bus topics delete TOPIC --yes [flags]",
+		"Removes TOPIC with its retained messages and consumer groups. Nothing brings them back.", stderr)
+	yes := a.fs.Bool("yes", false, "really delete")
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	if a.fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "bus topics delete: give one topic")
+		return exitUsage
+	}
+	topic := a.fs.Arg(0)
+	if !*yes {
+		fmt.Fprintf(stderr, "bus topics delete: this removes %s with its messages and groups; add --yes\n", topic)
+		return exitUsage
+	}
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus topics delete: %v\n", err)
+		return exitFailure
+	}
+	defer done()
+	if err := b.DeleteTopic(ctx, topic); err != nil {
+		fmt.Fprintf(stderr, "bus topics delete: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "deleted %s\n", topic)
+	return exitOK
 }
 
 func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -136,7 +178,7 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	if gs == nil {
-		gs = []backend.GroupInfo{}
+		gs = []bus.GroupInfo{}
 	}
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, gs), stderr, "groups")
@@ -164,60 +206,136 @@ type deadLetterJSON struct {
 	Encoding string            `json:"payload_encoding"`
 }
 
+const dlqUsage = `Usage: bus dlq list|show|replay|purge (--topic DLQ | --of TOPIC) [flags]
+
+  list     lists the dead letters of a dead-letter topic
+  show ID  prints one dead letter whole: headers, reason, payload
+  replay   puts dead letters back on their original topic (--all or --id ID...)
+  purge    deletes dead letters (--all or --id ID...)
+
+--topic names the dead-letter topic as it is (any name WithDeadLetter gave
+it; "bus topics --dead-letters" lists them); --of TOPIC means TOPIC's
+default dead-letter topic, "TOPIC.dlq". IDs that name no dead letter are
+an error (exit code 1).`
+
+// dlqArgs is the parsed command line of a bus dlq subcommand.
+type dlqArgs struct {
+	*adminFlags
+	sub   string
+	dlq   string
+	limit int
+	all   bool
+	ids   idList
+}
+
 func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || !slices.Contains([]string{"list", "replay", "purge"}, args[0]) {
-		fmt.Fprintln(stderr, "Usage: bus dlq list|replay|purge --topic T [flags]\n\n  list     lists the dead letters of topic T's dead-letter topic\n  replay   puts dead letters back on their original topic (--all or --id ID...)\n  purge    deletes dead letters (--all or --id ID...)")
-		return exitUsage
-	}
-	sub := args[0]
-	a := newAdminFlags("dlq "+sub, "bus dlq "+sub+" --topic T [flags]",
-		"T is the dead-letter topic itself, or a topic whose dead letters are in \"T.dlq\" (the default dead-letter topic).", stderr)
-	topic := a.fs.String("topic", "", "topic or dead-letter topic (required)")
-	limit := 0
-	all := false
-	var ids idList
-	if sub == "list" {
-		a.fs.IntVar(&limit, "limit", 100, "list at most this many (0: all)")
-	} else {
-		a.fs.BoolVar(&all, "all", false, "every dead letter of the topic")
-		a.fs.Var(&ids, "id", "message ID (repeatable)")
-	}
-	if code, ok := parseFlags(a.fs, args[1:]); !ok {
+	d, code, ok := parseDLQArgs(args, stderr)
+	if !ok {
 		return code
 	}
-	if *topic == "" || a.fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bus dlq %s: --topic is required and takes no arguments\n", sub)
-		return exitUsage
-	}
-	if sub != "list" && all == (len(ids) > 0) {
-		fmt.Fprintf(stderr, "bus dlq %s: give either --all or --id\n", sub)
-		return exitUsage
-	}
-	dlq := *topic
-	if !strings.HasSuffix(dlq, ".dlq") {
-		dlq += ".dlq"
-	}
-	b, ctx, done, err := a.open(ctx)
+	b, ctx, done, err := d.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "bus dlq %s: %v\n", sub, err)
+		fmt.Fprintf(stderr, "bus dlq %s: %v\n", d.sub, err)
 		return exitFailure
 	}
 	defer done()
-	switch sub {
+	switch d.sub {
 	case "list":
-		dls, err := b.DeadLetters(ctx, dlq, limit)
+		dls, err := b.DeadLetters(ctx, d.dlq, d.limit)
 		if err != nil {
 			fmt.Fprintf(stderr, "bus dlq list: %v\n", err)
 			return exitFailure
 		}
-		return exitCode(printDeadLetters(stdout, dls, *a.asJSON), stderr, "dlq list")
+		return exitCode(printDeadLetters(stdout, dls, *d.asJSON), stderr, "dlq list")
+	case "show":
+		return showDeadLetter(ctx, b, d, stdout, stderr)
 	case "replay":
-		n, err := b.ReplayDeadLetters(ctx, dlq, ids...)
-		return reportCount(stdout, stderr, "dlq replay", "replayed", dlq, n, err, *a.asJSON)
+		n, err := b.ReplayDeadLetters(ctx, d.dlq, d.ids...)
+		return reportCount(stdout, stderr, "dlq replay", "replayed", d.dlq, n, err, *d.asJSON)
 	default:
-		n, err := b.PurgeDeadLetters(ctx, dlq, ids...)
-		return reportCount(stdout, stderr, "dlq purge", "purged", dlq, n, err, *a.asJSON)
+		n, err := b.PurgeDeadLetters(ctx, d.dlq, d.ids...)
+		return reportCount(stdout, stderr, "dlq purge", "purged", d.dlq, n, err, *d.asJSON)
 	}
+}
+
+// parseDLQArgs parses a bus dlq command line.
+func parseDLQArgs(args []string, stderr io.Writer) (*dlqArgs, int, bool) {
+	if len(args) == 0 || !slices.Contains([]string{"list", "show", "replay", "purge"}, args[0]) {
+		fmt.Fprintln(stderr, dlqUsage)
+		return nil, exitUsage, false
+	}
+	d := &dlqArgs{sub: args[0]}
+	d.adminFlags = newAdminFlags("dlq "+d.sub, "bus dlq "+d.sub+" (--topic DLQ | --of TOPIC) [flags]", strings.SplitN(dlqUsage, "\n\n", 3)[2], stderr)
+	topic := d.fs.String("topic", "", "the dead-letter topic, as it is")
+	of := d.fs.String("of", "", "a topic whose default dead-letter topic (TOPIC.dlq) to use")
+	switch d.sub {
+	case "list":
+		d.fs.IntVar(&d.limit, "limit", 100, "list at most this many (0: all)")
+	case "replay", "purge":
+		d.fs.BoolVar(&d.all, "all", false, "every dead letter of the topic")
+		d.fs.Var(&d.ids, "id", "message ID (repeatable)")
+	}
+	if code, ok := parseFlags(d.fs, args[1:]); !ok {
+		return nil, code, false
+	}
+	if (*topic == "") == (*of == "") {
+		fmt.Fprintf(stderr, "bus dlq %s: give --topic DLQ or --of TOPIC\n", d.sub)
+		return nil, exitUsage, false
+	}
+	d.dlq = *topic
+	if *of != "" {
+		d.dlq = *of + ".dlq" // the bus's default dead-letter topic
+	}
+	code, ok := checkDLQArgs(d, stderr)
+	return d, code, ok
+}
+
+// checkDLQArgs checks the arguments of a subcommand; it returns the exit
+// code and whether to go on.
+func checkDLQArgs(d *dlqArgs, stderr io.Writer) (int, bool) {
+	switch {
+	case d.sub == "show" && d.fs.NArg() != 1:
+		fmt.Fprintln(stderr, "bus dlq show: give one message ID")
+		return exitUsage, false
+	case d.sub == "show":
+		d.ids = idList{d.fs.Arg(0)}
+	case d.fs.NArg() > 0:
+		fmt.Fprintf(stderr, "bus dlq %s: unexpected arguments %q\n", d.sub, d.fs.Args())
+		return exitUsage, false
+	case d.sub != "list" && d.all == (len(d.ids) > 0):
+		fmt.Fprintf(stderr, "bus dlq %s: give either --all or --id\n", d.sub)
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// showDeadLetter prints one dead letter whole.
+func showDeadLetter(ctx context.Context, b *bus.Bus, d *dlqArgs, stdout, stderr io.Writer) int {
+	dls, err := b.DeadLetters(ctx, d.dlq, 0)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus dlq show: %v\n", err)
+		return exitFailure
+	}
+	i := slices.IndexFunc(dls, func(dl bus.DeadLetter) bool { return dl.ID == d.ids[0] })
+	if i < 0 {
+		fmt.Fprintf(stderr, "bus dlq show: %q is not a dead letter of %s: %v\n", d.ids[0], d.dlq, bus.ErrNotFound)
+		return exitFailure
+	}
+	dl := dls[i]
+	p, enc := encodePayload(dl.Payload)
+	j := deadLetterJSON{ID: dl.ID, Key: dl.Key, Headers: dl.Headers, Payload: p, Encoding: enc,
+		Reason: dl.Reason, Code: string(dl.Code), Topic: dl.Topic, Group: dl.Group, Attempt: dl.Attempt, Time: dl.Time}
+	if *d.asJSON {
+		return exitCode(writeJSON(stdout, j), stderr, "dlq show")
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nkey\t%s\nfrom\t%s\ngroup\t%s\nattempt\t%d\ntime\t%s\ncode\t%s\nreason\t%s\n",
+		j.ID, orDash(j.Key), j.Topic, orDash(j.Group), j.Attempt, fmtTime(j.Time), orDash(j.Code), j.Reason)
+	for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
+		fmt.Fprintf(tw, "header %s\t%s\n", k, j.Headers[k])
+	}
+	fmt.Fprintf(tw, "payload (%s)\t%s\n", j.Encoding, j.Payload)
+	return exitCode(tw.Flush(), stderr, "dlq show")
 }
 
 func reportCount(stdout, stderr io.Writer, cmd, verb, dlq string, n int, err error, asJSON bool) int {

@@ -56,7 +56,7 @@ func testDLQCommands(t *testing.T, url string) {
 	topic := "orders" + strings.ReplaceAll(msgid.New(), "-", "")[:12]
 	_, ok, got := seedDeadLetters(t, url, topic, "o-1", "o-2", "o-3")
 
-	code, stdout, stderr := runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic, "--json")
+	code, stdout, stderr := runCLI(t, "", "dlq", "list", "--url", url, "--of", topic, "--json")
 	require.Equal(t, exitOK, code, stderr)
 	var listed []deadLetterJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &listed), stdout)
@@ -70,13 +70,24 @@ func testDLQCommands(t *testing.T, url string) {
 		assert.Equal(t, "text", d.Encoding)
 	}
 
-	code, stdout, stderr = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic)
+	code, stdout, stderr = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic+".dlq")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stdout, "o-2", "the table lists the IDs")
 	assert.Contains(t, stdout, "permanent")
 
+	code, stdout, stderr = runCLI(t, "", "dlq", "show", "--url", url, "--of", topic, "o-3")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "p-o-3", "show prints the payload")
+	assert.Contains(t, stdout, "bad order", "and the reason")
+	code, _, stderr = runCLI(t, "", "dlq", "show", "--url", url, "--of", topic, "typo")
+	assert.Equal(t, exitFailure, code, "an unknown ID is an error")
+	assert.Contains(t, stderr, "typo")
+	code, _, stderr = runCLI(t, "", "dlq", "purge", "--url", url, "--of", topic, "--id", "typo")
+	assert.Equal(t, exitFailure, code, "purging an unknown ID is an error")
+	assert.Contains(t, stderr, "not found: typo", "the error names the ID")
+
 	ok.Store(true)
-	code, stdout, stderr = runCLI(t, "", "dlq", "replay", "--url", url, "--topic", topic, "--id", "o-2", "--json")
+	code, stdout, stderr = runCLI(t, "", "dlq", "replay", "--url", url, "--of", topic, "--id", "o-2", "--json")
 	require.Equal(t, exitOK, code, stderr)
 	assert.JSONEq(t, `{"topic":"`+topic+`.dlq","replayed":1}`, stdout)
 	select {
@@ -91,7 +102,7 @@ func testDLQCommands(t *testing.T, url string) {
 	code, stdout, stderr = runCLI(t, "", "dlq", "purge", "--url", url, "--topic", topic+".dlq", "--all")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stdout, "purged 2 dead letter(s)")
-	code, stdout, _ = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic, "--json")
+	code, stdout, _ = runCLI(t, "", "dlq", "list", "--url", url, "--of", topic, "--json")
 	require.Equal(t, exitOK, code)
 	assert.JSONEq(t, `[]`, stdout, "nothing left")
 
@@ -118,6 +129,55 @@ func TestDLQCommandsOnNATS(t *testing.T) {
 	testDLQCommands(t, natstest.Start(t).URL())
 }
 
+func TestDLQWorksWithAnyDeadLetterTopic(t *testing.T) {
+	const url = "mem://custom-dlq-test"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	_, err = b.Subscribe(ctx, "pay", func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(errors.New("declined"))
+	}, bus.WithDeadLetter("pay-failures"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "pay", &bus.Message{ID: "p-1"}))
+	require.Eventually(t, func() bool {
+		dls, err := b.DeadLetters(ctx, "pay-failures", 0)
+		return err == nil && len(dls) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	code, stdout, stderr := runCLI(t, "", "dlq", "list", "--url", url, "--topic", "pay-failures")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "p-1", "the dead-letter topic WithDeadLetter named is listed as it is")
+	code, stdout, stderr = runCLI(t, "", "topics", "--url", url, "--dead-letters")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "pay-failures", "topics --dead-letters lists it by its headers")
+	assert.NotContains(t, stdout, "pay\t", "and not the source topic")
+}
+
+func TestTopicsDelete(t *testing.T) {
+	url := redistest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	require.NoError(t, b.Publish(ctx, "doomed", &bus.Message{Payload: []byte("x")}))
+	code, _, stderr := runCLI(t, "", "topics", "delete", "doomed", "--url", url)
+	assert.Equal(t, exitUsage, code, "delete wants --yes")
+	assert.Contains(t, stderr, "--yes")
+	code, stdout, stderr := runCLI(t, "", "topics", "delete", "doomed", "--url", url, "--yes")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "deleted doomed")
+	ts, err := b.Topics(ctx)
+	require.NoError(t, err)
+	for _, tp := range ts {
+		assert.NotEqual(t, "doomed", tp.Name, "the topic is gone")
+	}
+	code, _, stderr = runCLI(t, "", "topics", "delete", "x", "--url", "mem://delete-test", "--yes")
+	assert.Equal(t, exitFailure, code, "mem cannot delete topics")
+	assert.Contains(t, stderr, "unsupported", "and says so")
+}
+
 func TestDLQUsageErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -126,6 +186,8 @@ func TestDLQUsageErrors(t *testing.T) {
 	}{
 		{"no subcommand", []string{"dlq"}},
 		{"no topic", []string{"dlq", "list"}},
+		{"both --topic and --of", []string{"dlq", "list", "--topic", "t.dlq", "--of", "t"}},
+		{"show without an ID", []string{"dlq", "show", "--of", "t"}},
 		{"replay without selection", []string{"dlq", "replay", "--topic", "t"}},
 		{"purge with both", []string{"dlq", "purge", "--topic", "t", "--all", "--id", "x"}},
 		{"groups without topic", []string{"groups"}},

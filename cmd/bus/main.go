@@ -15,9 +15,12 @@ Usage:
   bus bench   [flags]               measure throughput, latency and delivery
   bus publish [flags] [payload...]  publish each argument (or stdin line)
   bus tail    [flags]               print deliveries until interrupted
-  bus topics  [flags]               list topics with retained counts
+  bus topics  [--dead-letters]       list topics with retained counts
+  bus topics  delete TOPIC --yes    remove a topic with its messages and groups
   bus groups  --topic T [flags]     list a topic's groups with lag and in flight
-  bus dlq     list|replay|purge     list, replay or purge dead letters
+  bus groups  reset --topic T --group G --to oldest|newest|TIME
+                                    move a group to a point of its topic
+  bus dlq     list|show|replay|purge  list, show, replay or purge dead letters
   bus stats   [--watch] [flags]     topics and groups, refreshed with rates
   bus ui      [flags]               live web dashboard (loopback by default)
   bus version                       module version and linked backends
@@ -25,6 +28,7 @@ Usage:
 Backends are chosen with --url (default $BUS_URL, else mem://):
   mem://  mem://name  redis://host:6379  rediss://...  nats://host:4222  tls://...  nats+tls://...
 
+Flags may come before or after arguments; "--" ends them.
 Run "bus <command> -h" for the flags of a command.
 `
 
