@@ -66,4 +66,3 @@ func (pb PublishBatching) config() coalesce.Config {
 	}
 	return coalesce.Config{MaxMessages: pb.MaxMessages, MaxBytes: pb.MaxBytes, MaxBatches: pb.MaxBatches, Disabled: pb.Disabled}
 }
-

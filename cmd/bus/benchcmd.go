@@ -158,7 +158,6 @@ func gcPercent() int {
 	return p
 }
 
-
 // startCPUProfile profiles the process into path until stop is called.
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
