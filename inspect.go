@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/eventbus-go/bus/backend"
@@ -111,6 +112,40 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 	}
 	if err := d.DeleteTopic(ctx, topic); err != nil {
 		return fmt.Errorf("bus: delete topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+// SeekTarget is where SeekGroup moves a group: Oldest (every retained
+// message again), Newest (only what is published from now on), or the
+// first message published at or after Time.
+type SeekTarget = backend.SeekTarget
+
+// SeekGroup moves a consumer group of topic, as Pub/Sub seeks a
+// subscription: the group then receives the messages from the target on,
+// whether it had received or settled them before or not, and none before
+// it. It needs a backend.GroupSeeker; backends document what happens to
+// the deliveries in flight and whether the group's members must be
+// stopped first. An unknown group is an error wrapping ErrNotFound.
+func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to SeekTarget) error {
+	if err := ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: seek group: %w", err)
+	}
+	if group == "" || to.Oldest && to.Newest || !to.Oldest && !to.Newest && to.Time.IsZero() {
+		return fmt.Errorf("bus: seek group %q of %q: %w: give a group and one of Oldest, Newest or Time", group, topic, ErrInvalidOption)
+	}
+	if b.optErr != nil {
+		return b.optErr
+	}
+	s, ok := b.be.(backend.GroupSeeker)
+	if !ok {
+		return fmt.Errorf("bus: seek group %q of %q: %w: %s cannot seek groups", group, topic, ErrUnsupported, b.caps.Name)
+	}
+	if err := s.SeekGroup(ctx, topic, group, to); err != nil {
+		if errors.Is(err, backend.ErrUnknownGroup) {
+			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		return fmt.Errorf("bus: seek group %q of %q: %w", group, topic, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -119,3 +120,36 @@ type GroupInfo struct {
 type TopicDeleter interface {
 	DeleteTopic(ctx context.Context, topic string) error
 }
+
+// SeekTarget is where GroupSeeker.SeekGroup moves a group: its oldest
+// retained message, the end of the topic, or the first message published
+// at or after a time.
+type SeekTarget struct {
+	// Oldest moves the group to the oldest retained message: every
+	// retained message is delivered to it again.
+	Oldest bool
+	// Newest moves the group to the end: only messages published after the
+	// seek are delivered.
+	Newest bool
+	// Time, when neither Oldest nor Newest is set, moves the group to the
+	// first message published at or after it.
+	Time time.Time
+}
+
+// GroupSeeker is implemented by backends that can move a consumer group,
+// as Pub/Sub seeks a subscription: after SeekGroup the group receives the
+// messages from the target on, whether it had received or settled them
+// before or not, and none before it. It is optional.
+//
+// Deliveries the group has in flight when it seeks are not settled by
+// the seek: a backend may redeliver them after their lease, or drop them,
+// and documents which. A backend may refuse to seek a group whose members
+// are live, with an error saying so. SeekGroup honours its ctx; seeking a
+// group that does not exist is an error wrapping ErrUnknownGroup.
+type GroupSeeker interface {
+	SeekGroup(ctx context.Context, topic, group string, to SeekTarget) error
+}
+
+// ErrUnknownGroup is wrapped by SeekGroup's error for a group the topic
+// does not have.
+var ErrUnknownGroup = errors.New("unknown consumer group")

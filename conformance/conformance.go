@@ -132,6 +132,7 @@ var cases = []testCase{
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},
+	{name: "SeekGroup", needs: []capability{capGroups, capRedelivery}, run: testSeekGroup},
 	{name: "DeadLetterReplayRoundTrip", needs: []capability{capRedelivery}, run: testDeadLetterReplayRoundTrip},
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 }

@@ -157,6 +157,9 @@ func topicsDeleteCmd(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "reset" {
+		return groupsResetCmd(ctx, args[1:], stdout, stderr)
+	}
 	a := newAdminFlags("groups", "bus groups --topic T [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag.", stderr)
 	topic := a.fs.String("topic", "", "topic (required)")
 	if code, ok := parseFlags(a.fs, args); !ok {
@@ -189,6 +192,52 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
 	}
 	return exitCode(tw.Flush(), stderr, "groups")
+}
+
+// groupsResetCmd moves a group, as Pub/Sub seeks a subscription.
+func groupsResetCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("groups reset", "bus groups reset --topic T --group G --to oldest|newest|TIME [flags]",
+		"Moves a consumer group: it then receives the messages from the target on, those it had\nreceived or settled before included, and none before it. TIME is RFC 3339\n(2026-11-24T09:00:00Z). Stop the group's members first where the backend asks for it.", stderr)
+	topic := a.fs.String("topic", "", "topic (required)")
+	group := a.fs.String("group", "", "consumer group (required)")
+	to := a.fs.String("to", "", "oldest, newest or an RFC 3339 time (required)")
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	target, err := parseSeekTarget(*to)
+	if *topic == "" || *group == "" || err != nil || a.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus groups reset: give --topic, --group and --to oldest|newest|TIME (%v)\n", err)
+		return exitUsage
+	}
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus groups reset: %v\n", err)
+		return exitFailure
+	}
+	defer done()
+	if err := b.SeekGroup(ctx, *topic, *group, target); err != nil {
+		fmt.Fprintf(stderr, "bus groups reset: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "group %s of %s now reads from %s\n", *group, *topic, *to)
+	return exitOK
+}
+
+// parseSeekTarget reads --to.
+func parseSeekTarget(to string) (bus.SeekTarget, error) {
+	switch to {
+	case "oldest":
+		return bus.SeekTarget{Oldest: true}, nil
+	case "newest":
+		return bus.SeekTarget{Newest: true}, nil
+	case "":
+		return bus.SeekTarget{}, errors.New("--to is missing")
+	}
+	t, err := time.Parse(time.RFC3339Nano, to)
+	if err != nil {
+		return bus.SeekTarget{}, fmt.Errorf("--to %q is not oldest, newest or an RFC 3339 time", to)
+	}
+	return bus.SeekTarget{Time: t}, nil
 }
 
 // deadLetterJSON is how bus dlq list --json prints a dead letter.

@@ -178,6 +178,39 @@ func TestTopicsDelete(t *testing.T) {
 	assert.Contains(t, stderr, "unsupported", "and says so")
 }
 
+func TestGroupsResetMovesAGroup(t *testing.T) {
+	url := redistest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	got := make(chan string, 8)
+	sub, err := b.Subscribe(ctx, "resettable", func(_ context.Context, d *bus.Delivery) error {
+		got <- d.ID
+		return nil
+	}, bus.WithGroup("g"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "resettable", &bus.Message{ID: "r-1"}, &bus.Message{ID: "r-2"}))
+	for range 2 {
+		<-got
+	}
+	require.NoError(t, sub.Close(ctx))
+	code, stdout, stderr := runCLI(t, "", "groups", "reset", "--url", url, "--topic", "resettable", "--group", "g", "--to", "oldest")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "now reads from oldest")
+	_, err = b.Subscribe(ctx, "resettable", func(_ context.Context, d *bus.Delivery) error {
+		got <- d.ID
+		return nil
+	}, bus.WithGroup("g"))
+	require.NoError(t, err)
+	again := []string{<-got, <-got}
+	assert.ElementsMatch(t, []string{"r-1", "r-2"}, again, "the group reads the acked messages again")
+	code, _, stderr = runCLI(t, "", "groups", "reset", "--url", url, "--topic", "resettable", "--group", "nobody", "--to", "newest")
+	assert.Equal(t, exitFailure, code, "an unknown group is an error")
+	assert.Contains(t, stderr, "not found")
+}
+
 func TestDLQUsageErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -191,6 +224,8 @@ func TestDLQUsageErrors(t *testing.T) {
 		{"replay without selection", []string{"dlq", "replay", "--topic", "t"}},
 		{"purge with both", []string{"dlq", "purge", "--topic", "t", "--all", "--id", "x"}},
 		{"groups without topic", []string{"groups"}},
+		{"reset without --to", []string{"groups", "reset", "--topic", "t", "--group", "g"}},
+		{"reset to a bad time", []string{"groups", "reset", "--topic", "t", "--group", "g", "--to", "yesterday"}},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI(t, "", tt.args...)
