@@ -50,4 +50,3 @@ func seekID(to backend.SeekTarget) string {
 	// the first entry of the time's millisecond or later.
 	return strconv.FormatInt(ms-1, 10) + "-18446744073709551615"
 }
-
