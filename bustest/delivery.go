@@ -25,6 +25,22 @@ type config struct {
 	attempt     int
 	publishedAt time.Time
 	noDLQ       bool
+	ackMode     bus.AckMode
+	subOpts     []bus.SubscribeOption
+}
+
+// WithAckMode sets the ack mode of the subscription Run delivers through
+// (default AckOnSuccess, as a subscription's). Give it here rather than
+// through Subscribe: Run needs to know it.
+func WithAckMode(m bus.AckMode) Option { return func(c *config) { c.ackMode = m } }
+
+// Subscribe gives Run the options of the subscription under test (max
+// deliveries, retry backoff, dead-letter topic, handler timeout,
+// middleware ...), so that Run decides as that subscription would; the
+// ack mode is WithAckMode's. The default is a subscription with the bus's
+// defaults.
+func Subscribe(opts ...bus.SubscribeOption) Option {
+	return func(c *config) { c.subOpts = append(c.subOpts, opts...) }
 }
 
 // WithTopic sets Delivery.Topic (default "test").
@@ -174,6 +190,9 @@ func (d *Delivery) String() string {
 // recorder is a one-message backend that records what the bus asks of it.
 type recorder struct {
 	cfg config
+	// settled is closed at the first settlement the bus makes.
+	settled   chan struct{}
+	settledMu sync.Once
 
 	mu           sync.Mutex
 	msg          *backend.Message
@@ -183,6 +202,7 @@ type recorder struct {
 	nackDelay    time.Duration
 	deadLettered bool
 	reason       string
+	code         backend.DeadLetterCode
 	dead         *backend.Message
 	extends      int
 }
@@ -248,10 +268,18 @@ func (s *recSub) Receive(ctx context.Context, _ int) ([]*backend.Message, error)
 	}
 }
 
+// settle records that the bus settled the message.
+func (r *recorder) settle() {
+	if r.settled != nil {
+		r.settledMu.Do(func() { close(r.settled) })
+	}
+}
+
 func (s *recSub) Ack(context.Context, []backend.AckID) error {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.acked = true
+	s.r.settle()
 	return nil
 }
 
@@ -259,6 +287,7 @@ func (s *recSub) Nack(_ context.Context, _ backend.AckID, delay time.Duration) e
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.nacked, s.r.nackDelay = true, delay
+	s.r.settle()
 	return nil
 }
 
@@ -273,7 +302,9 @@ func (s *recSub) DeadLetter(_ context.Context, _ backend.AckID, _ string, msg *b
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.deadLettered = true
-	s.r.reason = msg.Headers[bus.HeaderDeadLetterReason]
+	s.r.reason = msg.Headers[backend.HeaderDeadLetterReason]
+	s.r.code = backend.DeadLetterCode(msg.Headers[backend.HeaderDeadLetterCode])
+	s.r.settle()
 	s.r.dead = &backend.Message{ID: msg.ID, Key: msg.Key, Headers: maps.Clone(msg.Headers), Payload: append([]byte(nil), msg.Payload...)}
 	return nil
 }

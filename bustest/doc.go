@@ -1,17 +1,23 @@
 // Package bustest helps unit-test handlers without a broker.
 //
-// NewDelivery gives a real *bus.Delivery for a message, as a handler would
-// receive it, whose settlements are recorded: call the handler with it and
-// then check what it did.
+// Run delivers a message to a handler the way a subscription with the same
+// options would, and reports what the bus decided once the handler
+// returned: ack, retry after which delay, or dead-letter with which code.
+// It is the one to use for AckOnSuccess handlers (the default), whose
+// settlement is the bus's, not the handler's:
 //
-//	d := bustest.NewDelivery(t, &bus.Message{ID: "m-1", Payload: []byte(`{"id":7}`)}, bustest.WithAttempt(2))
-//	err := myHandler(ctx, d.Delivery)
-//	require.NoError(t, err)
-//	require.Equal(t, bus.OutcomeAcked, d.Outcome())
+//	res := bustest.Run(t, charge, &bus.Message{Payload: []byte("gateway-down")},
+//		bustest.Subscribe(bus.WithMaxDeliveries(5)), bustest.WithAttempt(5))
+//	require.Equal(t, bus.OutcomeDeadLettered, res.Outcome, res.String())
+//	require.Equal(t, backend.CodeMaxDeliveries, res.Code)
 //
-// The delivery comes from a private bus over an in-process recording
-// backend, so every settlement method behaves as it does in production:
-// the first settlement wins, and later ones return bus.ErrAlreadySettled.
-// The delivery is in AckManual mode: nothing settles it but the code under
-// test. The private bus is closed when the test ends.
+// NewDelivery gives a real *bus.Delivery in AckManual mode, as a handler
+// that settles deliveries itself receives it, and records its
+// settlements: call the handler with it and check what it did. Nothing
+// settles it but the code under test.
+//
+// Both use a private bus over an in-process recording backend, so every
+// settlement behaves as in production: the first settlement wins, and
+// later ones return bus.ErrAlreadySettled. The private bus is closed when
+// Run returns, or when the test of NewDelivery ends.
 package bustest

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/bustest"
 )
@@ -55,4 +57,37 @@ func ExampleNewDelivery() {
 	// ok.png: ack delay=0s reason=""
 	// busy: nack delay=30s reason=""
 	// corrupt: dead_letter delay=0s reason="not an image"
+}
+
+// charge is an AckOnSuccess handler under test: nil acks, an error retries,
+// a Permanent error dead-letters.
+func charge(ctx context.Context, d *bus.Delivery) error {
+	switch string(d.Payload) {
+	case "gateway-down":
+		return errors.New("payment gateway unavailable")
+	case "bad-card":
+		return bus.Permanent(errors.New("card number is malformed"))
+	}
+	return nil
+}
+
+// Run reports what the bus would do with a message once the handler
+// returned: ack, retry after which delay, or dead-letter with which code.
+// Give it the subscription's options; in a test, pass its *testing.T.
+func ExampleRun() {
+	t := &exampleT{}
+	defer t.end()
+	sub := bustest.Subscribe(
+		bus.WithMaxDeliveries(5),
+		bus.WithRetryBackoff(func() backoff.BackOff { return backoff.NewConstantBackOff(30 * time.Second) }),
+	)
+	fmt.Println(bustest.Run(t, charge, &bus.Message{Payload: []byte("ok")}, sub))
+	fmt.Println(bustest.Run(t, charge, &bus.Message{Payload: []byte("gateway-down")}, sub))
+	fmt.Println(bustest.Run(t, charge, &bus.Message{Payload: []byte("gateway-down")}, sub, bustest.WithAttempt(5)))
+	fmt.Println(bustest.Run(t, charge, &bus.Message{Payload: []byte("bad-card")}, sub))
+	// Output:
+	// ack (handler error: <nil>)
+	// retry after 30s (handler error: payment gateway unavailable)
+	// dead_letter with code max-deliveries: max deliveries (5) reached: payment gateway unavailable
+	// dead_letter with code permanent: card number is malformed
 }

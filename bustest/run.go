@@ -1,0 +1,189 @@
+package bustest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Result is what the bus did with a message after its handler ran: the
+// decision a subscription with the same options would make.
+type Result struct {
+	// Called is false when the bus did not run the handler (the attempt
+	// was past the max deliveries, for example).
+	Called bool
+	// Err is what the handler returned; a panic is an error here, as the
+	// bus sees it.
+	Err error
+	// Outcome is the settlement: ack; nack (a retry, after RetryAfter);
+	// dead_letter (Code and Reason say why); dropped (dead-lettering off);
+	// pending (an AckManual handler that settled nothing: the message
+	// comes back after its lease).
+	Outcome bus.Outcome
+	// RetryAfter is the delay of the redelivery the bus asked for, when
+	// Outcome is a nack.
+	RetryAfter time.Duration
+	// Code and Reason say why the message was dead-lettered or dropped.
+	Code   backend.DeadLetterCode
+	Reason string
+	// DeadLetter is the copy stored on the dead-letter topic (with its
+	// bus-dlq-* headers), or nil.
+	DeadLetter *bus.Message
+}
+
+// String describes the result for test failure messages.
+func (r Result) String() string {
+	switch r.Outcome {
+	case bus.OutcomeNacked:
+		return fmt.Sprintf("retry after %v (handler error: %v)", r.RetryAfter, r.Err)
+	case bus.OutcomeDeadLettered, bus.OutcomeDropped:
+		return fmt.Sprintf("%s with code %s: %s", r.Outcome, r.Code, r.Reason)
+	}
+	return fmt.Sprintf("%s (handler error: %v)", r.Outcome, r.Err)
+}
+
+// Run delivers msg to h the way a subscription with the options given by
+// Subscribe would (AckOnSuccess by default), on a private bus whose
+// backend records what the bus asks of it, and reports the bus's
+// decision: ack, retry after which delay, or dead-letter with which code.
+// WithAttempt sets which delivery of the message it is, so that the max
+// deliveries decision can be tested. msg is copied. Run fails the test
+// when msg or the options are invalid, or when the bus has not decided
+// within ten seconds.
+func Run(t T, h bus.Handler, msg *bus.Message, opts ...Option) Result {
+	t.Helper()
+	cfg := config{topic: "test", group: "default", attempt: 1, publishedAt: time.Now()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if msg == nil || h == nil || cfg.attempt < 1 {
+		t.Fatalf("bustest: Run wants a message, a handler and an attempt >= 1")
+		return Result{}
+	}
+	rec := &recorder{cfg: cfg, settled: make(chan struct{})}
+	b := bus.New(rec, bus.WithObserver(observer.Nop()))
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	defer func() {
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("bustest: close the private bus: %v", err)
+		}
+	}()
+	res, err := run(ctx, b, rec, h, msg)
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	return res
+}
+
+// handled is what the handler wrapper saw: the delivery, the handler's
+// error, and a channel closed once the delivery is settled.
+type handled struct {
+	d       *bus.Delivery
+	err     error
+	settled <-chan struct{}
+}
+
+func run(ctx context.Context, b *bus.Bus, rec *recorder, h bus.Handler, msg *bus.Message) (Result, error) {
+	cfg := rec.cfg
+	if err := b.Publish(ctx, cfg.topic, msg); err != nil {
+		return Result{}, err
+	}
+	calls := make(chan handled, 1)
+	wrapped := func(ctx context.Context, d *bus.Delivery) (err error) {
+		settled := make(chan struct{})
+		d.OnSettle(func(bus.Outcome, error) { close(settled) })
+		defer func() {
+			if p := recover(); p != nil {
+				calls <- handled{d, fmt.Errorf("handler panic: %v", p), settled}
+				panic(p) // the bus recovers it, as it would in production
+			}
+			calls <- handled{d, err, settled}
+		}()
+		return h(ctx, d)
+	}
+	subOpts := append([]bus.SubscribeOption{bus.WithGroup(cfg.group), bus.WithAckTimeout(time.Hour), bus.WithAckMode(cfg.ackMode)}, cfg.subOpts...)
+	if cfg.noDLQ {
+		subOpts = append(subOpts, bus.WithDeadLetter(""))
+	}
+	if _, err := b.Subscribe(ctx, cfg.topic, wrapped, subOpts...); err != nil {
+		return Result{}, fmt.Errorf("subscribe: %w", err)
+	}
+	return rec.await(ctx, calls)
+}
+
+// await waits for the bus's decision. In AckManual it is made when the
+// handler returns (what it settled, or nothing); otherwise it is the
+// settlement the bus makes after the handler returned (AckOnSuccess),
+// before it ran (AckOnReceive), or without running it (the backend saw a
+// settlement and the handler never ran).
+func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, error) {
+	timeout := errors.New("the bus did not settle the message within " + setupTimeout.String())
+	var c handled
+	select {
+	case c = <-calls:
+	case <-r.settled:
+		if r.cfg.ackMode == bus.AckOnReceive {
+			select {
+			case c = <-calls:
+			case <-ctx.Done():
+				return Result{}, timeout
+			}
+			break
+		}
+		select {
+		case c = <-calls: // it ran, and returned before the settlement
+		default:
+			return r.result(Result{}, nil), nil // refused: never ran
+		}
+	case <-ctx.Done():
+		return Result{}, timeout
+	}
+	res := Result{Called: true, Err: c.err}
+	if r.cfg.ackMode == bus.AckManual {
+		res = r.result(res, c.d)
+		if res.Outcome == bus.OutcomePending {
+			// Decided: hand it back, so the private bus closes without
+			// waiting for the lease.
+			_ = c.d.Nack(ctx, 0)
+		}
+		return res, nil
+	}
+	select {
+	case <-c.settled:
+		return r.result(res, c.d), nil
+	case <-ctx.Done():
+		return res, timeout
+	}
+}
+
+// result fills res with the settlement: the delivery's own outcome and
+// code when the handler ran (it tells a drop from an ack), and what the
+// backend recorded.
+func (r *recorder) result(res Result, d *bus.Delivery) Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res.Outcome = bus.OutcomeAcked
+	switch {
+	case d != nil:
+		res.Outcome, res.Code = d.Outcome(), d.DeadLetterCode()
+	case r.deadLettered:
+		res.Outcome = bus.OutcomeDeadLettered
+	case r.nacked:
+		res.Outcome = bus.OutcomeNacked
+	}
+	if res.Outcome == bus.OutcomeNacked {
+		res.RetryAfter = r.nackDelay
+	}
+	if r.deadLettered {
+		res.Code, res.Reason = r.code, r.reason
+		m := r.dead
+		res.DeadLetter = &bus.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
+	}
+	return res
+}
