@@ -215,6 +215,14 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	b.mu.Unlock()
 
 	s := newSubscription(b, topic, k, cfg, ts, rc)
+	// The member counts from now on, not from its first delivery (a read
+	// that finds nothing does not create the consumer on Redis 7.0).
+	if err := b.call(ctx, func(ctx context.Context) error {
+		return createConsumer(ctx, b.client, k.stream, cfg.Group, s.consumer)
+	}); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
+	}
 	// Refresh holds before the first reclaim, so a delayed nack whose hold
 	// went stale while no process ran is not handed out early.
 	if err := b.call(ctx, ts.promote); err != nil {
@@ -287,6 +295,15 @@ func createGroup(ctx context.Context, c redis.Cmdable, stream, group, start stri
 	err := c.XGroupCreateMkStream(ctx, stream, group, start).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("create group %q: %w", group, err)
+	}
+	return nil
+}
+
+// createConsumer adds consumer to group (XGROUP CREATECONSUMER), so that
+// inspection counts a member before it has received anything.
+func createConsumer(ctx context.Context, c redis.Cmdable, stream, group, consumer string) error {
+	if err := c.XGroupCreateConsumer(ctx, stream, group, consumer).Err(); err != nil {
+		return fmt.Errorf("create consumer of group %q: %w", group, err)
 	}
 	return nil
 }

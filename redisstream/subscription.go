@@ -397,7 +397,10 @@ func (s *subscription) recoverGroup(ctx context.Context, cause error) error {
 		}
 	}
 	if err := s.b.call(ctx, func(ctx context.Context) error {
-		return createGroup(ctx, s.b.client, s.keys.stream, s.cfg.Group, "0")
+		if err := createGroup(ctx, s.b.client, s.keys.stream, s.cfg.Group, "0"); err != nil {
+			return err
+		}
+		return createConsumer(ctx, s.b.client, s.keys.stream, s.cfg.Group, s.consumer)
 	}); err != nil {
 		return receiveErr(s.errf("recreate group", err))
 	}
