@@ -23,7 +23,7 @@ import (
 // README lists it.
 var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
-	"+xgroup|create", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
+	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
 	"+zadd", "+zrange", "+zrem",
 	"+evalsha", "+eval",
 	"+client|id", "+client|unblock",

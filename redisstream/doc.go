@@ -181,11 +181,13 @@
 //
 //	ACL SETUSER bus on >secret ~bus:* resetchannels -@all
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
-//	    +xgroup|create +xgroup|delconsumer +xinfo|groups +xtrim
+//	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
+//	    +xinfo|groups +xtrim
 //	    +zadd +zrange +zrem +evalsha +eval +client|id +client|unblock
 //	    +ping
 //
-// (+ping only for bus.Open, which pings the server.) The scripts'
+// (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups
+// reset", also needs +xgroup|setid, and DeleteTopic +del.) The scripts'
 // commands are checked against the same ACL; writes to keys outside the
 // prefix are denied.
 //
