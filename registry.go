@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/eventbus-go/bus/backend"
@@ -57,6 +58,9 @@ func Schemes() []string {
 // than mem must be linked in, usually with a blank import of their
 // package. The URL is redacted in errors.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
+	if !strings.Contains(rawURL, "://") && !strings.HasPrefix(rawURL, "mem:") {
+		return nil, fmt.Errorf("bus: open: %w: %w", ErrUnknownScheme, urlopt.MissingScheme(rawURL, Schemes()))
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bus: open: %w", urlopt.ParseError(rawURL))

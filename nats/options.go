@@ -69,7 +69,7 @@ const (
 	DefaultReconnectWait  = 250 * time.Millisecond
 	DefaultPingInterval   = 20 * time.Second
 	DefaultMaxPingsOut    = 3
-	DefaultConnectTimeout = 5 * time.Second
+	DefaultConnectTimeout = 2 * time.Second
 )
 
 // Options configures a Backend. A nil *Options means every default. Zero
@@ -152,7 +152,9 @@ type Options struct {
 	// and 3).
 	PingInterval time.Duration
 	MaxPingsOut  int
-	// ConnectTimeout bounds the first connection (default 5s).
+	// ConnectTimeout bounds the first connection, the server's greeting
+	// included (default 2s, as nats.go's): a server that does not speak
+	// NATS fails by then.
 	ConnectTimeout time.Duration
 
 	// Logger gets connection events with redacted URLs (default: discard).

@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -63,7 +64,13 @@ func Open(ctx context.Context, u *url.URL, opts *Options) (*Backend, error) {
 		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), ctx.Err())
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("nats: open %q: %w", redacted(u), urlopt.RedactError(r.err, u))
+		err := urlopt.RedactError(r.err, u)
+		if errors.Is(r.err, natsgo.ErrNoServers) {
+			err = fmt.Errorf("could not reach a NATS server at %s (nothing listens there, or it refused the connection): %w", server.Host, err)
+		} else {
+			err = urlopt.Explain(err, "NATS", server.Host)
+		}
+		return nil, fmt.Errorf("nats: connect: %w", err)
 	}
 	b, err := newBackend(r.nc, true, o)
 	if err != nil {

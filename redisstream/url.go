@@ -66,7 +66,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	b.ownClient = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("redisstream: open: ping: %w", urlopt.RedactError(err, u))
+		return nil, fmt.Errorf("redisstream: ping: %w", urlopt.Explain(urlopt.RedactError(err, u), "Redis", u.Host))
 	}
 	return b, nil
 }
