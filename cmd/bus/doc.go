@@ -2,8 +2,19 @@
 // backend, publishes messages and prints deliveries.
 //
 // Every command takes --url, the backend URL; it defaults to $BUS_URL, and
-// to mem:// (the in-process backend) when that is unset. Flags come before
-// positional arguments.
+// to mem:// (the in-process backend) when that is unset. Flags may come
+// before or after positional arguments; "--" ends them.
+//
+// # Module
+//
+// The command is a module of its own (github.com/eventbus-go/bus/cmd/bus),
+// so that what only it needs (the browser driver of the dashboard's test)
+// stays out of the library's go.mod. Install it with
+//
+//	go install github.com/eventbus-go/bus/cmd/bus@latest
+//
+// In a checkout, go.work joins it to the library next to it; a release tags
+// the library first and then sets this module's requirement to that tag.
 //
 // # bus bench
 //

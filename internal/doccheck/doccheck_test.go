@@ -202,7 +202,7 @@ var imports = map[string]string{
 	"os": "os", "url": "net/url", "testing": "testing", "strings": "strings",
 	"backoff": "github.com/cenkalti/backoff/v4", "rate": "golang.org/x/time/rate",
 	"redis": "github.com/redis/go-redis/v9",
-	"otel": "go.opentelemetry.io/otel", "propagation": "go.opentelemetry.io/otel/propagation",
+	"otel":  "go.opentelemetry.io/otel", "propagation": "go.opentelemetry.io/otel/propagation",
 	"trace": "go.opentelemetry.io/otel/trace", "sdktrace": "go.opentelemetry.io/otel/sdk/trace",
 	"tracetest": "go.opentelemetry.io/otel/sdk/trace/tracetest",
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -93,4 +94,19 @@ func listDeps(t *testing.T, path string) []string {
 		deps = append(deps, sc.Text())
 	}
 	return deps
+}
+
+// TestLibraryModuleListsNoToolDependencies keeps the browser driver of the
+// dashboard's test (and anything else only the command needs) out of the
+// library's go.mod: the command is a module of its own.
+func TestLibraryModuleListsNoToolDependencies(t *testing.T) {
+	t.Parallel()
+	mod, err := os.ReadFile("../../go.mod")
+	require.NoError(t, err)
+	for _, dep := range []string{"chromedp", "cdproto"} {
+		require.NotContains(t, string(mod), dep, "the library's go.mod must not list %s (it belongs to cmd/bus/go.mod)", dep)
+	}
+	cmd, err := os.ReadFile("../../cmd/bus/go.mod")
+	require.NoError(t, err)
+	require.Contains(t, string(cmd), "module github.com/eventbus-go/bus/cmd/bus", "the command is a module of its own")
 }
