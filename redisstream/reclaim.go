@@ -85,6 +85,45 @@ func reclaimInterval(ackTimeout time.Duration) time.Duration {
 // stream while pending are reported (XAUTOCLAIM drops them from the
 // pending list); malformed ones are quarantined.
 func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Message, error) {
+	list, err := s.autoclaim(ctx, limit)
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	counts, err := s.deliveryCounts(ctx, list)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]*backend.Message, 0, len(list))
+	for i, c := range list {
+		// A reclaimed entry was delivered before, so an unknown count is
+		// at least 2; a known count is the attempt, also 1 for an entry
+		// whose only delivery was released (see Release).
+		attempt := counts[i]
+		if attempt == 0 {
+			attempt = 2
+		}
+		m := &backend.Message{}
+		if err := decode(c.id, c.values, m); err != nil {
+			s.quarantine(ctx, c.id, c.values, attempt, err)
+			continue
+		}
+		m.AckID = &entryRef{id: c.id, count: counts[i]}
+		m.Attempt = attempt
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// claimed is an entry XAUTOCLAIM handed to this consumer.
+type claimed struct {
+	id     string
+	values map[string]any
+}
+
+// autoclaim takes up to limit entries idle past the ack timeout
+// (XAUTOCLAIM), reports the entries Redis found trimmed, and drops the
+// claimed entries whose data is gone.
+func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, error) {
 	start := s.rc.cursor()
 	var raw []any
 	err := s.b.call(ctx, func(ctx context.Context) error {
@@ -107,32 +146,10 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 	}
 	cursor, _ := raw[0].(string)
 	s.rc.scanned(cursor, reclaimInterval(s.cfg.AckTimeout))
-	entries, _ := raw[1].([]any)
-	var deleted []string
 	if len(raw) > 2 {
-		if d, ok := raw[2].([]any); ok {
-			for _, v := range d {
-				if id, ok := v.(string); ok {
-					deleted = append(deleted, id)
-				}
-			}
-		}
+		s.reportTrimmed(raw[2])
 	}
-	if len(deleted) > 0 {
-		// Redis 7 has already removed them from the pending list.
-		// Reported before counted: whoever sees the count sees the event.
-		s.observe(observer.ScopeReclaim, deleted[0], 0, s.errf("reclaim", fmt.Errorf(
-			"%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost", len(deleted), deleted[0])))
-		s.b.stats.trimmed.Add(int64(len(deleted)))
-	}
-	if len(entries) == 0 {
-		return nil, nil
-	}
-
-	type claimed struct {
-		id     string
-		values map[string]any
-	}
+	entries, _ := raw[1].([]any)
 	list := make([]claimed, 0, len(entries))
 	var gone []string
 	for _, v := range entries {
@@ -148,51 +165,56 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 		list = append(list, claimed{id: id, values: toValues(pair[1])})
 	}
 	s.dropTrimmed(ctx, gone)
+	return list, nil
+}
 
-	// Delivery counts: one XPENDING per claimed entry, in one round trip.
+// reportTrimmed reports the pending entries XAUTOCLAIM found deleted from
+// the stream (Redis 7 has already removed them from the pending list).
+func (s *subscription) reportTrimmed(v any) {
+	d, ok := v.([]any)
+	if !ok {
+		return
+	}
+	var deleted []string
+	for _, v := range d {
+		if id, ok := v.(string); ok {
+			deleted = append(deleted, id)
+		}
+	}
+	if len(deleted) == 0 {
+		return
+	}
+	// Reported before counted: whoever sees the count sees the event.
+	s.observe(observer.ScopeReclaim, deleted[0], 0, s.errf("reclaim", fmt.Errorf(
+		"%d pending entries were trimmed or deleted from the stream before they were settled (first %s); they are lost", len(deleted), deleted[0])))
+	s.b.stats.trimmed.Add(int64(len(deleted)))
+}
+
+// deliveryCounts reads the delivery count of each claimed entry, one
+// XPENDING per entry in one round trip; 0 means unknown.
+func (s *subscription) deliveryCounts(ctx context.Context, list []claimed) ([]int, error) {
 	pipe := s.b.client.Pipeline()
 	for _, c := range list {
 		pipe.Do(ctx, "XPENDING", s.keys.stream, s.cfg.Group, c.id, c.id, 1)
 	}
-	counts := make([]int, len(list)) // 0 = unknown
-	if len(list) > 0 {
-		var cmds []redis.Cmder
-		err := s.b.call(ctx, func(ctx context.Context) error {
-			var err error
-			cmds, err = pipe.Exec(ctx)
-			return err
-		})
-		if ctx.Err() != nil {
-			// Claimed entries stay pending to this consumer and are
-			// reclaimed after their lease.
-			return nil, ctx.Err()
-		}
-		if err == nil || len(cmds) == len(list) {
-			for i, c := range cmds {
-				counts[i] = deliveryCount(c)
-			}
+	counts := make([]int, len(list))
+	var cmds []redis.Cmder
+	err := s.b.call(ctx, func(ctx context.Context) error {
+		var err error
+		cmds, err = pipe.Exec(ctx)
+		return err
+	})
+	if ctx.Err() != nil {
+		// Claimed entries stay pending to this consumer and are reclaimed
+		// after their lease.
+		return nil, ctx.Err()
+	}
+	if err == nil || len(cmds) == len(list) {
+		for i, c := range cmds {
+			counts[i] = deliveryCount(c)
 		}
 	}
-
-	msgs := make([]*backend.Message, 0, len(list))
-	for i, c := range list {
-		// A reclaimed entry was delivered before, so an unknown count is
-		// at least 2; a known count is the attempt, also 1 for an entry
-		// whose only delivery was released (see Release).
-		attempt := counts[i]
-		if attempt == 0 {
-			attempt = 2
-		}
-		m := &backend.Message{}
-		if err := decode(c.id, c.values, m); err != nil {
-			s.quarantine(ctx, c.id, c.values, attempt, err)
-			continue
-		}
-		m.AckID = &entryRef{id: c.id, count: counts[i]}
-		m.Attempt = attempt
-		msgs = append(msgs, m)
-	}
-	return msgs, nil
+	return counts, nil
 }
 
 // toValues converts a field list (RESP2 flat array) or map (RESP3) into a
