@@ -51,23 +51,44 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	}
 	pt := b.pubTopicOf(topic)
 	trim := b.trimArgs()
+	nbuf, nstr, nargs := pubSizes(msgs, len(trim))
+	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
+	cmds := sc.build(ctx, pt.keyArg, trim, msgs)
+	err := b.send(ctx, cmds)
+	if ctx.Err() != nil {
+		// The call may have been abandoned and still be using the
+		// arguments: they are left to it, and its replies are not ours
+		// to read; any of the batch may have been stored.
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
+	}
+	defer putPubScratch(sc)
+	return publishResult(topic, cmds, err)
+}
 
-	// The strings built per message (meta, header names) go in one
-	// buffer that becomes one string. Every value is passed by pointer
-	// into arrays this call owns until it returns (or for good, when it
-	// is abandoned at ctx's end), so go-redis never reads memory the
-	// caller reuses (payload bytes aside).
-	nargs, nstr, nbuf := 0, 0, 0
+// pubSizes counts what the XADDs of msgs need: bytes of the strings built
+// per message (meta, header names), strings and arguments.
+func pubSizes(msgs []*backend.Message, trimArgs int) (nbuf, nstr, nargs int) {
 	for _, m := range msgs {
 		f := fieldCount(m)
-		nargs += 3 + len(trim) + f
+		nargs += 3 + trimArgs + f
 		nstr += f/2 - 1 + len(m.Headers) // meta, key, header names and values
 		nbuf += metaSize(m)
 		for k := range m.Headers {
 			nbuf += len(headerPrefix) + len(k)
 		}
 	}
-	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
+	return nbuf, nstr, nargs
+}
+
+// build makes one XADD per message in the scratch's arrays. The strings
+// built per message (meta, header names) go in one buffer that becomes
+// one string. Every value is passed by pointer into arrays this call owns
+// until it returns (or for good, when it is abandoned at ctx's end), so
+// go-redis never reads memory the caller reuses (payload bytes aside).
+func (sc *pubScratch) build(ctx context.Context, key any, trim []any, msgs []*backend.Message) []*redis.StringCmd {
 	buf, spans, args, strs, payloads, cmds := sc.buf, sc.spans, sc.args, sc.strs, sc.payloads, sc.cmds
 	si := 0
 	str := func(v string) any {
@@ -82,7 +103,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	}
 	for i, m := range msgs {
 		start := len(args)
-		args = append(args, "XADD", pt.keyArg)
+		args = append(args, "XADD", key)
 		args = append(args, trim...)
 		at := len(buf)
 		buf = appendMeta(buf, m)
@@ -104,31 +125,29 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		strs[sp.slot] = all[sp.start:sp.end]
 	}
 	sc.buf, sc.spans, sc.args = buf, spans, args
-	var err error
+	return cmds
+}
+
+// send runs the XADDs: one command, or one pipeline for a batch.
+func (b *Backend) send(ctx context.Context, cmds []*redis.StringCmd) error {
 	if len(cmds) == 1 {
-		err = b.callBounded(ctx, func(ctx context.Context) error {
+		return b.callBounded(ctx, func(ctx context.Context) error {
 			return b.client.Process(ctx, cmds[0])
 		})
-	} else {
-		err = b.callBounded(ctx, func(ctx context.Context) error {
-			pipe := b.client.Pipeline()
-			for _, c := range cmds {
-				_ = pipe.Process(ctx, c)
-			}
-			_, err := pipe.Exec(ctx)
-			return err
-		})
 	}
-	if ctx.Err() != nil {
-		// The call may have been abandoned and still be using the
-		// arguments: they are left to it, and its replies are not ours
-		// to read; any of the batch may have been stored.
-		if err == nil {
-			return nil
+	return b.callBounded(ctx, func(ctx context.Context) error {
+		pipe := b.client.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
 		}
-		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
-	}
-	defer putPubScratch(sc)
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+}
+
+// publishResult is Publish's error: nil, one error for the whole batch, or
+// a *backend.BatchError naming the messages that failed.
+func publishResult(topic string, cmds []*redis.StringCmd, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -138,7 +157,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			failed = append(failed, backend.Failure{Index: i, Err: fmt.Errorf("redisstream: publish %q: %w", topic, cerr)})
 		}
 	}
-	if len(failed) == 0 || len(failed) == len(msgs) {
+	if len(failed) == 0 || len(failed) == len(cmds) {
 		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	return &backend.BatchError{Failed: failed}
