@@ -226,15 +226,7 @@ func (r *reader) readOnce(ctx context.Context, args *redis.XReadGroupArgs, inlin
 	if err != nil {
 		return readResult{err: err}
 	}
-	unblocked := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(unblocked)
-		uctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
-		defer cancel()
-		_ = r.b.async(uctx, func(uctx context.Context) error {
-			return node.ClientUnblock(uctx, id).Err()
-		})
-	})
+	stop, unblocked := r.unblockOnCancel(ctx, node, id)
 	r.mu.Lock()
 	r.busy = true
 	r.mu.Unlock()
@@ -246,48 +238,9 @@ func (r *reader) readOnce(ctx context.Context, args *redis.XReadGroupArgs, inlin
 			buf = &replyBuffer{}
 		}
 	}
-	do := func(grace time.Duration) readResult {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+grace)
-		defer cancel()
-		var rr readResult
-		if buf != nil {
-			_, rr.err = conn.DoRawWriteTo(rctx, buf, "XREADGROUP", "GROUP", args.Group, args.Consumer,
-				"COUNT", args.Count, "BLOCK", args.Block.Milliseconds(), "STREAMS", args.Streams[0], args.Streams[1]).Result()
-			if rr.err == nil {
-				rr.err = replyErr(buf.b)
-			}
-			rr.buf = buf
-			if rr.err == nil {
-				rr.raw = buf.b
-			}
-		} else {
-			rr.res, rr.err = conn.XReadGroup(rctx, args).Result()
-		}
-		r.finish(conn)
+	rr, ok := r.run(ctx, conn, args, buf, inline)
+	if !ok {
 		return rr
-	}
-	var rr readResult
-	if inline {
-		rr = do(inlineGrace)
-		r.b.reads.Done()
-	} else {
-		done := make(chan readResult, 1)
-		go func() {
-			defer r.b.reads.Done()
-			done <- do(readGrace)
-		}()
-		select {
-		case rr = <-done:
-		case <-ctx.Done():
-			t := time.NewTimer(unblockTimeout)
-			select {
-			case rr = <-done:
-				t.Stop()
-			case <-t.C:
-				r.abandon(conn, done)
-				return readResult{err: ctx.Err()}
-			}
-		}
 	}
 	if !stop() {
 		<-unblocked
@@ -303,6 +256,75 @@ func (r *reader) readOnce(ctx context.Context, args *redis.XReadGroupArgs, inlin
 	if err := rr.err; err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) {
 		r.drop(err)
 	}
+	return rr
+}
+
+// unblockOnCancel unblocks the read of connection id (CLIENT UNBLOCK on
+// node) when ctx ends; unblocked is closed once that is done. stop
+// reports false when it has started.
+func (r *reader) unblockOnCancel(ctx context.Context, node redis.Cmdable, id int64) (stop func() bool, unblocked chan struct{}) {
+	unblocked = make(chan struct{})
+	stop = context.AfterFunc(ctx, func() {
+		defer close(unblocked)
+		uctx, cancel := context.WithTimeout(context.Background(), unblockTimeout)
+		defer cancel()
+		_ = r.b.async(uctx, func(uctx context.Context) error {
+			return node.ClientUnblock(uctx, id).Err()
+		})
+	})
+	return stop, unblocked
+}
+
+// run performs the read on the caller's goroutine (inline) or on its own,
+// which ctx's end may abandon: ok is false when it was abandoned (rr then
+// holds ctx's error).
+func (r *reader) run(ctx context.Context, conn *redis.Conn, args *redis.XReadGroupArgs, buf *replyBuffer, inline bool) (rr readResult, ok bool) {
+	if inline {
+		rr = r.xread(ctx, conn, args, buf, inlineGrace)
+		r.b.reads.Done()
+		return rr, true
+	}
+	done := make(chan readResult, 1)
+	go func() {
+		defer r.b.reads.Done()
+		done <- r.xread(ctx, conn, args, buf, readGrace)
+	}()
+	select {
+	case rr = <-done:
+		return rr, true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(unblockTimeout)
+	defer t.Stop()
+	select {
+	case rr = <-done:
+		return rr, true
+	case <-t.C:
+		r.abandon(conn, done)
+		return readResult{err: ctx.Err()}, false
+	}
+}
+
+// xread sends one XREADGROUP on conn, bounded by its BLOCK plus grace,
+// into buf when reads are raw, and gives the connection back.
+func (r *reader) xread(ctx context.Context, conn *redis.Conn, args *redis.XReadGroupArgs, buf *replyBuffer, grace time.Duration) readResult {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), args.Block+grace)
+	defer cancel()
+	var rr readResult
+	if buf != nil {
+		_, rr.err = conn.DoRawWriteTo(rctx, buf, "XREADGROUP", "GROUP", args.Group, args.Consumer,
+			"COUNT", args.Count, "BLOCK", args.Block.Milliseconds(), "STREAMS", args.Streams[0], args.Streams[1]).Result()
+		if rr.err == nil {
+			rr.err = replyErr(buf.b)
+		}
+		rr.buf = buf
+		if rr.err == nil {
+			rr.raw = buf.b
+		}
+	} else {
+		rr.res, rr.err = conn.XReadGroup(rctx, args).Result()
+	}
+	r.finish(conn)
 	return rr
 }
 
