@@ -196,7 +196,6 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return msgs, nil
 		}
 	}
-
 	now, err := s.lingerBeforeRead(ctx)
 	if err != nil {
 		return nil, err
@@ -209,21 +208,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	defer s.reader.recycle(rr)
 	s.found, s.asked = 0, max
 	if err := rr.err; err != nil {
-		if errors.Is(err, redis.Nil) {
-			return nil, nil // BLOCK ran out
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, errReaderClosed) || s.ended() {
-			// Closed while the read was in progress: whatever the
-			// client said, the answer is that the member is closed.
-			return nil, s.errf("receive", backend.ErrClosed)
-		}
-		if isNoGroup(err) {
-			return nil, s.recoverGroup(ctx, err)
-		}
-		return nil, receiveErr(s.errf("receive", err))
+		return nil, s.readErr(ctx, err)
 	}
 	if rr.raw != nil {
 		return s.decodeRaw(ctx, rr.raw)
@@ -231,7 +216,29 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	if len(rr.res) == 0 {
 		return nil, nil
 	}
-	entries := rr.res[0].Messages
+	return s.decodeEntries(ctx, rr.res[0].Messages), nil
+}
+
+// readErr is what Receive returns for a read that failed.
+func (s *subscription) readErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil // BLOCK ran out
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, errReaderClosed) || s.ended():
+		// Closed while the read was in progress: whatever the client
+		// said, the answer is that the member is closed.
+		return s.errf("receive", backend.ErrClosed)
+	case isNoGroup(err):
+		return s.recoverGroup(ctx, err)
+	}
+	return receiveErr(s.errf("receive", err))
+}
+
+// decodeEntries turns the entries of a typed read into messages (first
+// deliveries); malformed ones are quarantined and deleted ones acked.
+func (s *subscription) decodeEntries(ctx context.Context, entries []redis.XMessage) []*backend.Message {
 	s.found = len(entries)
 	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
@@ -254,7 +261,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		msgs = append(msgs, m)
 	}
 	s.dropTrimmed(ctx, trimmed)
-	return msgs, nil
+	return msgs
 }
 
 // decodeRaw turns the raw reply of a read that found entries into

@@ -96,45 +96,9 @@ func parseURL(u *url.URL) (parsedURL, error) {
 		}
 	}
 	p := urlopt.New(u.Query())
-	var o Options
-	if v, ok := p.String("prefix"); ok {
-		o.Prefix = v
-	}
-	if d, ok := p.Duration("block", time.Millisecond); ok {
-		o.Block = d
-	}
-	if d, ok := p.DurationOrOff("read_linger"); ok {
-		o.ReadLinger = d
-	}
-	if d, ok := p.Duration("maxage", time.Millisecond); ok {
-		o.MaxAge = d
-	}
-	if d, ok := p.Duration("trim_interval", time.Millisecond); ok {
-		o.TrimInterval = d
-	}
-	if v, ok := p.Enum("retention", "settled", "maxlen", "maxage", "all"); ok {
-		o.Retention = retentionNames[v]
-	}
-	if n, ok := p.Int64("maxlen", 1, math.MaxInt64); ok {
-		o.MaxLen = n
-	}
-	if n, ok := p.Int("max_payload", 1, math.MaxInt32); ok {
-		o.MaxPayload = n
-	}
+	o := backendParams(p)
 	cluster, _ := p.Bool("cluster")
-	var seeds []string
-	if vs := u.Query()["addr"]; len(vs) > 0 {
-		p.Has("addr")
-		if !cluster {
-			p.Fail(fmt.Errorf("%w: addr needs cluster=true", ErrInvalidOption))
-		}
-		for _, a := range vs {
-			if h, _, err := net.SplitHostPort(a); err != nil || h == "" {
-				p.Fail(fmt.Errorf("%w: addr=%q is not host:port", ErrInvalidOption, a))
-			}
-		}
-		seeds = vs
-	}
+	seeds := clusterSeeds(p, u.Query()["addr"], cluster)
 	if p.Has("skip_verify") {
 		p.Fail(fmt.Errorf("%w: skip_verify: TLS certificate verification cannot be turned off through the URL; pass a client with your own tls.Config to redisstream.New", ErrInvalidOption))
 	}
@@ -164,6 +128,53 @@ func parseURL(u *url.URL) (parsedURL, error) {
 	co.apply(ro)
 	ro.ContextTimeoutEnabled = true
 	return parsedURL{opts: o, single: ro}, nil
+}
+
+// backendParams reads the backend's own URL parameters.
+func backendParams(p *urlopt.Params) Options {
+	var o Options
+	if v, ok := p.String("prefix"); ok {
+		o.Prefix = v
+	}
+	if d, ok := p.Duration("block", time.Millisecond); ok {
+		o.Block = d
+	}
+	if d, ok := p.DurationOrOff("read_linger"); ok {
+		o.ReadLinger = d
+	}
+	if d, ok := p.Duration("maxage", time.Millisecond); ok {
+		o.MaxAge = d
+	}
+	if d, ok := p.Duration("trim_interval", time.Millisecond); ok {
+		o.TrimInterval = d
+	}
+	if v, ok := p.Enum("retention", "settled", "maxlen", "maxage", "all"); ok {
+		o.Retention = retentionNames[v]
+	}
+	if n, ok := p.Int64("maxlen", 1, math.MaxInt64); ok {
+		o.MaxLen = n
+	}
+	if n, ok := p.Int("max_payload", 1, math.MaxInt32); ok {
+		o.MaxPayload = n
+	}
+	return o
+}
+
+// clusterSeeds checks the addr parameters (extra cluster seeds).
+func clusterSeeds(p *urlopt.Params, addrs []string, cluster bool) []string {
+	if len(addrs) == 0 {
+		return nil
+	}
+	p.Has("addr")
+	if !cluster {
+		p.Fail(fmt.Errorf("%w: addr needs cluster=true", ErrInvalidOption))
+	}
+	for _, a := range addrs {
+		if h, _, err := net.SplitHostPort(a); err != nil || h == "" {
+			p.Fail(fmt.Errorf("%w: addr=%q is not host:port", ErrInvalidOption, a))
+		}
+	}
+	return addrs
 }
 
 // redactParseError is a go-redis URL error with the secrets of u masked.

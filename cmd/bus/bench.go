@@ -515,6 +515,26 @@ func (r *benchRun) publishAll(ctx context.Context, timeCalls bool) error {
 	return first
 }
 
+// waitUntil waits until due (since the run's epoch) on *timer, made on
+// first use.
+func (r *benchRun) waitUntil(ctx context.Context, timer **time.Timer, due time.Duration) error {
+	wait := due - time.Since(r.epoch)
+	if wait <= 0 {
+		return nil
+	}
+	if *timer == nil {
+		*timer = time.NewTimer(wait)
+	} else {
+		(*timer).Reset(wait)
+	}
+	select {
+	case <-(*timer).C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // publishBatches is publisher i of publishAll; start is the schedule's
 // origin since r.epoch.
 func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duration, timeCalls bool) error {
@@ -541,21 +561,11 @@ func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duratio
 		}
 		seq := g * uint64(batch)
 		k := int(min(uint64(batch), n-seq))
-		now := time.Since(r.epoch)
-		stamp := now
+		stamp := time.Since(r.epoch)
 		if interval > 0 {
 			due := start + time.Duration(g)*interval
-			if wait := due - now; wait > 0 {
-				if timer == nil {
-					timer = time.NewTimer(wait)
-				} else {
-					timer.Reset(wait)
-				}
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+			if err := r.waitUntil(ctx, &timer, due); err != nil {
+				return err
 			}
 			stamp = due
 			r.late.Record(time.Since(r.epoch) - due)

@@ -24,17 +24,79 @@ const (
 )
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a, code, ok := parseBenchArgs(args, stderr)
+	if !ok {
+		return code
+	}
+	if a.setGOGC {
+		defer debug.SetGCPercent(debug.SetGCPercent(a.gogc))
+	}
+	effectiveGOGC := gcPercent()
+	if a.cpuProfile != "" {
+		stop, err := startCPUProfile(a.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "bus bench: %v\n", err)
+			return exitFailure
+		}
+		defer stop()
+	}
+	return runAndReport(ctx, a.cfg, effectiveGOGC, stdout, stderr)
+}
+
+// benchArgs is the parsed command line of bus bench.
+type benchArgs struct {
+	cfg        benchConfig
+	cpuProfile string
+	gogc       int
+	setGOGC    bool
+}
+
+// parseBenchArgs parses and checks a bus bench command line before any
+// I/O.
+func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int, bool) {
+	a := &benchArgs{}
+	fs, ackMode := benchFlags(a, stderr)
+	if code, ok := parseFlags(fs, args); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus bench: unexpected arguments %q\n", fs.Args())
+		return nil, exitUsage, false
+	}
+	m, err := parseAckMode(*ackMode)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus bench: --ack-mode: %v\n", err)
+		return nil, exitUsage, false
+	}
+	a.cfg.AckMode = m
+	verr := a.cfg.validate()
+	if a.cfg.Baseline {
+		verr = errors.Join(verr, checkBaselineURL(a.cfg.URL))
+	}
+	fs.Visit(func(f *flag.Flag) { a.setGOGC = a.setGOGC || f.Name == "gogc" })
+	if a.setGOGC && a.gogc < -1 {
+		verr = errors.Join(verr, fmt.Errorf("--gogc %d: want -1 (off) or more", a.gogc))
+	}
+	if verr != nil {
+		fmt.Fprintf(stderr, "bus bench: %v\n", verr)
+		return nil, exitUsage, false
+	}
+	return a, 0, true
+}
+
+// benchFlags declares the flags of bus bench into a; it returns the set
+// and where the ack mode's name goes.
+func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("bus bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg := benchConfig{}
-	ackMode := bus.AckOnSuccess.String()
+	cfg := &a.cfg
+	ackMode := fs.String("ack-mode", bus.AckOnSuccess.String(), "on-success, on-receive or manual")
 	fs.StringVar(&cfg.URL, "url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
 	fs.IntVar(&cfg.N, "n", defaultBenchN, "number of messages")
 	fs.IntVar(&cfg.Size, "size", defaultBenchSize, "payload size in bytes (>= 16)")
 	fs.IntVar(&cfg.Publishers, "publishers", defaultPublishers, "concurrent publishing goroutines")
 	fs.IntVar(&cfg.Batch, "batch", defaultBatch, "messages per Publish call")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", defaultMaxInFlight, "max unsettled deliveries of the subscription")
-	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual")
 	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog) or e2e (publish and consume at once)")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message, plus n/rate when paced)")
@@ -42,53 +104,18 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the raw client (a Go channel, go-redis or nats.go) with the same settings and print the bus/raw ratios")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with --baseline: raw and bus runs, alternating which goes first; figures are medians")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON line on stdout instead of the table")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	gogc := fs.Int("gogc", 0, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; default: the runtime's, $GOGC or 100)")
+	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.IntVar(&a.gogc, "gogc", 0, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; default: the runtime's, $GOGC or 100)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus bench [flags]\n\nMeasures a backend: publish, consume or end-to-end throughput, latency,\nand whether every message arrived exactly once.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bus bench: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
-	m, err := bus.ParseAckMode(ackMode)
-	if err != nil {
-		fmt.Fprintf(stderr, "bus bench: --ack-mode: %v\n", err)
-		return exitUsage
-	}
-	cfg.AckMode = m
-	verr := cfg.validate()
-	if cfg.Baseline {
-		verr = errors.Join(verr, checkBaselineURL(cfg.URL))
-	}
-	setGOGC := false
-	fs.Visit(func(f *flag.Flag) { setGOGC = setGOGC || f.Name == "gogc" })
-	if setGOGC && *gogc < -1 {
-		verr = errors.Join(verr, fmt.Errorf("--gogc %d: want -1 (off) or more", *gogc))
-	}
-	if verr != nil {
-		fmt.Fprintf(stderr, "bus bench: %v\n", verr)
-		return exitUsage
-	}
+	return fs, ackMode
+}
 
-	if setGOGC {
-		defer debug.SetGCPercent(debug.SetGCPercent(*gogc))
-	}
-	effectiveGOGC := gcPercent()
-
-	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
-		if err != nil {
-			fmt.Fprintf(stderr, "bus bench: %v\n", err)
-			return exitFailure
-		}
-		defer stop()
-	}
-
+// runAndReport runs the benchmark (and its baseline), prints the table or
+// the JSON line, and returns the exit code.
+func runAndReport(ctx context.Context, cfg benchConfig, gogc int, stdout, stderr io.Writer) int {
 	var progress func(string)
 	live := isTerminal(stderr)
 	if live {
@@ -98,19 +125,20 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		results []*benchResult // the sides, for the checks below
 		out     any
 		table   func()
+		err     error
 	)
 	if cfg.Baseline {
 		c, cerr := runComparison(ctx, cfg, progress)
 		err = cerr
 		results = []*benchResult{&c.Bus, &c.Raw}
-		out = c.json(cfg, effectiveGOGC)
-		table = func() { writeComparison(stdout, cfg, effectiveGOGC, &c) }
+		out = c.json(cfg, gogc)
+		table = func() { writeComparison(stdout, cfg, gogc, &c) }
 	} else {
 		res, rerr := runBench(ctx, cfg, progress)
 		err = rerr
 		results = []*benchResult{&res}
-		out = res.json(cfg, effectiveGOGC)
-		table = func() { writeTable(stdout, cfg, effectiveGOGC, &res) }
+		out = res.json(cfg, gogc)
+		table = func() { writeTable(stdout, cfg, gogc, &res) }
 	}
 	if live {
 		fmt.Fprint(stderr, "\r\033[K")
@@ -130,6 +158,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		table()
 	}
+	return exitOfResults(cfg, results, err, stderr)
+}
+
+// exitOfResults reports what went wrong on either side and returns the
+// exit code: 1 when a message was lost or the run failed.
+func exitOfResults(cfg benchConfig, results []*benchResult, err error, stderr io.Writer) int {
 	code := exitOK
 	for _, r := range results {
 		if r.Errors > 0 {
@@ -148,6 +182,16 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	return code
+}
+
+// parseAckMode reads an ack mode's name, as AckMode.String writes it.
+func parseAckMode(s string) (bus.AckMode, error) {
+	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown ack mode %q (on-success, on-receive or manual)", s)
 }
 
 // gcPercent returns the garbage collector's current target percent (-1:

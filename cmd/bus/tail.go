@@ -83,59 +83,15 @@ type tailOptions struct {
 }
 
 func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bus tail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rawURL := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
-	opts := tailOptions{}
-	from := "newest"
-	ackMode := bus.AckOnSuccess.String()
-	fs.StringVar(&opts.topic, "topic", "", "topic to read (required)")
-	fs.StringVar(&opts.group, "group", "bus-tail", "consumer group; deliveries are acked for this group")
-	fs.StringVar(&from, "from", from, "where a new group starts: oldest or newest")
-	fs.StringVar(&ackMode, "ack-mode", ackMode, "on-success, on-receive or manual (tail acks after printing)")
-	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
-	fs.BoolVar(&opts.asJSON, "json", false, "print one JSON object per delivery: id, key, headers, attempt, published, payload (text when valid UTF-8, else base64, as payload_encoding says)")
-	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); no more are taken from the group")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
+	rawURL, opts, code, ok := parseTailArgs(args, stderr)
+	if !ok {
 		return code
 	}
-	if opts.topic == "" {
-		fmt.Fprintln(stderr, "bus tail: --topic is required")
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bus tail: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
-	switch from {
-	case "newest":
-		opts.from = bus.StartNewest
-	case "oldest":
-		opts.from = bus.StartOldest
-	default:
-		fmt.Fprintf(stderr, "bus tail: --from %q: want oldest or newest\n", from)
-		return exitUsage
-	}
-	m, err := bus.ParseAckMode(ackMode)
-	if err != nil {
-		fmt.Fprintf(stderr, "bus tail: --ack-mode: %v\n", err)
-		return exitUsage
-	}
-	opts.ackMode = m
-	if opts.maxInFlight < 1 || opts.count < 0 {
-		fmt.Fprintln(stderr, "bus tail: --max-in-flight must be >= 1 and --count >= 0")
-		return exitUsage
-	}
-
-	warnPrivateMem(*rawURL, stderr)
+	warnPrivateMem(rawURL, stderr)
 	obs := observer.Func(func(_ context.Context, e observer.Event) {
 		fmt.Fprintf(stderr, "bus tail: %s: %v\n", e.Scope, e.Err)
 	})
-	b, err := bus.Open(ctx, *rawURL, bus.WithObserver(obs))
+	b, err := bus.Open(ctx, rawURL, bus.WithObserver(obs))
 	if err != nil {
 		fmt.Fprintf(stderr, "bus tail: %v\n", err)
 		return exitFailure
@@ -153,65 +109,68 @@ func tailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// parseTailArgs parses and checks a bus tail command line.
+func parseTailArgs(args []string, stderr io.Writer) (rawURL string, opts tailOptions, code int, ok bool) {
+	fs := flag.NewFlagSet("bus tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
+	from := fs.String("from", "newest", "where a new group starts: oldest or newest")
+	ackMode := fs.String("ack-mode", bus.AckOnSuccess.String(), "on-success, on-receive or manual (tail acks after printing)")
+	fs.StringVar(&opts.topic, "topic", "", "topic to read (required)")
+	fs.StringVar(&opts.group, "group", "bus-tail", "consumer group; deliveries are acked for this group")
+	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
+	fs.BoolVar(&opts.asJSON, "json", false, "print one JSON object per delivery: id, key, headers, attempt, published, payload (text when valid UTF-8, else base64, as payload_encoding says)")
+	fs.IntVar(&opts.count, "count", 0, "exit after this many deliveries (0: until interrupted); no more are taken from the group")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: bus tail --topic T [flags]\n\nPrints each delivery (id, attempt, key, headers, payload) until\ninterrupted, then closes the subscription gracefully.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return "", opts, code, false
+	}
+	var err error
+	opts.ackMode, err = parseAckMode(*ackMode)
+	starts := map[string]bus.StartFrom{"newest": bus.StartNewest, "oldest": bus.StartOldest}
+	start, known := starts[*from]
+	opts.from = start
+	var why string
+	switch {
+	case opts.topic == "":
+		why = "--topic is required"
+	case fs.NArg() > 0:
+		why = fmt.Sprintf("unexpected arguments %q", fs.Args())
+	case !known:
+		why = fmt.Sprintf("--from %q: want oldest or newest", *from)
+	case err != nil:
+		why = fmt.Sprintf("--ack-mode: %v", err)
+	case opts.maxInFlight < 1 || opts.count < 0:
+		why = "--max-in-flight must be >= 1 and --count >= 0"
+	}
+	if why != "" {
+		fmt.Fprintf(stderr, "bus tail: %s\n", why)
+		return "", opts, exitUsage, false
+	}
+	return *url, opts, 0, true
+}
+
 // tail prints deliveries of opts.topic to out until ctx ends or opts.count
 // deliveries were printed, then closes the subscription, letting printing
 // handlers finish and flushing acks.
 func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer) error {
 	stop, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		mu      sync.Mutex
-		printed int
-		werr    error
-	)
-	var limit *countLimiter
-	if opts.count > 0 {
-		limit = newCountLimiter(opts.count)
-	}
-	h := func(hctx context.Context, d *bus.Delivery) error {
-		mu.Lock()
-		line := ""
-		if opts.asJSON {
-			line = formatDeliveryJSON(d)
-		} else {
-			line = formatDelivery(d)
-		}
-		_, err := io.WriteString(out, line)
-		if err != nil && werr == nil {
-			werr = err
-			cancel()
-		}
-		printed++
-		if limit != nil {
-			limit.printed()
-			if printed == opts.count {
-				cancel()
-			}
-		}
-		mu.Unlock()
-		if err != nil {
-			if opts.ackMode == bus.AckManual {
-				// Not printed: hand it back now rather than at the end
-				// of its lease.
-				_ = d.Nack(hctx, 0)
-			}
-			return err
-		}
-		if opts.ackMode == bus.AckManual {
-			return d.Ack(hctx)
-		}
-		return nil
-	}
+	p := &tailPrinter{opts: opts, out: out, stop: cancel}
 	subOpts := []bus.SubscribeOption{
 		bus.WithGroup(opts.group),
 		bus.WithStartFrom(opts.from),
 		bus.WithAckMode(opts.ackMode),
 		bus.WithMaxInFlight(opts.maxInFlight),
 	}
-	if limit != nil {
-		subOpts = append(subOpts, bus.WithLimiter(limit))
+	if opts.count > 0 {
+		p.limit = newCountLimiter(opts.count)
+		subOpts = append(subOpts, bus.WithLimiter(p.limit))
 	}
-	sub, err := s.Subscribe(context.WithoutCancel(ctx), opts.topic, h, subOpts...)
+	sub, err := s.Subscribe(context.WithoutCancel(ctx), opts.topic, p.handle, subOpts...)
 	if err != nil {
 		return err
 	}
@@ -222,15 +181,63 @@ func tail(ctx context.Context, s bus.Subscriber, opts tailOptions, out io.Writer
 	closeCtx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancelClose()
 	cerr := sub.Close(closeCtx)
-	mu.Lock()
-	defer mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
-	case werr != nil:
-		return fmt.Errorf("write: %w", werr)
+	case p.werr != nil:
+		return fmt.Errorf("write: %w", p.werr)
 	case sub.Err() != nil:
 		return sub.Err()
 	}
 	return cerr
+}
+
+// tailPrinter is tail's handler: it prints each delivery, stops tail after
+// opts.count of them or a write error, and in manual mode settles them.
+type tailPrinter struct {
+	opts  tailOptions
+	out   io.Writer
+	stop  context.CancelFunc
+	limit *countLimiter
+
+	mu      sync.Mutex
+	printed int
+	werr    error
+}
+
+func (p *tailPrinter) handle(hctx context.Context, d *bus.Delivery) error {
+	p.mu.Lock()
+	line := ""
+	if p.opts.asJSON {
+		line = formatDeliveryJSON(d)
+	} else {
+		line = formatDelivery(d)
+	}
+	_, err := io.WriteString(p.out, line)
+	if err != nil && p.werr == nil {
+		p.werr = err
+		p.stop()
+	}
+	p.printed++
+	if p.limit != nil {
+		p.limit.printed()
+		if p.printed == p.opts.count {
+			p.stop()
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		if p.opts.ackMode == bus.AckManual {
+			// Not printed: hand it back now rather than at the end of its
+			// lease.
+			_ = d.Nack(hctx, 0)
+		}
+		return err
+	}
+	if p.opts.ackMode == bus.AckManual {
+		return d.Ack(hctx)
+	}
+	return nil
 }
 
 // deliveryJSON is one line of bus tail --json.
