@@ -212,10 +212,41 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 // down or the server is overloaded (this is the pull's heartbeat: the
 // server always answers a live request).
 func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, kind pullKind) ([]*backend.Message, error) {
+	reply, err := s.request(n, kind)
+	if err != nil {
+		return out, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, longPoll+responseGrace)
+	defer cancel()
+	got := 0
+	for got < n {
+		msg, err := s.sub.NextMsgWithContext(wctx)
+		if err != nil {
+			return out, s.waitErr(ctx, wctx, err)
+		}
+		if isJSDelivery(msg) {
+			out = s.accept(out, max, msg, n-got)
+			got++
+			continue
+		}
+		if msg.Subject != reply {
+			continue // the end of an older, abandoned request
+		}
+		done, err := s.status(ctx, msg, got, kind)
+		if done || err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// request sends a pull request for n messages and returns the subject its
+// end is answered on.
+func (s *jsSub) request(n int, kind pullKind) (string, error) {
 	if !s.b.nc.IsConnected() {
 		// A request written now would wait in the reconnect buffer and
 		// reach the server late, after Receive gave up on it.
-		return out, fmt.Errorf("pull: %w (%s)", natsgo.ErrDisconnected, s.b.nc.Status())
+		return "", fmt.Errorf("pull: %w (%s)", natsgo.ErrDisconnected, s.b.nc.Status())
 	}
 	s.seq++
 	var buf [80]byte
@@ -232,70 +263,60 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	req = append(req, '}')
 	if err := s.b.nc.PublishRequest(s.nextSubj, reply, req); err != nil {
 		if errors.Is(err, natsgo.ErrConnectionClosed) {
-			return out, fmt.Errorf("pull: %w", backend.ErrClosed)
+			return "", fmt.Errorf("pull: %w", backend.ErrClosed)
 		}
-		return out, fmt.Errorf("pull: %w", err)
+		return "", fmt.Errorf("pull: %w", err)
 	}
-	timeout := longPoll
-	wctx, cancel := context.WithTimeout(ctx, timeout+responseGrace)
-	defer cancel()
-	got := 0
-	for got < n {
-		msg, err := s.sub.NextMsgWithContext(wctx)
-		if err != nil {
-			switch {
-			case ctx.Err() != nil:
-				return out, ctx.Err()
-			case wctx.Err() != nil:
-				state := "connected"
-				if !s.b.nc.IsConnected() {
-					state = "not connected: " + s.b.nc.Status().String()
-				}
-				return out, fmt.Errorf("pull: no answer from the server within %v (%s)", timeout+responseGrace, state)
-			case errors.Is(err, natsgo.ErrNoResponders):
-				// The client library turns the 503 status into this error:
-				// nobody serves this consumer's pull requests.
-				return out, s.recover(ctx, "no responders for pull requests")
-			case s.isClosed() || errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
-				return out, backend.ErrClosed
-			default:
-				return out, err
-			}
+	return reply, nil
+}
+
+// waitErr is pull's error when waiting for the next message failed.
+func (s *jsSub) waitErr(ctx, wctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		state := "connected"
+		if !s.b.nc.IsConnected() {
+			state = "not connected: " + s.b.nc.Status().String()
 		}
-		if isJSDelivery(msg) {
-			out = s.accept(out, max, msg, n-got)
-			got++
-			continue
-		}
-		if msg.Subject != reply {
-			continue // the end of an older, abandoned request
-		}
-		switch code := msg.Header.Get(hdrStatus); code {
-		case "408":
-			if got == 0 && kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
-				return out, errRequestsPending
-			}
-			// The request expired, or (before server 2.10) ended
-			// after delivering what there was: done.
-			return out, nil
-		case "404":
-			// No messages: done.
-			return out, nil
-		case "100":
-			continue // heartbeat
-		case "503":
-			return out, s.recover(ctx, "no responders for pull requests")
-		case "409":
-			desc := msg.Header.Get(hdrDescription)
-			if desc == "Consumer Deleted" {
-				return out, s.recover(ctx, "consumer deleted")
-			}
-			return out, fmt.Errorf("pull: server status 409 %s", desc)
-		default:
-			return out, fmt.Errorf("pull: server status %s %s", code, msg.Header.Get(hdrDescription))
-		}
+		return fmt.Errorf("pull: no answer from the server within %v (%s)", longPoll+responseGrace, state)
+	case errors.Is(err, natsgo.ErrNoResponders):
+		// The client library turns the 503 status into this error:
+		// nobody serves this consumer's pull requests.
+		return s.recover(ctx, "no responders for pull requests")
+	case s.isClosed() || errors.Is(err, natsgo.ErrBadSubscription) || errors.Is(err, natsgo.ErrConnectionClosed):
+		return backend.ErrClosed
 	}
-	return out, nil
+	return err
+}
+
+// status reads a status message that ends (or not) the request: done
+// reports that the request is over.
+func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, got int, kind pullKind) (done bool, err error) {
+	switch code := msg.Header.Get(hdrStatus); code {
+	case "408":
+		if got == 0 && kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
+			return true, errRequestsPending
+		}
+		// The request expired, or (before server 2.10) ended after
+		// delivering what there was: done.
+		return true, nil
+	case "404":
+		return true, nil // no messages
+	case "100":
+		return false, nil // heartbeat
+	case "503":
+		return true, s.recover(ctx, "no responders for pull requests")
+	case "409":
+		desc := msg.Header.Get(hdrDescription)
+		if desc == "Consumer Deleted" {
+			return true, s.recover(ctx, "consumer deleted")
+		}
+		return true, fmt.Errorf("pull: server status 409 %s", desc)
+	default:
+		return true, fmt.Errorf("pull: server status %s %s", code, msg.Header.Get(hdrDescription))
+	}
 }
 
 // recover re-creates a consumer (and stream) that the server lost. When

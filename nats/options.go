@@ -200,6 +200,14 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, c.check()
+}
+
+// check validates options with their defaults filled in.
+func (c *Options) check() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
@@ -237,10 +245,7 @@ func (o *Options) withDefaults() (Options, error) {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		bad("tls_cert and tls_key go together")
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func (o *Options) wantTLS() bool {

@@ -141,42 +141,7 @@ func (b *Backend) redact(err error) error {
 // error, so a typo never falls back to a default silently.
 func parseURLOptions(q url.Values, o *Options) error {
 	p := urlopt.New(q)
-	if b, ok := p.Bool("jetstream"); ok {
-		o.CoreNATS = !b
-	}
-	if v, ok := p.String("prefix"); ok {
-		if !validSubjectPrefix(v) {
-			p.Fail(fmt.Errorf("%w: prefix=%q: want dot-separated tokens of printable ASCII without spaces, '*' or '>'", ErrInvalidOption, v))
-		}
-		o.SubjectPrefix = v
-	}
-	if v, ok := p.Enum("streams", "per-topic", "shared"); ok {
-		o.StreamMode = StreamPerTopic
-		if v == "shared" {
-			o.StreamMode = StreamShared
-		}
-	}
-	if v, ok := p.String("stream_prefix"); ok {
-		o.StreamPrefix = v
-	}
-	if v, ok := p.String("stream"); ok {
-		o.StreamName = v
-	}
-	if b, ok := p.Bool("bind"); ok {
-		o.BindOnly = b
-	}
-	if v, ok := p.Enum("storage", "file", "memory"); ok {
-		o.Storage = StorageFile
-		if v == "memory" {
-			o.Storage = StorageMemory
-		}
-	}
-	if v, ok := p.Enum("retention", "limits", "interest"); ok {
-		o.Retention = RetentionLimits
-		if v == "interest" {
-			o.Retention = RetentionInterest
-		}
-	}
+	streamParams(p, o)
 	if b, ok := p.Bool("compression"); ok {
 		o.Compression = b
 	}
@@ -220,6 +185,38 @@ func parseURLOptions(q url.Values, o *Options) error {
 		}
 	}
 	return p.Err()
+}
+
+// streamParams reads the parameters that say where messages are kept:
+// JetStream or core, subjects, streams, storage and retention.
+func streamParams(p *urlopt.Params, o *Options) {
+	if b, ok := p.Bool("jetstream"); ok {
+		o.CoreNATS = !b
+	}
+	if v, ok := p.String("prefix"); ok {
+		if !validSubjectPrefix(v) {
+			p.Fail(fmt.Errorf("%w: prefix=%q: want dot-separated tokens of printable ASCII without spaces, '*' or '>'", ErrInvalidOption, v))
+		}
+		o.SubjectPrefix = v
+	}
+	if v, ok := p.Enum("streams", "per-topic", "shared"); ok {
+		o.StreamMode = map[string]StreamMode{"per-topic": StreamPerTopic, "shared": StreamShared}[v]
+	}
+	if v, ok := p.String("stream_prefix"); ok {
+		o.StreamPrefix = v
+	}
+	if v, ok := p.String("stream"); ok {
+		o.StreamName = v
+	}
+	if b, ok := p.Bool("bind"); ok {
+		o.BindOnly = b
+	}
+	if v, ok := p.Enum("storage", "file", "memory"); ok {
+		o.Storage = map[string]Storage{"file": StorageFile, "memory": StorageMemory}[v]
+	}
+	if v, ok := p.Enum("retention", "limits", "interest"); ok {
+		o.Retention = map[string]Retention{"limits": RetentionLimits, "interest": RetentionInterest}[v]
+	}
 }
 
 // validSubjectPrefix reports whether p can start every subject: tokens of
