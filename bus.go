@@ -51,7 +51,7 @@ func New(b backend.Backend, opts ...Option) *Bus {
 }
 
 func buildBusOptions(opts []Option) (busOptions, error) {
-	o := busOptions{maxPayload: DefaultMaxPayload, ackBatch: 256, ackInterval: 5 * time.Millisecond}
+	o := busOptions{maxPayload: backend.DefaultMaxPayload, ackBatch: 256, ackInterval: 5 * time.Millisecond}
 	var errs []error
 	for _, opt := range opts {
 		if opt == nil {
@@ -299,12 +299,12 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 
 func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeOptions, error) {
 	o := subscribeOptions{
-		group:         DefaultGroup,
-		maxInFlight:   DefaultMaxInFlight,
-		ackTimeout:    DefaultAckTimeout,
-		maxDeliveries: DefaultMaxDeliveries,
+		group:         defaultGroup,
+		maxInFlight:   defaultMaxInFlight,
+		ackTimeout:    defaultAckTimeout,
+		maxDeliveries: defaultMaxDeliveries,
 		newBackOff:    defaultBackOff,
-		maxExtension:  DefaultMaxExtension,
+		maxExtension:  defaultMaxExtension,
 	}
 	var errs []error
 	for _, opt := range opts {
@@ -317,8 +317,8 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		}
 	}
 	if !o.deadLetterSet {
-		o.deadLetter = topic + DefaultDeadLetterSfx
-		if len(o.deadLetter) > MaxTopicLen {
+		o.deadLetter = topic + defaultDeadLetterSfx
+		if len(o.deadLetter) > backend.MaxTopicLen {
 			errs = append(errs, fmt.Errorf("%w: default dead-letter topic %q is too long; set WithDeadLetter", ErrInvalidOption, o.deadLetter))
 		}
 	}

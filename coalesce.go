@@ -8,9 +8,9 @@ import (
 
 // Defaults of PublishBatching.
 const (
-	DefaultPublishBatchMessages = 1000
-	DefaultPublishBatchBytes    = 4 << 20
-	DefaultPublishBatches       = 2
+	defaultPublishBatchMessages = 1000
+	defaultPublishBatchBytes    = 4 << 20
+	defaultPublishBatches       = 2
 )
 
 // PublishBatching says how the bus combines concurrent Publish calls to
@@ -25,8 +25,8 @@ const (
 // messages are never split over batches, so a call with more messages
 // than the bounds goes alone.
 //
-// Zero fields take their defaults (DefaultPublishBatchMessages,
-// DefaultPublishBatchBytes, DefaultPublishBatches).
+// Zero fields take their defaults: 1,000 messages, 4 MiB and 2 batches
+// in flight.
 type PublishBatching struct {
 	// MaxMessages bounds the messages of one combined batch.
 	MaxMessages int
@@ -56,13 +56,13 @@ func WithPublishBatching(pb PublishBatching) Option {
 // config is pb with its defaults, for the coalescer.
 func (pb PublishBatching) config() coalesce.Config {
 	if pb.MaxMessages == 0 {
-		pb.MaxMessages = DefaultPublishBatchMessages
+		pb.MaxMessages = defaultPublishBatchMessages
 	}
 	if pb.MaxBytes == 0 {
-		pb.MaxBytes = DefaultPublishBatchBytes
+		pb.MaxBytes = defaultPublishBatchBytes
 	}
 	if pb.MaxBatches == 0 {
-		pb.MaxBatches = DefaultPublishBatches
+		pb.MaxBatches = defaultPublishBatches
 	}
 	return coalesce.Config{MaxMessages: pb.MaxMessages, MaxBytes: pb.MaxBytes, MaxBatches: pb.MaxBatches, Disabled: pb.Disabled}
 }

@@ -58,23 +58,23 @@ func (l *ConcurrencyLimiter) InUse() int { return l.slots.InUse() }
 // Limit returns the current limit.
 func (l *ConcurrencyLimiter) Limit() int { return l.slots.Limit() }
 
-// RateLimiter lets at most r messages per second start, with bursts of up
+// rateLimiter lets at most r messages per second start, with bursts of up
 // to burst. Units are not held: Release is a no-op. Safe for concurrent
 // use.
-type RateLimiter struct{ lim *rate.Limiter }
+type rateLimiter struct{ lim *rate.Limiter }
 
 // NewRateLimiter returns a limiter of r messages per second and the given
 // burst (>= 1).
-func NewRateLimiter(r rate.Limit, burst int) *RateLimiter {
+func NewRateLimiter(r rate.Limit, burst int) Limiter {
 	if burst < 1 {
 		panic(fmt.Sprintf("bus: rate limiter burst %d, want >= 1", burst))
 	}
-	return &RateLimiter{lim: rate.NewLimiter(r, burst)}
+	return &rateLimiter{lim: rate.NewLimiter(r, burst)}
 }
 
 // Acquire waits for one token, then takes as many more as are free now,
 // up to max.
-func (l *RateLimiter) Acquire(ctx context.Context, max int) (int, error) {
+func (l *rateLimiter) Acquire(ctx context.Context, max int) (int, error) {
 	if err := l.lim.Wait(ctx); err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -90,9 +90,9 @@ func (l *RateLimiter) Acquire(ctx context.Context, max int) (int, error) {
 }
 
 // Release implements Limiter; rate tokens are spent, not held.
-func (l *RateLimiter) Release(int) {}
+func (l *rateLimiter) Release(int) {}
 
-// AdaptiveConfig configures an AdaptiveLimiter. Zero fields take defaults.
+// AdaptiveConfig configures the limiter of NewAdaptiveLimiter. Zero fields take defaults.
 type AdaptiveConfig struct {
 	Initial int           // starting limit (default 16)
 	Min     int           // floor (default 1)
@@ -102,11 +102,11 @@ type AdaptiveConfig struct {
 	Decrease float64
 }
 
-// AdaptiveLimiter is a concurrency limiter whose limit grows by one per
+// adaptiveLimiter is a concurrency limiter whose limit grows by one per
 // window of fast successes (additive increase) and shrinks by a factor on
 // errors or latency over target (multiplicative decrease), like TCP
 // congestion control. Safe for concurrent use.
-type AdaptiveLimiter struct {
+type adaptiveLimiter struct {
 	*ConcurrencyLimiter
 	cfg AdaptiveConfig
 
@@ -114,9 +114,13 @@ type AdaptiveLimiter struct {
 	limit float64
 }
 
-// NewAdaptiveLimiter returns an adaptive limiter; invalid configuration
-// panics, like a bad regexp.
-func NewAdaptiveLimiter(cfg AdaptiveConfig) *AdaptiveLimiter {
+// NewAdaptiveLimiter returns a concurrency limiter whose limit grows by one
+// per window of fast successes (additive increase) and shrinks by a factor
+// on errors or latency over target (multiplicative decrease), like TCP
+// congestion control; it implements LimiterFeedback, and its Limit method
+// reports the current limit. Invalid configuration panics, like a bad
+// regexp.
+func NewAdaptiveLimiter(cfg AdaptiveConfig) Limiter {
 	if cfg.Initial == 0 {
 		cfg.Initial = 16
 	}
@@ -135,7 +139,7 @@ func NewAdaptiveLimiter(cfg AdaptiveConfig) *AdaptiveLimiter {
 	if cfg.Min < 1 || cfg.Max < cfg.Min || cfg.Initial < cfg.Min || cfg.Initial > cfg.Max || cfg.Decrease <= 0 || cfg.Decrease >= 1 || cfg.Target < 0 {
 		panic(fmt.Sprintf("bus: invalid adaptive limiter config %+v", cfg))
 	}
-	return &AdaptiveLimiter{
+	return &adaptiveLimiter{
 		ConcurrencyLimiter: NewConcurrencyLimiter(cfg.Initial),
 		cfg:                cfg,
 		limit:              float64(cfg.Initial),
@@ -143,7 +147,7 @@ func NewAdaptiveLimiter(cfg AdaptiveConfig) *AdaptiveLimiter {
 }
 
 // Feedback implements LimiterFeedback.
-func (l *AdaptiveLimiter) Feedback(latency time.Duration, err error) {
+func (l *adaptiveLimiter) Feedback(latency time.Duration, err error) {
 	l.mu.Lock()
 	if err != nil || latency > l.cfg.Target {
 		l.limit *= l.cfg.Decrease

@@ -83,7 +83,11 @@ func TestRateLimiterSpacesAcquisitions(t *testing.T) {
 }
 
 func TestAdaptiveLimiterShrinksOnErrorsAndGrowsOnSuccess(t *testing.T) {
-	l := bus.NewAdaptiveLimiter(bus.AdaptiveConfig{Initial: 10, Min: 2, Max: 20, Target: time.Second})
+	l, ok := bus.NewAdaptiveLimiter(bus.AdaptiveConfig{Initial: 10, Min: 2, Max: 20, Target: time.Second}).(interface {
+		bus.LimiterFeedback
+		Limit() int
+	})
+	require.True(t, ok, "the adaptive limiter takes feedback and reports its limit")
 	for range 20 {
 		l.Feedback(time.Millisecond, errors.New("x"))
 	}
@@ -97,16 +101,6 @@ func TestAdaptiveLimiterShrinksOnErrorsAndGrowsOnSuccess(t *testing.T) {
 		l.Feedback(2*time.Second, nil)
 	}
 	assert.Equal(t, 2, l.Limit(), "slow handlers shrink the limit")
-}
-
-func TestParseAckModeRoundTrips(t *testing.T) {
-	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
-		got, err := bus.ParseAckMode(m.String())
-		require.NoError(t, err)
-		assert.Equal(t, m, got)
-	}
-	_, err := bus.ParseAckMode("sometimes")
-	assert.ErrorIs(t, err, bus.ErrInvalidOption)
 }
 
 func TestSaturatedSubscriptionFetchesInBatches(t *testing.T) {

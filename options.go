@@ -62,30 +62,20 @@ func (m AckMode) String() string {
 	return fmt.Sprintf("AckMode(%d)", int(m))
 }
 
-// ParseAckMode parses the names String returns.
-func ParseAckMode(s string) (AckMode, error) {
-	for _, m := range []AckMode{AckOnSuccess, AckOnReceive, AckManual} {
-		if m.String() == s {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: ack mode %q (want on-success, on-receive or manual)", ErrInvalidOption, s)
-}
-
 // Defaults of the subscribe options.
 const (
-	DefaultGroup          = "default"
-	DefaultMaxInFlight    = 64
-	DefaultAckTimeout     = 30 * time.Second
-	DefaultMaxDeliveries  = 10
-	DefaultDeadLetterSfx  = ".dlq"
-	DefaultRetryInitial   = 100 * time.Millisecond
-	DefaultRetryMaxDelay  = 30 * time.Second
+	defaultGroup          = "default"
+	defaultMaxInFlight    = 64
+	defaultAckTimeout     = 30 * time.Second
+	defaultMaxDeliveries  = 10
+	defaultDeadLetterSfx  = ".dlq"
+	defaultRetryInitial   = 100 * time.Millisecond
+	defaultRetryMaxDelay  = 30 * time.Second
 	minAckTimeout         = 10 * time.Millisecond
 	maxInFlightUpperBound = 1 << 16
-	// DefaultMaxExtension is how long, by default, the bus keeps a running
+	// defaultMaxExtension is how long, by default, the bus keeps a running
 	// handler's lease alive (see WithMaxExtension).
-	DefaultMaxExtension = time.Hour
+	defaultMaxExtension = time.Hour
 )
 
 type busOptions struct {
@@ -123,8 +113,11 @@ type subOptionFunc func(*subscribeOptions) error
 
 func (f subOptionFunc) applySubscribe(o *subscribeOptions) error { return f(o) }
 
-// WithObserver sets the observer that receives background errors. The
-// default discards them. Several calls add observers (see observer.Multi).
+// WithObserver sets the observer that receives background errors. Without
+// one, the bus logs them through observer.Slog over the logger (see
+// WithLogger): failures are never silent by default;
+// WithObserver(observer.Nop()) silences them. Several calls add observers
+// (see observer.Multi).
 func WithObserver(o observer.Observer) Option {
 	return busOptionFunc(func(b *busOptions) error {
 		if o == nil {
@@ -140,7 +133,8 @@ func WithObserver(o observer.Observer) Option {
 }
 
 // WithLogger sets the logger for the bus's own lifecycle messages (never
-// payloads). The default discards.
+// payloads), and for its failures when no observer is set. The default is
+// slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return busOptionFunc(func(b *busOptions) error {
 		if l == nil {
@@ -284,7 +278,7 @@ func WithAckTimeout(d time.Duration) SubscribeOption {
 }
 
 // WithMaxExtension caps how long the bus keeps a delivery's lease alive
-// while its handler runs (default DefaultMaxExtension, one hour), counted
+// while its handler runs (default one hour), counted
 // from when the message was received. While the handler runs, the bus
 // extends the lease through the backend about every quarter of the ack
 // timeout, so the ack timeout only matters when a process dies or hangs.
@@ -370,8 +364,8 @@ func WithStartFrom(f StartFrom) SubscribeOption {
 
 func defaultBackOff() backoff.BackOff {
 	e := backoff.NewExponentialBackOff()
-	e.InitialInterval = DefaultRetryInitial
-	e.MaxInterval = DefaultRetryMaxDelay
+	e.InitialInterval = defaultRetryInitial
+	e.MaxInterval = defaultRetryMaxDelay
 	e.MaxElapsedTime = 0
 	return e
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/bustest"
 )
 
@@ -65,7 +66,7 @@ func TestRecordsRejectReasonAndDeadLetterCopy(t *testing.T) {
 	cp := d.DeadLetter()
 	require.NotNil(t, cp)
 	assert.Equal(t, []byte("bad"), cp.Payload)
-	assert.Equal(t, "orders", cp.Headers[bus.HeaderDeadLetterTopic])
+	assert.Equal(t, "orders", cp.Headers[backend.HeaderDeadLetterTopic])
 }
 
 func TestRejectWithoutDeadLetterDrops(t *testing.T) {

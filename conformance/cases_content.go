@@ -11,20 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 // contentEdgeCases are messages at the edges of the content rule: what a
 // wire format is most likely to alter (surrounding spaces, line breaks,
 // header case, control-message look-alikes).
 func contentEdgeCases() []*bus.Message {
-	many := make(map[string]string, bus.MaxHeaders)
-	for i := range bus.MaxHeaders {
+	many := make(map[string]string, backend.MaxHeaders)
+	for i := range backend.MaxHeaders {
 		many["h"+strconv.Itoa(i)] = strconv.Itoa(i)
 	}
 	return []*bus.Message{
 		{ID: "x1", Payload: []byte("a")},
 		{ID: "x1.", Payload: []byte("b")}, // differs from x1 by one byte: must not be deduplicated
-		{ID: strings.Repeat("i", bus.MaxIDLen)},
+		{ID: strings.Repeat("i", backend.MaxIDLen)},
 		{ID: "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"},
 		{Key: " leading and trailing spaces ", Payload: []byte("c")},
 		{Key: "k\r\nX: 1", Payload: []byte("d")},
@@ -35,7 +36,7 @@ func contentEdgeCases() []*bus.Message {
 		{Headers: map[string]string{"Status": "100"}},
 		{Headers: map[string]string{"Status": "409", "Description": "Request Timeout"}},
 		{Headers: many, Payload: []byte("many headers")},
-		{Headers: map[string]string{"big": strings.Repeat("v", bus.MaxHeaderBytes-len("big"))}},
+		{Headers: map[string]string{"big": strings.Repeat("v", backend.MaxHeaderBytes-len("big"))}},
 		{Payload: []byte{0, 0xff, '\r', '\n', ' '}},
 	}
 }
@@ -86,22 +87,22 @@ func testContentRefused(t *testing.T, s *suite) {
 	}{
 		{"id with a trailing space", &bus.Message{ID: "x1 "}},
 		{"id with a line feed", &bus.Message{ID: "x1\n"}},
-		{"id too long", &bus.Message{ID: strings.Repeat("i", bus.MaxIDLen+1)}},
+		{"id too long", &bus.Message{ID: strings.Repeat("i", backend.MaxIDLen+1)}},
 		{"id with a non-ASCII byte", &bus.Message{ID: "idé"}},
 		{"key not UTF-8", &bus.Message{Key: "\xff"}},
-		{"key too long", &bus.Message{Key: strings.Repeat("k", bus.MaxKeyLen+1)}},
-		{"header key too long", &bus.Message{Headers: map[string]string{strings.Repeat("k", bus.MaxHeaderKeyLen+1): "v"}}},
+		{"key too long", &bus.Message{Key: strings.Repeat("k", backend.MaxKeyLen+1)}},
+		{"header key too long", &bus.Message{Headers: map[string]string{strings.Repeat("k", backend.MaxHeaderKeyLen+1): "v"}}},
 		{"header key with a reserved prefix", &bus.Message{Headers: map[string]string{"Nats-Msg-Id": "v"}}},
 		{"header value not UTF-8", &bus.Message{Headers: map[string]string{"k": "\xfe"}}},
 		{"header key with a space", &bus.Message{Headers: map[string]string{"a b": "v"}}},
 		{"too many headers", &bus.Message{Headers: func() map[string]string {
 			m := map[string]string{}
-			for i := range bus.MaxHeaders + 1 {
+			for i := range backend.MaxHeaders + 1 {
 				m["h"+strconv.Itoa(i)] = "v"
 			}
 			return m
 		}()}},
-		{"headers too large", &bus.Message{Headers: map[string]string{"k": strings.Repeat("v", bus.MaxHeaderBytes)}}},
+		{"headers too large", &bus.Message{Headers: map[string]string{"k": strings.Repeat("v", backend.MaxHeaderBytes)}}},
 	}
 	for _, tt := range tests {
 		before := h.be.publishes.Load()

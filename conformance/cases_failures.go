@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -32,11 +33,11 @@ func requireDeadLetterCopy(t testing.TB, got received, m *bus.Message, topic, gr
 	for k, v := range m.Headers {
 		assert.Equal(t, v, got.Headers[k], "the dead-letter copy keeps user header %q", k)
 	}
-	assert.Contains(t, got.Headers[bus.HeaderDeadLetterReason], reason, "reason header")
-	assert.Equal(t, topic, got.Headers[bus.HeaderDeadLetterTopic], "original topic header")
-	assert.Equal(t, group, got.Headers[bus.HeaderDeadLetterGroup], "group header")
-	assert.Equal(t, strconv.Itoa(attempt), got.Headers[bus.HeaderDeadLetterAttempt], "attempt header")
-	assert.Equal(t, m.ID, got.Headers[bus.HeaderDeadLetterID], "original ID header")
+	assert.Contains(t, got.Headers[backend.HeaderDeadLetterReason], reason, "reason header")
+	assert.Equal(t, topic, got.Headers[backend.HeaderDeadLetterTopic], "original topic header")
+	assert.Equal(t, group, got.Headers[backend.HeaderDeadLetterGroup], "group header")
+	assert.Equal(t, strconv.Itoa(attempt), got.Headers[backend.HeaderDeadLetterAttempt], "attempt header")
+	assert.Equal(t, m.ID, got.Headers[backend.HeaderDeadLetterID], "original ID header")
 }
 
 // testMaxDeliveriesDeadLetter: a message that keeps failing is tried max
@@ -44,7 +45,7 @@ func requireDeadLetterCopy(t testing.TB, got received, m *bus.Message, topic, gr
 func testMaxDeliveriesDeadLetter(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("maxdel"), h.group("maxdel")
-	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	dlq := h.deadLetterReader(topic + ".dlq")
 	in := &inbox{}
 	const maxDeliveries = 3
 	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
@@ -58,7 +59,7 @@ func testMaxDeliveriesDeadLetter(t *testing.T, s *suite) {
 		"no delivery after the last attempt and a single dead-letter copy")
 	assert.Equal(t, []int{1, 2, 3}, in.attempts(m.ID), "tried exactly max deliveries times")
 	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, maxDeliveries, errHandler.Error())
-	assert.Contains(t, dlq.all()[0].Headers[bus.HeaderDeadLetterReason], "max deliveries", "the reason names the limit")
+	assert.Contains(t, dlq.all()[0].Headers[backend.HeaderDeadLetterReason], "max deliveries", "the reason names the limit")
 	assert.Len(t, h.events.scope(observer.ScopeHandler), maxDeliveries, "each failed attempt is reported")
 }
 
@@ -68,7 +69,7 @@ func testMaxDeliveriesDeadLetter(t *testing.T, s *suite) {
 func testExpiredLeasesDeadLetter(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("expired"), h.group("expired")
-	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	dlq := h.deadLetterReader(topic + ".dlq")
 	in := &inbox{}
 	const maxDeliveries = 2
 	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
@@ -111,7 +112,7 @@ func testPermanentDeadLetter(t *testing.T, s *suite) {
 func testRejectDeadLetters(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("reject"), h.group("reject")
-	dlq := h.deadLetterReader(topic + bus.DefaultDeadLetterSfx)
+	dlq := h.deadLetterReader(topic + ".dlq")
 	in := &inbox{}
 	rejected := make(chan error, 2)
 	reject := func(ctx context.Context, d *bus.Delivery) error {

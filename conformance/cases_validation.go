@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 // requireNoIO checks that nothing reached the backend.
@@ -51,7 +52,7 @@ func testInvalidTopic(t *testing.T, s *suite) {
 		{"wildcard gt", "orders.>"},
 		{"non-ASCII", "commandés"},
 		{"NUL", "orders\x00"},
-		{"too long", strings.Repeat("a", bus.MaxTopicLen+1)},
+		{"too long", strings.Repeat("a", backend.MaxTopicLen+1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,7 +70,7 @@ func testInvalidTopic(t *testing.T, s *suite) {
 		topic string
 	}{
 		{"all character classes", "Conf_1-x:y." + uniqueSuffix()},
-		{"longest", padTopic("conf.longest."+uniqueSuffix(), bus.MaxTopicLen)},
+		{"longest", padTopic("conf.longest."+uniqueSuffix(), backend.MaxTopicLen)},
 	}
 	for _, tt := range valid {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,7 +101,7 @@ func testInvalidHeader(t *testing.T, s *suite) {
 		{"space in key", map[string]string{"bad key": "v"}},
 		{"colon in key", map[string]string{"bad:key": "v"}},
 		{"non-ASCII key", map[string]string{"clé": "v"}},
-		{"key too long", map[string]string{strings.Repeat("k", bus.MaxHeaderKeyLen+1): "v"}},
+		{"key too long", map[string]string{strings.Repeat("k", backend.MaxHeaderKeyLen+1): "v"}},
 		{"value not UTF-8", map[string]string{"x-v": "a\xffb"}},
 	}
 	for _, tt := range tests {
@@ -118,10 +119,10 @@ func testReservedHeaderPrefix(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic := h.topic("reserved")
 	var keys []string
-	for _, p := range bus.ReservedHeaderPrefixes {
+	for _, p := range backend.ReservedHeaderPrefixes {
 		keys = append(keys, p+"x", strings.ToUpper(p)+"X", p)
 	}
-	keys = append(keys, bus.HeaderDeadLetterReason, "Nats-Msg-Id")
+	keys = append(keys, backend.HeaderDeadLetterReason, "Nats-Msg-Id")
 	for _, k := range keys {
 		t.Run(k, func(t *testing.T) {
 			err := h.bus.Publish(context.Background(), topic, &bus.Message{Headers: map[string]string{k: "v"}})
@@ -150,7 +151,7 @@ func testOversizedPayload(t *testing.T, s *suite) {
 
 	// The default limit applies without the option.
 	d := s.newHarness(t)
-	def := bus.DefaultMaxPayload
+	def := backend.DefaultMaxPayload
 	if s.caps.MaxPayload > 0 && s.caps.MaxPayload < def {
 		def = s.caps.MaxPayload
 	}

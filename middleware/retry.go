@@ -11,8 +11,8 @@ import (
 
 // Defaults of Retry's in-process waits when newBackOff is nil. They are
 // short on purpose: they pace calls inside one delivery, while the bus's
-// bus.DefaultRetryInitial and bus.DefaultRetryMaxDelay pace redeliveries
-// through the broker.
+// retry backoff (100ms doubling to 30s) paces redeliveries through the
+// broker.
 const (
 	InProcessRetryInitial  = 10 * time.Millisecond
 	InProcessRetryMaxDelay = time.Second

@@ -218,13 +218,13 @@ func TestNackDelayExtendAndTermMapToJetStream(t *testing.T) {
 
 	dl, ok := sub.(backend.DeadLetterer)
 	require.True(t, ok, "JetStream subscriptions implement DeadLetterer")
-	cp := &backend.Message{ID: "m1", Payload: again.Payload, Headers: map[string]string{bus.HeaderDeadLetterReason: "bad"}}
+	cp := &backend.Message{ID: "m1", Payload: again.Payload, Headers: map[string]string{backend.HeaderDeadLetterReason: "bad"}}
 	require.NoError(t, dl.DeadLetter(context.Background(), again.AckID, "settle.dlq", cp))
 	dsub, err := be.Subscribe(context.Background(), "settle.dlq", subCfg(backend.StartOldest, 4))
 	require.NoError(t, err)
 	defer dsub.Close()
 	dead := receiveN(t, dsub, 1)[0]
-	assert.Equal(t, "bad", dead.Headers[bus.HeaderDeadLetterReason], "the dead-letter copy is stored")
+	assert.Equal(t, "bad", dead.Headers[backend.HeaderDeadLetterReason], "the dead-letter copy is stored")
 	msgs, err := sub.Receive(context.Background(), 4)
 	require.NoError(t, err)
 	assert.Empty(t, msgs, "a terminated message is not delivered again")

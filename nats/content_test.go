@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
@@ -35,12 +36,12 @@ func TestLargestMessageFits(t *testing.T) {
 			maxPayload := be.Capabilities().MaxPayload
 			require.Positive(t, maxPayload)
 			headers := map[string]string{}
-			per := bus.MaxHeaderBytes/bus.MaxHeaders - 4
-			for i := range bus.MaxHeaders {
+			per := backend.MaxHeaderBytes/backend.MaxHeaders - 4
+			for i := range backend.MaxHeaders {
 				k := "h" + strconv.Itoa(i)
 				headers[k] = " " + strings.Repeat("\n", per-len(k)-2) + " "
 			}
-			m := &bus.Message{ID: strings.Repeat("i", bus.MaxIDLen), Key: strings.Repeat("\r", bus.MaxKeyLen), Headers: headers, Payload: make([]byte, maxPayload)}
+			m := &bus.Message{ID: strings.Repeat("i", backend.MaxIDLen), Key: strings.Repeat("\r", backend.MaxKeyLen), Headers: headers, Payload: make([]byte, maxPayload)}
 			got := make(chan *bus.Delivery, 1)
 			_, err := b.Subscribe(ctx, "largest", func(_ context.Context, d *bus.Delivery) error {
 				got <- d

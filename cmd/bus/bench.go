@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -58,8 +59,8 @@ func (c *benchConfig) validate() error {
 	if c.N < 1 || c.N > seqMask {
 		errs = append(errs, fmt.Errorf("-n %d: want 1..%d", c.N, seqMask))
 	}
-	if c.Size < stampSize || c.Size > bus.DefaultMaxPayload {
-		errs = append(errs, fmt.Errorf("--size %d: want %d..%d (each payload carries a %d-byte sequence and timestamp)", c.Size, stampSize, bus.DefaultMaxPayload, stampSize))
+	if c.Size < stampSize || c.Size > backend.DefaultMaxPayload {
+		errs = append(errs, fmt.Errorf("--size %d: want %d..%d (each payload carries a %d-byte sequence and timestamp)", c.Size, stampSize, backend.DefaultMaxPayload, stampSize))
 	}
 	if c.Publishers < 1 {
 		errs = append(errs, fmt.Errorf("--publishers %d: want >= 1", c.Publishers))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
 )
 
 func TestFlagsAnywhereOnTheCommandLine(t *testing.T) {
@@ -58,4 +60,14 @@ func TestPublishWithAFlagAfterThePayloadPublishesOneMessage(t *testing.T) {
 	require.Equal(t, exitOK, code, "stderr: %s", stderr.String())
 	ids := strings.Fields(stdout.String())
 	assert.Len(t, ids, 1, "one message, hello, not three (hello, --key, k1)")
+}
+
+func TestParseAckModeRoundTrips(t *testing.T) {
+	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
+		got, err := parseAckMode(m.String())
+		require.NoError(t, err)
+		assert.Equal(t, m, got, "%s reads back", m)
+	}
+	_, err := parseAckMode("sometimes")
+	assert.ErrorContains(t, err, "sometimes", "an unknown mode is refused by name")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 // headerFlag collects repeated --header k=v flags.
@@ -103,7 +104,7 @@ func publishAll(ctx context.Context, p bus.Publisher, opts publishOptions, paylo
 		return n, nil
 	}
 	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64*1024), bus.DefaultMaxPayload+1)
+	sc.Buffer(make([]byte, 64*1024), backend.DefaultMaxPayload+1)
 	for sc.Scan() {
 		if err := send(append([]byte(nil), sc.Bytes()...)); err != nil {
 			return n, err

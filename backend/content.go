@@ -1,0 +1,29 @@
+package backend
+
+// The content rule: limits the bus applies in Publish before any I/O.
+// What Publish accepts, every backend carries byte-exact (a backend whose wire would alter a value
+// encodes it); what it refuses, it refuses the same way on every backend,
+// with an error wrapping bus.ErrInvalidMessage or bus.ErrPayloadTooLarge. With
+// these bounds the whole message, headers included, is bounded before any
+// I/O, so a batch is never half-written for a reason validation could see.
+const (
+	// MaxTopicLen is the longest topic in bytes.
+	MaxTopicLen = 200
+	// DefaultMaxPayload is the default payload limit (1 MiB).
+	DefaultMaxPayload = 1 << 20
+	// MaxIDLen is the longest message ID in bytes.
+	MaxIDLen = 256
+	// MaxKeyLen is the longest message key in bytes.
+	MaxKeyLen = 1024
+	// MaxHeaderKeyLen is the longest header key in bytes.
+	MaxHeaderKeyLen = 256
+	// MaxHeaders is the most headers a message may have.
+	MaxHeaders = 64
+	// MaxHeaderBytes bounds the headers of a message: the lengths of all
+	// keys and values added up.
+	MaxHeaderBytes = 16 << 10
+)
+
+// ReservedHeaderPrefixes are header key prefixes (compared without case)
+// that the bus and its backends use; user headers may not start with them.
+var ReservedHeaderPrefixes = []string{"bus-", "nats-"}
