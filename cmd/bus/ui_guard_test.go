@@ -41,7 +41,9 @@ func guardedUI(t *testing.T, auth string) (*httptest.Server, *uiServer, *bus.Bus
 	require.NoError(t, err)
 	log := &syncBuffer{}
 	u := &uiServer{b: b, allowWrites: true, guard: g, log: slog.New(slog.NewTextHandler(log, nil))}
-	return httptestServer(t, u), u, b, log
+	srv := httptestServer(t, u)
+	srv.Client().Timeout = 10 * time.Second // a hung request fails the test with a message
+	return srv, u, b, log
 }
 
 // post sends a purge of all payments.dlq with the headers given.
