@@ -37,6 +37,15 @@
 // wrapper around the backend proves that invalid input is rejected
 // before any backend call.
 //
+// Optional interfaces choose cases too: a backend whose subscriptions
+// implement backend.Releaser runs ShutdownsDoNotBurnAttempts (three
+// shutdowns during one slow handler, then a clean ack at Attempt 1), one
+// that implements backend.GroupSeeker runs SeekGroup, and
+// backend.TopicDeleter runs DeleteTopic. The shutdown cases check that
+// Close returns by its ctx on every path: after the Subscribe ctx ended
+// (CloseAfterSubscribeCtxEnded), concurrently (ConcurrentClosesBounded)
+// and after the backend failed for good (CloseAfterBackendFailure).
+//
 // Cases run one after another, never in parallel: the goroutine-leak case
 // needs a quiet process, and timing cases need the CPU.
 //
