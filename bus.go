@@ -290,7 +290,7 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 	}
 	if o.limiter != nil {
 		cfg.Limiter = o.limiter
-		if fb, ok := o.limiter.(LimiterFeedback); ok {
+		if fb, ok := o.limiter.(interface{ Feedback(time.Duration, error) }); ok {
 			cfg.Feedback = fb.Feedback
 		}
 	}

@@ -1,6 +1,11 @@
 package bus
 
-import "github.com/eventbus-go/bus/backend"
+import (
+	"fmt"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
 
 // BackendMessage lets external tests name the SPI message type briefly.
 type BackendMessage = backend.Message
@@ -12,3 +17,16 @@ func PendingPublishes(b *Bus, topic string) int { return b.batcher.Pending(topic
 // PublishTopicsKept returns how many topics the publish batching keeps
 // state for.
 func PublishTopicsKept(b *Bus) int { return b.batcher.TopicsKept() }
+
+// WithAckBatch sets how acks are batched, for tests that need acks to
+// flush at once or only on close: at most size ids per backend call and at
+// most interval between a settlement and its flush (defaults 256 and 5ms).
+func WithAckBatch(size int, interval time.Duration) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if size < 1 || interval <= 0 {
+			return fmt.Errorf("%w: ack batch size %d interval %v, want size >= 1 and interval > 0", ErrInvalidOption, size, interval)
+		}
+		b.ackBatch, b.ackInterval = size, interval
+		return nil
+	})
+}

@@ -16,7 +16,10 @@ import (
 // waits in a local buffer while its lease runs out; one limiter may be
 // shared by several subscriptions to cap a whole process.
 //
-// Implementations must be safe for concurrent use.
+// Implementations must be safe for concurrent use. A limiter that also has
+// a Feedback(latency time.Duration, err error) method (as
+// NewAdaptiveLimiter's does) is told each handler's latency and error,
+// before Release.
 type Limiter interface {
 	// Acquire blocks until at least one unit is free, then takes between
 	// 1 and max units and returns how many it took. It returns ctx.Err()
@@ -26,37 +29,32 @@ type Limiter interface {
 	Release(n int)
 }
 
-// LimiterFeedback is implemented by limiters that adapt to handler
-// outcomes. The bus calls Feedback once per handled message with the
-// handler's latency and error, before Release.
-type LimiterFeedback interface {
-	Feedback(latency time.Duration, err error)
-}
-
-// ConcurrencyLimiter caps the units held at once. Safe for concurrent use.
-type ConcurrencyLimiter struct{ slots *engine.Slots }
+// concurrencyLimiter caps the units held at once. Safe for concurrent use.
+type concurrencyLimiter struct{ slots *engine.Slots }
 
 // NewConcurrencyLimiter returns a limiter with limit units (limit >= 1).
-func NewConcurrencyLimiter(limit int) *ConcurrencyLimiter {
+// Share one between subscriptions to cap a whole process; its InUse and
+// Limit methods report the units held and the limit.
+func NewConcurrencyLimiter(limit int) Limiter {
 	if limit < 1 {
 		panic(fmt.Sprintf("bus: concurrency limit %d, want >= 1", limit))
 	}
-	return &ConcurrencyLimiter{slots: engine.NewSlots(limit)}
+	return &concurrencyLimiter{slots: engine.NewSlots(limit)}
 }
 
 // Acquire implements Limiter.
-func (l *ConcurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) {
+func (l *concurrencyLimiter) Acquire(ctx context.Context, max int) (int, error) {
 	return l.slots.Acquire(ctx, 1, max, nil)
 }
 
 // Release implements Limiter.
-func (l *ConcurrencyLimiter) Release(n int) { l.slots.Release(n) }
+func (l *concurrencyLimiter) Release(n int) { l.slots.Release(n) }
 
 // InUse returns the units held now.
-func (l *ConcurrencyLimiter) InUse() int { return l.slots.InUse() }
+func (l *concurrencyLimiter) InUse() int { return l.slots.InUse() }
 
 // Limit returns the current limit.
-func (l *ConcurrencyLimiter) Limit() int { return l.slots.Limit() }
+func (l *concurrencyLimiter) Limit() int { return l.slots.Limit() }
 
 // rateLimiter lets at most r messages per second start, with bursts of up
 // to burst. Units are not held: Release is a no-op. Safe for concurrent
@@ -107,7 +105,7 @@ type AdaptiveConfig struct {
 // errors or latency over target (multiplicative decrease), like TCP
 // congestion control. Safe for concurrent use.
 type adaptiveLimiter struct {
-	*ConcurrencyLimiter
+	*concurrencyLimiter
 	cfg AdaptiveConfig
 
 	mu    sync.Mutex
@@ -117,7 +115,7 @@ type adaptiveLimiter struct {
 // NewAdaptiveLimiter returns a concurrency limiter whose limit grows by one
 // per window of fast successes (additive increase) and shrinks by a factor
 // on errors or latency over target (multiplicative decrease), like TCP
-// congestion control; it implements LimiterFeedback, and its Limit method
+// congestion control; it takes feedback, and its Limit method
 // reports the current limit. Invalid configuration panics, like a bad
 // regexp.
 func NewAdaptiveLimiter(cfg AdaptiveConfig) Limiter {
@@ -140,13 +138,13 @@ func NewAdaptiveLimiter(cfg AdaptiveConfig) Limiter {
 		panic(fmt.Sprintf("bus: invalid adaptive limiter config %+v", cfg))
 	}
 	return &adaptiveLimiter{
-		ConcurrencyLimiter: NewConcurrencyLimiter(cfg.Initial),
+		concurrencyLimiter: NewConcurrencyLimiter(cfg.Initial).(*concurrencyLimiter),
 		cfg:                cfg,
 		limit:              float64(cfg.Initial),
 	}
 }
 
-// Feedback implements LimiterFeedback.
+// Feedback adapts the limit to one handled message.
 func (l *adaptiveLimiter) Feedback(latency time.Duration, err error) {
 	l.mu.Lock()
 	if err != nil || latency > l.cfg.Target {
@@ -157,7 +155,7 @@ func (l *adaptiveLimiter) Feedback(latency time.Duration, err error) {
 	l.limit = max(float64(l.cfg.Min), min(float64(l.cfg.Max), l.limit))
 	n := int(l.limit)
 	l.mu.Unlock()
-	if n != l.ConcurrencyLimiter.Limit() {
-		l.ConcurrencyLimiter.slots.SetLimit(n)
+	if n != l.concurrencyLimiter.Limit() {
+		l.concurrencyLimiter.slots.SetLimit(n)
 	}
 }

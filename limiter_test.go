@@ -41,7 +41,7 @@ func TestConcurrencyLimiterNeverHandsOutMoreThanLimit(t *testing.T) {
 	}
 	wg.Wait()
 	assert.LessOrEqual(t, int(peak.Load()), 4, "units held at once")
-	assert.Zero(t, l.InUse())
+	assert.Zero(t, l.(interface{ InUse() int }).InUse())
 }
 
 func TestConcurrencyLimiterAcquireTakesUpToMaxAndHonoursCtx(t *testing.T) {
@@ -84,7 +84,7 @@ func TestRateLimiterSpacesAcquisitions(t *testing.T) {
 
 func TestAdaptiveLimiterShrinksOnErrorsAndGrowsOnSuccess(t *testing.T) {
 	l, ok := bus.NewAdaptiveLimiter(bus.AdaptiveConfig{Initial: 10, Min: 2, Max: 20, Target: time.Second}).(interface {
-		bus.LimiterFeedback
+		Feedback(time.Duration, error)
 		Limit() int
 	})
 	require.True(t, ok, "the adaptive limiter takes feedback and reports its limit")

@@ -170,29 +170,21 @@ func WithMaxPayload(n int) Option {
 	})
 }
 
-// WithAckBatch sets how acks are batched: at most size ids per backend call
-// and at most interval between a settlement and its flush (defaults 256 and
-// 5ms).
-func WithAckBatch(size int, interval time.Duration) Option {
-	return busOptionFunc(func(b *busOptions) error {
-		if size < 1 || interval <= 0 {
-			return fmt.Errorf("%w: ack batch size %d interval %v, want size >= 1 and interval > 0", ErrInvalidOption, size, interval)
-		}
-		b.ackBatch, b.ackInterval = size, interval
-		return nil
-	})
-}
-
-// MiddlewareOption is returned by WithMiddleware; it is both a bus Option
+// middlewareOption is returned by WithMiddleware; it is both a bus Option
 // (applies to every subscription) and a SubscribeOption (applies to one).
-type MiddlewareOption struct{ mw []Middleware }
+type middlewareOption struct{ mw []Middleware }
 
 // WithMiddleware wraps handlers, outermost first. On New/Open it applies to
 // every subscription (outside the subscription's own middleware); on
 // Subscribe to that subscription.
-func WithMiddleware(mw ...Middleware) MiddlewareOption { return MiddlewareOption{mw: mw} }
+func WithMiddleware(mw ...Middleware) interface {
+	Option
+	SubscribeOption
+} {
+	return middlewareOption{mw: mw}
+}
 
-func (m MiddlewareOption) check() error {
+func (m middlewareOption) check() error {
 	for _, f := range m.mw {
 		if f == nil {
 			return fmt.Errorf("%w: nil middleware", ErrInvalidOption)
@@ -201,7 +193,7 @@ func (m MiddlewareOption) check() error {
 	return nil
 }
 
-func (m MiddlewareOption) applyBus(b *busOptions) error {
+func (m middlewareOption) applyBus(b *busOptions) error {
 	if err := m.check(); err != nil {
 		return err
 	}
@@ -209,7 +201,7 @@ func (m MiddlewareOption) applyBus(b *busOptions) error {
 	return nil
 }
 
-func (m MiddlewareOption) applySubscribe(s *subscribeOptions) error {
+func (m middlewareOption) applySubscribe(s *subscribeOptions) error {
 	if err := m.check(); err != nil {
 		return err
 	}

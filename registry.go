@@ -13,12 +13,12 @@ import (
 	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
-// OpenFunc opens a backend from a URL. It must not keep ctx.
-type OpenFunc func(ctx context.Context, u *url.URL) (backend.Backend, error)
+// openFunc opens a backend from a URL. It must not keep ctx.
+type openFunc = func(ctx context.Context, u *url.URL) (backend.Backend, error)
 
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]OpenFunc{}
+	registry   = map[string]openFunc{}
 )
 
 func init() {
@@ -27,9 +27,10 @@ func init() {
 	})
 }
 
-// Register makes a backend available to Open under a URL scheme. Backends
-// call it from init. It panics if open is nil or the scheme is taken.
-func Register(scheme string, open OpenFunc) {
+// Register makes a backend available to Open under a URL scheme: open
+// opens the backend from a URL and must not keep ctx. Backends call it
+// from init. It panics if open is nil or the scheme is taken.
+func Register(scheme string, open func(ctx context.Context, u *url.URL) (backend.Backend, error)) {
 	if open == nil {
 		panic("bus: Register open func is nil")
 	}

@@ -289,7 +289,7 @@ func TestSharedLimiterCapsTwoSubscriptions(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == 100 }, waitFor, time.Millisecond)
 	assert.LessOrEqual(t, int(peak.Load()), 3, "the shared limiter caps both subscriptions together")
-	require.Eventually(t, func() bool { return shared.InUse() <= 2 }, waitFor, time.Millisecond, "an idle subscription holds at most one unit of a shared limiter")
+	require.Eventually(t, func() bool { return shared.(interface{ InUse() int }).InUse() <= 2 }, waitFor, time.Millisecond, "an idle subscription holds at most one unit of a shared limiter")
 }
 
 func TestCloseDrainsInFlightAndFlushesAcksBeforeBackendClose(t *testing.T) {
