@@ -58,7 +58,9 @@
 // with the Nats- prefix are refused: the server would act on them.
 //
 // Each bus group is a durable pull consumer with explicit acks, AckWait =
-// the ack timeout, MaxDeliver above the bus's max deliveries (the bus
+// the longest ack timeout its members asked for (a member with a shorter
+// one never shortens the others' leases; to shorten a group's, delete its
+// consumer), MaxDeliver above the bus's max deliveries (the bus
 // dead-letters first; the server's limit is a safety net) and
 // MaxAckPending = 2*MaxInFlight + 512 (room for acks in transit). A member
 // pulls at most the capacity the bus reserved for one Receive, with one

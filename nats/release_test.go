@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -66,4 +67,36 @@ func TestReleaseOfAnExpiredLeaseIsStale(t *testing.T) {
 	err = sub.(backend.Releaser).Release(ctx, old.AckID)
 	require.ErrorIs(t, err, backend.ErrStale, "the expired delivery is stale")
 	require.NoError(t, sub.Ack(ctx, []backend.AckID{again.AckID}), "ack the newer delivery")
+}
+
+// A group's lease is its longest member's: a member that asks for a
+// shorter ack timeout does not shorten the others' (the issue of mixed ack
+// timeouts), one that asks for a longer one lengthens it.
+func TestMixedAckTimeoutsKeepTheLongestLease(t *testing.T) {
+	srv := natstest.Start(t)
+	o := isolated(t, srv.URL(), busnats.Options{})
+	ctx := context.Background()
+	be := connect(t, srv.URL(), o)
+	defer be.Close()
+	ackWait := func() time.Duration {
+		js, err := jetstream.New(be.Conn())
+		require.NoError(t, err)
+		cons, err := js.Consumer(ctx, o.StreamPrefix+"_mixed", "g")
+		require.NoError(t, err)
+		info, err := cons.Info(ctx)
+		require.NoError(t, err)
+		return info.Config.AckWait
+	}
+	for _, tt := range []struct{ ask, want time.Duration }{
+		{20 * time.Second, 20 * time.Second},
+		{time.Second, 20 * time.Second},
+		{30 * time.Second, 30 * time.Second},
+	} {
+		cfg := subCfg(backend.StartNewest, 1)
+		cfg.AckTimeout = tt.ask
+		sub, err := be.Subscribe(ctx, "mixed", cfg)
+		require.NoError(t, err)
+		defer sub.Close()
+		assert.Equal(t, tt.want, ackWait(), "a member asking for %v leaves the group's lease at %v", tt.ask, tt.want)
+	}
 }

@@ -240,7 +240,10 @@ func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.
 	}
 	have := c.CachedInfo().Config
 	upd := have
-	if have.AckWait != want.AckWait {
+	if have.AckWait < want.AckWait {
+		// The group's lease is its longest member's: a member with a
+		// shorter ack timeout never shortens the others' leases (it only
+		// judges its own deliveries stale earlier, which is safe).
 		upd.AckWait = want.AckWait
 	}
 	if have.MaxAckPending < want.MaxAckPending {
