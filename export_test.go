@@ -30,3 +30,6 @@ func WithAckBatch(size int, interval time.Duration) Option {
 		return nil
 	})
 }
+
+// VisibleASCII is the word-at-a-time check of message IDs.
+var VisibleASCII = visibleASCII

@@ -108,12 +108,37 @@ func validateID(id string) error {
 	if len(id) > backend.MaxIDLen {
 		return fmt.Errorf("%w: id is %d bytes, more than %d", ErrInvalidMessage, len(id), backend.MaxIDLen)
 	}
+	if visibleASCII(id) {
+		return nil
+	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x21 || c > 0x7e {
 			return fmt.Errorf("%w: id has byte %#x at %d (visible ASCII only)", ErrInvalidMessage, c, i)
 		}
 	}
 	return nil
+}
+
+// visibleASCII reports whether every byte of s is in 0x21-0x7e. It tests
+// eight bytes at a time: an ID is checked on every Publish.
+func visibleASCII(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		below := (w - 0x21*ones) &^ w & highs // some byte < 0x21
+		above := ((w + ones) | w) & highs     // some byte >= 0x7f
+		if below|above != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func validateHeader(k, v string) error {

@@ -223,3 +223,33 @@ func TestPermanentIsDetectedThroughWrapping(t *testing.T) {
 	assert.False(t, bus.IsPermanent(base))
 	assert.NoError(t, bus.Permanent(nil))
 }
+
+// The word-at-a-time ID check agrees with a byte loop for every byte
+// value at every position of IDs of every length up to three words.
+func TestVisibleASCIIAgreesWithByteLoop(t *testing.T) {
+	slow := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] < 0x21 || s[i] > 0x7e {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 1; n <= 24; n++ {
+		base := []byte(strings.Repeat("a", n))
+		require.True(t, bus.VisibleASCII(string(base)))
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := append([]byte(nil), base...)
+				b[pos] = byte(c)
+				require.Equal(t, slow(string(b)), bus.VisibleASCII(string(b)), "len %d, byte %#x at %d", n, c, pos)
+				if pos+1 < n { // a neighbour at the edges of the range
+					b[pos+1] = 0x7e
+					require.Equal(t, slow(string(b)), bus.VisibleASCII(string(b)), "len %d, byte %#x at %d then 0x7e", n, c, pos)
+					b[pos+1] = 0x21
+					require.Equal(t, slow(string(b)), bus.VisibleASCII(string(b)), "len %d, byte %#x at %d then 0x21", n, c, pos)
+				}
+			}
+		}
+	}
+}

@@ -208,7 +208,7 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		return nil
 	}
 	leases := make([]lease, n)
-	ms, out := buf.Next(n)
+	ms, out := buf.Overwrite(n) // deliver assigns each message whole
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
