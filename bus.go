@@ -23,7 +23,7 @@ type Bus struct {
 	caps    backend.Capabilities
 	opts    busOptions
 	optErr  error
-	publish PublishFunc
+	publish Publisher
 	batcher *coalesce.Coalescer
 
 	// ops counts publishes, subscribes being set up and the bus's own
@@ -82,18 +82,17 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 		b.opts.maxPayload = b.caps.MaxPayload
 	}
 	b.batcher = coalesce.New(be, o.batching.config(), &b.ops)
-	b.publish = b.publishCore
+	b.publish = corePublisher{b}
 	for i := len(o.publishMW) - 1; i >= 0; i-- {
-		b.publish = o.publishMW[i](b.publish)
+		if p := o.publishMW[i](b.publish); p != nil {
+			b.publish = p
+		}
 	}
 	return b
 }
 
 // Capabilities returns what the backend guarantees.
 func (b *Bus) Capabilities() backend.Capabilities { return b.caps }
-
-// Backend returns the backend the bus runs on.
-func (b *Bus) Backend() backend.Backend { return b.be }
 
 // Publish validates msgs, assigns IDs to messages without one, and
 // publishes them to topic as one batch. Invalid input is rejected before
@@ -123,24 +122,31 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
 	}
 	defer b.ops.leave()
-	return b.publish(ctx, topic, msgs)
+	return b.publish.Publish(ctx, topic, msgs...)
+}
+
+// corePublisher is the publish path under the publish middleware.
+type corePublisher struct{ b *Bus }
+
+func (c corePublisher) Publish(ctx context.Context, topic string, msgs ...*Message) error {
+	return c.b.publishCore(ctx, topic, msgs)
 }
 
 func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) error {
-	if err := ValidateTopic(topic); err != nil {
+	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: publish: %w", err)
 	}
 	if len(msgs) == 0 {
 		return nil
 	}
-	var failed []FailedMessage
+	var failed []backend.Failure
 	for i, m := range msgs {
 		if err := validateMessage(m, b.opts.maxPayload); err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID
 			}
-			failed = append(failed, FailedMessage{Index: i, ID: id, Err: err})
+			failed = append(failed, backend.Failure{Index: i, ID: id, Err: err})
 		}
 	}
 	if failed != nil {
@@ -159,13 +165,13 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	}
 	var be *backend.BatchError
 	if errors.As(err, &be) {
-		pe := &PublishError{Topic: topic, Failed: make([]FailedMessage, 0, len(be.Failed))}
+		pe := &PublishError{Topic: topic, Failed: make([]backend.Failure, 0, len(be.Failed))}
 		for _, f := range be.Failed {
 			id := ""
 			if f.Index >= 0 && f.Index < len(msgs) {
 				id = msgs[f.Index].ID
 			}
-			pe.Failed = append(pe.Failed, FailedMessage{Index: f.Index, ID: id, Err: f.Err})
+			pe.Failed = append(pe.Failed, backend.Failure{Index: f.Index, ID: id, Err: f.Err})
 		}
 		return pe
 	}
@@ -212,7 +218,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	if b.optErr != nil {
 		return nil, b.optErr
 	}
-	if err := ValidateTopic(topic); err != nil {
+	if err := backend.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("bus: subscribe: %w", err)
 	}
 	if h == nil {

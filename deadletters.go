@@ -40,7 +40,7 @@ type DeadLetter struct {
 // first (limit <= 0 means all); messages of dlq without the dead-letter
 // headers are skipped. Listing consumes nothing.
 func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLetter, error) {
-	if err := ValidateTopic(dlq); err != nil {
+	if err := backend.ValidateTopic(dlq); err != nil {
 		return nil, fmt.Errorf("bus: dead letters: %w", err)
 	}
 	in, err := b.inspector("dead letters")
@@ -69,7 +69,7 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 // returns how many were replayed. IDs that name no dead letter of dlq are
 // an error wrapping ErrNotFound, after the others were replayed.
 func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
-	if err := ValidateTopic(dlq); err != nil {
+	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
 	}
 	in, err := b.inspector("replay dead letters")
@@ -115,7 +115,7 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 // removed. IDs that name no dead letter of dlq are an error wrapping
 // ErrNotFound, after the others were removed.
 func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
-	if err := ValidateTopic(dlq); err != nil {
+	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: purge dead letters: %w", err)
 	}
 	in, err := b.inspector("purge dead letters")

@@ -9,28 +9,6 @@ import (
 	"github.com/eventbus-go/bus/internal/engine"
 )
 
-// Outcome is how a delivery was settled.
-type Outcome = engine.Outcome
-
-// The outcomes of a delivery; Outcome.String names them "pending", "ack",
-// "nack", "dead_letter", "dropped" and "expired".
-const (
-	// OutcomePending: not settled yet.
-	OutcomePending = engine.OutcomePending
-	// OutcomeAcked: acked; it will not be delivered to the group again.
-	OutcomeAcked = engine.OutcomeAcked
-	// OutcomeNacked: handed back for redelivery (after a delay), or
-	// released by a shutdown.
-	OutcomeNacked = engine.OutcomeNacked
-	// OutcomeDeadLettered: moved to the dead-letter topic.
-	OutcomeDeadLettered = engine.OutcomeDeadLettered
-	// OutcomeDropped: rejected with dead-lettering off; acked and dropped.
-	OutcomeDropped = engine.OutcomeDropped
-	// OutcomeExpired: the lease ran out before it was settled (AckManual);
-	// the backend redelivers it.
-	OutcomeExpired = engine.OutcomeExpired
-)
-
 // Delivery is one received message plus its settlement methods. The
 // settlement methods are safe for concurrent use; the first settlement
 // wins and later ones return an error wrapping ErrAlreadySettled. A
@@ -73,7 +51,7 @@ func info(d *Delivery) backend.Message {
 
 // detached is the error of a settlement on a zero Delivery.
 func detached(op string) error {
-	return fmt.Errorf("bus: %s: %w (use bustest.NewDelivery to test a handler)", op, ErrDetached)
+	return fmt.Errorf("bus: %s: %w: the delivery is not from a subscription (use bustest.NewDelivery to test a handler)", op, ErrInvalidMessage)
 }
 
 // Ack settles the delivery as done. Acks are batched; a failed flush is
@@ -114,31 +92,13 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	return d.rec.Extend(ctx)
 }
 
-// OnSettle registers fn to be called once, with the outcome and the error
-// of the settlement, when the delivery is settled (or its lease expires).
-// If it is already settled fn is called at once. Middleware uses it to end
-// spans and count outcomes. On a Delivery that did not come from a
-// subscription fn is never called.
-func (d *Delivery) OnSettle(fn func(Outcome, error)) {
-	if d.rec != nil {
-		d.rec.OnSettle(fn)
+// init lets the middleware package read a delivery's settlement (see
+// middleware.OnSettle) without the Delivery exporting it.
+func init() {
+	engine.SettledOf = func(pub any) engine.Settled {
+		if d, ok := pub.(*Delivery); ok && d.rec != nil {
+			return d.rec
+		}
+		return nil
 	}
-}
-
-// Outcome returns how the delivery was settled so far.
-func (d *Delivery) Outcome() Outcome {
-	if d.rec == nil {
-		return OutcomePending
-	}
-	return d.rec.Outcome()
-}
-
-// DeadLetterCode is the reason code of a delivery that was dead-lettered
-// (or dropped with dead-lettering off), and "" otherwise. Middleware reads
-// it in an OnSettle hook, for example to label metrics.
-func (d *Delivery) DeadLetterCode() backend.DeadLetterCode {
-	if d.rec == nil {
-		return ""
-	}
-	return d.rec.DeadLetterCode()
 }

@@ -22,7 +22,8 @@ func TestZeroDeliveryReturnsClearErrors(t *testing.T) {
 		"reject": d.Reject(ctx, errors.New("x")),
 		"extend": d.Extend(ctx),
 	} {
-		require.ErrorIs(t, err, bus.ErrDetached, "%s on a zero Delivery", name)
+		require.ErrorIs(t, err, bus.ErrInvalidMessage, "%s on a zero Delivery", name)
+		assert.Contains(t, err.Error(), "not from a subscription", "%s: the error says what is wrong", name)
 		assert.Contains(t, err.Error(), "bustest.NewDelivery", "%s: the error says what to use instead", name)
 	}
 }

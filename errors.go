@@ -16,8 +16,10 @@ var (
 	ErrClosed = backend.ErrClosed
 	// ErrInvalidTopic: the topic is empty, too long, or has a character
 	// outside letters, digits and ". _ - :", or an empty "."-token.
-	ErrInvalidTopic = errors.New("invalid topic")
-	// ErrInvalidMessage: a message is nil or has an invalid header.
+	ErrInvalidTopic = backend.ErrInvalidTopic
+	// ErrInvalidMessage: a message is nil or invalid (see Publish), or a
+	// settlement method was called on a Delivery that did not come from a
+	// subscription (use bustest.NewDelivery to unit-test handlers).
 	ErrInvalidMessage = errors.New("invalid message")
 	// ErrPayloadTooLarge: a payload is over the max payload.
 	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
@@ -42,14 +44,8 @@ var (
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
 	ErrAlreadySettled = engine.ErrAlreadySettled
-	// ErrDetached: a settlement method was called on a Delivery that did
-	// not come from a subscription (a zero Delivery). Use
-	// bustest.NewDelivery to unit-test handlers.
-	ErrDetached = errors.New("delivery is not from a subscription")
 	// ErrNotFound: a dead letter named by its ID is not on the topic.
 	ErrNotFound = errors.New("not found")
-	// ErrUnknownScheme: Open got a URL whose scheme no backend registered.
-	ErrUnknownScheme = errors.New("unknown backend scheme")
 )
 
 // PublishError is returned by Publish when some messages of a batch failed.
@@ -60,15 +56,8 @@ var (
 // backend stored every message not listed in Failed.
 type PublishError struct {
 	Topic    string
-	Failed   []FailedMessage
+	Failed   []backend.Failure // position in the Publish call, Message.ID, error
 	Rejected bool
-}
-
-// FailedMessage is one message of a batch that was not published.
-type FailedMessage struct {
-	Index int    // position in the Publish call
-	ID    string // Message.ID
-	Err   error
 }
 
 func (e *PublishError) Error() string {

@@ -47,7 +47,7 @@ func ExampleOpen() {
 	fmt.Println(caps.Name, "redelivery:", caps.Redelivery, "start oldest:", caps.StartOldest)
 
 	_, err = bus.Open(ctx, "carrier-pigeon://loft")
-	fmt.Println(errors.Is(err, bus.ErrUnknownScheme))
+	fmt.Println(errors.Is(err, bus.ErrInvalidOption))
 	// Output:
 	// mem redelivery: true start oldest: true
 	// true

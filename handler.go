@@ -9,12 +9,12 @@ type Handler func(ctx context.Context, d *Delivery) error
 // Middleware wraps a Handler. See package middleware.
 type Middleware func(Handler) Handler
 
-// PublishFunc publishes a batch; it is the shape publish middleware wraps.
-type PublishFunc func(ctx context.Context, topic string, msgs []*Message) error
-
-// PublishMiddleware wraps the publish path (WithPublishMiddleware). It runs
-// after IDs are assigned and before validation and I/O; it may add headers.
-type PublishMiddleware func(PublishFunc) PublishFunc
+// PublishMiddleware wraps the publish path (WithPublishMiddleware): it
+// returns a Publisher that does its work and calls next. It runs after IDs
+// are assigned and before validation and I/O; it may add headers (to
+// copies: the caller's messages are its own). middleware.PublishFunc turns
+// a function into a Publisher.
+type PublishMiddleware func(next Publisher) Publisher
 
 // Publisher publishes messages. *Bus implements it.
 type Publisher interface {

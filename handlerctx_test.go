@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -125,18 +126,18 @@ func TestManualLeasesExpireOnlyUnsettledDeliveries(t *testing.T) {
 	wg.Wait()
 	require.Eventually(t, func() bool {
 		for _, d := range ds {
-			if d.Outcome() == bus.OutcomePending {
+			if middleware.OutcomeOf(d) == middleware.OutcomePending {
 				return false
 			}
 		}
 		return true
 	}, waitFor, time.Millisecond, "every unsettled manual delivery expires")
 	for i, d := range ds {
-		want := bus.OutcomeAcked
+		want := middleware.OutcomeAcked
 		if i%2 == 1 {
-			want = bus.OutcomeExpired
+			want = middleware.OutcomeExpired
 		}
-		assert.Equal(t, want, d.Outcome(), "delivery %d", i)
+		assert.Equal(t, want, middleware.OutcomeOf(d), "delivery %d", i)
 	}
 	assert.Len(t, ev.byScope(observer.ScopeLease), n/2, "one lease event per expired delivery")
 	// The slots came back: the next message is delivered.

@@ -14,17 +14,6 @@ import (
 // without one they return an error wrapping ErrUnsupported. The dead-letter
 // operations are in deadletters.go.
 
-// TopicInfo describes one topic: its retained messages and bytes, and the
-// publish times of the oldest and newest. A figure the backend cannot know
-// is unknown (Known reports false; it prints "unknown" and is null in
-// JSON), never 0.
-type TopicInfo = backend.TopicInfo
-
-// GroupInfo describes one consumer group of a topic: its members, the
-// messages it received but has not settled (Pending), and those it has not
-// received yet (Lag).
-type GroupInfo = backend.GroupInfo
-
 // peekPage is how many messages one Inspector.Peek call reads.
 const peekPage = 256
 
@@ -41,7 +30,7 @@ func (b *Bus) inspector(op string) (backend.Inspector, error) {
 
 // Topics lists the backend's topics with their retained counts, sorted by
 // name.
-func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
+func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	in, err := b.inspector("topics")
 	if err != nil {
 		return nil, err
@@ -55,8 +44,8 @@ func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
 
 // Groups lists the consumer groups of topic with their lag and pending
 // counts.
-func (b *Bus) Groups(ctx context.Context, topic string) ([]GroupInfo, error) {
-	if err := ValidateTopic(topic); err != nil {
+func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	if err := backend.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("bus: groups: %w", err)
 	}
 	in, err := b.inspector("groups")
@@ -73,7 +62,7 @@ func (b *Bus) Groups(ctx context.Context, topic string) ([]GroupInfo, error) {
 // DeadLetterTopics lists the topics that hold dead letters, whatever their
 // names (WithDeadLetter may name any topic): those whose oldest retained
 // message carries the dead-letter headers. It reads one message per topic.
-func (b *Bus) DeadLetterTopics(ctx context.Context) ([]TopicInfo, error) {
+func (b *Bus) DeadLetterTopics(ctx context.Context) ([]backend.TopicInfo, error) {
 	in, err := b.inspector("dead-letter topics")
 	if err != nil {
 		return nil, err
@@ -82,7 +71,7 @@ func (b *Bus) DeadLetterTopics(ctx context.Context) ([]TopicInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: dead-letter topics: %w", err)
 	}
-	var out []TopicInfo
+	var out []backend.TopicInfo
 	for _, t := range ts {
 		msgs, _, err := in.Peek(ctx, t.Name, "", 1)
 		if err != nil {
@@ -100,7 +89,7 @@ func (b *Bus) DeadLetterTopics(ctx context.Context) ([]TopicInfo, error) {
 // with an error, as the backend documents. Deleting a topic that does not
 // exist is not an error.
 func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
-	if err := ValidateTopic(topic); err != nil {
+	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: delete topic: %w", err)
 	}
 	if b.optErr != nil {
@@ -116,19 +105,14 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 	return nil
 }
 
-// SeekTarget is where SeekGroup moves a group: Oldest (every retained
-// message again), Newest (only what is published from now on), or the
-// first message published at or after Time.
-type SeekTarget = backend.SeekTarget
-
 // SeekGroup moves a consumer group of topic, as Pub/Sub seeks a
 // subscription: the group then receives the messages from the target on,
 // whether it had received or settled them before or not, and none before
 // it. It needs a backend.GroupSeeker; backends document what happens to
 // the deliveries in flight and whether the group's members must be
 // stopped first. An unknown group is an error wrapping ErrNotFound.
-func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to SeekTarget) error {
-	if err := ValidateTopic(topic); err != nil {
+func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to backend.SeekTarget) error {
+	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: seek group: %w", err)
 	}
 	if group == "" || to.Oldest && to.Newest || !to.Oldest && !to.Newest && to.Time.IsZero() {

@@ -6,7 +6,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/msgid"
 )
 
 // Message is one event. Publish assigns ID when it is empty.
@@ -28,42 +27,6 @@ type Message struct {
 	Headers map[string]string
 	// Payload is opaque bytes.
 	Payload []byte
-}
-
-// NewMessage returns a message with payload and a fresh ID.
-func NewMessage(payload []byte) *Message {
-	return &Message{ID: msgid.New(), Payload: payload}
-}
-
-// ValidateTopic reports whether topic is a valid topic name. The error
-// wraps ErrInvalidTopic.
-func ValidateTopic(topic string) error {
-	if topic == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidTopic)
-	}
-	if len(topic) > backend.MaxTopicLen {
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidTopic, len(topic), backend.MaxTopicLen)
-	}
-	prevDot := true // a leading dot is an empty token
-	for i := 0; i < len(topic); i++ {
-		c := topic[i]
-		switch {
-		case c == '.':
-			if prevDot {
-				return fmt.Errorf("%w: %q has an empty token", ErrInvalidTopic, topic)
-			}
-			prevDot = true
-			continue
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == ':':
-		default:
-			return fmt.Errorf("%w: %q has character %q at %d (allowed: letters, digits, . _ - :)", ErrInvalidTopic, topic, c, i)
-		}
-		prevDot = false
-	}
-	if prevDot {
-		return fmt.Errorf("%w: %q has an empty token", ErrInvalidTopic, topic)
-	}
-	return nil
 }
 
 // validateMessage checks one message against the content rule and the

@@ -38,7 +38,7 @@ func TestValidateTopicAcceptsAndRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := bus.ValidateTopic(tt.topic)
+			err := backend.ValidateTopic(tt.topic)
 			if tt.ok {
 				assert.NoError(t, err, "topic %q should be valid", tt.topic)
 				return
@@ -203,7 +203,7 @@ func TestInvalidBusOptionIsReturnedByEveryCall(t *testing.T) {
 func TestOpenUnknownSchemeListsKnownOnes(t *testing.T) {
 	_, err := bus.Open(context.Background(), "kafka://user:secret@host:9092")
 	require.Error(t, err)
-	assert.ErrorIs(t, err, bus.ErrUnknownScheme)
+	assert.ErrorIs(t, err, bus.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "mem", "the error lists the known schemes")
 	assert.NotContains(t, err.Error(), "secret", "the URL is redacted")
 }

@@ -213,7 +213,7 @@ func (m middlewareOption) applySubscribe(s *subscribeOptions) error {
 // one group share the messages; every group gets every message.
 func WithGroup(group string) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
-		if err := ValidateTopic(group); err != nil {
+		if err := backend.ValidateTopic(group); err != nil {
 			return fmt.Errorf("%w: group %q: must follow the topic rules", ErrInvalidOption, group)
 		}
 		s.group = group
@@ -307,7 +307,7 @@ func WithMaxDeliveries(n int) SubscribeOption {
 func WithDeadLetter(topic string) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if topic != "" {
-			if err := ValidateTopic(topic); err != nil {
+			if err := backend.ValidateTopic(topic); err != nil {
 				return fmt.Errorf("%w: dead-letter topic: %w", ErrInvalidOption, err)
 			}
 		}

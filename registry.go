@@ -4,21 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/registry"
 	"github.com/eventbus-go/bus/internal/urlopt"
-)
-
-// openFunc opens a backend from a URL. It must not keep ctx.
-type openFunc = func(ctx context.Context, u *url.URL) (backend.Backend, error)
-
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]openFunc{}
 )
 
 func init() {
@@ -31,27 +22,7 @@ func init() {
 // opens the backend from a URL and must not keep ctx. Backends call it
 // from init. It panics if open is nil or the scheme is taken.
 func Register(scheme string, open func(ctx context.Context, u *url.URL) (backend.Backend, error)) {
-	if open == nil {
-		panic("bus: Register open func is nil")
-	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[scheme]; dup {
-		panic("bus: Register called twice for scheme " + scheme)
-	}
-	registry[scheme] = open
-}
-
-// Schemes returns the registered URL schemes, sorted.
-func Schemes() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	s := make([]string, 0, len(registry))
-	for k := range registry {
-		s = append(s, k)
-	}
-	slices.Sort(s)
-	return s
+	registry.Add(scheme, open)
 }
 
 // Open opens the backend named by rawURL's scheme ("mem://",
@@ -60,21 +31,19 @@ func Schemes() []string {
 // package. The URL is redacted in errors.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 	if !strings.Contains(rawURL, "://") && !strings.HasPrefix(rawURL, "mem:") {
-		return nil, fmt.Errorf("bus: open: %w: %w", ErrUnknownScheme, urlopt.MissingScheme(rawURL, Schemes()))
+		return nil, fmt.Errorf("bus: open: %w: unknown backend scheme: %w", ErrInvalidOption, urlopt.MissingScheme(rawURL, registry.Schemes()))
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bus: open: %w", urlopt.ParseError(rawURL))
 	}
-	registryMu.RLock()
-	open, ok := registry[u.Scheme]
-	registryMu.RUnlock()
+	open, ok := registry.Lookup(u.Scheme)
 	if !ok {
 		hint := ""
 		if pkg := firstPartyPackages[u.Scheme]; pkg != "" {
 			hint = fmt.Sprintf("; import _ %q", pkg)
 		}
-		return nil, fmt.Errorf("bus: open %q: %w %q (known: %v%s)", redactURL(u), ErrUnknownScheme, u.Scheme, Schemes(), hint)
+		return nil, fmt.Errorf("bus: open %q: %w: unknown backend scheme %q (known: %v%s)", redactURL(u), ErrInvalidOption, u.Scheme, registry.Schemes(), hint)
 	}
 	if err := urlopt.CheckForm(u, false); err != nil {
 		return nil, fmt.Errorf("bus: open: %w", err)

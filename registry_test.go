@@ -12,7 +12,7 @@ import (
 
 func TestOpenWithoutSchemeSuggestsOneAndShowsThePort(t *testing.T) {
 	_, err := bus.Open(context.Background(), "localhost:6379")
-	require.ErrorIs(t, err, bus.ErrUnknownScheme)
+	require.ErrorIs(t, err, bus.ErrInvalidOption)
 	assert.Contains(t, err.Error(), `did you mean "redis://localhost:6379"`, "the fix is suggested")
 	assert.Contains(t, err.Error(), "localhost:6379", "the port is not masked")
 	assert.NotContains(t, err.Error(), "xxxxx")

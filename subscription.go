@@ -22,12 +22,6 @@ func (s *Subscription) Done() <-chan struct{} { return s.eng.Done() }
 // after a clean Close, otherwise why it stopped.
 func (s *Subscription) Err() error { return s.eng.Err() }
 
-// Topic returns the subscribed topic.
-func (s *Subscription) Topic() string { return s.topic }
-
-// Group returns the consumer group.
-func (s *Subscription) Group() string { return s.group }
-
 // Close stops the subscription, like net/http.Server.Shutdown:
 //  1. it stops fetching;
 //  2. it lets in-flight handlers finish until ctx ends, then cancels their

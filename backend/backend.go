@@ -238,9 +238,12 @@ type Capabilities struct {
 	MaxPayload int
 }
 
-// Failure is one failed message of a batch.
+// Failure is one failed message of a batch: its position in the batch,
+// its message ID and the error. A backend may leave ID empty; the bus
+// fills it in before the failure reaches the caller (bus.PublishError).
 type Failure struct {
 	Index int
+	ID    string
 	Err   error
 }
 

@@ -1,5 +1,7 @@
 package backend
 
+import "fmt"
+
 // The content rule: limits the bus applies in Publish before any I/O.
 // What Publish accepts, every backend carries byte-exact (a backend whose wire would alter a value
 // encodes it); what it refuses, it refuses the same way on every backend,
@@ -27,3 +29,34 @@ const (
 // ReservedHeaderPrefixes are header key prefixes (compared without case)
 // that the bus and its backends use; user headers may not start with them.
 var ReservedHeaderPrefixes = []string{"bus-", "nats-"}
+
+// ValidateTopic reports whether topic is a valid topic name. The error
+// wraps ErrInvalidTopic (bus.ErrInvalidTopic).
+func ValidateTopic(topic string) error {
+	if topic == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidTopic)
+	}
+	if len(topic) > MaxTopicLen {
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidTopic, len(topic), MaxTopicLen)
+	}
+	prevDot := true // a leading dot is an empty token
+	for i := 0; i < len(topic); i++ {
+		c := topic[i]
+		switch {
+		case c == '.':
+			if prevDot {
+				return fmt.Errorf("%w: %q has an empty token", ErrInvalidTopic, topic)
+			}
+			prevDot = true
+			continue
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == ':':
+		default:
+			return fmt.Errorf("%w: %q has character %q at %d (allowed: letters, digits, . _ - :)", ErrInvalidTopic, topic, c, i)
+		}
+		prevDot = false
+	}
+	if prevDot {
+		return fmt.Errorf("%w: %q has an empty token", ErrInvalidTopic, topic)
+	}
+	return nil
+}

@@ -12,6 +12,10 @@ var ErrClosed = errors.New("closed")
 // still unsettled.
 var ErrStale = errors.New("stale delivery")
 
+// ErrInvalidTopic is wrapped by the error of ValidateTopic; the bus
+// re-exports it as bus.ErrInvalidTopic.
+var ErrInvalidTopic = errors.New("invalid topic")
+
 // ErrInvalidOption is wrapped by errors about an option or URL parameter
 // that is out of range, unknown or repeated. The bus re-exports it as
 // bus.ErrInvalidOption so one errors.Is works for every backend.

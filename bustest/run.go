@@ -8,6 +8,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -24,7 +25,7 @@ type Result struct {
 	// dead_letter (Code and Reason say why); dropped (dead-lettering off);
 	// pending (an AckManual handler that settled nothing: the message
 	// comes back after its lease).
-	Outcome bus.Outcome
+	Outcome middleware.Outcome
 	// RetryAfter is the delay of the redelivery the bus asked for, when
 	// Outcome is a nack.
 	RetryAfter time.Duration
@@ -39,9 +40,9 @@ type Result struct {
 // String describes the result for test failure messages.
 func (r Result) String() string {
 	switch r.Outcome {
-	case bus.OutcomeNacked:
+	case middleware.OutcomeNacked:
 		return fmt.Sprintf("retry after %v (handler error: %v)", r.RetryAfter, r.Err)
-	case bus.OutcomeDeadLettered, bus.OutcomeDropped:
+	case middleware.OutcomeDeadLettered, middleware.OutcomeDropped:
 		return fmt.Sprintf("%s with code %s: %s", r.Outcome, r.Code, r.Reason)
 	}
 	return fmt.Sprintf("%s (handler error: %v)", r.Outcome, r.Err)
@@ -97,7 +98,7 @@ func run(ctx context.Context, b *bus.Bus, rec *recorder, h bus.Handler, msg *bus
 	calls := make(chan handled, 1)
 	wrapped := func(ctx context.Context, d *bus.Delivery) (err error) {
 		settled := make(chan struct{})
-		d.OnSettle(func(bus.Outcome, error) { close(settled) })
+		middleware.OnSettle(d, func(middleware.Outcome, error) { close(settled) })
 		defer func() {
 			if p := recover(); p != nil {
 				calls <- handled{d, fmt.Errorf("handler panic: %v", p), settled}
@@ -147,7 +148,7 @@ func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, err
 	res := Result{Called: true, Err: c.err}
 	if r.cfg.ackMode == bus.AckManual {
 		res = r.result(res, c.d)
-		if res.Outcome == bus.OutcomePending {
+		if res.Outcome == middleware.OutcomePending {
 			// Decided: hand it back, so the private bus closes without
 			// waiting for the lease.
 			_ = c.d.Nack(ctx, 0)
@@ -168,16 +169,16 @@ func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, err
 func (r *recorder) result(res Result, d *bus.Delivery) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res.Outcome = bus.OutcomeAcked
+	res.Outcome = middleware.OutcomeAcked
 	switch {
 	case d != nil:
-		res.Outcome, res.Code = d.Outcome(), d.DeadLetterCode()
+		res.Outcome, res.Code = middleware.OutcomeOf(d), middleware.DeadLetterCodeOf(d)
 	case r.deadLettered:
-		res.Outcome = bus.OutcomeDeadLettered
+		res.Outcome = middleware.OutcomeDeadLettered
 	case r.nacked:
-		res.Outcome = bus.OutcomeNacked
+		res.Outcome = middleware.OutcomeNacked
 	}
-	if res.Outcome == bus.OutcomeNacked {
+	if res.Outcome == middleware.OutcomeNacked {
 		res.RetryAfter = r.nackDelay
 	}
 	if r.deadLettered {

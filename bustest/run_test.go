@@ -14,6 +14,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/bustest"
 	_ "github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -26,7 +27,7 @@ func constant(d time.Duration) bus.SubscribeOption {
 // realDecision runs h on a real mem:// bus with opts until the bus settles
 // the message's attempt-th delivery, and returns what it did: the outcome
 // and dead-letter code of that delivery and the attempt of the next one.
-func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (bus.Outcome, backend.DeadLetterCode) {
+func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (middleware.Outcome, backend.DeadLetterCode) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -34,13 +35,13 @@ func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.Subscrib
 	require.NoError(t, err)
 	defer b.Close(ctx)
 	type decision struct {
-		o    bus.Outcome
+		o    middleware.Outcome
 		code backend.DeadLetterCode
 	}
 	got := make(chan decision, 1)
 	_, err = b.Subscribe(ctx, "real", func(ctx context.Context, d *bus.Delivery) error {
 		if d.Attempt == attempt {
-			d.OnSettle(func(o bus.Outcome, _ error) { got <- decision{o, d.DeadLetterCode()} })
+			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { got <- decision{o, middleware.DeadLetterCodeOf(d)} })
 			return h(ctx, d)
 		}
 		return errBusy // earlier attempts fail, to reach the one under test
@@ -65,13 +66,13 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 		name     string
 		h        bus.Handler
 		attempt  int
-		want     bus.Outcome
+		want     middleware.Outcome
 		wantCode backend.DeadLetterCode
 	}{
-		{"success acks", ok, 1, bus.OutcomeAcked, ""},
-		{"an error retries", busy, 1, bus.OutcomeNacked, ""},
-		{"an error on the last attempt dead-letters", busy, 3, bus.OutcomeDeadLettered, backend.CodeMaxDeliveries},
-		{"a permanent error dead-letters at once", bad, 1, bus.OutcomeDeadLettered, backend.CodePermanent},
+		{"success acks", ok, 1, middleware.OutcomeAcked, ""},
+		{"an error retries", busy, 1, middleware.OutcomeNacked, ""},
+		{"an error on the last attempt dead-letters", busy, 3, middleware.OutcomeDeadLettered, backend.CodeMaxDeliveries},
+		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, backend.CodePermanent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,7 +84,7 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 			assert.Equal(t, code, res.Code, "the dead-letter code is the real bus's")
 			assert.Equal(t, tt.wantCode, res.Code)
 			assert.True(t, res.Called, "the handler ran")
-			if tt.want == bus.OutcomeNacked {
+			if tt.want == middleware.OutcomeNacked {
 				assert.Equal(t, 40*time.Second, res.RetryAfter, "the retry delay comes from the subscription's backoff")
 				assert.ErrorIs(t, res.Err, errBusy, "the handler's error")
 			}
@@ -97,27 +98,27 @@ func TestRunPastMaxDeliveriesDeadLettersWithoutTheHandler(t *testing.T) {
 		&bus.Message{ID: "m"}, bustest.WithAttempt(4), bustest.Subscribe(bus.WithMaxDeliveries(3)))
 	assert.False(t, called, "the handler does not run past max deliveries")
 	assert.False(t, res.Called)
-	assert.Equal(t, bus.OutcomeDeadLettered, res.Outcome, "%s", res)
+	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, "%s", res)
 	assert.Equal(t, backend.CodeMaxDeliveries, res.Code)
 }
 
 func TestRunInManualModeReportsWhatTheHandlerSettled(t *testing.T) {
 	res := bustest.Run(t, func(context.Context, *bus.Delivery) error { return nil },
 		&bus.Message{ID: "m"}, bustest.WithAckMode(bus.AckManual))
-	assert.Equal(t, bus.OutcomePending, res.Outcome, "a manual handler that settles nothing leaves the message pending")
+	assert.Equal(t, middleware.OutcomePending, res.Outcome, "a manual handler that settles nothing leaves the message pending")
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error { return d.Nack(ctx, 5*time.Second) },
 		&bus.Message{ID: "m"}, bustest.WithAckMode(bus.AckManual))
-	assert.Equal(t, bus.OutcomeNacked, res.Outcome)
+	assert.Equal(t, middleware.OutcomeNacked, res.Outcome)
 	assert.Equal(t, 5*time.Second, res.RetryAfter)
 }
 
 func TestRunReportsPanicsAndDrops(t *testing.T) {
 	res := bustest.Run(t, func(context.Context, *bus.Delivery) error { panic("boom") },
 		&bus.Message{ID: "m"}, bustest.Subscribe(constant(time.Second)))
-	assert.Equal(t, bus.OutcomeNacked, res.Outcome, "a panic is retried like an error")
+	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, "a panic is retried like an error")
 	assert.ErrorContains(t, res.Err, "boom")
 	res = bustest.Run(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errBusy) },
 		&bus.Message{ID: "m"}, bustest.WithoutDeadLetter())
-	assert.Equal(t, bus.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
+	assert.Equal(t, middleware.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
 	assert.Equal(t, backend.CodePermanent, res.Code)
 }

@@ -50,13 +50,13 @@ func testSeekGroup(t *testing.T, s *suite) {
 	h.publish(topic, later...)
 	requireExactlyOnce(t, consume(5, "first read"), append(first, later...), "before any seek")
 
-	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, bus.SeekTarget{Oldest: true}), "seek to the oldest")
+	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, backend.SeekTarget{Oldest: true}), "seek to the oldest")
 	requireExactlyOnce(t, consume(5, "after seeking to the oldest"), append(first, later...), "after seeking to the oldest")
 
-	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, bus.SeekTarget{Time: since}), "seek to a time")
+	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, backend.SeekTarget{Time: since}), "seek to a time")
 	requireExactlyOnce(t, consume(3, "after seeking to a time"), later, "after seeking to a time")
 
-	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, bus.SeekTarget{Newest: true}), "seek to the newest")
+	require.NoError(t, h.bus.SeekGroup(ctx, topic, group, backend.SeekTarget{Newest: true}), "seek to the newest")
 	fresh := numbered("fresh", 1)
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(nil), opts...)
@@ -65,7 +65,7 @@ func testSeekGroup(t *testing.T, s *suite) {
 	s.never(t, s.quiet(), func() bool { return in.len() > 1 }, "nothing from before the seek")
 	assert.Equal(t, fresh[0].ID, in.all()[0].ID, "only the new message")
 
-	err := h.bus.SeekGroup(ctx, topic, h.group("nobody"), bus.SeekTarget{Oldest: true})
+	err := h.bus.SeekGroup(ctx, topic, h.group("nobody"), backend.SeekTarget{Oldest: true})
 	require.ErrorIs(t, err, bus.ErrNotFound, "seeking a group the topic does not have")
 }
 

@@ -102,12 +102,12 @@ func TestBreakerNacksWithoutCallingHandlerWhileOpen(t *testing.T) {
 	}, bus.WithMiddleware(rec, br.Middleware()), bus.WithRetryBackoff(constant(time.Hour)), bus.WithMaxInFlight(1))
 
 	for range 2 {
-		publish(t, bb, "orders", bus.NewMessage(nil))
-		assert.Equal(t, bus.OutcomeNacked, nextSettlement(t, settled).outcome, "failures nacked by the bus")
+		publish(t, bb, "orders", &bus.Message{})
+		assert.Equal(t, OutcomeNacked, nextSettlement(t, settled).outcome, "failures nacked by the bus")
 	}
 	require.Equal(t, BreakerOpen, br.State())
-	publish(t, bb, "orders", bus.NewMessage(nil))
-	assert.Equal(t, bus.OutcomeNacked, nextSettlement(t, settled).outcome, "open breaker nacks")
+	publish(t, bb, "orders", &bus.Message{})
+	assert.Equal(t, OutcomeNacked, nextSettlement(t, settled).outcome, "open breaker nacks")
 	assert.Equal(t, 2, calls.get(), "the handler is not called while open")
 }
 
@@ -124,9 +124,9 @@ func TestBreakerReturnsErrBreakerOpenWhenNackImpossible(t *testing.T) {
 			return err
 		}
 	}, br.Middleware()), bus.WithAckMode(bus.AckOnReceive), bus.WithMaxInFlight(1))
-	publish(t, bb, "orders", bus.NewMessage(nil))
+	publish(t, bb, "orders", &bus.Message{})
 	require.ErrorIs(t, <-errs, errBoom)
-	publish(t, bb, "orders", bus.NewMessage(nil))
+	publish(t, bb, "orders", &bus.Message{})
 	select {
 	case err := <-errs:
 		assert.ErrorIs(t, err, ErrBreakerOpen, "an acked delivery cannot be nacked; the breaker says why")

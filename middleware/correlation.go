@@ -46,11 +46,11 @@ func CorrelationID() bus.Middleware {
 // The caller's messages are not modified: a message that gets the header
 // is published as a copy.
 func CorrelationIDPublish() bus.PublishMiddleware {
-	return func(next bus.PublishFunc) bus.PublishFunc {
-		return func(ctx context.Context, topic string, msgs []*bus.Message) error {
+	return func(next bus.Publisher) bus.Publisher {
+		return PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 			id, ok := CorrelationIDFrom(ctx)
 			if !ok {
-				return next(ctx, topic, msgs)
+				return next.Publish(ctx, topic, msgs...)
 			}
 			out := msgs
 			for i, m := range msgs {
@@ -62,8 +62,8 @@ func CorrelationIDPublish() bus.PublishMiddleware {
 				}
 				out[i] = withHeader(m, HeaderCorrelationID, id)
 			}
-			return next(ctx, topic, out)
-		}
+			return next.Publish(ctx, topic, out...)
+		})
 	}
 }
 
@@ -76,4 +76,13 @@ func withHeader(m *bus.Message, k, v string) *bus.Message {
 	}
 	cp.Headers[k] = v
 	return &cp
+}
+
+// PublishFunc turns a function into a bus.Publisher, for publish
+// middleware (bus.PublishMiddleware) written as a closure.
+type PublishFunc func(ctx context.Context, topic string, msgs ...*bus.Message) error
+
+// Publish calls f.
+func (f PublishFunc) Publish(ctx context.Context, topic string, msgs ...*bus.Message) error {
+	return f(ctx, topic, msgs...)
 }

@@ -26,7 +26,7 @@ func TestCorrelationIDFlowsFromConsumedToPublishedMessages(t *testing.T) {
 			b := testBus(t, bus.WithMiddleware(CorrelationID()), bus.WithPublishMiddleware(CorrelationIDPublish()))
 			got := make(chan [2]string, 1)
 			subscribe(t, b, "in", func(ctx context.Context, d *bus.Delivery) error {
-				return b.Publish(ctx, "out", bus.NewMessage(nil))
+				return b.Publish(ctx, "out", &bus.Message{})
 			})
 			subscribe(t, b, "out", func(ctx context.Context, d *bus.Delivery) error {
 				id, _ := CorrelationIDFrom(ctx)
@@ -49,12 +49,12 @@ func TestCorrelationIDPublishDoesNotModifyCallerMessages(t *testing.T) {
 	orig := &bus.Message{ID: "m-1", Headers: map[string]string{"a": "1"}}
 	keep := &bus.Message{ID: "m-2", Headers: map[string]string{HeaderCorrelationID: "own"}}
 	var sent []*bus.Message
-	pub := CorrelationIDPublish()(func(ctx context.Context, topic string, msgs []*bus.Message) error {
+	pub := CorrelationIDPublish()(PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 		sent = msgs
 		return nil
-	})
+	}))
 	in := []*bus.Message{orig, keep}
-	require.NoError(t, pub(WithCorrelationID(context.Background(), "c-9"), "t", in))
+	require.NoError(t, pub.Publish(WithCorrelationID(context.Background(), "c-9"), "t", in...))
 
 	require.Len(t, sent, 2)
 	assert.Equal(t, "c-9", sent[0].Headers[HeaderCorrelationID], "the ctx's ID is added")
@@ -66,9 +66,9 @@ func TestCorrelationIDPublishDoesNotModifyCallerMessages(t *testing.T) {
 
 func TestCorrelationIDPublishPassesThroughWithoutID(t *testing.T) {
 	m := &bus.Message{ID: "m-1"}
-	pub := CorrelationIDPublish()(func(ctx context.Context, topic string, msgs []*bus.Message) error {
+	pub := CorrelationIDPublish()(PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 		assert.Same(t, m, msgs[0], "no ID in ctx: message passes unchanged")
 		return nil
-	})
-	require.NoError(t, pub(context.Background(), "t", []*bus.Message{m}))
+	}))
+	require.NoError(t, pub.Publish(context.Background(), "t", []*bus.Message{m}...))
 }

@@ -28,10 +28,10 @@ func TestRetryRunsHandlerAgainInSameDeliveryUntilSuccess(t *testing.T) {
 		}
 		return nil
 	}, bus.WithMiddleware(rec, Retry(5, constant(time.Millisecond))))
-	publish(t, b, "orders", bus.NewMessage([]byte("x")))
+	publish(t, b, "orders", &bus.Message{Payload: []byte("x")})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeAcked, s.outcome, "the third call succeeded, so the delivery is acked")
+	assert.Equal(t, OutcomeAcked, s.outcome, "the third call succeeded, so the delivery is acked")
 	assert.Equal(t, 3, calls.get(), "handler called until it succeeded")
 	for range 3 {
 		assert.Equal(t, 1, <-attempts, "all calls happen within the first delivery")
@@ -46,10 +46,10 @@ func TestRetryReturnsLastErrorAfterAttempts(t *testing.T) {
 		calls.inc()
 		return errBoom
 	}, bus.WithMiddleware(rec, Retry(3, constant(time.Millisecond))), bus.WithMaxDeliveries(1))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "the error reaches the bus, which dead-letters at max deliveries 1")
+	assert.Equal(t, OutcomeDeadLettered, s.outcome, "the error reaches the bus, which dead-letters at max deliveries 1")
 	assert.Equal(t, 3, calls.get(), "handler called attempts times")
 }
 
@@ -61,10 +61,10 @@ func TestRetryDoesNotRetryPermanentErrors(t *testing.T) {
 		calls.inc()
 		return bus.Permanent(errBoom)
 	}, bus.WithMiddleware(rec, Retry(5, constant(time.Millisecond))))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "a permanent error is dead-lettered")
+	assert.Equal(t, OutcomeDeadLettered, s.outcome, "a permanent error is dead-lettered")
 	assert.Equal(t, 1, calls.get(), "a permanent error is not retried")
 }
 
@@ -77,10 +77,10 @@ func TestRetryStopsWhenBackOffSaysStop(t *testing.T) {
 		calls.inc()
 		return errBoom
 	}, bus.WithMiddleware(rec, Retry(5, stop)), bus.WithRetryBackoff(constant(time.Hour)))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeNacked, s.outcome, "the bus nacks the returned error")
+	assert.Equal(t, OutcomeNacked, s.outcome, "the bus nacks the returned error")
 	assert.Equal(t, 1, calls.get(), "backoff.Stop ends the retries at once")
 }
 
@@ -93,12 +93,12 @@ func TestRetryStopsWhenHandlerCtxEnds(t *testing.T) {
 		return errBoom
 	}, bus.WithMiddleware(rec, Retry(5, constant(time.Hour))),
 		bus.WithHandlerTimeout(50*time.Millisecond), bus.WithRetryBackoff(constant(time.Hour)))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	// The backoff is an hour: only the ctx deadline can end the wait
 	// before nextSettlement's 5s limit.
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeNacked, s.outcome, "the last handler error reaches the bus")
+	assert.Equal(t, OutcomeNacked, s.outcome, "the last handler error reaches the bus")
 	assert.Equal(t, 1, calls.get(), "no retry after the ctx ended")
 }
 
@@ -111,10 +111,10 @@ func TestRetryStopsWhenHandlerSettledTheDelivery(t *testing.T) {
 		require.NoError(t, d.Reject(ctx, errBoom), "reject")
 		return errBoom
 	}, bus.WithMiddleware(rec, Retry(5, constant(time.Millisecond))), bus.WithAckMode(bus.AckManual))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "the handler's own settlement stands")
+	assert.Equal(t, OutcomeDeadLettered, s.outcome, "the handler's own settlement stands")
 	noSettlement(t, settled, 50*time.Millisecond)
 	assert.Equal(t, 1, calls.get(), "a delivery the handler settled is not retried")
 }
@@ -130,7 +130,7 @@ func TestRetryRetriesInAckOnReceiveMode(t *testing.T) {
 		close(done)
 		return nil
 	}, bus.WithMiddleware(Retry(3, constant(time.Millisecond))), bus.WithAckMode(bus.AckOnReceive))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -35,10 +35,10 @@ func TestTimeoutGivesEachRetryAFreshDeadline(t *testing.T) {
 		}
 		return nil
 	}, bus.WithMiddleware(rec, Retry(3, constant(0)), Timeout(300*time.Millisecond)))
-	publish(t, b, "orders", bus.NewMessage(nil))
+	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, bus.OutcomeAcked, s.outcome, "the retry ran with a live deadline and succeeded")
+	assert.Equal(t, OutcomeAcked, s.outcome, "the retry ran with a live deadline and succeeded")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, deadlines, 2, "one timed-out call and one retry")

@@ -22,13 +22,14 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/registry"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 )
 
 func TestSchemesAreRegistered(t *testing.T) {
 	for _, s := range []string{"nats", "tls", "nats+tls"} {
-		assert.Contains(t, bus.Schemes(), s, "scheme %q registered by the nats package", s)
+		assert.Contains(t, registry.Schemes(), s, "scheme %q registered by the nats package", s)
 	}
 }
 

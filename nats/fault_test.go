@@ -19,6 +19,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/middleware"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -38,12 +39,12 @@ const faultAckTimeout = 2 * time.Second
 // track records the delivery in l, and its settlement when it happens.
 func track(l *ledger, d *bus.Delivery) {
 	l.deliver(d.ID, d.Attempt)
-	d.OnSettle(func(o bus.Outcome, err error) {
+	middleware.OnSettle(d, func(o middleware.Outcome, err error) {
 		switch {
 		case err != nil:
-		case o == bus.OutcomeAcked:
+		case o == middleware.OutcomeAcked:
 			l.ack(d.ID)
-		case o == bus.OutcomeDeadLettered:
+		case o == middleware.OutcomeDeadLettered:
 			l.deadLetter(d.ID)
 		}
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/registry"
 )
 
 // adminFlags are the flags every inspection command shares.
@@ -111,7 +112,7 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	if ts == nil {
-		ts = []bus.TopicInfo{}
+		ts = []backend.TopicInfo{}
 	}
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, ts), stderr, "topics")
@@ -181,7 +182,7 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	if gs == nil {
-		gs = []bus.GroupInfo{}
+		gs = []backend.GroupInfo{}
 	}
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, gs), stderr, "groups")
@@ -224,20 +225,20 @@ func groupsResetCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // parseSeekTarget reads --to.
-func parseSeekTarget(to string) (bus.SeekTarget, error) {
+func parseSeekTarget(to string) (backend.SeekTarget, error) {
 	switch to {
 	case "oldest":
-		return bus.SeekTarget{Oldest: true}, nil
+		return backend.SeekTarget{Oldest: true}, nil
 	case "newest":
-		return bus.SeekTarget{Newest: true}, nil
+		return backend.SeekTarget{Newest: true}, nil
 	case "":
-		return bus.SeekTarget{}, errors.New("--to is missing")
+		return backend.SeekTarget{}, errors.New("--to is missing")
 	}
 	t, err := time.Parse(time.RFC3339Nano, to)
 	if err != nil {
-		return bus.SeekTarget{}, fmt.Errorf("--to %q is not oldest, newest or an RFC 3339 time", to)
+		return backend.SeekTarget{}, fmt.Errorf("--to %q is not oldest, newest or an RFC 3339 time", to)
 	}
-	return bus.SeekTarget{Time: t}, nil
+	return backend.SeekTarget{Time: t}, nil
 }
 
 // deadLetterJSON is how bus dlq list --json prints a dead letter.
@@ -606,7 +607,7 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
-	schemes := bus.Schemes()
+	schemes := registry.Schemes()
 	slices.Sort(schemes)
 	fmt.Fprintf(stdout, "bus %s\nbackends: %s\n", version, strings.Join(schemes, " "))
 	return exitOK

@@ -77,7 +77,7 @@ func (c *benchConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume or e2e", c.Scenario))
 	}
 	if c.Topic != "" {
-		if err := bus.ValidateTopic(c.Topic); err != nil {
+		if err := backend.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
 		}
 	}

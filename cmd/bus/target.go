@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -171,10 +171,8 @@ func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, er
 // is counted with the run's background errors, not as a failure.
 func (t *busTarget) close(ctx context.Context) error {
 	if t.r.cfg.Topic == "" {
-		if d, ok := t.b.Backend().(backend.TopicDeleter); ok {
-			if err := d.DeleteTopic(ctx, t.r.topic); err != nil {
-				t.r.note("delete the run's topic: " + err.Error())
-			}
+		if err := t.b.DeleteTopic(ctx, t.r.topic); err != nil && !errors.Is(err, bus.ErrUnsupported) {
+			t.r.note("delete the run's topic: " + err.Error())
 		}
 	}
 	return t.b.Close(ctx)

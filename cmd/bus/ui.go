@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 //go:embed ui
@@ -241,7 +242,7 @@ type uiDeadLetter struct {
 
 func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 	topic := r.URL.Query().Get("topic")
-	if err := bus.ValidateTopic(topic); err != nil {
+	if err := backend.ValidateTopic(topic); err != nil {
 		writeAPI(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
@@ -320,7 +321,7 @@ func (u *uiServer) dlqWrite(w http.ResponseWriter, r *http.Request) {
 // check says what is wrong with a write request, or "".
 func (req *dlqWriteRequest) check() string {
 	switch {
-	case bus.ValidateTopic(req.Topic) != nil:
+	case backend.ValidateTopic(req.Topic) != nil:
 		return "give a valid dead-letter topic"
 	case req.All == (len(req.IDs) > 0):
 		return "give either all or ids"

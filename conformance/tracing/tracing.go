@@ -179,7 +179,7 @@ func testTraceSingle(t *testing.T, newBackend conformance.NewBackend) {
 	ch := e.subscribe(t, func(context.Context, *bus.Delivery) error { return nil })
 
 	ctx, parent := e.tp.Tracer("conformance").Start(context.Background(), "request")
-	if err := e.bus.Publish(ctx, e.topic, bus.NewMessage([]byte("traced"))); err != nil {
+	if err := e.bus.Publish(ctx, e.topic, &bus.Message{Payload: []byte("traced")}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	parent.End()
@@ -217,7 +217,7 @@ func testTraceBatch(t *testing.T, newBackend conformance.NewBackend) {
 	ctx, parent := e.tp.Tracer("conformance").Start(context.Background(), "request")
 	msgs := make([]*bus.Message, n)
 	for i := range msgs {
-		msgs[i] = bus.NewMessage([]byte(fmt.Sprint(i)))
+		msgs[i] = &bus.Message{Payload: []byte(fmt.Sprint(i))}
 	}
 	if err := e.bus.Publish(ctx, e.topic, msgs...); err != nil {
 		t.Fatalf("publish batch: %v", err)
@@ -256,7 +256,7 @@ func testTraceRedelivery(t *testing.T, newBackend conformance.NewBackend) {
 	}, bus.WithRetryBackoff(func() backoff.BackOff { return backoff.NewConstantBackOff(10 * time.Millisecond) }))
 
 	ctx, parent := e.tp.Tracer("conformance").Start(context.Background(), "request")
-	if err := e.bus.Publish(ctx, e.topic, bus.NewMessage(nil)); err != nil {
+	if err := e.bus.Publish(ctx, e.topic, &bus.Message{}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 	parent.End()

@@ -369,3 +369,16 @@ func (d *Delivery[P]) expire() {
 	s.report(d, observer.ScopeLease, fmt.Errorf("lease of %v expired unsettled; the message will be redelivered", s.cfg.AckTimeout))
 	d.finish(OutcomeExpired, nil)
 }
+
+// Settled is what middleware reads of a delivery's settlement.
+type Settled interface {
+	OnSettle(fn func(Outcome, error))
+	Outcome() Outcome
+	DeadLetterCode() backend.DeadLetterCode
+}
+
+// SettledOf returns the record behind a public delivery, or nil for one
+// that did not come from a subscription. The root package sets it when it
+// is initialised, so that the middleware package reaches the record
+// without the public Delivery exporting it.
+var SettledOf = func(any) Settled { return nil }

@@ -44,7 +44,7 @@ func Example() {
 	}
 
 	reqCtx, req := tp.Tracer("http").Start(ctx, "POST /orders")
-	if err := b.Publish(reqCtx, "orders", bus.NewMessage([]byte("order 1"))); err != nil {
+	if err := b.Publish(reqCtx, "orders", &bus.Message{Payload: []byte("order 1")}); err != nil {
 		panic(err)
 	}
 	req.End()

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 // TestGlobalProvidersSkipWorkUntilSDKInstalled changes the process-wide
@@ -27,11 +28,11 @@ func TestGlobalProvidersSkipWorkUntilSDKInstalled(t *testing.T) {
 	require.NoError(t, err)
 	m := &bus.Message{ID: "m-1"}
 	var sent []*bus.Message
-	pub := ins.PublishMiddleware()(func(ctx context.Context, topic string, msgs []*bus.Message) error {
+	pub := ins.PublishMiddleware()(middleware.PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 		sent = msgs
 		return nil
-	})
-	require.NoError(t, pub(context.Background(), "orders", []*bus.Message{m}))
+	}))
+	require.NoError(t, pub.Publish(context.Background(), "orders", []*bus.Message{m}...))
 	assert.Same(t, m, sent[0], "no SDK installed: the message passes as is")
 
 	rec := tracetest.NewSpanRecorder()
@@ -39,7 +40,7 @@ func TestGlobalProvidersSkipWorkUntilSDKInstalled(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	otel.SetTracerProvider(tp)
 
-	require.NoError(t, pub(context.Background(), "orders", []*bus.Message{m}))
+	require.NoError(t, pub.Publish(context.Background(), "orders", []*bus.Message{m}...))
 	assert.NotEmpty(t, sent[0].Headers["traceparent"], "after otel.SetTracerProvider the same instrumentation propagates")
 	require.Eventually(t, func() bool { return len(rec.Ended()) == 1 }, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, "send orders", rec.Ended()[0].Name(), "span recorded through the global provider")

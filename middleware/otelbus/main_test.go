@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +32,7 @@ type env struct {
 
 type settlement struct {
 	id      string
-	outcome bus.Outcome
+	outcome middleware.Outcome
 }
 
 func newEnv(t *testing.T) *env {
@@ -45,7 +46,7 @@ func newEnv(t *testing.T) *env {
 	e.outcomes = func(next bus.Handler) bus.Handler {
 		return func(ctx context.Context, d *bus.Delivery) error {
 			id := d.ID
-			d.OnSettle(func(o bus.Outcome, _ error) { e.settled <- settlement{id, o} })
+			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { e.settled <- settlement{id, o} })
 			return next(ctx, d)
 		}
 	}

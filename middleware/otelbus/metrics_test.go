@@ -38,12 +38,12 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 	const good, bad, flaky = 5, 2, 1
 	var msgs []*bus.Message
 	for range good {
-		msgs = append(msgs, bus.NewMessage([]byte("ok")))
+		msgs = append(msgs, &bus.Message{Payload: []byte("ok")})
 	}
 	for range bad {
-		msgs = append(msgs, bus.NewMessage([]byte("bad")))
+		msgs = append(msgs, &bus.Message{Payload: []byte("bad")})
 	}
-	msgs = append(msgs, bus.NewMessage([]byte("flaky")))
+	msgs = append(msgs, &bus.Message{Payload: []byte("flaky")})
 	require.NoError(t, e.bus.Publish(context.Background(), "orders", msgs[:4]...), "batch publish")
 	for _, m := range msgs[4:] {
 		require.NoError(t, e.bus.Publish(context.Background(), "orders", m), "single publish")
@@ -88,7 +88,7 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 func TestMetricsCountRejectedPublishAsFailed(t *testing.T) {
 	e := newEnv(t)
 	err := e.bus.Publish(context.Background(), "orders",
-		bus.NewMessage(nil), &bus.Message{Headers: map[string]string{"bus-x": "reserved"}})
+		&bus.Message{}, &bus.Message{Headers: map[string]string{"bus-x": "reserved"}})
 	require.ErrorIs(t, err, bus.ErrInvalidMessage, "reserved header rejected")
 	m := e.metrics(t)
 	assert.Equal(t, int64(0), sum(m, "bus.messages.published"), "nothing of a rejected batch is published")
@@ -102,7 +102,7 @@ func TestMetricsCountRejectedPublishAsFailed(t *testing.T) {
 func TestMetricsCarryTopicGroupAndSystem(t *testing.T) {
 	e := newEnv(t)
 	e.subscribe(t, "orders", func(ctx context.Context, d *bus.Delivery) error { return nil }, bus.WithGroup("billing"))
-	require.NoError(t, e.bus.Publish(context.Background(), "orders", bus.NewMessage(nil)))
+	require.NoError(t, e.bus.Publish(context.Background(), "orders", &bus.Message{}))
 	e.waitSettled(t, 1)
 	require.Eventually(t, func() bool { return sum(e.metrics(t), "bus.messages.acked") == 1 }, 5*time.Second, 5*time.Millisecond)
 	m := e.metrics(t)

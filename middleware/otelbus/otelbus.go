@@ -19,6 +19,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter.
@@ -28,7 +29,7 @@ const ScopeName = "github.com/eventbus-go/bus/middleware/otelbus"
 const (
 	// AttemptKey is the delivery attempt (1 on the first delivery).
 	AttemptKey = attribute.Key("bus.delivery.attempt")
-	// OutcomeKey is how the delivery was settled (bus.Outcome.String()).
+	// OutcomeKey is how the delivery was settled (middleware.Outcome.String()).
 	OutcomeKey = attribute.Key("bus.delivery.outcome")
 	// DeadLetterCodeKey labels bus.messages.dead_lettered and
 	// bus.messages.dropped with the reason code (max-deliveries,
@@ -288,7 +289,7 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 		st = &settleState{in: in, a: a, span: span, recording: recording, d: d}
 		st.left.Store(2)
 		in.inFlight.Add(ctx, 1, a.add...)
-		d.OnSettle(st.settled)
+		middleware.OnSettle(d, st.settled)
 	}
 
 	err := in.call(sctx, d, next, a, span, st)
@@ -358,23 +359,23 @@ type settleState struct {
 	d         *bus.Delivery
 }
 
-func (s *settleState) settled(o bus.Outcome, err error) {
+func (s *settleState) settled(o middleware.Outcome, err error) {
 	ctx := context.Background()
 	var c metric.Int64Counter
 	switch o {
-	case bus.OutcomeAcked:
+	case middleware.OutcomeAcked:
 		c = s.in.acked
-	case bus.OutcomeNacked:
+	case middleware.OutcomeNacked:
 		c = s.in.nacked
-	case bus.OutcomeDeadLettered:
+	case middleware.OutcomeDeadLettered:
 		c = s.in.deadLettered
-	case bus.OutcomeDropped:
+	case middleware.OutcomeDropped:
 		c = s.in.dropped
-	case bus.OutcomeExpired:
+	case middleware.OutcomeExpired:
 		c = s.in.expired
 	}
 	if c != nil {
-		if code := s.d.DeadLetterCode(); code != "" && (o == bus.OutcomeDeadLettered || o == bus.OutcomeDropped) {
+		if code := middleware.DeadLetterCodeOf(s.d); code != "" && (o == middleware.OutcomeDeadLettered || o == middleware.OutcomeDropped) {
 			c.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), s.a.metric...), DeadLetterCodeKey.String(string(code)))...)))
 		} else {
 			c.Add(ctx, 1, s.a.add...)

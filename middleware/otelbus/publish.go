@@ -11,22 +11,23 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 // PublishMiddleware returns the publish middleware: producer spans, trace
 // context in the message headers, and the publish counters. With both
 // providers the explicit no-op ones it publishes unchanged.
 func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
-	return func(next bus.PublishFunc) bus.PublishFunc {
+	return func(next bus.Publisher) bus.Publisher {
 		if !in.tracing && !in.metrics {
 			return next
 		}
 		// Most publishers use few topics: remember the last one.
 		var last atomic.Pointer[attrs]
-		return func(ctx context.Context, topic string, msgs []*bus.Message) error {
+		return middleware.PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 			tracing, metrics := in.traceOn(), in.metricsOn()
 			if len(msgs) == 0 || (!tracing && !metrics) {
-				return next(ctx, topic, msgs)
+				return next.Publish(ctx, topic, msgs...)
 			}
 			a := last.Load()
 			if a == nil || a.topic != topic {
@@ -35,7 +36,7 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 			}
 			var err error
 			if !tracing {
-				err = next(ctx, topic, msgs)
+				err = next.Publish(ctx, topic, msgs...)
 			} else if len(msgs) == 1 {
 				err = in.publishOne(ctx, topic, msgs, a, next)
 			} else {
@@ -52,17 +53,17 @@ func (in *Instrumentation) PublishMiddleware() bus.PublishMiddleware {
 				in.publishFailed.Add(ctx, int64(failed), a.add...)
 			}
 			return err
-		}
+		})
 	}
 }
 
-func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
+func (in *Instrumentation) publishOne(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.Publisher) error {
 	sctx, span := in.tracer.Start(ctx, a.spanName, producerKind, trace.WithAttributes(messageAttrs(a.span, msgs[0])...))
 	inj := getInjector(msgs)
 	in.prop.Inject(sctx, inj)
 	out := inj.out
 	putInjector(inj)
-	err := next(sctx, topic, out)
+	err := next.Publish(sctx, topic, out...)
 	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -81,7 +82,7 @@ func messageAttrs(base []attribute.KeyValue, m *bus.Message) []attribute.KeyValu
 	return append(kv, semconv.MessagingMessageID(m.ID), semconv.MessagingMessageBodySize(len(m.Payload)))
 }
 
-func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.PublishFunc) error {
+func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs []*bus.Message, a *attrs, next bus.Publisher) error {
 	spans := make([]trace.Span, len(msgs))
 	inj := getInjector(msgs)
 	defer putInjector(inj)
@@ -97,7 +98,7 @@ func (in *Instrumentation) publishBatch(ctx context.Context, topic string, msgs 
 	}
 	kv := append(append(make([]attribute.KeyValue, 0, len(a.batchSend)+1), a.batchSend...), semconv.MessagingBatchMessageCount(len(msgs)))
 	sctx, send := in.tracer.Start(ctx, a.spanName, clientKind, trace.WithLinks(links...), trace.WithAttributes(kv...))
-	err := next(sctx, topic, inj.out)
+	err := next.Publish(sctx, topic, inj.out...)
 	if err != nil {
 		if send.IsRecording() {
 			send.RecordError(err)

@@ -16,6 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 func TestConsumerSpanIsChildOfProducerSpanInPublishersTrace(t *testing.T) {
@@ -104,7 +105,7 @@ func TestConsumerSpanRecordsHandlerErrorAndDeadLetterOutcome(t *testing.T) {
 	e.subscribe(t, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		return bus.Permanent(errString("bad order"))
 	})
-	require.NoError(t, e.bus.Publish(context.Background(), "orders", bus.NewMessage(nil)))
+	require.NoError(t, e.bus.Publish(context.Background(), "orders", &bus.Message{}))
 	e.waitSettled(t, 1)
 	consumer := e.endedSpans(t, "process orders", 1)[0]
 	assert.Equal(t, codes.Error, consumer.Status().Code, "handler error sets the status")
@@ -119,7 +120,7 @@ func TestManualSettlementEndsConsumerSpan(t *testing.T) {
 		deliveries <- d
 		return nil
 	}, bus.WithAckMode(bus.AckManual))
-	require.NoError(t, e.bus.Publish(context.Background(), "orders", bus.NewMessage(nil)))
+	require.NoError(t, e.bus.Publish(context.Background(), "orders", &bus.Message{}))
 	var d *bus.Delivery
 	select {
 	case d = <-deliveries:
@@ -141,7 +142,7 @@ func TestPanickingHandlerEndsSpanWithError(t *testing.T) {
 	e := newEnv(t)
 	e.subscribe(t, "orders", func(ctx context.Context, d *bus.Delivery) error { panic("kaboom") },
 		bus.WithMaxDeliveries(1))
-	require.NoError(t, e.bus.Publish(context.Background(), "orders", bus.NewMessage(nil)))
+	require.NoError(t, e.bus.Publish(context.Background(), "orders", &bus.Message{}))
 	e.waitSettled(t, 1)
 	consumer := e.endedSpans(t, "process orders", 1)[0]
 	assert.Equal(t, codes.Error, consumer.Status().Code, "panic marks the span")
@@ -156,11 +157,11 @@ func TestNoopProvidersLeaveMessagesUntouched(t *testing.T) {
 		WithPropagator(propagation.TraceContext{}))
 	require.NoError(t, err)
 	m := &bus.Message{ID: "m-1"}
-	pub := ins.PublishMiddleware()(func(ctx context.Context, topic string, msgs []*bus.Message) error {
+	pub := ins.PublishMiddleware()(middleware.PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
 		assert.Same(t, m, msgs[0], "nothing to inject: the message is passed as is")
 		return nil
-	})
-	require.NoError(t, pub(context.Background(), "orders", []*bus.Message{m}))
+	}))
+	require.NoError(t, pub.Publish(context.Background(), "orders", []*bus.Message{m}...))
 	assert.Nil(t, m.Headers, "no header added")
 }
 

@@ -1,0 +1,75 @@
+package bus_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maxExports bounds the root package's public API: top-level consts,
+// vars, types and funcs plus the methods of exported types (struct fields
+// not counted). New public surface goes to a subpackage, or replaces a
+// name here.
+const maxExports = 80
+
+func TestRootPackageExportsAtMostMaxExports(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	require.NoError(t, err)
+	pkg := pkgs["bus"]
+	require.NotNil(t, pkg, "the root package is bus")
+	var names []string
+	for _, f := range pkg.Files {
+		names = append(names, exportedNames(f)...)
+	}
+	require.NotEmpty(t, names, "the count found the API")
+	require.LessOrEqual(t, len(names), maxExports, "exported: %v", names)
+}
+
+// exportedNames lists the exported top-level names of f and the exported
+// methods of its exported types.
+func exportedNames(f *ast.File) []string {
+	var names []string
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil {
+				names = append(names, d.Name.Name)
+				continue
+			}
+			recv := d.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+				names = append(names, id.Name+"."+d.Name.Name)
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if s.Name.IsExported() {
+						names = append(names, s.Name.Name)
+					}
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.IsExported() {
+							names = append(names, n.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
