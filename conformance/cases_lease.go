@@ -272,3 +272,39 @@ func (b *blockingPublishBackend) Publish(ctx context.Context, topic string, msgs
 	}
 	return b.Backend.Publish(ctx, topic, msgs)
 }
+
+// testMixedAckTimeouts: the members of a group may subscribe with
+// different ack timeouts, and the group then reclaims by the longest one:
+// a member with a short timeout never takes over a delivery that a member
+// with a long one holds and keeps alive, whichever subscribed first.
+func testMixedAckTimeouts(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("mixedlease"), h.group("mixedlease")
+	short := s.ackTimeout()
+	long := 8 * short // kept alive every long/4: twice the short timeout
+	held := make(chan string, 4)
+	release := make(chan struct{})
+	longIn := &inbox{}
+	h.subscribe(context.Background(), topic, longIn.handle(func(ctx context.Context, d *bus.Delivery) error {
+		trySend(held, d.ID)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}), bus.WithGroup(group), bus.WithAckTimeout(long), bus.WithMaxInFlight(1), fastRetry())
+	m := &bus.Message{Payload: []byte("held by the long-lease member")}
+	h.publish(topic, m)
+	require.Equal(t, m.ID, recv(t, s, held, "the long-lease member's delivery"))
+
+	shortIn := &inbox{}
+	h.subscribe(context.Background(), topic, shortIn.handle(nil), bus.WithGroup(group), bus.WithAckTimeout(short), fastRetry())
+	s.never(t, 5*short, func() bool { return shortIn.len() > 0 || longIn.len() > 1 },
+		"a member with a %v ack timeout took over a delivery that a member with %v holds and keeps alive", short, long)
+	close(release)
+	s.never(t, 2*short, func() bool { return shortIn.len() > 0 || longIn.len() > 1 },
+		"the acked delivery came back")
+	assert.Equal(t, []int{1}, longIn.attempts(m.ID), "the message ran exactly once")
+	assert.Empty(t, h.events.scope(observer.ScopeLease), "the long lease was never lost")
+}

@@ -93,6 +93,7 @@ var cases = []testCase{
 	// Leases.
 	{name: "LongHandlerRunsOnceWithoutExtend", needs: []capability{capRedelivery, capExtend}, run: testLongHandlerRunsOnce},
 	{name: "LeaseLostCancelsBeforeRedelivery", needs: []capability{capRedelivery}, run: testLeaseLostCancelsBeforeRedelivery},
+	{name: "MixedAckTimeoutsKeepTheLongestLease", needs: []capability{capRedelivery, capExtend}, run: testMixedAckTimeouts},
 
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},

@@ -223,6 +223,12 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		_ = s.Close()
 		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
 	}
+	// The group reclaims by its longest member's ack timeout; record ours
+	// before the first reclaim.
+	if err := s.joinLease(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("redisstream: subscribe %q: %w", topic, err)
+	}
 	// Refresh holds before the first reclaim, so a delayed nack whose hold
 	// went stale while no process ran is not handed out early.
 	if err := b.call(ctx, ts.promote); err != nil {

@@ -32,6 +32,8 @@
 //	bus:{orders}          stream of topic "orders"
 //	bus:{orders}.dlq      stream of topic "orders.dlq" (same slot)
 //	bus:{orders}#hold     ZSET of nacks whose delay outlasts the ack timeout
+//	bus:{orders}#lease    HASH of each group's lease: the longest ack timeout
+//	                      of its members, in ms; the group reclaims by it
 //
 // "bus" is Options.Prefix. Topic names cannot hold '{', '}' or '#', so keys
 // of distinct topics never collide.

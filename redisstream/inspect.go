@@ -282,8 +282,8 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if b.isClosed() {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
-	k := streamKey(b.opts.Prefix, topic)
-	if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, k).Err() }); err != nil {
+	k := newKeys(b.opts.Prefix, topic)
+	if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, k.stream, k.hold, k.lease).Err() }); err != nil {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
 	}
 	return nil

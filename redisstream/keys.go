@@ -8,6 +8,7 @@ import "strings"
 type keys struct {
 	stream string // the entries
 	hold   string // ZSET of nacks whose delay outlasts the ack timeout
+	lease  string // HASH of each group's lease: its longest member's ack timeout in ms
 }
 
 // hashTag returns the part of topic that goes between braces: the topic
@@ -35,7 +36,7 @@ func streamKey(prefix, topic string) string {
 
 func newKeys(prefix, topic string) keys {
 	s := streamKey(prefix, topic)
-	return keys{stream: s, hold: s + "#hold"}
+	return keys{stream: s, hold: s + "#hold", lease: s + "#lease"}
 }
 
 // slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).

@@ -128,8 +128,15 @@ func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, err
 	var raw []any
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error
-		raw, err = s.b.client.Do(ctx, "XAUTOCLAIM", s.keys.stream, s.cfg.Group, s.consumer,
-			s.cfg.AckTimeout.Milliseconds(), start, "COUNT", limit).Slice()
+		var reply []any
+		reply, err = autoclaimScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.lease},
+			s.cfg.Group, s.consumer, s.cfg.AckTimeout.Milliseconds(), start, limit).Slice()
+		if err == nil && len(reply) == 2 {
+			if lease, ok := reply[0].(int64); ok {
+				s.noteLease(lease)
+			}
+			raw, _ = reply[1].([]any)
+		}
 		return err
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
 	if e.count <= 0 {
 		return s.Nack(ctx, id, 0)
 	}
-	idle := s.cfg.AckTimeout.Milliseconds() + 1 // claimable at once
+	idle := s.lease().Milliseconds() + 1 // claimable at once
 	var r int64
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error

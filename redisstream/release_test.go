@@ -42,3 +42,38 @@ func TestReleaseGivesTheEntryBackWithoutCountingTheDelivery(t *testing.T) {
 	consumer, _ := e.pending()
 	assert.Empty(t, consumer, "nothing pending after the ack")
 }
+
+// A member that subscribed with a short ack timeout before a member with
+// a long one joined reclaims by the group's lease, the longest: it does
+// not take the long member's delivery after its own timeout. A nack with
+// no delay and a release still make the entry claimable at once.
+func TestShortMemberReclaimsByTheGroupsLongestLease(t *testing.T) {
+	e := newStaleEnv(t)
+	ctx := context.Background()
+	short := e.subscribe(100 * time.Millisecond)
+	long := e.subscribe(5 * time.Second)
+	require.NoError(t, e.be.Publish(ctx, e.topic, []*backend.Message{{ID: "a", Payload: []byte("x"), PublishedAt: time.Now()}}))
+	m := e.next(long)
+
+	// Without keep-alive the entry idles; the short member polls for ten
+	// of its own timeouts, a twentieth of the group's lease.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		msgs, err := short.Receive(rctx, 1)
+		cancel()
+		if err != nil && rctx.Err() == nil {
+			require.NoError(t, err)
+		}
+		require.Empty(t, msgs, "the short member reclaimed an entry the long member holds within the group's lease")
+	}
+
+	require.NoError(t, long.Nack(ctx, m.AckID, 0))
+	again := e.next(short)
+	assert.Equal(t, "a", again.ID, "a nack without delay is claimable at once, whatever the lease")
+	rel := short.(backend.Releaser)
+	require.NoError(t, rel.Release(ctx, again.AckID))
+	third := e.next(long)
+	assert.Equal(t, "a", third.ID, "a release is claimable at once")
+	require.NoError(t, long.Ack(ctx, []backend.AckID{third.AckID}))
+}

@@ -152,3 +152,35 @@ if p[1][4] ~= n then return -1 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n - 1, 'JUSTID')
 return 1
 `)
+
+// groupLeaseScript records a member's ack timeout in the topic's lease
+// hash and returns the group's lease: the longest ack timeout any member
+// of the group subscribed with. The group reclaims by it, so a member
+// with a short timeout never takes over an entry a member with a longer
+// one still holds and keeps alive.
+//
+// KEYS[1] lease HASH. ARGV[1] group, ARGV[2] the member's ack timeout in
+// ms. Returns the group's lease in ms.
+var groupLeaseScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local mine = tonumber(ARGV[2])
+if mine > cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return mine
+end
+return cur
+`)
+
+// autoclaimScript is XAUTOCLAIM with the group's lease as its min-idle:
+// the larger of the caller's ack timeout and the lease recorded in the
+// lease hash, read in the same atomic step, so a member that subscribed
+// before a longer-lived one joined never reclaims by its own shorter
+// timeout.
+//
+// KEYS[1] stream, KEYS[2] lease HASH. ARGV[1] group, ARGV[2] consumer,
+// ARGV[3] the caller's ack timeout in ms, ARGV[4] start id, ARGV[5]
+// COUNT. Returns {lease ms, XAUTOCLAIM reply}.
+var autoclaimScript = redis.NewScript(`
+local lease = math.max(tonumber(ARGV[3]), tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'))
+return {lease, redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, ARGV[4], 'COUNT', ARGV[5])}
+`)

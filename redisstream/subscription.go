@@ -74,6 +74,11 @@ type subscription struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
+	// leaseMs is the group's lease as this member last read it: the
+	// longest ack timeout of the group's members (groupLeaseScript),
+	// never shorter than its own. Nack and Release set idle times by it.
+	leaseMs atomic.Int64
+
 	// found and asked are the entries the last XREADGROUP found and the
 	// COUNT it asked for, started when it started; prevFound and
 	// prevStarted are the same of the read before it. lingerBeforeRead
@@ -451,7 +456,7 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 	if !ok {
 		return s.errf("nack", fmt.Errorf("foreign ack id %T", id))
 	}
-	at := s.cfg.AckTimeout
+	at := s.lease()
 	idle := int64(0)
 	hold, member := "0", ""
 	if delay < at {
@@ -669,4 +674,31 @@ func (s *subscription) Close() error {
 		s.b.release(s.topic, s.cfg)
 	})
 	return err
+}
+
+// lease is the group's lease as this member knows it (see leaseMs).
+func (s *subscription) lease() time.Duration {
+	return max(time.Duration(s.leaseMs.Load())*time.Millisecond, s.cfg.AckTimeout)
+}
+
+// noteLease records the group's lease read from Redis; it only grows.
+func (s *subscription) noteLease(ms int64) {
+	for {
+		cur := s.leaseMs.Load()
+		if ms <= cur || s.leaseMs.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
+}
+
+// joinLease records this member's ack timeout in the group's lease and
+// learns the group's lease.
+func (s *subscription) joinLease(ctx context.Context) error {
+	return s.b.call(ctx, func(ctx context.Context) error {
+		ms, err := groupLeaseScript.Run(ctx, s.b.client, []string{s.keys.lease}, s.cfg.Group, s.cfg.AckTimeout.Milliseconds()).Int64()
+		if err == nil {
+			s.noteLease(ms)
+		}
+		return err
+	})
 }
