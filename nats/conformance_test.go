@@ -49,3 +49,13 @@ func TestConformanceExternal(t *testing.T) {
 	t.Run("JetStream", func(t *testing.T) { runConformance(t, url, busnats.Options{}) })
 	t.Run("Core", func(t *testing.T) { runConformance(t, url, busnats.Options{CoreNATS: true}) })
 }
+
+// TestConformanceJetStreamCluster runs the suite on a 3-node cluster of
+// embedded servers with R3 streams, as NATS runs in production.
+func TestConformanceJetStreamCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the single-server runs cover the backend; this one covers replicated streams")
+	}
+	c := natstest.StartCluster(t, 3)
+	runConformance(t, c.URL(), busnats.Options{Replicas: 3}, embeddedSkip)
+}

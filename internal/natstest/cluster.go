@@ -1,0 +1,105 @@
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Cluster is n embedded servers joined in one JetStream cluster on
+// loopback, the way NATS runs in production (R3 streams need three).
+type Cluster struct {
+	Servers []*Server
+}
+
+// StartCluster starts n servers with JetStream, each with its own store
+// directory, routed to each other, and waits until JetStream has a meta
+// leader. Clients that connect to one server learn the others and fail
+// over to them. It fails the test if the cluster does not form.
+func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
+	tb.Helper()
+	ports := freePorts(tb, n)
+	c := &Cluster{}
+	for i := range n {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		node := append([]Option{func(o *server.Options) {
+			o.ServerName = fmt.Sprintf("n%d", i)
+			o.Cluster.Name = "bus-test"
+			o.Cluster.Host = "127.0.0.1"
+			o.Cluster.Port = ports[i]
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}}, opts...)
+		c.Servers = append(c.Servers, Start(tb, node...))
+	}
+	c.waitForJetStream(tb)
+	return c
+}
+
+// URL returns the client URL of the first server.
+func (c *Cluster) URL() string { return c.Servers[0].URL() }
+
+// waitForJetStream waits until the cluster answers JetStream requests,
+// which it does once it has elected a meta leader.
+func (c *Cluster) waitForJetStream(tb testing.TB) {
+	tb.Helper()
+	nc, err := natsgo.Connect(c.URL())
+	if err != nil {
+		tb.Fatalf("natstest: cluster: connect: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("natstest: cluster: %v", err)
+	}
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("natstest: cluster of %d: JetStream not ready after %v: %v", len(c.Servers), clusterReadyTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clusterReadyTimeout bounds how long a cluster may take to elect its
+// JetStream meta leader.
+const clusterReadyTimeout = 30 * time.Second
+
+// freePorts returns n loopback ports that were free a moment ago, for the
+// cluster routes (every server must know the others' before it starts).
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("natstest: free port: %v", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}

@@ -1,0 +1,107 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/natstest"
+	busnats "github.com/eventbus-go/bus/nats"
+)
+
+// TestClusterNodeKilledMidRunLosesNothing publishes and consumes through
+// a 3-node cluster with R3 streams and kills the stream's leader in the
+// middle: the cluster elects another, the client fails over, and every
+// message whose Publish returned nil is delivered and acked.
+func TestClusterNodeKilledMidRunLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a cluster takes seconds to form and to fail over")
+	}
+	c := natstest.StartCluster(t, 3)
+	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
+	be := connect(t, c.URL(), o)
+	b := bus.New(be)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, b.Close(ctx), "close the bus")
+	}()
+	l := newLedger()
+	const topic, n = "killed", 600
+	_, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"),
+		bus.WithStartFrom(bus.StartOldest), bus.WithAckTimeout(faultAckTimeout))
+	require.NoError(t, err)
+
+	halfway := make(chan struct{})
+	done := make(chan struct{})
+	var killed atomic.Bool
+	var afterKill atomic.Int64
+	go func() {
+		defer close(done)
+		for i := range n {
+			if i == n/3 {
+				close(halfway)
+			}
+			m := &bus.Message{Payload: fmt.Appendf(nil, "m-%d", i)}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := b.Publish(ctx, topic, m)
+			cancel()
+			l.publish(m.ID, err)
+			if err == nil && killed.Load() {
+				afterKill.Add(1)
+			}
+		}
+	}()
+	select {
+	case <-halfway:
+	case <-time.After(time.Minute):
+		t.Fatal("a third of the messages were not published within a minute")
+	}
+	leader := streamLeader(t, be, o.StreamPrefix+"_"+topic)
+	var victim *natstest.Server
+	for i, s := range c.Servers {
+		if fmt.Sprintf("n%d", i) == leader {
+			victim = s
+		}
+	}
+	require.NotNil(t, victim, "stream leader %q is one of the cluster's servers", leader)
+	victim.Shutdown()
+	killed.Store(true)
+	t.Logf("killed the stream leader %s", leader)
+
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("publishing did not finish within 3 minutes of the kill")
+	}
+	waitNoLoss(t, l, time.Minute)
+	s := l.log(t, t.Name())
+	assert.Positive(t, afterKill.Load(), "the cluster kept accepting messages after its stream leader died")
+	assert.GreaterOrEqual(t, s.Published, n/3, "at least the messages before the kill were accepted")
+	assert.Zero(t, s.Lost, "lost: published and never acked")
+	victim.Restart() // back in the cluster, so the cleanup can reach any seed
+}
+
+// streamLeader returns the server name of the stream's leader.
+func streamLeader(t *testing.T, be *busnats.Backend, stream string) string {
+	t.Helper()
+	js, err := jetstream.New(be.Conn())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	require.NoError(t, err, "stream %s", stream)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, info.Cluster, "the stream is clustered")
+	require.Equal(t, 3, info.Config.Replicas, "R3 stream")
+	return strings.TrimSpace(info.Cluster.Leader)
+}
