@@ -4,7 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
+	"os"
 	"strings"
 	"testing"
 
@@ -18,15 +18,18 @@ import (
 const maxExports = 80
 
 func TestRootPackageExportsAtMostMaxExports(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	entries, err := os.ReadDir(".")
 	require.NoError(t, err)
-	pkg := pkgs["bus"]
-	require.NotNil(t, pkg, "the root package is bus")
+	fset := token.NewFileSet()
 	var names []string
-	for _, f := range pkg.Files {
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		require.Equal(t, "bus", f.Name.Name, "%s is in the root package", name)
 		names = append(names, exportedNames(f)...)
 	}
 	require.NotEmpty(t, names, "the count found the API")

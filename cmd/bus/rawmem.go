@@ -3,17 +3,18 @@ package main
 import (
 	"context"
 	"sync"
+
+	"github.com/eventbus-go/bus/internal/rawclient"
 )
 
-// chanTarget is the baseline of mem://: a buffered Go channel. Publish
-// copies each payload into a new slice (an in-process broker cannot keep
-// the caller's buffer) and sends it; one goroutine receives and handles.
-// The channel holds the whole prefill in the consume scenario, and
-// chanBuffer messages otherwise; in the publish scenario a goroutine
-// drains it, as a broker without subscribers drops what it cannot keep.
+// chanTarget is the baseline of mem://: a buffered Go channel
+// (rawclient.Channel). The channel holds the whole prefill in the consume
+// scenario, and chanBuffer messages otherwise; in the publish scenario a
+// goroutine drains it, as a broker without subscribers drops what it
+// cannot keep.
 type chanTarget struct {
 	r  *benchRun
-	ch chan []byte
+	ch *rawclient.Channel
 
 	wg   sync.WaitGroup
 	quit chan struct{}
@@ -36,17 +37,9 @@ func (t *chanTarget) prepare(_ context.Context, scenario string) error {
 	if scenario == scenarioConsume {
 		size = t.r.cfg.N
 	}
-	t.ch = make(chan []byte, size)
+	t.ch = rawclient.NewChannel(size)
 	if scenario == scenarioPublish {
-		t.wg.Go(func() {
-			for {
-				select {
-				case <-t.ch:
-				case <-t.quit:
-					return
-				}
-			}
-		})
+		t.wg.Go(func() { t.ch.Drain(t.quit) })
 	}
 	return nil
 }
@@ -54,45 +47,22 @@ func (t *chanTarget) prepare(_ context.Context, scenario string) error {
 func (t *chanTarget) publisher(context.Context) (publisher, error) { return t, nil }
 
 func (t *chanTarget) publish(ctx context.Context, payloads [][]byte) error {
-	for _, pl := range payloads {
-		p := make([]byte, len(pl))
-		copy(p, pl)
-		select {
-		case t.ch <- p:
-		default:
-			select {
-			case t.ch <- p:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-	return nil
+	return t.ch.Publish(ctx, payloads)
 }
 
 func (t *chanTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
 	c := &chanConsumer{t: t, stopped: make(chan struct{})}
+	stop := make(chan struct{})
 	t.wg.Go(func() {
-		for {
-			select { // the common case, without the stop channels
-			case p := <-t.ch:
-				h(p)
-				continue
-			default:
-			}
-			select {
-			case p := <-t.ch:
-				h(p)
-			case <-c.stopped:
-				return
-			case <-t.quit:
-				return
-			}
+		select {
+		case <-c.stopped:
+		case <-t.quit:
 		}
+		close(stop)
 	})
+	t.wg.Go(func() { t.ch.Consume(stop, h) })
 	return c, nil
 }
-
 func (t *chanTarget) close(context.Context) error {
 	t.once.Do(func() { close(t.quit) })
 	t.wg.Wait()

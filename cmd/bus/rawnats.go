@@ -9,8 +9,8 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
+	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/urlopt"
 	busnats "github.com/eventbus-go/bus/nats"
 )
@@ -114,57 +114,22 @@ func (t *natsTarget) prepare(ctx context.Context, scenario string) error {
 }
 
 type natsPublisher struct {
-	t       *natsTarget
-	futures []jetstream.PubAckFuture
+	t *natsTarget
+	p *rawclient.NATSPublisher
 }
 
 func (t *natsTarget) publisher(context.Context) (publisher, error) {
-	return &natsPublisher{t: t, futures: make([]jetstream.PubAckFuture, 0, t.r.cfg.Batch)}, nil
+	return &natsPublisher{t: t, p: rawclient.NewNATSPublisher(t.js, t.subject, t.r.cfg.Batch)}, nil
 }
 
 func (p *natsPublisher) publish(ctx context.Context, payloads [][]byte) error {
 	t := p.t
 	if t.core {
-		for _, pl := range payloads {
-			if err := t.nc.Publish(t.subject, pl); err != nil {
-				return err
-			}
-		}
 		fctx, cancel := context.WithTimeout(ctx, natsRawTimeout)
 		defer cancel()
-		return t.nc.FlushWithContext(fctx)
+		return rawclient.NATSCorePublish(fctx, t.nc, t.subject, payloads)
 	}
-	p.futures = p.futures[:0]
-	var err error
-	for _, pl := range payloads {
-		m := &natsgo.Msg{Subject: t.subject, Data: pl, Header: natsgo.Header{jetstream.MsgIDHeader: []string{nuid.Next()}}}
-		f, perr := t.js.PublishMsgAsync(m)
-		if perr != nil {
-			err = perr
-			break
-		}
-		p.futures = append(p.futures, f)
-	}
-	// Wait for every message sent, even after a failure: its payload
-	// buffer is reused by the next batch.
-	for _, f := range p.futures {
-		select {
-		case <-f.Ok():
-		case ferr := <-f.Err():
-			err = cmpErr(err, ferr)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return err
-}
-
-// cmpErr keeps the first error.
-func cmpErr(first, next error) error {
-	if first != nil {
-		return first
-	}
-	return next
+	return p.p.Publish(ctx, payloads)
 }
 
 type natsConsumer struct {
@@ -192,12 +157,9 @@ func (t *natsTarget) subscribe(_ context.Context, h func([]byte)) (consumer, err
 		c.sub = sub
 		return c, nil
 	}
-	cc, err := t.cons.Consume(func(m jetstream.Msg) {
-		h(m.Data())
-		if err := m.Ack(); err != nil {
-			t.r.note("baseline: ack: " + err.Error())
-		}
-	}, jetstream.PullMaxMessages(t.r.cfg.MaxInFlight))
+	cc, err := rawclient.NATSConsume(t.cons, t.r.cfg.MaxInFlight, h, func(err error) {
+		t.r.note("baseline: ack: " + err.Error())
+	})
 	if err != nil {
 		return nil, fmt.Errorf("baseline: consume: %w", err)
 	}

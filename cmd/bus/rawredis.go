@@ -7,9 +7,9 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/nats-io/nuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/urlopt"
 	"github.com/eventbus-go/bus/redisstream"
 )
@@ -33,8 +33,6 @@ const (
 	// redisRawBlock is the XREADGROUP block of the raw reader; it bounds
 	// how long stopping the reader takes.
 	redisRawBlock = 250 * time.Millisecond
-	redisRawField = "p"
-	redisRawID    = "id"
 )
 
 // openRedisTarget takes go-redis as the bus would dial it: the URL goes
@@ -68,30 +66,16 @@ func (t *redisTarget) prepare(ctx context.Context, scenario string) error {
 }
 
 type redisPublisher struct {
-	t    *redisTarget
-	pipe redis.Pipeliner
-	args []redis.XAddArgs
-	vals [][]any
+	t *redisTarget
+	p *rawclient.RedisPublisher
 }
 
 func (t *redisTarget) publisher(context.Context) (publisher, error) {
-	n := t.r.cfg.Batch
-	p := &redisPublisher{t: t, pipe: t.rc.Pipeline(), args: make([]redis.XAddArgs, n), vals: make([][]any, n)}
-	for i := range p.vals {
-		p.vals[i] = []any{redisRawID, nil, redisRawField, nil}
-	}
-	return p, nil
+	return &redisPublisher{t: t, p: rawclient.NewRedisPublisher(t.rc, t.key, t.r.cfg.Batch)}, nil
 }
 
 func (p *redisPublisher) publish(ctx context.Context, payloads [][]byte) error {
-	for i, pl := range payloads {
-		p.vals[i][1] = nuid.Next()
-		p.vals[i][3] = pl
-		p.args[i] = redis.XAddArgs{Stream: p.t.key, Values: p.vals[i]}
-		p.pipe.XAdd(ctx, &p.args[i])
-	}
-	_, err := p.pipe.Exec(ctx)
-	if err != nil {
+	if err := p.p.Publish(ctx, payloads); err != nil {
 		return urlopt.RedactError(err, p.t.u)
 	}
 	return nil
@@ -119,44 +103,9 @@ func (t *redisTarget) subscribe(_ context.Context, h func([]byte)) (consumer, er
 
 // read is the raw reader loop; it returns when ctx ends or a read fails.
 func (t *redisTarget) read(ctx context.Context, h func([]byte)) error {
-	args := &redis.XReadGroupArgs{
-		Group: redisRawGroup, Consumer: "c", Streams: []string{t.key, ">"},
-		Count: int64(t.r.cfg.MaxInFlight), Block: redisRawBlock,
-	}
-	ids := make([]string, 0, t.r.cfg.MaxInFlight)
-	for ctx.Err() == nil {
-		res, err := t.rc.XReadGroup(ctx, args).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("baseline: read: %w", urlopt.RedactError(err, t.u))
-		}
-		ids = ids[:0]
-		for _, s := range res {
-			for _, m := range s.Messages {
-				v, _ := m.Values[redisRawField].(string)
-				if id, _ := m.Values[redisRawID].(string); id == "" {
-					return fmt.Errorf("baseline: entry %s has no %s field", m.ID, redisRawID)
-				}
-				h([]byte(v))
-				ids = append(ids, m.ID)
-			}
-		}
-		if len(ids) == 0 {
-			continue
-		}
-		// The acks of a read are flushed even when the reader is being
-		// stopped, as the bus flushes its acks on close.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err = t.rc.XAck(actx, t.key, redisRawGroup, ids...).Err()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("baseline: ack: %w", urlopt.RedactError(err, t.u))
-		}
+	r := rawclient.RedisReader{Client: t.rc, Key: t.key, Group: redisRawGroup, Consumer: "c", Count: t.r.cfg.MaxInFlight, Block: redisRawBlock}
+	if err := r.Run(ctx, h, nil); err != nil {
+		return fmt.Errorf("baseline: %w", urlopt.RedactError(err, t.u))
 	}
 	return nil
 }

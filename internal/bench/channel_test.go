@@ -7,9 +7,10 @@ package bench
 //
 // Both sides move chanRound messages of 256 bytes from one producer
 // goroutine to a consumer that reads each payload's sequence number. The
-// channel side allocates a message and copies its payload per send (the
-// work an in-process broker must do at the least: it cannot keep the
-// publisher's buffer); the bus side publishes in batches of chanBatch with
+// channel side is the baseline of `bus bench --baseline` on mem://
+// (rawclient.Channel): it copies each payload per send (the work an
+// in-process broker must do at the least: it cannot keep the publisher's
+// buffer), in batches of chanBatch; the bus side publishes in batches of chanBatch with
 // AckOnSuccess and chanInFlight in flight, and counts until every message
 // was handled. The sides alternate which goes first in each iteration.
 
@@ -24,6 +25,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/cputime"
+	"github.com/eventbus-go/bus/internal/rawclient"
 )
 
 const (
@@ -41,29 +43,43 @@ func chanRound() int {
 	return 200_000
 }
 
-// chanMsg is what the channel pipeline carries.
-type chanMsg struct {
-	seq     uint64
-	payload []byte
-}
-
-// runChannelPipeline moves n messages through a buffered channel and
-// returns when the consumer has read them all.
+// runChannelPipeline moves n messages through the raw baseline of
+// mem:// (rawclient.Channel), published in batches of chanBatch from one
+// goroutine, and returns when the consumer has read them all.
 func runChannelPipeline(n int) {
-	src := make([]byte, chanPayloadSize)
-	ch := make(chan *chanMsg, chanBuffer)
+	src := benchPayload(chanPayloadSize)
+	ch := rawclient.NewChannel(chanBuffer)
+	stop := make(chan struct{})
+	published := make(chan error, 1)
 	go func() {
-		for i := range n {
-			p := make([]byte, chanPayloadSize)
-			copy(p, src)
-			binary.LittleEndian.PutUint64(p, uint64(i))
-			ch <- &chanMsg{seq: uint64(i), payload: p}
+		batch := make([][]byte, chanBatch)
+		for i := range batch {
+			batch[i] = make([]byte, chanPayloadSize)
 		}
-		close(ch)
+		for sent := 0; sent < n; {
+			k := min(chanBatch, n-sent)
+			for i := range k {
+				copy(batch[i], src)
+				binary.LittleEndian.PutUint64(batch[i], uint64(sent+i))
+			}
+			if err := ch.Publish(context.Background(), batch[:k]); err != nil {
+				published <- err
+				return
+			}
+			sent += k
+		}
+		published <- nil
 	}()
 	var sum uint64
-	for m := range ch {
-		sum += binary.LittleEndian.Uint64(m.payload)
+	got := 0
+	ch.Consume(stop, func(p []byte) {
+		sum += binary.LittleEndian.Uint64(p)
+		if got++; got == n {
+			close(stop)
+		}
+	})
+	if err := <-published; err != nil {
+		panic(fmt.Sprintf("channel pipeline: publish: %v", err))
 	}
 	if want := uint64(n) * uint64(n-1) / 2; sum != want {
 		panic(fmt.Sprintf("channel pipeline: sequence sum %d, want %d", sum, want))

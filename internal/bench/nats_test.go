@@ -60,6 +60,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/rawclient"
 	busnats "github.com/eventbus-go/bus/nats"
 )
 
@@ -169,34 +170,22 @@ func rawMsg(subject string, data []byte) *natsgo.Msg {
 	return &natsgo.Msg{Subject: subject, Data: data, Header: natsgo.Header{jetstream.MsgIDHeader: []string{nuid.Next()}}}
 }
 
-// waitAcks waits for the acks of futures.
-func (e *natsEnv) waitAcks(futures []jetstream.PubAckFuture) {
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			e.b.Fatalf("raw publish ack: %v", err)
-		}
-	}
-}
-
-// rawPublish publishes n messages in batches of batch with
-// PublishMsgAsync, waiting for the acks of each batch before the next,
-// like bus.Publish does.
+// rawPublish publishes n messages in batches of batch with the raw
+// baseline's publisher (rawclient.NATSPublisher), waiting for the acks of
+// each batch before the next, like bus.Publish does.
 func (e *natsEnv) rawPublish(subject string, n, batch int) {
 	data := payload()
-	futures := make([]jetstream.PubAckFuture, 0, batch)
+	p := rawclient.NewNATSPublisher(e.js, subject, batch)
+	payloads := make([][]byte, batch)
+	for i := range payloads {
+		payloads[i] = data
+	}
 	for sent := 0; sent < n; {
-		futures = futures[:0]
-		for i := 0; i < batch && sent < n; i++ {
-			f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
-			if err != nil {
-				e.b.Fatalf("raw publish: %v", err)
-			}
-			futures = append(futures, f)
-			sent++
+		k := min(batch, n-sent)
+		if err := p.Publish(context.Background(), payloads[:k]); err != nil {
+			e.b.Fatalf("raw publish: %v", err)
 		}
-		e.waitAcks(futures)
+		sent += k
 	}
 }
 
@@ -226,12 +215,7 @@ func (e *natsEnv) rawPublishWindow(subject string, n, callers int) {
 func (e *natsEnv) rawPublishConcurrent(subject string, n, callers int) {
 	data := payload()
 	if err := fanOut(n, callers, func(int64) error {
-		f, err := e.js.PublishMsgAsync(rawMsg(subject, data))
-		if err != nil {
-			return err
-		}
-		e.waitAcks([]jetstream.PubAckFuture{f})
-		return nil
+		return rawclient.NewNATSPublisher(e.js, subject, 1).Publish(context.Background(), [][]byte{data})
 	}); err != nil {
 		e.b.Fatalf("raw publish: %v", err)
 	}
@@ -272,14 +256,11 @@ func (e *natsEnv) rawConsume(stream string, n int) {
 	cons := e.rawConsumer(ctx, stream)
 	var got atomic.Int64
 	done := make(chan struct{})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if err := m.Ack(); err != nil {
-			e.b.Errorf("raw ack: %v", err)
-		}
+	cc, err := rawclient.NATSConsume(cons, natsInFlight, func([]byte) {
 		if got.Add(1) == int64(n) {
 			close(done)
 		}
-	})
+	}, func(err error) { e.b.Errorf("raw ack: %v", err) })
 	if err != nil {
 		e.b.Fatalf("raw consume: %v", err)
 	}

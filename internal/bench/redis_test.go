@@ -51,6 +51,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/cputime"
+	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/redistest"
 	"github.com/eventbus-go/bus/redisstream"
 )
@@ -122,20 +123,19 @@ func (e *redisEnv) busTopic(label string) string {
 
 func redisPayload() []byte { return benchPayload(redisPayloadSize) }
 
-// rawPublish adds n entries with pipelined XADD, one round trip per batch
-// of 16.
+// rawPublish adds n entries with the raw baseline's publisher
+// (rawclient.RedisPublisher): one pipeline of XADDs per batch of 16.
 func (e *redisEnv) rawPublish(stream string, n int) {
 	ctx := context.Background()
 	data := redisPayload()
-	pipe := e.client.Pipeline()
-	args := make([]redis.XAddArgs, redisBatch)
+	p := rawclient.NewRedisPublisher(e.client, stream, redisBatch)
+	batch := make([][]byte, redisBatch)
+	for i := range batch {
+		batch[i] = data
+	}
 	for sent := 0; sent < n; {
 		k := min(redisBatch, n-sent)
-		for i := range k {
-			args[i] = redis.XAddArgs{Stream: stream, Values: []any{"id", strconv.Itoa(sent + i), "p", data}}
-			pipe.XAdd(ctx, &args[i])
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		if err := p.Publish(ctx, batch[:k]); err != nil {
 			e.b.Fatalf("raw publish: %v", err)
 		}
 		sent += k
@@ -146,35 +146,14 @@ func (e *redisEnv) busPublish(topic string, n int) {
 	busPublishBatches(e.b, e.bus, topic, n, redisBatch, redisPayload())
 }
 
-// rawConsume drains n entries with a new group: XREADGROUP COUNT 100 on a
-// client of its own, one XACK per batch.
+// rawConsume drains n entries with a new group.
 func (e *redisEnv) rawConsume(stream string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
 	defer cancel()
 	if err := e.client.XGroupCreateMkStream(ctx, stream, "raw", "0").Err(); err != nil {
 		e.b.Fatalf("raw group: %v", err)
 	}
-	ro := *e.client.Options()
-	ro.PushNotificationProcessor = nil
-	reader := redis.NewClient(&ro)
-	defer reader.Close()
-	ids := make([]string, 0, redisReadCount)
-	for got := 0; got < n; {
-		res, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: time.Second,
-		}).Result()
-		if err != nil {
-			e.b.Fatalf("raw read after %d of %d: %v", got, n, err)
-		}
-		ids = ids[:0]
-		for _, m := range res[0].Messages {
-			ids = append(ids, m.ID)
-		}
-		if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil {
-			e.b.Fatalf("raw ack: %v", err)
-		}
-		got += len(ids)
-	}
+	e.rawConsumeExisting(stream, n)
 }
 
 // busConsume drains n messages with a new group from the oldest.
@@ -395,7 +374,9 @@ func BenchmarkRedisE2E(b *testing.B) {
 	r.report(b)
 }
 
-// rawConsumeExisting is rawConsume on a group that already exists.
+// rawConsumeExisting drains n entries of the existing group "raw" with
+// the raw baseline's reader (rawclient.RedisReader): XREADGROUP COUNT 100
+// on a client of its own, one XACK per read.
 func (e *redisEnv) rawConsumeExisting(stream string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), redisWait)
 	defer cancel()
@@ -403,25 +384,13 @@ func (e *redisEnv) rawConsumeExisting(stream string, n int) {
 	ro.PushNotificationProcessor = nil
 	reader := redis.NewClient(&ro)
 	defer reader.Close()
-	ids := make([]string, 0, redisReadCount)
-	for got := 0; got < n; {
-		res, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: "raw", Consumer: "c", Streams: []string{stream, ">"}, Count: redisReadCount, Block: time.Second,
-		}).Result()
-		if err == redis.Nil {
-			continue
-		}
-		if err != nil {
-			e.b.Fatalf("raw read after %d of %d: %v", got, n, err)
-		}
-		ids = ids[:0]
-		for _, m := range res[0].Messages {
-			ids = append(ids, m.ID)
-		}
-		if err := e.client.XAck(ctx, stream, "raw", ids...).Err(); err != nil {
-			e.b.Fatalf("raw ack: %v", err)
-		}
-		got += len(ids)
+	got := 0
+	r := rawclient.RedisReader{Client: reader, Acker: e.client, Key: stream, Group: "raw", Consumer: "c", Count: redisReadCount, Block: time.Second}
+	if err := r.Run(ctx, func([]byte) { got++ }, func() bool { return got >= n }); err != nil {
+		e.b.Fatalf("raw read after %d of %d: %v", got, n, err)
+	}
+	if got < n {
+		e.b.Fatalf("raw read: %d of %d after %v", got, n, redisWait)
 	}
 }
 
