@@ -290,10 +290,14 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
 		Handler: func(ctx context.Context, r *engine.Delivery[Delivery]) error { return handler(ctx, &r.Pub) },
 		Fill:    fill(topic, o.group),
+		Refill:  refill,
 		Info:    info,
 		Publish: b.be.Publish,
 		Go:      b.goTracked,
 		Ended:   func() { b.forget(s) },
+	}
+	if o.keyOrdering {
+		cfg.KeyOf = func(d *Delivery) string { return d.Key }
 	}
 	if o.limiter != nil {
 		cfg.Limiter = o.limiter

@@ -67,7 +67,7 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 // again at attempt 1. A message leaves dlq only after it is stored on its
 // topic, so a crash in between may duplicate it but never loses it. It
 // returns how many were replayed. IDs that name no dead letter of dlq are
-// an error wrapping ErrNotFound, after the others were replayed.
+// an error wrapping backend.ErrNotFound, after the others were replayed.
 func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
@@ -113,7 +113,7 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 // are listed, or all of them when ids is empty. Messages of dlq without
 // the dead-letter headers are never removed. It returns how many it
 // removed. IDs that name no dead letter of dlq are an error wrapping
-// ErrNotFound, after the others were removed.
+// backend.ErrNotFound, after the others were removed.
 func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: purge dead letters: %w", err)
@@ -166,9 +166,9 @@ func notFound(op, dlq string, ids []string) error {
 	case len(ids) == 0:
 		return nil
 	case len(ids) > 5:
-		return fmt.Errorf("bus: %s %q: %w: %s and %d more", op, dlq, ErrNotFound, strings.Join(ids[:5], ", "), len(ids)-5)
+		return fmt.Errorf("bus: %s %q: %w: %s and %d more", op, dlq, backend.ErrNotFound, strings.Join(ids[:5], ", "), len(ids)-5)
 	}
-	return fmt.Errorf("bus: %s %q: %w: %s", op, dlq, ErrNotFound, strings.Join(ids, ", "))
+	return fmt.Errorf("bus: %s %q: %w: %s", op, dlq, backend.ErrNotFound, strings.Join(ids, ", "))
 }
 
 // publishReplay publishes one replayed message: it is validated like any

@@ -67,7 +67,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 
 	fail.Store(false)
 	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "o-1", "missing")
-	require.ErrorIs(t, err, bus.ErrNotFound, "an unknown ID is an error")
+	require.ErrorIs(t, err, backend.ErrNotFound, "an unknown ID is an error")
 	assert.Contains(t, err.Error(), "missing", "the error names the unknown ID")
 	assert.Equal(t, 1, n, "the known ID is replayed all the same")
 	select {
@@ -91,7 +91,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq", "typo")
-	require.ErrorIs(t, err, bus.ErrNotFound, "purging an unknown ID is an error")
+	require.ErrorIs(t, err, backend.ErrNotFound, "purging an unknown ID is an error")
 	assert.Zero(t, n, "nothing purged for an unknown ID")
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq")
 	require.NoError(t, err)

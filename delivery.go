@@ -43,6 +43,14 @@ func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message
 	}
 }
 
+// refill makes r a copy of from with attempt, for the retry of a keyed
+// delivery (WithKeyOrdering).
+func refill(r *engine.Delivery[Delivery], from *Delivery, attempt int) {
+	r.Pub = *from
+	r.Pub.Attempt = attempt
+	r.Pub.rec = r
+}
+
 // info is the message of a Delivery, for the engine's events and
 // dead-letter copies.
 func info(d *Delivery) backend.Message {

@@ -44,8 +44,6 @@ var (
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease expired; the first settlement wins.
 	ErrAlreadySettled = engine.ErrAlreadySettled
-	// ErrNotFound: a dead letter named by its ID is not on the topic.
-	ErrNotFound = errors.New("not found")
 )
 
 // PublishError is returned by Publish when some messages of a batch failed.

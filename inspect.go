@@ -110,7 +110,7 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 // whether it had received or settled them before or not, and none before
 // it. It needs a backend.GroupSeeker; backends document what happens to
 // the deliveries in flight and whether the group's members must be
-// stopped first. An unknown group is an error wrapping ErrNotFound.
+// stopped first. An unknown group is an error wrapping backend.ErrNotFound.
 func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to backend.SeekTarget) error {
 	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: seek group: %w", err)
@@ -127,7 +127,7 @@ func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to backend.See
 	}
 	if err := s.SeekGroup(ctx, topic, group, to); err != nil {
 		if errors.Is(err, backend.ErrUnknownGroup) {
-			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+			err = fmt.Errorf("%w: %w", backend.ErrNotFound, err)
 		}
 		return fmt.Errorf("bus: seek group %q of %q: %w", group, topic, err)
 	}

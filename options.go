@@ -103,6 +103,7 @@ type subscribeOptions struct {
 	startFrom      StartFrom
 	middleware     []Middleware
 	maxExtension   time.Duration
+	keyOrdering    bool
 }
 
 type busOptionFunc func(*busOptions) error
@@ -285,6 +286,31 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 			return fmt.Errorf("%w: max extension %v, want >= 0", ErrInvalidOption, d)
 		}
 		s.maxExtension = d
+		return nil
+	})
+}
+
+// WithKeyOrdering handles the deliveries of the subscription whose
+// Message.Key is equal and non-empty one at a time, in the order the
+// backend hands them out (for a topic, the order of the Publish calls that
+// returned nil from one goroutine); different keys, and messages without
+// a key, run in parallel up to MaxInFlight. A delivery of a key that is to
+// be retried (a handler error, or Nack in AckManual) is retried by the
+// subscription itself after its delay, keeping its lease alive, and holds
+// back only its own key; dead-lettering it releases the key. Deliveries
+// waiting for their key keep their in-flight slots and their leases, so
+// at most MaxInFlight wait.
+//
+// The order holds within one subscription. The members of a group share
+// its messages, so two members may each hold messages of one key: keep
+// one member per group for a key-ordered topic. When a subscription
+// closes, the deliveries waiting for their key go back to the group. A
+// delivery whose lease is lost (its member crashed, or the keep-alive
+// failed) is delivered again after the lease, possibly after later
+// messages of its key. See docs/ordering.md.
+func WithKeyOrdering() SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		s.keyOrdering = true
 		return nil
 	})
 }

@@ -12,6 +12,11 @@ var ErrClosed = errors.New("closed")
 // still unsettled.
 var ErrStale = errors.New("stale delivery")
 
+// ErrNotFound is wrapped by the errors of the bus's inspection calls for
+// what is not there: a dead letter named by its ID that is not on its
+// topic, a consumer group that does not exist.
+var ErrNotFound = errors.New("not found")
+
 // ErrInvalidTopic is wrapped by the error of ValidateTopic; the bus
 // re-exports it as bus.ErrInvalidTopic.
 var ErrInvalidTopic = errors.New("invalid topic")

@@ -66,7 +66,7 @@ func testSeekGroup(t *testing.T, s *suite) {
 	assert.Equal(t, fresh[0].ID, in.all()[0].ID, "only the new message")
 
 	err := h.bus.SeekGroup(ctx, topic, h.group("nobody"), backend.SeekTarget{Oldest: true})
-	require.ErrorIs(t, err, bus.ErrNotFound, "seeking a group the topic does not have")
+	require.ErrorIs(t, err, backend.ErrNotFound, "seeking a group the topic does not have")
 }
 
 // SeekGroup forwards the optional GroupSeeker, so the bus's SeekGroup

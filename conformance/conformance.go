@@ -95,6 +95,10 @@ var cases = []testCase{
 	{name: "LeaseLostCancelsBeforeRedelivery", needs: []capability{capRedelivery}, run: testLeaseLostCancelsBeforeRedelivery},
 	{name: "MixedAckTimeoutsKeepTheLongestLease", needs: []capability{capRedelivery, capExtend}, run: testMixedAckTimeouts},
 
+	// Key ordering.
+	{name: "KeyOrderOneMember", run: testKeyOrderOneMember},
+	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
+
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},

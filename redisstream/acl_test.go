@@ -24,7 +24,7 @@ import (
 var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
-	"+zadd", "+zrange", "+zrem",
+	"+zadd", "+zrange", "+zrem", "+hget", "+hset",
 	"+evalsha", "+eval",
 	"+client|id", "+client|unblock",
 	"+ping",

@@ -185,7 +185,7 @@
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
-//	    +zadd +zrange +zrem +evalsha +eval +client|id +client|unblock
+//	    +zadd +zrange +zrem +hget +hset +evalsha +eval +client|id +client|unblock
 //	    +ping
 //
 // (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups

@@ -368,7 +368,7 @@ func showDeadLetter(ctx context.Context, b *bus.Bus, d *dlqArgs, stdout, stderr 
 	}
 	i := slices.IndexFunc(dls, func(dl bus.DeadLetter) bool { return dl.ID == d.ids[0] })
 	if i < 0 {
-		fmt.Fprintf(stderr, "bus dlq show: %q is not a dead letter of %s: %v\n", d.ids[0], d.dlq, bus.ErrNotFound)
+		fmt.Fprintf(stderr, "bus dlq show: %q is not a dead letter of %s: %v\n", d.ids[0], d.dlq, backend.ErrNotFound)
 		return exitFailure
 	}
 	dl := dls[i]

@@ -75,6 +75,10 @@ func (s *Sub[P]) shutdown() error {
 	defer cancel()
 	s.stopAfter()
 	s.stopFetch()
+	if s.keys != nil {
+		// Before the dispatcher stops: no key pushes after this.
+		s.keys.close(hard)
+	}
 	drained := make(chan struct{})
 	go func() {
 		<-s.fetchDone // no delivery is pushed after the fetch loop ends

@@ -67,6 +67,12 @@ type Config[P any] struct {
 	// Fill sets the public face of d from m; it must make d.Pub lead back
 	// to d.
 	Fill func(d *Delivery[P], m *backend.Message)
+	// KeyOf returns the ordering key of a public face; nil turns key
+	// ordering off (see keyLines).
+	KeyOf func(p *P) string
+	// Refill sets d's public face to a copy of from with attempt, for the
+	// retry of a keyed delivery; it must make d.Pub lead back to d.
+	Refill func(d *Delivery[P], from *P, attempt int)
 	// Info returns the message of a public face (ID, Key, Headers,
 	// Payload, Attempt), for events and dead-letter copies.
 	Info func(p *P) backend.Message

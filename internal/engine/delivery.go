@@ -124,6 +124,9 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 	if !d.claim() {
 		return d.alreadySettled("nack")
 	}
+	if k := d.sub.keys; k != nil && k.retry(d, delay) {
+		return nil
+	}
 	return d.doNack(ctx, delay)
 }
 
@@ -336,6 +339,9 @@ func (d *Delivery[P]) takeRelease() bool {
 			return false
 		}
 		if d.state.CompareAndSwap(s, s|stateReleased) {
+			if k := d.sub.keys; k != nil {
+				k.done(d)
+			}
 			return true
 		}
 	}

@@ -82,6 +82,9 @@ func (k *leaseKeeper[P]) close() {
 
 func (k *leaseKeeper[P]) tick(now int64) {
 	running := k.s.disp.running(k.buf[:0])
+	if k.s.keys != nil {
+		running = k.s.keys.held(running)
+	}
 	var lost []observer.Event
 	for _, d := range running {
 		if (*handlerCtx[P])(d).ended() || now-d.received < int64(k.period) {

@@ -164,6 +164,9 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
 			return
 		}
+		if s.keys != nil && s.keys.retry(d, delay) {
+			return
+		}
 		ctx, cancel := s.settleCtx()
 		defer cancel()
 		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))

@@ -35,6 +35,7 @@ type Sub[P any] struct {
 	fetchDone chan struct{}
 	unsettled sync.WaitGroup  // delivered but not yet released
 	keeper    *leaseKeeper[P] // nil when no handler runs under a lease
+	keys      *keyLines[P]    // nil without key ordering
 	workers   sync.WaitGroup  // the fetch, ack and keeper goroutines
 
 	// mu guards the extension state of the deliveries (their deliveryExt),
@@ -69,6 +70,9 @@ func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *
 	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
 	s.force, s.forceStop = context.WithCancelCause(context.Background())
 	s.keeper = newLeaseKeeper(s)
+	if cfg.KeyOf != nil {
+		s.keys = newKeyLines(s)
+	}
 	s.stopAfter = context.AfterFunc(ctx, func() { cfg.Go(s.closeInBackground) })
 	return s
 }
@@ -299,7 +303,11 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 		ds = append(ds, d)
 	}
 	s.unsettled.Add(len(ds))
-	s.disp.push(ds)
+	run := ds
+	if s.keys != nil {
+		run = s.keys.admit(ds)
+	}
+	s.disp.push(run)
 	clear(ds)
 	s.dispatchBuf = ds[:0]
 }

@@ -1,0 +1,171 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+)
+
+// keyed returns perKey messages for each of keys, interleaved in publish
+// order (k0-0, k1-0, ..., k0-1, ...); payload "<key>/<seq>".
+func keyed(keys, perKey int) []*bus.Message {
+	msgs := make([]*bus.Message, 0, keys*perKey)
+	for i := range perKey {
+		for k := range keys {
+			key := fmt.Sprintf("k%d", k)
+			msgs = append(msgs, &bus.Message{Key: key, Payload: fmt.Appendf(nil, "%s/%d", key, i)})
+		}
+	}
+	return msgs
+}
+
+// keyLog records, per key, the payloads handled in order and whether two
+// handlers of one key ever overlapped.
+type keyLog struct {
+	mu      sync.Mutex
+	order   map[string][]string
+	running map[string]int
+	overlap []string
+	total   atomic.Int64
+}
+
+func newKeyLog() *keyLog {
+	return &keyLog{order: map[string][]string{}, running: map[string]int{}}
+}
+
+func (l *keyLog) start(d *bus.Delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[d.Key]++; l.running[d.Key] > 1 {
+		l.overlap = append(l.overlap, string(d.Payload))
+	}
+}
+
+func (l *keyLog) end(d *bus.Delivery, handled bool) {
+	l.mu.Lock()
+	l.running[d.Key]--
+	if handled {
+		l.order[d.Key] = append(l.order[d.Key], string(d.Payload))
+	}
+	l.mu.Unlock()
+	if handled {
+		l.total.Add(1)
+	}
+}
+
+// assertInOrder checks that every key's messages were handled once each,
+// in publish order, never two at once.
+func (l *keyLog) assertInOrder(t *testing.T, msgs []*bus.Message) {
+	t.Helper()
+	want := map[string][]string{}
+	for _, m := range msgs {
+		want[m.Key] = append(want[m.Key], string(m.Payload))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	assert.Empty(t, l.overlap, "two handlers of one key ran at once")
+	for key, w := range want {
+		assert.Equal(t, w, l.order[key], "key %s: handled in publish order, once each", key)
+	}
+}
+
+// testKeyOrderOneMember: with WithKeyOrdering, the messages of a key are
+// handled one at a time in publish order, while different keys run in
+// parallel.
+func testKeyOrderOneMember(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyorder"), h.group("keyorder")
+	msgs := keyed(8, count(25, 8))
+	log := newKeyLog()
+	// The first handler of k0 waits until a handler of another key runs:
+	// proof that keys run in parallel.
+	parallel := make(chan struct{})
+	var once sync.Once
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		if d.Key != "k0" {
+			once.Do(func() { close(parallel) })
+		} else if string(d.Payload) == "k0/0" {
+			select {
+			case <-parallel:
+			case <-ctx.Done():
+			}
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(16), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, msgs...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(msgs)) }, "every keyed message handled")
+	log.assertInOrder(t, msgs)
+	select {
+	case <-parallel:
+	default:
+		t.Error("no two keys ran at once")
+	}
+}
+
+// testKeyOrderRetryHoldsOnlyItsKey: a failing message holds back the
+// later messages of its key until its retry succeeds, and nothing of the
+// other keys; a message dead-lettered as permanent releases its key.
+func testKeyOrderRetryHoldsOnlyItsKey(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyretry"), h.group("keyretry")
+	msgs := []*bus.Message{
+		{Key: "a", Payload: []byte("a/0")}, {Key: "b", Payload: []byte("b/0")},
+		{Key: "a", Payload: []byte("a/1")}, {Key: "b", Payload: []byte("b/1")},
+		{Key: "c", Payload: []byte("c/0")}, {Key: "c", Payload: []byte("c/1")},
+		{Key: "a", Payload: []byte("a/2")}, {Key: "b", Payload: []byte("b/2")},
+	}
+	log := newKeyLog()
+	bDone := make(chan struct{})
+	var bCount atomic.Int64
+	var aAttempts []int
+	var mu sync.Mutex
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		switch string(d.Payload) {
+		case "a/0":
+			mu.Lock()
+			aAttempts = append(aAttempts, d.Attempt)
+			mu.Unlock()
+			// Fails until every b was handled: b is never held back by a.
+			select {
+			case <-bDone:
+			default:
+				log.end(d, false)
+				return errors.New("not yet")
+			}
+			if d.Attempt < 3 {
+				log.end(d, false)
+				return errors.New("one more time")
+			}
+		case "c/0":
+			log.end(d, false)
+			return bus.Permanent(errors.New("c/0 is poison"))
+		}
+		if d.Key == "b" && bCount.Add(1) == 3 {
+			close(bDone)
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(8),
+		bus.WithMaxDeliveries(100), bus.WithDeadLetter(topic+".dlq"), fastRetry(), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, msgs...)
+	want := []*bus.Message{msgs[0], msgs[1], msgs[2], msgs[3], msgs[5], msgs[6], msgs[7]} // c/0 dead-lettered
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(want)) }, "every message but the poison one handled")
+	log.assertInOrder(t, want)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, aAttempts)
+	for i, a := range aAttempts {
+		assert.Equal(t, i+1, a, "a/0's attempts count up: %v", aAttempts)
+	}
+}

@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/observer"
+)
+
+// keyLines sequences the deliveries of each key (Config.KeyOf): of the
+// deliveries whose key is equal and non-empty, one at a time reaches a
+// worker, in the order the backend handed them out; deliveries of other
+// keys, and those without a key, run in parallel as usual.
+//
+// A key's head holds the key until it is done (settled and its handler
+// returned). A head that is to be retried (an error in AckOnSuccess, a
+// Nack in AckManual) is retried here, by a new delivery of the same
+// message with Attempt+1 after the delay, instead of being handed back to
+// the backend: the deliveries behind it are already here, and the retry
+// must run before them. The lease of every held delivery, waiting behind
+// its head or for its retry, is kept alive by the lease keeper; one whose
+// lease is lost is given up when its turn comes (the backend delivers it
+// again). Held deliveries keep their in-flight slots, so at most
+// MaxInFlight deliveries are held: a long backlog of one key behind a
+// retrying head fills the slots and holds back fetching, never an
+// unbounded buffer.
+type keyLines[P any] struct {
+	s *Sub[P]
+
+	mu     sync.Mutex
+	lines  map[string]*keyLine[P]
+	closed bool
+}
+
+// keyLine is one key's head (running, or waiting for its retry) and the
+// deliveries behind it.
+type keyLine[P any] struct {
+	head    *Delivery[P]
+	waiting []*Delivery[P]
+	retry   *time.Timer // set while head waits for its retry
+	due     time.Time   // when the retry runs
+}
+
+func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
+	return &keyLines[P]{s: s, lines: map[string]*keyLine[P]{}}
+}
+
+// admit returns the deliveries of ds to run now; the others wait behind
+// the head of their key. After close a keyed delivery waits behind its
+// key's head, to go back to the group after it, or goes back at once.
+// In AckOnReceive a delivery is acked when it is admitted, so that one
+// waiting for its key does not outlive its lease unacked.
+func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
+	run := make([]*Delivery[P], 0, len(ds))
+	var back []*Delivery[P]
+	k.mu.Lock()
+	for _, d := range ds {
+		key := k.s.cfg.KeyOf(&d.Pub)
+		l := k.lines[key]
+		switch {
+		case key == "":
+			run = append(run, d)
+		case l != nil:
+			// Also after close: it goes back behind the ones before it.
+			l.waiting = append(l.waiting, d)
+		case k.closed:
+			back = append(back, d)
+		default:
+			k.lines[key] = &keyLine[P]{head: d}
+			run = append(run, d)
+		}
+	}
+	k.mu.Unlock()
+	if k.s.cfg.AckMode == AckOnReceive {
+		for _, d := range ds {
+			if k.s.cfg.KeyOf(&d.Pub) != "" && d.claim() {
+				k.s.settleErr(d, observer.ScopeAck, d.doAck())
+			}
+		}
+	}
+	k.giveBack(back)
+	return run
+}
+
+// done is called once d is settled and its handler has returned: the
+// next delivery of its key, if any, goes to a worker. Pushes happen under
+// k.mu, so none comes after close (which precedes the dispatcher's stop).
+func (k *keyLines[P]) done(d *Delivery[P]) {
+	key := k.s.cfg.KeyOf(&d.Pub)
+	if key == "" {
+		return
+	}
+	k.mu.Lock()
+	l := k.lines[key]
+	if l == nil || l.head != d {
+		// Not a head: given back at close, or retried in its place.
+		k.mu.Unlock()
+		return
+	}
+	if len(l.waiting) == 0 || k.closed {
+		// After close the rest of the key goes back to the group, in
+		// order, after its head.
+		back := l.waiting
+		delete(k.lines, key)
+		k.mu.Unlock()
+		k.giveBack(back)
+		return
+	}
+	next := l.waiting[0]
+	l.waiting[0] = nil
+	l.waiting = l.waiting[1:]
+	l.head = next
+	if !k.s.leaseLost(next) {
+		k.s.disp.push([]*Delivery[P]{next})
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	// Its lease ran out while it waited: the backend delivers it again.
+	// Giving it up ends its turn, and done runs again for the one after.
+	k.s.giveUp(next)
+}
+
+// retry replaces the claimed head d by a new delivery of its message with
+// Attempt+1, run after delay in d's place: the key stays held, and the
+// new delivery takes over d's in-flight slot. d is finished as nacked. It
+// reports false, and does nothing, when d does not hold a key here (no
+// key, or given back at close): the caller nacks it through the backend.
+func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
+	key := k.s.cfg.KeyOf(&d.Pub)
+	if key == "" {
+		return false
+	}
+	k.mu.Lock()
+	l := k.lines[key]
+	if k.closed || l == nil || l.head != d {
+		k.mu.Unlock()
+		return false
+	}
+	r := k.s.successor(d)
+	l.head = r
+	l.due = time.Now().Add(delay)
+	l.retry = time.AfterFunc(delay, func() { k.run(key, r) })
+	k.mu.Unlock()
+	// d's slot now belongs to r: d must not give it back.
+	d.state.Or(stateReleased)
+	d.finish(OutcomeNacked, nil)
+	return true
+}
+
+// run starts a retry whose delay is over. After close it hands the
+// message back to the backend instead.
+func (k *keyLines[P]) run(key string, r *Delivery[P]) {
+	k.mu.Lock()
+	l := k.lines[key]
+	if l == nil || l.head != r {
+		k.mu.Unlock()
+		return
+	}
+	l.retry = nil
+	switch {
+	case k.closed:
+		back := l.waiting
+		delete(k.lines, key)
+		k.mu.Unlock()
+		ctx, cancel := k.s.settleCtx()
+		defer cancel()
+		k.handBack(ctx, r, back)
+	case k.s.leaseLost(r):
+		k.mu.Unlock()
+		k.s.giveUp(r)
+	default:
+		k.s.disp.push([]*Delivery[P]{r})
+		k.mu.Unlock()
+	}
+}
+
+// held appends the deliveries that wait here, behind their head or for
+// their retry, for the lease keeper.
+func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range k.lines {
+		if l.retry != nil {
+			ds = append(ds, l.head)
+		}
+		ds = append(ds, l.waiting...)
+	}
+	return ds
+}
+
+// close starts the shutdown of the key lines. A head waiting for its
+// retry goes back to the group at once (its retry comes sooner than its
+// delay asked, as the next member's first delivery of the key), and the
+// deliveries behind it go back after it without counting an attempt. A
+// running head finishes as the shutdown lets it; then the deliveries
+// behind it go back the same way (done).
+func (k *keyLines[P]) close(ctx context.Context) {
+	type line struct {
+		head *Delivery[P]
+		back []*Delivery[P]
+	}
+	var retries []line
+	k.mu.Lock()
+	k.closed = true
+	for key, l := range k.lines {
+		if l.retry != nil && l.retry.Stop() {
+			retries = append(retries, line{l.head, l.waiting})
+			delete(k.lines, key)
+		}
+	}
+	k.mu.Unlock()
+	for _, l := range retries {
+		k.handBack(ctx, l.head, l.back)
+	}
+}
+
+// handBack gives a retry that did not run back to the group, counted as
+// the failure it follows (a nack), then the deliveries behind it, not
+// counted (a release); both are redelivered at once, the retry first.
+func (k *keyLines[P]) handBack(ctx context.Context, retry *Delivery[P], back []*Delivery[P]) {
+	if retry.claim() {
+		k.s.settleErr(retry, observer.ScopeNack, retry.doNack(ctx, 0))
+	}
+	k.s.handlerNeverRan(retry)
+	k.giveBack(back)
+}
+
+// giveBack hands deliveries that never reached their handler back to the
+// group without counting an attempt, and frees their slots.
+func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := k.s.settleCtx()
+	defer cancel()
+	for _, d := range ds {
+		if d.claim() {
+			k.s.release(ctx, d)
+		}
+		k.s.handlerNeverRan(d)
+	}
+}
+
+// successor is a new delivery of d's message with Attempt+1, holding d's
+// lease: same AckID, same lease start and renewals.
+func (s *Sub[P]) successor(d *Delivery[P]) *Delivery[P] {
+	r := &Delivery[P]{sub: s, ackID: d.ackID, received: d.received, attempt: d.attempt + 1}
+	s.cfg.Refill(r, &d.Pub, int(r.attempt))
+	s.mu.Lock()
+	if x := d.ext.Load(); x != nil {
+		r.extLocked().kept.renewed = x.kept.renewed
+	}
+	s.mu.Unlock()
+	return r
+}
+
+// leaseLost reports whether the lease keeper gave up d's lease while d
+// waited.
+func (s *Sub[P]) leaseLost(d *Delivery[P]) bool {
+	if d.ext.Load() == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return d.ext.Load().kept.lost
+}
+
+// giveUp settles a held delivery whose lease was lost as expired; the
+// backend delivers it again.
+func (s *Sub[P]) giveUp(d *Delivery[P]) {
+	if d.claim() {
+		d.finish(OutcomeExpired, nil)
+	}
+	s.handlerNeverRan(d)
+}
+
+// handlerNeverRan marks the handler of a delivery that never reached it
+// as done, freeing its slot once it is settled.
+func (s *Sub[P]) handlerNeverRan(d *Delivery[P]) {
+	(*handlerCtx[P])(d).end()
+	if d.handlerDone() {
+		s.releaseDone(1)
+	}
+}

@@ -1,0 +1,159 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/inmemory"
+)
+
+// orderLog records the payloads a handler saw, with their attempts.
+type orderLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *orderLog) add(d *bus.Delivery) {
+	l.mu.Lock()
+	l.got = append(l.got, fmt.Sprintf("%s#%d", d.Payload, d.Attempt))
+	l.mu.Unlock()
+}
+
+func (l *orderLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.got)
+}
+
+func (l *orderLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got...)
+}
+
+func keyedMsgs(key string, n int) []*bus.Message {
+	msgs := make([]*bus.Message, n)
+	for i := range msgs {
+		msgs[i] = &bus.Message{Key: key, Payload: fmt.Appendf(nil, "%s/%d", key, i)}
+	}
+	return msgs
+}
+
+func newMemBus(t *testing.T) *bus.Bus {
+	t.Helper()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	return bus.New(be)
+}
+
+func closeBus(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, b.Close(ctx))
+}
+
+// Deliveries waiting behind a running head keep their leases alive: a
+// head that runs five ack timeouts does not get its followers redelivered
+// (they run once each, attempt 1, in order).
+func TestKeyOrderingKeepsWaitingLeasesAlive(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	const lease = 200 * time.Millisecond
+	log := &orderLog{}
+	_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k/0" {
+			select {
+			case <-time.After(5 * lease):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		log.add(d)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 4)...))
+	require.Eventually(t, func() bool { return log.len() >= 4 }, 10*time.Second, 5*time.Millisecond)
+	require.Never(t, func() bool { return log.len() > 4 }, 2*lease, 10*time.Millisecond, "nothing came back after its lease")
+	assert.Equal(t, []string{"k/0#1", "k/1#1", "k/2#1", "k/3#1"}, log.list())
+}
+
+// In AckManual, a Nack of a key's head retries it with Attempt+1 before
+// the rest of the key.
+func TestKeyOrderingManualNackRetriesTheHeadFirst(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	log := &orderLog{}
+	_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		log.add(d)
+		if string(d.Payload) == "k/0" && d.Attempt < 3 {
+			return d.Nack(ctx, 5*time.Millisecond)
+		}
+		return d.Ack(ctx)
+	}, bus.WithKeyOrdering(), bus.WithAckMode(bus.AckManual), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 3)...))
+	require.Eventually(t, func() bool { return log.len() >= 5 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/0#2", "k/0#3", "k/1#1", "k/2#1"}, log.list())
+}
+
+// Close gives what waits for its key back to the group after the key's
+// head, so the next member goes on in order; a head waiting for its retry
+// goes back with the rest of its delay, its followers behind it.
+func TestKeyOrderingCloseHandsTheRestOfTheKeyOnInOrder(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	first := &orderLog{}
+	started := make(chan struct{})
+	var once sync.Once
+	sub, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		first.add(d)
+		switch string(d.Payload) {
+		case "a/0":
+			once.Do(func() { close(started) })
+			<-ctx.Done() // runs until the shutdown cancels it
+			return ctx.Err()
+		case "b/0":
+			return errors.New("retry me later")
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithMaxInFlight(16),
+		bus.WithRetryBackoff(func() backoff.BackOff { return backoff.NewConstantBackOff(300 * time.Millisecond) }))
+	require.NoError(t, err)
+	msgs := append(keyedMsgs("a", 4), keyedMsgs("b", 3)...)
+	require.NoError(t, b.Publish(context.Background(), "orders", msgs...))
+	<-started
+	require.Eventually(t, func() bool { return first.len() >= 2 }, 5*time.Second, 5*time.Millisecond, "b/0 failed once")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = sub.Close(ctx) // cancels a/0's handler: an error is expected
+
+	next := &orderLog{}
+	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		next.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithMaxInFlight(16))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return next.len() >= 7 }, 10*time.Second, 5*time.Millisecond)
+	var a, bs []string
+	for _, s := range next.list() {
+		if s[0] == 'a' {
+			a = append(a, s)
+		} else {
+			bs = append(bs, s)
+		}
+	}
+	assert.Equal(t, []string{"a/0#1", "a/1#1", "a/2#1", "a/3#1"}, a, "a/0 was released without counting an attempt, the rest behind it")
+	assert.Equal(t, []string{"b/0#2", "b/1#1", "b/2#1"}, bs, "b/0's retry comes first")
+}
