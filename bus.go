@@ -156,7 +156,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)
 	for i, m := range msgs {
-		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: now}
+		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withExpiry(m), Payload: m.Payload, PublishedAt: now}
 		buf.ptrs[i] = &buf.vals[i]
 	}
 	err := b.batcher.Publish(ctx, topic, buf.ptrs)
@@ -288,13 +288,14 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
-		Handler: func(ctx context.Context, r *engine.Delivery[Delivery]) error { return handler(ctx, &r.Pub) },
-		Fill:    fill(topic, o.group),
-		Refill:  refill,
-		Info:    info,
-		Publish: b.be.Publish,
-		Go:      b.goTracked,
-		Ended:   func() { b.forget(s) },
+		Handler:   func(ctx context.Context, r *engine.Delivery[Delivery]) error { return handler(ctx, &r.Pub) },
+		Fill:      fill(topic, o.group),
+		Refill:    refill,
+		ExpiresAt: func(d *Delivery) time.Time { return d.ExpiresAt },
+		Info:      info,
+		Publish:   b.be.Publish,
+		Go:        b.goTracked,
+		Ended:     func() { b.forget(s) },
 	}
 	if o.keyOrdering {
 		cfg.KeyOf = func(d *Delivery) string { return d.Key }

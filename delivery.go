@@ -35,6 +35,9 @@ func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message
 	return func(r *engine.Delivery[Delivery], m *backend.Message) {
 		d := &r.Pub
 		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
+		if len(m.Headers) > 0 {
+			d.Headers, d.ExpiresAt = takeExpiry(m.Headers)
+		}
 		d.Topic = topic
 		d.Group = group
 		d.Attempt = r.Attempt()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/engine"
@@ -88,10 +89,15 @@ func (e *PublishError) Unwrap() []error {
 // (AckOnSuccess), the message goes straight to the dead-letter topic with
 // code permanent; returned by a backend's Receive, the subscription ends
 // with Err set. It is backend.Permanent: one concept on both sides, so
-// IsPermanent answers the same for an error marked by either.
+// backend.IsPermanent answers the same for an error marked by either.
 // Permanent(nil) is nil.
 func Permanent(err error) error { return backend.Permanent(err) }
 
-// IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent (bus.Permanent or backend.Permanent, which are the same).
-func IsPermanent(err error) bool { return backend.IsPermanent(err) }
+// RetryAfter marks a handler error as one to retry after d instead of
+// after the subscription's retry backoff (WithRetryBackoff): for example
+// an API that answered "429, retry in 40 s". In AckOnSuccess the message
+// is redelivered after d; the retry still counts as an attempt and is
+// still bounded by WithMaxDeliveries. A Permanent mark in the same chain
+// wins. It is backend.RetryAfter, read by backend.RetryAfterOf.
+// RetryAfter(nil, d) is nil.
+func RetryAfter(err error, d time.Duration) error { return backend.RetryAfter(err, d) }

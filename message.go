@@ -2,7 +2,10 @@ package bus
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/eventbus-go/bus/backend"
@@ -27,6 +30,15 @@ type Message struct {
 	Headers map[string]string
 	// Payload is opaque bytes.
 	Payload []byte
+	// ExpiresAt, when set, is when the message stops being worth
+	// handling (a price valid for 30 s): a delivery that would start at or
+	// after it never reaches the handler, and is dead-lettered with code
+	// expired (dropped without a dead-letter topic), reported once; a retry
+	// that would come at or after it dead-letters the message at once. It
+	// is carried with millisecond precision, in a reserved header the
+	// subscriber removes (so a message with ExpiresAt may have one header
+	// fewer than backend.MaxHeaders). The zero time means never.
+	ExpiresAt time.Time
 }
 
 // validateMessage checks one message against the content rule and the
@@ -47,8 +59,8 @@ func validateMessage(m *Message, maxPayload int) error {
 	if len(m.Payload) > maxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(m.Payload), maxPayload)
 	}
-	if len(m.Headers) > backend.MaxHeaders {
-		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), backend.MaxHeaders)
+	if maxHeaders := backend.MaxHeaders - expiryHeaders(m); len(m.Headers) > maxHeaders {
+		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), maxHeaders)
 	}
 	total := 0
 	for k, v := range m.Headers {
@@ -142,4 +154,47 @@ func isTokenChar(c byte) bool {
 		return true
 	}
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// expiryHeaders is the headers ExpiresAt takes: 1 when set.
+func expiryHeaders(m *Message) int {
+	if m.ExpiresAt.IsZero() {
+		return 0
+	}
+	return 1
+}
+
+// withExpiry returns m's headers with ExpiresAt in HeaderExpiresAt: a
+// copy, the caller's map is its own.
+func withExpiry(m *Message) map[string]string {
+	if m.ExpiresAt.IsZero() {
+		return m.Headers
+	}
+	h := make(map[string]string, len(m.Headers)+1)
+	maps.Copy(h, m.Headers)
+	h[backend.HeaderExpiresAt] = strconv.FormatInt(m.ExpiresAt.UnixMilli(), 10)
+	return h
+}
+
+// takeExpiry reads HeaderExpiresAt from delivered headers and returns the
+// headers without it (a copy when it was there).
+func takeExpiry(h map[string]string) (map[string]string, time.Time) {
+	v, ok := h[backend.HeaderExpiresAt]
+	if !ok {
+		return h, time.Time{}
+	}
+	out := make(map[string]string, len(h)-1)
+	for k, val := range h {
+		if k != backend.HeaderExpiresAt {
+			out[k] = val
+		}
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return out, time.Time{}
+	}
+	return out, time.UnixMilli(ms)
 }

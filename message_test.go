@@ -3,9 +3,11 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -217,10 +219,10 @@ func TestOpenRedactsTokenOnlyUserInfo(t *testing.T) {
 func TestPermanentIsDetectedThroughWrapping(t *testing.T) {
 	base := errors.New("bad input")
 	err := bus.Permanent(base)
-	assert.True(t, bus.IsPermanent(err))
-	assert.True(t, bus.IsPermanent(errors.Join(errors.New("x"), err)))
+	assert.True(t, backend.IsPermanent(err))
+	assert.True(t, backend.IsPermanent(errors.Join(errors.New("x"), err)))
 	assert.ErrorIs(t, err, base)
-	assert.False(t, bus.IsPermanent(base))
+	assert.False(t, backend.IsPermanent(base))
 	assert.NoError(t, bus.Permanent(nil))
 }
 
@@ -252,4 +254,34 @@ func TestVisibleASCIIAgreesWithByteLoop(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ExpiresAt travels in a reserved header: a message that sets it may have
+// one user header fewer, and the limit says so before any I/O.
+func TestExpiresAtTakesOneHeader(t *testing.T) {
+	b, err := bus.Open(context.Background(), "mem://")
+	require.NoError(t, err)
+	defer b.Close(context.Background())
+	h := map[string]string{}
+	for i := range backend.MaxHeaders {
+		h[fmt.Sprintf("h%d", i)] = "v"
+	}
+	require.NoError(t, b.Publish(context.Background(), "t", &bus.Message{Headers: h}), "the full header count without ExpiresAt")
+	err = b.Publish(context.Background(), "t", &bus.Message{Headers: h, ExpiresAt: time.Now().Add(time.Hour)})
+	require.ErrorIs(t, err, bus.ErrInvalidMessage)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d", backend.MaxHeaders-1))
+}
+
+func TestRetryAfterMarksAndUnwraps(t *testing.T) {
+	base := errors.New("429")
+	err := fmt.Errorf("call api: %w", bus.RetryAfter(base, 40*time.Second))
+	d, ok := backend.RetryAfterOf(err)
+	require.True(t, ok)
+	assert.Equal(t, 40*time.Second, d)
+	assert.ErrorIs(t, err, base, "the cause stays reachable")
+	assert.NoError(t, bus.RetryAfter(nil, time.Second))
+	_, ok = backend.RetryAfterOf(base)
+	assert.False(t, ok)
+	d, _ = backend.RetryAfterOf(bus.RetryAfter(base, -time.Second))
+	assert.Zero(t, d, "a negative delay counts as 0")
 }

@@ -29,6 +29,11 @@ const (
 // publish.
 const HeaderReplayed = "bus-replayed"
 
+// HeaderExpiresAt carries bus.Message.ExpiresAt through the backend, in
+// Unix milliseconds. The bus sets it on Publish and removes it on
+// delivery; backends carry it as any header.
+const HeaderExpiresAt = "bus-expires-at"
+
 // IsDeadLetter reports whether m is a dead-letter copy (it carries the
 // dead-letter headers NewDeadLetter sets).
 func IsDeadLetter(m *Message) bool {

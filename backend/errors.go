@@ -1,6 +1,9 @@
 package backend
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // ErrClosed is wrapped by errors from a closed Backend or Subscription.
 var ErrClosed = errors.New("closed")
@@ -50,3 +53,33 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
+
+// RetryAfter marks err, returned by a handler, as one to retry after d
+// instead of after the subscription's retry backoff: for example an API
+// that answered "429, retry in 40 s". The retry still counts as an attempt
+// and is still bounded by the max deliveries. It is what bus.RetryAfter
+// returns. RetryAfter(nil, d) is nil; a negative d counts as 0.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, after: max(d, 0)}
+}
+
+// RetryAfterOf returns the delay of the outermost RetryAfter mark in
+// err's chain.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }

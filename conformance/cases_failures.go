@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -229,4 +230,69 @@ func testObserverHandlerErrors(t *testing.T, s *suite) {
 			tt.check(t, e)
 		})
 	}
+}
+
+// testRetryAfter: a handler error marked with bus.RetryAfter is retried
+// after its own delay, not the subscription's backoff, and counts as an
+// attempt.
+func testRetryAfter(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("retryafter"), h.group("retryafter")
+	after := 4 * s.ackTimeout() / 10
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
+		if d.Attempt == 1 {
+			return bus.RetryAfter(errors.New("429: retry later"), after)
+		}
+		return nil
+	}), bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())
+	m := &bus.Message{Payload: []byte("throttled")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return len(in.attempts(m.ID)) >= 2 }, "the retry arrives")
+	got := in.of(m.ID)
+	require.Len(t, got, 2)
+	assert.Equal(t, []int{1, 2}, []int{got[0].Attempt, got[1].Attempt}, "the retry counts as an attempt")
+	assert.GreaterOrEqual(t, got[1].At.Sub(got[0].At), after, "retried after the handler's delay, not the %v backoff", 10*time.Millisecond)
+}
+
+// testExpiresAt: a message delivered at or after its ExpiresAt never
+// reaches the handler and is dead-lettered with code expired; one that has
+// not expired arrives with its ExpiresAt and its headers as published; a
+// retry that would come after ExpiresAt dead-letters the message at once.
+func testExpiresAt(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("expires"), h.group("expires")
+	dlq := &inbox{}
+	h.subscribe(context.Background(), topic+".dlq", dlq.handle(nil), bus.WithGroup(group))
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "flaky" {
+			return bus.RetryAfter(errors.New("try again in an hour"), time.Hour)
+		}
+		return nil
+	}), bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	stale := &bus.Message{Payload: []byte("stale"), ExpiresAt: time.Now().Add(-time.Second)}
+	fresh := &bus.Message{Payload: []byte("fresh"), Headers: map[string]string{"tenant": "a"}, ExpiresAt: later}
+	plain := &bus.Message{Payload: []byte("plain")}
+	flaky := &bus.Message{Payload: []byte("flaky"), ExpiresAt: later}
+	h.publish(topic, stale, fresh, plain, flaky)
+	s.eventually(t, func() bool { return dlq.len() >= 2 && len(in.of(fresh.ID)) > 0 && len(in.of(plain.ID)) > 0 },
+		"the stale and the flaky message dead-lettered, the others handled")
+	assert.Empty(t, in.of(stale.ID), "an expired message never reaches the handler")
+	expired := []string{stale.ID}
+	if s.caps.Redelivery {
+		// Without redelivery a failure is dead-lettered at once anyway.
+		expired = append(expired, flaky.ID)
+	}
+	for _, id := range expired {
+		got := dlq.of(id)
+		require.Len(t, got, 1, "%s dead-lettered once", id)
+		assert.Equal(t, string(backend.CodeExpired), got[0].Headers[backend.HeaderDeadLetterCode], "%s: code", id)
+	}
+	assert.Len(t, in.of(flaky.ID), 1, "the retry that would outlive ExpiresAt never happens")
+	f := in.of(fresh.ID)[0]
+	assert.True(t, later.Equal(f.Delivery.ExpiresAt), "ExpiresAt arrives: %v, want %v", f.Delivery.ExpiresAt, later)
+	assert.Equal(t, map[string]string{"tenant": "a"}, f.Headers, "the headers arrive as published")
+	assert.True(t, in.of(plain.ID)[0].Delivery.ExpiresAt.IsZero(), "no ExpiresAt, none delivered")
 }

@@ -102,6 +102,8 @@ var cases = []testCase{
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
+	{name: "RetryAfterSetsTheDelay", needs: []capability{capRedelivery, capNackDelay}, run: testRetryAfter},
+	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
 	{name: "RejectDeadLetters", run: testRejectDeadLetters},
 	{name: "PanicRecoveredAndRetried", run: testPanicRecovered},

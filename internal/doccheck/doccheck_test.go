@@ -199,7 +199,7 @@ var imports = map[string]string{
 	"conformance": "github.com/eventbus-go/bus/conformance", "inmemory": "github.com/eventbus-go/bus/inmemory",
 	"redisstream": "github.com/eventbus-go/bus/redisstream", "busnats": "github.com/eventbus-go/bus/nats",
 	"context": "context", "errors": "errors", "fmt": "fmt", "log": "log", "slog": "log/slog", "time": "time",
-	"os": "os", "url": "net/url", "testing": "testing", "strings": "strings",
+	"os": "os", "url": "net/url", "testing": "testing", "strings": "strings", "http": "net/http", "bytes": "bytes",
 	"backoff": "github.com/cenkalti/backoff/v4", "rate": "golang.org/x/time/rate",
 	"redis": "github.com/redis/go-redis/v9",
 	"otel":  "go.opentelemetry.io/otel", "propagation": "go.opentelemetry.io/otel/propagation",

@@ -67,6 +67,9 @@ type Config[P any] struct {
 	// Fill sets the public face of d from m; it must make d.Pub lead back
 	// to d.
 	Fill func(d *Delivery[P], m *backend.Message)
+	// ExpiresAt returns when a public face's message expires (zero:
+	// never); nil when no message expires.
+	ExpiresAt func(p *P) time.Time
 	// KeyOf returns the ordering key of a public face; nil turns key
 	// ordering off (see keyLines).
 	KeyOf func(p *P) string

@@ -56,6 +56,9 @@ func (s *Sub[P]) refuse(d *Delivery[P]) error {
 		// out).
 		return fmt.Errorf("max deliveries (%d) exceeded", s.cfg.MaxDeliveries)
 	}
+	if exp, ok := s.expiry(d); ok && !time.Now().Before(exp) {
+		return WithCode(backend.CodeExpired, fmt.Errorf("expired at %s, before its handler started", exp.UTC().Format(time.RFC3339Nano)))
+	}
 	if d.state.Load()&stateOversized != 0 {
 		// A foreign producer wrote more than this bus accepts.
 		return WithCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(s.cfg.Info(&d.Pub).Payload), s.cfg.MaxPayload))
@@ -159,9 +162,16 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 	case attempt >= s.cfg.MaxDeliveries:
 		s.deadLetter(d, fmt.Errorf("max deliveries (%d) reached: %w", s.cfg.MaxDeliveries, err))
 	default:
-		delay, ok := RetryDelay(s.cfg.NewBackOff, attempt)
+		delay, ok := backend.RetryAfterOf(err)
+		if !ok {
+			delay, ok = RetryDelay(s.cfg.NewBackOff, attempt)
+		}
 		if !ok {
 			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
+			return
+		}
+		if exp, ok := s.expiry(d); ok && !time.Now().Add(delay).Before(exp) {
+			s.deadLetter(d, WithCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
 			return
 		}
 		if s.keys != nil && s.keys.retry(d, delay) {
@@ -264,4 +274,13 @@ func ReasonCode(reason error) backend.DeadLetterCode {
 	default:
 		return backend.CodeMaxDeliveries
 	}
+}
+
+// expiry is when d's message expires, if it does.
+func (s *Sub[P]) expiry(d *Delivery[P]) (time.Time, bool) {
+	if s.cfg.ExpiresAt == nil {
+		return time.Time{}, false
+	}
+	exp := s.cfg.ExpiresAt(&d.Pub)
+	return exp, !exp.IsZero()
 }
