@@ -169,3 +169,47 @@ func testKeyOrderRetryHoldsOnlyItsKey(t *testing.T, s *suite) {
 		assert.Equal(t, i+1, a, "a/0's attempts count up: %v", aAttempts)
 	}
 }
+
+// testKeyOrderAcrossClose: a key-ordered member closes while a key's head
+// runs (its handler is cancelled by the shutdown) and the rest of the key
+// waits; the next member of the group handles the whole key in publish
+// order, nothing lost.
+func testKeyOrderAcrossClose(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyclose"), h.group("keyclose")
+	msgs := keyed(2, 4)
+	started := make(chan struct{})
+	var once sync.Once
+	first := h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k0/0" {
+			once.Do(func() { close(started) })
+			<-ctx.Done() // runs until the shutdown cancels it
+			return ctx.Err()
+		}
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(16), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, msgs...)
+	recv(t, s, started, "k0/0 running")
+	ctx, cancel := context.WithTimeout(context.Background(), s.ackTimeout())
+	defer cancel()
+	_ = first.Close(ctx) // the cancelled handler makes this an error
+
+	log := newKeyLog()
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(16), bus.WithAckTimeout(s.longLease()))
+	var k0 []*bus.Message
+	for _, m := range msgs {
+		if m.Key == "k0" {
+			k0 = append(k0, m)
+		}
+	}
+	s.eventually(t, func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.order["k0"]) >= len(k0)
+	}, "the next member handles the rest of k0")
+	log.assertInOrder(t, k0)
+}

@@ -97,6 +97,7 @@ var cases = []testCase{
 
 	// Key ordering.
 	{name: "KeyOrderOneMember", run: testKeyOrderOneMember},
+	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
 
 	// Failure handling.
