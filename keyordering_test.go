@@ -167,3 +167,41 @@ func TestKeyOrderingCloseHandsTheRestOfTheKeyOnInOrder(t *testing.T) {
 	assert.Equal(t, []string{"a/0#1", "a/1#1", "a/2#1", "a/3#1"}, a, "a in order, whichever member handled it")
 	assert.Equal(t, []string{"b/0#1", "b/0#2", "b/1#1", "b/2#1"}, bs, "b/0's retry comes first, without waiting its hour")
 }
+
+// A Nack from inside an AckManual handler does not start the retry while
+// that handler still runs: one at a time per key, also then.
+func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	var mu sync.Mutex
+	running, overlaps := 0, 0
+	log := &orderLog{}
+	_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		if running++; running > 1 {
+			overlaps++
+		}
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}()
+		log.add(d)
+		if d.Attempt == 1 && string(d.Payload) == "k/0" {
+			if err := d.Nack(ctx, 0); err != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond) // still running after the nack
+			return nil
+		}
+		return d.Ack(ctx)
+	}, bus.WithKeyOrdering(), bus.WithAckMode(bus.AckManual), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 2)...))
+	require.Eventually(t, func() bool { return log.len() >= 3 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/0#2", "k/1#1"}, log.list())
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, overlaps, "the retry started while the nacking handler still ran")
+}

@@ -319,6 +319,9 @@ func (d *Delivery[P]) finish(o Outcome, err error) {
 // (Sub.releaseDone), which a dispatcher worker does in batches.
 func (d *Delivery[P]) handlerDone() bool {
 	d.state.Or(stateHandlerDone)
+	if k := d.sub.keys; k != nil {
+		k.handlerReturned(d)
+	}
 	return d.takeRelease()
 }
 

@@ -40,6 +40,10 @@ type keyLine[P any] struct {
 	waiting []*Delivery[P]
 	retry   *time.Timer // set while head waits for its retry
 	due     time.Time   // when the retry runs
+	// prev is the delivery head retries while its handler still runs (a
+	// Nack from inside an AckManual handler): the retry waits for it.
+	prev  *Delivery[P]
+	ready bool // the retry's delay is over; it waits for prev
 }
 
 func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
@@ -140,6 +144,9 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 	}
 	r := k.s.successor(d)
 	l.head = r
+	if d.state.Load()&stateHandlerDone == 0 {
+		l.prev = d
+	}
 	l.due = time.Now().Add(delay)
 	l.retry = time.AfterFunc(delay, func() { k.run(key, r) })
 	k.mu.Unlock()
@@ -159,6 +166,18 @@ func (k *keyLines[P]) run(key string, r *Delivery[P]) {
 		return
 	}
 	l.retry = nil
+	if l.prev != nil {
+		// The nacked delivery's handler still runs: one at a time.
+		l.ready = true
+		k.mu.Unlock()
+		return
+	}
+	k.start(key, l, r)
+}
+
+// start runs the retry r of line l, or hands it back after close, or
+// gives it up when its lease was lost. k.mu is held; start releases it.
+func (k *keyLines[P]) start(key string, l *keyLine[P], r *Delivery[P]) {
 	switch {
 	case k.closed:
 		back := l.waiting
@@ -174,6 +193,28 @@ func (k *keyLines[P]) run(key string, r *Delivery[P]) {
 		k.s.disp.push([]*Delivery[P]{r})
 		k.mu.Unlock()
 	}
+}
+
+// handlerReturned is called when d's handler returns: a retry of d whose
+// delay is over and that waited for it starts now.
+func (k *keyLines[P]) handlerReturned(d *Delivery[P]) {
+	key := k.s.cfg.KeyOf(&d.Pub)
+	if key == "" {
+		return
+	}
+	k.mu.Lock()
+	l := k.lines[key]
+	if l == nil || l.prev != d {
+		k.mu.Unlock()
+		return
+	}
+	l.prev = nil
+	if !l.ready {
+		k.mu.Unlock()
+		return
+	}
+	l.ready = false
+	k.start(key, l, l.head)
 }
 
 // held appends the deliveries that wait here, behind their head or for
