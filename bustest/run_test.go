@@ -122,3 +122,21 @@ func TestRunReportsPanicsAndDrops(t *testing.T) {
 	assert.Equal(t, middleware.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
 	assert.Equal(t, backend.CodePermanent, res.Code)
 }
+
+// Run records the handler's own retry delay (bus.RetryAfter) and an
+// expired message that never reaches the handler.
+func TestRunRecordsRetryAfterAndExpiry(t *testing.T) {
+	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.RetryAfter(errors.New("429"), 40*time.Second)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
+	assert.Equal(t, 40*time.Second, res.RetryAfter, "the handler's delay, not the backoff")
+
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		t.Error("an expired message reached the handler")
+		return nil
+	}, &bus.Message{Payload: []byte("x"), ExpiresAt: time.Now().Add(-time.Second)})
+	assert.False(t, res.Called)
+	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, res.String())
+	assert.Equal(t, backend.CodeExpired, res.Code)
+}
