@@ -299,6 +299,10 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 	}
 	if o.keyOrdering {
 		cfg.KeyOf = func(d *Delivery) string { return d.Key }
+		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery {
+			// One member of the group at a time consumes the topic.
+			cfg.Locker, cfg.LockHolder = l, msgid.New()
+		}
 	}
 	if o.limiter != nil {
 		cfg.Limiter = o.limiter

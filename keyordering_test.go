@@ -155,7 +155,7 @@ func TestKeyOrderingCloseHandsTheRestOfTheKeyOnInOrder(t *testing.T) {
 		return nil
 	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithMaxInFlight(16))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return log.len() >= 8 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return log.len() >= 8 }, 10*time.Second, 5*time.Millisecond, "handled: %v", log)
 	var a, bs []string
 	for _, s := range log.list() {
 		if s[0] == 'a' {
@@ -204,4 +204,35 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Zero(t, overlaps, "the retry started while the nacking handler still ran")
+}
+
+// A member that takes the group lock over from one that let it lapse (a
+// crashed member) waits one ack timeout before it fetches, so that what
+// the lapsed member left unsettled is back with the group first.
+func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be)
+	defer closeBus(t, b)
+	const ghostTTL, lease = 200 * time.Millisecond, 400 * time.Millisecond
+	held, _, err := be.LockGroup(context.Background(), "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+	start := time.Now()
+	handled := make(chan time.Duration, 4)
+	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case handled <- time.Since(start):
+		default:
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 1)...))
+	select {
+	case at := <-handled:
+		assert.GreaterOrEqual(t, at, ghostTTL+lease, "fetched before the lapsed lock's ttl plus one ack timeout")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member never took the lapsed lock over")
+	}
 }

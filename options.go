@@ -301,9 +301,11 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // waiting for their key keep their in-flight slots and their leases, so
 // at most MaxInFlight wait.
 //
-// The order holds within one subscription. The members of a group share
-// its messages, so two members may each hold messages of one key: keep
-// one member per group for a key-ordered topic. When a subscription
+// On a backend with a group lock (backend.GroupLocker: mem, Redis and
+// NATS JetStream) one member of the group consumes at a time; the others
+// take over when it closes or dies, so the order holds across members in
+// one process or many. Elsewhere the order holds within one subscription
+// only: run one member per group. When a subscription
 // closes, the deliveries waiting for their key go back to the group. A
 // delivery whose lease is lost (its member crashed, or the keep-alive
 // failed) is delivered again after the lease, possibly after later

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 // keyed returns perKey messages for each of keys, interleaved in publish
@@ -216,4 +217,111 @@ func testKeyOrderAcrossClose(t *testing.T, s *suite) {
 	for range len(msgs) {
 		assert.Equal(t, 1, <-attempts, "given back without counting an attempt")
 	}
+}
+
+// locker returns the backend's group lock, or skips the case.
+func (h *harness) locker(t *testing.T) backend.GroupLocker {
+	t.Helper()
+	l, ok := h.be.Backend.(backend.GroupLocker)
+	if !ok {
+		t.Skipf("%s does not implement backend.GroupLocker", h.s.caps.Name)
+	}
+	return l
+}
+
+// testGroupLock: one holder at a time; the holder renews; an unlocked
+// lock goes to the next holder without a takeover; a lock its holder let
+// lapse goes to the next with a takeover, and the old holder cannot renew
+// it any more.
+func testGroupLock(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	l := h.locker(t)
+	topic, group := h.topic("lock"), h.group("lock")
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	ttl := s.ackTimeout()
+	lock := func(holder string) (bool, bool) {
+		t.Helper()
+		held, takeover, err := l.LockGroup(ctx, topic, group, holder, ttl)
+		require.NoError(t, err, "lock for %s", holder)
+		return held, takeover
+	}
+	if _, _, err := l.LockGroup(ctx, topic, group, "a", ttl); errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s has no group lock in this mode: %v", s.caps.Name, err)
+	}
+	held, takeover := lock("a")
+	require.True(t, held, "a free lock is taken")
+	assert.False(t, takeover, "a lock never held is no takeover")
+	held, _ = lock("b")
+	assert.False(t, held, "b cannot take a's lock")
+	held, _ = lock("a")
+	assert.True(t, held, "a renews its lock")
+	require.NoError(t, l.UnlockGroup(ctx, topic, group, "b"), "an unlock by a non-holder changes nothing")
+	held, _ = lock("b")
+	assert.False(t, held, "still a's")
+
+	require.NoError(t, l.UnlockGroup(ctx, topic, group, "a"))
+	held, takeover = lock("b")
+	require.True(t, held, "an unlocked lock goes to the next holder")
+	assert.False(t, takeover, "after an unlock: no takeover")
+
+	// b lets it lapse; c takes it over after the ttl.
+	s.eventually(t, func() bool {
+		held, takeover = lock("c")
+		return held
+	}, "the lapsed lock is taken")
+	assert.True(t, takeover, "a lock its holder let lapse is a takeover")
+	held, _ = lock("b")
+	assert.False(t, held, "the old holder cannot renew a lock taken over")
+}
+
+// testKeyOrderOneActiveMember: with a group lock, one member of a
+// key-ordered group consumes at a time; when it closes, the next takes
+// over and every key stays in publish order across the two.
+func testKeyOrderOneActiveMember(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	h.locker(t)
+	topic, group := h.topic("keymembers"), h.group("keymembers")
+	log := newKeyLog()
+	var mu sync.Mutex
+	by := map[string]map[int]bool{} // key -> members that handled it
+	member := func(id int) bus.Handler {
+		return func(ctx context.Context, d *bus.Delivery) error {
+			log.start(d)
+			mu.Lock()
+			if by[d.Key] == nil {
+				by[d.Key] = map[int]bool{}
+			}
+			by[d.Key][id] = true
+			mu.Unlock()
+			log.end(d, true)
+			return nil
+		}
+	}
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(8), bus.WithAckTimeout(s.ackTimeout())}
+	first := h.subscribe(context.Background(), topic, member(1), opts...)
+	h.subscribe(context.Background(), topic, member(2), opts...)
+	batch1 := keyed(6, count(10, 4))
+	h.publish(topic, batch1...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)) }, "the first batch handled")
+	mu.Lock()
+	for key, ms := range by {
+		assert.Len(t, ms, 1, "key %s handled by one member while both ran", key)
+	}
+	firstRan := by["k0"][1]
+	mu.Unlock()
+	if !firstRan {
+		t.Log("the second member held the lock first")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	require.NoError(t, first.Close(ctx), "close the first member")
+
+	batch2 := keyed(6, count(10, 4))
+	for _, m := range batch2 {
+		m.Payload = append([]byte("2:"), m.Payload...)
+	}
+	h.publish(topic, batch2...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) }, "the second batch handled by the member left")
+	log.assertInOrder(t, append(batch1, batch2...))
 }

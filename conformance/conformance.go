@@ -97,6 +97,8 @@ var cases = []testCase{
 
 	// Key ordering.
 	{name: "KeyOrderOneMember", run: testKeyOrderOneMember},
+	{name: "GroupLock", run: testGroupLock},
+	{name: "KeyOrderOneActiveMember", needs: []capability{capRedelivery}, run: testKeyOrderOneActiveMember},
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
 

@@ -307,3 +307,21 @@ func trySend[T any](ch chan<- T, v T) {
 	default:
 	}
 }
+
+// LockGroup forwards to the backend's group lock, when it has one.
+func (c *countingBackend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	l, ok := c.Backend.(backend.GroupLocker)
+	if !ok {
+		return false, false, fmt.Errorf("conformance: %w: no backend.GroupLocker", bus.ErrUnsupported)
+	}
+	return l.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+// UnlockGroup forwards to the backend's group lock, when it has one.
+func (c *countingBackend) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	l, ok := c.Backend.(backend.GroupLocker)
+	if !ok {
+		return fmt.Errorf("conformance: %w: no backend.GroupLocker", bus.ErrUnsupported)
+	}
+	return l.UnlockGroup(ctx, topic, group, holder)
+}

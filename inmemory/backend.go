@@ -26,6 +26,8 @@ type broker struct {
 	// yield gives up the processor (see topic.yieldIfAhead); tests
 	// replace it to count the calls.
 	yield func()
+
+	locks groupLocks
 }
 
 func newBroker(opts Options) *broker {

@@ -45,9 +45,11 @@ type Backend struct {
 	js      jetstream.JetStream
 	// released is the bucket of released deliveries (release.go).
 	released releases
-	opts     Options
-	caps     backend.Capabilities
-	v210     bool // server is 2.10 or later
+	// locks is the bucket of group locks (locker.go).
+	locks releases
+	opts  Options
+	caps  backend.Capabilities
+	v210  bool // server is 2.10 or later
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}

@@ -184,3 +184,34 @@ var autoclaimScript = redis.NewScript(`
 local lease = math.max(tonumber(ARGV[3]), tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'))
 return {lease, redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, ARGV[4], 'COUNT', ARGV[5])}
 `)
+
+// lockGroupScript takes or renews a group lock (backend.GroupLocker). The
+// lock key expires with the lock; the last-holder key stays until an
+// unlock, so a lock found free with a last holder other than the caller
+// was let lapse: a takeover.
+//
+// KEYS[1] lock, KEYS[2] last holder. ARGV[1] holder, ARGV[2] ttl in ms.
+// Returns {held, takeover}.
+var lockGroupScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, 0}
+end
+if cur then return {0, 0} end
+local prev = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1])
+if prev and prev ~= ARGV[1] then return {1, 1} end
+return {1, 0}
+`)
+
+// unlockGroupScript releases a group lock its holder holds.
+//
+// KEYS[1] lock, KEYS[2] last holder. ARGV[1] holder. Returns 1 if
+// released.
+var unlockGroupScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+`)

@@ -95,6 +95,10 @@ func (s *Sub[P]) shutdown() error {
 	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
 	}
+	if s.owner != nil {
+		// Drained and flushed: the next member may take over.
+		s.owner.close(hard)
+	}
 	if err := CloseBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
 	}

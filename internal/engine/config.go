@@ -70,6 +70,10 @@ type Config[P any] struct {
 	// ExpiresAt returns when a public face's message expires (zero:
 	// never); nil when no message expires.
 	ExpiresAt func(p *P) time.Time
+	// Locker, when set, is the group lock the subscription must hold to
+	// fetch (see owner), taken as LockHolder, unique to the subscription.
+	Locker     backend.GroupLocker
+	LockHolder string
 	// KeyOf returns the ordering key of a public face; nil turns key
 	// ordering off (see keyLines).
 	KeyOf func(p *P) string

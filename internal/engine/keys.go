@@ -131,6 +131,7 @@ func (k *keyLines[P]) done(d *Delivery[P]) {
 // new delivery takes over d's in-flight slot. d is finished as nacked. It
 // reports false, and does nothing, when d does not hold a key here (no
 // key, or given back at close): the caller nacks it through the backend.
+// After close, d goes back to the group at once, its key behind it.
 func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 	key := k.s.cfg.KeyOf(&d.Pub)
 	if key == "" {
@@ -138,9 +139,22 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 	}
 	k.mu.Lock()
 	l := k.lines[key]
-	if k.closed || l == nil || l.head != d {
+	if l == nil || l.head != d {
 		k.mu.Unlock()
 		return false
+	}
+	if k.closed {
+		// Failed while the subscription closes: the message goes back
+		// at once (its retry sooner than asked), the rest of its key
+		// behind it, as close does for a retry that waits.
+		back := l.waiting
+		delete(k.lines, key)
+		k.mu.Unlock()
+		ctx, cancel := k.s.settleCtx()
+		defer cancel()
+		k.s.settleErr(d, observer.ScopeNack, d.doNack(ctx, 0))
+		k.giveBack(back)
+		return true
 	}
 	r := k.s.successor(d)
 	l.head = r

@@ -36,6 +36,7 @@ type Sub[P any] struct {
 	unsettled sync.WaitGroup  // delivered but not yet released
 	keeper    *leaseKeeper[P] // nil when no handler runs under a lease
 	keys      *keyLines[P]    // nil without key ordering
+	owner     *owner[P]       // nil without a group lock
 	workers   sync.WaitGroup  // the fetch, ack and keeper goroutines
 
 	// mu guards the extension state of the deliveries (their deliveryExt),
@@ -73,6 +74,9 @@ func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *
 	if cfg.KeyOf != nil {
 		s.keys = newKeyLines(s)
 	}
+	if cfg.Locker != nil {
+		s.owner = newOwner(s, cfg.Locker)
+	}
 	s.stopAfter = context.AfterFunc(ctx, func() { cfg.Go(s.closeInBackground) })
 	return s
 }
@@ -85,6 +89,10 @@ func (s *Sub[P]) Start() {
 	if s.keeper != nil {
 		s.workers.Add(1)
 		go func() { defer s.workers.Done(); s.keeper.run() }()
+	}
+	if s.owner != nil {
+		s.workers.Add(1)
+		go func() { defer s.workers.Done(); s.owner.run() }()
 	}
 }
 
@@ -143,6 +151,9 @@ func (s *Sub[P]) fetch() {
 	// starve the others; the amount doubles while messages flow.
 	sharedWant := 1
 	for {
+		if s.owner != nil && !s.owner.wait(s.fetchCtx) {
+			return
+		}
 		n, ok := s.take(sharedWant)
 		if !ok {
 			return

@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// owner holds the group lock of a key-ordered subscription
+// (backend.GroupLocker): the subscription fetches only while it holds the
+// lock, so one member of the group at a time handles the topic's keys.
+// It takes and renews the lock every third of its ttl. A subscription that
+// takes the lock over from a member that let it lapse (stopped or died)
+// waits one ack timeout first, so that what that member left unsettled is
+// back with the group, and is handed out, before anything after it. A
+// subscription that cannot renew for half the ttl, or finds another holder,
+// stops fetching. Close releases the lock after the subscription drained.
+type owner[P any] struct {
+	s      *Sub[P]
+	locker backend.GroupLocker
+	holder string
+	ttl    time.Duration
+
+	mu     sync.Mutex
+	open   chan struct{} // closed while the lock is held
+	owning bool
+	// none: the backend has no group lock after all (a wrapper that
+	// reports ErrUnsupported); the subscription fetches without one.
+	none bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// ownerTTL is the ttl of a group lock: half the ack timeout, between 1 s
+// and 15 s.
+func ownerTTL(ackTimeout time.Duration) time.Duration {
+	return min(max(ackTimeout/2, time.Second), 15*time.Second)
+}
+
+func newOwner[P any](s *Sub[P], l backend.GroupLocker) *owner[P] {
+	return &owner[P]{s: s, locker: l, holder: s.cfg.LockHolder, ttl: ownerTTL(s.cfg.AckTimeout),
+		open: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// wait blocks until the lock is held; false when ctx ends first.
+func (o *owner[P]) wait(ctx context.Context) bool {
+	o.mu.Lock()
+	open := o.open
+	o.mu.Unlock()
+	select {
+	case <-open:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (o *owner[P]) run() {
+	defer close(o.done)
+	t := time.NewTicker(o.ttl / 3)
+	defer t.Stop()
+	var r ownerRound
+	for {
+		if o.round(&r) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-o.stop:
+			return
+		}
+	}
+}
+
+// ownerRound is what the owner's rounds carry over.
+type ownerRound struct {
+	lastHeld time.Time // the last round that held the lock
+	openAt   time.Time // when a takeover may start fetching; zero: none pending
+}
+
+// round takes or renews the lock once and opens or closes the gate. A
+// takeover keeps the lock renewed while it waits its ack timeout. It
+// reports true when the backend has no group lock after all: the gate is
+// open for good.
+func (o *owner[P]) round(r *ownerRound) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+	held, takeover, err := o.locker.LockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder, o.ttl)
+	cancel()
+	now := time.Now()
+	if errors.Is(err, ErrUnsupported) {
+		o.mu.Lock()
+		o.none = true
+		o.mu.Unlock()
+		o.setOwning(true)
+		return true
+	}
+	if err != nil {
+		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
+			Err: fmt.Errorf("bus: group lock of a key-ordered subscription: %w", err)})
+	}
+	o.mu.Lock()
+	owning := o.owning
+	o.mu.Unlock()
+	switch {
+	case held:
+		r.lastHeld = now
+		if takeover {
+			r.openAt = now.Add(o.s.cfg.AckTimeout)
+		}
+		if !owning && !now.Before(r.openAt) {
+			r.openAt = time.Time{}
+			o.setOwning(true)
+		}
+	case err == nil || now.Sub(r.lastHeld) > o.ttl/2:
+		// Another member holds it, or it could not be renewed in time.
+		r.openAt = time.Time{}
+		o.setOwning(false)
+	}
+	return false
+}
+
+func (o *owner[P]) setOwning(v bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.owning == v {
+		return
+	}
+	o.owning = v
+	if v {
+		close(o.open)
+	} else {
+		o.open = make(chan struct{})
+	}
+}
+
+// close stops renewing and releases the lock (while ctx lasts); the
+// subscription has drained.
+func (o *owner[P]) close(ctx context.Context) {
+	close(o.stop)
+	<-o.done
+	o.mu.Lock()
+	owning := o.owning && !o.none
+	o.mu.Unlock()
+	if owning {
+		if err := o.locker.UnlockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder); err != nil {
+			o.s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
+				Err: fmt.Errorf("bus: release the group lock: %w (the next member waits for it to lapse)", err)})
+		}
+	}
+}

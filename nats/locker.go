@@ -1,0 +1,140 @@
+package nats
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+var _ backend.GroupLocker = (*Backend)(nil)
+
+// locksBucket is the key-value bucket of the group locks: a bucket per
+// StreamPrefix, named like the released-deliveries bucket.
+func (b *Backend) locksBucket() string {
+	return strings.TrimSuffix(b.releasedBucket(), "_RELEASED") + "_LOCKS"
+}
+
+func (b *Backend) locksKV(ctx context.Context) (jetstream.KeyValue, error) {
+	b.locks.mu.Lock()
+	defer b.locks.mu.Unlock()
+	if b.locks.kv != nil {
+		return b.locks.kv, nil
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      b.locksBucket(),
+		Description: "the bus's group locks: which member of a key-ordered group consumes",
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.opts.Replicas,
+	}
+	if b.opts.Storage == StorageMemory {
+		cfg.Storage = jetstream.MemoryStorage
+	}
+	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("group-locks bucket %q: %w", cfg.Bucket, err)
+	}
+	b.locks.kv = kv
+	return kv, nil
+}
+
+// lockKey names the lock of group on topic in the bucket (hex: topics and
+// groups hold characters keys cannot).
+func lockKey(topic, group string) string {
+	return hex.EncodeToString([]byte(topic)) + "." + hex.EncodeToString([]byte(group))
+}
+
+// LockGroup implements backend.GroupLocker with compare-and-set on a
+// key-value bucket. A lock is "<holder>\n<expiry, Unix ms>": the expiry
+// is the writer's clock, so members' clocks must agree to well within the
+// lock's ttl.
+func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (held, takeover bool, err error) {
+	if b.closed.Load() {
+		return false, false, fmt.Errorf("nats: lock group %q of %q: %w", group, topic, backend.ErrClosed)
+	}
+	if b.opts.CoreNATS {
+		return false, false, fmt.Errorf("nats: lock group %q of %q: %w: core NATS has no key-value store", group, topic, bus.ErrUnsupported)
+	}
+	kv, err := b.locksKV(ctx)
+	if err != nil {
+		return false, false, fmt.Errorf("nats: lock group %q of %q: %w", group, topic, err)
+	}
+	key := lockKey(topic, group)
+	now := time.Now()
+	val := []byte(holder + "\n" + strconv.FormatInt(now.Add(ttl).UnixMilli(), 10))
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = kv.Create(ctx, key, val)
+		if err != nil && isConflict(err) {
+			return false, false, nil
+		}
+		return err == nil, false, wrapLockErr(topic, group, err)
+	case err != nil:
+		return false, false, wrapLockErr(topic, group, err)
+	}
+	cur, until := parseLock(e.Value())
+	if cur != holder && now.Before(until) {
+		return false, false, nil
+	}
+	_, err = kv.Update(ctx, key, val, e.Revision())
+	if err != nil && isConflict(err) {
+		return false, false, nil
+	}
+	return err == nil, err == nil && cur != holder, wrapLockErr(topic, group, err)
+}
+
+// UnlockGroup implements backend.GroupLocker.
+func (b *Backend) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	if b.opts.CoreNATS {
+		return nil
+	}
+	kv, err := b.locksKV(ctx)
+	if err != nil {
+		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
+	}
+	key := lockKey(topic, group)
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
+	}
+	if cur, _ := parseLock(e.Value()); cur != holder {
+		return nil
+	}
+	// Purge leaves no value, so the next Get finds the key free: an unlock,
+	// not a lapse.
+	if err := kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
+		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
+	}
+	return nil
+}
+
+func parseLock(v []byte) (holder string, until time.Time) {
+	h, ms, ok := strings.Cut(string(v), "\n")
+	if !ok {
+		return "", time.Time{}
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return "", time.Time{}
+	}
+	return h, time.UnixMilli(n)
+}
+
+func wrapLockErr(topic, group string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("nats: lock group %q of %q: %w", group, topic, err)
+}
