@@ -17,33 +17,14 @@ import (
 
 var _ backend.GroupLocker = (*Backend)(nil)
 
-// locksBucket is the key-value bucket of the group locks: a bucket per
-// StreamPrefix, named like the released-deliveries bucket.
-func (b *Backend) locksBucket() string {
-	return strings.TrimSuffix(b.releasedBucket(), "_RELEASED") + "_LOCKS"
-}
-
+// locksKV returns the bucket of the group locks (one per StreamPrefix,
+// with the streams' replicas).
 func (b *Backend) locksKV(ctx context.Context) (jetstream.KeyValue, error) {
-	b.locks.mu.Lock()
-	defer b.locks.mu.Unlock()
-	if b.locks.kv != nil {
-		return b.locks.kv, nil
-	}
-	cfg := jetstream.KeyValueConfig{
-		Bucket:      b.locksBucket(),
+	return b.kvBucket(ctx, &b.locks, jetstream.KeyValueConfig{
+		Bucket:      b.bucketName("_LOCKS"),
 		Description: "the bus's group locks: which member of a key-ordered group consumes",
-		Storage:     jetstream.FileStorage,
 		Replicas:    b.opts.Replicas,
-	}
-	if b.opts.Storage == StorageMemory {
-		cfg.Storage = jetstream.MemoryStorage
-	}
-	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("group-locks bucket %q: %w", cfg.Bucket, err)
-	}
-	b.locks.kv = kv
-	return kv, nil
+	})
 }
 
 // lockKey names the lock of group on topic in the bucket (hex: topics and

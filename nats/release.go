@@ -34,16 +34,17 @@ const releaseDelay = longPoll + responseGrace
 // releaseTries bounds the compare-and-set rounds of one release.
 const releaseTries = 5
 
-// releases is the backend's bucket of released deliveries, made on first
-// use.
+// releases is one of the backend's key-value buckets, made on first use
+// (kvBucket).
 type releases struct {
 	mu sync.Mutex
 	kv jetstream.KeyValue
 }
 
-// releasedBucket names the bucket of the backend's released deliveries.
-func (b *Backend) releasedBucket() string {
-	name := []byte(b.opts.StreamPrefix + "_RELEASED")
+// bucketName names a key-value bucket of the backend: the stream prefix
+// and suffix, with the characters a bucket name cannot hold replaced.
+func (b *Backend) bucketName(suffix string) string {
+	name := []byte(b.opts.StreamPrefix + suffix)
 	for i, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			name[i] = '_'
@@ -52,28 +53,36 @@ func (b *Backend) releasedBucket() string {
 	return string(name)
 }
 
-// releasedKV returns the bucket, creating it the first time.
-func (b *Backend) releasedKV(ctx context.Context) (jetstream.KeyValue, error) {
-	b.released.mu.Lock()
-	defer b.released.mu.Unlock()
-	if b.released.kv != nil {
-		return b.released.kv, nil
+// releasedBucket names the bucket of the backend's released deliveries.
+func (b *Backend) releasedBucket() string { return b.bucketName("_RELEASED") }
+
+// kvBucket returns the bucket of r, creating it with cfg the first time,
+// in the backend's storage.
+func (b *Backend) kvBucket(ctx context.Context, r *releases, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kv != nil {
+		return r.kv, nil
 	}
-	cfg := jetstream.KeyValueConfig{
-		Bucket:      b.releasedBucket(),
-		Description: "deliveries the bus gave back at shutdown, not counted as attempts",
-		TTL:         releasedMaxAge,
-		Storage:     jetstream.FileStorage,
-	}
+	cfg.Storage = jetstream.FileStorage
 	if b.opts.Storage == StorageMemory {
 		cfg.Storage = jetstream.MemoryStorage
 	}
 	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("released-deliveries bucket %q: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("bucket %q: %w", cfg.Bucket, err)
 	}
-	b.released.kv = kv
+	r.kv = kv
 	return kv, nil
+}
+
+// releasedKV returns the bucket of released deliveries.
+func (b *Backend) releasedKV(ctx context.Context) (jetstream.KeyValue, error) {
+	return b.kvBucket(ctx, &b.released, jetstream.KeyValueConfig{
+		Bucket:      b.releasedBucket(),
+		Description: "deliveries the bus gave back at shutdown, not counted as attempts",
+		TTL:         releasedMaxAge,
+	})
 }
 
 // releaseKey names a message of a consumer in the bucket.

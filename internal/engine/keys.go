@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/observer"
@@ -31,6 +32,9 @@ type keyLines[P any] struct {
 	mu     sync.Mutex
 	lines  map[string]*keyLine[P]
 	closed bool
+	// prevs counts the lines whose retry waits for a nacking handler
+	// (keyLine.prev), so that a handler's return looks only when one does.
+	prevs atomic.Int32
 }
 
 // keyLine is one key's head (running, or waiting for its retry) and the
@@ -57,10 +61,13 @@ func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
 // waiting for its key does not outlive its lease unacked.
 func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 	run := make([]*Delivery[P], 0, len(ds))
-	var back []*Delivery[P]
+	var back, keyed []*Delivery[P]
 	k.mu.Lock()
 	for _, d := range ds {
 		key := k.s.cfg.KeyOf(&d.Pub)
+		if key != "" {
+			keyed = append(keyed, d)
+		}
 		l := k.lines[key]
 		switch {
 		case key == "":
@@ -77,8 +84,8 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 	}
 	k.mu.Unlock()
 	if k.s.cfg.AckMode == AckOnReceive {
-		for _, d := range ds {
-			if k.s.cfg.KeyOf(&d.Pub) != "" && d.claim() {
+		for _, d := range keyed {
+			if d.claim() {
 				k.s.settleErr(d, observer.ScopeAck, d.doAck())
 			}
 		}
@@ -87,19 +94,32 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 	return run
 }
 
+// line locks k.mu and returns d's key and line when the line's field
+// picked by of is d; otherwise it returns a nil line with k.mu released.
+func (k *keyLines[P]) line(d *Delivery[P], of func(*keyLine[P]) *Delivery[P]) (string, *keyLine[P]) {
+	key := k.s.cfg.KeyOf(&d.Pub)
+	if key == "" {
+		return "", nil
+	}
+	k.mu.Lock()
+	if l := k.lines[key]; l != nil && of(l) == d {
+		return key, l
+	}
+	k.mu.Unlock()
+	return "", nil
+}
+
+func lineHead[P any](l *keyLine[P]) *Delivery[P] { return l.head }
+func linePrev[P any](l *keyLine[P]) *Delivery[P] { return l.prev }
+
 // done is called once d is settled and its handler has returned: the
 // next delivery of its key, if any, goes to a worker. Pushes happen under
 // k.mu, so none comes after close (which precedes the dispatcher's stop).
 func (k *keyLines[P]) done(d *Delivery[P]) {
-	key := k.s.cfg.KeyOf(&d.Pub)
-	if key == "" {
-		return
-	}
-	k.mu.Lock()
-	l := k.lines[key]
-	if l == nil || l.head != d {
-		// Not a head: given back at close, or retried in its place.
-		k.mu.Unlock()
+	key, l := k.line(d, lineHead[P])
+	if l == nil {
+		// Not a head: no key, given back at close, or retried in its
+		// place.
 		return
 	}
 	if len(l.waiting) == 0 || k.closed {
@@ -133,14 +153,8 @@ func (k *keyLines[P]) done(d *Delivery[P]) {
 // key, or given back at close): the caller nacks it through the backend.
 // After close, d goes back to the group at once, its key behind it.
 func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
-	key := k.s.cfg.KeyOf(&d.Pub)
-	if key == "" {
-		return false
-	}
-	k.mu.Lock()
-	l := k.lines[key]
-	if l == nil || l.head != d {
-		k.mu.Unlock()
+	key, l := k.line(d, lineHead[P])
+	if l == nil {
 		return false
 	}
 	if k.closed {
@@ -160,9 +174,10 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 	l.head = r
 	if d.state.Load()&stateHandlerDone == 0 {
 		l.prev = d
+		k.prevs.Add(1)
 	}
 	l.due = time.Now().Add(delay)
-	l.retry = time.AfterFunc(delay, func() { k.run(key, r) })
+	l.retry = time.AfterFunc(delay, func() { k.run(r) })
 	k.mu.Unlock()
 	// d's slot now belongs to r: d must not give it back.
 	d.state.Or(stateReleased)
@@ -172,11 +187,9 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 
 // run starts a retry whose delay is over. After close it hands the
 // message back to the backend instead.
-func (k *keyLines[P]) run(key string, r *Delivery[P]) {
-	k.mu.Lock()
-	l := k.lines[key]
-	if l == nil || l.head != r {
-		k.mu.Unlock()
+func (k *keyLines[P]) run(r *Delivery[P]) {
+	key, l := k.line(r, lineHead[P])
+	if l == nil {
 		return
 	}
 	l.retry = nil
@@ -212,17 +225,15 @@ func (k *keyLines[P]) start(key string, l *keyLine[P], r *Delivery[P]) {
 // handlerReturned is called when d's handler returns: a retry of d whose
 // delay is over and that waited for it starts now.
 func (k *keyLines[P]) handlerReturned(d *Delivery[P]) {
-	key := k.s.cfg.KeyOf(&d.Pub)
-	if key == "" {
-		return
+	if k.prevs.Load() == 0 {
+		return // the common case: no retry waits for a handler
 	}
-	k.mu.Lock()
-	l := k.lines[key]
-	if l == nil || l.prev != d {
-		k.mu.Unlock()
+	key, l := k.line(d, linePrev[P])
+	if l == nil {
 		return
 	}
 	l.prev = nil
+	k.prevs.Add(-1)
 	if !l.ready {
 		k.mu.Unlock()
 		return
@@ -263,6 +274,9 @@ func (k *keyLines[P]) close(ctx context.Context) {
 		if l.retry != nil && l.retry.Stop() {
 			retries = append(retries, line{l.head, l.waiting})
 			delete(k.lines, key)
+			if l.prev != nil {
+				k.prevs.Add(-1)
+			}
 		}
 	}
 	k.mu.Unlock()
