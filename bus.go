@@ -156,7 +156,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)
 	for i, m := range msgs {
-		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withExpiry(m), Payload: m.Payload, PublishedAt: now}
+		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now}
 		buf.ptrs[i] = &buf.vals[i]
 	}
 	err := b.batcher.Publish(ctx, topic, buf.ptrs)
@@ -266,7 +266,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	s.eng.Start()
 	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
 		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
-		slog.String("ack_mode", o.ackMode.String()), slog.Int("max_in_flight", o.maxInFlight),
+		slog.String("ack_mode", string(o.ackMode)), slog.Int("max_in_flight", o.maxInFlight),
 		slog.Duration("ack_timeout", o.ackTimeout))
 	return s, nil
 }
@@ -282,7 +282,7 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		handler = b.opts.middleware[i](handler)
 	}
 	cfg := engine.Config[Delivery]{
-		Topic: topic, Group: o.group, AckMode: engine.AckMode(o.ackMode),
+		Topic: topic, Group: o.group, AckMode: ackModeOf(o.ackMode),
 		MaxInFlight: o.maxInFlight, AckTimeout: o.ackTimeout, MaxExtension: o.maxExtension,
 		HandlerTimeout: o.handlerTimeout, MaxDeliveries: o.maxDeliveries, DeadLetter: o.deadLetter,
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
@@ -292,6 +292,7 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		Fill:      fill(topic, o.group),
 		Refill:    refill,
 		ExpiresAt: func(d *Delivery) time.Time { return d.ExpiresAt },
+		DeliverAt: func(d *Delivery) time.Time { return d.DeliverAt },
 		Info:      info,
 		Publish:   b.be.Publish,
 		Go:        b.goTracked,
@@ -319,6 +320,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		maxInFlight:   defaultMaxInFlight,
 		ackTimeout:    defaultAckTimeout,
 		maxDeliveries: defaultMaxDeliveries,
+		ackMode:       AckOnSuccess,
 		newBackOff:    defaultBackOff,
 		maxExtension:  defaultMaxExtension,
 	}

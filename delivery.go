@@ -36,7 +36,7 @@ func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message
 		d := &r.Pub
 		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
 		if len(m.Headers) > 0 {
-			d.Headers, d.ExpiresAt = takeExpiry(m.Headers)
+			d.Headers, d.DeliverAt, d.ExpiresAt = takeTimes(m.Headers)
 		}
 		d.Topic = topic
 		d.Group = group
@@ -57,7 +57,7 @@ func refill(r *engine.Delivery[Delivery], from *Delivery, attempt int) {
 // info is the message of a Delivery, for the engine's events and
 // dead-letter copies.
 func info(d *Delivery) backend.Message {
-	return backend.Message{ID: d.ID, Key: d.Key, Headers: d.Headers, Payload: d.Payload, Attempt: d.Attempt}
+	return backend.Message{ID: d.ID, Key: d.Key, Headers: d.Headers, Payload: d.Payload, Attempt: d.Attempt, PublishedAt: d.PublishedAt}
 }
 
 // detached is the error of a settlement on a zero Delivery.
@@ -91,6 +91,25 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 		return detached("reject")
 	}
 	return d.rec.Reject(ctx, reason)
+}
+
+// Snooze gives the delivery back for redelivery after delay without
+// counting an attempt: for a message whose time has not come (a resource
+// is busy, a rate limit says "in 40 s"), as opposed to one that failed.
+// It settles the delivery like Nack, in any ack mode but AckOnReceive;
+// an AckOnSuccess handler can return Snooze(delay) instead. A snooze is
+// free while the message's next delivery comes at most 24 hours after it
+// was published; past that it counts like a nack (and the observer is
+// told), so a message cannot circle forever unnoticed. A backend without
+// backend.Snoozer counts every snooze; on NATS a message delivered about
+// 1,000 times counts its snoozes from then on (see the nats package). A
+// snooze that would come at or after the message's ExpiresAt
+// dead-letters it with code expired.
+func (d *Delivery) Snooze(ctx context.Context, delay time.Duration) error {
+	if d.rec == nil {
+		return detached("snooze")
+	}
+	return d.rec.Snooze(ctx, delay)
 }
 
 // Extend restarts the lease of an unsettled delivery, for handlers that

@@ -93,6 +93,12 @@ func (e *PublishError) Unwrap() []error {
 // Permanent(nil) is nil.
 func Permanent(err error) error { return backend.Permanent(err) }
 
+// Snooze is the error an AckOnSuccess handler returns to have its
+// delivery redelivered after d without counting an attempt, as
+// Delivery.Snooze does: the error form, for handlers that only return.
+// It is not reported as a failure. A negative d counts as 0.
+func Snooze(d time.Duration) error { return backend.Snooze(d) }
+
 // RetryAfter marks a handler error as one to retry after d instead of
 // after the subscription's retry backoff (WithRetryBackoff): for example
 // an API that answered "429, retry in 40 s". In AckOnSuccess the message

@@ -110,6 +110,43 @@ func TestKeyOrderingManualNackRetriesTheHeadFirst(t *testing.T) {
 	assert.Equal(t, []string{"k/0#1", "k/0#2", "k/0#3", "k/1#1", "k/2#1"}, log.list())
 }
 
+// A snoozed head holds its key like a retry but keeps its Attempt; a
+// snooze that waits at close goes back uncounted, first, its key behind
+// it.
+func TestKeyOrderingSnoozeHoldsTheKeyWithoutCounting(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	log := &orderLog{}
+	sub, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		log.add(d)
+		switch {
+		case string(d.Payload) == "k/0" && log.len() < 3:
+			return bus.Snooze(5 * time.Millisecond)
+		case string(d.Payload) == "h/0":
+			return bus.Snooze(time.Hour)
+		}
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithMaxInFlight(8), bus.WithMaxDeliveries(1))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 2)...))
+	require.Eventually(t, func() bool { return log.len() >= 4 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/0#1", "k/0#1", "k/1#1"}, log.list(), "snoozed twice, not counted (max deliveries 1), k/1 after")
+
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("h", 2)...))
+	require.Eventually(t, func() bool { return log.len() >= 5 }, 10*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, sub.Close(ctx))
+	again := &orderLog{}
+	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		again.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithMaxDeliveries(1))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return again.len() >= 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"h/0#1", "h/1#1"}, again.list(), "the hour's snooze went back at close, uncounted, first")
+}
+
 // Close hands a key on in order: the rest of a key whose head is running
 // goes back to the group after the head (or is handled by the closing
 // member while it drains), and a head waiting for its retry goes back at

@@ -39,6 +39,17 @@ type Message struct {
 	// subscriber removes (so a message with ExpiresAt may have one header
 	// fewer than backend.MaxHeaders). The zero time means never.
 	ExpiresAt time.Time
+	// DeliverAt, when set and still to come, is the earliest time the
+	// message may be delivered: it is stored at the broker at once and
+	// no member of any group receives it before then, across restarts of
+	// the publisher, the subscribers and (when persistent) the broker. It
+	// is delivered to the groups that exist when it is due. With key
+	// ordering it takes its place in its key's order when it becomes due,
+	// behind what was published for the key before then. It is carried
+	// with millisecond precision, in a reserved header the subscriber
+	// removes; it must come before ExpiresAt. A DeliverAt already past
+	// delivers at once. The zero time means at once.
+	DeliverAt time.Time
 }
 
 // validateMessage checks one message against the content rule and the
@@ -59,7 +70,10 @@ func validateMessage(m *Message, maxPayload int) error {
 	if len(m.Payload) > maxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(m.Payload), maxPayload)
 	}
-	if maxHeaders := backend.MaxHeaders - expiryHeaders(m); len(m.Headers) > maxHeaders {
+	if err := validateTimes(m); err != nil {
+		return err
+	}
+	if maxHeaders := backend.MaxHeaders - timeHeaders(m); len(m.Headers) > maxHeaders {
 		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), maxHeaders)
 	}
 	total := 0
@@ -156,45 +170,78 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// expiryHeaders is the headers ExpiresAt takes: 1 when set.
-func expiryHeaders(m *Message) int {
-	if m.ExpiresAt.IsZero() {
-		return 0
+// timeHeaders is the headers DeliverAt and ExpiresAt take: one each
+// when set.
+func timeHeaders(m *Message) int {
+	n := 0
+	if !m.DeliverAt.IsZero() {
+		n++
 	}
-	return 1
+	if !m.ExpiresAt.IsZero() {
+		n++
+	}
+	return n
 }
 
-// withExpiry returns m's headers with ExpiresAt in HeaderExpiresAt: a
-// copy, the caller's map is its own.
-func withExpiry(m *Message) map[string]string {
-	if m.ExpiresAt.IsZero() {
+// validateTimes checks DeliverAt against ExpiresAt: a message due at or
+// after it expires could never be handled.
+func validateTimes(m *Message) error {
+	if !m.DeliverAt.IsZero() && !m.ExpiresAt.IsZero() && !m.DeliverAt.Before(m.ExpiresAt) {
+		return fmt.Errorf("%w: DeliverAt %s is not before ExpiresAt %s", ErrInvalidMessage,
+			m.DeliverAt.UTC().Format(time.RFC3339Nano), m.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// withTimes returns m's headers with a DeliverAt still to come (after
+// now) in HeaderDeliverAt and ExpiresAt in HeaderExpiresAt: a copy, the
+// caller's map is its own.
+func withTimes(m *Message, now time.Time) map[string]string {
+	deliver := !m.DeliverAt.IsZero() && m.DeliverAt.After(now)
+	if !deliver && m.ExpiresAt.IsZero() {
 		return m.Headers
 	}
-	h := make(map[string]string, len(m.Headers)+1)
+	h := make(map[string]string, len(m.Headers)+2)
 	maps.Copy(h, m.Headers)
-	h[backend.HeaderExpiresAt] = strconv.FormatInt(m.ExpiresAt.UnixMilli(), 10)
+	if deliver {
+		h[backend.HeaderDeliverAt] = strconv.FormatInt(m.DeliverAt.UnixMilli(), 10)
+	}
+	if !m.ExpiresAt.IsZero() {
+		h[backend.HeaderExpiresAt] = strconv.FormatInt(m.ExpiresAt.UnixMilli(), 10)
+	}
 	return h
 }
 
-// takeExpiry reads HeaderExpiresAt from delivered headers and returns the
-// headers without it (a copy when it was there).
-func takeExpiry(h map[string]string) (map[string]string, time.Time) {
-	v, ok := h[backend.HeaderExpiresAt]
-	if !ok {
-		return h, time.Time{}
+// takeTimes reads HeaderDeliverAt and HeaderExpiresAt from delivered
+// headers and returns the headers without them (a copy when one was
+// there).
+func takeTimes(h map[string]string) (out map[string]string, deliverAt, expiresAt time.Time) {
+	dv, dok := h[backend.HeaderDeliverAt]
+	ev, eok := h[backend.HeaderExpiresAt]
+	if !dok && !eok {
+		return h, time.Time{}, time.Time{}
 	}
-	out := make(map[string]string, len(h)-1)
+	out = make(map[string]string, len(h))
 	for k, val := range h {
-		if k != backend.HeaderExpiresAt {
+		if k != backend.HeaderExpiresAt && k != backend.HeaderDeliverAt {
 			out[k] = val
 		}
 	}
 	if len(out) == 0 {
 		out = nil
 	}
+	return out, unixMilli(dv, dok), unixMilli(ev, eok)
+}
+
+// unixMilli parses a time header; a missing or malformed one is the zero
+// time.
+func unixMilli(v string, ok bool) time.Time {
+	if !ok {
+		return time.Time{}
+	}
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return out, time.Time{}
+		return time.Time{}
 	}
-	return out, time.UnixMilli(ms)
+	return time.UnixMilli(ms)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -19,47 +20,45 @@ type SubscribeOption interface {
 	applySubscribe(*subscribeOptions) error
 }
 
-// StartFrom says where a new consumer group starts reading. It matters
-// only when the group is created; an existing group resumes where it
-// stands.
-type StartFrom = backend.StartFrom
-
 const (
 	// StartNewest (the default) delivers messages published after the
-	// group was created.
+	// group was created. It matters only when the group is created; an
+	// existing group resumes where it stands.
 	StartNewest = backend.StartNewest
 	// StartOldest delivers every message the topic still retains.
 	StartOldest = backend.StartOldest
 )
 
-// AckMode says when a delivery is settled.
-type AckMode int
+// AckMode says when a delivery is settled. Its value is its name; the
+// zero value is AckOnSuccess.
+type AckMode string
 
 const (
 	// AckOnSuccess (the default): a nil handler return acks; an error
 	// nacks with the retry backoff, and Permanent errors or running out of
 	// max deliveries dead-letter. At-least-once.
-	AckOnSuccess AckMode = iota
+	AckOnSuccess AckMode = "on-success"
 	// AckOnReceive acks before the handler runs. At-most-once: a handler
 	// error or a crash loses the message; errors go to the observer.
-	AckOnReceive
-	// AckManual: the handler settles with Ack, Nack, Reject or Extend; the
-	// delivery keeps its in-flight slot until then. Unsettled deliveries
-	// are redelivered after the ack timeout.
-	AckManual
+	AckOnReceive AckMode = "on-receive"
+	// AckManual: the handler settles with Ack, Nack, Reject, Snooze or
+	// Extend; the delivery keeps its in-flight slot until then. Unsettled
+	// deliveries are redelivered after the ack timeout.
+	AckManual AckMode = "manual"
 )
 
-// String returns "on-success", "on-receive" or "manual".
-func (m AckMode) String() string {
+// engineMode maps an ack mode to the engine's, reporting false for an
+// unknown one.
+func engineMode(m AckMode) (engine.AckMode, bool) {
 	switch m {
-	case AckOnSuccess:
-		return "on-success"
+	case AckOnSuccess, "":
+		return engine.AckOnSuccess, true
 	case AckOnReceive:
-		return "on-receive"
+		return engine.AckOnReceive, true
 	case AckManual:
-		return "manual"
+		return engine.AckManual, true
 	}
-	return fmt.Sprintf("AckMode(%d)", int(m))
+	return 0, false
 }
 
 // Defaults of the subscribe options.
@@ -100,7 +99,7 @@ type subscribeOptions struct {
 	deadLetterSet  bool
 	newBackOff     func() backoff.BackOff
 	handlerTimeout time.Duration
-	startFrom      StartFrom
+	startFrom      backend.StartFrom
 	middleware     []Middleware
 	maxExtension   time.Duration
 	keyOrdering    bool
@@ -225,8 +224,11 @@ func WithGroup(group string) SubscribeOption {
 // WithAckMode sets the ack mode (default AckOnSuccess).
 func WithAckMode(m AckMode) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
-		if m < AckOnSuccess || m > AckManual {
-			return fmt.Errorf("%w: ack mode %d", ErrInvalidOption, int(m))
+		if _, ok := engineMode(m); !ok {
+			return fmt.Errorf("%w: ack mode %q (want %q, %q or %q)", ErrInvalidOption, string(m), AckOnSuccess, AckOnReceive, AckManual)
+		}
+		if m == "" {
+			m = AckOnSuccess
 		}
 		s.ackMode = m
 		return nil
@@ -372,7 +374,7 @@ func WithHandlerTimeout(d time.Duration) SubscribeOption {
 
 // WithStartFrom sets where a new group starts (default StartNewest). It
 // does not move an existing group.
-func WithStartFrom(f StartFrom) SubscribeOption {
+func WithStartFrom(f backend.StartFrom) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if f != StartNewest && f != StartOldest {
 			return fmt.Errorf("%w: start from %v", ErrInvalidOption, f)
@@ -388,4 +390,10 @@ func defaultBackOff() backoff.BackOff {
 	e.MaxInterval = defaultRetryMaxDelay
 	e.MaxElapsedTime = 0
 	return e
+}
+
+// ackModeOf is the engine's mode of a validated ack mode.
+func ackModeOf(m AckMode) engine.AckMode {
+	em, _ := engineMode(m)
+	return em
 }

@@ -401,7 +401,7 @@ func TestSubscribeRejectsInvalidOptions(t *testing.T) {
 		{"bad group", bus.WithGroup("a b")},
 		{"bad dlq", bus.WithDeadLetter("x..y")},
 		{"nil limiter", bus.WithLimiter(nil)},
-		{"bad ack mode", bus.WithAckMode(bus.AckMode(9))},
+		{"bad ack mode", bus.WithAckMode(bus.AckMode("eventually"))},
 		{"negative handler timeout", bus.WithHandlerTimeout(-time.Second)},
 		{"unsupported start", bus.WithStartFrom(bus.StartOldest)},
 	}

@@ -210,6 +210,24 @@ type Releaser interface {
 	Release(ctx context.Context, id AckID) error
 }
 
+// Snoozer is implemented by subscriptions that can give a delivery back
+// to its group after a delay without counting it as an attempt: the bus
+// uses it for Delivery.Snooze and for a message delivered before its
+// DeliverAt. Without it the bus nacks with the delay, and the snooze
+// counts.
+type Snoozer interface {
+	// Snooze makes id available to its group again after delay (0 = at
+	// once), and the message's next delivery has the same Attempt as this
+	// one; the count is kept at the broker, as Release keeps it. Snooze is
+	// atomic like Nack: a crash leaves the message pending or scheduled,
+	// never lost. A stale id returns an error wrapping ErrStale and never
+	// touches a newer delivery. A backend that cannot leave a delivery
+	// uncounted this time (a broker-side delivery limit is near) returns
+	// an error wrapping ErrSnoozeLimit and changes nothing; the bus then
+	// nacks.
+	Snooze(ctx context.Context, id AckID, delay time.Duration) error
+}
+
 // Capabilities describes what a backend guarantees. The zero value is the
 // weakest backend: one consumer per topic, nothing persisted, at-most-once.
 type Capabilities struct {
@@ -233,6 +251,11 @@ type Capabilities struct {
 	// Extend: subscriptions implement Extender. It must agree with the
 	// type assertion; the conformance suite checks that it does.
 	Extend bool
+	// Scheduling: the broker holds a message published with a
+	// HeaderDeliverAt until that time, so no member receives it before.
+	// Without it the message is stored at once and the bus gives each
+	// early delivery back until it is due (see Snoozer).
+	Scheduling bool
 	// MaxPayload is the largest payload the backend accepts (0 = no limit
 	// of its own). The bus uses the smaller of this and WithMaxPayload.
 	MaxPayload int

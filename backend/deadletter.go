@@ -34,6 +34,56 @@ const HeaderReplayed = "bus-replayed"
 // delivery; backends carry it as any header.
 const HeaderExpiresAt = "bus-expires-at"
 
+// HeaderDeliverAt carries bus.Message.DeliverAt through the backend, in
+// Unix milliseconds; the bus sets it on Publish only for a time still to
+// come, and removes it on delivery. A backend that can hold a message at
+// the broker until then (Capabilities.Scheduling) reads it with
+// DeliverAtOf; any other carries it as any header, and the bus gives a
+// delivery that comes early back to the group until it is due.
+const HeaderDeliverAt = "bus-deliver-at"
+
+// DueTimes returns, for a batch with messages whose HeaderDeliverAt is
+// still to come, each message's due time in Unix milliseconds (0: due
+// now); nil when every message is due now, the common case, which costs
+// a map lookup per message that has headers.
+func DueTimes(msgs []*Message) []int64 {
+	var due []int64
+	var now int64
+	for i, m := range msgs {
+		if len(m.Headers) == 0 {
+			continue
+		}
+		at, ok := DeliverAtOf(m)
+		if !ok {
+			continue
+		}
+		if now == 0 {
+			now = time.Now().UnixMilli()
+		}
+		if ms := at.UnixMilli(); ms > now {
+			if due == nil {
+				due = make([]int64, len(msgs))
+			}
+			due[i] = ms
+		}
+	}
+	return due
+}
+
+// DeliverAtOf returns the time in m's HeaderDeliverAt, if it has a valid
+// one.
+func DeliverAtOf(m *Message) (time.Time, bool) {
+	v, ok := m.Headers[HeaderDeliverAt]
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
 // IsDeadLetter reports whether m is a dead-letter copy (it carries the
 // dead-letter headers NewDeadLetter sets).
 func IsDeadLetter(m *Message) bool {

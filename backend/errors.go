@@ -15,6 +15,10 @@ var ErrClosed = errors.New("closed")
 // still unsettled.
 var ErrStale = errors.New("stale delivery")
 
+// ErrSnoozeLimit is wrapped by the error of a Snooze that the backend
+// cannot leave uncounted (see Snoozer); the bus nacks instead.
+var ErrSnoozeLimit = errors.New("snooze limit reached")
+
 // ErrNotFound is wrapped by the errors of the bus's inspection calls for
 // what is not there: a dead letter named by its ID that is not on its
 // topic, a consumer group that does not exist.
@@ -83,3 +87,22 @@ type retryAfterError struct {
 
 func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
+
+// Snooze is the error a handler returns to have its delivery given back
+// to the group after d without counting an attempt (the error form of
+// bus.Delivery.Snooze, for AckOnSuccess handlers). It is what bus.Snooze
+// returns; a negative d counts as 0.
+func Snooze(d time.Duration) error { return &snoozeError{after: max(d, 0)} }
+
+// SnoozeOf returns the delay of the outermost Snooze in err's chain.
+func SnoozeOf(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.after, true
+	}
+	return 0, false
+}
+
+type snoozeError struct{ after time.Duration }
+
+func (e *snoozeError) Error() string { return "snoozed for " + e.after.String() }

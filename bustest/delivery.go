@@ -151,6 +151,14 @@ func (d *Delivery) NackDelay() (time.Duration, bool) {
 	return d.rec.nackDelay, d.rec.nacked
 }
 
+// Snoozed reports whether the delivery was snoozed (Delivery.Snooze): a
+// redelivery after NackDelay that does not count an attempt.
+func (d *Delivery) Snoozed() bool {
+	d.rec.mu.Lock()
+	defer d.rec.mu.Unlock()
+	return d.rec.snoozed
+}
+
 // RejectReason is the reason text of the Reject (or permanent failure)
 // that dead-lettered the delivery, and whether it was dead-lettered. With
 // WithoutDeadLetter a Reject drops the message instead and there is no
@@ -201,6 +209,7 @@ type recorder struct {
 	acked        bool
 	nacked       bool
 	nackDelay    time.Duration
+	snoozed      bool
 	deadLettered bool
 	reason       string
 	code         backend.DeadLetterCode
@@ -213,6 +222,7 @@ var (
 	_ backend.Subscription = (*recSub)(nil)
 	_ backend.Extender     = (*recSub)(nil)
 	_ backend.DeadLetterer = (*recSub)(nil)
+	_ backend.Snoozer      = (*recSub)(nil)
 )
 
 type ackID struct{}
@@ -288,6 +298,14 @@ func (s *recSub) Nack(_ context.Context, _ backend.AckID, delay time.Duration) e
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.nacked, s.r.nackDelay = true, delay
+	s.r.settle()
+	return nil
+}
+
+func (s *recSub) Snooze(_ context.Context, _ backend.AckID, delay time.Duration) error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	s.r.nacked, s.r.nackDelay, s.r.snoozed = true, delay, true
 	s.r.settle()
 	return nil
 }

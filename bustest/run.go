@@ -29,6 +29,9 @@ type Result struct {
 	// RetryAfter is the delay of the redelivery the bus asked for, when
 	// Outcome is a nack.
 	RetryAfter time.Duration
+	// Snoozed: the nack is a snooze (bus.Snooze, Delivery.Snooze), which
+	// does not count an attempt.
+	Snoozed bool
 	// Code and Reason say why the message was dead-lettered or dropped.
 	Code   backend.DeadLetterCode
 	Reason string
@@ -41,6 +44,9 @@ type Result struct {
 func (r Result) String() string {
 	switch r.Outcome {
 	case middleware.OutcomeNacked:
+		if r.Snoozed {
+			return fmt.Sprintf("snoozed for %v", r.RetryAfter)
+		}
 		return fmt.Sprintf("retry after %v (handler error: %v)", r.RetryAfter, r.Err)
 	case middleware.OutcomeDeadLettered, middleware.OutcomeDropped:
 		return fmt.Sprintf("%s with code %s: %s", r.Outcome, r.Code, r.Reason)
@@ -179,7 +185,7 @@ func (r *recorder) result(res Result, d *bus.Delivery) Result {
 		res.Outcome = middleware.OutcomeNacked
 	}
 	if res.Outcome == middleware.OutcomeNacked {
-		res.RetryAfter = r.nackDelay
+		res.RetryAfter, res.Snoozed = r.nackDelay, r.snoozed
 	}
 	if r.deadLettered {
 		res.Code, res.Reason = r.code, r.reason

@@ -123,6 +123,28 @@ func TestRunReportsPanicsAndDrops(t *testing.T) {
 	assert.Equal(t, backend.CodePermanent, res.Code)
 }
 
+// Run records a snooze, in its error form and from Delivery.Snooze in
+// AckManual, apart from a counted retry.
+func TestRunRecordsSnoozes(t *testing.T) {
+	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.Snooze(time.Minute)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
+	assert.True(t, res.Snoozed, "a snooze, not a retry: %s", res)
+	assert.Equal(t, time.Minute, res.RetryAfter)
+
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return d.Snooze(ctx, 3*time.Second)
+	}, &bus.Message{Payload: []byte("x")}, bustest.WithAckMode(bus.AckManual))
+	assert.True(t, res.Snoozed, res.String())
+	assert.Equal(t, 3*time.Second, res.RetryAfter)
+
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.RetryAfter(errors.New("429"), time.Minute)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.False(t, res.Snoozed, "RetryAfter counts: %s", res)
+}
+
 // Run records the handler's own retry delay (bus.RetryAfter) and an
 // expired message that never reaches the handler.
 func TestRunRecordsRetryAfterAndExpiry(t *testing.T) {

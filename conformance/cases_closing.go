@@ -223,13 +223,25 @@ func testShutdownsDoNotBurnAttempts(t *testing.T, s *suite) {
 // releases reports whether the backend's subscriptions implement
 // backend.Releaser.
 func (h *harness) releases() bool {
+	return h.probe(func(sub backend.Subscription) bool { _, ok := sub.(backend.Releaser); return ok })
+}
+
+// snoozes reports whether the backend's subscriptions implement
+// backend.Snoozer.
+func (h *harness) snoozes() bool {
+	return h.probe(func(sub backend.Subscription) bool { _, ok := sub.(backend.Snoozer); return ok })
+}
+
+// probe subscribes a member straight at the backend and reports what has
+// says of it.
+func (h *harness) probe(has func(backend.Subscription) bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), h.s.deadline())
 	defer cancel()
 	sub, err := h.be.Backend.Subscribe(ctx, h.topic("probe"), backend.SubscribeConfig{
 		Group: h.group("probe"), AckTimeout: h.s.longLease(), MaxInFlight: 1, MaxDeliveries: 3, Observer: observer.Nop(),
 	})
 	require.NoError(h.t, err, "subscribe a probe to read the backend's optional interfaces")
-	_, ok := sub.(backend.Releaser)
+	ok := has(sub)
 	require.NoError(h.t, sub.Close(), "close the probe")
 	return ok
 }

@@ -296,3 +296,46 @@ func testExpiresAt(t *testing.T, s *suite) {
 	assert.Equal(t, map[string]string{"tenant": "a"}, f.Headers, "the headers arrive as published")
 	assert.True(t, in.of(plain.ID)[0].Delivery.ExpiresAt.IsZero(), "no ExpiresAt, none delivered")
 }
+
+// testSnooze: a snoozed delivery (the error form from an AckOnSuccess
+// handler, and Delivery.Snooze from an AckManual one) comes back after
+// its delay with the same Attempt, and a snooze is not a handler error;
+// snoozes never reach max deliveries. A custom backend proves its
+// backend.Snoozer; one without it counts the snooze as a nack.
+func testSnooze(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	if !h.snoozes() {
+		t.Skipf("%s subscriptions do not implement backend.Snoozer: a snooze counts as an attempt there", s.caps.Name)
+	}
+	topic := h.topic("snooze")
+	after := 4 * s.ackTimeout() / 10
+	const snoozes = 3
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
+		if len(in.of(d.ID)) <= snoozes {
+			return bus.Snooze(after)
+		}
+		return nil
+	}), bus.WithGroup(h.group("snooze-success")), bus.WithAckTimeout(s.longLease()), bus.WithMaxDeliveries(2))
+	manual := &inbox{}
+	h.subscribe(context.Background(), topic, manual.handle(func(ctx context.Context, d *bus.Delivery) error {
+		if len(manual.of(d.ID)) == 1 {
+			return d.Snooze(ctx, after)
+		}
+		return d.Ack(ctx)
+	}), bus.WithGroup(h.group("snooze-manual")), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(s.longLease()))
+	m := &bus.Message{Payload: []byte("not yet")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return len(in.of(m.ID)) > snoozes && len(manual.of(m.ID)) >= 2 }, "the snoozed deliveries come back")
+	for name, got := range map[string][]received{"on-success": in.of(m.ID), "manual": manual.of(m.ID)} {
+		for i := 1; i < len(got); i++ {
+			assert.GreaterOrEqual(t, got[i].At.Sub(got[i-1].At), after, "%s: delivery %d came after the snooze's delay", name, i+1)
+		}
+		for i, d := range got {
+			assert.Equal(t, 1, d.Attempt, "%s: delivery %d: a snooze does not count an attempt", name, i+1)
+		}
+	}
+	assert.Len(t, in.of(m.ID), snoozes+1, "snoozed %d times past max deliveries 2, then handled once", snoozes)
+	assert.Empty(t, h.events.scope(observer.ScopeHandler), "a snooze is not a handler error")
+	assert.Empty(t, h.events.scope(observer.ScopeDeadLetter), "snoozes never reach max deliveries")
+}

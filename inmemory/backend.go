@@ -67,8 +67,12 @@ func (br *broker) lookup(name string) *topic {
 func (br *broker) shutdown() {
 	br.mu.Lock()
 	br.closed = true
+	topics := br.topics
 	br.topics = nil
 	br.mu.Unlock()
+	for _, t := range topics {
+		t.stopSchedule()
+	}
 }
 
 // Backend is the in-process backend. Each New or OpenURL returns a Backend
@@ -112,6 +116,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Ordered:        true,
 		StartOldest:    true,
 		Extend:         true,
+		Scheduling:     true,
 		MaxPayload:     0,
 	}
 }
@@ -154,6 +159,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if t == nil {
 		return errClosed("publish", topic)
 	}
+	if due := backend.DueTimes(msgs); due != nil {
+		return b.publishHeld(ctx, t, es, bytes, due)
+	}
 	if !t.mu.TryLock() {
 		if t.offer(es, bytes) {
 			t.yieldIfAhead()
@@ -169,6 +177,19 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	t.insert(es)
 	t.unlock()
 	t.yieldIfAhead()
+	return nil
+}
+
+// publishHeld stores a batch that has messages with a DeliverAt still to
+// come: those wait in the topic's schedule.
+func (b *Backend) publishHeld(ctx context.Context, t *topic, es []entry, bytes int64, due []int64) error {
+	t.lock()
+	if err := b.waitRoom(ctx, t, len(es), bytes); err != nil {
+		t.unlock()
+		return fmt.Errorf("inmemory: publish %q: %w", t.name, err)
+	}
+	t.hold(es, due)
+	t.unlock()
 	return nil
 }
 

@@ -2,11 +2,15 @@ package inmemory
 
 import (
 	"context"
+	"time"
 
 	"github.com/eventbus-go/bus/backend"
 )
 
-var _ backend.Releaser = (*Subscription)(nil)
+var (
+	_ backend.Releaser = (*Subscription)(nil)
+	_ backend.Snoozer  = (*Subscription)(nil)
+)
 
 // Release ends the lease and makes the entry available to the group again
 // at once with the same Attempt: the delivery does not count. The bus
@@ -14,20 +18,12 @@ var _ backend.Releaser = (*Subscription)(nil)
 // (its lease ended) returns an error wrapping backend.ErrStale and changes
 // nothing.
 func (s *Subscription) Release(ctx context.Context, id backend.AckID) error {
-	if s.b.closed.Load() {
-		return errClosed("release", s.t.name)
-	}
-	t := s.t
-	t.lock()
-	defer t.unlock()
-	l := s.leaseOf(id)
-	if l == nil {
-		return s.staleErr("release", id)
-	}
-	l.state = leaseNacked
-	g := l.g
-	g.ready.push(redo{e: l.e, attempt: l.attempt, chain: l.chain})
-	g.notify()
-	g.trim()
-	return nil
+	return s.giveBack("release", id, 0, 0)
+}
+
+// Snooze ends the lease and makes the entry available to the group again
+// after delay with the same Attempt (backend.Snoozer). A stale id returns
+// an error wrapping backend.ErrStale and changes nothing.
+func (s *Subscription) Snooze(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack("snooze", id, delay, 0)
 }

@@ -172,23 +172,30 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 // lease ended) returns an error wrapping backend.ErrStale and changes
 // nothing.
 func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack("nack", id, delay, 1)
+}
+
+// giveBack ends the lease of id and makes its entry available to the
+// group again after delay, with Attempt grown by count (1 for a nack, 0
+// for a release or a snooze).
+func (s *Subscription) giveBack(op string, id backend.AckID, delay time.Duration, count int32) error {
 	if s.b.closed.Load() {
-		return errClosed("nack", s.t.name)
+		return errClosed(op, s.t.name)
 	}
 	t := s.t
 	t.lock()
 	defer t.unlock()
 	l := s.leaseOf(id)
 	if l == nil {
-		return s.staleErr("nack", id)
+		return s.staleErr(op, id)
 	}
 	l.state = leaseNacked
 	g := l.g
 	if delay <= 0 {
-		g.ready.push(redo{e: l.e, attempt: l.attempt + 1, chain: l.chain})
+		g.ready.push(redo{e: l.e, attempt: l.attempt + count, chain: l.chain})
 		g.notify()
 	} else {
-		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+1, l.chain)
+		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+count, l.chain)
 	}
 	g.trim()
 	return nil

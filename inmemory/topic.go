@@ -100,6 +100,9 @@ type topic struct {
 	// spare is the drained inbox's backing array, reused by the next
 	// drain; guarded by mu.
 	spare [][]entry
+
+	// sched holds the entries whose DeliverAt is still to come.
+	sched schedule
 }
 
 const minRing = 64

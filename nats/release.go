@@ -15,7 +15,10 @@ import (
 	"github.com/eventbus-go/bus/backend"
 )
 
-var _ backend.Releaser = (*jsSub)(nil)
+var (
+	_ backend.Releaser = (*jsSub)(nil)
+	_ backend.Snoozer  = (*jsSub)(nil)
+)
 
 // JetStream keeps the delivery count of a message itself and cannot lower
 // it, so a released delivery (backend.Releaser) is recorded at the broker,
@@ -99,20 +102,42 @@ func (s *jsSub) releaseKey(streamSeq uint64) string {
 // release cannot be recorded the message is still nacked (and the
 // delivery counts), and the error says so.
 func (s *jsSub) Release(ctx context.Context, id backend.AckID) error {
-	a, err := s.live("release", id)
+	return s.giveBack(ctx, "release", id, releaseDelay)
+}
+
+// Snooze implements backend.Snoozer: it records the snooze in the bucket
+// as Release does, then sends -NAK with the delay. The server counts
+// every delivery against the consumer's MaxDeliver, which leaves room for
+// releasedDeliveries uncounted ones (see maxDeliver): once a message has
+// been delivered that often, Snooze returns an error wrapping
+// backend.ErrSnoozeLimit and the bus nacks it, counted.
+func (s *jsSub) Snooze(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack(ctx, "snooze", id, delay)
+}
+
+// giveBack records an uncounted delivery of id and nacks it with delay.
+func (s *jsSub) giveBack(ctx context.Context, op string, id backend.AckID, delay time.Duration) error {
+	a, err := s.live(op, id)
 	if err != nil {
 		return err
 	}
 	meta, err := parseAckSubject(a.reply)
 	if err != nil {
-		return fmt.Errorf("nats: release %q: %w", s.topic, err)
+		return fmt.Errorf("nats: %s %q: %w", op, s.topic, err)
+	}
+	if op == "snooze" && meta.delivered >= releasedDeliveries {
+		return fmt.Errorf("nats: snooze %q: delivered %d times: %w", s.topic, meta.delivered, backend.ErrSnoozeLimit)
 	}
 	recErr := s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
-	if err := s.send("release", id, fmt.Appendf(nil, `-NAK {"delay": %d}`, releaseDelay.Nanoseconds())); err != nil {
+	body := nakBody
+	if delay > 0 {
+		body = fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds())
+	}
+	if err := s.send(op, id, body); err != nil {
 		return err
 	}
 	if recErr != nil {
-		return fmt.Errorf("nats: release %q: the delivery was nacked and counts: %w", s.topic, recErr)
+		return fmt.Errorf("nats: %s %q: the delivery was nacked and counts: %w", op, s.topic, recErr)
 	}
 	return nil
 }

@@ -156,8 +156,8 @@ func (b *Backend) consumerConfig(topic string, cfg backend.SubscribeConfig) jets
 // maxDeliver is the server's safety net above the bus's own limit: the bus
 // dead-letters at maxDeliveries and must see one more delivery to do so
 // when leases ran out, plus room for dead-letter attempts that failed and
-// for releasedDeliveries deliveries given back by shutdowns, which the
-// server counts and the bus does not (see Release).
+// for releasedDeliveries deliveries given back by shutdowns and snoozes,
+// which the server counts and the bus does not (see Release and Snooze).
 func maxDeliver(maxDeliveries int) int {
 	if maxDeliveries <= 0 {
 		return -1
@@ -165,9 +165,10 @@ func maxDeliver(maxDeliveries int) int {
 	return max(2*maxDeliveries, maxDeliveries+5) + releasedDeliveries
 }
 
-// releasedDeliveries is how many shutdowns during the handling of one
-// message the server's MaxDeliver leaves room for.
-const releasedDeliveries = 100
+// releasedDeliveries is how many uncounted deliveries of one message
+// (shutdowns during its handling, snoozes) the server's MaxDeliver leaves
+// room for.
+const releasedDeliveries = 1000
 
 // maxAckPending bounds the messages the server hands out unacked for a
 // group. Each member holds at most maxInFlight; acks travel in batches

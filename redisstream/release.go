@@ -2,13 +2,15 @@ package redisstream
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
 )
 
-var _ backend.Releaser = (*subscription)(nil)
+var (
+	_ backend.Releaser = (*subscription)(nil)
+	_ backend.Snoozer  = (*subscription)(nil)
+)
 
 // Release gives the entry back to the group at once without counting the
 // delivery: it stays in the group's pending list (so no crash can lose
@@ -16,32 +18,21 @@ var _ backend.Releaser = (*subscription)(nil)
 // lower (XCLAIM ... RETRYCOUNT), so the reclaim that hands it out again
 // gives it this delivery's Attempt. A delivery whose count is unknown is
 // nacked instead (and counts). A stale id changes nothing and returns an
-// error wrapping backend.ErrStale. Since the count is lowered, the pair
-// (consumer, count) that names a delivery would repeat if this same
-// subscription reclaimed the entry; the bus releases only while it closes
-// the subscription, which then receives nothing more.
+// error wrapping backend.ErrStale.
 func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
-	e, ok := entryOf(id)
-	if !ok {
-		return s.errf("release", fmt.Errorf("foreign ack id %T", id))
+	return s.Snooze(ctx, id, 0)
+}
+
+// Snooze gives the entry back to the group after delay without counting
+// the delivery (backend.Snoozer), as Release does at once; a delay longer
+// than the lease is held in the topic's hold ZSET like a nack's. A
+// delivery whose count is unknown is nacked instead (and counts). Since
+// the count is lowered, the pair (consumer, count) that names a delivery
+// can repeat when this same member reclaims the entry; the bus never
+// settles a delivery twice, so the repeat names only the new delivery.
+func (s *subscription) Snooze(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if e, ok := entryOf(id); ok && e.count <= 0 {
+		return s.Nack(ctx, id, delay)
 	}
-	if e.count <= 0 {
-		return s.Nack(ctx, id, 0)
-	}
-	idle := s.lease().Milliseconds() + 1 // claimable at once
-	var r int64
-	err := s.b.call(ctx, func(ctx context.Context) error {
-		var err error
-		r, err = releaseScript.Run(ctx, s.b.client, []string{s.keys.stream},
-			s.cfg.Group, s.consumer, e.id, idle, e.count).Int64()
-		return err
-	})
-	if err != nil {
-		return s.errf("release", err)
-	}
-	if err := staleErr(e, r); err != nil {
-		return s.errf("release", err)
-	}
-	s.rc.dueBy(time.Now())
-	return nil
+	return s.giveBack(ctx, "snooze", id, delay, false)
 }

@@ -14,13 +14,17 @@ import "github.com/redis/go-redis/v9"
 // (counting the delivery) once it has been idle for the ack timeout. For a
 // delay longer than the ack timeout the entry's idle time is reset and a
 // hold is recorded in the topic's hold ZSET, which the promoter keeps fresh
-// until the due time comes near.
+// until the due time comes near. With ARGV[8] = "1" (a release or a
+// snooze, which do not count) it also sets the entry's delivery counter
+// one lower, so that the reclaim that hands it out again (and counts a
+// delivery) brings it back to this delivery's count.
 //
 // KEYS[1] stream, KEYS[2] hold ZSET.
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id, ARGV[4] idle ms,
 // ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member
 // without its last part (the script appends the delivery count),
-// ARGV[7] the delivery count of the nacked delivery ("0" = unknown).
+// ARGV[7] the delivery count of the nacked delivery ("0" = unknown),
+// ARGV[8] "1" to leave the delivery uncounted (needs a known count).
 // Returns 1 when nacked, 0 when the entry is no longer pending, -1 when
 // it was delivered again since (another consumer owns it, or its delivery
 // count moved).
@@ -29,8 +33,14 @@ local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 then return 0 end
 if p[1][2] ~= ARGV[2] then return -1 end
 if ARGV[7] ~= '0' and p[1][4] ~= tonumber(ARGV[7]) then return -1 end
-if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\0' .. p[1][4]) end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+local n = p[1][4]
+if ARGV[8] == '1' then n = n - 1 end
+if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\0' .. n) end
+if ARGV[8] == '1' then
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n, 'JUSTID')
+else
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'JUSTID')
+end
 return 1
 `)
 
@@ -129,27 +139,6 @@ var dropConsumerScript = redis.NewScript(`
 local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
 if not ok or #p > 0 then return 0 end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
-return 1
-`)
-
-// releaseScript gives a pending entry this consumer owns back to the group
-// at once without counting the delivery (backend.Releaser): like a nack
-// without delay it makes the entry claimable at once, and it sets the
-// entry's delivery counter one lower, so that the reclaim that hands it
-// out again (and counts a delivery) brings it back to this delivery's
-// count.
-//
-// KEYS[1] stream. ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id,
-// ARGV[4] idle ms, ARGV[5] the delivery count of the released delivery.
-// Returns 1 when released, 0 when not pending, -1 when delivered again
-// since.
-var releaseScript = redis.NewScript(`
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 then return 0 end
-if p[1][2] ~= ARGV[2] then return -1 end
-local n = tonumber(ARGV[5])
-if p[1][4] ~= n then return -1 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n - 1, 'JUSTID')
 return 1
 `)
 

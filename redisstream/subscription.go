@@ -452,9 +452,19 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 // stale id (the entry was settled, or delivered again since) changes
 // nothing and returns an error wrapping backend.ErrStale.
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack(ctx, "nack", id, delay, true)
+}
+
+// giveBack makes the entry claimable again after delay (nackScript),
+// counting the delivery or not.
+func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID, delay time.Duration, counted bool) error {
 	e, ok := entryOf(id)
 	if !ok {
-		return s.errf("nack", fmt.Errorf("foreign ack id %T", id))
+		return s.errf(op, fmt.Errorf("foreign ack id %T", id))
+	}
+	uncount := "0"
+	if !counted {
+		uncount = "1"
 	}
 	at := s.lease()
 	idle := int64(0)
@@ -472,14 +482,14 @@ func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error
 		r, err = nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
-			s.cfg.Group, s.consumer, e.id, idle, hold, member, e.count).Int64()
+			s.cfg.Group, s.consumer, e.id, idle, hold, member, e.count, uncount).Int64()
 		return err
 	})
 	if err != nil {
-		return s.errf("nack", err)
+		return s.errf(op, err)
 	}
 	if err := staleErr(e, r); err != nil {
-		return s.errf("nack", err)
+		return s.errf(op, err)
 	}
 	if hold != "0" {
 		s.ts.wake()

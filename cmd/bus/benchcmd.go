@@ -90,7 +90,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("bus bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := &a.cfg
-	ackMode := fs.String("ack-mode", bus.AckOnSuccess.String(), "on-success, on-receive or manual")
+	ackMode := fs.String("ack-mode", string(bus.AckOnSuccess), "on-success, on-receive or manual")
 	fs.StringVar(&cfg.URL, "url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
 	fs.IntVar(&cfg.N, "n", defaultBenchN, "number of messages")
 	fs.IntVar(&cfg.Size, "size", defaultBenchSize, "payload size in bytes (>= 16)")
@@ -184,14 +184,14 @@ func exitOfResults(cfg benchConfig, results []*benchResult, err error, stderr io
 	return code
 }
 
-// parseAckMode reads an ack mode's name, as AckMode.String writes it.
+// parseAckMode reads an ack mode's name.
 func parseAckMode(s string) (bus.AckMode, error) {
 	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
-		if m.String() == s {
+		if string(m) == s {
 			return m, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown ack mode %q (on-success, on-receive or manual)", s)
+	return "", fmt.Errorf("unknown ack mode %q (on-success, on-receive or manual)", s)
 }
 
 // gcPercent returns the garbage collector's current target percent (-1:

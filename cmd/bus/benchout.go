@@ -94,7 +94,7 @@ func (r *benchResult) json(cfg benchConfig, gogc int) jsonResult {
 	j := jsonResult{
 		Backend: r.Backend, Scenario: r.Scenario, N: r.N, Size: r.Size,
 		jsonFigures: r.figures(),
-		AckMode:     cfg.AckMode.String(), Batch: cfg.Batch, Publishers: cfg.Publishers, MaxInFlight: cfg.MaxInFlight,
+		AckMode:     string(cfg.AckMode), Batch: cfg.Batch, Publishers: cfg.Publishers, MaxInFlight: cfg.MaxInFlight,
 		Rate: cfg.Rate, GOGC: gogc,
 	}
 	if r.Latency != "" {

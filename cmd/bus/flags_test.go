@@ -64,7 +64,7 @@ func TestPublishWithAFlagAfterThePayloadPublishesOneMessage(t *testing.T) {
 
 func TestParseAckModeRoundTrips(t *testing.T) {
 	for _, m := range []bus.AckMode{bus.AckOnSuccess, bus.AckOnReceive, bus.AckManual} {
-		got, err := parseAckMode(m.String())
+		got, err := parseAckMode(string(m))
 		require.NoError(t, err)
 		assert.Equal(t, m, got, "%s reads back", m)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -76,7 +77,7 @@ type tailOptions struct {
 	asJSON      bool
 	topic       string
 	group       string
-	from        bus.StartFrom
+	from        backend.StartFrom
 	ackMode     bus.AckMode
 	maxInFlight int
 	count       int // stop after this many deliveries; 0 = until interrupted
@@ -115,7 +116,7 @@ func parseTailArgs(args []string, stderr io.Writer) (rawURL string, opts tailOpt
 	fs.SetOutput(stderr)
 	url := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
 	from := fs.String("from", "newest", "where a new group starts: oldest or newest")
-	ackMode := fs.String("ack-mode", bus.AckOnSuccess.String(), "on-success, on-receive or manual (tail acks after printing)")
+	ackMode := fs.String("ack-mode", string(bus.AckOnSuccess), "on-success, on-receive or manual (tail acks after printing)")
 	fs.StringVar(&opts.topic, "topic", "", "topic to read (required)")
 	fs.StringVar(&opts.group, "group", "bus-tail", "consumer group; deliveries are acked for this group")
 	fs.IntVar(&opts.maxInFlight, "max-in-flight", 1, "deliveries printed concurrently (1 keeps order)")
@@ -130,7 +131,7 @@ func parseTailArgs(args []string, stderr io.Writer) (rawURL string, opts tailOpt
 	}
 	var err error
 	opts.ackMode, err = parseAckMode(*ackMode)
-	starts := map[string]bus.StartFrom{"newest": bus.StartNewest, "oldest": bus.StartOldest}
+	starts := map[string]backend.StartFrom{"newest": bus.StartNewest, "oldest": bus.StartOldest}
 	start, known := starts[*from]
 	opts.from = start
 	var why string

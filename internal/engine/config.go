@@ -70,6 +70,9 @@ type Config[P any] struct {
 	// ExpiresAt returns when a public face's message expires (zero:
 	// never); nil when no message expires.
 	ExpiresAt func(p *P) time.Time
+	// DeliverAt returns the earliest time a public face's message may
+	// reach its handler (zero: at once).
+	DeliverAt func(p *P) time.Time
 	// Locker, when set, is the group lock the subscription must hold to
 	// fetch (see owner), taken as LockHolder, unique to the subscription.
 	Locker     backend.GroupLocker

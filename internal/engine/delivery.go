@@ -124,7 +124,7 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 	if !d.claim() {
 		return d.alreadySettled("nack")
 	}
-	if k := d.sub.keys; k != nil && k.retry(d, delay) {
+	if k := d.sub.keys; k != nil && k.retry(d, delay, true) {
 		return nil
 	}
 	return d.doNack(ctx, delay)

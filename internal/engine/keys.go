@@ -48,6 +48,8 @@ type keyLine[P any] struct {
 	// Nack from inside an AckManual handler): the retry waits for it.
 	prev  *Delivery[P]
 	ready bool // the retry's delay is over; it waits for prev
+	// snoozed: the retry is a snooze, which does not count an attempt.
+	snoozed bool
 }
 
 func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
@@ -147,12 +149,13 @@ func (k *keyLines[P]) done(d *Delivery[P]) {
 }
 
 // retry replaces the claimed head d by a new delivery of its message with
-// Attempt+1, run after delay in d's place: the key stays held, and the
+// Attempt+1 (the same Attempt when not counted: a snooze), run after delay
+// in d's place: the key stays held, and the
 // new delivery takes over d's in-flight slot. d is finished as nacked. It
 // reports false, and does nothing, when d does not hold a key here (no
 // key, or given back at close): the caller nacks it through the backend.
 // After close, d goes back to the group at once, its key behind it.
-func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
+func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration, counted bool) bool {
 	key, l := k.line(d, lineHead[P])
 	if l == nil {
 		return false
@@ -166,12 +169,13 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration) bool {
 		k.mu.Unlock()
 		ctx, cancel := k.s.settleCtx()
 		defer cancel()
-		k.s.settleErr(d, observer.ScopeNack, d.doNack(ctx, 0))
+		k.s.backNow(ctx, d, counted)
 		k.giveBack(back)
 		return true
 	}
-	r := k.s.successor(d)
+	r := k.s.successor(d, counted)
 	l.head = r
+	l.snoozed = !counted
 	if d.state.Load()&stateHandlerDone == 0 {
 		l.prev = d
 		k.prevs.Add(1)
@@ -212,7 +216,7 @@ func (k *keyLines[P]) start(key string, l *keyLine[P], r *Delivery[P]) {
 		k.mu.Unlock()
 		ctx, cancel := k.s.settleCtx()
 		defer cancel()
-		k.handBack(ctx, r, back)
+		k.handBack(ctx, r, back, !l.snoozed)
 	case k.s.leaseLost(r):
 		k.mu.Unlock()
 		k.s.giveUp(r)
@@ -264,15 +268,16 @@ func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
 // behind it go back the same way (done).
 func (k *keyLines[P]) close(ctx context.Context) {
 	type line struct {
-		head *Delivery[P]
-		back []*Delivery[P]
+		head    *Delivery[P]
+		back    []*Delivery[P]
+		counted bool
 	}
 	var retries []line
 	k.mu.Lock()
 	k.closed = true
 	for key, l := range k.lines {
 		if l.retry != nil && l.retry.Stop() {
-			retries = append(retries, line{l.head, l.waiting})
+			retries = append(retries, line{l.head, l.waiting, !l.snoozed})
 			delete(k.lines, key)
 			if l.prev != nil {
 				k.prevs.Add(-1)
@@ -281,19 +286,30 @@ func (k *keyLines[P]) close(ctx context.Context) {
 	}
 	k.mu.Unlock()
 	for _, l := range retries {
-		k.handBack(ctx, l.head, l.back)
+		k.handBack(ctx, l.head, l.back, l.counted)
 	}
 }
 
 // handBack gives a retry that did not run back to the group, counted as
-// the failure it follows (a nack), then the deliveries behind it, not
-// counted (a release); both are redelivered at once, the retry first.
-func (k *keyLines[P]) handBack(ctx context.Context, retry *Delivery[P], back []*Delivery[P]) {
+// the failure it follows (a nack) unless it is a snooze, then the
+// deliveries behind it, not counted (a release); both are redelivered at
+// once, the retry first.
+func (k *keyLines[P]) handBack(ctx context.Context, retry *Delivery[P], back []*Delivery[P], counted bool) {
 	if retry.claim() {
-		k.s.settleErr(retry, observer.ScopeNack, retry.doNack(ctx, 0))
+		k.s.backNow(ctx, retry, counted)
 	}
 	k.s.handlerNeverRan(retry)
 	k.giveBack(back)
+}
+
+// backNow gives a claimed delivery back to the group at once: a nack when
+// counted, else a release.
+func (s *Sub[P]) backNow(ctx context.Context, d *Delivery[P], counted bool) {
+	if counted {
+		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, 0))
+		return
+	}
+	s.release(ctx, d)
 }
 
 // giveBack hands deliveries that never reached their handler back to the
@@ -312,10 +328,14 @@ func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
 	}
 }
 
-// successor is a new delivery of d's message with Attempt+1, holding d's
-// lease: same AckID, same lease start and renewals.
-func (s *Sub[P]) successor(d *Delivery[P]) *Delivery[P] {
-	r := &Delivery[P]{sub: s, ackID: d.ackID, received: d.received, attempt: d.attempt + 1}
+// successor is a new delivery of d's message with Attempt+1 (the same
+// Attempt when not counted), holding d's lease: same AckID, same lease
+// start and renewals.
+func (s *Sub[P]) successor(d *Delivery[P], counted bool) *Delivery[P] {
+	r := &Delivery[P]{sub: s, ackID: d.ackID, received: d.received, attempt: d.attempt}
+	if counted {
+		r.attempt++
+	}
 	s.cfg.Refill(r, &d.Pub, int(r.attempt))
 	s.mu.Lock()
 	if x := d.ext.Load(); x != nil {

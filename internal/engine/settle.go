@@ -15,6 +15,9 @@ import (
 // whether the delivery's slot is the worker's to give back (see
 // handlerDone).
 func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
+	if s.early(d) {
+		return d.handlerDone()
+	}
 	if reason := s.refuse(d); reason != nil {
 		// The handler never sees it: dead-letter it at once.
 		d.claim()
@@ -39,6 +42,9 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	case AckOnSuccess:
 		s.settleAfterHandler(d, w, err)
 	case AckManual:
+		if s.snoozedBy(d, err) {
+			break
+		}
 		if !s.shutdownCancelled(err) {
 			s.reportHandlerErr(d, err)
 		}
@@ -76,6 +82,9 @@ func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error)
 			s.release(ctx, d)
 			cancel()
 		}
+		return
+	}
+	if s.snoozedBy(d, err) {
 		return
 	}
 	s.reportHandlerErr(d, err)
@@ -174,13 +183,30 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 			s.deadLetter(d, WithCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
 			return
 		}
-		if s.keys != nil && s.keys.retry(d, delay) {
+		if s.keys != nil && s.keys.retry(d, delay, true) {
 			return
 		}
 		ctx, cancel := s.settleCtx()
 		defer cancel()
 		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, delay))
 	}
+}
+
+// snoozedBy snoozes d when its handler returned a Snooze error (and the
+// backend redelivers), unless the handler settled d itself; it reports
+// whether err was a snooze. A snooze is not a failure: it is not
+// reported.
+func (s *Sub[P]) snoozedBy(d *Delivery[P], err error) bool {
+	delay, ok := backend.SnoozeOf(err)
+	if !ok || !s.cfg.Caps.Redelivery {
+		return false
+	}
+	if d.claim() {
+		ctx, cancel := s.settleCtx()
+		s.settleErr(d, observer.ScopeNack, s.snooze(ctx, d, delay))
+		cancel()
+	}
+	return true
 }
 
 // shutdownCancelled reports whether a handler's error comes from the

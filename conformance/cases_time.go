@@ -1,0 +1,63 @@
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// testDeliverAt: a message published with a DeliverAt is never handled
+// before it, while a message published after it without one goes ahead;
+// it arrives with its DeliverAt, its headers as published and Attempt 1
+// (given back uncounted where it came early), and a subscriber closed
+// before it was due does not lose it: the next one gets it.
+func testDeliverAt(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("deliverat"), h.group("deliverat")
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithAckTimeout(s.longLease())}
+	first := &inbox{}
+	sub := h.subscribe(context.Background(), topic, first.handle(nil), opts...)
+	wait := s.cfg.dur(300 * time.Millisecond)
+	soon := &bus.Message{Payload: []byte("soon"), Headers: map[string]string{"tenant": "a"}, DeliverAt: time.Now().Add(wait)}
+	now := &bus.Message{Payload: []byte("now")}
+	h.publish(topic, soon, now)
+	s.eventually(t, func() bool { return len(first.of(now.ID)) == 1 }, "the message without DeliverAt goes ahead")
+	s.eventually(t, func() bool { return len(first.of(soon.ID)) == 1 }, "the scheduled message arrives")
+	got := first.of(soon.ID)[0]
+	due := soon.DeliverAt.Truncate(time.Millisecond)
+	assert.False(t, got.At.Before(due), "handled at %v, before its DeliverAt %v", got.At, due)
+	assert.True(t, due.Equal(got.Delivery.DeliverAt), "DeliverAt arrives: %v, want %v", got.Delivery.DeliverAt, due)
+	assert.Equal(t, map[string]string{"tenant": "a"}, got.Headers, "the headers arrive as published")
+	if h.snoozes() || s.caps.Scheduling {
+		assert.Equal(t, 1, got.Attempt, "an early delivery given back does not count")
+	}
+
+	// A subscriber that closes before the message is due does not take it
+	// along.
+	later := &bus.Message{Payload: []byte("later"), DeliverAt: time.Now().Add(wait)}
+	h.publish(topic, later)
+	h.closeSub(sub)
+	assert.Empty(t, first.of(later.ID), "not handled before it was due")
+	second := &inbox{}
+	h.subscribe(context.Background(), topic, second.handle(nil), opts...)
+	s.eventually(t, func() bool { return len(second.of(later.ID)) == 1 }, "the next subscriber gets the scheduled message")
+	assert.False(t, second.of(later.ID)[0].At.Before(later.DeliverAt.Truncate(time.Millisecond)), "not before its DeliverAt")
+	assert.Empty(t, h.events.scope(observer.ScopeDeadLetter), "nothing dead-lettered")
+}
+
+// testDeliverAtAfterExpiresAtRejected: a DeliverAt at or after ExpiresAt
+// is refused before any I/O.
+func testDeliverAtAfterExpiresAtRejected(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic := h.topic("deliverat-bad")
+	at := time.Now().Add(time.Hour)
+	err := h.bus.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x"), DeliverAt: at, ExpiresAt: at})
+	require.ErrorIs(t, err, bus.ErrInvalidMessage)
+	assert.Zero(t, h.be.publishes.Load(), "nothing reached the backend")
+}

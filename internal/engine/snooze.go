@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// SnoozeWindow bounds snoozing: a snooze is free (it does not count an
+// attempt) while the message's next delivery comes at most SnoozeWindow
+// after the message was published. Past it a snooze counts like a nack,
+// and the observer is told, so that a message snoozed again and again
+// reaches its max deliveries and the dead-letter topic instead of
+// circling unnoticed.
+const SnoozeWindow = 24 * time.Hour
+
+// Snooze gives the delivery back for redelivery after delay without
+// counting an attempt (within SnoozeWindow). On a backend without
+// backend.Snoozer the snooze is a nack and counts.
+func (d *Delivery[P]) Snooze(ctx context.Context, delay time.Duration) error {
+	if delay < 0 {
+		return fmt.Errorf("bus: snooze: %w: negative delay %v", ErrInvalidOption, delay)
+	}
+	if caps := d.sub.cfg.Caps; !caps.Redelivery {
+		return fmt.Errorf("bus: snooze: %w: %s does not redeliver", ErrUnsupported, caps.Name)
+	}
+	if !d.claim() {
+		return d.alreadySettled("snooze")
+	}
+	return d.sub.snooze(ctx, d, delay)
+}
+
+// snooze settles a claimed delivery by snoozing it for delay: past its
+// expiry it is dead-lettered, past SnoozeWindow it counts as an attempt.
+func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration) error {
+	due := time.Now().Add(delay)
+	if exp, ok := s.expiry(d); ok && !due.Before(exp) {
+		return d.doDeadLetter(ctx, WithCode(backend.CodeExpired, fmt.Errorf("snoozed for %v, past its expiry at %s", delay, exp.UTC().Format(time.RFC3339Nano))))
+	}
+	counted := false
+	if pub := s.cfg.Info(&d.Pub).PublishedAt; pub.IsZero() || due.Sub(pub) > SnoozeWindow {
+		counted = true
+		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: its next delivery would come more than %v after it was published: the snooze counts as an attempt", d.id(), SnoozeWindow))
+	}
+	if s.keys != nil && s.keys.retry(d, delay, counted) {
+		return nil
+	}
+	if counted {
+		return d.doNack(ctx, delay)
+	}
+	return s.giveBackUncounted(ctx, d, delay)
+}
+
+// early gives d back to the group when it came before its DeliverAt (a
+// backend without Capabilities.Scheduling, or clocks apart), until it is
+// due, without counting an attempt where the backend can (Snoozer), and
+// reports whether it did. The handler never sees it.
+func (s *Sub[P]) early(d *Delivery[P]) bool {
+	if s.cfg.DeliverAt == nil || s.cfg.AckMode == AckOnReceive || !s.cfg.Caps.Redelivery {
+		return false
+	}
+	at := s.cfg.DeliverAt(&d.Pub)
+	if at.IsZero() {
+		return false
+	}
+	wait := time.Until(at)
+	if wait <= 0 {
+		return false
+	}
+	d.claim()
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	// Given back, not held: with key ordering the message takes its
+	// place in its key's order when it is due, so it must not hold the
+	// key back until then.
+	s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, wait))
+	(*handlerCtx[P])(d).end()
+	return true
+}
+
+// giveBackUncounted gives a claimed delivery back to the group after
+// delay through backend.Snoozer, or with a nack (which counts) when the
+// backend cannot leave it uncounted.
+func (s *Sub[P]) giveBackUncounted(ctx context.Context, d *Delivery[P], delay time.Duration) error {
+	if sn, ok := s.bsub.(backend.Snoozer); ok {
+		err := sn.Snooze(ctx, d.ackID, delay)
+		if !errors.Is(err, backend.ErrSnoozeLimit) {
+			if err != nil {
+				err = fmt.Errorf("bus: snooze %q: %w", d.id(), err)
+			}
+			d.finish(OutcomeNacked, err)
+			return err
+		}
+		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: the snooze counts as an attempt: %w", d.id(), err))
+	}
+	return d.doNack(ctx, delay)
+}
