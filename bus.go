@@ -141,7 +141,11 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	}
 	var failed []backend.Failure
 	for i, m := range msgs {
-		if err := validateMessage(m, b.opts.maxPayload); err != nil {
+		err := validateMessage(m, b.opts.maxPayload)
+		if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
+			err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)
+		}
+		if err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID

@@ -91,6 +91,13 @@ type TopicInfo struct {
 	// retained messages; zero when there are none or they are not known.
 	Oldest time.Time `json:"oldest,omitzero"`
 	Newest time.Time `json:"newest,omitzero"`
+	// Scheduled is how many messages the broker holds until their
+	// DeliverAt (Capabilities.Scheduling), and NextDue when the first of
+	// them is due (zero when none is or it is not known). Without
+	// Scheduling such messages are among Messages, and Scheduled is
+	// Unknown.
+	Scheduled Figure    `json:"scheduled"`
+	NextDue   time.Time `json:"next_due,omitzero"`
 }
 
 // GroupInfo describes one consumer group of a topic.

@@ -51,13 +51,18 @@ func testDeliverAt(t *testing.T, s *suite) {
 	assert.Empty(t, h.events.scope(observer.ScopeDeadLetter), "nothing dead-lettered")
 }
 
-// testDeliverAtAfterExpiresAtRejected: a DeliverAt at or after ExpiresAt
-// is refused before any I/O.
-func testDeliverAtAfterExpiresAtRejected(t *testing.T, s *suite) {
+// testDeliverAtRejected: a DeliverAt at or after ExpiresAt is refused
+// before any I/O, and so is any DeliverAt on a backend that can neither
+// hold a message nor give an early delivery back (it would arrive early).
+func testDeliverAtRejected(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic := h.topic("deliverat-bad")
 	at := time.Now().Add(time.Hour)
 	err := h.bus.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x"), DeliverAt: at, ExpiresAt: at})
 	require.ErrorIs(t, err, bus.ErrInvalidMessage)
+	if !s.caps.Scheduling && !s.caps.Redelivery {
+		err = h.bus.Publish(context.Background(), topic, &bus.Message{Payload: []byte("x"), DeliverAt: at})
+		require.ErrorIs(t, err, bus.ErrUnsupported)
+	}
 	assert.Zero(t, h.be.publishes.Load(), "nothing reached the backend")
 }

@@ -108,7 +108,7 @@ var cases = []testCase{
 	{name: "RetryAfterSetsTheDelay", needs: []capability{capRedelivery, capNackDelay}, run: testRetryAfter},
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
-	{name: "DeliverAtAfterExpiresAtRejected", run: testDeliverAtAfterExpiresAtRejected},
+	{name: "DeliverAtRejected", run: testDeliverAtRejected},
 	{name: "SnoozeDoesNotCountAnAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testSnooze},
 	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
 	{name: "RejectDeadLetters", run: testRejectDeadLetters},

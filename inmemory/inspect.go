@@ -47,6 +47,8 @@ func (t *topic) info() backend.TopicInfo {
 	t.lock()
 	defer t.unlock()
 	ti := backend.TopicInfo{Name: t.name, Messages: backend.Figure(t.live.Load()), Bytes: backend.Figure(t.liveBytes.Load())}
+	n, next := t.scheduledStats()
+	ti.Scheduled, ti.NextDue = backend.Figure(n), next
 	m := t.mask()
 	for off := t.base; off < t.head; off++ {
 		if e := t.ring[off&m]; e != nil {

@@ -49,7 +49,7 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 			return nil, fmt.Errorf("nats: topics: %w", err)
 		}
 		for subj, n := range info.State.Subjects {
-			out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown})
+			out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Scheduled: backend.Unknown})
 		}
 	} else {
 		names := b.js.ListStreams(ctx)
@@ -61,7 +61,7 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 			if !ok {
 				continue
 			}
-			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes)}
+			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes), Scheduled: backend.Unknown}
 			if info.State.Msgs > 0 {
 				ti.Oldest, ti.Newest = info.State.FirstTime, info.State.LastTime
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
-	"+zadd", "+zrange", "+zrem", "+hget", "+hset",
+	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel",
 	"+evalsha", "+eval",
 	"+client|id", "+client|unblock",
 	"+ping",
@@ -83,13 +84,14 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 		mu       sync.Mutex
 		settled  = map[string]string{}
 		nackedAt time.Time
+		snoozes  atomic.Int32
 	)
 	done := make(chan struct{})
 	settle := func(id, how string) {
 		mu.Lock()
 		defer mu.Unlock()
 		settled[id] = how
-		if len(settled) == 4 {
+		if len(settled) == 6 {
 			close(done)
 		}
 	}
@@ -110,6 +112,10 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 			return d.Nack(ctx, 400*time.Millisecond)
 		case d.ID == "nack":
 			err = d.Ack(ctx)
+		case d.ID == "snooze" && snoozes.Add(1) == 1:
+			return d.Snooze(ctx, 10*time.Millisecond)
+		case d.ID == "snooze" || d.ID == "later":
+			err = d.Ack(ctx)
 		case d.ID == "dead":
 			if err = d.Reject(ctx, errors.New("refused by the handler")); err == nil {
 				settle(d.ID, "dead-lettered")
@@ -123,9 +129,11 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 	}, bus.WithGroup("g"), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(200*time.Millisecond),
 		bus.WithDeadLetter(topic+".dlq"), bus.WithStartFrom(bus.StartOldest))
 	require.NoError(t, err, "Subscribe with the least-privilege user")
-	for _, id := range []string{"ack", "extend", "nack", "dead"} {
+	for _, id := range []string{"ack", "extend", "nack", "dead", "snooze"} {
 		require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: id, Payload: []byte(id)}), "Publish %s with the least-privilege user", id)
 	}
+	later := &bus.Message{ID: "later", Payload: []byte("later"), DeliverAt: time.Now().Add(100 * time.Millisecond)}
+	require.NoError(t, b.Publish(ctx, topic, later), "Publish with DeliverAt (the schedule) with the least-privilege user")
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
@@ -134,7 +142,7 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 		t.Fatalf("not every message was settled: %v; events: %v", settled, rec.events)
 	}
 	mu.Lock()
-	assert.Equal(t, map[string]string{"ack": "acked", "extend": "acked", "nack": "acked", "dead": "dead-lettered"}, settled)
+	assert.Equal(t, map[string]string{"ack": "acked", "extend": "acked", "nack": "acked", "dead": "dead-lettered", "later": "acked", "snooze": "acked"}, settled)
 	assert.False(t, nackedAt.IsZero(), "the delayed nack ran")
 	mu.Unlock()
 	require.Eventually(t, func() bool { return commandCalls(t, admin, "xtrim") != "0" }, 10*time.Second, 10*time.Millisecond,

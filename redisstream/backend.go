@@ -174,6 +174,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Ordered:        true,
 		StartOldest:    true,
 		Extend:         true,
+		Scheduling:     true,
 		MaxPayload:     b.opts.MaxPayload,
 	}
 }

@@ -185,7 +185,8 @@
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
-//	    +zadd +zrange +zrem +hget +hset +evalsha +eval +client|id +client|unblock
+//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel
+//	    +evalsha +eval +client|id +client|unblock
 //	    +ping
 //
 // (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups

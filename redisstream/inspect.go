@@ -35,7 +35,7 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 		if !ok {
 			continue
 		}
-		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown}
+		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown, Scheduled: backend.Unknown}
 		err := b.call(ctx, func(ctx context.Context) error {
 			n, err := b.client.XLen(ctx, k).Result()
 			if err != nil {
@@ -56,6 +56,11 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 			if len(last) > 0 {
 				ti.Newest = entryTime(last[0].ID)
 			}
+			n, next, err := scheduled(ctx, b.client, newKeys(b.opts.Prefix, topic))
+			if err != nil {
+				return err
+			}
+			ti.Scheduled, ti.NextDue = backend.Figure(n), next
 			return nil
 		})
 		if err != nil {

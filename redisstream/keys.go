@@ -9,6 +9,8 @@ type keys struct {
 	stream string // the entries
 	hold   string // ZSET of nacks whose delay outlasts the ack timeout
 	lease  string // HASH of each group's lease: its longest member's ack timeout in ms
+	sched  string // stream of the messages held until their DeliverAt
+	due    string // ZSET of sched's entries by due time
 }
 
 // hashTag returns the part of topic that goes between braces: the topic
@@ -36,7 +38,7 @@ func streamKey(prefix, topic string) string {
 
 func newKeys(prefix, topic string) keys {
 	s := streamKey(prefix, topic)
-	return keys{stream: s, hold: s + "#hold", lease: s + "#lease"}
+	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due"}
 }
 
 // slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).

@@ -49,6 +49,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) == 0 {
 		return nil
 	}
+	if due := backend.DueTimes(msgs); due != nil {
+		return b.publishHeld(ctx, topic, msgs, due)
+	}
 	pt := b.pubTopicOf(topic)
 	trim := b.trimArgs()
 	nbuf, nstr, nargs := pubSizes(msgs, len(trim))

@@ -142,6 +142,50 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
+// scheduleScript holds a message until its DeliverAt: its fields go to
+// the topic's schedule stream and the entry's ID to the due ZSET, scored
+// by the due time. The ZSET member is the entry ID with both parts
+// zero-padded, so that entries due in the same millisecond are promoted
+// in the order they were scheduled.
+//
+// KEYS[1] schedule stream, KEYS[2] due ZSET. ARGV[1] due time in ms,
+// ARGV[2..] the message's stream fields. Returns the schedule entry ID.
+var scheduleScript = redis.NewScript(`
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+redis.call('ZADD', KEYS[2], ARGV[1], string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
+return id
+`)
+
+// promoteScript moves the scheduled messages that are due into the
+// topic's stream, in due order, at most ARGV[2] of them: each is added
+// with the stream's trim arguments and removed from the schedule, in one
+// atomic step, so any number of members may run it.
+//
+// KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET. ARGV[1] now
+// in ms, ARGV[2] max entries, ARGV[3..] the XADD trim arguments (none, or
+// MAXLEN/MINID ~ n). Returns {promoted, next due time in ms or -1}.
+var promoteScript = redis.NewScript(`
+local members = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, m in ipairs(members) do
+  local ms, seq = string.match(m, '^(%d+)-(%d+)$')
+  local id = tonumber(ms) .. '-' .. tonumber(seq)
+  local e = redis.call('XRANGE', KEYS[2], id, id)
+  if #e > 0 then
+    local args = {'XADD', KEYS[1]}
+    for i = 3, #ARGV do args[#args + 1] = ARGV[i] end
+    args[#args + 1] = '*'
+    for _, v in ipairs(e[1][2]) do args[#args + 1] = v end
+    redis.call(unpack(args))
+    redis.call('XDEL', KEYS[2], id)
+  end
+  redis.call('ZREM', KEYS[3], m)
+end
+local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if #nxt == 0 then return {#members, -1} end
+return {#members, tonumber(nxt[2])}
+`)
+
 // groupLeaseScript records a member's ack timeout in the topic's lease
 // hash and returns the group's lease: the longest ack timeout any member
 // of the group subscribed with. The group reclaims by it, so a member

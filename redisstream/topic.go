@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,9 @@ type topicState struct {
 	running bool
 	cancel  context.CancelFunc
 	kick    chan struct{}
+	// nextDue is when the schedule's next message is due, in Unix ms (0:
+	// none known).
+	nextDue atomic.Int64
 }
 
 // holdBatch is how many holds one promoter script call visits.
@@ -104,7 +108,7 @@ func (t *topicState) currentTick() time.Duration {
 }
 
 func (t *topicState) runPromoter(ctx context.Context) {
-	timer := time.NewTimer(t.currentTick())
+	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failing := false // report a failure once, not on every tick of an outage
 	for {
@@ -116,10 +120,10 @@ func (t *topicState) runPromoter(ctx context.Context) {
 		}
 		err := t.pass(ctx, t.promote)
 		if err != nil && ctx.Err() == nil && !failing {
-			t.report(observer.ScopeNack, fmt.Errorf("redisstream: promote delayed nacks of %q: %w", t.topic, err))
+			t.report(observer.ScopeNack, fmt.Errorf("redisstream: promote delayed nacks and scheduled messages of %q: %w", t.topic, err))
 		}
 		failing = err != nil
-		timer.Reset(t.currentTick())
+		timer.Reset(t.wait())
 	}
 }
 
@@ -132,8 +136,11 @@ func (t *topicState) pass(ctx context.Context, fn func(context.Context) error) e
 	return t.b.async(ctx, fn)
 }
 
-// promote runs one pass over the hold ZSET.
+// promote runs one pass over the schedule and the hold ZSET.
 func (t *topicState) promote(ctx context.Context) error {
+	if err := t.promoteDue(ctx); err != nil {
+		return err
+	}
 	off := 0
 	for {
 		now := time.Now().UnixMilli()

@@ -118,9 +118,9 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitCode(writeJSON(stdout, ts), stderr, "topics")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tBYTES\tOLDEST\tNEWEST")
+	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tBYTES\tOLDEST\tNEWEST\tSCHEDULED\tNEXT DUE")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Messages, t.Bytes, fmtTime(t.Oldest), fmtTime(t.Newest))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Messages, t.Bytes, fmtTime(t.Oldest), fmtTime(t.Newest), t.Scheduled, fmtTime(t.NextDue))
 	}
 	return exitCode(tw.Flush(), stderr, "topics")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/internal/redistest"
@@ -260,4 +261,29 @@ func TestTailJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(formatDeliveryJSON(d)), &got))
 	assert.Equal(t, "text", got.PayloadEncoding)
 	assert.Equal(t, "héllo", got.Payload)
+}
+
+// bus topics shows how many messages wait for their DeliverAt, and when
+// the first is due.
+func TestTopicsShowScheduledMessages(t *testing.T) {
+	url := redistest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	require.NoError(t, b.Publish(ctx, "later", &bus.Message{Payload: []byte("x")},
+		&bus.Message{Payload: []byte("y"), DeliverAt: due}, &bus.Message{Payload: []byte("z"), DeliverAt: due.Add(time.Minute)}))
+	code, stdout, stderr := runCLI(t, "", "topics", "--url", url, "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var ts []backend.TopicInfo
+	require.NoError(t, json.Unmarshal([]byte(stdout), &ts))
+	require.Len(t, ts, 1)
+	assert.EqualValues(t, 1, ts[0].Messages, "one message is in the stream")
+	assert.EqualValues(t, 2, ts[0].Scheduled, "two wait for their DeliverAt")
+	assert.True(t, due.Equal(ts[0].NextDue), "next due %v, want %v", ts[0].NextDue, due)
+	code, stdout, stderr = runCLI(t, "", "topics", "--url", url)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "SCHEDULED")
 }

@@ -51,6 +51,8 @@ function render(state) {
     cell(tr, t.bytes, "num");
     cell(tr, t.publish_rate === null || t.publish_rate === undefined ? null : t.publish_rate.toFixed(1), "num rate");
     cell(tr, t.newest ? when(t.newest) : "-");
+    cell(tr, t.scheduled, "num scheduled");
+    cell(tr, t.next_due ? when(t.next_due) : "-");
   });
   const groups = [];
   for (const t of topics) for (const g of t.groups || []) groups.push([t.name, g]);
