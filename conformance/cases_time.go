@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -65,4 +66,42 @@ func testDeliverAtRejected(t *testing.T, s *suite) {
 		require.ErrorIs(t, err, bus.ErrUnsupported)
 	}
 	assert.Zero(t, h.be.publishes.Load(), "nothing reached the backend")
+}
+
+// testPublishDedup: a message whose ID was already published to the topic
+// within the dedup window is stored once and the second Publish returns
+// nil, also within one batch and for a Publish retried after its ctx ran
+// out mid-call (whatever part of it reached the broker); another topic
+// does not share the window.
+func testPublishDedup(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, other := h.topic("dedup"), h.topic("dedup-other")
+	in, elsewhere := &inbox{}, &inbox{}
+	opts := []bus.SubscribeOption{bus.WithGroup(h.group("dedup")), bus.WithAckTimeout(s.longLease())}
+	h.subscribe(context.Background(), topic, in.handle(nil), opts...)
+	h.subscribe(context.Background(), other, elsewhere.handle(nil), opts...)
+
+	once := &bus.Message{ID: "order-7-" + uniqueSuffix(), Payload: []byte("first")}
+	h.publish(topic, once)
+	h.publish(topic, &bus.Message{ID: once.ID, Payload: []byte("again")})
+	twice := &bus.Message{ID: "pair-" + uniqueSuffix(), Payload: []byte("pair")}
+	h.publish(topic, twice, &bus.Message{ID: twice.ID, Payload: []byte("pair")})
+	h.publish(other, &bus.Message{ID: once.ID, Payload: []byte("first")})
+	want := []*bus.Message{once, twice}
+
+	// Retries after a ctx that ran out: each message is published with
+	// a deadline that may end before, during or after the call, then
+	// again with a good ctx, as a caller that saw the timeout would.
+	for i, d := range []time.Duration{0, 20 * time.Microsecond, 100 * time.Microsecond, 500 * time.Microsecond, 2 * time.Millisecond} {
+		m := &bus.Message{ID: fmt.Sprintf("retry-%d-%s", i, uniqueSuffix()), Payload: []byte("retried")}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		_ = h.bus.Publish(ctx, topic, m) // a timeout here is what the retry is for
+		cancel()
+		h.publish(topic, &bus.Message{ID: m.ID, Payload: m.Payload})
+		want = append(want, m)
+	}
+	s.eventually(t, func() bool { return in.distinct() == len(want) && elsewhere.len() == 1 }, "every distinct message arrives")
+	s.never(t, s.quiet(), func() bool { return in.len() > len(want) }, "a duplicate arrives")
+	requireExactlyOnce(t, in, want, "dedup")
+	assert.Equal(t, []byte("first"), in.of(once.ID)[0].Payload, "the first publish is the one stored")
 }

@@ -109,6 +109,7 @@ var cases = []testCase{
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
 	{name: "DeliverAtRejected", run: testDeliverAtRejected},
+	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery}, run: testPublishDedup},
 	{name: "SnoozeDoesNotCountAnAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testSnooze},
 	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
 	{name: "RejectDeadLetters", run: testRejectDeadLetters},

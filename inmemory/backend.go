@@ -159,8 +159,8 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if t == nil {
 		return errClosed("publish", topic)
 	}
-	if due := backend.DueTimes(msgs); due != nil {
-		return b.publishHeld(ctx, t, es, bytes, due)
+	if backend.DueTimes(msgs) != nil {
+		return b.publishHeld(ctx, t, es, bytes)
 	}
 	if !t.mu.TryLock() {
 		if t.offer(es, bytes) {
@@ -170,11 +170,14 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		t.mu.Lock()
 	}
 	t.drain()
-	if err := b.waitRoom(ctx, t, len(es), bytes); err != nil {
+	es, err := b.waitRoom(ctx, t, es, bytes)
+	if err != nil {
 		t.unlock()
 		return fmt.Errorf("inmemory: publish %q: %w", topic, err)
 	}
-	t.insert(es)
+	if len(es) > 0 {
+		t.insert(es)
+	}
 	t.unlock()
 	t.yieldIfAhead()
 	return nil
@@ -182,44 +185,57 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 
 // publishHeld stores a batch that has messages with a DeliverAt still to
 // come: those wait in the topic's schedule.
-func (b *Backend) publishHeld(ctx context.Context, t *topic, es []entry, bytes int64, due []int64) error {
+func (b *Backend) publishHeld(ctx context.Context, t *topic, es []entry, bytes int64) error {
 	t.lock()
-	if err := b.waitRoom(ctx, t, len(es), bytes); err != nil {
+	es, err := b.waitRoom(ctx, t, es, bytes)
+	if err != nil {
 		t.unlock()
 		return fmt.Errorf("inmemory: publish %q: %w", t.name, err)
 	}
-	t.hold(es, due)
+	t.hold(es)
 	t.unlock()
 	return nil
 }
 
-// waitRoom admits a batch of n entries of bytes in total to t's backlog,
-// with mu held, waiting for room as the backlog policy says. A topic
-// without a group always has room: it drops its oldest entries.
-func (b *Backend) waitRoom(ctx context.Context, t *topic, n int, bytes int64) error {
+// waitRoom admits the batch es of bytes in total to t's backlog, with mu
+// held, waiting for room as the backlog policy says, and returns its
+// entries less those the dedup window drops. A topic without a group
+// always has room: it drops its oldest entries.
+func (b *Backend) waitRoom(ctx context.Context, t *topic, es []entry, bytes int64) ([]entry, error) {
 	for {
 		if b.closed.Load() {
-			return backend.ErrClosed
+			return nil, backend.ErrClosed
 		}
-		if t.admit(n, bytes, len(t.glist) > 0) {
-			return nil
+		kept, ok := t.admitBatch(es, bytes, len(t.glist) > 0)
+		if ok {
+			return kept, nil
 		}
 		if b.br.opts.BacklogPolicy == BacklogError {
-			return t.fullError()
+			return nil, t.fullError()
 		}
-		ch := t.waitSpace(n, bytes)
+		es, bytes = kept, sumSize(kept)
+		ch := t.waitSpace(len(es), bytes)
 		t.unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			t.lock()
-			return fmt.Errorf("waiting for backlog room: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for backlog room: %w", ctx.Err())
 		case <-b.done:
 			t.lock()
-			return backend.ErrClosed
+			return nil, backend.ErrClosed
 		}
 		t.lock()
 	}
+}
+
+// sumSize is what es counts against MaxBacklogBytes.
+func sumSize(es []entry) int64 {
+	var n int64
+	for i := range es {
+		n += int64(es[i].size)
+	}
+	return n
 }
 
 // Subscribe joins cfg.Group on topic, creating the group at cfg.StartFrom

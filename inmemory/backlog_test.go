@@ -130,7 +130,7 @@ func TestStuckEntryDoesNotHoldBackPublishers(t *testing.T) {
 	stuck := receiveN(t, s, 1, time.Second)[0]
 	require.NoError(t, s.Nack(context.Background(), stuck.AckID, time.Hour), "held for an hour")
 	for i := range 20 {
-		publish(t, be, "stuck", "m", limit-1)
+		publish(t, be, "stuck", fmt.Sprintf("m%d-", i), limit-1)
 		ackAll(t, s, receiveN(t, s, limit-1, time.Second))
 		st := stats(t, be, "stuck")
 		require.Equal(t, 1, st.Backlog, "round %d: only the stuck entry is unsettled", i)

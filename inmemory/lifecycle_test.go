@@ -166,10 +166,13 @@ func TestOpenURL(t *testing.T) {
 		wantErr bool
 		want    inmemory.Options
 	}{
-		{url: "mem://", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes}},
-		{url: "mem://?max_backlog=10&backlog_policy=error&max_backlog_bytes=4096", want: inmemory.Options{MaxBacklog: 10, MaxBacklogBytes: 4096, BacklogPolicy: inmemory.BacklogError}},
-		{url: "mem://?backlog_policy=wait", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, BacklogPolicy: inmemory.BacklogWait}},
-		{url: "mem://url-test?max_backlog=7", want: inmemory.Options{MaxBacklog: 7, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes}},
+		{url: "mem://", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, DedupWindow: inmemory.DefaultDedupWindow}},
+		{url: "mem://?max_backlog=10&backlog_policy=error&max_backlog_bytes=4096", want: inmemory.Options{MaxBacklog: 10, MaxBacklogBytes: 4096, BacklogPolicy: inmemory.BacklogError, DedupWindow: inmemory.DefaultDedupWindow}},
+		{url: "mem://?backlog_policy=wait", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, BacklogPolicy: inmemory.BacklogWait, DedupWindow: inmemory.DefaultDedupWindow}},
+		{url: "mem://url-test?max_backlog=7", want: inmemory.Options{MaxBacklog: 7, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, DedupWindow: inmemory.DefaultDedupWindow}},
+		{url: "mem://?dedup_window=0", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, DedupWindow: -1}},
+		{url: "mem://?dedup_window=30s", want: inmemory.Options{MaxBacklog: inmemory.DefaultMaxBacklog, MaxBacklogBytes: inmemory.DefaultMaxBacklogBytes, DedupWindow: 30 * time.Second}},
+		{url: "mem://?dedup_window=-1s", wantErr: true},
 		{url: "mem://?max_backlog_bytes=0", wantErr: true},
 		{url: "mem://?max_backlog_bytes=1e6", wantErr: true},
 		{url: "mem://?unknown=1", wantErr: true},

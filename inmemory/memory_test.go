@@ -2,6 +2,7 @@ package inmemory
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,7 +88,10 @@ func TestRingShrinksAfterASpike(t *testing.T) {
 	for i := range batch {
 		batch[i] = &backend.Message{ID: "m", Payload: make([]byte, 100)}
 	}
-	for range 10 {
+	for round := range 10 {
+		for i := range batch {
+			batch[i].ID = fmt.Sprintf("m%d-%d", round, i)
+		}
 		require.NoError(t, be.Publish(ctx, "spike", batch))
 	}
 	tp := be.br.lookup("spike")

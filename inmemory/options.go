@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/urlopt"
@@ -29,6 +30,7 @@ var (
 const (
 	DefaultMaxBacklog      = 50_000
 	DefaultMaxBacklogBytes = 32 << 20
+	DefaultDedupWindow     = 2 * time.Minute
 )
 
 // BacklogPolicy says what Publish does when a topic's backlog is full.
@@ -73,7 +75,18 @@ type Options struct {
 	// BacklogPolicy is what Publish does when the backlog is full.
 	// Default BacklogWait.
 	BacklogPolicy BacklogPolicy
+	// DedupWindow is how long a topic remembers the IDs published to it:
+	// a message whose ID was published within it is stored once, and the
+	// second Publish returns nil. A topic remembers at most four times
+	// MaxBacklog IDs; under a load that publishes more within the window,
+	// it forgets the oldest early. Zero means DefaultDedupWindow (two
+	// minutes); negative turns deduplication off. URL: ?dedup_window=
+	// (0 turns it off).
+	DedupWindow time.Duration
 }
+
+// dedupMax is the most IDs a topic remembers.
+func (o Options) dedupMax() int { return 4 * o.MaxBacklog }
 
 // normalize validates o and fills in the defaults.
 func (o *Options) normalize() (Options, error) {
@@ -93,6 +106,9 @@ func (o *Options) normalize() (Options, error) {
 	if n.MaxBacklogBytes == 0 {
 		n.MaxBacklogBytes = DefaultMaxBacklogBytes
 	}
+	if n.DedupWindow == 0 {
+		n.DedupWindow = DefaultDedupWindow
+	}
 	if n.BacklogPolicy != BacklogWait && n.BacklogPolicy != BacklogError {
 		return n, fmt.Errorf("inmemory: %w: unknown %v", ErrInvalidOption, n.BacklogPolicy)
 	}
@@ -109,6 +125,12 @@ func optionsFromQuery(q url.Values) (Options, error) {
 	}
 	if n, ok := p.Int64("max_backlog_bytes", 1, math.MaxInt64); ok {
 		o.MaxBacklogBytes = n
+	}
+	if d, ok := p.Window("dedup_window"); ok {
+		o.DedupWindow = d
+		if d == 0 {
+			o.DedupWindow = -1
+		}
 	}
 	if v, ok := p.Enum("backlog_policy", "wait", "error"); ok {
 		o.BacklogPolicy = BacklogWait

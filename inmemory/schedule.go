@@ -3,6 +3,8 @@ package inmemory
 import (
 	"container/heap"
 	"time"
+
+	"github.com/eventbus-go/bus/backend"
 )
 
 // schedule holds a topic's entries published with a DeliverAt still to
@@ -42,21 +44,32 @@ func (q *schedQueue) Pop() any {
 
 // hold stores the admitted batch es: the entries due now go to the log,
 // in order, the others wait in the schedule. mu is held.
-func (t *topic) hold(es []entry, due []int64) {
+func (t *topic) hold(es []entry) {
 	now := make([]entry, 0, len(es))
 	s := &t.sched
+	ms := time.Now().UnixMilli()
 	for i := range es {
-		if due[i] == 0 {
+		due := dueOf(&es[i])
+		if due <= ms {
 			now = append(now, es[i])
 			continue
 		}
 		s.seq++
-		heap.Push(&s.q, &held{due: due[i], seq: s.seq, e: es[i]})
+		heap.Push(&s.q, &held{due: due, seq: s.seq, e: es[i]})
 	}
 	if len(now) > 0 {
 		t.insert(now)
 	}
 	t.armSchedule()
+}
+
+// dueOf is e's DeliverAt in Unix ms (0: none).
+func dueOf(e *entry) int64 {
+	m := backend.Message{Headers: e.headers}
+	if at, ok := backend.DeliverAtOf(&m); ok {
+		return at.UnixMilli()
+	}
+	return 0
 }
 
 // armSchedule sets the timer for the earliest scheduled entry. mu is

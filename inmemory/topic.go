@@ -103,12 +103,17 @@ type topic struct {
 
 	// sched holds the entries whose DeliverAt is still to come.
 	sched schedule
+
+	// dedup remembers the recently published IDs; guarded by inMu.
+	dedup dedup
 }
 
 const minRing = 64
 
 func newTopic(b *broker, name string) *topic {
-	return &topic{name: name, b: b, ring: make([]*entry, minRing), groups: map[string]*group{}}
+	t := &topic{name: name, b: b, ring: make([]*entry, minRing), groups: map[string]*group{}}
+	t.dedup.window, t.dedup.max = max(int64(b.opts.DedupWindow), 0), b.opts.dedupMax()
+	return t
 }
 
 // waitSpace returns the channel closed when the backlog has room for n
@@ -209,6 +214,30 @@ func (t *topic) admit(n int, bytes int64, limit bool) bool {
 	return t.admitLocked(n, bytes, limit)
 }
 
+// admitBatch is admit for a batch of published entries: it first drops
+// the entries whose ID the topic remembers from its dedup window, and
+// records the IDs of the batch it admits. It returns the entries to
+// store (possibly none) and whether the batch was admitted.
+func (t *topic) admitBatch(es []entry, bytes int64, limit bool) ([]entry, bool) {
+	t.inMu.Lock()
+	defer t.inMu.Unlock()
+	return t.admitBatchLocked(es, bytes, limit)
+}
+
+// admitBatchLocked is admitBatch with inMu held.
+func (t *topic) admitBatchLocked(es []entry, bytes int64, limit bool) ([]entry, bool) {
+	now := t.b.now()
+	es, bytes = t.dedup.fresh(es, bytes, now)
+	if len(es) == 0 {
+		return es, true
+	}
+	if !t.admitLocked(len(es), bytes, limit) {
+		return es, false
+	}
+	t.dedup.record(es, now)
+	return es, true
+}
+
 // admitLocked is admit with inMu held.
 func (t *topic) admitLocked(n int, bytes int64, limit bool) bool {
 	if limit && !t.fits(n, bytes) {
@@ -230,9 +259,14 @@ func (t *topic) offer(es []entry, bytes int64) bool {
 		return false
 	}
 	t.inMu.Lock()
-	if !t.admitLocked(len(es), bytes, true) {
+	es, ok := t.admitBatchLocked(es, bytes, true)
+	if !ok {
 		t.inMu.Unlock()
 		return false
+	}
+	if len(es) == 0 {
+		t.inMu.Unlock()
+		return true
 	}
 	t.inbox = append(t.inbox, es)
 	t.inboxFull.Store(true)

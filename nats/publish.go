@@ -127,6 +127,11 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders) {
 				noStream = true
 			}
+			if dupInProcess(err) {
+				if err = b.publishAgain(ctx, tn, msgs[i]); err == nil {
+					continue
+				}
+			}
 			fs.add(i, err)
 		case <-done:
 			fs.add(i, ctx.Err())
@@ -140,6 +145,43 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	}
 	sortFailures(fs.failed)
 	return fs.result()
+}
+
+// errDupInProcess is the error code of a clustered stream that is still
+// storing an earlier publish with the same Nats-Msg-Id.
+const errDupInProcess jetstream.ErrorCode = 10158
+
+func dupInProcess(err error) bool {
+	var je jetstream.JetStreamError
+	return errors.As(err, &je) && je.APIError() != nil && je.APIError().ErrorCode == errDupInProcess
+}
+
+// publishAgain publishes m once more, and waits for the answer, after a
+// clustered stream answered that it was storing an earlier publish of the
+// same ID: that one may yet fail, so m counts as stored only when the
+// stream says it has it (a duplicate ack) or stores it now.
+func (b *Backend) publishAgain(ctx context.Context, tn *topicNames, m *backend.Message) error {
+	pause := time.Millisecond
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		nm, err := encode(tn.subject, m, false, tn.idScope)
+		if err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, b.opts.PublishTimeout)
+		_, err = b.js.PublishMsg(pctx, nm)
+		cancel()
+		if !dupInProcess(err) {
+			return err
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
 }
 
 // publishAsync sends nm within the publish window. While the window has

@@ -127,6 +127,21 @@ func (p *Params) Duration(name string, min time.Duration) (time.Duration, bool) 
 	return d, true
 }
 
+// Window returns the duration value of name for a window that 0 turns
+// off: 0, or a positive duration such as 2m.
+func (p *Params) Window(name string) (time.Duration, bool) {
+	v, ok := p.raw(name)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		p.bad(name, v, "0 (off) or a duration such as 2m")
+		return 0, false
+	}
+	return d, true
+}
+
 // DurationOrOff is Duration that also accepts -1 (or any negative
 // duration) and 0, for go-redis timeouts where those mean "none" and
 // "default".
