@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ type Backend struct {
 
 	pubs       topiccache.Cache[*pubTopic] // per-topic publish state
 	maxLenArgs []any                       // MAXLEN ~ n of every XADD, boxed; nil without
+	dedupArg   any                         // the dedup window in ms for pubScript, boxed
 
 	shut    atomic.Bool // closed, readable without mu
 	mu      sync.Mutex
@@ -101,6 +103,10 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	}
 	if o.MaxLen > 0 && (o.Retention == RetainMaxLen || o.Retention == RetainSettled) {
 		b.maxLenArgs = []any{"MAXLEN", "~", o.MaxLen}
+	}
+	b.dedupArg = "0"
+	if o.DedupWindow > 0 {
+		b.dedupArg = strconv.FormatInt(o.DedupWindow.Milliseconds(), 10)
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	b.ctxTimeouts = contextTimeouts(client)

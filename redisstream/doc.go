@@ -185,7 +185,7 @@
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
-//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel
+//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel +set
 //	    +evalsha +eval +client|id +client|unblock
 //	    +ping
 //

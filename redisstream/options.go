@@ -62,6 +62,7 @@ const (
 	DefaultTrimInterval = 10 * time.Second
 	DefaultMaxPayload   = 64 << 20
 	DefaultReadLinger   = 200 * time.Microsecond
+	DefaultDedupWindow  = 2 * time.Minute
 )
 
 // Options configure a Backend. The zero value (or nil) means every default.
@@ -98,6 +99,15 @@ type Options struct {
 	// MaxPayload is the largest payload accepted (default 64 MiB; Redis
 	// itself refuses values over its proto-max-bulk-len).
 	MaxPayload int
+	// DedupWindow is how long a topic remembers the IDs published to it:
+	// a message whose ID was published within it is stored once, and the
+	// second Publish returns nil. Each remembered ID is a key of its own
+	// ("<stream key>#id:<ID>", set with the message in one script, so it
+	// expires by itself); it costs about 100 bytes of server memory per
+	// message for the window. Zero means DefaultDedupWindow (two minutes);
+	// negative turns deduplication off, and Publish is then plain
+	// pipelined XADDs. URL: ?dedup_window= (0 turns it off).
+	DedupWindow time.Duration
 	// ReadClient, if set, carries the blocking XREADGROUP calls. By default
 	// New creates one with the options of the given client (for
 	// *redis.Client and *redis.ClusterClient), so reads never queue behind
@@ -126,6 +136,9 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Block = DefaultBlock
 	case c.Block < time.Millisecond || c.Block > time.Second:
 		errs = append(errs, fmt.Errorf("%w: block %v is not within [1ms, 1s]", ErrInvalidOption, c.Block))
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = DefaultDedupWindow
 	}
 	switch {
 	case c.ReadLinger == 0:

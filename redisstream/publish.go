@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,11 +14,15 @@ import (
 	"github.com/eventbus-go/bus/backend"
 )
 
-// pubTopic is what Publish keeps per topic: the stream key, boxed once
-// (go-redis takes []any arguments, and boxing a string allocates).
+// pubTopic is what Publish keeps per topic: the stream key and the keys
+// of the publish script, boxed once (go-redis takes []any arguments, and
+// boxing a string allocates).
 type pubTopic struct {
-	key    string
-	keyArg any
+	key      string
+	keyArg   any
+	idPrefix string // the dedup keys' common part: "<stream key>#id:"
+	schedArg any
+	dueArg   any
 }
 
 // pubTopicOf returns the publish state of topic, derived once per topic
@@ -26,8 +31,18 @@ func (b *Backend) pubTopicOf(topic string) *pubTopic {
 	if p, ok := b.pubs.Load(topic); ok {
 		return p
 	}
-	key := streamKey(b.opts.Prefix, topic)
-	return b.pubs.Store(topic, &pubTopic{key: key, keyArg: key})
+	k := newKeys(b.opts.Prefix, topic)
+	return b.pubs.Store(topic, &pubTopic{key: k.stream, keyArg: k.stream, idPrefix: k.stream + "#id:", schedArg: k.sched, dueArg: k.due})
+}
+
+// scriptHead is what a Publish through pubScript passes besides each
+// message: the script's hash, the dedup window and the count of trim
+// arguments, boxed, and each message's due time (nil: all due now).
+type scriptHead struct {
+	sha    any
+	window any
+	ntrim  any
+	due    []int64
 }
 
 // bytesArg passes a []byte to go-redis through a pointer, which boxes in
@@ -49,15 +64,19 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) == 0 {
 		return nil
 	}
-	if due := backend.DueTimes(msgs); due != nil {
-		return b.publishHeld(ctx, topic, msgs, due)
-	}
 	pt := b.pubTopicOf(topic)
 	trim := b.trimArgs()
-	nbuf, nstr, nargs := pubSizes(msgs, len(trim))
+	var sh *scriptHead
+	if due := backend.DueTimes(msgs); due != nil || b.opts.DedupWindow > 0 {
+		sh = &scriptHead{sha: pubScript.Hash(), window: b.dedupArg, ntrim: len(trim), due: due}
+	}
+	nbuf, nstr, nargs := pubSizes(msgs, len(trim), pt, sh)
 	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
-	cmds := sc.build(ctx, pt.keyArg, trim, msgs)
+	cmds := sc.build(ctx, pt, trim, msgs, sh)
 	err := b.send(ctx, cmds)
+	if sh != nil && err != nil && ctx.Err() == nil {
+		err = b.sendUnscripted(ctx, cmds)
+	}
 	if ctx.Err() != nil {
 		// The call may have been abandoned and still be using the
 		// arguments: they are left to it, and its replies are not ours
@@ -68,12 +87,55 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
 	defer putPubScratch(sc)
+	if err == nil && sh != nil {
+		b.wakePromoterIfHeld(topic, sh.due)
+	}
 	return publishResult(topic, cmds, err)
 }
 
-// pubSizes counts what the XADDs of msgs need: bytes of the strings built
-// per message (meta, header names), strings and arguments.
-func pubSizes(msgs []*backend.Message, trimArgs int) (nbuf, nstr, nargs int) {
+// sendUnscripted sends again, as EVAL with the script's source, the
+// commands that failed because the server did not have the publish script
+// (the first publish, or after a restart or a failover); they did not
+// run. EVAL caches the script for the EVALSHAs that follow, and needs no
+// right beyond the one EVALSHA does.
+func (b *Backend) sendUnscripted(ctx context.Context, cmds []*redis.StringCmd) error {
+	var again []*redis.StringCmd
+	var idx []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			args := slices.Clone(c.Args())
+			args[0], args[1] = "EVAL", pubScriptSource
+			again = append(again, redis.NewStringCmd(ctx, args...))
+			idx = append(idx, i)
+		}
+	}
+	if len(again) == 0 {
+		return errFirst(cmds)
+	}
+	err := b.send(ctx, again)
+	for j, i := range idx {
+		cmds[i] = again[j]
+	}
+	if err != nil {
+		return err
+	}
+	return errFirst(cmds)
+}
+
+// errFirst is the first error of cmds, or nil.
+func errFirst(cmds []*redis.StringCmd) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pubSizes counts what the commands of msgs need: bytes of the strings
+// built per message (meta, header names, dedup key), strings and
+// arguments.
+func pubSizes(msgs []*backend.Message, trimArgs int, pt *pubTopic, sh *scriptHead) (nbuf, nstr, nargs int) {
 	for _, m := range msgs {
 		f := fieldCount(m)
 		nargs += 3 + trimArgs + f
@@ -82,16 +144,25 @@ func pubSizes(msgs []*backend.Message, trimArgs int) (nbuf, nstr, nargs int) {
 		for k := range m.Headers {
 			nbuf += len(headerPrefix) + len(k)
 		}
+		if sh != nil {
+			nargs += 7
+			nstr += 2 // dedup key, due time
+			nbuf += len(pt.idPrefix) + len(m.ID) + len(replaySep) + len(m.Headers[backend.HeaderReplayed])
+		}
 	}
 	return nbuf, nstr, nargs
 }
+
+// replaySep separates a replayed message's ID from its replay stamp in
+// its dedup key, so a replay is not taken for a duplicate.
+const replaySep = "#r:"
 
 // build makes one XADD per message in the scratch's arrays. The strings
 // built per message (meta, header names) go in one buffer that becomes
 // one string. Every value is passed by pointer into arrays this call owns
 // until it returns (or for good, when it is abandoned at ctx's end), so
 // go-redis never reads memory the caller reuses (payload bytes aside).
-func (sc *pubScratch) build(ctx context.Context, key any, trim []any, msgs []*backend.Message) []*redis.StringCmd {
+func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs []*backend.Message, sh *scriptHead) []*redis.StringCmd {
 	buf, spans, args, strs, payloads, cmds := sc.buf, sc.spans, sc.args, sc.strs, sc.payloads, sc.cmds
 	si := 0
 	str := func(v string) any {
@@ -106,11 +177,26 @@ func (sc *pubScratch) build(ctx context.Context, key any, trim []any, msgs []*ba
 	}
 	for i, m := range msgs {
 		start := len(args)
-		args = append(args, "XADD", key)
-		args = append(args, trim...)
+		if sh == nil {
+			args = append(args, "XADD", pt.keyArg)
+			args = append(args, trim...)
+			args = append(args, "*")
+		} else {
+			at := len(buf)
+			buf = append(append(buf, pt.idPrefix...), m.ID...)
+			if r, ok := m.Headers[backend.HeaderReplayed]; ok {
+				buf = append(append(buf, replaySep...), r...)
+			}
+			var due any = "0"
+			if sh.due != nil && sh.due[i] > 0 {
+				due = str(strconv.FormatInt(sh.due[i], 10))
+			}
+			args = append(args, "EVALSHA", sh.sha, 4, pt.keyArg, text(at), pt.schedArg, pt.dueArg, sh.window, due, sh.ntrim)
+			args = append(args, trim...)
+		}
 		at := len(buf)
 		buf = appendMeta(buf, m)
-		args = append(args, "*", fieldMeta, text(at))
+		args = append(args, fieldMeta, text(at))
 		if m.Key != "" {
 			args = append(args, fieldKey, str(m.Key))
 		}

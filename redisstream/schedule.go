@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/eventbus-go/bus/backend"
 )
 
 // Messages published with a DeliverAt still to come (backend.HeaderDeliverAt)
 // are held at the server: their fields go to the topic's schedule stream
-// and their IDs to the due ZSET (scheduleScript), both hash-tagged with
+// and their IDs to the due ZSET (pubScript), both hash-tagged with
 // the topic. The promoter of every member process of the topic moves the
 // due ones into the stream in one atomic script (promoteScript), so no
 // group sees a message before it is due, and one that was due while no
@@ -27,44 +25,13 @@ const promoteBatch = 512
 // later.
 const schedPoll = 50 * time.Millisecond
 
-// publishHeld publishes a batch in which some messages are due later
-// (due[i] > 0): one call per message, in order, the others added to the
-// stream as Publish adds them. A failure does not stop the batch; the
-// failed messages are listed in a *backend.BatchError.
-func (b *Backend) publishHeld(ctx context.Context, topic string, msgs []*backend.Message, due []int64) error {
-	k := newKeys(b.opts.Prefix, topic)
-	trim := b.trimArgs()
-	var failed []backend.Failure
-	var last error
-	for i, m := range msgs {
-		fields := appendFields(make([]any, 0, fieldCount(m)), m, appendMeta(nil, m))
-		err := b.callBounded(ctx, func(ctx context.Context) error {
-			if due[i] == 0 {
-				args := append(append([]any{"XADD", k.stream}, trim...), "*")
-				return b.client.Do(ctx, append(args, fields...)...).Err()
-			}
-			args := append([]any{due[i]}, fields...)
-			return scheduleScript.Run(ctx, b.client, []string{k.sched, k.due}, args...).Err()
-		})
-		if err != nil {
-			last = fmt.Errorf("redisstream: publish %q: %w", topic, err)
-			failed = append(failed, backend.Failure{Index: i, Err: last})
-		}
+// wakePromoterIfHeld makes this process's promoter of topic, if it runs,
+// look at the schedule now when the batch held a message (due has a
+// time), so it learns of an earlier due time.
+func (b *Backend) wakePromoterIfHeld(topic string, due []int64) {
+	if due == nil {
+		return
 	}
-	switch {
-	case len(failed) == 0:
-		b.wakePromoter(topic)
-		return nil
-	case len(failed) == len(msgs):
-		return last
-	}
-	b.wakePromoter(topic)
-	return &backend.BatchError{Failed: failed}
-}
-
-// wakePromoter makes this process's promoter of topic, if it runs, look
-// at the schedule now, so it learns of an earlier due time.
-func (b *Backend) wakePromoter(topic string) {
 	b.mu.Lock()
 	ts := b.topics[topic]
 	b.mu.Unlock()

@@ -142,20 +142,43 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
-// scheduleScript holds a message until its DeliverAt: its fields go to
-// the topic's schedule stream and the entry's ID to the due ZSET, scored
-// by the due time. The ZSET member is the entry ID with both parts
-// zero-padded, so that entries due in the same millisecond are promoted
-// in the order they were scheduled.
+// pubScript publishes one message when the topic's dedup window or its
+// DeliverAt asks for more than an XADD. With a window it first records
+// the message's ID in a key of its own that expires with the window (SET
+// NX PX); an ID already recorded means the message was published within
+// the window, and nothing is stored. A message due later goes to the
+// topic's schedule stream, and its entry's ID to the due ZSET scored by
+// the due time, as a member with both parts of the ID zero-padded so that
+// messages due in the same millisecond are promoted in the order they
+// were published; any other is added to the stream with the trim
+// arguments. Every key carries the topic's hash tag.
 //
-// KEYS[1] schedule stream, KEYS[2] due ZSET. ARGV[1] due time in ms,
-// ARGV[2..] the message's stream fields. Returns the schedule entry ID.
-var scheduleScript = redis.NewScript(`
-local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
-local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-redis.call('ZADD', KEYS[2], ARGV[1], string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
+// KEYS[1] stream, KEYS[2] dedup key, KEYS[3] schedule stream, KEYS[4] due
+// ZSET. ARGV[1] dedup window in ms ("0": off), ARGV[2] due time in ms
+// ("0": now), ARGV[3] count of trim arguments, ARGV[4..] the trim
+// arguments, then the message's stream fields. Returns the new entry's ID,
+// or "" for a duplicate.
+var pubScript = redis.NewScript(pubScriptSource)
+
+const pubScriptSource = `
+if ARGV[1] ~= '0' and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return '' end
+local n = tonumber(ARGV[3])
+local f
+if ARGV[2] ~= '0' then
+  f = {'XADD', KEYS[3], '*'}
+else
+  f = {'XADD', KEYS[1]}
+  for i = 4, 3 + n do f[#f + 1] = ARGV[i] end
+  f[#f + 1] = '*'
+end
+for i = 4 + n, #ARGV do f[#f + 1] = ARGV[i] end
+local id = redis.call(unpack(f))
+if ARGV[2] ~= '0' then
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  redis.call('ZADD', KEYS[4], ARGV[2], string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
+end
 return id
-`)
+`
 
 // promoteScript moves the scheduled messages that are due into the
 // topic's stream, in due order, at most ARGV[2] of them: each is added

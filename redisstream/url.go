@@ -145,6 +145,12 @@ func backendParams(p *urlopt.Params) Options {
 	if d, ok := p.Duration("maxage", time.Millisecond); ok {
 		o.MaxAge = d
 	}
+	if d, ok := p.Window("dedup_window"); ok {
+		o.DedupWindow = d
+		if d == 0 {
+			o.DedupWindow = -1
+		}
+	}
 	if d, ok := p.Duration("trim_interval", time.Millisecond); ok {
 		o.TrimInterval = d
 	}
