@@ -145,10 +145,12 @@ func pubSizes(msgs []*backend.Message, trimArgs int, pt *pubTopic, sh *scriptHea
 			nbuf += len(headerPrefix) + len(k)
 		}
 		if sh != nil {
-			nargs += 7
 			nstr += 2 // dedup key, due time
 			nbuf += len(pt.idPrefix) + len(m.ID) + len(replaySep) + len(m.Headers[backend.HeaderReplayed])
 		}
+	}
+	if sh != nil {
+		nargs += 8
 	}
 	return nbuf, nstr, nargs
 }
@@ -175,6 +177,21 @@ func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs 
 		si++
 		return &strs[si-1]
 	}
+	if sh != nil {
+		// One script call for the batch: the keys, then per message its
+		// due time, its field count and its fields.
+		args = append(args, "EVALSHA", sh.sha, 3+len(msgs), pt.keyArg, pt.schedArg, pt.dueArg)
+		for _, m := range msgs {
+			at := len(buf)
+			buf = append(append(buf, pt.idPrefix...), m.ID...)
+			if r, ok := m.Headers[backend.HeaderReplayed]; ok {
+				buf = append(append(buf, replaySep...), r...)
+			}
+			args = append(args, text(at))
+		}
+		args = append(args, sh.window, sh.ntrim)
+		args = append(args, trim...)
+	}
 	for i, m := range msgs {
 		start := len(args)
 		if sh == nil {
@@ -182,17 +199,11 @@ func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs 
 			args = append(args, trim...)
 			args = append(args, "*")
 		} else {
-			at := len(buf)
-			buf = append(append(buf, pt.idPrefix...), m.ID...)
-			if r, ok := m.Headers[backend.HeaderReplayed]; ok {
-				buf = append(append(buf, replaySep...), r...)
-			}
 			var due any = "0"
 			if sh.due != nil && sh.due[i] > 0 {
 				due = str(strconv.FormatInt(sh.due[i], 10))
 			}
-			args = append(args, "EVALSHA", sh.sha, 4, pt.keyArg, text(at), pt.schedArg, pt.dueArg, sh.window, due, sh.ntrim)
-			args = append(args, trim...)
+			args = append(args, due, fieldCount(m))
 		}
 		at := len(buf)
 		buf = appendMeta(buf, m)
@@ -207,7 +218,13 @@ func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs 
 		}
 		payloads[i] = m.Payload
 		args = append(args, fieldPayload, &payloads[i])
-		cmds[i] = redis.NewStringCmd(ctx, args[start:len(args):len(args)]...)
+		if sh == nil {
+			cmds[i] = redis.NewStringCmd(ctx, args[start:len(args):len(args)]...)
+		}
+	}
+	if sh != nil {
+		cmds = cmds[:1]
+		cmds[0] = redis.NewStringCmd(ctx, args...)
 	}
 	all := string(buf)
 	for _, sp := range spans {

@@ -142,42 +142,56 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
-// pubScript publishes one message when the topic's dedup window or its
-// DeliverAt asks for more than an XADD. With a window it first records
-// the message's ID in a key of its own that expires with the window (SET
-// NX PX); an ID already recorded means the message was published within
-// the window, and nothing is stored. A message due later goes to the
+// pubScript publishes a batch when the topic's dedup window or a
+// DeliverAt asks for more than XADDs. With a window it first records each
+// message's ID in a key of its own that expires with the window (SET NX
+// PX); an ID already recorded means the message was published within the
+// window, and it is not stored again. A message due later goes to the
 // topic's schedule stream, and its entry's ID to the due ZSET scored by
 // the due time, as a member with both parts of the ID zero-padded so that
 // messages due in the same millisecond are promoted in the order they
 // were published; any other is added to the stream with the trim
-// arguments. Every key carries the topic's hash tag.
+// arguments. Every key carries the topic's hash tag. An error stops the
+// script with the messages before it stored; the caller retries the
+// batch, and the window keeps those from being stored twice.
 //
-// KEYS[1] stream, KEYS[2] dedup key, KEYS[3] schedule stream, KEYS[4] due
-// ZSET. ARGV[1] dedup window in ms ("0": off), ARGV[2] due time in ms
-// ("0": now), ARGV[3] count of trim arguments, ARGV[4..] the trim
-// arguments, then the message's stream fields. Returns the new entry's ID,
-// or "" for a duplicate.
+// KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET, KEYS[4..]
+// each message's dedup key. ARGV[1] dedup window in ms ("0": off),
+// ARGV[2] count of trim arguments, then the trim arguments, then per
+// message its due time in ms ("0": now), its count of fields and its
+// stream fields. Returns one character per message: "1" stored, "0" a
+// duplicate.
 var pubScript = redis.NewScript(pubScriptSource)
 
 const pubScriptSource = `
-if ARGV[1] ~= '0' and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return '' end
-local n = tonumber(ARGV[3])
-local f
-if ARGV[2] ~= '0' then
-  f = {'XADD', KEYS[3], '*'}
-else
-  f = {'XADD', KEYS[1]}
-  for i = 4, 3 + n do f[#f + 1] = ARGV[i] end
-  f[#f + 1] = '*'
+local n = tonumber(ARGV[2])
+local a = 3 + n
+local out = {}
+for k = 4, #KEYS do
+  local due, nf = ARGV[a], tonumber(ARGV[a + 1])
+  a = a + 2
+  if ARGV[1] == '0' or redis.call('SET', KEYS[k], '1', 'NX', 'PX', ARGV[1]) then
+    local f
+    if due ~= '0' then
+      f = {'XADD', KEYS[2], '*'}
+    else
+      f = {'XADD', KEYS[1]}
+      for i = 3, 2 + n do f[#f + 1] = ARGV[i] end
+      f[#f + 1] = '*'
+    end
+    for i = a, a + nf - 1 do f[#f + 1] = ARGV[i] end
+    local id = redis.call(unpack(f))
+    if due ~= '0' then
+      local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+      redis.call('ZADD', KEYS[3], due, string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
+    end
+    out[#out + 1] = '1'
+  else
+    out[#out + 1] = '0'
+  end
+  a = a + nf
 end
-for i = 4 + n, #ARGV do f[#f + 1] = ARGV[i] end
-local id = redis.call(unpack(f))
-if ARGV[2] ~= '0' then
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  redis.call('ZADD', KEYS[4], ARGV[2], string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
-end
-return id
+return table.concat(out)
 `
 
 // promoteScript moves the scheduled messages that are due into the
