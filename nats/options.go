@@ -111,7 +111,9 @@ type Options struct {
 	MaxBytes int64
 	MaxMsgs  int64
 	// Duplicates is the server-side deduplication window for Nats-Msg-Id
-	// (0 = the server's default, two minutes). URL: ?duplicates=.
+	// (0 = the server's default, two minutes). URL: ?duplicates= or
+	// ?dedup_window= (the name every backend knows; JetStream always
+	// deduplicates, so 0 is refused).
 	Duplicates time.Duration
 	// Compression asks for S2 compression of created streams. It is used
 	// only when the server is 2.10 or later and ignored otherwise. URL:

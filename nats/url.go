@@ -164,7 +164,7 @@ func parseURLOptions(q url.Values, o *Options) error {
 		name string
 		dst  *time.Duration
 	}{
-		{"max_age", &o.MaxAge}, {"duplicates", &o.Duplicates}, {"publish_timeout", &o.PublishTimeout},
+		{"max_age", &o.MaxAge}, {"duplicates", &o.Duplicates}, {"dedup_window", &o.Duplicates}, {"publish_timeout", &o.PublishTimeout},
 		{"reconnect_wait", &o.ReconnectWait}, {"ping_interval", &o.PingInterval}, {"connect_timeout", &o.ConnectTimeout},
 	}
 	for _, d := range durations {

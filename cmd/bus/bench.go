@@ -22,6 +22,10 @@ const (
 	scenarioPublish = "publish"
 	scenarioConsume = "consume"
 	scenarioE2E     = "e2e"
+	// scenarioDelayed publishes every message with a DeliverAt --delay
+	// after its send time and measures how late each arrives after it;
+	// a message handled before its DeliverAt fails the run.
+	scenarioDelayed = "delayed"
 )
 
 // stampSize is the prefix of every bench payload: a sequence number tagged
@@ -49,9 +53,10 @@ type benchConfig struct {
 	Topic       string
 	Timeout     time.Duration // 0: 30s plus 100µs per message
 	JSON        bool
-	Rate        float64 // messages per second over all publishers; 0: unpaced
-	Baseline    bool    // also run the raw client and compare
-	Rounds      int     // raw and bus runs, alternating, with Baseline; 0 means 1
+	Rate        float64       // messages per second over all publishers; 0: unpaced
+	Baseline    bool          // also run the raw client and compare
+	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
+	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 }
 
 func (c *benchConfig) validate() error {
@@ -73,8 +78,15 @@ func (c *benchConfig) validate() error {
 	}
 	switch c.Scenario {
 	case scenarioPublish, scenarioConsume, scenarioE2E:
+	case scenarioDelayed:
+		if c.Baseline {
+			errs = append(errs, errors.New("--baseline: the raw clients have no delayed delivery to compare with"))
+		}
+		if c.Delay <= 0 {
+			errs = append(errs, fmt.Errorf("--delay %v: want > 0", c.Delay))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume or e2e", c.Scenario))
+		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e or delayed", c.Scenario))
 	}
 	if c.Topic != "" {
 		if err := backend.ValidateTopic(c.Topic); err != nil {
@@ -109,6 +121,9 @@ func (c *benchConfig) deadline() time.Duration {
 		return c.Timeout
 	}
 	d := 30*time.Second + time.Duration(c.N)*100*time.Microsecond
+	if c.Scenario == scenarioDelayed {
+		d += c.Delay
+	}
 	if c.Rate > 0 {
 		d += time.Duration(float64(c.N) / c.Rate * float64(time.Second))
 	}
@@ -148,6 +163,7 @@ type benchResult struct {
 	Duplicates   int64
 	Lost         int64
 	Foreign      int64 // deliveries not stamped by this run
+	Early        int64 // delayed: deliveries before their DeliverAt
 	PeakHeapMiB  float64
 	Errors       int64 // events the observer received, and raw client errors
 	FirstError   string
@@ -170,6 +186,8 @@ func (r *benchResult) failure() error {
 		return fmt.Errorf("%s: timed out: %d of %d messages delivered, %d lost", r.Client, r.Delivered-r.Duplicates, r.N, r.Lost)
 	case r.Lost > 0:
 		return fmt.Errorf("%s: %d of %d messages lost", r.Client, r.Lost, r.N)
+	case r.Early > 0:
+		return fmt.Errorf("%s: %d messages handled before their DeliverAt", r.Client, r.Early)
 	}
 	return nil
 }
@@ -198,7 +216,8 @@ type benchRun struct {
 	errs   atomic.Int64
 	first  atomic.Pointer[string]
 	phase  atomic.Pointer[string]
-	timing atomic.Bool // the handler records latency
+	timing atomic.Bool  // the handler records latency
+	early  atomic.Int64 // delayed: deliveries before their DeliverAt
 
 	// Set by publishAll when it returns.
 	pubElapsed time.Duration // from the first batch's due time to the last batch's return
@@ -258,9 +277,10 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 		runErr = r.runPublish(ctx, &res)
 	case scenarioConsume:
 		runErr = r.runConsume(ctx, &res, sampler)
-	case scenarioE2E:
+	case scenarioE2E, scenarioDelayed:
 		runErr = r.runE2E(ctx, &res)
 	}
+	res.Early = r.early.Load()
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	if err := t.close(closeCtx); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close: %w", err)
@@ -409,7 +429,10 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 	<-pubDone
 	r.finish(ctx, c, res, timedOut)
 	what := "publish call to handler"
-	if r.cfg.Rate > 0 {
+	switch {
+	case r.cfg.Scenario == scenarioDelayed:
+		what = "DeliverAt to handler"
+	case r.cfg.Rate > 0:
 		what = "scheduled send to handler"
 	}
 	res.setLatency(&r.lat, what)
@@ -432,7 +455,12 @@ func (r *benchRun) handle(p []byte) {
 		return
 	}
 	if r.timing.Load() {
-		r.lat.Record(time.Since(r.epoch) - time.Duration(binary.LittleEndian.Uint64(p[8:])))
+		d := time.Since(r.epoch) - time.Duration(binary.LittleEndian.Uint64(p[8:]))
+		if d < 0 {
+			r.early.Add(1) // only a delayed stamp is in the future
+			d = 0
+		}
+		r.lat.Record(d)
 	}
 	r.track.mark(v & seqMask)
 }
@@ -577,6 +605,14 @@ func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duratio
 		}
 		if interval == 0 {
 			stamp = time.Since(r.epoch) // an unpaced call is timed from its start
+		}
+		if r.cfg.Scenario == scenarioDelayed {
+			// The stamp is the DeliverAt, which the broker keeps to the
+			// millisecond.
+			stamp = r.epoch.Add(stamp + r.cfg.Delay).Truncate(time.Millisecond).Sub(r.epoch)
+			for j := range k {
+				binary.LittleEndian.PutUint64(payloads[j][8:], uint64(stamp))
+			}
 		}
 		if err := pub.publish(ctx, payloads[:k]); err != nil {
 			if ctx.Err() != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"time"
 
 	"github.com/eventbus-go/bus"
 )
@@ -97,7 +98,8 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.Publishers, "publishers", defaultPublishers, "concurrent publishing goroutines")
 	fs.IntVar(&cfg.Batch, "batch", defaultBatch, "messages per Publish call")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", defaultMaxInFlight, "max unsettled deliveries of the subscription")
-	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog) or e2e (publish and consume at once)")
+	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog), e2e (publish and consume at once) or delayed (e2e with a DeliverAt --delay after each send; latency is lateness after it)")
+	fs.DurationVar(&cfg.Delay, "delay", time.Second, "the delayed scenario's DeliverAt, after each send")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message, plus n/rate when paced)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "messages per second over all publishers, a batch every batch/rate seconds; latency counts from each batch's scheduled time (0: as fast as possible)")

@@ -39,6 +39,7 @@ type jsonFigures struct {
 	Delivered    int64    `json:"delivered"`
 	Duplicates   int64    `json:"duplicates"`
 	Lost         int64    `json:"lost"`
+	Early        int64    `json:"early"`
 	AchievedRate *float64 `json:"achieved_rate"`
 	RateShort    bool     `json:"rate_short"`
 	// SendLateP50Ms and SendLateP99Ms: how late the paced publishers
@@ -59,7 +60,7 @@ func (r *benchResult) figures() jsonFigures {
 	return jsonFigures{
 		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
 		P50Ms: msIf(lat, r.P50), P99Ms: msIf(lat, r.P99), P999Ms: msIf(lat, r.P999),
-		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost,
+		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Early: r.Early,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
 		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),
 	}
@@ -146,6 +147,9 @@ func writeTable(w io.Writer, cfg benchConfig, gogc int, r *benchResult) {
 	row("delivered", "%d", r.Delivered)
 	row("duplicates", "%d", r.Duplicates)
 	row("lost", "%d", r.Lost)
+	if r.Scenario == scenarioDelayed {
+		row("early", "%d", r.Early)
+	}
 	if r.Foreign > 0 {
 		row("foreign", "%d (messages on the topic not published by this run)", r.Foreign)
 	}

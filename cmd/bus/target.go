@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/inmemory"
@@ -184,10 +186,14 @@ type busPublisher struct {
 	topic string
 	msgs  []bus.Message
 	ptrs  []*bus.Message
+	epoch time.Time // set in the delayed scenario: each payload's stamp is its DeliverAt since epoch
 }
 
 func (t *busTarget) publisher(context.Context) (publisher, error) {
 	p := &busPublisher{b: t.b, topic: t.r.topic, msgs: make([]bus.Message, t.r.cfg.Batch), ptrs: make([]*bus.Message, t.r.cfg.Batch)}
+	if t.r.cfg.Scenario == scenarioDelayed {
+		p.epoch = t.r.epoch
+	}
 	for i := range p.msgs {
 		p.ptrs[i] = &p.msgs[i]
 	}
@@ -198,6 +204,9 @@ func (p *busPublisher) publish(ctx context.Context, payloads [][]byte) error {
 	for i, pl := range payloads {
 		p.msgs[i].ID = "" // the bus assigns a fresh ID, as for any application message
 		p.msgs[i].Payload = pl
+		if !p.epoch.IsZero() {
+			p.msgs[i].DeliverAt = p.epoch.Add(time.Duration(binary.LittleEndian.Uint64(pl[8:])))
+		}
 	}
 	return p.b.Publish(ctx, p.topic, p.ptrs[:len(payloads)]...)
 }

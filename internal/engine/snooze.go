@@ -55,10 +55,14 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 	return s.giveBackUncounted(ctx, d, delay)
 }
 
-// early gives d back to the group when it came before its DeliverAt (a
-// backend without Capabilities.Scheduling, or clocks apart), until it is
-// due, without counting an attempt where the backend can (Snoozer), and
-// reports whether it did. The handler never sees it.
+// early holds d back when it came before its DeliverAt (a backend
+// without Capabilities.Scheduling, or clocks apart) and reports whether
+// the handler must not run it now. A delivery due within earlyHold waits
+// here, in its slot and under its lease, and then runs; one due later is
+// given back to the group until earlyHold before it is due, without
+// counting an attempt where the backend can (Snoozer), and comes back
+// then to wait the rest here: a broker's redelivery timer is coarser
+// than the promise of DeliverAt.
 func (s *Sub[P]) early(d *Delivery[P]) bool {
 	if s.cfg.DeliverAt == nil || s.cfg.AckMode == AckOnReceive || !s.cfg.Caps.Redelivery {
 		return false
@@ -71,16 +75,31 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 	if wait <= 0 {
 		return false
 	}
+	hold := min(earlyHold, s.cfg.AckTimeout/3)
+	if wait <= hold {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return false
+		case <-s.handlerCtx.Done():
+		}
+		wait = 0 // shutting down: back to the group at once
+	}
 	d.claim()
 	ctx, cancel := s.settleCtx()
 	defer cancel()
-	// Given back, not held: with key ordering the message takes its
-	// place in its key's order when it is due, so it must not hold the
-	// key back until then.
-	s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, wait))
+	// Given back, not held in its key's line: with key ordering the
+	// message takes its place in its key's order when it is due, so it
+	// must not hold the key back until then.
+	s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-hold, 0)))
 	(*handlerCtx[P])(d).end()
 	return true
 }
+
+// earlyHold is how long before its DeliverAt an early delivery waits in
+// its member rather than going back to the group.
+const earlyHold = 500 * time.Millisecond
 
 // giveBackUncounted gives a claimed delivery back to the group after
 // delay through backend.Snoozer, or with a nack (which counts) when the
