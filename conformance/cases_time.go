@@ -21,7 +21,9 @@ import (
 func testDeliverAt(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("deliverat"), h.group("deliverat")
-	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithAckTimeout(s.longLease())}
+	// The ack timeout bounds how long a delivery in flight to the member
+	// that closes (a broker may have sent it already) takes to come back.
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithAckTimeout(s.ackTimeout())}
 	first := &inbox{}
 	sub := h.subscribe(context.Background(), topic, first.handle(nil), opts...)
 	wait := s.cfg.dur(300 * time.Millisecond)

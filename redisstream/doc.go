@@ -34,6 +34,18 @@
 //	bus:{orders}#hold     ZSET of nacks whose delay outlasts the ack timeout
 //	bus:{orders}#lease    HASH of each group's lease: the longest ack timeout
 //	                      of its members, in ms; the group reclaims by it
+//	bus:{orders}#sched    stream of the messages held until their DeliverAt
+//	bus:{orders}#due      ZSET of #sched's entries by due time (ms)
+//	bus:{orders}#id:<ID>  a published ID, kept for the dedup window
+//
+// A Publish with the dedup window on (Options.DedupWindow, two minutes by
+// default) or with a message due later is one script call per batch: it
+// records each ID (SET NX PX; an ID already there is a duplicate and is
+// not stored again) and adds the message to the stream, or to #sched and
+// #due. With the window off and nothing delayed, Publish is pipelined
+// XADDs. Every subscribing process promotes due messages into the stream
+// with one script, about every 50ms while the schedule holds messages and
+// at once when it publishes an earlier one itself.
 //
 // "bus" is Options.Prefix. Topic names cannot hold '{', '}' or '#', so keys
 // of distinct topics never collide.

@@ -75,12 +75,23 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 // scanStreams returns the stream keys under the prefix.
 func (b *Backend) scanStreams(ctx context.Context) ([]string, error) {
 	match := b.opts.Prefix + ":{*"
+	keys, err := b.scanKeys(ctx, match, "stream")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// scanKeys returns the keys that match the pattern (of the type, when
+// set), on every master of a cluster.
+func (b *Backend) scanKeys(ctx context.Context, match, typ string) ([]string, error) {
 	var mu sync.Mutex
 	var keys []string
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
-			ks, next, err := c.ScanType(ctx, cursor, match, 512, "stream").Result()
+			ks, next, err := c.ScanType(ctx, cursor, match, 512, typ).Result()
 			if err != nil {
 				return err
 			}
@@ -99,11 +110,7 @@ func (b *Backend) scanStreams(ctx context.Context) ([]string, error) {
 		}
 		return scan(ctx, b.client)
 	})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(keys)
-	return slices.Compact(keys), nil
+	return keys, err
 }
 
 // topicOfKey inverts streamKey: prefix + ":{" + tag + "}" + rest is the
@@ -279,8 +286,9 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 }
 
 // DeleteTopic implements backend.TopicDeleter: it deletes the topic's
-// stream key (DEL), and with it every message and consumer group of the
-// topic. A subscription still live on the topic recreates its group and
+// keys (DEL): the stream, and with it every message and consumer group of
+// the topic, its schedule, holds and leases, and the IDs its dedup window
+// remembers. A subscription still live on the topic recreates its group and
 // stream on its next read. The topic's dead-letter topic, a topic of its
 // own, is left alone.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
@@ -288,10 +296,31 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, k.stream, k.hold, k.lease).Err() }); err != nil {
+	ids, err := b.scanKeys(ctx, escapeGlob(k.stream)+"#id:*", "")
+	if err != nil {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
+	}
+	del := append([]string{k.stream, k.hold, k.lease, k.sched, k.due}, ids...)
+	for len(del) > 0 {
+		n := min(len(del), 512)
+		if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, del[:n]...).Err() }); err != nil {
+			return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
+		}
+		del = del[n:]
 	}
 	return nil
 }
 
 var _ backend.TopicDeleter = (*Backend)(nil)
+
+// escapeGlob escapes the characters SCAN MATCH reads as a pattern.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if strings.IndexByte(`*?[]\^-`, c) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}

@@ -66,7 +66,7 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 
 // benchJSONKeys are the keys of every bus bench --json line.
 var benchJSONKeys = []string{
-	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "gogc", "latency", "lost",
+	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "early", "gogc", "latency", "lost",
 	"max_in_flight", "msgs_per_sec", "n", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
 	"rate", "rate_short", "scenario", "seconds", "send_late_p50_ms", "send_late_p99_ms", "size",
 }

@@ -193,7 +193,8 @@ func writeModule(t *testing.T, dir string) {
 
 // imports maps the package names a fragment may use to their paths.
 var imports = map[string]string{
-	"bus": "github.com/eventbus-go/bus", "backend": "github.com/eventbus-go/bus/backend",
+	"atomic": "sync/atomic",
+	"bus":    "github.com/eventbus-go/bus", "backend": "github.com/eventbus-go/bus/backend",
 	"observer": "github.com/eventbus-go/bus/observer", "middleware": "github.com/eventbus-go/bus/middleware",
 	"otelbus": "github.com/eventbus-go/bus/middleware/otelbus", "bustest": "github.com/eventbus-go/bus/bustest",
 	"conformance": "github.com/eventbus-go/bus/conformance", "inmemory": "github.com/eventbus-go/bus/inmemory",

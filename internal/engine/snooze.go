@@ -58,7 +58,8 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 // early holds d back when it came before its DeliverAt (a backend
 // without Capabilities.Scheduling, or clocks apart) and reports whether
 // the handler must not run it now. A delivery due within earlyHold waits
-// here, in its slot and under its lease, and then runs; one due later is
+// here, in its slot and under its lease, and then runs (unless the
+// subscription starts closing meanwhile: it goes back); one due later is
 // given back to the group until earlyHold before it is due, without
 // counting an attempt where the backend can (Snoozer), and comes back
 // then to wait the rest here: a broker's redelivery timer is coarser
@@ -82,13 +83,19 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 		select {
 		case <-t.C:
 			return false
-		case <-s.handlerCtx.Done():
+		case <-s.fetchCtx.Done():
 		}
-		wait = 0 // shutting down: back to the group at once
 	}
 	d.claim()
 	ctx, cancel := s.settleCtx()
 	defer cancel()
+	if s.fetchCtx.Err() != nil {
+		// Closing: back to the group at once, as a shutdown gives back
+		// what it did not handle, not held into the drain.
+		s.release(ctx, d)
+		(*handlerCtx[P])(d).end()
+		return true
+	}
 	// Given back, not held in its key's line: with key ordering the
 	// message takes its place in its key's order when it is due, so it
 	// must not hold the key back until then.
