@@ -77,16 +77,16 @@ type Options struct {
 	BacklogPolicy BacklogPolicy
 	// DedupWindow is how long a topic remembers the IDs published to it:
 	// a message whose ID was published within it is stored once, and the
-	// second Publish returns nil. A topic remembers at most four times
-	// MaxBacklog IDs; under a load that publishes more within the window,
-	// it forgets the oldest early. Zero means DefaultDedupWindow (two
+	// second Publish returns nil. A topic remembers at most MaxBacklog
+	// IDs; under a load that publishes more within the window, it forgets
+	// the oldest early. Zero means DefaultDedupWindow (two
 	// minutes); negative turns deduplication off. URL: ?dedup_window=
 	// (0 turns it off).
 	DedupWindow time.Duration
 }
 
 // dedupMax is the most IDs a topic remembers.
-func (o Options) dedupMax() int { return 4 * o.MaxBacklog }
+func (o Options) dedupMax() int { return o.MaxBacklog }
 
 // normalize validates o and fills in the defaults.
 func (o *Options) normalize() (Options, error) {
