@@ -147,6 +147,25 @@ func TestKeyOrderingSnoozeHoldsTheKeyWithoutCounting(t *testing.T) {
 	assert.Equal(t, []string{"h/0#1", "h/1#1"}, again.list(), "the hour's snooze went back at close, uncounted, first")
 }
 
+// A delayed keyed message takes its place in its key's order when it is
+// due: it does not hold back what was published for the key after it but
+// due before it.
+func TestKeyOrderingDelayedMessageTakesItsPlaceWhenDue(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	log := &orderLog{}
+	_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		log.add(d)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	later := &bus.Message{Key: "k", Payload: []byte("k/later"), DeliverAt: time.Now().Add(100 * time.Millisecond)}
+	require.NoError(t, b.Publish(context.Background(), "orders", later))
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 2)...))
+	require.Eventually(t, func() bool { return log.len() >= 3 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/1#1", "k/later#1"}, log.list())
+}
+
 // Close hands a key on in order: the rest of a key whose head is running
 // goes back to the group after the head (or is handled by the closing
 // member while it drains), and a head waiting for its retry goes back at

@@ -57,6 +57,7 @@ type benchConfig struct {
 	Baseline    bool          // also run the raw client and compare
 	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
+	keyedConfig
 }
 
 func (c *benchConfig) validate() error {
@@ -77,7 +78,7 @@ func (c *benchConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--max-in-flight %d: want >= 1", c.MaxInFlight))
 	}
 	switch c.Scenario {
-	case scenarioPublish, scenarioConsume, scenarioE2E:
+	case scenarioPublish, scenarioConsume, scenarioE2E, scenarioKeyed:
 	case scenarioDelayed:
 		if c.Baseline {
 			errs = append(errs, errors.New("--baseline: the raw clients have no delayed delivery to compare with"))
@@ -86,8 +87,9 @@ func (c *benchConfig) validate() error {
 			errs = append(errs, fmt.Errorf("--delay %v: want > 0", c.Delay))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e or delayed", c.Scenario))
+		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e, delayed or keyed", c.Scenario))
 	}
+	errs = append(errs, c.validateKeyed()...)
 	if c.Topic != "" {
 		if err := backend.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
@@ -123,6 +125,9 @@ func (c *benchConfig) deadline() time.Duration {
 	d := 30*time.Second + time.Duration(c.N)*100*time.Microsecond
 	if c.Scenario == scenarioDelayed {
 		d += c.Delay
+	}
+	if c.Scenario == scenarioKeyed && c.HandlerDelay > 0 {
+		d += time.Duration(c.N) * c.HandlerDelay / time.Duration(max(min(c.Keys, c.Members*c.MaxInFlight), 1))
 	}
 	if c.Rate > 0 {
 		d += time.Duration(float64(c.N) / c.Rate * float64(time.Second))
@@ -164,6 +169,7 @@ type benchResult struct {
 	Lost         int64
 	Foreign      int64 // deliveries not stamped by this run
 	Early        int64 // delayed: deliveries before their DeliverAt
+	Violations   int64 // keyed: deliveries of a key after a later one of the key
 	PeakHeapMiB  float64
 	Errors       int64 // events the observer received, and raw client errors
 	FirstError   string
@@ -188,6 +194,8 @@ func (r *benchResult) failure() error {
 		return fmt.Errorf("%s: %d of %d messages lost", r.Client, r.Lost, r.N)
 	case r.Early > 0:
 		return fmt.Errorf("%s: %d messages handled before their DeliverAt", r.Client, r.Early)
+	case r.Violations > 0:
+		return fmt.Errorf("%s: %d messages handled out of their key's order", r.Client, r.Violations)
 	}
 	return nil
 }
@@ -218,6 +226,7 @@ type benchRun struct {
 	phase  atomic.Pointer[string]
 	timing atomic.Bool  // the handler records latency
 	early  atomic.Int64 // delayed: deliveries before their DeliverAt
+	order  *orderCheck  // keyed: the order of every key
 
 	// Set by publishAll when it returns.
 	pubElapsed time.Duration // from the first batch's due time to the last batch's return
@@ -226,6 +235,9 @@ type benchRun struct {
 func newBenchRun(cfg benchConfig, label string) *benchRun {
 	r := &benchRun{cfg: cfg, nonce: rand.Uint64N(1 << (64 - nonceShift)), epoch: time.Now()}
 	r.track = newTracker(int64(cfg.N))
+	if cfg.Scenario == scenarioKeyed {
+		r.order = newOrderCheck(cfg.Keys)
+	}
 	r.setPhase(label + cfg.Scenario)
 	r.topic = cfg.Topic
 	if r.topic == "" {
@@ -277,10 +289,13 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 		runErr = r.runPublish(ctx, &res)
 	case scenarioConsume:
 		runErr = r.runConsume(ctx, &res, sampler)
-	case scenarioE2E, scenarioDelayed:
+	case scenarioE2E, scenarioDelayed, scenarioKeyed:
 		runErr = r.runE2E(ctx, &res)
 	}
 	res.Early = r.early.Load()
+	if r.order != nil {
+		res.Violations = r.order.count()
+	}
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	if err := t.close(closeCtx); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close: %w", err)
@@ -440,6 +455,15 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 		return pubErr
 	}
 	return ctx.Err()
+}
+
+// seqOf returns the sequence number of a payload this run stamped.
+func (r *benchRun) seqOf(p []byte) (uint64, bool) {
+	if len(p) < stampSize {
+		return 0, false
+	}
+	v := binary.LittleEndian.Uint64(p)
+	return v & seqMask, v>>nonceShift == r.nonce
 }
 
 // handle is the bench handler of every target: it checks the stamp,

@@ -67,7 +67,7 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 // benchJSONKeys are the keys of every bus bench --json line.
 var benchJSONKeys = []string{
 	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "early", "gogc", "latency", "lost",
-	"max_in_flight", "msgs_per_sec", "n", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
+	"max_in_flight", "msgs_per_sec", "n", "order_violations", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
 	"rate", "rate_short", "scenario", "seconds", "send_late_p50_ms", "send_late_p99_ms", "size",
 }
 
@@ -343,4 +343,32 @@ func TestBenchURLDefaultsToEnvironment(t *testing.T) {
 	assert.Equal(t, "mem://from-env", defaultURL(), "$BUS_URL is the default")
 	t.Setenv("BUS_URL", "")
 	assert.Equal(t, "mem://", defaultURL(), "mem:// without $BUS_URL")
+}
+
+// The keyed scenario runs several members of a key-ordered group and
+// checks every key's order itself.
+func TestBenchKeyedChecksKeyOrderAcrossMembers(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--scenario", "keyed", "--keys", "8", "--members", "3",
+		"--max-in-flight", "4", "-n", "2000", "--json")
+	require.Equal(t, exitOK, code, "stderr: %s", stderr)
+	fields, res := decodeBenchJSON(t, stdout)
+	assert.EqualValues(t, 0, fields["order_violations"], "no key out of order")
+	assert.EqualValues(t, 2000, res.Delivered, "every message delivered")
+	assert.EqualValues(t, 0, res.Lost)
+
+	code, _, stderr = runCLI(t, "", "bench", "--scenario", "keyed", "--keys", "8", "--publishers", "2")
+	assert.Equal(t, exitUsage, code, "two publishers define no key order")
+	assert.Contains(t, stderr, "--publishers")
+}
+
+// The order check counts a key's message handled after a later one of the
+// same key, not a redelivery of the last one, nor other keys.
+func TestOrderCheckCountsOnlyRegressionsWithinAKey(t *testing.T) {
+	o := newOrderCheck(4)
+	for _, seq := range []uint64{1, 5, 5, 2, 9, 6} {
+		o.handled(seq)
+	}
+	assert.EqualValues(t, 0, o.count(), "keys 1, 1, 1 (again), 2, 1, 2: in order")
+	o.handled(1)
+	assert.EqualValues(t, 1, o.count(), "key 1 went back from 9 to 1")
 }

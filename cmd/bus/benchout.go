@@ -40,6 +40,7 @@ type jsonFigures struct {
 	Duplicates   int64    `json:"duplicates"`
 	Lost         int64    `json:"lost"`
 	Early        int64    `json:"early"`
+	Violations   int64    `json:"order_violations"`
 	AchievedRate *float64 `json:"achieved_rate"`
 	RateShort    bool     `json:"rate_short"`
 	// SendLateP50Ms and SendLateP99Ms: how late the paced publishers
@@ -60,7 +61,7 @@ func (r *benchResult) figures() jsonFigures {
 	return jsonFigures{
 		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
 		P50Ms: msIf(lat, r.P50), P99Ms: msIf(lat, r.P99), P999Ms: msIf(lat, r.P999),
-		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Early: r.Early,
+		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Early: r.Early, Violations: r.Violations,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
 		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),
 	}
@@ -149,6 +150,9 @@ func writeTable(w io.Writer, cfg benchConfig, gogc int, r *benchResult) {
 	row("lost", "%d", r.Lost)
 	if r.Scenario == scenarioDelayed {
 		row("early", "%d", r.Early)
+	}
+	if r.Scenario == scenarioKeyed {
+		row("order violations", "%d", r.Violations)
 	}
 	if r.Foreign > 0 {
 		row("foreign", "%d (messages on the topic not published by this run)", r.Foreign)

@@ -61,13 +61,17 @@ type openTarget func(ctx context.Context, r *benchRun) (target, error)
 
 // busTarget drives the bus.
 type busTarget struct {
-	b   *bus.Bus
-	r   *benchRun
-	url string
+	b     *bus.Bus
+	r     *benchRun
+	url   string
+	extra []*bus.Bus // the other members of a keyed run
 }
 
 func openBusTarget(ctx context.Context, r *benchRun) (target, error) {
 	u := benchURL(r.cfg)
+	if r.cfg.Scenario == scenarioKeyed {
+		u = keyedURL(r.cfg, r.nonce)
+	}
 	b, err := bus.Open(ctx, u, bus.WithObserver(observer.Func(r.observe)))
 	if err != nil {
 		return nil, err
@@ -135,16 +139,25 @@ func (t *busTarget) prepare(ctx context.Context, scenario string) error {
 }
 
 func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, error) {
+	return t.subOn(ctx, t.b, h)
+}
+
+// subOn subscribes the run's group on b.
+func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
 	from := bus.StartNewest
 	if t.r.cfg.Scenario == scenarioConsume {
 		from = bus.StartOldest
 	}
-	return t.b.Subscribe(ctx, t.r.topic, h,
+	opts := []bus.SubscribeOption{
 		bus.WithGroup(fmt.Sprintf("bench-%x", t.r.nonce)),
 		bus.WithStartFrom(from),
 		bus.WithAckMode(t.r.cfg.AckMode),
 		bus.WithMaxInFlight(t.r.cfg.MaxInFlight),
-	)
+	}
+	if t.r.cfg.Scenario == scenarioKeyed {
+		opts = append(opts, bus.WithKeyOrdering())
+	}
+	return b.Subscribe(ctx, t.r.topic, h, opts...)
 }
 
 // handler runs h on each payload and settles as the ack mode wants.
@@ -160,11 +173,22 @@ func (t *busTarget) handler(h func([]byte)) bus.Handler {
 }
 
 func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, error) {
+	if t.r.cfg.Scenario == scenarioKeyed {
+		h = t.keyedHandler(h)
+	}
 	sub, err := t.sub(ctx, t.handler(h))
 	if err != nil {
 		return nil, err
 	}
-	return busConsumer{sub}, nil
+	if t.r.cfg.Scenario != scenarioKeyed {
+		return busConsumer{sub}, nil
+	}
+	more, err := t.members(ctx, t.handler(h))
+	all := append(manyConsumers{sub}, more...)
+	if err != nil {
+		return nil, errors.Join(err, all.stop(ctx))
+	}
+	return all, nil
 }
 
 // close deletes the topic when the run made it up (no --topic), so a run
@@ -177,7 +201,11 @@ func (t *busTarget) close(ctx context.Context) error {
 			t.r.note("delete the run's topic: " + err.Error())
 		}
 	}
-	return t.b.Close(ctx)
+	errs := []error{t.b.Close(ctx)}
+	for _, b := range t.extra {
+		errs = append(errs, b.Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // busPublisher publishes through the bus with reused messages.
@@ -186,13 +214,17 @@ type busPublisher struct {
 	topic string
 	msgs  []bus.Message
 	ptrs  []*bus.Message
-	epoch time.Time // set in the delayed scenario: each payload's stamp is its DeliverAt since epoch
+	epoch time.Time    // set in the delayed scenario: each payload's stamp is its DeliverAt since epoch
+	cfg   *benchConfig // set in the keyed scenario: each message has its sequence number's key
 }
 
 func (t *busTarget) publisher(context.Context) (publisher, error) {
 	p := &busPublisher{b: t.b, topic: t.r.topic, msgs: make([]bus.Message, t.r.cfg.Batch), ptrs: make([]*bus.Message, t.r.cfg.Batch)}
 	if t.r.cfg.Scenario == scenarioDelayed {
 		p.epoch = t.r.epoch
+	}
+	if t.r.cfg.Scenario == scenarioKeyed {
+		p.cfg = &t.r.cfg
 	}
 	for i := range p.msgs {
 		p.ptrs[i] = &p.msgs[i]
@@ -206,6 +238,9 @@ func (p *busPublisher) publish(ctx context.Context, payloads [][]byte) error {
 		p.msgs[i].Payload = pl
 		if !p.epoch.IsZero() {
 			p.msgs[i].DeliverAt = p.epoch.Add(time.Duration(binary.LittleEndian.Uint64(pl[8:])))
+		}
+		if p.cfg != nil {
+			p.msgs[i].Key = p.cfg.keyOf(binary.LittleEndian.Uint64(pl) & seqMask)
 		}
 	}
 	return p.b.Publish(ctx, p.topic, p.ptrs[:len(payloads)]...)
