@@ -50,12 +50,16 @@ type Backend struct {
 	opts  Options
 	caps  backend.Capabilities
 	v210  bool // server is 2.10 or later
+	v212  bool // server is 2.12 or later: message schedules (see schedule.go)
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}
 
 	streams sync.Map // stream name -> struct{}: streams known to exist
-	topics  topiccache.Cache[*topicNames]
+	// schedStreams: stream name -> bool, whether it takes message
+	// schedules (see schedulesReady).
+	schedStreams sync.Map
+	topics       topiccache.Cache[*topicNames]
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to
@@ -146,6 +150,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 		subs: map[subscriber]struct{}{},
 	}
 	b.v210 = serverAtLeast(nc.ConnectedServerVersion(), 2, 10)
+	b.v212 = serverAtLeast(nc.ConnectedServerVersion(), 2, 12) && !o.noSchedules
 	maxPayload := 0
 	if mp := int(nc.MaxPayload()); mp > 2*headerRoom {
 		maxPayload = mp - headerRoom
@@ -175,6 +180,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			Ordered:        true,
 			StartOldest:    true,
 			Extend:         true,
+			Scheduling:     b.v212 && o.Retention != RetentionInterest,
 			MaxPayload:     maxPayload,
 		}
 	}

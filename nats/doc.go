@@ -118,12 +118,28 @@
 //	Ordered         yes (one member)        yes (one member, one publisher)
 //	StartOldest     yes                     no
 //	Extend          yes                     no
+//	Scheduling      yes on 2.12 and later   no (DeliverAt is refused)
 //	MaxPayload      server max_payload - 64 KiB kept for headers (the largest header block the bus accepts, encoded)
 //
 // Without Redelivery the bus dead-letters a failed message at once instead
 // of retrying it, Nack returns bus.ErrUnsupported, and the conformance
 // suite skips the cases that need redelivery, nack delays, leases or
 // persistence.
+//
+// # Delayed delivery
+//
+// On nats-server 2.12 and later a message with a DeliverAt still to come
+// is published as a message schedule ("Nats-Schedule: @at <time>",
+// target the topic's subject) on the subject
+// "<prefix>.~sched.<topic>.<unique token>" of the topic's stream, which
+// is created (or changed once) with AllowMsgSchedules and that subject;
+// the groups' consumers filter on the topic's subject, so they see only
+// the copy the server stores when the schedule fires, which it does a
+// quarter second early for the member to hold until DeliverAt. The copy
+// carries the message's ID in "bus-id" (the server drops Nats-Msg-Id from
+// it) and its publish time in "bus-published". On older servers and with
+// bind_only streams the message is stored at once, and the bus gives each
+// early delivery back (Snooze) until it is due.
 //
 // # Concurrency
 //

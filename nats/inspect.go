@@ -27,6 +27,35 @@ func (b *Backend) inspectable(op string) error {
 	return nil
 }
 
+// sharedTopics lists the topics of a shared stream from its subjects'
+// message counts, with the schedules waiting on each topic's schedule
+// subjects.
+func (b *Backend) sharedTopics(subjects map[string]uint64) []backend.TopicInfo {
+	prefix := b.opts.SubjectPrefix + "."
+	sched := map[string]uint64{}
+	var out []backend.TopicInfo
+	for subj, n := range subjects {
+		if rest, ok := strings.CutPrefix(subj, prefix+schedToken+"."); ok {
+			if i := strings.LastIndexByte(rest, '.'); i > 0 {
+				sched[rest[:i]] += n
+			}
+			continue
+		}
+		out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Scheduled: backend.Unknown})
+	}
+	if !b.v212 {
+		return out
+	}
+	for i := range out {
+		out[i].Scheduled = backend.Figure(sched[out[i].Name])
+		delete(sched, out[i].Name)
+	}
+	for topic, n := range sched { // only scheduled messages so far
+		out = append(out, backend.TopicInfo{Name: topic, Messages: 0, Bytes: backend.Unknown, Scheduled: backend.Figure(n)})
+	}
+	return out
+}
+
 // Topics implements backend.Inspector from the streams' state. In a
 // shared stream the per-topic counts come from the subject state; bytes
 // and times are then unknown.
@@ -48,13 +77,11 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats: topics: %w", err)
 		}
-		for subj, n := range info.State.Subjects {
-			out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Scheduled: backend.Unknown})
-		}
+		out = b.sharedTopics(info.State.Subjects)
 	} else {
 		names := b.js.ListStreams(ctx)
 		for info := range names.Info() {
-			if !strings.HasPrefix(info.Config.Name, b.opts.StreamPrefix+"_") || len(info.Config.Subjects) != 1 {
+			if !strings.HasPrefix(info.Config.Name, b.opts.StreamPrefix+"_") || len(info.Config.Subjects) == 0 || len(info.Config.Subjects) > 2 {
 				continue
 			}
 			topic, ok := strings.CutPrefix(info.Config.Subjects[0], prefix)
@@ -62,6 +89,15 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 				continue
 			}
 			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes), Scheduled: backend.Unknown}
+			if len(info.Config.Subjects) == 2 {
+				// The second subject holds the topic's schedules: their
+				// messages are not the topic's yet.
+				if st, err := b.js.Stream(ctx, info.Config.Name); err == nil {
+					if n, err := b.scheduledCount(ctx, st, topic); err == nil && n != backend.Unknown {
+						ti.Scheduled, ti.Messages = n, max(ti.Messages-n, 0)
+					}
+				}
+			}
 			if info.State.Msgs > 0 {
 				ti.Oldest, ti.Newest = info.State.FirstTime, info.State.LastTime
 			}

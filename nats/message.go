@@ -20,6 +20,9 @@ const (
 	hdrMsgID = "Nats-Msg-Id"
 	// hdrKey carries Message.Key.
 	hdrKey = "bus-key"
+	// hdrID carries Message.ID on a scheduled message: the server drops
+	// Nats-Msg-Id from the copy it stores when the schedule fires.
+	hdrID = "bus-id"
 	// hdrPublished carries PublishedAt (Unix nanoseconds) in core mode;
 	// JetStream deliveries use the stream's timestamp instead.
 	hdrPublished = "bus-published"
@@ -118,7 +121,7 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 		if isNATSHeader(k) {
 			return nil, fmt.Errorf("%w: header %q uses the reserved prefix \"nats-\"", bus.ErrInvalidMessage, k)
 		}
-		if k == hdrKey || k == hdrPublished || k == hdrEncoded {
+		if k == hdrKey || k == hdrPublished || k == hdrEncoded || k == hdrID {
 			return nil, fmt.Errorf("%w: header %q is reserved by the nats backend", bus.ErrInvalidMessage, k)
 		}
 		set(wireKey(k), v)
@@ -183,6 +186,10 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 			}
 		case k == hdrKey:
 			out.Key = value(k, vs[0])
+		case k == hdrID:
+			if out.ID == "" {
+				out.ID = vs[0]
+			}
 		case k == hdrPublished:
 			if ns, err := strconv.ParseInt(vs[0], 10, 64); err == nil {
 				out.PublishedAt = time.Unix(0, ns)

@@ -85,6 +85,9 @@ func (b *Backend) streamSubjects(topic string) []string {
 	if b.opts.StreamMode == StreamShared {
 		return []string{b.opts.SubjectPrefix + ".>"}
 	}
+	if b.v212 {
+		return []string{b.subjectFor(topic), b.schedSubject(topic) + ".*"}
+	}
 	return []string{b.subjectFor(topic)}
 }
 

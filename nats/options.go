@@ -161,6 +161,10 @@ type Options struct {
 
 	// Logger gets connection events with redacted URLs (default: discard).
 	Logger *slog.Logger
+
+	// noSchedules keeps message schedules off on a new server, so tests
+	// cover the fallback there (see schedule.go).
+	noSchedules bool
 }
 
 // withDefaults returns a copy of o with defaults filled in, validated.

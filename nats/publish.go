@@ -98,12 +98,13 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	}
 	futures = futures[:len(msgs)]
 	fs := failures{n: len(msgs)}
+	due := backend.DueTimes(msgs)
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			fs.add(i, err)
 			continue
 		}
-		nm, err := encode(tn.subject, m, false, tn.idScope)
+		nm, err := b.encodeFor(ctx, tn, topic, m, dueAt(due, i))
 		if err != nil {
 			fs.add(i, err)
 			continue
@@ -128,7 +129,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 				noStream = true
 			}
 			if dupInProcess(err) {
-				if err = b.publishAgain(ctx, tn, msgs[i]); err == nil {
+				if err = b.publishAgain(ctx, tn, topic, msgs[i], dueAt(due, i)); err == nil {
 					continue
 				}
 			}
@@ -147,6 +148,24 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	return fs.result()
 }
 
+// encodeFor builds the NATS message of m: a schedule when it is due
+// later (due > 0, Unix ms) and the stream takes schedules, else the
+// message on the topic's subject.
+func (b *Backend) encodeFor(ctx context.Context, tn *topicNames, topic string, m *backend.Message, due int64) (*natsgo.Msg, error) {
+	if due > 0 && b.schedulesReady(ctx, tn, topic) {
+		return b.encodeScheduled(tn, topic, m, due)
+	}
+	return encode(tn.subject, m, false, tn.idScope)
+}
+
+// dueAt is due[i], or 0 when due is nil.
+func dueAt(due []int64, i int) int64 {
+	if due == nil {
+		return 0
+	}
+	return due[i]
+}
+
 // errDupInProcess is the error code of a clustered stream that is still
 // storing an earlier publish with the same Nats-Msg-Id.
 const errDupInProcess jetstream.ErrorCode = 10158
@@ -160,7 +179,7 @@ func dupInProcess(err error) bool {
 // clustered stream answered that it was storing an earlier publish of the
 // same ID: that one may yet fail, so m counts as stored only when the
 // stream says it has it (a duplicate ack) or stores it now.
-func (b *Backend) publishAgain(ctx context.Context, tn *topicNames, m *backend.Message) error {
+func (b *Backend) publishAgain(ctx context.Context, tn *topicNames, topic string, m *backend.Message, due int64) error {
 	pause := time.Millisecond
 	for {
 		t := time.NewTimer(pause)
@@ -170,7 +189,7 @@ func (b *Backend) publishAgain(ctx context.Context, tn *topicNames, m *backend.M
 			return ctx.Err()
 		case <-t.C:
 		}
-		nm, err := encode(tn.subject, m, false, tn.idScope)
+		nm, err := b.encodeFor(ctx, tn, topic, m, due)
 		if err != nil {
 			return err
 		}
