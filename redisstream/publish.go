@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -64,12 +65,63 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) == 0 {
 		return nil
 	}
-	pt := b.pubTopicOf(topic)
 	trim := b.trimArgs()
 	var sh *scriptHead
 	if due := backend.DueTimes(msgs); due != nil || b.opts.DedupWindow > 0 {
 		sh = &scriptHead{sha: pubScript.Hash(), window: b.dedupArg, ntrim: len(trim), due: due}
+		if len(msgs) > scriptChunk {
+			return b.publishChunks(ctx, topic, msgs, trim, sh)
+		}
 	}
+	return b.publishBatch(ctx, topic, msgs, trim, sh)
+}
+
+// scriptChunk bounds the messages of one publish script call: a script
+// holds the server for its whole run.
+const scriptChunk = 128
+
+// publishChunks publishes a large batch through the publish script in
+// calls of scriptChunk messages, one after the other; the messages of a
+// call that failed are listed in a *backend.BatchError.
+func (b *Backend) publishChunks(ctx context.Context, topic string, msgs []*backend.Message, trim []any, sh *scriptHead) error {
+	var failed []backend.Failure
+	var last error
+	for off := 0; off < len(msgs); off += scriptChunk {
+		end := min(off+scriptChunk, len(msgs))
+		part := *sh
+		if sh.due != nil {
+			part.due = sh.due[off:end]
+		}
+		err := b.publishBatch(ctx, topic, msgs[off:end], trim, &part)
+		if err == nil {
+			continue
+		}
+		last = err
+		var be *backend.BatchError
+		if errors.As(err, &be) {
+			for _, f := range be.Failed {
+				f.Index += off
+				failed = append(failed, f)
+			}
+			continue
+		}
+		for i := off; i < end; i++ {
+			failed = append(failed, backend.Failure{Index: i, Err: err})
+		}
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case len(failed) == len(msgs):
+		return last
+	}
+	return &backend.BatchError{Failed: failed}
+}
+
+// publishBatch publishes msgs with pipelined XADDs, or with one publish
+// script call when sh is set.
+func (b *Backend) publishBatch(ctx context.Context, topic string, msgs []*backend.Message, trim []any, sh *scriptHead) error {
+	pt := b.pubTopicOf(topic)
 	nbuf, nstr, nargs := pubSizes(msgs, len(trim), pt, sh)
 	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
 	cmds := sc.build(ctx, pt, trim, msgs, sh)
