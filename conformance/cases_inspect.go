@@ -24,6 +24,20 @@ func (h *harness) inspector(t *testing.T) backend.Inspector {
 	return in
 }
 
+// topicInfo returns the inspector's figures of topic, which it must list.
+func topicInfo(ctx context.Context, t *testing.T, in backend.Inspector, topic string) backend.TopicInfo {
+	t.Helper()
+	ts, err := in.Topics(ctx)
+	require.NoError(t, err)
+	for _, ti := range ts {
+		if ti.Name == topic {
+			return ti
+		}
+	}
+	require.Failf(t, "the topic is not listed", "%q among %v", topic, ts)
+	return backend.TopicInfo{}
+}
+
 // testInspectorFigures: publish 10, receive 3 and leave them unsettled: the
 // group shows lag 7 (or Unknown) and pending 3, and the topic retains 10.
 func testInspectorFigures(t *testing.T, s *suite) {
@@ -67,15 +81,7 @@ func testInspectorFigures(t *testing.T, s *suite) {
 		assert.Equal(t, backend.Figure(1), gi.Consumers, "one member")
 	}
 
-	ts, err := in.Topics(ctx)
-	require.NoError(t, err)
-	var ti *backend.TopicInfo
-	for i := range ts {
-		if ts[i].Name == topic {
-			ti = &ts[i]
-		}
-	}
-	require.NotNil(t, ti, "the topic is listed")
+	ti := topicInfo(ctx, t, in, topic)
 	if ti.Messages.Known() {
 		assert.Equal(t, backend.Figure(10), ti.Messages, "the topic retains the 10 messages")
 	}

@@ -116,6 +116,22 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 		}
 		futures[i] = f
 	}
+	noStream := b.awaitAcks(ctx, tn, topic, msgs, due, futures, &fs)
+	clear(futures)
+	if noStream {
+		// The stream vanished (deleted, or lost with memory storage on a
+		// restart): look it up again on the next publish.
+		b.forgetStream(tn.stream)
+	}
+	sortFailures(fs.failed)
+	return fs.result()
+}
+
+// awaitAcks waits for the server's answer to each publish in futures and
+// adds the failures to fs; a message a clustered stream is still storing
+// under its ID is published again (publishAgain). It reports whether the
+// stream did not answer (it may be gone).
+func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, msgs []*backend.Message, due []int64, futures []jetstream.PubAckFuture, fs *failures) bool {
 	noStream := false
 	done := ctx.Done()
 	for i, f := range futures {
@@ -138,14 +154,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 			fs.add(i, ctx.Err())
 		}
 	}
-	clear(futures)
-	if noStream {
-		// The stream vanished (deleted, or lost with memory storage on a
-		// restart): look it up again on the next publish.
-		b.forgetStream(tn.stream)
-	}
-	sortFailures(fs.failed)
-	return fs.result()
+	return noStream
 }
 
 // encodeFor builds the NATS message of m: a schedule when it is due

@@ -240,7 +240,12 @@ func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.
 	case err != nil:
 		return false, fmt.Errorf("look up consumer %q on stream %q: %w", want.Durable, stream, err)
 	}
-	have := c.CachedInfo().Config
+	return false, b.raiseLimits(ctx, stream, c.CachedInfo().Config, want)
+}
+
+// raiseLimits updates the group's consumer to what this member needs,
+// never lowering what another member set.
+func (b *Backend) raiseLimits(ctx context.Context, stream string, have, want jetstream.ConsumerConfig) error {
 	upd := have
 	if have.AckWait < want.AckWait {
 		// The group's lease is its longest member's: a member with a
@@ -256,8 +261,8 @@ func (b *Backend) ensureConsumer(ctx context.Context, topic string, cfg backend.
 	}
 	if upd.AckWait != have.AckWait || upd.MaxAckPending != have.MaxAckPending || upd.MaxDeliver != have.MaxDeliver {
 		if _, err := b.js.UpdateConsumer(ctx, stream, upd); err != nil {
-			return false, fmt.Errorf("update consumer %q on stream %q: %w", want.Durable, stream, err)
+			return fmt.Errorf("update consumer %q on stream %q: %w", want.Durable, stream, err)
 		}
 	}
-	return false, nil
+	return nil
 }

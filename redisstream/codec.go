@@ -176,16 +176,9 @@ func decodeFields(fs []rawField, m *backend.Message, payloads *slab.Bytes) (id [
 	if !haveMeta || !havePayload {
 		return nil, false
 	}
-	sp := bytes.IndexByte(meta, ' ')
-	if sp < 1 || sp > 18 || sp == len(meta)-1 {
+	sp, ms, ok := parseMeta(meta)
+	if !ok {
 		return nil, false
-	}
-	var ms int64
-	for _, c := range meta[:sp] {
-		if c < '0' || c > '9' {
-			return nil, false
-		}
-		ms = ms*10 + int64(c-'0')
 	}
 	m.PublishedAt = time.UnixMilli(ms)
 	m.Payload = payloads.Copy(payload)
@@ -206,6 +199,22 @@ func decodeFields(fs []rawField, m *backend.Message, payloads *slab.Bytes) (id [
 		}
 	}
 	return meta[sp+1:], true
+}
+
+// parseMeta reads the meta field "<publish time, Unix ms> <message ID>":
+// the position of the space and the time.
+func parseMeta(meta []byte) (sp int, ms int64, ok bool) {
+	sp = bytes.IndexByte(meta, ' ')
+	if sp < 1 || sp > 18 || sp == len(meta)-1 {
+		return 0, 0, false
+	}
+	for _, c := range meta[:sp] {
+		if c < '0' || c > '9' {
+			return 0, 0, false
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	return sp, ms, true
 }
 
 // newPayloadSlab returns a slab for the payloads of one read's entries:

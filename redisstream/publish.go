@@ -211,79 +211,94 @@ func pubSizes(msgs []*backend.Message, trimArgs int, pt *pubTopic, sh *scriptHea
 // its dedup key, so a replay is not taken for a duplicate.
 const replaySep = "#r:"
 
-// build makes one XADD per message in the scratch's arrays. The strings
-// built per message (meta, header names) go in one buffer that becomes
+// build makes one XADD per message in the scratch's arrays, or one
+// publish script call for the batch when sh is set. The strings built per
+// message (meta, header names, dedup keys) go in one buffer that becomes
 // one string. Every value is passed by pointer into arrays this call owns
 // until it returns (or for good, when it is abandoned at ctx's end), so
 // go-redis never reads memory the caller reuses (payload bytes aside).
 func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs []*backend.Message, sh *scriptHead) []*redis.StringCmd {
-	buf, spans, args, strs, payloads, cmds := sc.buf, sc.spans, sc.args, sc.strs, sc.payloads, sc.cmds
-	si := 0
-	str := func(v string) any {
-		strs[si] = v
-		si++
-		return &strs[si-1]
-	}
-	text := func(start int) any {
-		spans = append(spans, pubSpan{slot: si, start: start, end: len(buf)})
-		si++
-		return &strs[si-1]
-	}
+	sc.si = 0
 	if sh != nil {
-		// One script call for the batch: the keys, then per message its
-		// due time, its field count and its fields.
-		args = append(args, "EVALSHA", sh.sha, 3+len(msgs), pt.keyArg, pt.schedArg, pt.dueArg)
-		for _, m := range msgs {
-			at := len(buf)
-			buf = append(append(buf, pt.idPrefix...), m.ID...)
-			if r, ok := m.Headers[backend.HeaderReplayed]; ok {
-				buf = append(append(buf, replaySep...), r...)
-			}
-			args = append(args, text(at))
-		}
-		args = append(args, sh.window, sh.ntrim)
-		args = append(args, trim...)
+		sc.scriptHead(pt, trim, msgs, sh)
 	}
 	for i, m := range msgs {
-		start := len(args)
+		start := len(sc.args)
 		if sh == nil {
-			args = append(args, "XADD", pt.keyArg)
-			args = append(args, trim...)
-			args = append(args, "*")
+			sc.args = append(sc.args, "XADD", pt.keyArg)
+			sc.args = append(sc.args, trim...)
+			sc.args = append(sc.args, "*")
 		} else {
 			var due any = "0"
 			if sh.due != nil && sh.due[i] > 0 {
-				due = str(strconv.FormatInt(sh.due[i], 10))
+				due = sc.str(strconv.FormatInt(sh.due[i], 10))
 			}
-			args = append(args, due, fieldCount(m))
+			sc.args = append(sc.args, due, fieldCount(m))
 		}
-		at := len(buf)
-		buf = appendMeta(buf, m)
-		args = append(args, fieldMeta, text(at))
-		if m.Key != "" {
-			args = append(args, fieldKey, str(m.Key))
-		}
-		for k, v := range m.Headers {
-			at := len(buf)
-			buf = append(append(buf, headerPrefix...), k...)
-			args = append(args, text(at), str(v))
-		}
-		payloads[i] = m.Payload
-		args = append(args, fieldPayload, &payloads[i])
+		sc.fields(i, m)
 		if sh == nil {
-			cmds[i] = redis.NewStringCmd(ctx, args[start:len(args):len(args)]...)
+			sc.cmds[i] = redis.NewStringCmd(ctx, sc.args[start:len(sc.args):len(sc.args)]...)
 		}
 	}
+	cmds := sc.cmds
 	if sh != nil {
 		cmds = cmds[:1]
-		cmds[0] = redis.NewStringCmd(ctx, args...)
+		cmds[0] = redis.NewStringCmd(ctx, sc.args...)
 	}
-	all := string(buf)
-	for _, sp := range spans {
-		strs[sp.slot] = all[sp.start:sp.end]
+	all := string(sc.buf)
+	for _, sp := range sc.spans {
+		sc.strs[sp.slot] = all[sp.start:sp.end]
 	}
-	sc.buf, sc.spans, sc.args = buf, spans, args
 	return cmds
+}
+
+// scriptHead appends the publish script's arguments before the messages':
+// the keys (each message's dedup key among them), the window and the trim
+// arguments.
+func (sc *pubScratch) scriptHead(pt *pubTopic, trim []any, msgs []*backend.Message, sh *scriptHead) {
+	sc.args = append(sc.args, "EVALSHA", sh.sha, 3+len(msgs), pt.keyArg, pt.schedArg, pt.dueArg)
+	for _, m := range msgs {
+		at := len(sc.buf)
+		sc.buf = append(append(sc.buf, pt.idPrefix...), m.ID...)
+		if r, ok := m.Headers[backend.HeaderReplayed]; ok {
+			sc.buf = append(append(sc.buf, replaySep...), r...)
+		}
+		sc.args = append(sc.args, sc.text(at))
+	}
+	sc.args = append(sc.args, sh.window, sh.ntrim)
+	sc.args = append(sc.args, trim...)
+}
+
+// fields appends the stream fields of message i.
+func (sc *pubScratch) fields(i int, m *backend.Message) {
+	at := len(sc.buf)
+	sc.buf = appendMeta(sc.buf, m)
+	sc.args = append(sc.args, fieldMeta, sc.text(at))
+	if m.Key != "" {
+		sc.args = append(sc.args, fieldKey, sc.str(m.Key))
+	}
+	for k, v := range m.Headers {
+		at := len(sc.buf)
+		sc.buf = append(append(sc.buf, headerPrefix...), k...)
+		sc.args = append(sc.args, sc.text(at), sc.str(v))
+	}
+	sc.payloads[i] = m.Payload
+	sc.args = append(sc.args, fieldPayload, &sc.payloads[i])
+}
+
+// str passes v through the next string slot.
+func (sc *pubScratch) str(v string) any {
+	sc.strs[sc.si] = v
+	sc.si++
+	return &sc.strs[sc.si-1]
+}
+
+// text passes buf[start:] (as it ends now) through the next string slot,
+// filled once buf is final.
+func (sc *pubScratch) text(start int) any {
+	sc.spans = append(sc.spans, pubSpan{slot: sc.si, start: start, end: len(sc.buf)})
+	sc.si++
+	return &sc.strs[sc.si-1]
 }
 
 // send runs the XADDs: one command, or one pipeline for a batch.
@@ -324,6 +339,7 @@ func publishResult(topic string, cmds []*redis.StringCmd, err error) error {
 // pubScratch holds the arrays one Publish call builds its commands in,
 // reused through pubScratchPool by calls that are done with them.
 type pubScratch struct {
+	si       int // the next free slot of strs
 	buf      []byte
 	spans    []pubSpan
 	args     []any

@@ -457,6 +457,17 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 	return ctx.Err()
 }
 
+// stampDue restamps the payloads of a delayed batch sent at sent with
+// their DeliverAt, --delay later, which the broker keeps to the
+// millisecond; it returns the new stamp.
+func (r *benchRun) stampDue(payloads [][]byte, sent time.Duration) time.Duration {
+	due := r.epoch.Add(sent + r.cfg.Delay).Truncate(time.Millisecond).Sub(r.epoch)
+	for _, p := range payloads {
+		binary.LittleEndian.PutUint64(p[8:], uint64(due))
+	}
+	return due
+}
+
 // seqOf returns the sequence number of a payload this run stamped.
 func (r *benchRun) seqOf(p []byte) (uint64, bool) {
 	if len(p) < stampSize {
@@ -631,12 +642,7 @@ func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duratio
 			stamp = time.Since(r.epoch) // an unpaced call is timed from its start
 		}
 		if r.cfg.Scenario == scenarioDelayed {
-			// The stamp is the DeliverAt, which the broker keeps to the
-			// millisecond.
-			stamp = r.epoch.Add(stamp + r.cfg.Delay).Truncate(time.Millisecond).Sub(r.epoch)
-			for j := range k {
-				binary.LittleEndian.PutUint64(payloads[j][8:], uint64(stamp))
-			}
+			stamp = r.stampDue(payloads[:k], stamp)
 		}
 		if err := pub.publish(ctx, payloads[:k]); err != nil {
 			if ctx.Err() != nil {
