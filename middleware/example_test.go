@@ -61,11 +61,13 @@ func Example() {
 	// call 2: handled order 1 (correlation req-42)
 }
 
-// A message published twice with the same ID is handled once; the copy is
-// acked without running the handler.
+// A message delivered twice with the same ID (here published twice with
+// the publish window off; in production a redelivery, or a producer that
+// does not deduplicate) is handled once; the copy is acked without
+// running the handler.
 func ExampleDedup() {
 	ctx := context.Background()
-	b, err := bus.Open(ctx, "mem://")
+	b, err := bus.Open(ctx, "mem://?dedup_window=0")
 	if err != nil {
 		panic(err)
 	}
@@ -91,7 +93,12 @@ func ExampleDedup() {
 		if err := b.Publish(ctx, "payments", &bus.Message{ID: "pay-7"}); err != nil {
 			panic(err)
 		}
-		fmt.Println("settled:", <-settled)
+		select {
+		case o := <-settled:
+			fmt.Println("settled:", o)
+		case <-time.After(10 * time.Second):
+			panic("the delivery was not settled")
+		}
 	}
 	// Output:
 	// handling pay-7

@@ -18,7 +18,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // testBus opens an inmemory bus closed at the end of the test.
 func testBus(t *testing.T, opts ...bus.Option) *bus.Bus {
 	t.Helper()
-	b, err := bus.Open(context.Background(), "mem://", opts...)
+	// Deduplication at publish is off, so that tests of consumer-side
+	// deduplication can publish an ID twice.
+	b, err := bus.Open(context.Background(), "mem://?dedup_window=0", opts...)
 	require.NoError(t, err, "open inmemory bus")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
