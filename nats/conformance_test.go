@@ -24,11 +24,16 @@ func runConformance(t *testing.T, url string, o busnats.Options, opts ...conform
 	}, opts...)
 }
 
+// The JetStream runs are parallel: each has a server of its own, and
+// their cases mostly wait on leases, so together they take about as long
+// as the cluster run alone.
 func TestConformanceJetStream(t *testing.T) {
+	t.Parallel()
 	runConformance(t, natstest.Start(t).URL(), busnats.Options{}, embeddedSkip)
 }
 
 func TestConformanceJetStreamSharedStream(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the per-topic run covers the backend; this one covers the shared-stream naming and servers without message schedules")
 	}
@@ -55,6 +60,7 @@ func TestConformanceExternal(t *testing.T) {
 // TestConformanceJetStreamCluster runs the suite on a 3-node cluster of
 // embedded servers with R3 streams, as NATS runs in production.
 func TestConformanceJetStreamCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the single-server runs cover the backend; this one covers replicated streams")
 	}
