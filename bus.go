@@ -285,8 +285,9 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 	for i := len(b.opts.middleware) - 1; i >= 0; i-- {
 		handler = b.opts.middleware[i](handler)
 	}
+	mode, _ := engineMode(o.ackMode) // validated by WithAckMode
 	cfg := engine.Config[Delivery]{
-		Topic: topic, Group: o.group, AckMode: ackModeOf(o.ackMode),
+		Topic: topic, Group: o.group, AckMode: mode,
 		MaxInFlight: o.maxInFlight, AckTimeout: o.ackTimeout, MaxExtension: o.maxExtension,
 		HandlerTimeout: o.handlerTimeout, MaxDeliveries: o.maxDeliveries, DeadLetter: o.deadLetter,
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,

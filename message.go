@@ -214,13 +214,15 @@ func withTimes(m *Message, now time.Time) map[string]string {
 
 // takeTimes reads HeaderDeliverAt and HeaderExpiresAt from delivered
 // headers and returns the headers without them (a copy when one was
-// there).
+// there); a malformed time is the zero time.
 func takeTimes(h map[string]string) (out map[string]string, deliverAt, expiresAt time.Time) {
-	dv, dok := h[backend.HeaderDeliverAt]
-	ev, eok := h[backend.HeaderExpiresAt]
+	_, dok := h[backend.HeaderDeliverAt]
+	_, eok := h[backend.HeaderExpiresAt]
 	if !dok && !eok {
 		return h, time.Time{}, time.Time{}
 	}
+	deliverAt, _ = backend.HeaderTime(h, backend.HeaderDeliverAt)
+	expiresAt, _ = backend.HeaderTime(h, backend.HeaderExpiresAt)
 	out = make(map[string]string, len(h))
 	for k, val := range h {
 		if k != backend.HeaderExpiresAt && k != backend.HeaderDeliverAt {
@@ -230,18 +232,5 @@ func takeTimes(h map[string]string) (out map[string]string, deliverAt, expiresAt
 	if len(out) == 0 {
 		out = nil
 	}
-	return out, unixMilli(dv, dok), unixMilli(ev, eok)
-}
-
-// unixMilli parses a time header; a missing or malformed one is the zero
-// time.
-func unixMilli(v string, ok bool) time.Time {
-	if !ok {
-		return time.Time{}
-	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
+	return out, deliverAt, expiresAt
 }

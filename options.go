@@ -391,9 +391,3 @@ func defaultBackOff() backoff.BackOff {
 	e.MaxElapsedTime = 0
 	return e
 }
-
-// ackModeOf is the engine's mode of a validated ack mode.
-func ackModeOf(m AckMode) engine.AckMode {
-	em, _ := engineMode(m)
-	return em
-}

@@ -38,7 +38,7 @@ const HeaderExpiresAt = "bus-expires-at"
 // Unix milliseconds; the bus sets it on Publish only for a time still to
 // come, and removes it on delivery. A backend that can hold a message at
 // the broker until then (Capabilities.Scheduling) reads it with
-// DeliverAtOf; any other carries it as any header, and the bus gives a
+// HeaderTime; any other carries it as any header, and the bus gives a
 // delivery that comes early back to the group until it is due.
 const HeaderDeliverAt = "bus-deliver-at"
 
@@ -53,7 +53,7 @@ func DueTimes(msgs []*Message) []int64 {
 		if len(m.Headers) == 0 {
 			continue
 		}
-		at, ok := DeliverAtOf(m)
+		at, ok := HeaderTime(m.Headers, HeaderDeliverAt)
 		if !ok {
 			continue
 		}
@@ -70,10 +70,10 @@ func DueTimes(msgs []*Message) []int64 {
 	return due
 }
 
-// DeliverAtOf returns the time in m's HeaderDeliverAt, if it has a valid
-// one.
-func DeliverAtOf(m *Message) (time.Time, bool) {
-	v, ok := m.Headers[HeaderDeliverAt]
+// HeaderTime returns the time in header key of h (HeaderDeliverAt,
+// HeaderExpiresAt: Unix milliseconds), if it has a valid one.
+func HeaderTime(h map[string]string, key string) (time.Time, bool) {
+	v, ok := h[key]
 	if !ok {
 		return time.Time{}, false
 	}

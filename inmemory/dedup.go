@@ -27,6 +27,16 @@ type dedup struct {
 	order   []seenID
 	head, n int
 	first   uint64
+	// kept are the keys and hashes of the batch fresh let through, for
+	// record.
+	kept []keyHash
+	// byHash indexes kept by hash while fresh checks a large batch.
+	byHash map[uint64][]int
+}
+
+type keyHash struct {
+	key string
+	h   uint64
 }
 
 type seenID struct {
@@ -44,12 +54,10 @@ func dedupKey(e *entry) string {
 	return e.id
 }
 
-// has reports whether key is remembered and not yet past its window.
-func (d *dedup) has(key string, now int64) bool {
-	if d.at == nil {
-		return false
-	}
-	seq, ok := d.at[maphash.String(d.seed, key)]
+// has reports whether key (of hash h) is remembered and not yet past
+// its window.
+func (d *dedup) has(key string, h uint64, now int64) bool {
+	seq, ok := d.at[h]
 	if !ok || seq < d.first {
 		return false
 	}
@@ -59,61 +67,69 @@ func (d *dedup) has(key string, now int64) bool {
 
 // fresh compacts es in place to the entries whose ID is not remembered
 // (the first of those that repeat within es) and returns them with their
-// bytes. It records nothing: record does, once the batch is admitted.
+// bytes. It keeps their keys and hashes for record, which remembers them
+// once the batch is admitted; it records nothing itself.
 func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	if d.window == 0 {
 		return es, bytes
 	}
-	var batch map[string]struct{}
-	if len(es) > 16 {
-		batch = make(map[string]struct{}, len(es))
+	if d.at == nil {
+		d.at, d.seed = map[uint64]uint64{}, maphash.MakeSeed()
+	}
+	d.kept = d.kept[:0]
+	if len(es) > 32 {
+		d.byHash = make(map[uint64][]int, len(es))
 	}
 	n := 0
 	for i := range es {
 		k := dedupKey(&es[i])
-		if d.has(k, now) || repeats(es[:n], k, batch) {
+		h := maphash.String(d.seed, k)
+		if d.has(k, h, now) || d.repeats(k, h) {
 			bytes -= int64(es[i].size)
 			continue
 		}
-		if batch != nil {
-			batch[k] = struct{}{}
+		if d.byHash != nil {
+			d.byHash[h] = append(d.byHash[h], len(d.kept))
 		}
+		d.kept = append(d.kept, keyHash{k, h})
 		es[n] = es[i]
 		n++
 	}
 	clear(es[n:])
+	d.byHash = nil
 	return es[:n], bytes
 }
 
-// repeats reports whether key is among the kept entries (or in batch,
-// their keys, for a large batch).
-func repeats(kept []entry, key string, batch map[string]struct{}) bool {
-	if batch != nil {
-		_, ok := batch[key]
-		return ok
+// repeats reports whether key (of hash h) is among the kept keys of the
+// batch: a scan of a small batch, a lookup in byHash for a large one.
+func (d *dedup) repeats(key string, h uint64) bool {
+	if d.byHash != nil {
+		for _, i := range d.byHash[h] {
+			if d.kept[i].key == key {
+				return true
+			}
+		}
+		return false
 	}
-	for i := range kept {
-		if dedupKey(&kept[i]) == key {
+	for _, k := range d.kept {
+		if k.h == h && k.key == key {
 			return true
 		}
 	}
 	return false
 }
 
-// record remembers the IDs of the admitted batch es and forgets those
-// past the window or over max.
-func (d *dedup) record(es []entry, now int64) {
+// record remembers the IDs fresh kept, of the batch that was admitted, and
+// forgets those past the window or over max.
+func (d *dedup) record(now int64) {
 	if d.window == 0 {
 		return
-	}
-	if d.at == nil {
-		d.at, d.seed = map[uint64]uint64{}, maphash.MakeSeed()
 	}
 	for d.n > 0 && d.order[d.head].until <= now {
 		d.pop()
 	}
 	until := now + d.window
-	for i := range es {
+	for _, k := range d.kept {
 		if d.n == len(d.order) {
 			if len(d.order) < d.max {
 				d.grow()
@@ -121,12 +137,12 @@ func (d *dedup) record(es []entry, now int64) {
 				d.pop()
 			}
 		}
-		k := dedupKey(&es[i])
-		seq := d.first + uint64(d.n)
-		d.order[(d.head+d.n)%len(d.order)] = seenID{id: k, until: until}
+		d.order[(d.head+d.n)%len(d.order)] = seenID{id: k.key, until: until}
+		d.at[k.h] = d.first + uint64(d.n)
 		d.n++
-		d.at[maphash.String(d.seed, k)] = seq
 	}
+	clear(d.kept)
+	d.kept = d.kept[:0]
 }
 
 // pop forgets the oldest remembered ID.

@@ -234,7 +234,7 @@ func (t *topic) admitBatchLocked(es []entry, bytes int64, limit bool) ([]entry, 
 	if !t.admitLocked(len(es), bytes, limit) {
 		return es, false
 	}
-	t.dedup.record(es, now)
+	t.dedup.record(now)
 	return es, true
 }
 

@@ -156,12 +156,7 @@ func TestDLQWorksWithAnyDeadLetterTopic(t *testing.T) {
 }
 
 func TestTopicsDelete(t *testing.T) {
-	url := redistest.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := bus.Open(ctx, url)
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	ctx, url, b := openRedisBus(t)
 	require.NoError(t, b.Publish(ctx, "doomed", &bus.Message{Payload: []byte("x")}))
 	code, _, stderr := runCLI(t, "", "topics", "delete", "doomed", "--url", url)
 	assert.Equal(t, exitUsage, code, "delete wants --yes")
@@ -180,12 +175,7 @@ func TestTopicsDelete(t *testing.T) {
 }
 
 func TestGroupsResetMovesAGroup(t *testing.T) {
-	url := redistest.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := bus.Open(ctx, url)
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	ctx, url, b := openRedisBus(t)
 	got := make(chan string, 8)
 	sub, err := b.Subscribe(ctx, "resettable", func(_ context.Context, d *bus.Delivery) error {
 		got <- d.ID
@@ -266,12 +256,7 @@ func TestTailJSON(t *testing.T) {
 // bus topics shows how many messages wait for their DeliverAt, and when
 // the first is due.
 func TestTopicsShowScheduledMessages(t *testing.T) {
-	url := redistest.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := bus.Open(ctx, url)
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	ctx, url, b := openRedisBus(t)
 	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	require.NoError(t, b.Publish(ctx, "later", &bus.Message{Payload: []byte("x")},
 		&bus.Message{Payload: []byte("y"), DeliverAt: due}, &bus.Message{Payload: []byte("z"), DeliverAt: due.Add(time.Minute)}))
@@ -286,4 +271,17 @@ func TestTopicsShowScheduledMessages(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "", "topics", "--url", url)
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stdout, "SCHEDULED")
+}
+
+// openRedisBus opens a bus on a private Redis, closed at the end of the
+// test, with a ctx that bounds the test.
+func openRedisBus(t *testing.T) (context.Context, string, *bus.Bus) {
+	t.Helper()
+	url := redistest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	b, err := bus.Open(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close(ctx) })
+	return ctx, url, b
 }

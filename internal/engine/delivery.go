@@ -115,19 +115,28 @@ func (d *Delivery[P]) Ack(ctx context.Context) error {
 // Nack hands the delivery back for redelivery after delay (0 = at once),
 // with Attempt+1.
 func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
-	if delay < 0 {
-		return fmt.Errorf("bus: nack: %w: negative delay %v", ErrInvalidOption, delay)
-	}
-	if caps := d.sub.cfg.Caps; !caps.Redelivery {
-		return fmt.Errorf("bus: nack: %w: %s does not redeliver", ErrUnsupported, caps.Name)
-	}
-	if !d.claim() {
-		return d.alreadySettled("nack")
+	if err := d.claimRedelivery("nack", delay); err != nil {
+		return err
 	}
 	if k := d.sub.keys; k != nil && k.retry(d, delay, true) {
 		return nil
 	}
 	return d.doNack(ctx, delay)
+}
+
+// claimRedelivery checks a settlement that gives the delivery back after
+// delay (a nack, a snooze) and takes the right to settle.
+func (d *Delivery[P]) claimRedelivery(op string, delay time.Duration) error {
+	if delay < 0 {
+		return fmt.Errorf("bus: %s: %w: negative delay %v", op, ErrInvalidOption, delay)
+	}
+	if caps := d.sub.cfg.Caps; !caps.Redelivery {
+		return fmt.Errorf("bus: %s: %w: %s does not redeliver", op, ErrUnsupported, caps.Name)
+	}
+	if !d.claim() {
+		return d.alreadySettled(op)
+	}
+	return nil
 }
 
 // Reject settles the delivery as failed for good: it goes to the

@@ -22,14 +22,8 @@ const SnoozeWindow = 24 * time.Hour
 // counting an attempt (within SnoozeWindow). On a backend without
 // backend.Snoozer the snooze is a nack and counts.
 func (d *Delivery[P]) Snooze(ctx context.Context, delay time.Duration) error {
-	if delay < 0 {
-		return fmt.Errorf("bus: snooze: %w: negative delay %v", ErrInvalidOption, delay)
-	}
-	if caps := d.sub.cfg.Caps; !caps.Redelivery {
-		return fmt.Errorf("bus: snooze: %w: %s does not redeliver", ErrUnsupported, caps.Name)
-	}
-	if !d.claim() {
-		return d.alreadySettled("snooze")
+	if err := d.claimRedelivery("snooze", delay); err != nil {
+		return err
 	}
 	return d.sub.snooze(ctx, d, delay)
 }
@@ -65,7 +59,7 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 // then to wait the rest here: a broker's redelivery timer is coarser
 // than the promise of DeliverAt.
 func (s *Sub[P]) early(d *Delivery[P]) bool {
-	if s.cfg.DeliverAt == nil || s.cfg.AckMode == AckOnReceive || !s.cfg.Caps.Redelivery {
+	if s.cfg.DeliverAt == nil || !s.cfg.Caps.Redelivery {
 		return false
 	}
 	at := s.cfg.DeliverAt(&d.Pub)
@@ -77,31 +71,43 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 		return false
 	}
 	hold := min(earlyHold, s.cfg.AckTimeout/3)
-	if wait <= hold {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return false
-		case <-s.fetchCtx.Done():
+	if d.state.Load()&stateSettled != 0 {
+		// Acked already (AckOnReceive with key ordering acks on
+		// admission): it can only wait here.
+		hold = wait
+	}
+	if wait <= hold && s.sleep(wait) {
+		return false
+	}
+	if d.claim() {
+		ctx, cancel := s.settleCtx()
+		if s.fetchCtx.Err() != nil {
+			// Closing: back to the group at once, as a shutdown gives
+			// back what it did not handle, not held into the drain.
+			s.release(ctx, d)
+		} else {
+			// Given back, not held in its key's line: with key ordering
+			// the message takes its place in its key's order when it is
+			// due, so it must not hold the key back until then.
+			s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-hold, 0)))
 		}
+		cancel()
 	}
-	d.claim()
-	ctx, cancel := s.settleCtx()
-	defer cancel()
-	if s.fetchCtx.Err() != nil {
-		// Closing: back to the group at once, as a shutdown gives back
-		// what it did not handle, not held into the drain.
-		s.release(ctx, d)
-		(*handlerCtx[P])(d).end()
-		return true
-	}
-	// Given back, not held in its key's line: with key ordering the
-	// message takes its place in its key's order when it is due, so it
-	// must not hold the key back until then.
-	s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-hold, 0)))
 	(*handlerCtx[P])(d).end()
 	return true
+}
+
+// sleep waits for d, and reports false when the subscription starts
+// closing first.
+func (s *Sub[P]) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.fetchCtx.Done():
+		return false
+	}
 }
 
 // earlyHold is how long before its DeliverAt an early delivery waits in
