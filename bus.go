@@ -31,6 +31,8 @@ type Bus struct {
 	ops  inflight
 	mu   sync.Mutex // guards subs only, never held across I/O or a wait
 	subs map[*Subscription]struct{}
+	// parts caches each topic's partition count (partition.go).
+	parts sync.Map
 	// closed is closed when the first Close has returned.
 	closed chan struct{}
 }
@@ -163,7 +165,15 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now}
 		buf.ptrs[i] = &buf.vals[i]
 	}
-	err := b.batcher.Publish(ctx, topic, buf.ptrs)
+	n, err := b.partitionsOf(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("bus: publish %q: %w", topic, err)
+	}
+	if n > 1 {
+		err = b.publishPartitioned(ctx, topic, n, buf.ptrs)
+	} else {
+		err = b.batcher.Publish(ctx, topic, buf.ptrs)
+	}
 	if err == nil {
 		return nil
 	}
@@ -243,7 +253,57 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	}
 	defer b.ops.leave()
 
-	bsub, err := b.be.Subscribe(ctx, topic, backend.SubscribeConfig{
+	n, err := b.partitionsOf(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
+	}
+	var s *Subscription
+	if n > 1 {
+		s, err = b.subscribePartitioned(ctx, topic, n, h, o)
+	} else {
+		s, err = b.subscribeOne(ctx, topic, h, o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
+	}
+	b.mu.Lock()
+	if b.ops.isClosed() {
+		b.mu.Unlock()
+		s.discard()
+		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+	if s.start != nil {
+		s.start()
+	}
+	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
+		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
+		slog.String("ack_mode", string(o.ackMode)), slog.Int("max_in_flight", o.maxInFlight),
+		slog.Duration("ack_timeout", o.ackTimeout))
+	return s, nil
+}
+
+// subscribeOne subscribes an unpartitioned topic; the subscription is
+// started by its start func.
+func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subscribeOptions) (*Subscription, error) {
+	bsub, err := b.be.Subscribe(ctx, topic, b.backendConfig(o))
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{topic: topic, group: o.group}
+	eng := engine.New(ctx, b.engineConfig(s, topic, o, h), bsub)
+	s.run, s.start = eng, eng.Start
+	s.discard = func() {
+		eng.Discard()
+		_ = bsub.Close()
+	}
+	return s, nil
+}
+
+// backendConfig is what a backend subscription is made with.
+func (b *Bus) backendConfig(o subscribeOptions) backend.SubscribeConfig {
+	return backend.SubscribeConfig{
 		Group:           o.group,
 		StartFrom:       o.startFrom,
 		AckTimeout:      o.ackTimeout,
@@ -251,28 +311,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		MaxDeliveries:   o.maxDeliveries,
 		DeadLetterTopic: o.deadLetter,
 		Observer:        b.opts.observer,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
 	}
-
-	s := &Subscription{topic: topic, group: o.group}
-	s.eng = engine.New(ctx, b.engineConfig(s, topic, o, h), bsub)
-	b.mu.Lock()
-	if b.ops.isClosed() {
-		b.mu.Unlock()
-		s.eng.Discard()
-		_ = bsub.Close()
-		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, ErrClosed)
-	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
-	s.eng.Start()
-	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
-		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
-		slog.String("ack_mode", string(o.ackMode)), slog.Int("max_in_flight", o.maxInFlight),
-		slog.Duration("ack_timeout", o.ackTimeout))
-	return s, nil
 }
 
 // engineConfig is what the delivery engine runs s with: the options, the
@@ -420,7 +459,7 @@ func (b *Bus) snapshot(seen []*Subscription) []*Subscription {
 func (b *Bus) waitClosed(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
 		for _, s := range b.snapshot(nil) {
-			s.eng.Force(context.Cause(ctx))
+			s.run.Force(context.Cause(ctx))
 		}
 	})
 	defer stop()

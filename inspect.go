@@ -29,7 +29,11 @@ func (b *Bus) inspector(op string) (backend.Inspector, error) {
 }
 
 // Topics lists the backend's topics with their retained counts, sorted by
-// name.
+// name. A partition of a partitioned topic is listed as its own topic,
+// "orders~3". DeadLetters marks the topics that hold dead letters, whatever
+// their names (WithDeadLetter may name any topic): those whose oldest
+// retained message carries the dead-letter headers; that reads one message
+// per topic.
 func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	in, err := b.inspector("topics")
 	if err != nil {
@@ -39,12 +43,30 @@ func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: topics: %w", err)
 	}
+	for i := range ts {
+		msgs, _, err := in.Peek(ctx, ts[i].Name, "", 1)
+		if err != nil {
+			return nil, fmt.Errorf("bus: topics: peek %q: %w", ts[i].Name, err)
+		}
+		ts[i].DeadLetters = len(msgs) > 0 && backend.IsDeadLetter(msgs[0])
+	}
 	return ts, nil
 }
 
 // Groups lists the consumer groups of topic with their lag and pending
-// counts.
+// counts. On a partitioned topic it lists each group once per partition,
+// with the partition and the member that owns it (from the group's live
+// members, as they share the partitions out); given a partition's name
+// ("orders~3", as Topics lists it), the groups of that partition.
 func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	if base, p, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
+		// One partition, by the name Topics lists it under.
+		in, err := b.inspector("groups")
+		if err != nil {
+			return nil, err
+		}
+		return b.partitionGroups(ctx, in, base, p, p+1)
+	}
 	if err := backend.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("bus: groups: %w", err)
 	}
@@ -52,36 +74,20 @@ func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, er
 	if err != nil {
 		return nil, err
 	}
-	gs, err := in.Groups(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+	n := 1
+	if pt, ok := b.partitioner(); ok {
+		if n, err = pt.Partitions(ctx, topic, 0); err != nil {
+			return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+		}
 	}
-	return gs, nil
-}
-
-// DeadLetterTopics lists the topics that hold dead letters, whatever their
-// names (WithDeadLetter may name any topic): those whose oldest retained
-// message carries the dead-letter headers. It reads one message per topic.
-func (b *Bus) DeadLetterTopics(ctx context.Context) ([]backend.TopicInfo, error) {
-	in, err := b.inspector("dead-letter topics")
-	if err != nil {
-		return nil, err
-	}
-	ts, err := in.Topics(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bus: dead-letter topics: %w", err)
-	}
-	var out []backend.TopicInfo
-	for _, t := range ts {
-		msgs, _, err := in.Peek(ctx, t.Name, "", 1)
+	if n <= 1 {
+		gs, err := in.Groups(ctx, topic)
 		if err != nil {
-			return nil, fmt.Errorf("bus: dead-letter topics: peek %q: %w", t.Name, err)
+			return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
 		}
-		if len(msgs) > 0 && backend.IsDeadLetter(msgs[0]) {
-			out = append(out, t)
-		}
+		return gs, nil
 	}
-	return out, nil
+	return b.partitionGroups(ctx, in, topic, 0, n)
 }
 
 // DeleteTopic removes topic: its retained messages and its consumer

@@ -3,7 +3,7 @@ package bus
 import (
 	"context"
 
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/partition"
 )
 
 // Subscription is a running handler on a topic and group. It is safe for
@@ -12,15 +12,27 @@ import (
 // (see Err).
 type Subscription struct {
 	topic, group string
-	eng          *engine.Sub[Delivery]
+	run          runner
+	start        func()             // starts an unpartitioned subscription; nil otherwise
+	discard      func()             // gives up a subscription the closing bus will not run
+	parts        *partition.Manager // the partitions of a partitioned topic; nil otherwise
+}
+
+// runner is what runs a subscription: the delivery engine for one topic,
+// or the partition manager for a partitioned one.
+type runner interface {
+	Done() <-chan struct{}
+	Err() error
+	Close(ctx context.Context) error
+	Force(cause error)
 }
 
 // Done is closed when the subscription has fully stopped.
-func (s *Subscription) Done() <-chan struct{} { return s.eng.Done() }
+func (s *Subscription) Done() <-chan struct{} { return s.run.Done() }
 
 // Err returns the error that ended the subscription: nil while it runs and
 // after a clean Close, otherwise why it stopped.
-func (s *Subscription) Err() error { return s.eng.Err() }
+func (s *Subscription) Err() error { return s.run.Err() }
 
 // Close stops the subscription, like net/http.Server.Shutdown:
 //  1. it stops fetching;
@@ -43,4 +55,4 @@ func (s *Subscription) Err() error { return s.eng.Err() }
 // first. A handler must not call Close on its own subscription (Close
 // would wait for it until ctx ends); it can cancel the ctx given to
 // Subscribe instead.
-func (s *Subscription) Close(ctx context.Context) error { return s.eng.Close(ctx) }
+func (s *Subscription) Close(ctx context.Context) error { return s.run.Close(ctx) }

@@ -98,6 +98,9 @@ type TopicInfo struct {
 	// Unknown.
 	Scheduled Figure    `json:"scheduled"`
 	NextDue   time.Time `json:"next_due,omitzero"`
+	// DeadLetters is set by the bus (not the backend) when the topic's
+	// oldest message is a dead letter.
+	DeadLetters bool `json:"dead_letters,omitempty"`
 }
 
 // GroupInfo describes one consumer group of a topic.
@@ -113,6 +116,13 @@ type GroupInfo struct {
 	// OldestPending is when the oldest pending message was delivered;
 	// zero when nothing is pending or it is not known.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	// Partitions, Partition and Owner are set by the bus (not the
+	// backend) on a partitioned topic: the topic's partition count, the
+	// partition this row describes, and the live member that owns it (""
+	// when the group has none).
+	Partitions int    `json:"partitions,omitempty"`
+	Partition  int    `json:"partition,omitempty"`
+	Owner      string `json:"owner,omitempty"`
 }
 
 // TopicDeleter is implemented by backends that can remove a whole topic:

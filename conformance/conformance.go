@@ -101,6 +101,8 @@ var cases = []testCase{
 	{name: "KeyOrderOneActiveMember", needs: []capability{capRedelivery}, run: testKeyOrderOneActiveMember},
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
+	{name: "PartitionStore", run: testPartitionStore},
+	{name: "PartitionedGroup", needs: []capability{capRedelivery}, run: testPartitionedGroup},
 
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},

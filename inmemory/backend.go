@@ -28,6 +28,7 @@ type broker struct {
 	yield func()
 
 	locks groupLocks
+	parts partitions
 }
 
 func newBroker(opts Options) *broker {

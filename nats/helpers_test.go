@@ -46,7 +46,9 @@ func deleteStreams(t testing.TB, url, prefix string) {
 	names := js.StreamNames(ctx)
 	var del []string
 	for n := range names.Name() {
-		if strings.HasPrefix(n, prefix) {
+		// The backend's key-value buckets (locks, releases, partitions)
+		// are streams too, named KV_<prefix>...
+		if strings.HasPrefix(n, prefix) || strings.HasPrefix(n, "KV_"+prefix) {
 			del = append(del, n)
 		}
 	}

@@ -202,7 +202,8 @@
 //	    +ping
 //
 // (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups
-// reset", also needs +xgroup|setid, and DeleteTopic +del.) The scripts'
+// reset", also needs +xgroup|setid, DeleteTopic +del, and partitioned
+// topics +get +time +zremrangebyscore +pttl +pexpire.) The scripts'
 // commands are checked against the same ACL; writes to keys outside the
 // prefix are denied.
 //

@@ -287,8 +287,8 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 
 // DeleteTopic implements backend.TopicDeleter: it deletes the topic's
 // keys (DEL): the stream, and with it every message and consumer group of
-// the topic, its schedule, holds and leases, and the IDs its dedup window
-// remembers. A subscription still live on the topic recreates its group and
+// the topic, its schedule, holds and leases, its partition count, and the
+// IDs its dedup window remembers. A subscription still live on the topic recreates its group and
 // stream on its next read. The topic's dead-letter topic, a topic of its
 // own, is left alone.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
@@ -300,7 +300,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
 	}
-	del := append([]string{k.stream, k.hold, k.lease, k.sched, k.due}, ids...)
+	del := append([]string{k.stream, k.hold, k.lease, k.sched, k.due, b.partsKey(topic)}, ids...)
 	for len(del) > 0 {
 		n := min(len(del), 512)
 		if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, del[:n]...).Err() }); err != nil {

@@ -83,11 +83,14 @@ func warnPrivateMem(rawURL string, stderr io.Writer) {
 }
 
 func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "create" {
+		return topicsCreateCmd(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "delete" {
 		return topicsDeleteCmd(ctx, args[1:], stdout, stderr)
 	}
-	a := newAdminFlags("topics", "bus topics [--dead-letters] [flags]\n       bus topics delete TOPIC --yes [flags]",
-		"Lists the topics with their retained messages, size and publish times.\n\"delete\" removes a topic with its messages and groups.", stderr)
+	a := newAdminFlags("topics", "bus topics [--dead-letters] [flags]\n       bus topics create TOPIC --partitions N [flags]\n       bus topics delete TOPIC --yes [flags]",
+		"Lists the topics with their retained messages, size and publish times (partition p of\na partitioned topic T is listed as T~p).\n\"create\" creates a topic with N partitions; \"delete\" removes a topic with its messages and groups.", stderr)
 	dead := a.fs.Bool("dead-letters", false, "list only the topics that hold dead letters (found by their headers, whatever their names)")
 	if code, ok := parseFlags(a.fs, args); !ok {
 		return code
@@ -102,14 +105,13 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	defer done()
-	list := b.Topics
-	if *dead {
-		list = b.DeadLetterTopics
-	}
-	ts, err := list(ctx)
+	ts, err := b.Topics(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus topics: %v\n", err)
 		return exitFailure
+	}
+	if *dead {
+		ts = slices.DeleteFunc(ts, func(t backend.TopicInfo) bool { return !t.DeadLetters })
 	}
 	if ts == nil {
 		ts = []backend.TopicInfo{}
@@ -157,6 +159,33 @@ func topicsDeleteCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	return exitOK
 }
 
+// topicsCreateCmd creates a partitioned topic.
+func topicsCreateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := newAdminFlags("topics create", "bus topics create TOPIC --partitions N [flags]",
+		"Creates TOPIC with N partitions (1 to 1024), stored at the broker. A topic's partitions\nare set once; a topic already used has 1.", stderr)
+	parts := a.fs.Int("partitions", 1, "number of partitions")
+	if code, ok := parseFlags(a.fs, args); !ok {
+		return code
+	}
+	if a.fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "bus topics create: give one topic")
+		return exitUsage
+	}
+	topic := a.fs.Arg(0)
+	b, ctx, done, err := a.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus topics create: %v\n", err)
+		return exitFailure
+	}
+	defer done()
+	if err := b.CreateTopic(ctx, topic, *parts); err != nil {
+		fmt.Fprintf(stderr, "bus topics create: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "created %s with %d partition(s)\n", topic, *parts)
+	return exitOK
+}
+
 func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "reset" {
 		return groupsResetCmd(ctx, args[1:], stdout, stderr)
@@ -187,12 +216,7 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, gs), stderr, "groups")
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
-	for _, g := range gs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
-	}
-	return exitCode(tw.Flush(), stderr, "groups")
+	return exitCode(printGroups(stdout, gs), stderr, "groups")
 }
 
 // groupsResetCmd moves a group, as Pub/Sub seeks a subscription.
@@ -611,4 +635,29 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 	slices.Sort(schemes)
 	fmt.Fprintf(stdout, "bus %s\nbackends: %s\n", version, strings.Join(schemes, " "))
 	return exitOK
+}
+
+// printGroups prints groups as a table; on a partitioned topic with a row
+// per partition and its owner.
+func printGroups(w io.Writer, gs []backend.GroupInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	parted := len(gs) > 0 && gs[0].Partitions > 0
+	if parted {
+		fmt.Fprintln(tw, "GROUP\tPARTITION\tOWNER\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
+	} else {
+		fmt.Fprintln(tw, "GROUP\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
+	}
+	for _, g := range gs {
+		if parted {
+			owner := g.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t", g.Name, g.Partition, owner)
+		} else {
+			fmt.Fprintf(tw, "%s\t", g.Name)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
+	}
+	return tw.Flush()
 }

@@ -200,13 +200,15 @@ func (u *uiServer) routes() http.Handler {
 
 // deadLetterTopicNames names the topics that hold dead letters.
 func deadLetterTopicNames(ctx context.Context, b *bus.Bus) ([]string, error) {
-	ts, err := b.DeadLetterTopics(ctx)
+	ts, err := b.Topics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(ts))
-	for i, t := range ts {
-		names[i] = t.Name
+	var names []string
+	for _, t := range ts {
+		if t.DeadLetters {
+			names = append(names, t.Name)
+		}
 	}
 	return names, nil
 }

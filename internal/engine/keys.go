@@ -32,6 +32,9 @@ type keyLines[P any] struct {
 	mu     sync.Mutex
 	lines  map[string]*keyLine[P]
 	closed bool
+	// drain: after close, the deliveries waiting behind a head still run
+	// in turn (a handover, see Sub.Drain) instead of going back.
+	drain bool
 	// prevs counts the lines whose retry waits for a nacking handler
 	// (keyLine.prev), so that a handler's return looks only when one does.
 	prevs atomic.Int32
@@ -124,9 +127,9 @@ func (k *keyLines[P]) done(d *Delivery[P]) {
 		// place.
 		return
 	}
-	if len(l.waiting) == 0 || k.closed {
+	if len(l.waiting) == 0 || k.closed && !k.drain {
 		// After close the rest of the key goes back to the group, in
-		// order, after its head.
+		// order, after its head (unless draining).
 		back := l.waiting
 		delete(k.lines, key)
 		k.mu.Unlock()

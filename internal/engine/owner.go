@@ -15,9 +15,11 @@ import (
 // (backend.GroupLocker): the subscription fetches only while it holds the
 // lock, so one member of the group at a time handles the topic's keys.
 // It takes and renews the lock every third of its ttl. A subscription that
-// takes the lock over from a member that let it lapse (stopped or died)
-// waits one ack timeout first, so that what that member left unsettled is
-// back with the group, and is handed out, before anything after it. A
+// takes the lock over from a member that let it lapse (stopped or died),
+// or that held it and released it while this one waited, waits one ack
+// timeout first, so that what that member left unsettled (also a message
+// its last fetch was handed as it closed) is back with the group, and is
+// handed out, before anything after it. A
 // subscription that cannot renew for half the ttl, or finds another holder,
 // stops fetching. Close releases the lock after the subscription drained.
 type owner[P any] struct {
@@ -82,6 +84,9 @@ func (o *owner[P]) run() {
 type ownerRound struct {
 	lastHeld time.Time // the last round that held the lock
 	openAt   time.Time // when a takeover may start fetching; zero: none pending
+	// other: a round found the lock held by another member since this
+	// one last held it.
+	other bool
 }
 
 // round takes or renews the lock once and opens or closes the gate. A
@@ -110,15 +115,20 @@ func (o *owner[P]) round(r *ownerRound) bool {
 	switch {
 	case held:
 		r.lastHeld = now
-		if takeover {
+		if takeover || r.other && !owning && r.openAt.IsZero() {
+			// From a member that let the lock lapse, or that released
+			// it: what it leaves unsettled (a delivery its last fetch
+			// was handed as it closed) comes back within an ack timeout.
 			r.openAt = now.Add(o.s.cfg.AckTimeout)
 		}
+		r.other = false
 		if !owning && !now.Before(r.openAt) {
 			r.openAt = time.Time{}
 			o.setOwning(true)
 		}
 	case err == nil || now.Sub(r.lastHeld) > o.ttl/2:
 		// Another member holds it, or it could not be renewed in time.
+		r.other = r.other || err == nil
 		r.openAt = time.Time{}
 		o.setOwning(false)
 	}

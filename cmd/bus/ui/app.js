@@ -65,6 +65,7 @@ function render(state) {
     cell(tr, g.consumers, "num consumers");
     cell(tr, g.pending, "num pending");
     cell(tr, g.lag, "num lag");
+    cell(tr, g.owner ? g.owner : "-", "owner");
   });
   const sel = $("#dlq-topic");
   // Dead-letter topics are found by their headers, whatever their names.

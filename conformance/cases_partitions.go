@@ -1,0 +1,181 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+)
+
+// partitioner returns the backend's Partitioner, or skips the case.
+func (h *harness) partitioner(t *testing.T) backend.Partitioner {
+	t.Helper()
+	p, ok := h.be.Backend.(backend.Partitioner)
+	if !ok {
+		t.Skipf("%s does not implement backend.Partitioner", h.s.caps.Name)
+	}
+	return p
+}
+
+// testPartitionStore: a topic's count is recorded once and read back; a
+// different count does not replace it; members come with their
+// heartbeats, go with Leave, and drop out when their heartbeats stop.
+func testPartitionStore(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	p := h.partitioner(t)
+	topic, group := h.topic("parts"), h.group("parts")
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	n, err := p.Partitions(ctx, topic, 0)
+	if errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
+	}
+	require.NoError(t, err)
+	assert.Zero(t, n, "a topic with no record reads 0 and is not recorded")
+	n, err = p.Partitions(ctx, topic, 4)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "the first count is recorded")
+	n, err = p.Partitions(ctx, topic, 8)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "a recorded count is never replaced")
+
+	ttl := s.ackTimeout()
+	ms, err := p.Heartbeat(ctx, topic, group, "b", ttl)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, ms)
+	ms, err = p.Heartbeat(ctx, topic, group, "a", ttl)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, ms, "live members, sorted")
+	require.NoError(t, p.Leave(ctx, topic, group, "b"))
+	ms, err = p.Members(ctx, topic, group)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, ms, "a member that left is gone at once")
+	s.eventually(t, func() bool {
+		ms, err := p.Members(ctx, topic, group)
+		return err == nil && len(ms) == 0
+	}, "a member whose heartbeats stopped drops out after its ttl")
+}
+
+// testPartitionedGroup: two members share a partitioned topic, each
+// partition owned by one of them; every message is handled once and each
+// key in publish order, never two of one key at once. When one member
+// closes, the other takes its partitions over and goes on in order.
+func testPartitionedGroup(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	p := h.partitioner(t)
+	h.locker(t)
+	topic, group := h.topic("parted"), h.group("parted")
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
+	}
+	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
+	log := newKeyLog()
+	var mu sync.Mutex
+	owners := map[string]map[int]bool{} // key -> members that handled it
+	member := func(id int) bus.Handler {
+		return func(_ context.Context, d *bus.Delivery) error {
+			log.start(d)
+			mu.Lock()
+			if owners[d.Key] == nil {
+				owners[d.Key] = map[int]bool{}
+			}
+			owners[d.Key][id] = true
+			mu.Unlock()
+			log.end(d, true)
+			return nil
+		}
+	}
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(8), bus.WithAckTimeout(s.ackTimeout())}
+	first := h.subscribe(context.Background(), topic, member(1), opts...)
+	h.subscribe(context.Background(), topic, member(2), opts...)
+	s.eventually(t, func() bool {
+		ms, err := p.Members(ctx, topic, group)
+		return err == nil && len(ms) == 2
+	}, "the two members join the group")
+
+	// Until both members have handled messages: the first one owns every
+	// partition until its next heartbeat shows it the second.
+	var batch1 []*bus.Message
+	s.eventually(t, func() bool {
+		more := keyed(8, 2)
+		for _, m := range more {
+			m.Payload = fmt.Appendf(m.Payload, "/%d", len(batch1))
+		}
+		h.publish(topic, more...)
+		batch1 = append(batch1, more...)
+		mu.Lock()
+		defer mu.Unlock()
+		both := map[int]bool{}
+		for _, ms := range owners {
+			for m := range ms {
+				both[m] = true
+			}
+		}
+		return len(both) == 2
+	}, "both members own partitions")
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)) }, "the first batch handled")
+	require.NoError(t, first.Close(ctx), "close the first member")
+
+	batch2 := keyed(8, count(10, 4))
+	for _, m := range batch2 {
+		m.Payload = append([]byte("2:"), m.Payload...)
+	}
+	h.publish(topic, batch2...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) },
+		"the member left takes every partition over")
+	log.assertInOrder(t, append(batch1, batch2...))
+}
+
+// Partitions forwards to the backend's Partitioner, when it has one.
+func (c *countingBackend) Partitions(ctx context.Context, topic string, n int) (int, error) {
+	p, err := c.partitioner()
+	if err != nil {
+		return 0, err
+	}
+	return p.Partitions(ctx, topic, n)
+}
+
+// Heartbeat forwards to the backend's Partitioner, when it has one.
+func (c *countingBackend) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
+	p, err := c.partitioner()
+	if err != nil {
+		return nil, err
+	}
+	return p.Heartbeat(ctx, topic, group, member, ttl)
+}
+
+// Members forwards to the backend's Partitioner, when it has one.
+func (c *countingBackend) Members(ctx context.Context, topic, group string) ([]string, error) {
+	p, err := c.partitioner()
+	if err != nil {
+		return nil, err
+	}
+	return p.Members(ctx, topic, group)
+}
+
+// Leave forwards to the backend's Partitioner, when it has one.
+func (c *countingBackend) Leave(ctx context.Context, topic, group, member string) error {
+	p, err := c.partitioner()
+	if err != nil {
+		return err
+	}
+	return p.Leave(ctx, topic, group, member)
+}
+
+func (c *countingBackend) partitioner() (backend.Partitioner, error) {
+	p, ok := c.Backend.(backend.Partitioner)
+	if !ok {
+		return nil, fmt.Errorf("conformance: %w: no backend.Partitioner", bus.ErrUnsupported)
+	}
+	return p, nil
+}

@@ -1,0 +1,257 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/partition"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// This file holds partitioned topics. A topic has N partitions, recorded
+// with the topic at the broker when it is created (CreateTopic) and read
+// by every publisher and subscriber; a topic used before it was created
+// has one. Partition p of topic T is stored as its own log, named
+// "T~p". Publish routes a message to backend.PartitionOf(Key, ID, N); the
+// members of a group own the partitions exclusively (package
+// internal/partition). See docs/ordering.md.
+
+// CreateTopic creates topic with the given number of partitions (1 to
+// 1024), stored at the broker: every publisher and subscriber of the
+// topic, in any process, reads it from there. A topic's partitions are set
+// once: creating it again with the same count is not an error, with another
+// count it is an error wrapping backend.ErrPartitionMismatch, and so is
+// creating a topic that was already used (published to or subscribed to)
+// with a count other than 1. It needs a backend that implements
+// backend.Partitioner and backend.GroupLocker for more than one partition.
+func (b *Bus) CreateTopic(ctx context.Context, topic string, partitions int) error {
+	if err := backend.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: create topic: %w", err)
+	}
+	if partitions < 1 || partitions > backend.MaxPartitions {
+		return fmt.Errorf("bus: create topic %q: %w: %d partitions, want 1 to %d", topic, ErrInvalidOption, partitions, backend.MaxPartitions)
+	}
+	if b.optErr != nil {
+		return b.optErr
+	}
+	pt, ok := b.partitioner()
+	if !ok {
+		if partitions == 1 {
+			return nil
+		}
+		return fmt.Errorf("bus: create topic %q: %w: %s has no partitioned topics", topic, ErrUnsupported, b.caps.Name)
+	}
+	n, err := pt.Partitions(ctx, topic, partitions)
+	if err != nil {
+		return fmt.Errorf("bus: create topic %q: %w", topic, err)
+	}
+	if n != partitions {
+		return fmt.Errorf("bus: create topic %q with %d partitions: %w: it has %d", topic, partitions, backend.ErrPartitionMismatch, n)
+	}
+	b.parts.Store(topic, n)
+	return nil
+}
+
+// partitioner returns the backend's Partitioner when partitioned topics
+// can work on it: with group locks, on an at-least-once backend.
+func (b *Bus) partitioner() (backend.Partitioner, bool) {
+	pt, ok := b.be.(backend.Partitioner)
+	if _, locks := b.be.(backend.GroupLocker); !ok || !locks || !b.caps.Redelivery {
+		return nil, false
+	}
+	return pt, true
+}
+
+// partitionsOf returns topic's partition count, read once per topic and
+// bus (it never changes), recording 1 when the topic has none yet, so
+// that a topic used unpartitioned can never later be partitioned under
+// the feet of its publishers.
+func (b *Bus) partitionsOf(ctx context.Context, topic string) (int, error) {
+	if n, ok := b.parts.Load(topic); ok {
+		return n.(int), nil
+	}
+	pt, ok := b.partitioner()
+	if !ok {
+		return 1, nil
+	}
+	n, err := pt.Partitions(ctx, topic, 1)
+	if errors.Is(err, ErrUnsupported) {
+		n, err = 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the partitions of %q: %w", topic, err)
+	}
+	n = max(n, 1)
+	b.parts.Store(topic, n)
+	return n, nil
+}
+
+// publishPartitioned publishes msgs to the partitions of topic, each
+// partition's messages in their order in msgs. Failures carry their index
+// in msgs.
+func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs []*backend.Message) error {
+	byPart := make(map[int][]int, min(n, len(msgs)))
+	var order []int
+	for i, m := range msgs {
+		p := backend.PartitionOf(m.Key, m.ID, n)
+		if _, ok := byPart[p]; !ok {
+			order = append(order, p)
+		}
+		byPart[p] = append(byPart[p], i)
+	}
+	var failed []backend.Failure
+	for _, p := range order {
+		idx := byPart[p]
+		part := make([]*backend.Message, len(idx))
+		for j, i := range idx {
+			part[j] = msgs[i]
+		}
+		err := b.batcher.Publish(ctx, backend.PartitionTopic(topic, p), part)
+		if err == nil {
+			continue
+		}
+		var be *backend.BatchError
+		if !errors.As(err, &be) {
+			for _, i := range idx {
+				failed = append(failed, backend.Failure{Index: i, Err: err})
+			}
+			continue
+		}
+		for _, f := range be.Failed {
+			if f.Index >= 0 && f.Index < len(idx) {
+				failed = append(failed, backend.Failure{Index: idx[f.Index], Err: f.Err})
+			}
+		}
+	}
+	if failed != nil {
+		return &backend.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+// subscribePartitioned runs h on the partitions of topic that this member
+// owns (see internal/partition). MaxInFlight and the limiter bound the
+// member as a whole, across its partitions.
+func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h Handler, o subscribeOptions) (*Subscription, error) {
+	pt, _ := b.partitioner()
+	locker, _ := b.be.(backend.GroupLocker)
+	var lim Limiter = &concurrencyLimiter{slots: engine.NewSlots(o.maxInFlight)}
+	if o.limiter != nil {
+		lim = chainLimiter{o.limiter, lim}
+	}
+	member := memberName()
+	s := &Subscription{topic: topic, group: o.group}
+	m, err := partition.Start(ctx, partition.Config{
+		Topic: topic, Group: o.group, Partitions: n, Member: member,
+		TTL: partitionTTL(o.ackTimeout), Store: pt, Handover: o.ackTimeout,
+		Observe: func(e observer.Event) { b.opts.observer.Observe(context.Background(), e) }, Ended: func() { b.forget(s) },
+		Open: func(ctx context.Context, p int) (partition.Runner, error) {
+			ptopic := backend.PartitionTopic(topic, p)
+			bsub, err := b.be.Subscribe(ctx, ptopic, b.backendConfig(o))
+			if err != nil {
+				return nil, err
+			}
+			cfg := b.engineConfig(s, ptopic, o, h)
+			cfg.Fill = fill(topic, o.group)
+			cfg.Locker, cfg.LockHolder = locker, member
+			cfg.Limiter = lim
+			cfg.Ended = func() {}
+			return engine.New(ctx, cfg, bsub), nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.run, s.parts = m, m
+	s.discard = func() { _ = m.Close(context.Background()) }
+	return s, nil
+}
+
+// partitionTTL is how long a member of a partitioned group stays in it
+// without a heartbeat: half the ack timeout, between 1 s and 15 s (the
+// partitions' group locks have the same).
+func partitionTTL(ackTimeout time.Duration) time.Duration {
+	return min(max(ackTimeout/2, time.Second), 15*time.Second)
+}
+
+// memberName names a member of a partitioned group for the operators who
+// read `bus groups`: host, process and a random part unique to the
+// subscription.
+func memberName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var r [6]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(r[:])
+}
+
+// chainLimiter takes capacity from both limiters: the caller's and the
+// member's in-flight bound of a partitioned subscription.
+type chainLimiter struct{ first, second Limiter }
+
+func (c chainLimiter) Acquire(ctx context.Context, max int) (int, error) {
+	n, err := c.first.Acquire(ctx, max)
+	if err != nil {
+		return 0, err
+	}
+	m, err := c.second.Acquire(ctx, n)
+	if err != nil {
+		c.first.Release(n)
+		return 0, err
+	}
+	if m < n {
+		c.first.Release(n - m)
+	}
+	return m, nil
+}
+
+func (c chainLimiter) Release(n int) {
+	c.second.Release(n)
+	c.first.Release(n)
+}
+
+// partitionGroups lists the groups of partitions from to to-1 of topic
+// with each partition's owner.
+func (b *Bus) partitionGroups(ctx context.Context, in backend.Inspector, topic string, from, to int) ([]backend.GroupInfo, error) {
+	pt, ok := b.partitioner()
+	if !ok {
+		return nil, fmt.Errorf("bus: groups of %q: %w: %s has no partitioned topics", topic, ErrUnsupported, b.caps.Name)
+	}
+	n, err := pt.Partitions(ctx, topic, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+	}
+	members := map[string][]string{}
+	var out []backend.GroupInfo
+	for p := from; p < to; p++ {
+		gs, err := in.Groups(ctx, backend.PartitionTopic(topic, p))
+		if err != nil {
+			return nil, fmt.Errorf("bus: groups of %q, partition %d: %w", topic, p, err)
+		}
+		for _, g := range gs {
+			ms, ok := members[g.Name]
+			if !ok {
+				if ms, err = pt.Members(ctx, topic, g.Name); err != nil {
+					return nil, fmt.Errorf("bus: members of group %q of %q: %w", g.Name, topic, err)
+				}
+				members[g.Name] = ms
+			}
+			g.Partitions, g.Partition = n, p
+			if len(ms) > 0 {
+				g.Owner = ms[p%len(ms)]
+			}
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
