@@ -134,8 +134,8 @@
 // "<prefix>.~sched.<topic>.<unique token>" of the topic's stream, which
 // is created (or changed once) with AllowMsgSchedules and that subject;
 // the groups' consumers filter on the topic's subject, so they see only
-// the copy the server stores when the schedule fires, which it does a
-// quarter second early for the member to hold until DeliverAt. The copy
+// the copy the server stores when the schedule fires, which it does
+// 400 ms early for the member to hold until DeliverAt. The copy
 // carries the message's ID in "bus-id" (the server drops Nats-Msg-Id from
 // it) and its publish time in "bus-published". On older servers and with
 // bind_only streams the message is stored at once, and the bus gives each

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -142,25 +143,29 @@ func (s *jsSub) giveBack(ctx context.Context, op string, id backend.AckID, delay
 	return nil
 }
 
-// recordRelease adds one release to key, with compare-and-set.
+// recordRelease adds one release to key, with compare-and-set. Most
+// messages are released once, so it creates the key first: one round
+// trip, and more only when the key is there already.
 func (s *jsSub) recordRelease(ctx context.Context, key string) error {
 	kv, err := s.b.releasedKV(ctx)
 	if err != nil {
 		return err
 	}
-	for range releaseTries {
-		e, err := kv.Get(ctx, key)
+	_, err = kv.Create(ctx, key, encodeCount(1))
+	for try := 0; err != nil && isConflict(err); try++ {
+		if try == releaseTries {
+			return fmt.Errorf("record the release of %s: too many concurrent updates", key)
+		}
+		var e jetstream.KeyValueEntry
+		e, err = kv.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			_, err = kv.Create(ctx, key, encodeCount(1))
 		case err == nil:
 			_, err = kv.Update(ctx, key, encodeCount(decodeCount(e.Value())+1), e.Revision())
 		}
-		if err == nil || !isConflict(err) {
-			return err
-		}
 	}
-	return fmt.Errorf("record the release of %s: too many concurrent updates", key)
+	return err
 }
 
 // isConflict reports whether a compare-and-set lost the race.
@@ -177,46 +182,82 @@ func decodeCount(b []byte) uint64 {
 
 // correctAttempts takes the recorded releases off the Attempt of the
 // redeliveries in msgs. A lookup that fails leaves the server's count,
-// which can only dead-letter a message early, never lose it.
+// which can only dead-letter a message early, never lose it. The lookups
+// run concurrently: one after the other, they held the fetch loop back
+// by a round trip per redelivery, and a batch of deliveries given back
+// together comes back together.
 func (s *jsSub) correctAttempts(ctx context.Context, msgs []*backend.Message) {
-	var kv jetstream.KeyValue
+	var redelivered []*backend.Message
 	for _, m := range msgs {
-		if m.Attempt <= 1 {
-			continue
+		if m.Attempt > 1 {
+			redelivered = append(redelivered, m)
 		}
-		if kv == nil {
-			var err error
-			if kv, err = s.b.releasedKV(ctx); err != nil {
-				return
-			}
-		}
+	}
+	if len(redelivered) == 0 {
+		return
+	}
+	kv, err := s.b.releasedKV(ctx)
+	if err != nil {
+		return
+	}
+	each(len(redelivered), func(i int) {
+		m := redelivered[i]
 		a := m.AckID.(*jsAckID)
 		meta, err := parseAckSubject(a.reply)
 		if err != nil {
-			continue
+			return
 		}
 		key := s.releaseKey(meta.streamSeq)
 		e, err := kv.Get(ctx, key)
 		if err != nil {
-			continue
+			return
 		}
 		if n := int(decodeCount(e.Value())); n > 0 {
 			m.Attempt = max(m.Attempt-n, 1)
 			a.released = key
 		}
-	}
+	})
 }
 
-// forgetReleases deletes the release records of settled deliveries, best
-// effort: a record left behind expires with the bucket's max age.
+// forgetReleases deletes the release records of settled deliveries,
+// concurrently and best effort: a record left behind expires with the
+// bucket's max age.
 func (s *jsSub) forgetReleases(ctx context.Context, ids []backend.AckID) {
+	var keys []string
 	for _, id := range ids {
-		a, ok := id.(*jsAckID)
-		if !ok || a == nil || a.released == "" {
-			continue
-		}
-		if kv, err := s.b.releasedKV(ctx); err == nil {
-			_ = kv.Delete(ctx, a.released)
+		if a, ok := id.(*jsAckID); ok && a != nil && a.released != "" {
+			keys = append(keys, a.released)
 		}
 	}
+	if len(keys) == 0 {
+		return
+	}
+	kv, err := s.b.releasedKV(ctx)
+	if err != nil {
+		return
+	}
+	each(len(keys), func(i int) { _ = kv.Delete(ctx, keys[i]) })
+}
+
+// kvParallel bounds the key-value requests of one call in flight at
+// once.
+const kvParallel = 32
+
+// each runs f(0) ... f(n-1), at most kvParallel at a time, and returns
+// when all have returned.
+func each(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, kvParallel) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }

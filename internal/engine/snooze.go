@@ -54,10 +54,10 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 // the handler must not run it now. A delivery due within earlyHold waits
 // here, in its slot and under its lease, and then runs (unless the
 // subscription starts closing meanwhile: it goes back); one due later is
-// given back to the group until earlyHold before it is due, without
-// counting an attempt where the backend can (Snoozer), and comes back
-// then to wait the rest here: a broker's redelivery timer is coarser
-// than the promise of DeliverAt.
+// given back to the group, without counting an attempt where the backend
+// can (Snoozer), to come back returnLead before it is due and wait the
+// rest here: a broker's redelivery timer is coarser than the promise of
+// DeliverAt.
 func (s *Sub[P]) early(d *Delivery[P]) bool {
 	if s.cfg.DeliverAt == nil || !s.cfg.Caps.Redelivery {
 		return false
@@ -89,7 +89,7 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 			// Given back, not held in its key's line: with key ordering
 			// the message takes its place in its key's order when it is
 			// due, so it must not hold the key back until then.
-			s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-hold, 0)))
+			s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-min(returnLead, hold), 0)))
 		}
 		cancel()
 	}
@@ -111,8 +111,19 @@ func (s *Sub[P]) sleep(d time.Duration) bool {
 }
 
 // earlyHold is how long before its DeliverAt an early delivery waits in
-// its member rather than going back to the group.
+// its member rather than going back to the group. Holding costs nothing
+// but the slot: while a member's slots hold early deliveries it fetches
+// no more, so on a stream in DeliverAt order the stream itself keeps the
+// later ones, and the member fetches each shortly before it is due.
 const earlyHold = 500 * time.Millisecond
+
+// returnLead is how long before its DeliverAt a delivery given back
+// comes back. It covers the broker's redelivery timer, which runs late
+// by a few milliseconds, tens under load (JetStream); no more, because a
+// delivery that comes back earlier holds its slot longer, and deliveries
+// given back together come back together: held for most of earlyHold,
+// they would fill the slots that the deliveries due before them need.
+const returnLead = 100 * time.Millisecond
 
 // giveBackUncounted gives a claimed delivery back to the group after
 // delay through backend.Snoozer, or with a nack (which counts) when the
