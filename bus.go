@@ -347,6 +347,7 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery {
 			// One member of the group at a time consumes the topic.
 			cfg.Locker, cfg.LockHolder = l, msgid.New()
+			cfg.Pending = b.pendingOf(topic, o.group)
 		}
 	}
 	if o.limiter != nil {

@@ -91,7 +91,8 @@ func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, er
 }
 
 // DeleteTopic removes topic: its retained messages and its consumer
-// groups. Subscriptions still live on it may recreate their group or end
+// groups, and on a partitioned topic every partition and the partition
+// count. Subscriptions still live on it may recreate their group or end
 // with an error, as the backend documents. Deleting a topic that does not
 // exist is not an error.
 func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
@@ -105,9 +106,23 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 	if !ok {
 		return fmt.Errorf("bus: delete topic %q: %w: %s cannot delete topics", topic, ErrUnsupported, b.caps.Name)
 	}
+	if pt, ok := b.partitioner(); ok {
+		n, err := pt.Partitions(ctx, topic, 0)
+		if err != nil {
+			return fmt.Errorf("bus: delete topic %q: %w", topic, err)
+		}
+		for p := range n {
+			if n > 1 {
+				if err := d.DeleteTopic(ctx, backend.PartitionTopic(topic, p)); err != nil {
+					return fmt.Errorf("bus: delete topic %q, partition %d: %w", topic, p, err)
+				}
+			}
+		}
+	}
 	if err := d.DeleteTopic(ctx, topic); err != nil {
 		return fmt.Errorf("bus: delete topic %q: %w", topic, err)
 	}
+	b.parts.Delete(topic)
 	return nil
 }
 

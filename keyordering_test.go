@@ -266,14 +266,56 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 }
 
 // A member that takes the group lock over from one that let it lapse (a
-// crashed member) waits one ack timeout before it fetches, so that what
-// the lapsed member left unsettled is back with the group first.
+// crashed member) with a delivery unsettled waits one ack timeout before
+// it fetches, so that what the lapsed member left is back with the group
+// first, and handled before what came after it.
 func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
 	b := bus.New(be)
 	defer closeBus(t, b)
 	const ghostTTL, lease = 200 * time.Millisecond, 400 * time.Millisecond
+	ctx := context.Background()
+	msgs := keyedMsgs("k", 2)
+	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
+	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer ghost.Close()
+	taken, err := ghost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the crashed member had taken k/0")
+	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+	start := time.Now()
+	handled := make(chan string, 4)
+	at := make(chan time.Duration, 4)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		handled <- string(d.Payload)
+		at <- time.Since(start)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", msgs[1]))
+	for _, want := range []string{"k/0", "k/1"} {
+		select {
+		case got := <-handled:
+			assert.Equal(t, want, got, "what the crashed member left comes first")
+			assert.GreaterOrEqual(t, <-at, ghostTTL, "fetched before the lapsed lock's ttl")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the member never took the lapsed lock over")
+		}
+	}
+}
+
+// A member that takes over a lock whose group has nothing unsettled at the
+// broker starts at once, without waiting an ack timeout.
+func TestKeyOrderingTakeoverWithNothingPendingStartsAtOnce(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be)
+	defer closeBus(t, b)
+	const ghostTTL, lease = 200 * time.Millisecond, 5 * time.Second
 	held, _, err := be.LockGroup(context.Background(), "orders", "g", "crashed-member", ghostTTL)
 	require.NoError(t, err)
 	require.True(t, held)
@@ -289,8 +331,9 @@ func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 1)...))
 	select {
-	case at := <-handled:
-		assert.GreaterOrEqual(t, at, ghostTTL+lease, "fetched before the lapsed lock's ttl plus one ack timeout")
+	case took := <-handled:
+		assert.GreaterOrEqual(t, took, ghostTTL, "not before the lapsed lock's ttl")
+		assert.Less(t, took, lease, "nothing pending: no ack-timeout wait")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the member never took the lapsed lock over")
 	}

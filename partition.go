@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -138,21 +140,22 @@ func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs 
 }
 
 // subscribePartitioned runs h on the partitions of topic that this member
-// owns (see internal/partition). MaxInFlight and the limiter bound the
-// member as a whole, across its partitions.
+// owns (see internal/partition). MaxInFlight bounds the member as a whole:
+// each owned partition gets an equal share of it (at least 1), so that an
+// idle partition's fetch never holds capacity a busy one needs; the shares
+// follow the assignment. A WithLimiter limiter is shared as given.
 func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h Handler, o subscribeOptions) (*Subscription, error) {
 	pt, _ := b.partitioner()
 	locker, _ := b.be.(backend.GroupLocker)
-	var lim Limiter = &concurrencyLimiter{slots: engine.NewSlots(o.maxInFlight)}
-	if o.limiter != nil {
-		lim = chainLimiter{o.limiter, lim}
-	}
+	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*engine.Slots{}}
 	member := memberName()
 	s := &Subscription{topic: topic, group: o.group}
 	m, err := partition.Start(ctx, partition.Config{
 		Topic: topic, Group: o.group, Partitions: n, Member: member,
 		TTL: partitionTTL(o.ackTimeout), Store: pt, Handover: o.ackTimeout,
-		Observe: func(e observer.Event) { b.opts.observer.Observe(context.Background(), e) }, Ended: func() { b.forget(s) },
+		Assigned: shares.assign,
+		Observe:  func(e observer.Event) { b.opts.observer.Observe(context.Background(), e) },
+		Ended:    func() { b.forget(s) },
 		Open: func(ctx context.Context, p int) (partition.Runner, error) {
 			ptopic := backend.PartitionTopic(topic, p)
 			bsub, err := b.be.Subscribe(ctx, ptopic, b.backendConfig(o))
@@ -162,6 +165,11 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 			cfg := b.engineConfig(s, ptopic, o, h)
 			cfg.Fill = fill(topic, o.group)
 			cfg.Locker, cfg.LockHolder = locker, member
+			cfg.Pending = b.pendingOf(ptopic, o.group)
+			var lim Limiter = &concurrencyLimiter{slots: shares.of(p)}
+			if o.limiter != nil {
+				lim = chainLimiter{o.limiter, lim}
+			}
 			cfg.Limiter = lim
 			cfg.Ended = func() {}
 			return engine.New(ctx, cfg, bsub), nil
@@ -173,6 +181,40 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	s.run, s.parts = m, m
 	s.discard = func() { _ = m.Close(context.Background()) }
 	return s, nil
+}
+
+// partitionShares splits a member's in-flight bound over the partitions
+// it owns. Safe for concurrent use.
+type partitionShares struct {
+	total int
+	mu    sync.Mutex
+	owned int
+	slots map[int]*engine.Slots
+}
+
+func (ps *partitionShares) share() int { return max(1, ps.total/max(ps.owned, 1)) }
+
+// assign sets every partition's share for the partitions now owned.
+func (ps *partitionShares) assign(owned []int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.owned = len(owned)
+	for p, sl := range ps.slots {
+		if !slices.Contains(owned, p) {
+			delete(ps.slots, p)
+			continue
+		}
+		sl.SetLimit(ps.share())
+	}
+}
+
+// of returns partition p's slots, made with the current share.
+func (ps *partitionShares) of(p int) *engine.Slots {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	sl := engine.NewSlots(ps.share())
+	ps.slots[p] = sl
+	return sl
 }
 
 // partitionTTL is how long a member of a partitioned group stays in it
@@ -254,4 +296,25 @@ func (b *Bus) partitionGroups(ctx context.Context, in backend.Inspector, topic s
 		}
 	}
 	return out, nil
+}
+
+// pendingOf reports the unsettled deliveries of group on topic, from the
+// backend's Inspector; nil without one.
+func (b *Bus) pendingOf(topic, group string) func(ctx context.Context) (int64, bool) {
+	in, ok := b.be.(backend.Inspector)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context) (int64, bool) {
+		gs, err := in.Groups(ctx, topic)
+		if err != nil {
+			return 0, false
+		}
+		for _, g := range gs {
+			if g.Name == group {
+				return int64(g.Pending), g.Pending != backend.Unknown
+			}
+		}
+		return 0, false
+	}
 }

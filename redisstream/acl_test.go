@@ -25,7 +25,7 @@ import (
 var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
-	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel", "+set",
+	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel", "+set", "+get",
 	"+evalsha", "+eval",
 	"+client|id", "+client|unblock",
 	"+ping",

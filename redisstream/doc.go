@@ -197,13 +197,13 @@
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
-//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel +set
+//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel +set +get
 //	    +evalsha +eval +client|id +client|unblock
 //	    +ping
 //
 // (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups
-// reset", also needs +xgroup|setid, DeleteTopic +del, and partitioned
-// topics +get +time +zremrangebyscore +pttl +pexpire.) The scripts'
+// reset", also needs +xgroup|setid, DeleteTopic +del, and the members of
+// partitioned topics +time +zremrangebyscore +pttl +pexpire.) The scripts'
 // commands are checked against the same ACL; writes to keys outside the
 // prefix are denied.
 //

@@ -101,6 +101,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog), e2e (publish and consume at once) delayed (e2e with a DeliverAt --delay after each send; latency is lateness after it) or keyed (e2e on a key-ordered group of --members members; order violations fail the run)")
 	fs.DurationVar(&cfg.Delay, "delay", time.Second, "the delayed scenario's DeliverAt, after each send")
 	fs.IntVar(&cfg.Members, "members", 1, "the keyed scenario's members of the group, each a Bus of its own")
+	fs.IntVar(&cfg.Partitions, "partitions", 1, "the keyed scenario's partitions of the topic, which the members share")
 	fs.IntVar(&cfg.Keys, "keys", 0, "the keyed scenario's number of keys, given round robin")
 	fs.DurationVar(&cfg.HandlerDelay, "handler-delay", 0, "the keyed scenario's work per message in the handler")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")

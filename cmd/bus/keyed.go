@@ -25,6 +25,7 @@ const scenarioKeyed = "keyed"
 // keyedConfig are the flags of the keyed scenario.
 type keyedConfig struct {
 	Members      int
+	Partitions   int
 	Keys         int
 	HandlerDelay time.Duration
 }
@@ -32,13 +33,16 @@ type keyedConfig struct {
 func (c *benchConfig) validateKeyed() []error {
 	var errs []error
 	if c.Scenario != scenarioKeyed {
-		if c.Members > 1 || c.Keys != 0 || c.HandlerDelay != 0 {
-			errs = append(errs, errors.New("--members, --keys and --handler-delay belong to --scenario keyed"))
+		if c.Members > 1 || c.Keys != 0 || c.HandlerDelay != 0 || c.Partitions > 1 {
+			errs = append(errs, errors.New("--members, --keys, --partitions and --handler-delay belong to --scenario keyed"))
 		}
 		return errs
 	}
 	if c.Members < 1 {
 		errs = append(errs, fmt.Errorf("--members %d: want >= 1", c.Members))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("--partitions %d: want >= 1", c.Partitions))
 	}
 	if c.Keys < 1 {
 		errs = append(errs, fmt.Errorf("--keys %d: want >= 1", c.Keys))

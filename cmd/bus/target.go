@@ -120,6 +120,9 @@ func (t *busTarget) backend() string {
 func (t *busTarget) client() string { return "bus" }
 
 func (t *busTarget) prepare(ctx context.Context, scenario string) error {
+	if t.r.cfg.Scenario == scenarioKeyed && t.r.cfg.Partitions > 1 {
+		return t.b.CreateTopic(ctx, t.r.topic, t.r.cfg.Partitions)
+	}
 	if scenario != scenarioConsume {
 		return nil
 	}

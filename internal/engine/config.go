@@ -77,6 +77,11 @@ type Config[P any] struct {
 	// fetch (see owner), taken as LockHolder, unique to the subscription.
 	Locker     backend.GroupLocker
 	LockHolder string
+	// Pending, when set, reports how many deliveries of the group are
+	// unsettled at the broker (known false when it cannot tell): a member
+	// that takes the lock starts at once when none is, instead of waiting
+	// one ack timeout for what the previous holder left.
+	Pending func(ctx context.Context) (n int64, known bool)
 	// KeyOf returns the ordering key of a public face; nil turns key
 	// ordering off (see keyLines).
 	KeyOf func(p *P) string

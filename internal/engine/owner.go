@@ -118,10 +118,14 @@ func (o *owner[P]) round(r *ownerRound) bool {
 		if takeover || r.other && !owning && r.openAt.IsZero() {
 			// From a member that let the lock lapse, or that released
 			// it: what it leaves unsettled (a delivery its last fetch
-			// was handed as it closed) comes back within an ack timeout.
+			// was handed as it closed) comes back within an ack timeout,
+			// unless nothing is left.
 			r.openAt = now.Add(o.s.cfg.AckTimeout)
 		}
 		r.other = false
+		if !owning && !r.openAt.IsZero() && o.nothingPending() {
+			r.openAt = now
+		}
 		if !owning && !now.Before(r.openAt) {
 			r.openAt = time.Time{}
 			o.setOwning(true)
@@ -133,6 +137,18 @@ func (o *owner[P]) round(r *ownerRound) bool {
 		o.setOwning(false)
 	}
 	return false
+}
+
+// nothingPending reports whether the broker says the group has no
+// unsettled delivery of the topic (Config.Pending).
+func (o *owner[P]) nothingPending() bool {
+	if o.s.cfg.Pending == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+	defer cancel()
+	n, known := o.s.cfg.Pending(ctx)
+	return known && n == 0
 }
 
 func (o *owner[P]) setOwning(v bool) {

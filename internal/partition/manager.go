@@ -42,6 +42,9 @@ type Config struct {
 	// Handover bounds how long a partition moved to another member may
 	// take to drain.
 	Handover time.Duration
+	// Assigned, when set, is told the partitions this member owns after
+	// each heartbeat, before new ones start.
+	Assigned func(owned []int)
 	Observe  func(observer.Event)
 	// Ended is called once, when the manager is done.
 	Ended func()
@@ -262,6 +265,9 @@ func (m *Manager) round(ctx context.Context, first bool) error {
 	m.mu.Unlock()
 	for _, r := range lost {
 		m.handOver(r)
+	}
+	if m.cfg.Assigned != nil {
+		m.cfg.Assigned(want)
 	}
 	var errs []error
 	for _, p := range want {
