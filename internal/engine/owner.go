@@ -87,7 +87,16 @@ type ownerRound struct {
 	// other: a round found the lock held by another member since this
 	// one last held it.
 	other bool
+	// settleAt: from then on a takeover may start early when nothing is
+	// pending (see handoverSettle).
+	settleAt time.Time
 }
+
+// handoverSettle is how long a member that took a lock waits before it
+// trusts the broker's count of unsettled deliveries: a fetch the previous
+// holder started before it stopped may still be handed a message at the
+// broker for this long (Receive blocks about a second at most).
+const handoverSettle = 1500 * time.Millisecond
 
 // round takes or renews the lock once and opens or closes the gate. A
 // takeover keeps the lock renewed while it waits its ack timeout. It
@@ -121,9 +130,10 @@ func (o *owner[P]) round(r *ownerRound) bool {
 			// was handed as it closed) comes back within an ack timeout,
 			// unless nothing is left.
 			r.openAt = now.Add(o.s.cfg.AckTimeout)
+			r.settleAt = now.Add(handoverSettle)
 		}
 		r.other = false
-		if !owning && !r.openAt.IsZero() && o.nothingPending() {
+		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {
 			r.openAt = now
 		}
 		if !owning && !now.Before(r.openAt) {
