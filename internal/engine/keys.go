@@ -80,9 +80,11 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 		case l != nil:
 			// Also after close: it goes back behind the ones before it.
 			l.waiting = append(l.waiting, d)
-		case k.closed:
+		case k.closed && !k.drain:
 			back = append(back, d)
 		default:
+			// Also while draining: a delivery the last fetch brought
+			// is handled, not given back.
 			k.lines[key] = &keyLine[P]{head: d}
 			run = append(run, d)
 		}

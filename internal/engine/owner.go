@@ -63,22 +63,36 @@ func (o *owner[P]) wait(ctx context.Context) bool {
 	}
 }
 
+// run renews the lock every third of its ttl while it holds it, and
+// tries again every waitPoll while it waits for it (a lock another member
+// releases is taken within that).
 func (o *owner[P]) run() {
 	defer close(o.done)
-	t := time.NewTicker(o.ttl / 3)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	var r ownerRound
 	for {
-		if o.round(&r) {
-			return
-		}
 		select {
 		case <-t.C:
 		case <-o.stop:
 			return
 		}
+		if o.round(&r) {
+			return
+		}
+		o.mu.Lock()
+		owning := o.owning
+		o.mu.Unlock()
+		next := o.ttl / 3
+		if !owning {
+			next = min(next, waitPoll)
+		}
+		t.Reset(next)
 	}
 }
+
+// waitPoll is how often a member that waits for a lock asks for it.
+const waitPoll = 250 * time.Millisecond
 
 // ownerRound is what the owner's rounds carry over.
 type ownerRound struct {

@@ -32,7 +32,7 @@ type Config struct {
 	// Member names this member in the group, unique to the subscription.
 	Member string
 	// TTL is how long a heartbeat keeps the member in the group; it
-	// beats every third of it.
+	// beats every third of it, at most every second.
 	TTL   time.Duration
 	Store backend.Partitioner
 	// Open subscribes partition p (not started yet). Its ctx is the
@@ -97,7 +97,7 @@ func (m *Manager) run(ctx context.Context) {
 		}
 		close(m.done)
 	}()
-	t := time.NewTicker(m.cfg.TTL / 3)
+	t := time.NewTicker(beat(m.cfg.TTL))
 	defer t.Stop()
 	for {
 		select {
@@ -237,6 +237,10 @@ func (m *Manager) observe(scope observer.Scope, err error) {
 		m.cfg.Observe(observer.Event{Scope: scope, Topic: m.cfg.Topic, Group: m.cfg.Group, Err: err})
 	}
 }
+
+// beat is how often a member beats: a third of the ttl, at most a second,
+// so that a member that joins or leaves is seen within a second.
+func beat(ttl time.Duration) time.Duration { return min(ttl/3, time.Second) }
 
 // round beats once and brings the running partitions in line with the
 // assignment. The first round fails on any error; later ones keep what
