@@ -123,3 +123,122 @@ func TestPartitionedGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// crashablePart is a crashable member that also stops beating when it
+// crashes, as a killed process would.
+type crashablePart struct{ crashable }
+
+func (c *crashablePart) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
+	if c.dead.Load() {
+		return nil, errCrashed
+	}
+	return c.Backend.Heartbeat(ctx, topic, group, member, ttl)
+}
+
+func (c *crashablePart) Leave(ctx context.Context, topic, group, member string) error {
+	if c.dead.Load() {
+		return errCrashed
+	}
+	return c.Backend.Leave(ctx, topic, group, member)
+}
+
+// The ledger of a partitioned topic through a crash: K keys × M members
+// share 4 partitions, a member that handles messages crashes mid-run (no
+// Close, no heartbeat, no ack); the others take its partitions over.
+// Every message is handled, each key in publish order: only what the
+// crashed member handled without its ack arriving comes again, and
+// nothing of a key runs after a later message of the key.
+func TestPartitionedLedgerThroughAMemberCrash(t *testing.T) {
+	const keys, perKey, members = 8, 40, 3
+	const lease = 300 * time.Millisecond
+	shared, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer shared.Close()
+	admin := bus.New(member{shared})
+	defer closeBus(t, admin)
+	require.NoError(t, admin.CreateTopic(context.Background(), "orders", 4))
+	var mu sync.Mutex
+	order := map[string][]int{}   // key -> sequence numbers in handling order, all members
+	by := map[string]map[int]int{} // key -> seq -> the member that first handled it
+	handled := map[string]bool{}
+	active := make(chan int, 64)
+	backends := make([]*crashablePart, members)
+	for i := range members {
+		backends[i] = &crashablePart{crashable{Backend: shared}}
+		b := bus.New(backends[i], bus.WithObserver(observer.Nop()))
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
+		}()
+		_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+			if backends[i].dead.Load() {
+				<-ctx.Done() // a killed process does nothing more
+				return ctx.Err()
+			}
+			var key string
+			var seq int
+			_, _ = fmt.Sscanf(string(d.Payload), "%s %d", &key, &seq)
+			mu.Lock()
+			order[key] = append(order[key], seq)
+			if by[key] == nil {
+				by[key] = map[int]int{}
+			}
+			if _, ok := by[key][seq]; !ok {
+				by[key][seq] = i
+			}
+			handled[d.ID] = true
+			mu.Unlock()
+			select {
+			case active <- i:
+			default:
+			}
+			return nil
+		}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithMaxInFlight(8))
+		require.NoError(t, err)
+	}
+	var ids []string
+	publish := func(from, to int) {
+		for seq := from; seq < to; seq++ {
+			batch := make([]*bus.Message, 0, keys)
+			for k := range keys {
+				batch = append(batch, &bus.Message{Key: fmt.Sprintf("k%d", k), Payload: fmt.Appendf(nil, "k%d %d", k, seq)})
+			}
+			require.NoError(t, admin.Publish(context.Background(), "orders", batch...))
+			for _, m := range batch {
+				ids = append(ids, m.ID)
+			}
+		}
+	}
+	publish(0, perKey/2)
+	var victim int
+	select {
+	case victim = <-active:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no member handled anything")
+	}
+	backends[victim].crash()
+	publish(perKey/2, perKey)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == len(ids)
+	}, 30*time.Second, 10*time.Millisecond, "every published message handled after the crash")
+	mu.Lock()
+	defer mu.Unlock()
+	for key, seqs := range order {
+		top := -1
+		for _, seq := range seqs {
+			if seq <= top {
+				// Again: only what the crashed member handled first,
+				// and never after a later message of its key.
+				require.Equal(t, victim, by[key][seq], "key %s: %d handled again though the crashed member never had it: %v", key, seq, seqs)
+				continue
+			}
+			require.Equal(t, top+1, seq, "key %s skipped ahead to %d after %d: %v", key, seq, top, seqs)
+			top = seq
+		}
+		require.Equal(t, perKey-1, top, "key %s: every message handled", key)
+	}
+	t.Logf("ledger: %d keys × %d messages, %d members on 4 partitions, member %d crashed: lost 0, no key out of order", keys, perKey, members, victim)
+}

@@ -52,6 +52,11 @@
 //   - Inspector: list topics and groups with their figures, peek at and
 //     delete retained messages (dead-letter list, replay and purge, and
 //     the bus command). A figure the backend cannot know is Unknown.
+//   - GroupLocker: one member of a group at a time consumes a topic
+//     (key-ordered groups, and a partition's owner).
+//   - Partitioner: a topic's partition count, stored at the broker, and
+//     the live members of a group; the bus builds partitioned topics out
+//     of ordinary ones (PartitionTopic, PartitionOf, AssignPartitions).
 //
 // # Errors
 //
