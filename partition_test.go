@@ -158,7 +158,7 @@ func TestPartitionedLedgerThroughAMemberCrash(t *testing.T) {
 	defer closeBus(t, admin)
 	require.NoError(t, admin.CreateTopic(context.Background(), "orders", 4))
 	var mu sync.Mutex
-	order := map[string][]int{}   // key -> sequence numbers in handling order, all members
+	order := map[string][]int{}    // key -> sequence numbers in handling order, all members
 	by := map[string]map[int]int{} // key -> seq -> the member that first handled it
 	handled := map[string]bool{}
 	active := make(chan int, 64)
