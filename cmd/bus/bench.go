@@ -247,6 +247,10 @@ func newBenchRun(cfg benchConfig, label string) *benchRun {
 }
 
 func (r *benchRun) observe(_ context.Context, e observer.Event) {
+	if e.Err == nil {
+		// A notice (a recovery after an outage), not an error.
+		return
+	}
 	r.note(e.Scope.String() + ": " + e.Err.Error())
 }
 

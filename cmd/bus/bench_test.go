@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/observer"
 )
 
 func testBenchConfig(scenario string) benchConfig {
@@ -371,4 +373,14 @@ func TestOrderCheckCountsOnlyRegressionsWithinAKey(t *testing.T) {
 	assert.EqualValues(t, 0, o.count(), "keys 1, 1, 1 (again), 2, 1, 2: in order")
 	o.handled(1)
 	assert.EqualValues(t, 1, o.count(), "key 1 went back from 9 to 1")
+}
+
+// A notice without an error (a receive that recovered after an outage)
+// is not a background error of the run, and does not crash it.
+func TestBenchObserverCountsErrorsNotNotices(t *testing.T) {
+	r := newBenchRun(benchConfig{}, "")
+	r.observe(context.Background(), observer.Event{Scope: observer.ScopeReceive})
+	require.Zero(t, r.errs.Load(), "a recovery notice is no error")
+	r.observe(context.Background(), observer.Event{Scope: observer.ScopeReceive, Err: errors.New("boom")})
+	require.EqualValues(t, 1, r.errs.Load(), "an error is counted")
 }
