@@ -33,14 +33,14 @@ func TestDeliverAtIsAServerSchedule(t *testing.T) {
 				return nil
 			}, bus.WithGroup("g"))
 			require.NoError(t, err)
-			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(600 * time.Millisecond)}
+			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(2500 * time.Millisecond)}
 			later := &bus.Message{ID: "later", Payload: []byte("l"), DeliverAt: time.Now().Add(time.Hour)}
 			before := time.Now()
 			require.NoError(t, b.Publish(ctx, "reminders", soon, later))
 			ts, err := b.Topics(ctx)
 			require.NoError(t, err)
 			require.Len(t, ts, 1)
-			assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules")
+			assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules (due beyond scheduleMinAhead)")
 			assert.EqualValues(t, 0, ts[0].Messages, "none is the topic's yet")
 			select {
 			case d := <-got:
