@@ -128,8 +128,8 @@
 //
 // # Delayed delivery
 //
-// On nats-server 2.12 and later a message with a DeliverAt still to come
-// is published as a message schedule ("Nats-Schedule: @at <time>",
+// On nats-server 2.12 and later a message with a DeliverAt at least two
+// seconds ahead is published as a message schedule ("Nats-Schedule: @at <time>",
 // target the topic's subject) on the subject
 // "<prefix>.~sched.<topic>.<unique token>" of the topic's stream, which
 // is created (or changed once) with AllowMsgSchedules and that subject;
@@ -137,9 +137,10 @@
 // the copy the server stores when the schedule fires, which it does
 // 400 ms early for the member to hold until DeliverAt. The copy
 // carries the message's ID in "bus-id" (the server drops Nats-Msg-Id from
-// it) and its publish time in "bus-published". On older servers and with
-// bind_only streams the message is stored at once, and the bus gives each
-// early delivery back (Snooze) until it is due.
+// it) and its publish time in "bus-published". A message due sooner, and
+// on older servers and with bind_only streams every delayed message, is
+// stored at once, and the bus gives each early delivery back (Snooze)
+// until it is due.
 //
 // # Concurrency
 //
