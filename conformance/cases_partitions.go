@@ -85,17 +85,11 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 	}
 	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
 	log := newKeyLog()
-	var mu sync.Mutex
-	owners := map[string]map[int]bool{} // key -> members that handled it
+	owners := &memberLog{by: map[string]map[int]bool{}}
 	member := func(id int) bus.Handler {
 		return func(_ context.Context, d *bus.Delivery) error {
 			log.start(d)
-			mu.Lock()
-			if owners[d.Key] == nil {
-				owners[d.Key] = map[int]bool{}
-			}
-			owners[d.Key][id] = true
-			mu.Unlock()
+			owners.add(d.Key, id)
 			log.end(d, true)
 			return nil
 		}
@@ -118,15 +112,7 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 		}
 		h.publish(topic, more...)
 		batch1 = append(batch1, more...)
-		mu.Lock()
-		defer mu.Unlock()
-		both := map[int]bool{}
-		for _, ms := range owners {
-			for m := range ms {
-				both[m] = true
-			}
-		}
-		return len(both) == 2
+		return owners.members() == 2
 	}, "both members own partitions")
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)) }, "the first batch handled")
 	require.NoError(t, first.Close(ctx), "close the first member")
@@ -139,6 +125,35 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) },
 		"the member left takes every partition over")
 	log.assertInOrder(t, append(batch1, batch2...))
+}
+
+// memberLog records which members handled each key. Safe for concurrent
+// use.
+type memberLog struct {
+	mu sync.Mutex
+	by map[string]map[int]bool
+}
+
+func (l *memberLog) add(key string, member int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by[key] == nil {
+		l.by[key] = map[int]bool{}
+	}
+	l.by[key][member] = true
+}
+
+// members is how many members handled anything.
+func (l *memberLog) members() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	all := map[int]bool{}
+	for _, ms := range l.by {
+		for m := range ms {
+			all[m] = true
+		}
+	}
+	return len(all)
 }
 
 // Partitions forwards to the backend's Partitioner, when it has one.
