@@ -431,53 +431,18 @@ func TestKeyOrderingLedgerThroughAMemberCrash(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[int]map[string][]int{} // member -> key -> sequence numbers in handling order
 	handled := map[string]bool{}
-	active := make(chan int, members)
-	backends := make([]*crashable, members)
-	for i := range members {
-		backends[i] = &crashable{Backend: shared}
-		b := bus.New(backends[i], bus.WithObserver(observer.Nop()))
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
-		}()
-		_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
-			if backends[i].dead.Load() {
-				<-ctx.Done() // a killed process does nothing more
-				return ctx.Err()
-			}
-			var key string
-			var seq int
-			_, _ = fmt.Sscanf(string(d.Payload), "%s %d", &key, &seq)
-			mu.Lock()
-			if seen[i] == nil {
-				seen[i] = map[string][]int{}
-			}
-			seen[i][key] = append(seen[i][key], seq)
-			handled[d.ID] = true
-			mu.Unlock()
-			select {
-			case active <- i:
-			default:
-			}
-			return nil
-		}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithMaxInFlight(8))
-		require.NoError(t, err)
-	}
+	backends, active := ledgerMembers(t, shared, members, lease, func(i int, key string, seq int, id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[i] == nil {
+			seen[i] = map[string][]int{}
+		}
+		seen[i][key] = append(seen[i][key], seq)
+		handled[id] = true
+	})
 	pub := bus.New(shared)
 	var ids []string
-	publish := func(from, to int) {
-		for seq := from; seq < to; seq++ {
-			batch := make([]*bus.Message, 0, keys)
-			for k := range keys {
-				batch = append(batch, &bus.Message{Key: fmt.Sprintf("k%d", k), Payload: fmt.Appendf(nil, "k%d %d", k, seq)})
-			}
-			require.NoError(t, pub.Publish(context.Background(), "orders", batch...))
-			for _, m := range batch {
-				ids = append(ids, m.ID)
-			}
-		}
-	}
+	publish := func(from, to int) { ids = append(ids, publishLedger(t, pub, keys, from, to)...) }
 	publish(0, perKey/2)
 	var victim int
 	select {
@@ -527,4 +492,58 @@ func TestKeyOrderingLedgerThroughAMemberCrash(t *testing.T) {
 		}
 	}
 	t.Logf("ledger: %d keys × %d messages, %d members, member %d crashed: lost 0, no key out of order", keys, perKey, members, victim)
+}
+
+// ledgerMembers subscribes members key-ordered members of group "g" on
+// "orders", each a Bus over its own crashable view of shared; record is
+// told each message a live member handles ("<key> <seq>"), and active
+// which member handled one.
+func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease time.Duration, record func(member int, key string, seq int, id string)) ([]*crashablePart, chan int) {
+	t.Helper()
+	active := make(chan int, 64)
+	backends := make([]*crashablePart, members)
+	for i := range members {
+		backends[i] = &crashablePart{crashable{Backend: shared}}
+		b := bus.New(backends[i], bus.WithObserver(observer.Nop()))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
+		})
+		_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+			if backends[i].dead.Load() {
+				<-ctx.Done() // a killed process does nothing more
+				return ctx.Err()
+			}
+			var key string
+			var seq int
+			_, _ = fmt.Sscanf(string(d.Payload), "%s %d", &key, &seq)
+			record(i, key, seq, d.ID)
+			select {
+			case active <- i:
+			default:
+			}
+			return nil
+		}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithMaxInFlight(8))
+		require.NoError(t, err)
+	}
+	return backends, active
+}
+
+// publishLedger publishes messages from to to-1 of each of keys keys, in
+// rounds, and returns their IDs.
+func publishLedger(t *testing.T, pub *bus.Bus, keys, from, to int) []string {
+	t.Helper()
+	var ids []string
+	for seq := from; seq < to; seq++ {
+		batch := make([]*bus.Message, 0, keys)
+		for k := range keys {
+			batch = append(batch, &bus.Message{Key: fmt.Sprintf("k%d", k), Payload: fmt.Appendf(nil, "k%d %d", k, seq)})
+		}
+		require.NoError(t, pub.Publish(context.Background(), "orders", batch...))
+		for _, m := range batch {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
 }

@@ -161,55 +161,20 @@ func TestPartitionedLedgerThroughAMemberCrash(t *testing.T) {
 	order := map[string][]int{}    // key -> sequence numbers in handling order, all members
 	by := map[string]map[int]int{} // key -> seq -> the member that first handled it
 	handled := map[string]bool{}
-	active := make(chan int, 64)
-	backends := make([]*crashablePart, members)
-	for i := range members {
-		backends[i] = &crashablePart{crashable{Backend: shared}}
-		b := bus.New(backends[i], bus.WithObserver(observer.Nop()))
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
-		}()
-		_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
-			if backends[i].dead.Load() {
-				<-ctx.Done() // a killed process does nothing more
-				return ctx.Err()
-			}
-			var key string
-			var seq int
-			_, _ = fmt.Sscanf(string(d.Payload), "%s %d", &key, &seq)
-			mu.Lock()
-			order[key] = append(order[key], seq)
-			if by[key] == nil {
-				by[key] = map[int]int{}
-			}
-			if _, ok := by[key][seq]; !ok {
-				by[key][seq] = i
-			}
-			handled[d.ID] = true
-			mu.Unlock()
-			select {
-			case active <- i:
-			default:
-			}
-			return nil
-		}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithMaxInFlight(8))
-		require.NoError(t, err)
-	}
-	var ids []string
-	publish := func(from, to int) {
-		for seq := from; seq < to; seq++ {
-			batch := make([]*bus.Message, 0, keys)
-			for k := range keys {
-				batch = append(batch, &bus.Message{Key: fmt.Sprintf("k%d", k), Payload: fmt.Appendf(nil, "k%d %d", k, seq)})
-			}
-			require.NoError(t, admin.Publish(context.Background(), "orders", batch...))
-			for _, m := range batch {
-				ids = append(ids, m.ID)
-			}
+	backends, active := ledgerMembers(t, shared, members, lease, func(i int, key string, seq int, id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order[key] = append(order[key], seq)
+		if by[key] == nil {
+			by[key] = map[int]int{}
 		}
-	}
+		if _, ok := by[key][seq]; !ok {
+			by[key][seq] = i
+		}
+		handled[id] = true
+	})
+	var ids []string
+	publish := func(from, to int) { ids = append(ids, publishLedger(t, admin, keys, from, to)...) }
 	publish(0, perKey/2)
 	var victim int
 	select {
