@@ -547,3 +547,70 @@ func publishLedger(t *testing.T, pub *bus.Bus, keys, from, to int) []string {
 	}
 	return ids
 }
+
+// A key-ordered member that closes cleanly finishes what it fetched (the
+// deliveries waiting behind their keys' heads too), so the next member
+// starts as soon as nothing of the group is unsettled: well within one
+// ack timeout, and with every key in publish order.
+func TestKeyOrderingCleanCloseHandsOverWithinTheAckTimeout(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 20 * time.Second
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []string
+	firstRunning, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	sub, err := first.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k/0" {
+			once.Do(func() { close(firstRunning) })
+			<-release
+		}
+		mu.Lock()
+		order = append(order, string(d.Payload))
+		mu.Unlock()
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.NoError(t, first.Publish(ctx, "orders", keyedMsgs("k", 3)...))
+	select {
+	case <-firstRunning:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran k/0")
+	}
+	// The second member joins while the first holds the lock.
+	second := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	took := make(chan time.Time, 16)
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		order = append(order, string(d.Payload))
+		mu.Unlock()
+		took <- time.Now()
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close(ctx) }()
+	close(release)
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(lease / 2):
+		t.Fatal("the first member's Close did not return")
+	}
+	begin := time.Now()
+	require.NoError(t, first.Publish(ctx, "orders", &bus.Message{Key: "k", Payload: []byte("k/3")}))
+	select {
+	case at := <-took:
+		assert.Less(t, at.Sub(begin), lease/4, "the next member starts well within the ack timeout")
+	case <-time.After(lease / 2):
+		t.Fatal("the next member did not take over")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"k/0", "k/1", "k/2", "k/3"}, order, "the closing member finished what it fetched; the key stays in order")
+}

@@ -91,6 +91,14 @@ func (s *Sub[P]) shutdown() error {
 	s.stopAfter()
 	s.stopFetch()
 	if s.keys != nil {
+		if s.owner != nil {
+			// One member of the group consumes at a time: finishing what
+			// it fetched lets the next start as soon as nothing of the
+			// group is unsettled, instead of an ack timeout later.
+			s.keys.mu.Lock()
+			s.keys.drain = true
+			s.keys.mu.Unlock()
+		}
 		// Before the dispatcher stops: no key pushes after this.
 		s.keys.close(hard)
 	}
