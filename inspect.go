@@ -59,26 +59,20 @@ func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 // members, as they share the partitions out); given a partition's name
 // ("orders~3", as Topics lists it), the groups of that partition.
 func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
-	if base, p, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
-		// One partition, by the name Topics lists it under.
-		in, err := b.inspector("groups")
-		if err != nil {
-			return nil, err
+	base, one, isPart := backend.SplitPartitionTopic(topic)
+	if !isPart || backend.ValidateTopic(base) != nil {
+		if err := backend.ValidateTopic(topic); err != nil {
+			return nil, fmt.Errorf("bus: groups: %w", err)
 		}
-		return b.partitionGroups(ctx, in, base, p, p+1)
-	}
-	if err := backend.ValidateTopic(topic); err != nil {
-		return nil, fmt.Errorf("bus: groups: %w", err)
+		base, one = topic, -1
 	}
 	in, err := b.inspector("groups")
 	if err != nil {
 		return nil, err
 	}
-	n := 1
-	if pt, ok := b.partitioner(); ok {
-		if n, err = pt.Partitions(ctx, topic, 0); err != nil {
-			return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
-		}
+	n, err := b.recordedPartitions(ctx, base)
+	if err != nil {
+		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
 	}
 	if n <= 1 {
 		gs, err := in.Groups(ctx, topic)
@@ -87,7 +81,12 @@ func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, er
 		}
 		return gs, nil
 	}
-	return b.partitionGroups(ctx, in, topic, 0, n)
+	from, to := 0, n
+	if one >= 0 {
+		// One partition, by the name Topics lists it under.
+		from, to = one, one+1
+	}
+	return b.partitionGroups(ctx, in, base, n, from, to)
 }
 
 // DeleteTopic removes topic: its retained messages and its consumer
@@ -106,16 +105,14 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 	if !ok {
 		return fmt.Errorf("bus: delete topic %q: %w: %s cannot delete topics", topic, ErrUnsupported, b.caps.Name)
 	}
-	if pt, ok := b.partitioner(); ok {
-		n, err := pt.Partitions(ctx, topic, 0)
-		if err != nil {
-			return fmt.Errorf("bus: delete topic %q: %w", topic, err)
-		}
+	n, err := b.recordedPartitions(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("bus: delete topic %q: %w", topic, err)
+	}
+	if n > 1 {
 		for p := range n {
-			if n > 1 {
-				if err := d.DeleteTopic(ctx, backend.PartitionTopic(topic, p)); err != nil {
-					return fmt.Errorf("bus: delete topic %q, partition %d: %w", topic, p, err)
-				}
+			if err := d.DeleteTopic(ctx, backend.PartitionTopic(topic, p)); err != nil {
+				return fmt.Errorf("bus: delete topic %q, partition %d: %w", topic, p, err)
 			}
 		}
 	}

@@ -441,22 +441,11 @@ func TestKeyOrderingLedgerThroughAMemberCrash(t *testing.T) {
 		handled[id] = true
 	})
 	pub := bus.New(shared)
-	var ids []string
-	publish := func(from, to int) { ids = append(ids, publishLedger(t, pub, keys, from, to)...) }
-	publish(0, perKey/2)
-	var victim int
-	select {
-	case victim = <-active:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no member handled anything")
-	}
-	backends[victim].crash()
-	publish(perKey/2, perKey)
-	require.Eventually(t, func() bool {
+	victim := crashMidLedger(t, pub, keys, perKey, backends, active, func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(handled) == len(ids)
-	}, 20*time.Second, 10*time.Millisecond, "every published message handled after the crash")
+		return len(handled)
+	}, 20*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	// Each member handled each key in publish order. What the crashed
@@ -528,6 +517,26 @@ func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease ti
 		require.NoError(t, err)
 	}
 	return backends, active
+}
+
+// crashMidLedger runs a ledger: the first half of each key's messages, a
+// crash of the first member that handles one, the second half; then it
+// waits within the bound until handled reports every message handled,
+// and returns the crashed member.
+func crashMidLedger(t *testing.T, pub *bus.Bus, keys, perKey int, backends []*crashablePart, active <-chan int, handled func() int, within time.Duration) int {
+	t.Helper()
+	ids := publishLedger(t, pub, keys, 0, perKey/2)
+	var victim int
+	select {
+	case victim = <-active:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no member handled anything")
+	}
+	backends[victim].crash()
+	ids = append(ids, publishLedger(t, pub, keys, perKey/2, perKey)...)
+	require.Eventually(t, func() bool { return handled() == len(ids) }, within, 10*time.Millisecond,
+		"every published message handled after the crash")
+	return victim
 }
 
 // publishLedger publishes messages from to to-1 of each of keys keys, in

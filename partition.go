@@ -262,17 +262,25 @@ func (c chainLimiter) Release(n int) {
 	c.first.Release(n)
 }
 
-// partitionGroups lists the groups of partitions from to to-1 of topic
-// with each partition's owner.
-func (b *Bus) partitionGroups(ctx context.Context, in backend.Inspector, topic string, from, to int) ([]backend.GroupInfo, error) {
+// recordedPartitions reads topic's partition count without recording
+// one (inspection and deletion): 1 when none is recorded or the backend
+// has no partitioned topics.
+func (b *Bus) recordedPartitions(ctx context.Context, topic string) (int, error) {
 	pt, ok := b.partitioner()
 	if !ok {
-		return nil, fmt.Errorf("bus: groups of %q: %w: %s has no partitioned topics", topic, ErrUnsupported, b.caps.Name)
+		return 1, nil
 	}
 	n, err := pt.Partitions(ctx, topic, 0)
 	if err != nil {
-		return nil, fmt.Errorf("bus: groups of %q: %w", topic, err)
+		return 0, err
 	}
+	return max(n, 1), nil
+}
+
+// partitionGroups lists the groups of partitions from to to-1 of topic,
+// which has n, with each partition's owner.
+func (b *Bus) partitionGroups(ctx context.Context, in backend.Inspector, topic string, n, from, to int) ([]backend.GroupInfo, error) {
+	pt, _ := b.partitioner() // n > 1: there is one
 	members := map[string][]string{}
 	var out []backend.GroupInfo
 	for p := from; p < to; p++ {

@@ -37,21 +37,6 @@ func (s *Sub[P]) Close(ctx context.Context) error {
 	return nil
 }
 
-// Drain closes the subscription as Close does, except that the
-// deliveries of a key-ordered subscription waiting behind their key's head
-// are handled in turn rather than given back: what the subscription has
-// fetched is done when it returns, so the next member starts after it
-// (a partition's handover). A head waiting for its retry still goes back,
-// its key behind it.
-func (s *Sub[P]) Drain(ctx context.Context) error {
-	if s.keys != nil {
-		s.keys.mu.Lock()
-		s.keys.drain = true
-		s.keys.mu.Unlock()
-	}
-	return s.Close(ctx)
-}
-
 // Force makes the shutdown stop waiting for the running handlers (at
 // once if it has not started yet): their ctx is cancelled with cause
 // ErrClosing.

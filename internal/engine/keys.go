@@ -33,7 +33,8 @@ type keyLines[P any] struct {
 	lines  map[string]*keyLine[P]
 	closed bool
 	// drain: after close, the deliveries waiting behind a head still run
-	// in turn (a handover, see Sub.Drain) instead of going back.
+	// in turn instead of going back (a subscription with a group lock,
+	// see Sub.shutdown).
 	drain bool
 	// prevs counts the lines whose retry waits for a nacking handler
 	// (keyLine.prev), so that a handler's return looks only when one does.

@@ -16,10 +16,9 @@ import (
 // Runner is the subscription of one partition (the engine's Sub).
 type Runner interface {
 	Start()
+	// Close stops the partition; holding the partition's lock, it handles
+	// what it fetched before it releases the lock (a handover).
 	Close(ctx context.Context) error
-	// Drain is Close for a handover: what was fetched is handled, not
-	// given back, so that the next owner starts after it.
-	Drain(ctx context.Context) error
 	Force(cause error)
 	Done() <-chan struct{}
 	Err() error
@@ -57,8 +56,6 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[int]Runner
 	leaving map[Runner]struct{} // partitions draining for a handover or the close
-	owned   []int               // the partitions assigned at the last heartbeat
-	members []string            // the live members at the last heartbeat
 	closing bool
 	err     error // why the manager ended on its own; nil after a Close
 	// closeErr is the shutdown's error, returned by the Close that
@@ -224,14 +221,6 @@ func (m *Manager) Err() error {
 	return m.err
 }
 
-// Assignment returns the live members and this member's partitions at the
-// last heartbeat.
-func (m *Manager) Assignment() (members []string, owned []int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.members), slices.Clone(m.owned)
-}
-
 func (m *Manager) observe(scope observer.Scope, err error) {
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(observer.Event{Scope: scope, Topic: m.cfg.Topic, Group: m.cfg.Group, Err: err})
@@ -258,7 +247,6 @@ func (m *Manager) round(ctx context.Context, first bool) error {
 		m.mu.Unlock()
 		return nil
 	}
-	m.members, m.owned = members, want
 	var lost []Runner
 	for p, r := range m.running {
 		if !slices.Contains(want, p) {
@@ -337,7 +325,7 @@ func (m *Manager) handOver(r Runner) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Handover)
 		defer cancel()
-		if err := r.Drain(ctx); err != nil {
+		if err := r.Close(ctx); err != nil {
 			m.observe(observer.ScopeShutdown, fmt.Errorf("bus: hand over a partition of %q: %w", m.cfg.Topic, err))
 		}
 	}()
