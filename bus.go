@@ -388,7 +388,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	if o.deadLetter == topic {
 		errs = append(errs, fmt.Errorf("%w: dead-letter topic is the subscribed topic", ErrInvalidOption))
 	}
-	if o.startFrom == StartOldest && !b.caps.StartOldest {
+	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))
 	}
 	if len(errs) > 0 {

@@ -73,7 +73,7 @@ func TestSubscribeCtxCancelStopsFetchingWhilePublishBlocked(t *testing.T) {
 			default:
 			}
 			return nil
-		}, bus.WithGroup(fmt.Sprintf("g%d", round)), bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(maxInFlight))
+		}, bus.WithGroup(fmt.Sprintf("g%d", round)), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(maxInFlight))
 		require.NoError(t, err, "round %d", round)
 		<-started
 		cancel() // cancels the fetch ctx before it returns

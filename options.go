@@ -20,15 +20,6 @@ type SubscribeOption interface {
 	applySubscribe(*subscribeOptions) error
 }
 
-const (
-	// StartNewest (the default) delivers messages published after the
-	// group was created. It matters only when the group is created; an
-	// existing group resumes where it stands.
-	StartNewest = backend.StartNewest
-	// StartOldest delivers every message the topic still retains.
-	StartOldest = backend.StartOldest
-)
-
 // AckMode says when a delivery is settled. Its value is its name; the
 // zero value is AckOnSuccess.
 type AckMode string
@@ -372,11 +363,14 @@ func WithHandlerTimeout(d time.Duration) SubscribeOption {
 	})
 }
 
-// WithStartFrom sets where a new group starts (default StartNewest). It
-// does not move an existing group.
+// WithStartFrom sets where a new group starts: backend.StartNewest (the
+// default) delivers messages published after the group was created,
+// backend.StartOldest every message the topic still retains. It matters
+// only when the group is created; an existing group resumes where it
+// stands.
 func WithStartFrom(f backend.StartFrom) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
-		if f != StartNewest && f != StartOldest {
+		if f != backend.StartNewest && f != backend.StartOldest {
 			return fmt.Errorf("%w: start from %v", ErrInvalidOption, f)
 		}
 		s.startFrom = f

@@ -403,7 +403,7 @@ func TestSubscribeRejectsInvalidOptions(t *testing.T) {
 		{"nil limiter", bus.WithLimiter(nil)},
 		{"bad ack mode", bus.WithAckMode(bus.AckMode("eventually"))},
 		{"negative handler timeout", bus.WithHandlerTimeout(-time.Second)},
-		{"unsupported start", bus.WithStartFrom(bus.StartOldest)},
+		{"unsupported start", bus.WithStartFrom(backend.StartOldest)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 )
 
 // testRoundTrip: ID, key, unicode headers, every byte value in the payload,
@@ -213,7 +214,7 @@ func testStartFromNewest(t *testing.T, s *suite) {
 	h.publishN(topic, "old", 3)
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(nil),
-		bus.WithGroup(h.group("newest")), bus.WithStartFrom(bus.StartNewest), bus.WithAckTimeout(s.longLease()))
+		bus.WithGroup(h.group("newest")), bus.WithStartFrom(backend.StartNewest), bus.WithAckTimeout(s.longLease()))
 	fresh := h.publishN(topic, "new", 3)
 	s.eventually(t, func() bool { return in.distinct() >= len(fresh) }, "the new messages should arrive")
 	s.never(t, s.ackTimeout(), func() bool { return in.len() > len(fresh) }, "no old message for a newest group")
@@ -231,9 +232,9 @@ func testStartFromOldest(t *testing.T, s *suite) {
 	oldestGroup := h.group("oldest")
 	inOld, inNew := &inbox{}, &inbox{}
 	subOld := h.subscribe(context.Background(), topic, inOld.handle(nil),
-		bus.WithGroup(oldestGroup), bus.WithStartFrom(bus.StartOldest), bus.WithAckTimeout(s.longLease()))
+		bus.WithGroup(oldestGroup), bus.WithStartFrom(backend.StartOldest), bus.WithAckTimeout(s.longLease()))
 	h.subscribe(context.Background(), topic, inNew.handle(nil),
-		bus.WithGroup(h.group("newest")), bus.WithStartFrom(bus.StartNewest), bus.WithAckTimeout(s.longLease()))
+		bus.WithGroup(h.group("newest")), bus.WithStartFrom(backend.StartNewest), bus.WithAckTimeout(s.longLease()))
 	fresh := h.publishN(topic, "new", 3)
 
 	all := append(append([]*bus.Message(nil), old...), fresh...)
@@ -252,7 +253,7 @@ func testStartFromOldest(t *testing.T, s *suite) {
 	h.closeSub(subOld)
 	again := &inbox{}
 	h.subscribe(context.Background(), topic, again.handle(nil),
-		bus.WithGroup(oldestGroup), bus.WithStartFrom(bus.StartOldest), bus.WithAckTimeout(s.longLease()))
+		bus.WithGroup(oldestGroup), bus.WithStartFrom(backend.StartOldest), bus.WithAckTimeout(s.longLease()))
 	later := h.publishN(topic, "later", 2)
 	s.eventually(t, func() bool { return again.distinct() >= len(later) }, "the rejoined group should get new messages")
 	s.never(t, s.ackTimeout(), func() bool { return again.len() > len(later) },

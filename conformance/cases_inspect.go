@@ -53,7 +53,7 @@ func testInspectorFigures(t *testing.T, s *suite) {
 		case <-ctx.Done():
 		}
 		return nil
-	}, bus.WithGroup(group), bus.WithMaxInFlight(3), bus.WithAckTimeout(s.longLease()), bus.WithStartFrom(bus.StartOldest))
+	}, bus.WithGroup(group), bus.WithMaxInFlight(3), bus.WithAckTimeout(s.longLease()), bus.WithStartFrom(backend.StartOldest))
 	defer func() {
 		close(block)
 		h.closeSub(sub)
@@ -211,7 +211,7 @@ func testDeleteTopic(t *testing.T, s *suite) {
 		return nil
 	}
 	sub := h.subscribe(context.Background(), topic, handler,
-		bus.WithGroup(h.group("before")), bus.WithStartFrom(bus.StartOldest))
+		bus.WithGroup(h.group("before")), bus.WithStartFrom(backend.StartOldest))
 	h.publishN(topic, "old", 3)
 	for range 3 {
 		recv(t, s, payloads, "the messages published before the delete")
@@ -230,7 +230,7 @@ func testDeleteTopic(t *testing.T, s *suite) {
 
 	h.publishN(topic, "new", 2)
 	sub = h.subscribe(context.Background(), topic, handler,
-		bus.WithGroup(h.group("after")), bus.WithStartFrom(bus.StartOldest))
+		bus.WithGroup(h.group("after")), bus.WithStartFrom(backend.StartOldest))
 	defer h.closeSub(sub)
 	got := []string{recv(t, s, payloads, "the first message published after the delete"),
 		recv(t, s, payloads, "the second message published after the delete")}

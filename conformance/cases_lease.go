@@ -226,7 +226,7 @@ func cancelRound(t *testing.T, s *suite, b *bus.Bus, topic string, round, maxInF
 	proceed := make(chan struct{})
 	opts := []bus.SubscribeOption{bus.WithGroup("g-cancel-" + uniqueSuffix()), bus.WithMaxInFlight(maxInFlight), bus.WithAckTimeout(s.longLease())}
 	if s.caps.StartOldest {
-		opts = append(opts, bus.WithStartFrom(bus.StartOldest))
+		opts = append(opts, bus.WithStartFrom(backend.StartOldest))
 	}
 	sub, err := b.Subscribe(ctx, topic, func(ctx context.Context, d *bus.Delivery) error {
 		if cancelled.Load() {

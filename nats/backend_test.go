@@ -298,7 +298,7 @@ func TestCoreModeDoesNotStoreMessages(t *testing.T) {
 		t.Fatal("no delivery in core mode")
 	}
 	_, err = b.Subscribe(context.Background(), "core.t", func(context.Context, *bus.Delivery) error { return nil },
-		bus.WithGroup("g2"), bus.WithStartFrom(bus.StartOldest))
+		bus.WithGroup("g2"), bus.WithStartFrom(backend.StartOldest))
 	require.ErrorIs(t, err, bus.ErrUnsupported, "core NATS cannot start a group from the oldest message")
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
@@ -37,7 +38,7 @@ func TestClusterNodeKilledMidRunLosesNothing(t *testing.T) {
 	l := newLedger()
 	const topic, n = "killed", 600
 	_, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"),
-		bus.WithStartFrom(bus.StartOldest), bus.WithAckTimeout(faultAckTimeout))
+		bus.WithStartFrom(backend.StartOldest), bus.WithAckTimeout(faultAckTimeout))
 	require.NoError(t, err)
 
 	halfway := make(chan struct{})

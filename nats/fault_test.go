@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/middleware"
 	busnats "github.com/eventbus-go/bus/nats"
@@ -90,7 +91,7 @@ func runFaultChild(t *testing.T) {
 		mu.Unlock()
 		<-ctx.Done() // hang until killed
 		return ctx.Err()
-	}, bus.WithGroup("workers"), bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(4), bus.WithAckTimeout(faultAckTimeout))
+	}, bus.WithGroup("workers"), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(4), bus.WithAckTimeout(faultAckTimeout))
 	require.NoError(t, err)
 	select {} // the parent kills this process
 }
@@ -162,7 +163,7 @@ func TestFaultKilledConsumerIsRedelivered(t *testing.T) {
 	// the 4 it held after AckWait.
 	start := time.Now()
 	_, err = b.Subscribe(context.Background(), topic, recordingHandler(l),
-		bus.WithGroup("workers"), bus.WithStartFrom(bus.StartOldest), bus.WithAckTimeout(faultAckTimeout))
+		bus.WithGroup("workers"), bus.WithStartFrom(backend.StartOldest), bus.WithAckTimeout(faultAckTimeout))
 	require.NoError(t, err)
 	waitNoLoss(t, l, 30*time.Second)
 	c := l.log(t, "sigkill")

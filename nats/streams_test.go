@@ -37,7 +37,7 @@ func TestPrefixesNeverShareAStream(t *testing.T) {
 				_, err := bb.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
 					ch <- string(d.Payload)
 					return nil
-				}, bus.WithStartFrom(bus.StartOldest))
+				}, bus.WithStartFrom(backend.StartOldest))
 				require.NoError(t, err, "subscribe %s", name)
 			}
 			require.NoError(t, a.Publish(ctx, "orders", &bus.Message{Payload: []byte("from a")}), "bus a publishes")

@@ -127,7 +127,7 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 		}
 		return err
 	}, bus.WithGroup("g"), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(200*time.Millisecond),
-		bus.WithDeadLetter(topic+".dlq"), bus.WithStartFrom(bus.StartOldest))
+		bus.WithDeadLetter(topic+".dlq"), bus.WithStartFrom(backend.StartOldest))
 	require.NoError(t, err, "Subscribe with the least-privilege user")
 	for _, id := range []string{"ack", "extend", "nack", "dead", "snooze"} {
 		require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: id, Payload: []byte(id)}), "Publish %s with the least-privilege user", id)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/redistest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/redisstream"
@@ -36,7 +37,7 @@ func TestMalformedEntryIsDeadLetteredAndNeverReachesHandler(t *testing.T) {
 	sub, err := b.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
 		got <- d.ID
 		return nil
-	}, bus.WithStartFrom(bus.StartOldest), bus.WithGroup("g"))
+	}, bus.WithStartFrom(backend.StartOldest), bus.WithGroup("g"))
 	require.NoError(t, err)
 	select {
 	case id := <-got:
@@ -158,7 +159,7 @@ func TestSettledRetentionNeverTrimsUnsettledEntries(t *testing.T) {
 		acked++
 		mu.Unlock()
 		return nil
-	}, bus.WithGroup("fast"), bus.WithStartFrom(bus.StartOldest))
+	}, bus.WithGroup("fast"), bus.WithStartFrom(backend.StartOldest))
 	require.NoError(t, err)
 	for i := range n / 100 {
 		batch := make([]*bus.Message, 100)

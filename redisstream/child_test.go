@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/redisstream"
 )
 
@@ -62,7 +63,7 @@ func runChild() {
 		mu.Unlock()
 		return nil
 	}, bus.WithGroup(os.Getenv(childGroupEnv)), bus.WithAckTimeout(childAckTimeout),
-		bus.WithMaxInFlight(8), bus.WithStartFrom(bus.StartOldest))
+		bus.WithMaxInFlight(8), bus.WithStartFrom(backend.StartOldest))
 	if err != nil {
 		fail(err)
 	}

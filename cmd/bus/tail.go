@@ -131,7 +131,7 @@ func parseTailArgs(args []string, stderr io.Writer) (rawURL string, opts tailOpt
 	}
 	var err error
 	opts.ackMode, err = parseAckMode(*ackMode)
-	starts := map[string]backend.StartFrom{"newest": bus.StartNewest, "oldest": bus.StartOldest}
+	starts := map[string]backend.StartFrom{"newest": backend.StartNewest, "oldest": backend.StartOldest}
 	start, known := starts[*from]
 	opts.from = start
 	var why string

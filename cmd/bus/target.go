@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -147,9 +148,9 @@ func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, 
 
 // subOn subscribes the run's group on b.
 func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
-	from := bus.StartNewest
+	from := backend.StartNewest
 	if t.r.cfg.Scenario == scenarioConsume {
-		from = bus.StartOldest
+		from = backend.StartOldest
 	}
 	opts := []bus.SubscribeOption{
 		bus.WithGroup(fmt.Sprintf("bench-%x", t.r.nonce)),

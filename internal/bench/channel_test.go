@@ -24,6 +24,7 @@ import (
 	"time"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/rawclient"
 )
@@ -292,7 +293,7 @@ func BenchmarkMemConsume(b *testing.B) {
 		}
 		c := newCounter(round)
 		start := time.Now()
-		sub, err := bs.Subscribe(ctx, topic, c.handle, bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(chanInFlight))
+		sub, err := bs.Subscribe(ctx, topic, c.handle, bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(chanInFlight))
 		if err != nil {
 			b.Fatalf("subscribe: %v", err)
 		}

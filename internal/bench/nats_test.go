@@ -59,6 +59,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/internal/rawclient"
 	busnats "github.com/eventbus-go/bus/nats"
@@ -285,7 +286,7 @@ func (e *natsEnv) busConsume(topic string, n int) *bus.Subscription {
 			close(done)
 		}
 		return nil
-	}, bus.WithGroup("g"), bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(natsInFlight))
+	}, bus.WithGroup("g"), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(natsInFlight))
 	if err != nil {
 		e.b.Fatalf("bus subscribe: %v", err)
 	}

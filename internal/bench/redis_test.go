@@ -50,6 +50,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/redistest"
@@ -167,7 +168,7 @@ func (e *redisEnv) busConsume(topic string, n int) {
 			close(done)
 		}
 		return nil
-	}, bus.WithGroup("g"), bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(redisInFlight))
+	}, bus.WithGroup("g"), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(redisInFlight))
 	if err != nil {
 		e.b.Fatalf("bus subscribe: %v", err)
 	}

@@ -135,7 +135,7 @@ func (e *env) consume(b *bus.Bus, consumer string, opts ...bus.SubscribeOption) 
 func (e *env) consumeWith(b *bus.Bus, consumer string, work bus.Handler, opts ...bus.SubscribeOption) *bus.Subscription {
 	e.t.Helper()
 	base := []bus.SubscribeOption{
-		bus.WithGroup("workers"), bus.WithAckTimeout(ackTimeout), bus.WithStartFrom(bus.StartOldest),
+		bus.WithGroup("workers"), bus.WithAckTimeout(ackTimeout), bus.WithStartFrom(backend.StartOldest),
 	}
 	sub, err := b.Subscribe(context.Background(), e.topic, func(ctx context.Context, d *bus.Delivery) error {
 		e.ledger.Deliver(consumer, d.ID, d.Attempt)
