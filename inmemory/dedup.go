@@ -12,16 +12,16 @@ import (
 // under a load that publishes more within the window, the oldest are
 // forgotten early. Guarded by the topic's inMu.
 //
-// The IDs are kept in a ring in publish order, each with its hash; a map
-// from hash to the ID's place in the ring finds them. The map holds no
-// pointers, so the collector does not walk it, and a lookup compares the
-// ID itself: two IDs with one hash can only make the first forgotten
-// early (published twice), never a new message taken for a duplicate.
+// The IDs are kept in a ring in publish order, each with its hash; an
+// index from hash to the ID's place in the ring finds them (seqIndex),
+// and a lookup compares the ID itself: two IDs with one hash can only
+// make the first forgotten early (published twice), never a new message
+// taken for a duplicate.
 type dedup struct {
 	window int64 // nanoseconds; 0: off
 	max    int
 	seed   maphash.Seed
-	at     map[uint64]uint64 // hash -> sequence number of its latest ID
+	at     seqIndex // hash -> sequence number of its latest ID
 	// order is the ring of remembered IDs: sequence numbers first to
 	// first+n-1, the oldest at head. It grows by doubling up to max.
 	order   []seenID
@@ -41,6 +41,7 @@ type keyHash struct {
 
 type seenID struct {
 	id    string
+	h     uint64
 	until int64 // when it is forgotten (broker clock)
 }
 
@@ -57,7 +58,7 @@ func dedupKey(e *entry) string {
 // has reports whether key (of hash h) is remembered and not yet past
 // its window.
 func (d *dedup) has(key string, h uint64, now int64) bool {
-	seq, ok := d.at[h]
+	seq, ok := d.at.get(h)
 	if !ok || seq < d.first {
 		return false
 	}
@@ -73,8 +74,9 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	if d.window == 0 {
 		return es, bytes
 	}
-	if d.at == nil {
-		d.at, d.seed = map[uint64]uint64{}, maphash.MakeSeed()
+	if d.order == nil {
+		d.seed = maphash.MakeSeed()
+		d.grow()
 	}
 	d.kept = d.kept[:0]
 	if len(es) > 32 {
@@ -137,8 +139,8 @@ func (d *dedup) record(now int64) {
 				d.pop()
 			}
 		}
-		d.order[(d.head+d.n)%len(d.order)] = seenID{id: k.key, until: until}
-		d.at[k.h] = d.first + uint64(d.n)
+		d.order[(d.head+d.n)%len(d.order)] = seenID{id: k.key, h: k.h, until: until}
+		d.at.set(k.h, d.first+uint64(d.n))
 		d.n++
 	}
 	clear(d.kept)
@@ -147,21 +149,20 @@ func (d *dedup) record(now int64) {
 
 // pop forgets the oldest remembered ID.
 func (d *dedup) pop() {
-	h := maphash.String(d.seed, d.order[d.head].id)
-	if d.at[h] == d.first {
-		delete(d.at, h)
-	}
+	d.at.remove(d.order[d.head].h, d.first)
 	d.order[d.head] = seenID{}
 	d.head = (d.head + 1) % len(d.order)
 	d.n--
 	d.first++
 }
 
-// grow doubles the ring, up to max.
+// grow doubles the ring, up to max, and rebuilds the index for it.
 func (d *dedup) grow() {
 	r := make([]seenID, min(max(2*len(d.order), 1024), d.max))
+	d.at.reset(len(r))
 	for i := range d.n {
 		r[i] = d.order[(d.head+i)%len(d.order)]
+		d.at.set(r[i].h, d.first+uint64(i))
 	}
 	d.order, d.head = r, 0
 }
