@@ -623,3 +623,70 @@ func TestKeyOrderingCleanCloseHandsOverWithinTheAckTimeout(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"k/0", "k/1", "k/2", "k/3"}, order, "the closing member finished what it fetched; the key stays in order")
 }
+
+// lockCut is a member whose link to the group lock is cut on cut() while
+// its deliveries still reach the broker: it can no longer renew the lock,
+// yet it could keep its leases alive. It must fence itself: cancel what
+// it runs, keep nothing alive, start nothing more.
+type lockCut struct {
+	*inmemory.Backend
+	cut atomic.Bool
+}
+
+func (c *lockCut) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	if c.cut.Load() {
+		return false, false, errors.New("lock store unreachable")
+	}
+	return c.Backend.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+// Close leaves the shared broker open for the other member.
+func (c *lockCut) Close() error { return nil }
+
+// A member that loses the group lock while its handler runs, but could
+// still extend the handler's lease, is fenced: its handler is cancelled
+// with ErrLeaseLost, its lease lapses, and the next holder handles the key
+// from that message on, in order.
+func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 400 * time.Millisecond
+	ctx := context.Background()
+	cutA := &lockCut{Backend: be}
+	a := bus.New(cutA, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, a)
+	started, cause := make(chan string, 4), make(chan error, 1)
+	_, err = a.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		started <- string(d.Payload)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(backend.StartOldest))
+	require.NoError(t, err)
+	require.NoError(t, a.Publish(ctx, "orders", keyedMsgs("k", 2)...))
+	select {
+	case got := <-started:
+		require.Equal(t, "k/0", got, "the first member runs the key's head")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never started k/0")
+	}
+	b := bus.New(member{be})
+	defer closeBus(t, b)
+	var order orderLog
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		order.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	cutA.cut.Store(true)
+	select {
+	case err := <-cause:
+		assert.ErrorIs(t, err, bus.ErrLeaseLost, "the fenced handler is told why")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member that lost the lock kept running its handler")
+	}
+	require.Eventually(t, func() bool { return order.len() >= 2 }, 15*time.Second, 10*time.Millisecond, "the next holder handles the key")
+	assert.Equal(t, []string{"k/0#2", "k/1#2"}, order.list()[:2], "from the fenced message on, in order, each a second delivery")
+	assert.Empty(t, started, "the fenced member started nothing more")
+}

@@ -1,8 +1,10 @@
 package inmemory
 
 import (
+	"cmp"
 	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -78,6 +80,7 @@ type group struct {
 	cursor uint64 // next offset to deliver for the first time
 
 	ready   fifo[redo] // redeliveries due now, oldest first
+	expired []redo     // reap's buffer
 	delayed delayHeap  // nacked with a delay
 	seq     uint64
 	queues  []*leaseQueue
@@ -150,7 +153,11 @@ func (g *group) trim() {
 }
 
 // reap makes expired leases and due delayed nacks ready for redelivery.
+// The leases that expired since the last reap are redelivered in log
+// order, whatever order their last extensions left them in: a member that
+// takes over from one that stopped gets the keys' heads first.
 func (g *group) reap(now int64) {
+	expired := g.expired[:0]
 	for _, q := range g.queues {
 		for q.recs.len() > 0 {
 			r := q.recs.front()
@@ -162,11 +169,17 @@ func (g *group) reap(now int64) {
 				if r.l.chain == nil {
 					r.l.chain = &leaseChain{}
 				}
-				g.ready.push(redo{e: r.l.e, attempt: r.l.attempt + 1, chain: r.l.chain})
+				expired = append(expired, redo{e: r.l.e, attempt: r.l.attempt + 1, chain: r.l.chain})
 			}
 			q.recs.pop()
 		}
 	}
+	slices.SortFunc(expired, func(a, b redo) int { return cmp.Compare(a.e.off, b.e.off) })
+	for _, r := range expired {
+		g.ready.push(r)
+	}
+	clear(expired)
+	g.expired = expired[:0]
 	for len(g.delayed) > 0 && g.delayed[0].due <= now {
 		d := g.delayed.pop()
 		g.ready.push(redo{e: d.e, attempt: d.attempt, chain: d.chain})

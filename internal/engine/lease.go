@@ -85,19 +85,59 @@ func (k *leaseKeeper[P]) tick(now int64) {
 	if k.s.keys != nil {
 		running = k.s.keys.held(running)
 	}
+	fenced := k.s.owner != nil && k.s.owner.fenced()
 	var lost []observer.Event
 	for _, d := range running {
-		if (*handlerCtx[P])(d).ended() || now-d.received < int64(k.period) {
+		if (*handlerCtx[P])(d).ended() || !fenced && now-d.received < int64(k.period) {
 			continue
 		}
 		k.s.mu.Lock()
-		lost = k.checkLocked(lost, d, now)
+		if fenced {
+			lost = k.fenceLocked(lost, d)
+		} else {
+			lost = k.checkLocked(lost, d, now)
+		}
 		k.s.mu.Unlock()
 	}
 	clear(running)
 	k.buf = running[:0]
 	k.report(lost)
 }
+
+// fence gives up the lease of every delivery the subscription runs or
+// holds, at once, when its group lock was lost (errFenced). The owner
+// calls it; the ticks that follow catch what was fetched meanwhile.
+func (k *leaseKeeper[P]) fence() {
+	running := k.s.disp.running(nil)
+	if k.s.keys != nil {
+		running = k.s.keys.held(running)
+	}
+	var lost []observer.Event
+	k.s.mu.Lock()
+	for _, d := range running {
+		if !(*handlerCtx[P])(d).ended() {
+			lost = k.fenceLocked(lost, d)
+		}
+	}
+	k.s.mu.Unlock()
+	k.report(lost)
+}
+
+func (k *leaseKeeper[P]) fenceLocked(lost []observer.Event, d *Delivery[P]) []observer.Event {
+	if l := &d.extLocked().kept; !l.lost {
+		return k.loseLocked(lost, d, l, errFenced)
+	}
+	return lost
+}
+
+// errFenced is the cause of a lease the subscription gives up because its
+// group lock passed to another member: the deliveries it fetched under the
+// lock are no longer extended and their handlers are cancelled, so that
+// their leases lapse before the next holder starts (it waits one ack
+// timeout after taking the lock over), and the waiting ones never reach a
+// handler here. This is the lock's fence: a member that lost the lock
+// neither starts nor keeps alive anything of the group.
+var errFenced = fmt.Errorf("%w: the group lock passed to another member", ErrLeaseLost)
 
 // checkLocked extends the lease of a running handler that is due for it,
 // or gives it up when it cannot be kept.

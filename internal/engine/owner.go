@@ -21,7 +21,11 @@ import (
 // its last fetch was handed as it closed) is back with the group, and is
 // handed out, before anything after it. A
 // subscription that cannot renew for half the ttl, or finds another holder,
-// stops fetching. Close releases the lock after the subscription drained.
+// stops fetching and fences itself: a Receive under way ends and gives back
+// what it was handed, the handlers it runs are cancelled with ErrLeaseLost,
+// and no lease of its is extended or handler started any more, so its
+// leases lapse before the next holder starts (see leaseKeeper.fence).
+// Close releases the lock after the subscription drained.
 type owner[P any] struct {
 	s      *Sub[P]
 	locker backend.GroupLocker
@@ -31,6 +35,11 @@ type owner[P any] struct {
 	mu     sync.Mutex
 	open   chan struct{} // closed while the lock is held
 	owning bool
+	// held is the ctx of the Receives made while the lock is held: it
+	// ends when the lock is lost, so that a fetch under way hands nothing
+	// more to a member that no longer holds it.
+	held       context.Context
+	heldCancel context.CancelFunc
 	// none: the backend has no group lock after all (a wrapper that
 	// reports ErrUnsupported); the subscription fetches without one.
 	none bool
@@ -50,16 +59,21 @@ func newOwner[P any](s *Sub[P], l backend.GroupLocker) *owner[P] {
 		open: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// wait blocks until the lock is held; false when ctx ends first.
-func (o *owner[P]) wait(ctx context.Context) bool {
-	o.mu.Lock()
-	open := o.open
-	o.mu.Unlock()
-	select {
-	case <-open:
-		return true
-	case <-ctx.Done():
-		return false
+// wait blocks until the lock is held and returns the ctx of a Receive
+// under it; false when ctx ends first.
+func (o *owner[P]) wait(ctx context.Context) (context.Context, bool) {
+	for {
+		o.mu.Lock()
+		open, held := o.open, o.held
+		o.mu.Unlock()
+		select {
+		case <-open:
+			if held != nil {
+				return held, true
+			}
+		case <-ctx.Done():
+			return nil, false
+		}
 	}
 }
 
@@ -159,6 +173,12 @@ func (o *owner[P]) round(r *ownerRound) bool {
 		r.other = r.other || err == nil
 		r.openAt = time.Time{}
 		o.setOwning(false)
+		if owning && o.s.keeper != nil {
+			// Within five sixths of the ttl of the last renewal: the
+			// leases given up now lapse before the next holder, which
+			// waits one ack timeout after the ttl, starts.
+			o.s.keeper.fence()
+		}
 	}
 	return false
 }
@@ -175,6 +195,14 @@ func (o *owner[P]) nothingPending() bool {
 	return known && n == 0
 }
 
+// fenced reports whether the subscription lost the lock it held (or
+// does not hold it yet): nothing it fetched may be kept alive or started.
+func (o *owner[P]) fenced() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.owning && !o.none
+}
+
 func (o *owner[P]) setOwning(v bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -183,9 +211,28 @@ func (o *owner[P]) setOwning(v bool) {
 	}
 	o.owning = v
 	if v {
+		o.held, o.heldCancel = context.WithCancel(o.s.fetchCtx)
 		close(o.open)
 	} else {
+		o.heldCancel()
 		o.open = make(chan struct{})
+	}
+}
+
+// giveBack returns what a Receive handed out after the lock was lost to
+// the group at once, in order and without counting an attempt: the next
+// holder gets it first. It reports nothing: what cannot be given back
+// lapses back with its lease.
+func (s *Sub[P]) giveBack(msgs []*backend.Message) {
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	r, _ := s.bsub.(backend.Releaser)
+	for _, m := range msgs {
+		if r != nil {
+			_ = r.Release(ctx, m.AckID)
+		} else {
+			_ = s.bsub.Nack(ctx, m.AckID, 0)
+		}
 	}
 }
 

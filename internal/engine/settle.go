@@ -76,6 +76,14 @@ func (s *Sub[P]) refuse(d *Delivery[P]) error {
 // error: ack, retry or dead-letter; a delivery whose handler the shutdown
 // cancelled is released without counting an attempt.
 func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error) {
+	if s.fencedOut(d) {
+		// The group lock passed on: the delivery is left to lapse back to
+		// the group, for the next holder to handle in its turn.
+		if d.claim() {
+			d.finish(OutcomeExpired, errFenced)
+		}
+		return
+	}
 	if s.shutdownCancelled(err) {
 		if d.claim() {
 			ctx, cancel := s.settleCtx()
@@ -116,6 +124,13 @@ func (s *Sub[P]) ackAfterHandler(d *Delivery[P], w *workerSlot[P]) {
 	d.finish(OutcomeAcked, nil)
 }
 
+// fencedOut reports whether d's lease was given up because the group lock
+// passed to another member (errFenced). Only a delivery the lease keeper
+// acted on can be.
+func (s *Sub[P]) fencedOut(d *Delivery[P]) bool {
+	return s.keeper != nil && d.ext.Load() != nil && errors.Is(context.Cause((*handlerCtx[P])(d)), errFenced)
+}
+
 // call runs the handler with its ctx, turning a panic into an error.
 // While it runs, the keeper keeps the delivery's lease alive, or cancels
 // ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
@@ -126,6 +141,13 @@ func (s *Sub[P]) call(d *Delivery[P]) (err error) {
 	var ctx context.Context = s.handlerCtx
 	if s.keeper != nil {
 		hc := (*handlerCtx[P])(d)
+		if s.leaseLost(d) {
+			// Its lease was given up before it started (fenced): the
+			// handler never sees it.
+			err := context.Cause(hc)
+			hc.end()
+			return err
+		}
 		ctx = hc
 		defer hc.end()
 	}

@@ -151,16 +151,25 @@ func (s *Sub[P]) fetch() {
 	// starve the others; the amount doubles while messages flow.
 	sharedWant := 1
 	for {
-		if s.owner != nil && !s.owner.wait(s.fetchCtx) {
-			return
+		rctx := s.fetchCtx
+		if s.owner != nil {
+			var ok bool
+			if rctx, ok = s.owner.wait(s.fetchCtx); !ok {
+				return
+			}
 		}
 		n, ok := s.take(sharedWant)
 		if !ok {
 			return
 		}
-		msgs, err := s.bsub.Receive(s.fetchCtx, n)
+		msgs, err := s.bsub.Receive(rctx, n)
 		if len(msgs) > n {
 			msgs = s.returnExcess(msgs, n)
+		}
+		if rctx.Err() != nil && s.fetchCtx.Err() == nil {
+			// The group lock was lost during the Receive (see owner).
+			s.giveBack(msgs)
+			msgs, err = nil, nil
 		}
 		if unused := n - len(msgs); unused > 0 {
 			s.releaseSlots(unused)
