@@ -292,8 +292,17 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 		return nil, err
 	}
 	s := &Subscription{topic: topic, group: o.group}
-	eng := engine.New(ctx, b.engineConfig(s, topic, o, h), bsub)
+	cfg := b.engineConfig(s, topic, o, h)
+	ctrl := b.autoscaler(topic, 1, o)
+	if ctrl != nil {
+		scaleEngine(&cfg, ctrl)
+		cfg.Ended = stopThen(ctrl, cfg.Ended)
+	}
+	eng := engine.New(ctx, cfg, bsub)
 	s.run, s.start = eng, eng.Start
+	if ctrl != nil {
+		s.start = func() { ctrl.Start(); eng.Start() }
+	}
 	s.discard = func() {
 		eng.Discard()
 		_ = bsub.Close()
@@ -387,6 +396,12 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	}
 	if o.deadLetter == topic {
 		errs = append(errs, fmt.Errorf("%w: dead-letter topic is the subscribed topic", ErrInvalidOption))
+	}
+	if o.autoscaleMax > 0 {
+		if o.maxInFlightSet {
+			errs = append(errs, fmt.Errorf("%w: WithAutoscale and WithMaxInFlight both set the in-flight bound; give one", ErrInvalidOption))
+		}
+		o.maxInFlight = o.autoscaleMax
 	}
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))

@@ -83,6 +83,9 @@ type subscribeOptions struct {
 	group          string
 	ackMode        AckMode
 	maxInFlight    int
+	maxInFlightSet bool
+	autoscaleMin   int // 0: no autoscaling (see WithAutoscale)
+	autoscaleMax   int
 	limiter        Limiter
 	ackTimeout     time.Duration
 	maxDeliveries  int
@@ -228,13 +231,13 @@ func WithAckMode(m AckMode) SubscribeOption {
 
 // WithMaxInFlight caps the deliveries this subscription holds unsettled at
 // once (default 64). Capacity is taken before the backend is asked for
-// messages.
+// messages. WithAutoscale moves the bound instead.
 func WithMaxInFlight(n int) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if n < 1 || n > maxInFlightUpperBound {
 			return fmt.Errorf("%w: max in flight %d, want 1..%d", ErrInvalidOption, n, maxInFlightUpperBound)
 		}
-		s.maxInFlight = n
+		s.maxInFlight, s.maxInFlightSet = n, true
 		return nil
 	})
 }

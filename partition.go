@@ -150,12 +150,13 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*engine.Slots{}}
 	member := memberName()
 	s := &Subscription{topic: topic, group: o.group}
+	ctrl := b.autoscaler(topic, n, o)
 	m, err := partition.Start(ctx, partition.Config{
 		Topic: topic, Group: o.group, Partitions: n, Member: member,
 		TTL: partitionTTL(o.ackTimeout), Store: pt, Handover: o.ackTimeout,
 		Assigned: shares.assign,
 		Observe:  func(e observer.Event) { b.opts.observer.Observe(context.Background(), e) },
-		Ended:    func() { b.forget(s) },
+		Ended:    stopThen(ctrl, func() { b.forget(s) }),
 		Open: func(ctx context.Context, p int) (partition.Runner, error) {
 			ptopic := backend.PartitionTopic(topic, p)
 			bsub, err := b.be.Subscribe(ctx, ptopic, b.backendConfig(o))
@@ -171,6 +172,9 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 				lim = chainLimiter{o.limiter, lim}
 			}
 			cfg.Limiter = lim
+			if ctrl != nil {
+				scaleEngine(&cfg, ctrl)
+			}
 			cfg.Ended = func() {}
 			return engine.New(ctx, cfg, bsub), nil
 		},
@@ -180,6 +184,9 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	}
 	s.run, s.parts = m, m
 	s.discard = func() { _ = m.Close(context.Background()) }
+	if ctrl != nil {
+		ctrl.Start()
+	}
 	return s, nil
 }
 

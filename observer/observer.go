@@ -37,6 +37,10 @@ const (
 	ScopeLease
 	// ScopeConnection: the connection to the broker dropped or recovered.
 	ScopeConnection
+	// ScopeScale: a notice, not an error (Err is nil): an autoscaled
+	// subscription changed its in-flight bound; Scale says from what to
+	// what and why.
+	ScopeScale
 )
 
 var scopeNames = [...]string{
@@ -52,6 +56,7 @@ var scopeNames = [...]string{
 	ScopePublish:    "publish",
 	ScopeLease:      "lease",
 	ScopeConnection: "connection",
+	ScopeScale:      "scale",
 }
 
 // String returns the scope's name, e.g. "handler".
@@ -63,8 +68,8 @@ func (s Scope) String() string {
 }
 
 // Event is one error that the bus or a backend handled in the background,
-// or (with a nil Err and Recovery set) the end of an outage. Fields that
-// do not apply are empty.
+// or a notice with a nil Err: the end of an outage (Recovery set) or a
+// scaling decision (Scale set). Fields that do not apply are empty.
 type Event struct {
 	Scope     Scope
 	Topic     string
@@ -82,6 +87,28 @@ type Event struct {
 	// Recovery is set, with a nil Err, on the event that ends an outage
 	// (see Outage). Observers that count errors skip such events.
 	Recovery *Recovery
+	// Scale is set, with a nil Err and ScopeScale, when an autoscaled
+	// subscription changes its in-flight bound. Observers that count
+	// errors skip such events.
+	Scale *Scale
+}
+
+// Scale describes one decision of an autoscaled subscription (see
+// bus.WithAutoscale).
+type Scale struct {
+	// From and To are the in-flight bound before and after.
+	From, To int
+	// Reason is why: "backlog" (the group's lag grows or stays high and
+	// handler latency holds), "drained" (the backlog is gone and the
+	// bound is not used) or "latency" (handler latency rose markedly).
+	Reason string
+	// Backlog is the group's lag when the decision was made.
+	Backlog int64
+}
+
+// String returns a short text such as "4 -> 8 (backlog 12000)".
+func (s *Scale) String() string {
+	return fmt.Sprintf("%d -> %d (%s, backlog %d)", s.From, s.To, s.Reason, s.Backlog)
 }
 
 // Observer receives events. Implementations must be safe for concurrent

@@ -20,7 +20,7 @@ import (
 //     ScopeDeadLetter with a Code): one line per message, with its code;
 //   - Warn for ScopeLease: the message comes back after its lease;
 //   - Info for an event without an error (a recovery notice, for example
-//     a connection that came back);
+//     a connection that came back, or a scaling decision);
 //   - Error for everything else: panics, a dead-lettering that failed,
 //     and backend failures (receive, ack, reclaim, connection lost,
 //     shutdown).
@@ -61,6 +61,10 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 	if e.Recovery != nil {
 		attrs = append(attrs, slog.Duration("outage", e.Recovery.Duration), slog.Int("suppressed_errors", e.Recovery.Suppressed))
 	}
+	if e.Scale != nil {
+		attrs = append(attrs, slog.Int("from", e.Scale.From), slog.Int("to", e.Scale.To),
+			slog.String("reason", e.Scale.Reason), slog.Int64("backlog", e.Scale.Backlog))
+	}
 	if len(e.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(e.Stack)))
 	}
@@ -72,6 +76,9 @@ func (o slogObserver) Observe(ctx context.Context, e Event) {
 		msg = "bus: " + e.Scope.String()
 		if e.Recovery != nil {
 			msg += " recovered"
+		}
+		if e.Scale != nil {
+			msg = "bus: in-flight bound scaled"
 		}
 	}
 	o.logger.LogAttrs(ctx, level, msg, attrs...)

@@ -1,0 +1,115 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/autoscale"
+	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// WithAutoscale lets the subscription's in-flight bound move between min
+// and max (1 <= min <= max): it starts at min, doubles while the group's
+// backlog (its lag, as Groups reports it) grows or stays high and handler
+// latency holds, shrinks by a quarter when handler latency rises markedly
+// (handlers are then the bottleneck), and halves once the backlog is
+// drained and the bound is not used. The group's lag is read about every
+// 100 ms through the backend's Inspector; on a backend without one, or
+// where the lag is unknown, the bound follows latency only. Each decision
+// is reported to the observer as an event of observer.ScopeScale (a
+// notice with a nil Err; otelbus.Observer records the bound as a gauge).
+//
+// It replaces WithMaxInFlight: giving both is an error. A WithLimiter
+// limiter applies on top of the bound, as it does on top of max in flight.
+// On a partitioned topic the bound is the member's, shared by the
+// partitions it owns, and the backlog is the group's over all partitions.
+func WithAutoscale(min, max int) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if min < 1 || max < min || max > maxInFlightUpperBound {
+			return fmt.Errorf("%w: autoscale %d..%d, want 1 <= min <= max <= %d", ErrInvalidOption, min, max, maxInFlightUpperBound)
+		}
+		s.autoscaleMin, s.autoscaleMax = min, max
+		return nil
+	})
+}
+
+// autoscaler returns the controller of an autoscaled subscription to
+// topic, which has n partitions, or nil when o does not autoscale.
+func (b *Bus) autoscaler(topic string, n int, o subscribeOptions) *autoscale.Controller {
+	if o.autoscaleMax == 0 {
+		return nil
+	}
+	lag := func(context.Context) (int64, bool) { return 0, false }
+	if in, ok := b.be.(backend.Inspector); ok {
+		lag = func(ctx context.Context) (int64, bool) { return groupLag(ctx, in, topic, n, o.group) }
+	}
+	return autoscale.New(autoscale.Config{
+		Min: o.autoscaleMin, Max: o.autoscaleMax, Lag: lag,
+		Report: func(d autoscale.Decision) {
+			b.opts.observer.Observe(context.Background(), observer.Event{
+				Scope: observer.ScopeScale, Topic: topic, Group: o.group,
+				Scale: &observer.Scale{From: d.From, To: d.To, Reason: d.Reason, Backlog: d.Backlog},
+			})
+		},
+	})
+}
+
+// groupLag sums the lag of group over the n partitions of topic (the topic
+// itself when n is 1); false when any is unknown.
+func groupLag(ctx context.Context, in backend.Inspector, topic string, n int, group string) (int64, bool) {
+	var sum int64
+	for p := range n {
+		t := topic
+		if n > 1 {
+			t = backend.PartitionTopic(topic, p)
+		}
+		gs, err := in.Groups(ctx, t)
+		if err != nil {
+			return 0, false
+		}
+		found := false
+		for _, g := range gs {
+			if g.Name == group && g.Lag.Known() {
+				sum, found = sum+int64(g.Lag), true
+			}
+		}
+		if !found {
+			return 0, false
+		}
+	}
+	return sum, true
+}
+
+// scaleEngine makes cfg's in-flight bound ctrl's: the engine's own slots
+// stay at the maximum, ctrl limits below them (after any WithLimiter
+// limiter), and ctrl hears each handler's latency.
+func scaleEngine(cfg *engine.Config[Delivery], ctrl *autoscale.Controller) {
+	if cfg.Limiter != nil {
+		cfg.Limiter = chainLimiter{cfg.Limiter, ctrl}
+	} else {
+		cfg.Limiter = ctrl
+	}
+	if fb := cfg.Feedback; fb != nil {
+		cfg.Feedback = func(d time.Duration, err error) {
+			fb(d, err)
+			ctrl.Feedback(d, err)
+		}
+	} else {
+		cfg.Feedback = ctrl.Feedback
+	}
+}
+
+// stopThen returns ended preceded by stopping ctrl, so that a subscription
+// is not done before its controller is; ended alone when ctrl is nil.
+func stopThen(ctrl *autoscale.Controller, ended func()) func() {
+	if ctrl == nil {
+		return ended
+	}
+	return func() {
+		ctrl.Stop()
+		ended()
+	}
+}

@@ -1,0 +1,56 @@
+package bus_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
+	"github.com/eventbus-go/bus/inmemory"
+)
+
+func TestAutoscaleFollowsAGrowingBacklogUpToMaxAndBackToMinOnMem(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	rec := &autoscaletest.Recorder{}
+	b := bus.New(be, bus.WithObserver(rec))
+	defer func() { require.NoError(t, b.Close(context.Background()), "close the bus") }()
+	autoscaletest.Run(t, b, rec, "autoscaled")
+}
+
+func TestWithAutoscaleRejectsBadBoundsBeforeAnyIO(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []bus.SubscribeOption
+	}{
+		{"min below one", []bus.SubscribeOption{bus.WithAutoscale(0, 4)}},
+		{"max below min", []bus.SubscribeOption{bus.WithAutoscale(4, 2)}},
+		{"max too large", []bus.SubscribeOption{bus.WithAutoscale(1, 1<<20)}},
+		{"with max in flight", []bus.SubscribeOption{bus.WithAutoscale(1, 4), bus.WithMaxInFlight(8)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &subscribeCounter{fakeBackend: newFakeBackend()}
+			b := bus.New(f)
+			defer func() { _ = b.Close(context.Background()) }()
+			_, err := b.Subscribe(context.Background(), "t", func(context.Context, *bus.Delivery) error { return nil }, tt.opts...)
+			require.ErrorIs(t, err, bus.ErrInvalidOption, "bad autoscale options are refused")
+			require.Zero(t, f.subscribes.Load(), "no backend call was made")
+		})
+	}
+}
+
+// subscribeCounter counts Subscribe calls.
+type subscribeCounter struct {
+	*fakeBackend
+	subscribes atomic.Int64
+}
+
+func (c *subscribeCounter) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	c.subscribes.Add(1)
+	return c.fakeBackend.Subscribe(ctx, topic, cfg)
+}
