@@ -58,6 +58,7 @@ type benchConfig struct {
 	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 	keyedConfig
+	backlogConfig
 }
 
 func (c *benchConfig) validate() error {
@@ -78,7 +79,7 @@ func (c *benchConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--max-in-flight %d: want >= 1", c.MaxInFlight))
 	}
 	switch c.Scenario {
-	case scenarioPublish, scenarioConsume, scenarioE2E, scenarioKeyed:
+	case scenarioPublish, scenarioConsume, scenarioE2E, scenarioKeyed, scenarioBacklog:
 	case scenarioDelayed:
 		if c.Baseline {
 			errs = append(errs, errors.New("--baseline: the raw clients have no delayed delivery to compare with"))
@@ -87,9 +88,10 @@ func (c *benchConfig) validate() error {
 			errs = append(errs, fmt.Errorf("--delay %v: want > 0", c.Delay))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e, delayed or keyed", c.Scenario))
+		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e, delayed, keyed or backlog", c.Scenario))
 	}
 	errs = append(errs, c.validateKeyed()...)
+	errs = append(errs, c.validateBacklog()...)
 	if c.Topic != "" {
 		if err := backend.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
@@ -128,6 +130,10 @@ func (c *benchConfig) deadline() time.Duration {
 	}
 	if c.Scenario == scenarioKeyed && c.HandlerDelay > 0 {
 		d += time.Duration(c.N) * c.HandlerDelay / time.Duration(max(min(c.Keys, c.Members*c.MaxInFlight), 1))
+	}
+	if c.Scenario == scenarioConsume && c.HandlerDelay > 0 {
+		// A backlog run: twice the handlers' time at the bound.
+		d += 2 * time.Duration(c.N) * c.HandlerDelay / time.Duration(max(c.MaxInFlight, 1))
 	}
 	if c.Rate > 0 {
 		d += time.Duration(float64(c.N) / c.Rate * float64(time.Second))
@@ -248,7 +254,8 @@ func newBenchRun(cfg benchConfig, label string) *benchRun {
 
 func (r *benchRun) observe(_ context.Context, e observer.Event) {
 	if e.Err == nil {
-		// A notice (a recovery after an outage), not an error.
+		// A notice (a recovery after an outage, a scaling decision), not
+		// an error.
 		return
 	}
 	r.note(e.Scope.String() + ": " + e.Err.Error())

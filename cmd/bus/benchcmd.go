@@ -41,6 +41,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer stop()
 	}
+	if a.cfg.Scenario == scenarioBacklog {
+		return reportBacklog(ctx, a.cfg, stdout, stderr)
+	}
 	return runAndReport(ctx, a.cfg, effectiveGOGC, stdout, stderr)
 }
 
@@ -64,6 +67,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int, bool) {
 		fmt.Fprintf(stderr, "bus bench: unexpected arguments %q\n", fs.Args())
 		return nil, exitUsage, false
 	}
+	backlogDefaults(fs, &a.cfg)
 	m, err := parseAckMode(*ackMode)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus bench: --ack-mode: %v\n", err)
@@ -98,12 +102,13 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.Publishers, "publishers", defaultPublishers, "concurrent publishing goroutines")
 	fs.IntVar(&cfg.Batch, "batch", defaultBatch, "messages per Publish call")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", defaultMaxInFlight, "max unsettled deliveries of the subscription")
-	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog), e2e (publish and consume at once) delayed (e2e with a DeliverAt --delay after each send; latency is lateness after it) or keyed (e2e on a key-ordered group of --members members; order violations fail the run)")
+	fs.StringVar(&cfg.Scenario, "scenario", scenarioE2E, "publish, consume (prefilled backlog), e2e (publish and consume at once) delayed (e2e with a DeliverAt --delay after each send; latency is lateness after it) or keyed (e2e on a key-ordered group of --members members; order violations fail the run) or backlog (drains a prefilled -n backlog, default 200000, with a --handler-delay handler: autoscaled, then with each fixed max in flight of a sweep)")
 	fs.DurationVar(&cfg.Delay, "delay", time.Second, "the delayed scenario's DeliverAt, after each send")
 	fs.IntVar(&cfg.Members, "members", 1, "the keyed scenario's members of the group, each a Bus of its own")
 	fs.IntVar(&cfg.Partitions, "partitions", 1, "the keyed scenario's partitions of the topic, which the members share")
 	fs.IntVar(&cfg.Keys, "keys", 0, "the keyed scenario's number of keys, given round robin")
-	fs.DurationVar(&cfg.HandlerDelay, "handler-delay", 0, "the keyed scenario's work per message in the handler")
+	fs.DurationVar(&cfg.HandlerDelay, "handler-delay", 0, "the keyed and backlog scenarios' work per message in the handler (backlog default 1ms)")
+	fs.IntVar(&cfg.AutoscaleMax, "autoscale-max", 0, "the backlog scenario's autoscale maximum (WithAutoscale(1, max)), also the top of its fixed max-in-flight sweep 1, 2, 4, ... (default 64)")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message, plus n/rate when paced)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "messages per second over all publishers, a batch every batch/rate seconds; latency counts from each batch's scheduled time (0: as fast as possible)")

@@ -33,8 +33,11 @@ type keyedConfig struct {
 func (c *benchConfig) validateKeyed() []error {
 	var errs []error
 	if c.Scenario != scenarioKeyed {
-		if c.Members > 1 || c.Keys != 0 || c.HandlerDelay != 0 || c.Partitions > 1 {
-			errs = append(errs, errors.New("--members, --keys, --partitions and --handler-delay belong to --scenario keyed"))
+		if c.Members > 1 || c.Keys != 0 || c.Partitions > 1 {
+			errs = append(errs, errors.New("--members, --keys and --partitions belong to --scenario keyed"))
+		}
+		if c.HandlerDelay != 0 && c.Scenario != scenarioBacklog {
+			errs = append(errs, errors.New("--handler-delay belongs to --scenario keyed or backlog"))
 		}
 		return errs
 	}

@@ -156,7 +156,11 @@ func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.
 		bus.WithGroup(fmt.Sprintf("bench-%x", t.r.nonce)),
 		bus.WithStartFrom(from),
 		bus.WithAckMode(t.r.cfg.AckMode),
-		bus.WithMaxInFlight(t.r.cfg.MaxInFlight),
+	}
+	if t.r.cfg.AutoscaleMax > 0 {
+		opts = append(opts, bus.WithAutoscale(1, t.r.cfg.AutoscaleMax))
+	} else {
+		opts = append(opts, bus.WithMaxInFlight(t.r.cfg.MaxInFlight))
 	}
 	if t.r.cfg.Scenario == scenarioKeyed {
 		opts = append(opts, bus.WithKeyOrdering())
@@ -179,6 +183,12 @@ func (t *busTarget) handler(h func([]byte)) bus.Handler {
 func (t *busTarget) subscribe(ctx context.Context, h func([]byte)) (consumer, error) {
 	if t.r.cfg.Scenario == scenarioKeyed {
 		h = t.keyedHandler(h)
+	} else if delay := t.r.cfg.HandlerDelay; delay > 0 {
+		next := h
+		h = func(p []byte) {
+			time.Sleep(delay) // the I/O of a backlog run's handler
+			next(p)
+		}
 	}
 	sub, err := t.sub(ctx, t.handler(h))
 	if err != nil {
