@@ -68,3 +68,33 @@ func TestOTelWithGlobalProviderIsNoopUntilSDKInstalled(t *testing.T) {
 		o.Observe(context.Background(), observer.Event{Scope: observer.ScopeAck, Err: errors.New("x")})
 	}, "the global provider discards events")
 }
+
+func TestOTelRecordsTheInFlightBoundOfScalingDecisionsAndCountsNoError(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	o, err := otelbus.Observer(mp)
+	require.NoError(t, err, "create observer")
+
+	for _, to := range []int{2, 4, 8} {
+		o.Observe(context.Background(), observer.Event{Scope: observer.ScopeScale, Topic: "orders", Group: "billing",
+			Scale: &observer.Scale{From: to / 2, To: to, Reason: "backlog", Backlog: 1000}})
+	}
+	o.Observe(context.Background(), observer.Event{Scope: observer.ScopeScale, Topic: "orders", Group: "shipping",
+		Scale: &observer.Scale{From: 4, To: 2, Reason: "drained"}})
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	require.Len(t, rm.ScopeMetrics, 1, "one meter")
+	require.Len(t, rm.ScopeMetrics[0].Metrics, 1, "only the gauge has data: a decision is not an error")
+	m := rm.ScopeMetrics[0].Metrics[0]
+	assert.Equal(t, otelbus.InFlightBoundMetric, m.Name)
+	gauge, ok := m.Data.(metricdata.Gauge[int64])
+	require.True(t, ok, "a gauge, got %T", m.Data)
+	got := map[string]int64{}
+	for _, dp := range gauge.DataPoints {
+		group, _ := dp.Attributes.Value(otelbus.ErrorGroupKey)
+		got[group.AsString()] = dp.Value
+	}
+	assert.Equal(t, map[string]int64{"billing": 8, "shipping": 2}, got, "the last bound per topic and group")
+}
