@@ -95,3 +95,15 @@ func TestMultiOfNothingIsANop(t *testing.T) {
 		observer.Multi(nil, nil).Observe(context.Background(), observer.Event{})
 	}, "an empty Multi discards events")
 }
+
+func TestSlogLogsAScalingDecisionAtInfoWithItsFigures(t *testing.T) {
+	var buf bytes.Buffer
+	o := observer.Slog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	o.Observe(context.Background(), observer.Event{Scope: observer.ScopeScale, Topic: "orders", Group: "billing",
+		Scale: &observer.Scale{From: 4, To: 8, Reason: "backlog", Backlog: 1200}})
+	line := buf.String()
+	for _, want := range []string{"level=INFO", `msg="bus: in-flight bound scaled"`, "scope=scale", "from=4", "to=8", "reason=backlog", "backlog=1200"} {
+		require.Contains(t, line, want, "the line has %s", want)
+	}
+	require.NotContains(t, line, "error", "a decision is not an error")
+}
