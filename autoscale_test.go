@@ -54,3 +54,13 @@ func (c *subscribeCounter) Subscribe(ctx context.Context, topic string, cfg back
 	c.subscribes.Add(1)
 	return c.fakeBackend.Subscribe(ctx, topic, cfg)
 }
+
+func TestAutoscaleOnAPartitionedTopicFollowsTheGroupsBacklog(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	rec := &autoscaletest.Recorder{}
+	b := bus.New(be, bus.WithObserver(rec))
+	defer func() { require.NoError(t, b.Close(context.Background()), "close the bus") }()
+	require.NoError(t, b.CreateTopic(context.Background(), "autoscaled-parts", 4), "create a topic of 4 partitions")
+	autoscaletest.Run(t, b, rec, "autoscaled-parts")
+}
