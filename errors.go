@@ -1,13 +1,13 @@
 package bus
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/msgcheck"
 )
 
 // Sentinel errors. Errors returned by the bus wrap one of them where a
@@ -21,7 +21,7 @@ var (
 	// ErrInvalidMessage: a message is nil or invalid (see Publish), or a
 	// settlement method was called on a Delivery that did not come from a
 	// subscription (use bustest.NewDelivery to unit-test handlers).
-	ErrInvalidMessage = errors.New("invalid message")
+	ErrInvalidMessage = msgcheck.ErrInvalidMessage
 	// ErrPayloadTooLarge: a payload is over the max payload.
 	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
 	// ErrUnsupported: the backend cannot do what was asked.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgcheck"
 )
 
 // BackendMessage lets external tests name the SPI message type briefly.
@@ -32,4 +33,4 @@ func WithAckBatch(size int, interval time.Duration) Option {
 }
 
 // VisibleASCII is the word-at-a-time check of message IDs.
-var VisibleASCII = visibleASCII
+var VisibleASCII = msgcheck.VisibleASCII

@@ -1,0 +1,170 @@
+// Package msgcheck holds the content rule every publish path applies
+// before any I/O (bus.Publish and the outbox): message IDs, keys, headers,
+// payload size and the DeliverAt/ExpiresAt pair. Its errors wrap
+// ErrInvalidMessage (bus.ErrInvalidMessage) or ErrPayloadTooLarge
+// (bus.ErrPayloadTooLarge).
+package msgcheck
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
+)
+
+// ErrInvalidMessage is bus.ErrInvalidMessage.
+var ErrInvalidMessage = errors.New("invalid message")
+
+// ErrPayloadTooLarge is bus.ErrPayloadTooLarge.
+var ErrPayloadTooLarge = engine.ErrPayloadTooLarge
+
+// Fields are the parts of a message the content rule bounds.
+type Fields struct {
+	ID, Key              string
+	Headers              map[string]string
+	PayloadLen           int
+	MaxPayload           int
+	DeliverAt, ExpiresAt time.Time
+}
+
+// Check checks one message against the content rule and the limits. The
+// error wraps ErrInvalidMessage or ErrPayloadTooLarge.
+func Check(m Fields) error {
+	if err := validateID(m.ID); err != nil {
+		return err
+	}
+	if len(m.Key) > backend.MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, more than %d", ErrInvalidMessage, len(m.Key), backend.MaxKeyLen)
+	}
+	if !utf8.ValidString(m.Key) {
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidMessage)
+	}
+	if m.PayloadLen > m.MaxPayload {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, m.PayloadLen, m.MaxPayload)
+	}
+	if err := validateTimes(m.DeliverAt, m.ExpiresAt); err != nil {
+		return err
+	}
+	if maxHeaders := backend.MaxHeaders - timeHeaders(m.DeliverAt, m.ExpiresAt); len(m.Headers) > maxHeaders {
+		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), maxHeaders)
+	}
+	total := 0
+	for k, v := range m.Headers {
+		if err := validateHeader(k, v); err != nil {
+			return err
+		}
+		total += len(k) + len(v)
+	}
+	if total > backend.MaxHeaderBytes {
+		return fmt.Errorf("%w: headers are %d bytes, more than %d", ErrInvalidMessage, total, backend.MaxHeaderBytes)
+	}
+	return nil
+}
+
+// validateID checks a caller's message ID (empty IDs are assigned before).
+func validateID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty id", ErrInvalidMessage)
+	}
+	if len(id) > backend.MaxIDLen {
+		return fmt.Errorf("%w: id is %d bytes, more than %d", ErrInvalidMessage, len(id), backend.MaxIDLen)
+	}
+	if VisibleASCII(id) {
+		return nil
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: id has byte %#x at %d (visible ASCII only)", ErrInvalidMessage, c, i)
+		}
+	}
+	return nil
+}
+
+// VisibleASCII reports whether every byte of s is in 0x21-0x7e. It tests
+// eight bytes at a time: an ID is checked on every Publish.
+func VisibleASCII(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		below := (w - 0x21*ones) &^ w & highs // some byte < 0x21
+		above := ((w + ones) | w) & highs     // some byte >= 0x7f
+		if below|above != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func validateHeader(k, v string) error {
+	if k == "" {
+		return fmt.Errorf("%w: empty header key", ErrInvalidMessage)
+	}
+	if len(k) > backend.MaxHeaderKeyLen {
+		return fmt.Errorf("%w: header key is %d bytes, more than %d", ErrInvalidMessage, len(k), backend.MaxHeaderKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if !isTokenChar(k[i]) {
+			return fmt.Errorf("%w: header key %q has byte %#x at %d (token characters only)", ErrInvalidMessage, shortKey(k), k[i], i)
+		}
+	}
+	for _, p := range backend.ReservedHeaderPrefixes {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return fmt.Errorf("%w: header key %q uses reserved prefix %q", ErrInvalidMessage, shortKey(k), p)
+		}
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%w: header %q value is not valid UTF-8", ErrInvalidMessage, shortKey(k))
+	}
+	return nil
+}
+
+// shortKey is a header key cut for an error message.
+func shortKey(k string) string {
+	if len(k) > 32 {
+		return k[:32] + "..."
+	}
+	return k
+}
+
+// isTokenChar reports whether c is an RFC 9110 token character.
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// timeHeaders is the headers DeliverAt and ExpiresAt take: one each
+// when set.
+func timeHeaders(deliverAt, expiresAt time.Time) int {
+	n := 0
+	if !deliverAt.IsZero() {
+		n++
+	}
+	if !expiresAt.IsZero() {
+		n++
+	}
+	return n
+}
+
+// validateTimes checks DeliverAt against ExpiresAt: a message due at or
+// after it expires could never be handled.
+func validateTimes(deliverAt, expiresAt time.Time) error {
+	if !deliverAt.IsZero() && !expiresAt.IsZero() && !deliverAt.Before(expiresAt) {
+		return fmt.Errorf("%w: DeliverAt %s is not before ExpiresAt %s", ErrInvalidMessage,
+			deliverAt.UTC().Format(time.RFC3339Nano), expiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
