@@ -1,0 +1,211 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgcheck"
+	"github.com/eventbus-go/bus/internal/msgid"
+)
+
+// Partitions is the number of relay partitions. A message's partition is
+// the hash of its key (of its ID when it has no key) modulo Partitions;
+// one relay at a time publishes a partition.
+const Partitions = 16
+
+// Advisory lock namespaces (the first of the two int4 keys), so that the
+// outbox's locks never meet an application's: "bus\x01" .. "bus\x03".
+const (
+	lockKeys      = 1651864321 // transaction locks on a key's hash, taken by Publish
+	lockPartition = 1651864322 // session locks on a partition, held by its relay
+	lockMembers   = 1651864323 // objid 0: shared by every relay (counted to share the partitions)
+)
+
+// maxRowsPerInsert keeps one INSERT under PostgreSQL's 65535 parameters
+// (8 per row, plus one per distinct key).
+const maxRowsPerInsert = 4000
+
+// Execer runs a statement. pgx.Tx, *pgx.Conn and *pgxpool.Pool implement
+// it; SQL adapts a database/sql transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// SQLExecer is what SQL needs of a database/sql handle: *sql.Tx (and
+// *sql.DB, *sql.Conn) implement it, with any PostgreSQL driver.
+type SQLExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// SQL adapts a database/sql transaction for Publish and Migrate.
+func SQL(tx SQLExecer) Execer { return sqlExecer{tx} }
+
+type sqlExecer struct{ tx SQLExecer }
+
+func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	_, err := s.tx.ExecContext(ctx, query, args...)
+	return pgconn.CommandTag{}, err
+}
+
+// Publish writes msgs for topic into the outbox table in tx, the caller's
+// transaction: the relay publishes them once tx commits, and never if it
+// rolls back. It validates like bus.Publish (before any I/O, with the
+// same errors: a *bus.PublishError with Rejected set lists invalid
+// messages, and nothing is written) against the default payload limit
+// backend.DefaultMaxPayload, and assigns the same time-ordered IDs to
+// messages without one, so the ID the broker deduplicates on is fixed at
+// commit.
+//
+// Keyed messages take a transaction lock on their key's hash, held until
+// tx ends: two transactions writing the same key are ordered by their
+// commits, and the relay publishes a key in that order. Call Publish once
+// per transaction, late (the locks are taken in one fixed order within
+// a call), so that it does not deadlock with the application's own locks.
+func Publish(ctx context.Context, tx Execer, topic string, msgs ...*bus.Message) error {
+	if err := validate(topic, msgs); err != nil {
+		return err
+	}
+	for start := 0; start < len(msgs); start += maxRowsPerInsert {
+		chunk := msgs[start:min(start+maxRowsPerInsert, len(msgs))]
+		query, args, err := insert(topic, chunk)
+		if err != nil {
+			return fmt.Errorf("outbox: publish %q: %w", topic, err)
+		}
+		if _, err := tx.Exec(ctx, query, args...); err != nil {
+			return fmt.Errorf("outbox: publish %q: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// validate assigns missing IDs and checks topic and msgs as bus.Publish
+// does.
+func validate(topic string, msgs []*bus.Message) error {
+	if err := backend.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("outbox: publish: %w", err)
+	}
+	missing := 0
+	for _, m := range msgs {
+		if m != nil && m.ID == "" {
+			missing++
+		}
+	}
+	ids := msgid.Batch(missing)
+	var failed []backend.Failure
+	for i, m := range msgs {
+		if m == nil {
+			failed = append(failed, backend.Failure{Index: i, Err: fmt.Errorf("%w: nil message", bus.ErrInvalidMessage)})
+			continue
+		}
+		if m.ID == "" {
+			m.ID, ids = ids[:36], ids[36:]
+		}
+		err := msgcheck.Check(msgcheck.Fields{
+			ID: m.ID, Key: m.Key, Headers: m.Headers, PayloadLen: len(m.Payload),
+			MaxPayload: backend.DefaultMaxPayload, DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
+		})
+		if err != nil {
+			failed = append(failed, backend.Failure{Index: i, ID: m.ID, Err: err})
+		}
+	}
+	if failed != nil {
+		return &bus.PublishError{Topic: topic, Failed: failed, Rejected: true}
+	}
+	return nil
+}
+
+// insert builds one INSERT of msgs. With keys, the rows are joined to an
+// aggregate that first takes the keys' locks, in ascending order, so that
+// every sequence number is drawn after the locks are held.
+func insert(topic string, msgs []*bus.Message) (string, []any, error) {
+	var q strings.Builder
+	args := make([]any, 0, 8*len(msgs)+len(msgs))
+	var locks []int32
+	q.WriteString("INSERT INTO bus_outbox (part, topic, id, key, headers, payload, deliver_at, expires_at) SELECT v.part, v.topic, v.id, v.key, v.headers, v.payload, v.deliver_at, v.expires_at FROM (VALUES ")
+	for i, m := range msgs {
+		headers, err := encodeHeaders(m.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		n := len(args)
+		fmt.Fprintf(&q, "(%d, $%d::smallint, $%d::text, $%d::text, $%d::bytea, $%d::bytea, $%d::bytea, $%d::timestamptz, $%d::timestamptz)",
+			i, n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
+		args = append(args, int16(partition(m)), topic, m.ID, []byte(m.Key), headers, payloadArg(m.Payload), timeArg(m.DeliverAt), timeArg(m.ExpiresAt))
+		if m.Key != "" {
+			locks = append(locks, keyLock(m.Key))
+		}
+	}
+	q.WriteString(") AS v(ord, part, topic, id, key, headers, payload, deliver_at, expires_at)")
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
+	if len(locks) > 0 {
+		q.WriteString(" CROSS JOIN (SELECT count(pg_advisory_xact_lock(" + strconv.Itoa(lockKeys) + ", l.k)) FROM (VALUES ")
+		for i, l := range locks {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			args = append(args, l)
+			fmt.Fprintf(&q, "($%d::int)", len(args))
+		}
+		q.WriteString(") AS l(k)) AS locked")
+	}
+	q.WriteString(" ORDER BY v.ord")
+	return q.String(), args, nil
+}
+
+// partition is the relay partition of m.
+func partition(m *bus.Message) int {
+	s := m.Key
+	if s == "" {
+		s = m.ID
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return int(h.Sum32() % Partitions)
+}
+
+// keyLock is the lock key of a message key (its 32-bit FNV-1a hash; two
+// keys that share it are merely ordered together).
+func keyLock(key string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int32(h.Sum32())
+}
+
+// encodeHeaders stores headers as a JSON object (nil when there are none).
+func encodeHeaders(h map[string]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(h)
+}
+
+// payloadArg makes a nil payload an empty one (the column is NOT NULL).
+func payloadArg(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// timeArg is a NULL for the zero time.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
