@@ -38,22 +38,15 @@ const selectBatch = `SELECT seq, topic, id, key, headers, payload, deliver_at, e
 
 // batch publishes the oldest rows of the owned partitions, in order, and
 // then deletes them or moves them to the dead table. more reports a full
-// batch that went out whole (there may be more right away).
+// batch that went out whole (there may be more right away): its rows are
+// then settled in the same round trip as the next read.
 func (s *session) batch(ctx context.Context) (more bool, err error) {
 	if len(s.owned) == 0 {
 		return false, nil
 	}
-	rows, err := s.conn.Query(ctx, selectBatch, s.owned, s.r.o.batch)
+	batch, err := s.read(ctx)
 	if err != nil {
-		return false, fmt.Errorf("read rows: %w", err)
-	}
-	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		err := r.Scan(&x.seq, &x.topic, &x.id, &x.key, &x.headers, &x.payload, &x.deliverAt, &x.expiresAt)
-		return x, err
-	})
-	if err != nil {
-		return false, fmt.Errorf("read rows: %w", err)
+		return false, err
 	}
 	var out outcome
 	s.failing = false
@@ -63,10 +56,41 @@ func (s *session) batch(ctx context.Context) (more bool, err error) {
 			return false, ctx.Err()
 		}
 	}
-	if err := s.settle(ctx, out); err != nil {
-		return false, err
+	if len(batch) == s.r.o.batch && !s.failing {
+		s.unsettled = out
+		return true, nil
 	}
-	return len(batch) == s.r.o.batch && !s.failing, nil
+	return false, s.settle(ctx, out)
+}
+
+// read settles what the last batch left unsettled and reads the next
+// rows, in one round trip (one implicit transaction: the read does not
+// see the deleted rows).
+func (s *session) read(ctx context.Context) ([]row, error) {
+	b := &pgx.Batch{}
+	settling := s.queueSettle(b, s.unsettled)
+	b.Queue(selectBatch, s.owned, s.r.o.batch)
+	res := s.conn.SendBatch(ctx, b)
+	defer res.Close()
+	if settling {
+		if _, err := res.Exec(); err != nil {
+			return nil, fmt.Errorf("delete published rows: %w", err)
+		}
+		s.unsettled = outcome{}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, fmt.Errorf("read rows: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.seq, &x.topic, &x.id, &x.key, &x.headers, &x.payload, &x.deliverAt, &x.expiresAt)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read rows: %w", err)
+	}
+	return batch, nil
 }
 
 // topicsInOrder lists the topics of batch in the order they first appear.
@@ -186,17 +210,27 @@ const settleDead = `WITH gone AS (DELETE FROM bus_outbox WHERE seq = ANY($1)),
 // statement (so in one transaction), through the session that holds the
 // partitions' locks.
 func (s *session) settle(ctx context.Context, out outcome) error {
-	var err error
-	switch {
-	case len(out.dead) > 0:
-		_, err = s.conn.Exec(ctx, settleDead, out.done, out.dead, out.reasons)
-	case len(out.done) > 0:
-		_, err = s.conn.Exec(ctx, settleDone, out.done)
+	b := &pgx.Batch{}
+	if !s.queueSettle(b, out) {
+		return nil
 	}
-	if err != nil {
+	if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("delete published rows: %w", err)
 	}
 	return nil
+}
+
+// queueSettle queues the statement that settles out, if there is one.
+func (s *session) queueSettle(b *pgx.Batch, out outcome) bool {
+	switch {
+	case len(out.dead) > 0:
+		b.Queue(settleDead, out.done, out.dead, out.reasons)
+	case len(out.done) > 0:
+		b.Queue(settleDone, out.done)
+	default:
+		return false
+	}
+	return true
 }
 
 // message decodes r.

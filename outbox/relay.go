@@ -109,7 +109,10 @@ func (r *Relay) session(ctx context.Context) (connected bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx) // ends the session: its partition locks go with it
 	}()
-	if _, err := conn.Exec(ctx, fmt.Sprintf("LISTEN bus_outbox; SELECT pg_advisory_lock_shared(%d, 0)", lockMembers)); err != nil {
+	// The relay's deletes need not wait for the disk: a delete lost in a
+	// crash only publishes its rows again, which the bus stores once.
+	setup := fmt.Sprintf("SET synchronous_commit = off; LISTEN bus_outbox; SELECT pg_advisory_lock_shared(%d, 0)", lockMembers)
+	if _, err := conn.Exec(ctx, setup); err != nil {
 		return false, err
 	}
 	r.connOutage.Recover(ctx, r.o.obs, observer.Event{Scope: observer.ScopeConnection})

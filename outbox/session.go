@@ -21,6 +21,10 @@ type session struct {
 	conn  *pgx.Conn
 	owned []int16 // partitions this session holds the lock of
 
+	// unsettled is what the last full batch published and has yet to
+	// delete: the next read deletes it in the same round trip.
+	unsettled outcome
+
 	failing bool          // the last publish failed: retry after delay, not on notifications
 	delay   time.Duration // the back-off while failing
 }
@@ -30,6 +34,11 @@ func (s *session) loop(ctx context.Context) error {
 	var lastClaim time.Time
 	for {
 		if time.Since(lastClaim) >= s.r.o.poll {
+			// Settle first: a partition given back has nothing in flight.
+			if err := s.settle(ctx, s.unsettled); err != nil {
+				return err
+			}
+			s.unsettled = outcome{}
 			if err := s.claim(ctx); err != nil {
 				return err
 			}

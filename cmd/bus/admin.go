@@ -90,8 +90,9 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return topicsDeleteCmd(ctx, args[1:], stdout, stderr)
 	}
 	a := newAdminFlags("topics", "bus topics [--dead-letters] [flags]\n       bus topics create TOPIC --partitions N [flags]\n       bus topics delete TOPIC --yes [flags]",
-		"Lists the topics with their retained messages, size and publish times (partition p of\na partitioned topic T is listed as T~p).\n\"create\" creates a topic with N partitions; \"delete\" removes a topic with its messages and groups.", stderr)
+		"Lists the topics with their retained messages, size and publish times (partition p of\na partitioned topic T is listed as T~p); with --db, also the outbox's pending and dead rows.\n\"create\" creates a topic with N partitions; \"delete\" removes a topic with its messages and groups.", stderr)
 	dead := a.fs.Bool("dead-letters", false, "list only the topics that hold dead letters (found by their headers, whatever their names)")
+	db := a.fs.String("db", "", "also show the transactional outbox in this PostgreSQL database: rows pending and dead rows")
 	if code, ok := parseFlags(a.fs, args); !ok {
 		return code
 	}
@@ -116,15 +117,22 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if ts == nil {
 		ts = []backend.TopicInfo{}
 	}
+	if *db != "" {
+		return topicsWithOutbox(ctx, ts, *db, *a.asJSON, stdout, stderr)
+	}
 	if *a.asJSON {
 		return exitCode(writeJSON(stdout, ts), stderr, "topics")
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	return exitCode(writeTopicsTable(stdout, ts), stderr, "topics")
+}
+
+func writeTopicsTable(w io.Writer, ts []backend.TopicInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tBYTES\tOLDEST\tNEWEST\tSCHEDULED\tNEXT DUE")
 	for _, t := range ts {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Messages, t.Bytes, fmtTime(t.Oldest), fmtTime(t.Newest), t.Scheduled, fmtTime(t.NextDue))
 	}
-	return exitCode(tw.Flush(), stderr, "topics")
+	return tw.Flush()
 }
 
 // topicsDeleteCmd removes a topic; it wants --yes, since nothing brings

@@ -94,7 +94,7 @@ func runComparison(ctx context.Context, cfg benchConfig, progress func(string)) 
 	var runErr error
 rounds:
 	for i := range cfg.rounds() {
-		order := []side{{openRawTarget, "raw ", &raws}, {openBusTarget, "bus ", &buses}}
+		order := []side{{rawOpener(cfg), "raw ", &raws}, {busOpener(cfg), "bus ", &buses}}
 		if i%2 == 1 {
 			order[0], order[1] = order[1], order[0]
 		}

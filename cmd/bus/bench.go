@@ -59,6 +59,7 @@ type benchConfig struct {
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 	keyedConfig
 	backlogConfig
+	outboxConfig
 }
 
 func (c *benchConfig) validate() error {
@@ -79,7 +80,7 @@ func (c *benchConfig) validate() error {
 		errs = append(errs, fmt.Errorf("--max-in-flight %d: want >= 1", c.MaxInFlight))
 	}
 	switch c.Scenario {
-	case scenarioPublish, scenarioConsume, scenarioE2E, scenarioKeyed, scenarioBacklog:
+	case scenarioPublish, scenarioConsume, scenarioE2E, scenarioKeyed, scenarioBacklog, scenarioOutbox:
 	case scenarioDelayed:
 		if c.Baseline {
 			errs = append(errs, errors.New("--baseline: the raw clients have no delayed delivery to compare with"))
@@ -88,10 +89,11 @@ func (c *benchConfig) validate() error {
 			errs = append(errs, fmt.Errorf("--delay %v: want > 0", c.Delay))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e, delayed, keyed or backlog", c.Scenario))
+		errs = append(errs, fmt.Errorf("--scenario %q: want publish, consume, e2e, delayed, keyed, backlog or outbox", c.Scenario))
 	}
 	errs = append(errs, c.validateKeyed()...)
 	errs = append(errs, c.validateBacklog()...)
+	errs = append(errs, c.validateOutbox()...)
 	if c.Topic != "" {
 		if err := backend.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
@@ -277,7 +279,7 @@ func runBench(ctx context.Context, cfg benchConfig, progress func(string)) (benc
 	if err := cfg.validate(); err != nil {
 		return benchResult{}, err
 	}
-	return runSide(ctx, cfg, openBusTarget, "", progress)
+	return runSide(ctx, cfg, busOpener(cfg), "", progress)
 }
 
 // runSide runs one benchmark of the target open returns.
@@ -300,7 +302,7 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 		runErr = r.runPublish(ctx, &res)
 	case scenarioConsume:
 		runErr = r.runConsume(ctx, &res, sampler)
-	case scenarioE2E, scenarioDelayed, scenarioKeyed:
+	case scenarioE2E, scenarioDelayed, scenarioKeyed, scenarioOutbox:
 		runErr = r.runE2E(ctx, &res)
 	}
 	res.Early = r.early.Load()

@@ -15,7 +15,7 @@ Usage:
   bus bench   [flags]               measure throughput, latency and delivery
   bus publish [flags] [payload...]  publish each argument (or stdin line)
   bus tail    [flags]               print deliveries until interrupted
-  bus topics  [--dead-letters]       list topics with retained counts
+  bus topics  [--dead-letters] [--db URL]  list topics with retained counts (and the outbox)
   bus topics  delete TOPIC --yes    remove a topic with its messages and groups
   bus groups  --topic T [flags]     list a topic's groups with lag and in flight
   bus groups  reset --topic T --group G --to oldest|newest|TIME
@@ -23,6 +23,7 @@ Usage:
   bus dlq     list|show|replay|purge  list, show, replay or purge dead letters
   bus stats   [--watch] [flags]     topics and groups, refreshed with rates
   bus ui      [flags]               live web dashboard (loopback by default)
+  bus outbox  migrate|relay --db URL  create the outbox tables, or relay them to the bus
   bus version                       module version and linked backends
 
 Backends are chosen with --url (default $BUS_URL, else mem://):
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return statsCmd(ctx, args[1:], stdout, stderr)
 	case "ui":
 		return uiCmd(ctx, args[1:], stdout, stderr)
+	case "outbox":
+		return outboxCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -37,6 +37,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	allowWrites := fs.Bool("allow-writes", false, "enable the replay and purge buttons")
 	auth := fs.String("auth", "", "user:password for HTTP basic authentication on every page and call (required to listen beyond loopback)")
 	interval := fs.Duration("interval", 2*time.Second, "how often the dashboard samples the backend")
+	outboxDB := fs.String("db", "", "also show the transactional outbox in this PostgreSQL database")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, and a dead-letter browser. Writes (replay, purge) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay and purge is logged on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -68,7 +69,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	cfg := uiConfig{allowWrites: *allowWrites, interval: *interval, auth: *auth, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	cfg := uiConfig{allowWrites: *allowWrites, interval: *interval, auth: *auth, log: slog.New(slog.NewTextHandler(stderr, nil)), outboxDB: *outboxDB}
 	fmt.Fprintf(stdout, "bus ui: serving http://%s (writes %s)\n", ln.Addr(), map[bool]string{true: "enabled", false: "disabled"}[*allowWrites])
 	if err := serveUI(ctx, ln, b, cfg); err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
@@ -83,6 +84,7 @@ type uiConfig struct {
 	interval    time.Duration
 	auth        string       // "user:pass", or "" for none
 	log         *slog.Logger // replays and purges are logged here
+	outboxDB    string       // the outbox's PostgreSQL URL, or "" for no outbox panel
 }
 
 // serveUI serves the dashboard on ln until ctx ends.
@@ -94,7 +96,7 @@ func serveUI(ctx context.Context, ln net.Listener, b *bus.Bus, cfg uiConfig) err
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	u := &uiServer{b: b, allowWrites: cfg.allowWrites, guard: g, log: cfg.log}
+	u := &uiServer{b: b, allowWrites: cfg.allowWrites, guard: g, log: cfg.log, outboxDB: cfg.outboxDB}
 	srv := &http.Server{Handler: u.routes(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -127,6 +129,7 @@ type uiServer struct {
 	allowWrites bool
 	guard       *guard
 	log         *slog.Logger
+	outboxDB    string
 
 	mu      sync.Mutex
 	last    *snapshot
@@ -195,6 +198,7 @@ func (u *uiServer) routes() http.Handler {
 	mux.HandleFunc("GET /api/state", u.state)
 	mux.HandleFunc("GET /api/dlq", u.dlq)
 	mux.HandleFunc("POST /api/dlq/{op}", u.dlqWrite)
+	mux.HandleFunc("GET /api/outbox", u.outbox)
 	return u.guard.wrap(mux)
 }
 

@@ -227,3 +227,31 @@ $("#replay-all").addEventListener("click", () => write("replay", { all: true }))
 $("#purge-all").addEventListener("click", () => write("purge", { all: true }));
 refresh();
 setInterval(refresh, 1000);
+
+// The outbox panel (bus ui --db URL): rows pending and the dead rows. It
+// polls on its own and stays hidden when the dashboard has no outbox.
+async function refreshOutbox() {
+  try {
+    const r = await fetch("api/outbox");
+    const o = await r.json();
+    if (!o.enabled) return;
+    $("#outbox").hidden = false;
+    if (o.error) {
+      $("#outbox-stats").textContent = "error: " + o.error;
+      return;
+    }
+    const s = o.report.stats;
+    $("#outbox-stats").textContent = s.pending + " pending" + (s.oldest ? " (oldest " + when(s.oldest) + ")" : "") + ", " + s.dead + " dead";
+    rows($("#outbox-dead tbody"), o.report.dead, (tr, d) => {
+      cell(tr, d.seq, "num");
+      cell(tr, d.topic);
+      cell(tr, d.id);
+      cell(tr, when(d.failed_at));
+      cell(tr, d.reason);
+    });
+  } catch (e) {
+    $("#outbox-stats").textContent = "error: " + e;
+  }
+}
+refreshOutbox();
+setInterval(refreshOutbox, 2000);
