@@ -7,11 +7,17 @@
 #     external server (the NATS suite also embeds one in-process);
 #   - chromium (Debian package chromium): the dashboard's browser test
 #     drives it headless;
+#   - the PostgreSQL server binaries, initdb and postgres (Debian package
+#     postgresql): the outbox tests start private servers from them
+#     (internal/pgtest finds them with pg_config --bindir or in
+#     /usr/lib/postgresql/*/bin; they are not on PATH). As root the tests
+#     run them as the user postgres, which the package creates;
 #   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
 # nothing: tests start their own servers unless BUS_REDIS_URL or
-# BUS_NATS_URL are set by the caller.
+# BUS_NATS_URL are set by the caller. The PostgreSQL service the package
+# may start is never used by the tests.
 set -euo pipefail
 
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
@@ -49,11 +55,27 @@ find_bin() {
 	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/local/sbin/$1" ]
 }
 
+# find_initdb: true when the PostgreSQL server binaries are installed.
+find_initdb() {
+	local dir
+	dir="$(pg_config --bindir 2>/dev/null || true)"
+	if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then
+		return 0
+	fi
+	for dir in /usr/lib/postgresql/*/bin; do
+		if [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then
+			return 0
+		fi
+	done
+	command -v initdb >/dev/null 2>&1
+}
+
 packages=()
 find_bin redis-server || packages+=(redis-server)
 find_bin redis-cli || packages+=(redis-tools)
 find_bin nats-server || packages+=(nats-server)
 find_bin chromium || find_bin chromium-browser || packages+=(chromium)
+find_initdb || packages+=(postgresql)
 if [ "${#packages[@]}" -gt 0 ]; then
 	apt_install "${packages[@]}"
 	# The Debian redis-server package starts a system service; the tests
@@ -62,6 +84,11 @@ fi
 for bin in redis-server redis-cli nats-server; do
 	find_bin "$bin" || { log "$bin is still missing after install"; exit 1; }
 done
+find_initdb || { log "initdb is still missing after install"; exit 1; }
+if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+	log "running as root, and initdb refuses root: the tests need the user postgres (the postgresql package creates it)"
+	exit 1
+fi
 
 gobin="$(go env GOPATH)/bin"
 if ! [ -x "$gobin/staticcheck" ] && ! command -v staticcheck >/dev/null 2>&1; then
