@@ -110,6 +110,9 @@ func TestPublishThroughDatabaseSQLRollsBackAndCommits(t *testing.T) {
 	db, err := sql.Open("pgx", srv.URL())
 	require.NoError(t, err)
 	defer db.Close()
+	_, err = db.ExecContext(ctx, outbox.Schema())
+	require.NoError(t, err, "the schema applies again through another client, as a migration tool would run it")
+	require.NoError(t, outbox.Migrate(ctx, outbox.SQL(db)), "Migrate runs through database/sql too")
 	for _, rollback := range []bool{true, false} {
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(t, err)
