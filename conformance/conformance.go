@@ -101,6 +101,7 @@ var cases = []testCase{
 	{name: "KeyOrderOneActiveMember", needs: []capability{capRedelivery}, run: testKeyOrderOneActiveMember},
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
+	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
 	{name: "PartitionStore", run: testPartitionStore},
 	{name: "PartitionedGroup", needs: []capability{capRedelivery}, run: testPartitionedGroup},
 

@@ -285,6 +285,9 @@ type countingBackend struct {
 	backend.Backend
 	publishes  atomic.Int64
 	subscribes atomic.Int64
+	// locks records the group lock's holders, and cuts one off (see
+	// lockLink).
+	locks lockLink
 }
 
 func (c *countingBackend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
@@ -314,7 +317,14 @@ func (c *countingBackend) LockGroup(ctx context.Context, topic, group, holder st
 	if !ok {
 		return false, false, fmt.Errorf("conformance: %w: no backend.GroupLocker", bus.ErrUnsupported)
 	}
-	return l.LockGroup(ctx, topic, group, holder, ttl)
+	if c.locks.isCut(holder) {
+		return false, false, errLockLinkCut
+	}
+	held, takeover, err := l.LockGroup(ctx, topic, group, holder, ttl)
+	if held {
+		c.locks.held(holder)
+	}
+	return held, takeover, err
 }
 
 // UnlockGroup forwards to the backend's group lock, when it has one.

@@ -363,10 +363,18 @@ func (s *Sub[P]) leaseLost(d *Delivery[P]) bool {
 }
 
 // giveUp settles a held delivery whose lease was lost as expired; the
-// backend delivers it again.
+// backend delivers it again. One given up because the group lock passed
+// on (fenced) goes back to the group at once, uncounted, after the
+// deliveries of its key before it.
 func (s *Sub[P]) giveUp(d *Delivery[P]) {
 	if d.claim() {
-		d.finish(OutcomeExpired, nil)
+		if s.fencedOut(d) {
+			ctx, cancel := s.settleCtx()
+			s.release(ctx, d)
+			cancel()
+		} else {
+			d.finish(OutcomeExpired, nil)
+		}
 	}
 	s.handlerNeverRan(d)
 }

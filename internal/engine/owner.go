@@ -21,10 +21,12 @@ import (
 // its last fetch was handed as it closed) is back with the group, and is
 // handed out, before anything after it. A
 // subscription that cannot renew for half the ttl, or finds another holder,
-// stops fetching and fences itself: a Receive under way ends and gives back
-// what it was handed, the handlers it runs are cancelled with ErrLeaseLost,
-// and no lease of its is extended or handler started any more, so its
-// leases lapse before the next holder starts (see leaseKeeper.fence).
+// stops fetching and fences itself: a Receive under way ends (what it was
+// handed all the same lapses back), the handlers it runs are cancelled with
+// ErrLeaseLost, no lease of its is extended and no handler started any
+// more, and what it held goes back to the group in log order as each
+// key's head returns, without counting an attempt (see leaseKeeper.fence).
+// The next holder waits until nothing is pending, or one ack timeout.
 // Close releases the lock after the subscription drained.
 type owner[P any] struct {
 	s      *Sub[P]
@@ -216,23 +218,6 @@ func (o *owner[P]) setOwning(v bool) {
 	} else {
 		o.heldCancel()
 		o.open = make(chan struct{})
-	}
-}
-
-// giveBack returns what a Receive handed out after the lock was lost to
-// the group at once, in order and without counting an attempt: the next
-// holder gets it first. It reports nothing: what cannot be given back
-// lapses back with its lease.
-func (s *Sub[P]) giveBack(msgs []*backend.Message) {
-	ctx, cancel := s.settleCtx()
-	defer cancel()
-	r, _ := s.bsub.(backend.Releaser)
-	for _, m := range msgs {
-		if r != nil {
-			_ = r.Release(ctx, m.AckID)
-		} else {
-			_ = s.bsub.Nack(ctx, m.AckID, 0)
-		}
 	}
 }
 

@@ -77,10 +77,12 @@ func (s *Sub[P]) refuse(d *Delivery[P]) error {
 // cancelled is released without counting an attempt.
 func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error) {
 	if s.fencedOut(d) {
-		// The group lock passed on: the delivery is left to lapse back to
-		// the group, for the next holder to handle in its turn.
+		// The group lock passed on: the delivery goes back to the group,
+		// uncounted, for the next holder to handle in its turn.
 		if d.claim() {
-			d.finish(OutcomeExpired, errFenced)
+			ctx, cancel := s.settleCtx()
+			s.release(ctx, d)
+			cancel()
 		}
 		return
 	}

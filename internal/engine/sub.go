@@ -167,8 +167,9 @@ func (s *Sub[P]) fetch() {
 			msgs = s.returnExcess(msgs, n)
 		}
 		if rctx.Err() != nil && s.fetchCtx.Err() == nil {
-			// The group lock was lost during the Receive (see owner).
-			s.giveBack(msgs)
+			// The group lock was lost during the Receive (see owner): what
+			// it was handed lapses back to the group, after what this
+			// member held, which it gives back now.
 			msgs, err = nil, nil
 		}
 		if unused := n - len(msgs); unused > 0 {
