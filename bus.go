@@ -12,6 +12,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/coalesce"
 	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -25,6 +26,8 @@ type Bus struct {
 	optErr  error
 	publish Publisher
 	batcher *coalesce.Coalescer
+	// events is the lifecycle events emitter (WithEvents); nil when off.
+	events *lifecycle.Emitter
 
 	// ops counts publishes, subscribes being set up and the bus's own
 	// background goroutines; no lock is held across any of them.
@@ -47,6 +50,9 @@ func New(b backend.Backend, opts ...Option) *Bus {
 		return bus
 	}
 	o, err := buildBusOptions(opts)
+	if err != nil {
+		o.events = "" // a bus that refuses every call makes no events
+	}
 	bus := newBus(b, o)
 	bus.optErr = err
 	return bus
@@ -85,6 +91,9 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 	}
 	b.batcher = coalesce.New(be, o.batching.config(), &b.ops)
 	b.publish = corePublisher{b}
+	if o.events != "" {
+		b.startEvents()
+	}
 	for i := len(o.publishMW) - 1; i >= 0; i-- {
 		if p := o.publishMW[i](b.publish); p != nil {
 			b.publish = p
@@ -292,6 +301,9 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 		return nil, err
 	}
 	s := &Subscription{topic: topic, group: o.group}
+	if b.events != nil {
+		s.member = memberName()
+	}
 	cfg := b.engineConfig(s, topic, o, h)
 	ctrl := b.autoscaler(topic, 1, o)
 	if ctrl != nil {
@@ -350,6 +362,9 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		Publish:   b.be.Publish,
 		Go:        b.goTracked,
 		Ended:     func() { b.forget(s) },
+	}
+	if b.events != nil && s.topic != b.opts.events {
+		cfg.Event = b.eventHook(s)
 	}
 	if o.keyOrdering {
 		cfg.KeyOf = func(d *Delivery) string { return d.Key }
@@ -450,6 +465,13 @@ func (b *Bus) Close(ctx context.Context) error {
 	// snapshot; close them too.
 	for _, s := range b.snapshot(subs) {
 		errs = append(errs, s.Close(ctx))
+	}
+	if b.events != nil {
+		// After the subscriptions, whose last settlements make events,
+		// and before the backend, which stores them.
+		if err := b.events.Close(ctx, hard); err != nil {
+			errs = append(errs, fmt.Errorf("bus: close: %w", err))
+		}
 	}
 	if err := engine.CloseBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))

@@ -99,13 +99,15 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 	}
 	m := dl.Message
 	m.Headers = maps.Clone(m.Headers)
-	m.Headers[backend.HeaderReplayed] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	at := time.Now()
+	m.Headers[backend.HeaderReplayed] = strconv.FormatInt(at.UnixNano(), 10)
 	if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
 		return fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
 	}
 	if _, err := in.Delete(ctx, dlq, []string{dl.ID}); err != nil {
 		return fmt.Errorf("bus: replay dead letter %q: stored on %q, but not removed from %q: %w", dl.ID, dl.Topic, dlq, err)
 	}
+	b.emitReplayed(dlq, dl, at)
 	return nil
 }
 

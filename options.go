@@ -77,6 +77,7 @@ type busOptions struct {
 	ackBatch    int
 	ackInterval time.Duration
 	batching    PublishBatching
+	events      string // the lifecycle events topic; "": events off
 }
 
 type subscribeOptions struct {
@@ -160,6 +161,26 @@ func WithMaxPayload(n int) Option {
 			return fmt.Errorf("%w: max payload %d, want > 0", ErrInvalidOption, n)
 		}
 		b.maxPayload = n
+		return nil
+	})
+}
+
+// WithEvents turns lifecycle events on: at each step of a delivery
+// (received, succeeded, failed, retry scheduled, snoozed, dead-lettered,
+// expired) and when a dead letter is replayed, the bus writes one event,
+// as a JSON message, to topic on its own backend: an ordinary topic that
+// tail, inspection, retention and replay work on, and that `bus history`
+// reads. Events are buffered and published in batches by a goroutine of
+// the bus; they never block or slow a handler: when the buffer is full an
+// event is dropped, counted, and the first drop is reported to the
+// observer. Close publishes what is buffered. Deliveries of topic itself
+// make no events. The schema is documented in docs/operating.md.
+func WithEvents(topic string) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if err := backend.ValidateTopic(topic); err != nil {
+			return fmt.Errorf("%w: events topic: %w", ErrInvalidOption, err)
+		}
+		b.events = topic
 		return nil
 	})
 }

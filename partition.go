@@ -149,7 +149,7 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	locker, _ := b.be.(backend.GroupLocker)
 	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*engine.Slots{}}
 	member := memberName()
-	s := &Subscription{topic: topic, group: o.group}
+	s := &Subscription{topic: topic, group: o.group, member: member}
 	ctrl := b.autoscaler(topic, n, o)
 	m, err := partition.Start(ctx, partition.Config{
 		Topic: topic, Group: o.group, Partitions: n, Member: member,

@@ -12,6 +12,7 @@ import (
 // (see Err).
 type Subscription struct {
 	topic, group string
+	member       string // names the member in lifecycle events
 	run          runner
 	start        func()             // starts an unpartitioned subscription; nil otherwise
 	discard      func()             // gives up a subscription the closing bus will not run

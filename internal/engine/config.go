@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -99,6 +100,10 @@ type Config[P any] struct {
 	Go func(f func()) bool
 	// Ended is called once the subscription's shutdown is done.
 	Ended func()
+	// Event, when set, receives a lifecycle event at each step of a
+	// delivery; it must not block (see lifecycle.Emitter). nil turns
+	// events off, at no cost to the delivery path.
+	Event func(e *lifecycle.Event)
 }
 
 // settleTimeout bounds the backend calls the engine makes to settle a

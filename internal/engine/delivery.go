@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -118,6 +119,7 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 	if err := d.claimRedelivery("nack", delay); err != nil {
 		return err
 	}
+	d.sub.emitDelay(d, lifecycle.RetryScheduled, delay)
 	if k := d.sub.keys; k != nil && k.retry(d, delay, true) {
 		return nil
 	}
@@ -276,6 +278,9 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 	if topic == "" {
 		err := s.acks.add(d.ackID)
 		s.reportDeadLetter(d, code, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
+		if s.cfg.Event != nil && err == nil {
+			s.emitDeadLetter(d, code, "", reason)
+		}
 		d.finish(OutcomeDropped, err)
 		return err
 	}
@@ -290,6 +295,9 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.id(), topic, err)
 	} else {
 		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
+		if s.cfg.Event != nil {
+			s.emitDeadLetter(d, code, topic, reason)
+		}
 	}
 	d.finish(OutcomeDeadLettered, err)
 	return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -28,14 +29,9 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	var start time.Time
-	if s.cfg.Feedback != nil {
-		start = time.Now()
-	}
+	start := s.started(d)
 	err := s.call(d)
-	if s.cfg.Feedback != nil {
-		s.cfg.Feedback(time.Since(start), err)
-	}
+	s.handled(d, start, err)
 	switch s.cfg.AckMode {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
@@ -53,6 +49,46 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 		}
 	}
 	return d.handlerDone()
+}
+
+// started returns when d's handler starts, when the feedback or the
+// lifecycle events need it, and emits d's received event.
+func (s *Sub[P]) started(d *Delivery[P]) time.Time {
+	if s.cfg.Feedback == nil && s.cfg.Event == nil {
+		return time.Time{}
+	}
+	now := time.Now()
+	if s.cfg.Event != nil {
+		e := s.lifecycleEvent(d, lifecycle.Received)
+		e.Time = now
+		s.cfg.Event(&e)
+	}
+	return now
+}
+
+// handled gives the handler's latency and error to the feedback, and
+// emits d's succeeded or failed event; a snooze and a shutdown's
+// cancellation are neither.
+func (s *Sub[P]) handled(d *Delivery[P], start time.Time, err error) {
+	if s.cfg.Feedback == nil && s.cfg.Event == nil {
+		return
+	}
+	took := time.Since(start)
+	if s.cfg.Feedback != nil {
+		s.cfg.Feedback(took, err)
+	}
+	if s.cfg.Event == nil {
+		return
+	}
+	if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
+		return
+	}
+	e := s.lifecycleEvent(d, lifecycle.Succeeded)
+	e.Duration = took
+	if err != nil {
+		e.Kind, e.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
+	}
+	s.cfg.Event(&e)
 }
 
 // refuse returns why d must not reach the handler, or nil.
@@ -207,6 +243,7 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 			s.deadLetter(d, WithCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
 			return
 		}
+		s.emitDelay(d, lifecycle.RetryScheduled, delay)
 		if s.keys != nil && s.keys.retry(d, delay, true) {
 			return
 		}

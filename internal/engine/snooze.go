@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -35,6 +36,7 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 	if exp, ok := s.expiry(d); ok && !due.Before(exp) {
 		return d.doDeadLetter(ctx, WithCode(backend.CodeExpired, fmt.Errorf("snoozed for %v, past its expiry at %s", delay, exp.UTC().Format(time.RFC3339Nano))))
 	}
+	s.emitDelay(d, lifecycle.Snoozed, delay)
 	counted := false
 	if pub := s.cfg.Info(&d.Pub).PublishedAt; pub.IsZero() || due.Sub(pub) > SnoozeWindow {
 		counted = true

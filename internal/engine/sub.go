@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -121,6 +122,36 @@ func (s *Sub[P]) observe(e observer.Event) { s.cfg.Observer.Observe(context.Back
 // event is an event about d.
 func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer.Event {
 	return observer.Event{Scope: scope, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: d.id(), Attempt: int(d.attempt), Err: err}
+}
+
+// lifecycleEvent is the lifecycle event of kind about d, to be completed
+// and passed to cfg.Event (which the caller has checked is set).
+func (s *Sub[P]) lifecycleEvent(d *Delivery[P], kind lifecycle.Kind) lifecycle.Event {
+	m := s.cfg.Info(&d.Pub)
+	return lifecycle.Event{Kind: kind, Time: time.Now(), MessageID: m.ID, Key: m.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
+}
+
+// emitDelay emits a lifecycle event of kind about d with a delay, when
+// events are on.
+func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Duration) {
+	if s.cfg.Event != nil {
+		e := s.lifecycleEvent(d, kind)
+		e.Delay = delay
+		s.cfg.Event(&e)
+	}
+}
+
+// emitDeadLetter emits the dead_lettered event of d (moved to topic, or
+// dropped when topic is empty), preceded by an expired event when it
+// expired.
+func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, topic string, reason error) {
+	e := s.lifecycleEvent(d, lifecycle.Expired)
+	e.Code, e.Error = string(code), lifecycle.CutError(reason.Error())
+	if code == backend.CodeExpired {
+		s.cfg.Event(&e)
+	}
+	e.Kind, e.DeadLetter = lifecycle.DeadLettered, topic
+	s.cfg.Event(&e)
 }
 
 func (s *Sub[P]) report(d *Delivery[P], scope observer.Scope, err error) {

@@ -1,0 +1,61 @@
+package bus
+
+import (
+	"context"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// startEvents starts the lifecycle events emitter (WithEvents). Its
+// goroutine is the bus's: Close stops it after the subscriptions and
+// before the backend.
+func (b *Bus) startEvents() {
+	topic := b.opts.events
+	b.events = lifecycle.New(lifecycle.Config{
+		Topic:   topic,
+		Publish: func(ctx context.Context, msgs []*backend.Message) error { return b.publishEvents(ctx, topic, msgs) },
+		Observe: func(e observer.Event) { b.opts.observer.Observe(context.Background(), e) },
+	})
+}
+
+// publishEvents stores a batch of events on topic, partitioned like any
+// message when the topic is.
+func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.Message) error {
+	// The batcher wants an operation of the bus held; join succeeds
+	// while Close waits for the emitter.
+	b.ops.join()
+	defer b.ops.leave()
+	n, err := b.partitionsOf(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if n > 1 {
+		return b.publishPartitioned(ctx, topic, n, msgs)
+	}
+	return b.batcher.Publish(ctx, topic, msgs)
+}
+
+// eventHook is the engine's lifecycle event callback for s: it names the
+// topic (not the partition) and the member.
+func (b *Bus) eventHook(s *Subscription) func(*lifecycle.Event) {
+	topic, member, em := s.topic, s.member, b.events
+	return func(e *lifecycle.Event) {
+		e.Topic, e.Member = topic, member
+		em.Emit(e)
+	}
+}
+
+// emitReplayed emits the replayed event of a dead letter of dlq, replayed
+// at, when events are on.
+func (b *Bus) emitReplayed(dlq string, dl *DeadLetter, at time.Time) {
+	if b.events == nil || dl.Topic == b.opts.events {
+		return
+	}
+	b.events.Emit(&lifecycle.Event{
+		Kind: lifecycle.Replayed, Time: at, MessageID: dl.ID, Key: dl.Key,
+		Topic: dl.Topic, Group: dl.Group, Attempt: dl.Attempt, DeadLetter: dlq, Code: string(dl.Code),
+	})
+}

@@ -1,0 +1,199 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/lifecycle"
+	"github.com/eventbus-go/bus/observer"
+)
+
+const eventsTopic = "bus.events"
+
+// eventsBus is a bus over a fresh in-memory backend with lifecycle events
+// on, and the backend's Inspector to read them.
+func eventsBus(t *testing.T) (*bus.Bus, backend.Inspector) {
+	t.Helper()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be, bus.WithEvents(eventsTopic), bus.WithObserver(observer.Nop()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, b.Close(ctx), "close")
+	})
+	return b, be
+}
+
+// waitKinds waits until the history of id has the kinds want, in order,
+// and returns it.
+func waitKinds(t *testing.T, in backend.Inspector, id string, want ...lifecycle.Kind) lifecycle.History {
+	t.Helper()
+	var h lifecycle.History
+	var got []lifecycle.Kind
+	require.Eventually(t, func() bool {
+		var err error
+		h, err = lifecycle.Read(context.Background(), in, eventsTopic, lifecycle.Query{ID: id})
+		require.NoError(t, err)
+		got = got[:0]
+		for _, e := range h.Entries {
+			got = append(got, e.Kind)
+		}
+		return len(got) >= len(want)
+	}, 10*time.Second, 5*time.Millisecond, "the events of %s", id)
+	require.Equal(t, want, got, "the history of %s", id)
+	return h
+}
+
+func TestEventsOfASuccess(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error { return nil }, bus.WithGroup("billing"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Key: "c-1", Payload: []byte("x")}))
+	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Succeeded)
+	for _, e := range h.Entries {
+		assert.Equal(t, "o-1", e.MessageID)
+		assert.Equal(t, "c-1", e.Key)
+		assert.Equal(t, "orders", e.Topic)
+		assert.Equal(t, "billing", e.Group)
+		assert.NotEmpty(t, e.Member, "the member is named")
+		assert.Equal(t, 1, e.Attempt)
+		assert.False(t, e.Time.IsZero(), "the time is set")
+		assert.Equal(t, eventsTopic, e.Source)
+	}
+	assert.Positive(t, h.Entries[1].Duration, "the handler duration is recorded")
+	byKey, err := lifecycle.Read(ctx, in, eventsTopic, lifecycle.Query{Key: "c-1"})
+	require.NoError(t, err)
+	assert.Len(t, byKey.Entries, 2, "found by key too")
+}
+
+func TestEventsOfAFailureAndItsRetry(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if d.Attempt == 1 {
+			return bus.RetryAfter(errors.New("db down"), 10*time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1"}))
+	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.RetryScheduled, lifecycle.Received, lifecycle.Succeeded)
+	assert.Equal(t, "db down", h.Entries[1].Error, "the error text")
+	assert.Equal(t, 10*time.Millisecond, h.Entries[2].Delay, "the retry delay")
+	assert.Equal(t, 2, h.Entries[3].Attempt, "the retry is attempt 2")
+}
+
+func TestEventsOfASnooze(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	var snoozed atomic.Bool
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if snoozed.CompareAndSwap(false, true) {
+			return bus.Snooze(10 * time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1"}))
+	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Snoozed, lifecycle.Received, lifecycle.Succeeded)
+	assert.Equal(t, 10*time.Millisecond, h.Entries[1].Delay, "the snooze delay")
+}
+
+func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	var ok atomic.Bool
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if !ok.Load() {
+			return bus.Permanent(errors.New("bad order"))
+		}
+		return nil
+	}, bus.WithGroup("billing"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Key: "c-1"}))
+	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered)
+	dl := h.Entries[2]
+	assert.Equal(t, string(backend.CodePermanent), dl.Code, "the dead-letter code")
+	assert.Equal(t, "orders.dlq", dl.DeadLetter, "the dead-letter topic")
+	assert.True(t, dl.Held, "the dead letter is still held")
+
+	ok.Store(true)
+	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "o-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	h = waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered, lifecycle.Replayed, lifecycle.Received, lifecycle.Succeeded)
+	assert.False(t, h.Entries[2].Held, "replayed: no longer held")
+	assert.Equal(t, "orders.dlq", h.Entries[3].DeadLetter, "replayed from the dead-letter topic")
+	assert.Equal(t, "orders", h.Entries[3].Topic, "replayed to its topic")
+}
+
+func TestEventsOfAnExpiry(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		return bus.Snooze(time.Hour) // past its expiry
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", ExpiresAt: time.Now().Add(time.Minute)}))
+	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Expired, lifecycle.DeadLettered)
+	assert.Equal(t, string(backend.CodeExpired), h.Entries[1].Code)
+	assert.Equal(t, string(backend.CodeExpired), h.Entries[2].Code)
+}
+
+func TestEventsTopicMakesNoEventsOfItsOwn(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	tailed := make(chan string, 16)
+	_, err := b.Subscribe(ctx, eventsTopic, func(ctx context.Context, d *bus.Delivery) error {
+		tailed <- d.Key
+		return nil
+	}, bus.WithStartFrom(backend.StartOldest))
+	require.NoError(t, err)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1"}))
+	for range 2 {
+		select {
+		case k := <-tailed:
+			assert.Equal(t, "o-1", k, "a subscription to the events topic reads them")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the events topic was not delivered")
+		}
+	}
+	waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Succeeded)
+	ts, err := b.Topics(ctx)
+	require.NoError(t, err)
+	for _, ti := range ts {
+		if ti.Name == eventsTopic {
+			assert.Equal(t, backend.Figure(2), ti.Messages, "the events of the events topic's own deliveries are not written")
+		}
+	}
+}
+
+func TestWithEventsRefusesAnInvalidTopicBeforeIO(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be, bus.WithEvents("bad topic\n"))
+	defer b.Close(context.Background())
+	err = b.Publish(context.Background(), "orders", &bus.Message{Payload: []byte("x")})
+	require.ErrorIs(t, err, bus.ErrInvalidOption, "an invalid events topic makes the bus refuse calls")
+	assert.True(t, strings.Contains(err.Error(), "events topic"), "the error names the option: %v", err)
+}

@@ -1,0 +1,199 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// Defaults of Config.
+const (
+	DefaultBuffer = 16384
+	DefaultBatch  = 512
+	// publishTimeout bounds one batch's publish.
+	publishTimeout = 10 * time.Second
+)
+
+// Config is what an Emitter runs with.
+type Config struct {
+	// Topic is the events topic, for reports.
+	Topic string
+	// Publish stores one batch on the events topic. It may keep neither
+	// the slice nor the messages nor their buffers after it returns (the
+	// backend.Backend contract).
+	Publish func(ctx context.Context, msgs []*backend.Message) error
+	// Observe receives the one report of drops and each failed batch.
+	Observe func(observer.Event)
+	// Buffer is how many events wait at most (0: DefaultBuffer); Batch
+	// how many one publish carries at most (0: DefaultBatch).
+	Buffer, Batch int
+}
+
+// Emitter buffers events and publishes them in batches on its own
+// goroutine. Emit is safe for concurrent use and never blocks.
+type Emitter struct {
+	cfg     Config
+	ch      chan Event
+	dropped atomic.Int64
+	stopped atomic.Bool
+	stop    chan struct{}
+	done    chan struct{}
+	ctx     context.Context // cancelled when Close gives up waiting
+	cancel  context.CancelFunc
+	once    sync.Once
+
+	// Owned by the run goroutine.
+	reported bool
+	batch    []Event
+	vals     []backend.Message
+	ptrs     []*backend.Message
+	arena    []byte
+	ends     []int
+}
+
+// New starts an Emitter; Close stops it.
+func New(cfg Config) *Emitter {
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = DefaultBuffer
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	e := &Emitter{cfg: cfg, ch: make(chan Event, cfg.Buffer), stop: make(chan struct{}), done: make(chan struct{})}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	go e.run()
+	return e
+}
+
+// Emit buffers ev, or counts it as dropped when the buffer is full or the
+// emitter is closing. It never blocks.
+func (e *Emitter) Emit(ev *Event) {
+	if e.stopped.Load() {
+		e.dropped.Add(1)
+		return
+	}
+	select {
+	case e.ch <- *ev:
+	default:
+		e.dropped.Add(1)
+	}
+}
+
+// Dropped is how many events were dropped so far.
+func (e *Emitter) Dropped() int64 { return e.dropped.Load() }
+
+// Close publishes what is buffered and stops the goroutine. It waits until
+// ctx ends at most; then the publish in progress is cancelled, and Close
+// waits for the goroutine no longer than hard.
+func (e *Emitter) Close(ctx, hard context.Context) error {
+	e.once.Do(func() {
+		e.stopped.Store(true)
+		close(e.stop)
+	})
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+	}
+	e.cancel()
+	select {
+	case <-e.done:
+	case <-hard.Done():
+	}
+	return fmt.Errorf("lifecycle events to %q: not all published before the close ctx ended: %w", e.cfg.Topic, ctx.Err())
+}
+
+func (e *Emitter) run() {
+	defer close(e.done)
+	defer e.cancel()
+	for {
+		select {
+		case ev := <-e.ch:
+			e.batch = append(e.batch[:0], ev)
+			e.fill()
+			e.flush()
+		case <-e.stop:
+			for len(e.ch) > 0 && e.ctx.Err() == nil {
+				e.batch = e.batch[:0]
+				e.fill()
+				e.flush()
+			}
+			e.reportDrops()
+			return
+		}
+	}
+}
+
+// fill adds to the batch what is buffered, up to Batch events.
+func (e *Emitter) fill() {
+	for len(e.batch) < e.cfg.Batch {
+		select {
+		case ev := <-e.ch:
+			e.batch = append(e.batch, ev)
+		default:
+			return
+		}
+	}
+}
+
+// flush encodes the batch into one buffer and publishes it.
+func (e *Emitter) flush() {
+	n := len(e.batch)
+	if n == 0 {
+		return
+	}
+	if cap(e.vals) < n {
+		e.vals = make([]backend.Message, n)
+		e.ptrs = make([]*backend.Message, n)
+	}
+	e.vals, e.ptrs = e.vals[:n], e.ptrs[:n]
+	ids := msgid.Batch(n)
+	now := time.Now()
+	e.arena = e.arena[:0]
+	ends := e.ends[:0]
+	for i := range e.batch {
+		e.arena = Append(e.arena, &e.batch[i])
+		ends = append(ends, len(e.arena))
+	}
+	start := 0
+	for i := range e.batch {
+		ev := &e.batch[i]
+		e.vals[i] = backend.Message{ID: ids[i*36 : (i+1)*36], Key: EventKey(ev), Payload: e.arena[start:ends[i]:ends[i]], PublishedAt: now}
+		e.ptrs[i] = &e.vals[i]
+		start = ends[i]
+	}
+	e.ends = ends
+	ctx, cancel := context.WithTimeout(e.ctx, publishTimeout)
+	err := e.cfg.Publish(ctx, e.ptrs)
+	cancel()
+	clear(e.batch) // drop the strings the events referenced
+	if err != nil && e.cfg.Observe != nil {
+		lost := n
+		var be *backend.BatchError
+		if errors.As(err, &be) {
+			lost = len(be.Failed)
+		}
+		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
+			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, lost, n, err)})
+	}
+	e.reportDrops()
+}
+
+// reportDrops tells the observer of the first drops, once.
+func (e *Emitter) reportDrops() {
+	if e.reported || e.cfg.Observe == nil {
+		return
+	}
+	if n := e.dropped.Load(); n > 0 {
+		e.reported = true
+		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
+			Err: fmt.Errorf("bus: lifecycle events to %q: %d dropped, the buffer of %d was full; later drops are counted, not reported", e.cfg.Topic, n, e.cfg.Buffer)})
+	}
+}

@@ -1,0 +1,207 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Kind names a step of a message's life.
+type Kind string
+
+// The kinds of events. Their names are the schema: they never change.
+const (
+	// Received: a delivery reached its member, which is about to run the
+	// handler (Attempt says which delivery it is).
+	Received Kind = "received"
+	// Succeeded: the handler returned nil (Duration is how long it ran).
+	Succeeded Kind = "succeeded"
+	// Failed: the handler returned an error or panicked (Error, cut to
+	// MaxErrorLen; Duration).
+	Failed Kind = "failed"
+	// RetryScheduled: the delivery was given back to be redelivered after
+	// Delay, as a new attempt.
+	RetryScheduled Kind = "retry_scheduled"
+	// Snoozed: the delivery was given back to be redelivered after Delay,
+	// without counting an attempt.
+	Snoozed Kind = "snoozed"
+	// DeadLettered: the message was moved to the dead-letter topic
+	// DeadLetter (or dropped, when dead-lettering is off and DeadLetter is
+	// empty), with Code and Error saying why.
+	DeadLettered Kind = "dead_lettered"
+	// Expired: the message reached its ExpiresAt before it was handled; a
+	// DeadLettered event with code "expired" follows.
+	Expired Kind = "expired"
+	// Replayed: the dead letter was published back to Topic from the
+	// dead-letter topic DeadLetter.
+	Replayed Kind = "replayed"
+	// Scaled: the bus changed the in-flight bound of a member of Topic and
+	// Group to Bound, for Reason. MessageID and Key are empty.
+	Scaled Kind = "scaled"
+)
+
+// MaxErrorLen bounds Event.Error, in bytes; a longer error text is cut at
+// a rune boundary and ends with "…".
+const MaxErrorLen = 512
+
+// Event is one lifecycle event, the JSON payload of one message of the
+// events topic.
+type Event struct {
+	Kind Kind      `json:"kind"`
+	Time time.Time `json:"time"`
+	// MessageID and Key are those of the message the event is about.
+	MessageID string `json:"id,omitempty"`
+	Key       string `json:"key,omitempty"`
+	// Topic and Group are where it was consumed; Member names the
+	// subscription (host, process and a random part) that acted.
+	Topic  string `json:"topic"`
+	Group  string `json:"group,omitempty"`
+	Member string `json:"member,omitempty"`
+	// Attempt is the delivery's attempt (1 on the first delivery).
+	Attempt int `json:"attempt,omitempty"`
+	// Duration is how long the handler ran (succeeded, failed).
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	// Delay is when the next delivery comes (retry_scheduled, snoozed).
+	Delay time.Duration `json:"delay_ns,omitempty"`
+	// Error is the handler's error or the dead-letter reason, cut to
+	// MaxErrorLen.
+	Error string `json:"error,omitempty"`
+	// Code is the dead-letter code (dead_lettered, expired).
+	Code string `json:"code,omitempty"`
+	// DeadLetter is the dead-letter topic (dead_lettered, replayed).
+	DeadLetter string `json:"dead_letter,omitempty"`
+	// Bound and Reason describe a scaling decision (scaled).
+	Bound  int    `json:"bound,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventKey is the message key of e on the events topic: the ID of the
+// message it is about, or "topic/group" for an event about no message.
+func EventKey(e *Event) string {
+	if e.MessageID != "" {
+		return e.MessageID
+	}
+	return e.Topic + "/" + e.Group
+}
+
+// CutError returns s cut to MaxErrorLen bytes at a rune boundary.
+func CutError(s string) string {
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	const ellipsis = "…"
+	n := MaxErrorLen - len(ellipsis)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + ellipsis
+}
+
+// Append appends the JSON encoding of e to buf. It writes what
+// encoding/json would write for e, without reflection or allocations.
+func Append(buf []byte, e *Event) []byte {
+	buf = append(buf, `{"kind":`...)
+	buf = appendString(buf, string(e.Kind))
+	buf = append(buf, `,"time":"`...)
+	buf = e.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, '"')
+	buf = appendField(buf, "id", e.MessageID)
+	buf = appendField(buf, "key", e.Key)
+	buf = append(buf, `,"topic":`...)
+	buf = appendString(buf, e.Topic)
+	buf = appendField(buf, "group", e.Group)
+	buf = appendField(buf, "member", e.Member)
+	buf = appendInt(buf, "attempt", int64(e.Attempt))
+	buf = appendInt(buf, "duration_ns", int64(e.Duration))
+	buf = appendInt(buf, "delay_ns", int64(e.Delay))
+	buf = appendField(buf, "error", e.Error)
+	buf = appendField(buf, "code", e.Code)
+	buf = appendField(buf, "dead_letter", e.DeadLetter)
+	buf = appendInt(buf, "bound", int64(e.Bound))
+	buf = appendField(buf, "reason", e.Reason)
+	return append(buf, '}')
+}
+
+// Decode reads one event from a payload of the events topic.
+func Decode(payload []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return Event{}, fmt.Errorf("lifecycle event: %w", err)
+	}
+	if e.Kind == "" {
+		return Event{}, fmt.Errorf("lifecycle event: no kind")
+	}
+	return e, nil
+}
+
+func appendField(buf []byte, name, v string) []byte {
+	if v == "" {
+		return buf
+	}
+	buf = append(buf, ',', '"')
+	buf = append(buf, name...)
+	buf = append(buf, '"', ':')
+	return appendString(buf, v)
+}
+
+func appendInt(buf []byte, name string, v int64) []byte {
+	if v == 0 {
+		return buf
+	}
+	buf = append(buf, ',', '"')
+	buf = append(buf, name...)
+	buf = append(buf, '"', ':')
+	return strconv.AppendInt(buf, v, 10)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaped as encoding/json does
+// (invalid UTF-8 becomes U+FFFD).
+func appendString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			buf = append(buf, s[start:i]...)
+			if r == utf8.RuneError {
+				buf = append(buf, `\ufffd`...)
+			} else {
+				buf = append(buf, `\u202`...)
+				buf = append(buf, hexDigits[r&0xf])
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
+}

@@ -1,0 +1,195 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// DefaultScanLimit is how many messages of the events topic History reads
+// at most when Query.Limit is 0.
+const DefaultScanLimit = 100_000
+
+// peekPage is how many messages one Inspector.Peek call reads.
+const peekPage = 512
+
+// Query selects the history of a message: by its ID, or by its key (every
+// message with that key).
+type Query struct {
+	ID, Key string
+	// DeadLetterTopics are searched for the message as it is now; nil
+	// means every topic whose oldest message is a dead letter.
+	DeadLetterTopics []string
+	// Limit bounds how many messages of the events topic are read, oldest
+	// first (0: DefaultScanLimit).
+	Limit int
+}
+
+// Entry is one step of a message's history.
+type Entry struct {
+	Event
+	// Source is the topic the entry was read from: the events topic, or
+	// the dead-letter topic that holds the message now.
+	Source string `json:"source"`
+	// Held is set on a dead_lettered entry whose dead letter is still on
+	// its dead-letter topic (it was neither replayed nor purged).
+	Held bool `json:"held,omitempty"`
+}
+
+// History is the timeline of a message, oldest first.
+type History struct {
+	Entries []Entry `json:"entries"`
+	// Scanned is how many messages of the events topic were read, and
+	// Truncated is set when the scan stopped at the limit before the end.
+	Scanned   int  `json:"scanned"`
+	Truncated bool `json:"truncated"`
+}
+
+// ErrNoQuery is returned by Read when the query names neither an ID nor a
+// key.
+var ErrNoQuery = errors.New("give a message ID or a key")
+
+// Read reads the history of the message that q selects from the events
+// topic (and its partitions) and the dead-letter topics. It returns by
+// ctx's deadline.
+func Read(ctx context.Context, in backend.Inspector, events string, q Query) (History, error) {
+	if q.ID == "" && q.Key == "" {
+		return History{}, ErrNoQuery
+	}
+	if err := backend.ValidateTopic(events); err != nil {
+		return History{}, err
+	}
+	if q.Limit <= 0 {
+		q.Limit = DefaultScanLimit
+	}
+	scan, dlqs, err := topicsOf(ctx, in, events, q.DeadLetterTopics == nil)
+	if err != nil {
+		return History{}, err
+	}
+	if q.DeadLetterTopics != nil {
+		dlqs = q.DeadLetterTopics
+	}
+	var h History
+	for _, t := range scan {
+		if err := h.readEvents(ctx, in, t, &q); err != nil {
+			return History{}, fmt.Errorf("events topic %q: %w", t, err)
+		}
+	}
+	for _, t := range dlqs {
+		if err := h.readDeadLetters(ctx, in, t, &q); err != nil {
+			return History{}, fmt.Errorf("dead-letter topic %q: %w", t, err)
+		}
+	}
+	slices.SortStableFunc(h.Entries, func(a, b Entry) int { return a.Time.Compare(b.Time) })
+	return h, nil
+}
+
+// topicsOf returns the topics to scan for events (events and its
+// partitions), and, when wanted, the topics that hold dead letters.
+func topicsOf(ctx context.Context, in backend.Inspector, events string, wantDLQs bool) (scan, dlqs []string, err error) {
+	ts, err := in.Topics(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	scan = []string{events}
+	for _, t := range ts {
+		if base, _, ok := backend.SplitPartitionTopic(t.Name); ok && base == events {
+			scan = append(scan, t.Name)
+			continue
+		}
+		if !wantDLQs || t.Name == events {
+			continue
+		}
+		msgs, _, err := in.Peek(ctx, t.Name, "", 1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("peek %q: %w", t.Name, err)
+		}
+		if len(msgs) > 0 && backend.IsDeadLetter(msgs[0]) {
+			dlqs = append(dlqs, t.Name)
+		}
+	}
+	return scan, dlqs, nil
+}
+
+// readEvents adds the matching events of topic, within the scan limit.
+func (h *History) readEvents(ctx context.Context, in backend.Inspector, topic string, q *Query) error {
+	return peekAll(ctx, in, topic, func(m *backend.Message) bool {
+		if h.Scanned >= q.Limit {
+			h.Truncated = true
+			return false
+		}
+		h.Scanned++
+		if q.Key == "" && m.Key != q.ID {
+			return true // the key of an event is the ID it is about
+		}
+		e, err := Decode(m.Payload)
+		if err != nil || !q.matches(e.MessageID, e.Key) {
+			return true
+		}
+		h.Entries = append(h.Entries, Entry{Event: e, Source: topic})
+		return true
+	})
+}
+
+// readDeadLetters adds the matching dead letters of topic; one that an
+// event already records marks that event as held.
+func (h *History) readDeadLetters(ctx context.Context, in backend.Inspector, topic string, q *Query) error {
+	return peekAll(ctx, in, topic, func(m *backend.Message) bool {
+		if !backend.IsDeadLetter(m) || !q.matches(m.ID, m.Key) {
+			return true
+		}
+		e := Event{Kind: DeadLettered, MessageID: m.ID, Key: m.Key, DeadLetter: topic,
+			Topic: m.Headers[backend.HeaderDeadLetterTopic], Group: m.Headers[backend.HeaderDeadLetterGroup],
+			Code: m.Headers[backend.HeaderDeadLetterCode], Error: CutError(m.Headers[backend.HeaderDeadLetterReason])}
+		e.Attempt, _ = strconv.Atoi(m.Headers[backend.HeaderDeadLetterAttempt])
+		e.Time = m.PublishedAt
+		if t, err := time.Parse(time.RFC3339Nano, m.Headers[backend.HeaderDeadLetterTime]); err == nil {
+			e.Time = t
+		}
+		for i := range h.Entries {
+			r := &h.Entries[i]
+			if r.Kind == DeadLettered && r.MessageID == e.MessageID && r.DeadLetter == topic && r.Attempt == e.Attempt {
+				r.Held = true
+				return true
+			}
+		}
+		h.Entries = append(h.Entries, Entry{Event: e, Source: topic, Held: true})
+		return true
+	})
+}
+
+func (q *Query) matches(id, key string) bool {
+	return q.ID != "" && id == q.ID || q.Key != "" && key == q.Key
+}
+
+// peekAll pages through topic, calling f for each message until f returns
+// false.
+func peekAll(ctx context.Context, in backend.Inspector, topic string, f func(*backend.Message) bool) error {
+	cursor := ""
+	for {
+		msgs, next, err := in.Peek(ctx, topic, cursor, peekPage)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if !f(m) {
+				return nil
+			}
+		}
+		if next == "" || len(msgs) == 0 {
+			return nil
+		}
+		if next == cursor {
+			return errors.New("inspector peek did not advance")
+		}
+		cursor = next
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
