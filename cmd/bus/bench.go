@@ -57,6 +57,7 @@ type benchConfig struct {
 	Baseline    bool          // also run the raw client and compare
 	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
+	Events      string        // the lifecycle events topic (bus.WithEvents); "": off
 	keyedConfig
 	backlogConfig
 	outboxConfig

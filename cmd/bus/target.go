@@ -73,7 +73,11 @@ func openBusTarget(ctx context.Context, r *benchRun) (target, error) {
 	if r.cfg.Scenario == scenarioKeyed {
 		u = keyedURL(r.cfg, r.nonce)
 	}
-	b, err := bus.Open(ctx, u, bus.WithObserver(observer.Func(r.observe)))
+	opts := []bus.Option{bus.WithObserver(observer.Func(r.observe))}
+	if r.cfg.Events != "" {
+		opts = append(opts, bus.WithEvents(r.cfg.Events))
+	}
+	b, err := bus.Open(ctx, u, opts...)
 	if err != nil {
 		return nil, err
 	}
