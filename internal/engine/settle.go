@@ -73,7 +73,8 @@ func (s *Sub[P]) handled(d *Delivery[P], start time.Time, err error) {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
 		return
 	}
-	took := time.Since(start)
+	now := time.Now()
+	took := now.Sub(start)
 	if s.cfg.Feedback != nil {
 		s.cfg.Feedback(took, err)
 	}
@@ -84,7 +85,7 @@ func (s *Sub[P]) handled(d *Delivery[P], start time.Time, err error) {
 		return
 	}
 	e := s.lifecycleEvent(d, lifecycle.Succeeded)
-	e.Duration = took
+	e.Time, e.Duration = now, took
 	if err != nil {
 		e.Kind, e.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -105,7 +106,7 @@ func Append(buf []byte, e *Event) []byte {
 	buf = append(buf, `{"kind":`...)
 	buf = appendString(buf, string(e.Kind))
 	buf = append(buf, `,"time":"`...)
-	buf = e.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
+	buf = appendTime(buf, e.Time)
 	buf = append(buf, '"')
 	buf = appendField(buf, "id", e.MessageID)
 	buf = appendField(buf, "key", e.Key)
@@ -135,6 +136,37 @@ func Decode(payload []byte) (Event, error) {
 	}
 	return e, nil
 }
+
+// appendTime appends t as RFC 3339 in UTC with nine digits of fraction
+// (time.RFC3339Nano reads it); the date and clock of the last second seen
+// are kept, so most events format only the fraction.
+func appendTime(buf []byte, t time.Time) []byte {
+	t = t.UTC()
+	sec := t.Unix()
+	p := lastSecond.Load()
+	if p == nil || p.sec != sec {
+		p = &secondPrefix{sec: sec, text: t.Truncate(time.Second).AppendFormat(nil, "2006-01-02T15:04:05")}
+		lastSecond.Store(p)
+	}
+	buf = append(buf, p.text...)
+	ns := t.Nanosecond()
+	var frac [10]byte
+	frac[0] = '.'
+	for i := 9; i >= 1; i-- {
+		frac[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	buf = append(buf, frac[:]...)
+	return append(buf, 'Z')
+}
+
+// secondPrefix is the formatted date and clock of one second.
+type secondPrefix struct {
+	sec  int64
+	text []byte
+}
+
+var lastSecond atomic.Pointer[secondPrefix]
 
 func appendField(buf []byte, name, v string) []byte {
 	if v == "" {

@@ -31,6 +31,8 @@ func TestAppendWritesWhatEncodingJSONReads(t *testing.T) {
 			var a, b map[string]any
 			require.NoError(t, json.Unmarshal(got, &a))
 			require.NoError(t, json.Unmarshal(want, &b))
+			delete(a, "time") // written with all nine digits of fraction; compared below
+			delete(b, "time")
 			assert.Equal(t, b, a, "the same fields and values as encoding/json writes")
 			back, err := Decode(got)
 			require.NoError(t, err)
