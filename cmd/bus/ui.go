@@ -18,6 +18,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
 //go:embed ui
@@ -38,8 +39,9 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	auth := fs.String("auth", "", "user:password for HTTP basic authentication on every page and call (required to listen beyond loopback)")
 	interval := fs.Duration("interval", 2*time.Second, "how often the dashboard samples the backend")
 	outboxDB := fs.String("db", "", "also show the transactional outbox in this PostgreSQL database")
+	events := fs.String("events", defaultEventsTopic, "the lifecycle events topic (bus.WithEvents) that the message history reads")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, and a dead-letter browser. Writes (replay, purge) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay and purge is logged on stderr.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, a dead-letter browser, and the history of a message (by ID or\nkey, from the lifecycle events topic). Writes (replay, purge) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay and purge is logged on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -69,7 +71,18 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	cfg := uiConfig{allowWrites: *allowWrites, interval: *interval, auth: *auth, log: slog.New(slog.NewTextHandler(stderr, nil)), outboxDB: *outboxDB}
+	if err := backend.ValidateTopic(*events); err != nil {
+		fmt.Fprintf(stderr, "bus ui: --events: %v\n", err)
+		return exitUsage
+	}
+	in, closeIn, err := openInspector(ctx, *rawURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus ui: %v\n", err)
+		return exitFailure
+	}
+	defer closeIn()
+	cfg := uiConfig{allowWrites: *allowWrites, interval: *interval, auth: *auth, log: slog.New(slog.NewTextHandler(stderr, nil)),
+		inspector: in, events: *events, outboxDB: *outboxDB}
 	fmt.Fprintf(stdout, "bus ui: serving http://%s (writes %s)\n", ln.Addr(), map[bool]string{true: "enabled", false: "disabled"}[*allowWrites])
 	if err := serveUI(ctx, ln, b, cfg); err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
@@ -85,6 +98,11 @@ type uiConfig struct {
 	auth        string       // "user:pass", or "" for none
 	log         *slog.Logger // replays and purges are logged here
 	outboxDB    string       // the outbox's PostgreSQL URL, or "" for no outbox panel
+	// inspector reads the events and dead-letter topics for the message
+	// history, and events names the events topic; without an inspector
+	// the history is unavailable.
+	inspector backend.Inspector
+	events    string
 }
 
 // serveUI serves the dashboard on ln until ctx ends.
@@ -96,7 +114,7 @@ func serveUI(ctx context.Context, ln net.Listener, b *bus.Bus, cfg uiConfig) err
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	u := &uiServer{b: b, allowWrites: cfg.allowWrites, guard: g, log: cfg.log, outboxDB: cfg.outboxDB}
+	u := &uiServer{b: b, allowWrites: cfg.allowWrites, guard: g, log: cfg.log, inspector: cfg.inspector, events: cfg.events, outboxDB: cfg.outboxDB}
 	srv := &http.Server{Handler: u.routes(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -130,6 +148,8 @@ type uiServer struct {
 	guard       *guard
 	log         *slog.Logger
 	outboxDB    string
+	inspector   backend.Inspector // for the message history; nil: none
+	events      string            // the events topic
 
 	mu      sync.Mutex
 	last    *snapshot
@@ -197,6 +217,7 @@ func (u *uiServer) routes() http.Handler {
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/state", u.state)
 	mux.HandleFunc("GET /api/dlq", u.dlq)
+	mux.HandleFunc("GET /api/history", u.timeline)
 	mux.HandleFunc("POST /api/dlq/{op}", u.dlqWrite)
 	mux.HandleFunc("GET /api/outbox", u.outbox)
 	return u.guard.wrap(mux)
@@ -273,6 +294,33 @@ func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 		}, Truncated: truncated})
 	}
 	writeAPI(w, http.StatusOK, out)
+}
+
+// historyTimeout bounds the scan of one history request.
+const historyTimeout = 10 * time.Second
+
+// timeline returns the history of the messages whose ID or key is q.
+func (u *uiServer) timeline(w http.ResponseWriter, r *http.Request) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" || len(q) > backend.MaxTopicLen*4 {
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": "give a message ID or key"})
+		return
+	}
+	if u.inspector == nil {
+		writeAPI(w, http.StatusNotImplemented, map[string]string{"error": "the message history needs a backend that can be inspected"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), historyTimeout)
+	defer cancel()
+	h, err := lifecycle.Read(ctx, u.inspector, u.events, lifecycle.Query{ID: q, Key: q})
+	if err != nil {
+		writeAPI(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	if h.Entries == nil {
+		h.Entries = []lifecycle.Entry{}
+	}
+	writeAPI(w, http.StatusOK, map[string]any{"events": u.events, "history": h})
 }
 
 // dlqWriteRequest is the body of a replay or purge.

@@ -172,6 +172,14 @@ async function loadDLQ() {
       td.appendChild(b);
     }
     tr.appendChild(td);
+    const link = document.createElement("a");
+    link.textContent = "history";
+    link.className = "history";
+    link.href = "#history=" + encodeURIComponent(d.id);
+    link.addEventListener("click", (ev) => ev.stopPropagation());
+    const ltd = document.createElement("td");
+    ltd.appendChild(link);
+    tr.appendChild(ltd);
     tr.addEventListener("click", () => showDetail(tr, d));
   });
   // A message replayed or purged since leaves the detail panel.
@@ -221,6 +229,68 @@ async function write(op, body) {
   await refresh();
 }
 
+// detail is what a timeline entry says besides its columns.
+function detail(e) {
+  const parts = [];
+  if (e.duration_ns) parts.push("took " + (e.duration_ns / 1e6).toFixed(3) + " ms");
+  if (e.delay_ns) parts.push("next in " + (e.delay_ns / 1e6).toFixed(0) + " ms");
+  if (e.code) parts.push("code " + e.code);
+  if (e.dead_letter) parts.push("dead-letter topic " + e.dead_letter);
+  if (e.held) parts.push("held there now");
+  if (e.error) parts.push("error: " + e.error);
+  return parts.join(", ") || "-";
+}
+
+// showHistory shows the timeline of the messages whose ID or key is q.
+async function showHistory(q) {
+  q = q.trim();
+  if (!q) return;
+  $("#history-q").value = q;
+  $("#history-status").textContent = "reading…";
+  const table = $("#timeline");
+  try {
+    const r = await fetch("api/history?q=" + encodeURIComponent(q));
+    const res = await r.json();
+    if (res.error) throw new Error(res.error);
+    const entries = res.history.entries;
+    rows($("#timeline tbody"), entries, (tr, e) => {
+      tr.dataset.kind = e.kind;
+      cell(tr, e.time ? when(e.time) : "-", "time");
+      cell(tr, e.kind, "kind");
+      cell(tr, e.id || "-");
+      cell(tr, e.topic || "-");
+      cell(tr, e.group || "-");
+      cell(tr, e.attempt || "-", "num");
+      cell(tr, e.member || "-");
+      cell(tr, detail(e), "detail");
+    });
+    table.hidden = entries.length === 0;
+    let status = entries.length ? entries.length + " step(s) of " + q : "nothing about " + q + " in " + res.events + " or the dead-letter topics";
+    if (res.history.truncated) status += " (read the first " + res.history.scanned + " events only)";
+    $("#history-status").textContent = status;
+  } catch (e) {
+    table.hidden = true;
+    $("#history-status").textContent = "history: " + e.message;
+  }
+}
+
+// A link #history=ID (each dead letter has one) opens that history.
+function historyFromHash() {
+  const m = location.hash.match(/^#history=(.*)$/);
+  if (m) {
+    showHistory(decodeURIComponent(m[1]));
+    $("#history").scrollIntoView();
+  }
+}
+
+$("#history-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const q = $("#history-q").value.trim();
+  if (location.hash === "#history=" + encodeURIComponent(q)) showHistory(q);
+  else location.hash = "history=" + encodeURIComponent(q);
+});
+window.addEventListener("hashchange", historyFromHash);
+historyFromHash();
 $("#result-dismiss").addEventListener("click", () => { $("#result").hidden = true; });
 $("#dlq-topic").addEventListener("change", (e) => { dlqTopic = e.target.value; loadDLQ(); });
 $("#replay-all").addEventListener("click", () => write("replay", { all: true }));
