@@ -30,8 +30,11 @@ type dedup struct {
 	// kept are the keys and hashes of the batch fresh let through, for
 	// record.
 	kept []keyHash
-	// byHash indexes kept by hash while fresh checks a large batch.
-	byHash map[uint64][]int
+	// batch indexes kept by hash while fresh checks a large batch: an
+	// open-addressing table of places in kept (plus one; 0 is empty),
+	// reused from batch to batch.
+	batch []int32
+	large bool
 }
 
 type keyHash struct {
@@ -79,8 +82,8 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 		d.grow()
 	}
 	d.kept = d.kept[:0]
-	if len(es) > 32 {
-		d.byHash = make(map[uint64][]int, len(es))
+	if d.large = len(es) > 32; d.large {
+		d.resetBatch(len(es))
 	}
 	n := 0
 	for i := range es {
@@ -90,28 +93,23 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 			bytes -= int64(es[i].size)
 			continue
 		}
-		if d.byHash != nil {
-			d.byHash[h] = append(d.byHash[h], len(d.kept))
+		if d.large {
+			d.batch[d.batchFind(k, h)] = int32(len(d.kept) + 1)
 		}
 		d.kept = append(d.kept, keyHash{k, h})
 		es[n] = es[i]
 		n++
 	}
 	clear(es[n:])
-	d.byHash = nil
 	return es[:n], bytes
 }
 
 // repeats reports whether key (of hash h) is among the kept keys of the
-// batch: a scan of a small batch, a lookup in byHash for a large one.
+// batch: a scan of a small batch, a lookup in the batch index for a large
+// one.
 func (d *dedup) repeats(key string, h uint64) bool {
-	if d.byHash != nil {
-		for _, i := range d.byHash[h] {
-			if d.kept[i].key == key {
-				return true
-			}
-		}
-		return false
+	if d.large {
+		return d.batch[d.batchFind(key, h)] != 0
 	}
 	for _, k := range d.kept {
 		if k.h == h && k.key == key {
@@ -119,6 +117,34 @@ func (d *dedup) repeats(key string, h uint64) bool {
 		}
 	}
 	return false
+}
+
+// resetBatch empties the batch index and sizes it for n keys, at most
+// half full.
+func (d *dedup) resetBatch(n int) {
+	size := 64
+	for size < 2*n {
+		size *= 2
+	}
+	if cap(d.batch) < size {
+		d.batch = make([]int32, size)
+	}
+	d.batch = d.batch[:size]
+	clear(d.batch)
+}
+
+// batchFind returns the slot of the batch index that holds key (of hash
+// h), or the empty slot where it goes.
+func (d *dedup) batchFind(key string, h uint64) int {
+	mask := len(d.batch) - 1
+	i := int(h) & mask
+	for d.batch[i] != 0 {
+		if k := d.kept[d.batch[i]-1]; k.h == h && k.key == key {
+			return i
+		}
+		i = (i + 1) & mask
+	}
+	return i
 }
 
 // record remembers the IDs fresh kept, of the batch that was admitted, and
