@@ -197,3 +197,69 @@ func TestWithEventsRefusesAnInvalidTopicBeforeIO(t *testing.T) {
 	require.ErrorIs(t, err, bus.ErrInvalidOption, "an invalid events topic makes the bus refuse calls")
 	assert.True(t, strings.Contains(err.Error(), "events topic"), "the error names the option: %v", err)
 }
+
+// blockedEvents is a backend whose publishes to the events topic wait
+// until unblocked or their ctx ends.
+type blockedEvents struct {
+	backend.Backend
+	unblock chan struct{}
+}
+
+func (b *blockedEvents) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if topic == eventsTopic {
+		select {
+		case <-b.unblock:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.Backend.Publish(ctx, topic, msgs)
+}
+
+func TestEventsDroppedWhenTheBackendBlocksAreCountedAndReportedOnce(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	mem, err := inmemory.New(&inmemory.Options{MaxBacklog: 100_000})
+	require.NoError(t, err)
+	be := &blockedEvents{Backend: mem, unblock: make(chan struct{})}
+	var reports atomic.Int32
+	var first atomic.Value
+	b := bus.New(be, bus.WithEvents(eventsTopic), bus.WithObserver(observer.Func(func(_ context.Context, e observer.Event) {
+		if e.Scope == observer.ScopePublish && strings.Contains(e.Err.Error(), "dropped") {
+			if reports.Add(1) == 1 {
+				first.Store(e.Err.Error())
+			}
+		}
+	})))
+	ctx := context.Background()
+	const n = 10_000 // 20,000 events, more than the buffer holds
+	handled := make(chan struct{}, n)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		handled <- struct{}{}
+		return nil
+	}, bus.WithMaxInFlight(256))
+	require.NoError(t, err)
+	msgs := make([]*bus.Message, 0, 500)
+	for i := range n {
+		msgs = append(msgs, &bus.Message{Payload: []byte("x")})
+		if len(msgs) == cap(msgs) || i == n-1 {
+			require.NoError(t, b.Publish(ctx, "orders", msgs...))
+			msgs = msgs[:0]
+		}
+	}
+	for range n {
+		select {
+		case <-handled:
+		case <-time.After(30 * time.Second):
+			t.Fatal("handlers were held up by the blocked events topic")
+		}
+	}
+	require.Eventually(t, func() bool { return reports.Load() >= 1 }, 10*time.Second, 5*time.Millisecond, "the drops are reported")
+	assert.Contains(t, first.Load(), "buffer of 16384 was full", "the report says why")
+	closeCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = b.Close(closeCtx)
+	require.Error(t, err, "events still blocked when Close's ctx ends are an error")
+	assert.Contains(t, err.Error(), "lifecycle events", "the error names the events")
+	close(be.unblock)
+	assert.Equal(t, int32(1), reports.Load(), "drops are reported once")
+}

@@ -50,12 +50,11 @@ type Emitter struct {
 	once    sync.Once
 
 	// Owned by the run goroutine.
-	reported bool
-	batch    []Event
-	vals     []backend.Message
-	ptrs     []*backend.Message
-	arena    []byte
-	ends     []int
+	batch []Event
+	vals  []backend.Message
+	ptrs  []*backend.Message
+	arena []byte
+	ends  []int
 }
 
 // New starts an Emitter; Close stops it.
@@ -82,7 +81,9 @@ func (e *Emitter) Emit(ev *Event) {
 	select {
 	case e.ch <- *ev:
 	default:
-		e.dropped.Add(1)
+		if e.dropped.Add(1) == 1 {
+			e.reportDrop()
+		}
 	}
 }
 
@@ -125,7 +126,6 @@ func (e *Emitter) run() {
 				e.fill()
 				e.flush()
 			}
-			e.reportDrops()
 			return
 		}
 	}
@@ -183,17 +183,14 @@ func (e *Emitter) flush() {
 		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
 			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, lost, n, err)})
 	}
-	e.reportDrops()
 }
 
-// reportDrops tells the observer of the first drops, once.
-func (e *Emitter) reportDrops() {
-	if e.reported || e.cfg.Observe == nil {
+// reportDrop tells the observer of the first drop; it runs once, on the
+// goroutine that dropped (the emitter's own may be stuck in a publish).
+func (e *Emitter) reportDrop() {
+	if e.cfg.Observe == nil {
 		return
 	}
-	if n := e.dropped.Load(); n > 0 {
-		e.reported = true
-		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
-			Err: fmt.Errorf("bus: lifecycle events to %q: %d dropped, the buffer of %d was full; later drops are counted, not reported", e.cfg.Topic, n, e.cfg.Buffer)})
-	}
+	e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
+		Err: fmt.Errorf("bus: lifecycle events to %q: an event was dropped, the buffer of %d was full (the events topic is slower than the bus); further drops are counted, not reported", e.cfg.Topic, e.cfg.Buffer)})
 }

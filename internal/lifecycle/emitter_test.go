@@ -118,7 +118,7 @@ func TestEmitterDropsWhenFullCountsAndReportsOnce(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, reports, 1, "drops are reported once")
 	assert.Equal(t, observer.ScopePublish, reports[0].Scope)
-	assert.Contains(t, reports[0].Err.Error(), "16 dropped")
+	assert.Contains(t, reports[0].Err.Error(), "buffer of 4 was full")
 }
 
 func TestEmitterCloseReturnsByItsCtxWhenPublishHangs(t *testing.T) {
