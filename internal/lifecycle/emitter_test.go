@@ -123,15 +123,18 @@ func TestEmitterDropsWhenFullCountsAndReportsOnce(t *testing.T) {
 
 func TestEmitterCloseReturnsByItsCtxWhenPublishHangs(t *testing.T) {
 	st := &store{block: make(chan struct{}), entered: make(chan struct{}, 1)}
-	var failed sync.WaitGroup
-	failed.Add(1)
+	failed := make(chan struct{}, 1)
 	em := New(Config{Topic: "events", Publish: st.publish, Observe: func(e observer.Event) {
 		if errors.Is(e.Err, context.Canceled) {
-			failed.Done()
+			failed <- struct{}{}
 		}
 	}})
 	em.Emit(&Event{Kind: Received, MessageID: "m", Topic: "t"})
-	<-st.entered
+	select {
+	case <-st.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the emitter never published")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	hard, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
@@ -140,7 +143,11 @@ func TestEmitterCloseReturnsByItsCtxWhenPublishHangs(t *testing.T) {
 	err := em.Close(ctx, hard)
 	require.Error(t, err, "a close that could not publish says so")
 	assert.Less(t, time.Since(start), 5*time.Second, "Close returns soon after its ctx")
-	failed.Wait() // the cancelled batch is reported as lost
+	select {
+	case <-failed: // the cancelled batch is reported as lost
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch Close cancelled was not reported")
+	}
 	em.Emit(&Event{Kind: Received, MessageID: "late", Topic: "t"})
 	assert.Equal(t, int64(1), em.Dropped(), "an event after Close is dropped")
 }
