@@ -27,6 +27,12 @@
 //     starting from the oldest message consumes and acks them.
 //   - e2e (the default): subscribe, then publish and consume at once;
 //     latency runs from the Publish call to the handler.
+//   - outbox: e2e through the transactional outbox in the PostgreSQL
+//     database --db: each batch is one outbox.Publish committed as a
+//     transaction of its own, and a relay in the process publishes the
+//     rows to the bus; latency runs from the outbox.Publish call to the
+//     handler. Its --baseline (redis:// only) is the dual write the
+//     outbox replaces: an INSERT of the batch, then its XADDs.
 //
 // Each payload (--size bytes, at least 16) starts with a sequence number
 // tagged with a per-run nonce and a timestamp. The handler marks the
@@ -87,4 +93,13 @@
 // gracefully: handlers finish and acks are flushed. Deliveries are acked
 // for the group, so use a group of its own to watch a topic without taking
 // messages from its consumers.
+//
+// # bus outbox
+//
+// bus outbox migrate --db URL creates the transactional outbox's tables in
+// PostgreSQL (idempotent); bus outbox relay --db URL --url BUSURL
+// publishes the committed outbox rows to the bus until interrupted
+// (several may run: they share the partitions). bus topics --db URL and
+// bus ui --db URL add the outbox's pending and dead rows. --db defaults
+// to $BUS_OUTBOX_DB for the outbox commands. See docs/outbox.md.
 package main
