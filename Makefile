@@ -2,7 +2,8 @@
 # installs what the tests need (scripts/setup.sh), then checks formatting,
 # vets, runs staticcheck and deadcode, and runs every test with the race
 # detector. Tests
-# start their own private redis-server and nats-server on loopback.
+# start their own private redis-server, nats-server and PostgreSQL on
+# loopback.
 #
 # make bench: the main job, the end-to-end benchmark on the in-process
 # mem:// backend.

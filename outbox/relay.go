@@ -117,7 +117,15 @@ func (r *Relay) session(ctx context.Context) (connected bool, err error) {
 	}
 	r.connOutage.Recover(ctx, r.o.obs, observer.Event{Scope: observer.ScopeConnection})
 	s := &session{r: r, conn: conn, delay: minBackoff}
-	return true, s.loop(ctx)
+	err = s.loop(ctx)
+	if ctx.Err() != nil {
+		// Closing: delete what went out, so that a relay started after the
+		// dedup window does not publish it again.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = s.settle(sctx, s.unsettled)
+	}
+	return true, err
 }
 
 // sleep waits for d or until ctx ends.
