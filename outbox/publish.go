@@ -125,14 +125,28 @@ func validate(topic string, msgs []*bus.Message) error {
 	return nil
 }
 
-// insert builds one INSERT of msgs. With keys, the rows are joined to an
-// aggregate that first takes the keys' locks, in ascending order, so that
-// every sequence number is drawn after the locks are held.
+// insert builds one INSERT of msgs: topic is $1, each row has its
+// parameters, and absent headers and times are NULL literals. Without
+// keys it is a plain INSERT ... VALUES (rows draw seq in the order given).
+// With keys, the rows are joined to an aggregate that first takes the
+// keys' locks, in ascending order, so that every seq is drawn after the
+// locks are held.
 func insert(topic string, msgs []*bus.Message) (string, []any, error) {
-	var q strings.Builder
-	args := make([]any, 0, 8*len(msgs)+len(msgs))
+	args := make([]any, 1, 1+7*len(msgs))
+	args[0] = topic
 	var locks []int32
-	q.WriteString("INSERT INTO bus_outbox (part, topic, id, key, headers, payload, deliver_at, expires_at) SELECT v.part, v.topic, v.id, v.key, v.headers, v.payload, v.deliver_at, v.expires_at FROM (VALUES ")
+	for _, m := range msgs {
+		if m.Key != "" {
+			locks = append(locks, keyLock(m.Key))
+		}
+	}
+	keyed := len(locks) > 0
+	var q strings.Builder
+	if keyed {
+		q.WriteString("INSERT INTO bus_outbox (topic, part, id, key, headers, payload, deliver_at, expires_at) SELECT v.topic, v.part, v.id, v.key, v.headers, v.payload, v.deliver_at, v.expires_at FROM (VALUES ")
+	} else {
+		q.WriteString("INSERT INTO bus_outbox (topic, part, id, key, headers, payload, deliver_at, expires_at) VALUES ")
+	}
 	for i, m := range msgs {
 		headers, err := encodeHeaders(m.Headers)
 		if err != nil {
@@ -141,30 +155,46 @@ func insert(topic string, msgs []*bus.Message) (string, []any, error) {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		n := len(args)
-		fmt.Fprintf(&q, "(%d, $%d::smallint, $%d::text, $%d::text, $%d::bytea, $%d::bytea, $%d::bytea, $%d::timestamptz, $%d::timestamptz)",
-			i, n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
-		args = append(args, int16(partition(m)), topic, m.ID, []byte(m.Key), headers, payloadArg(m.Payload), timeArg(m.DeliverAt), timeArg(m.ExpiresAt))
-		if m.Key != "" {
-			locks = append(locks, keyLock(m.Key))
+		q.WriteString("($1::text")
+		args = param(&q, args, int16(partition(m)), "smallint")
+		args = param(&q, args, m.ID, "text")
+		args = param(&q, args, []byte(m.Key), "bytea")
+		args = param(&q, args, bytesArg(headers), "bytea")
+		args = param(&q, args, payloadArg(m.Payload), "bytea")
+		args = param(&q, args, timeArg(m.DeliverAt), "timestamptz")
+		args = param(&q, args, timeArg(m.ExpiresAt), "timestamptz")
+		if keyed {
+			q.WriteString(", " + strconv.Itoa(i))
 		}
+		q.WriteString(")")
 	}
-	q.WriteString(") AS v(ord, part, topic, id, key, headers, payload, deliver_at, expires_at)")
-	slices.Sort(locks)
-	locks = slices.Compact(locks)
-	if len(locks) > 0 {
+	if keyed {
+		q.WriteString(") AS v(topic, part, id, key, headers, payload, deliver_at, expires_at, ord)")
+		slices.Sort(locks)
+		locks = slices.Compact(locks)
 		q.WriteString(" CROSS JOIN (SELECT count(pg_advisory_xact_lock(" + strconv.Itoa(lockKeys) + ", l.k)) FROM (VALUES ")
 		for i, l := range locks {
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			args = append(args, l)
-			fmt.Fprintf(&q, "($%d::int)", len(args))
+			q.WriteString("($" + strconv.Itoa(len(args)) + "::int)")
 		}
-		q.WriteString(") AS l(k)) AS locked")
+		q.WriteString(") AS l(k)) AS locked ORDER BY v.ord")
 	}
-	q.WriteString(" ORDER BY v.ord")
 	return q.String(), args, nil
+}
+
+// param writes ", $n::typ" for v (", NULL::typ" for a nil v) and returns
+// args with v appended.
+func param(q *strings.Builder, args []any, v any, typ string) []any {
+	if v == nil {
+		q.WriteString(", NULL::" + typ)
+		return args
+	}
+	args = append(args, v)
+	q.WriteString(", $" + strconv.Itoa(len(args)) + "::" + typ)
+	return args
 }
 
 // partition is the relay partition of m.
@@ -200,6 +230,14 @@ func payloadArg(p []byte) []byte {
 		return []byte{}
 	}
 	return p
+}
+
+// bytesArg is a NULL for nil.
+func bytesArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
 }
 
 // timeArg is a NULL for the zero time.
