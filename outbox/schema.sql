@@ -22,6 +22,12 @@ CREATE TABLE IF NOT EXISTS bus_outbox (
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 COMMENT ON TABLE bus_outbox IS 'bus outbox v1: messages waiting for the relay';
+-- Every row is deleted soon after it is written: vacuum after a fixed
+-- number of dead rows rather than a fraction of the table, without
+-- throttling, so that the relay's index scan from the oldest row does not
+-- wade through the dead versions of what it already published.
+ALTER TABLE bus_outbox SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 5000);
 
 -- bus_outbox_dead holds rows the relay can never publish (a topic or a
 -- message that no longer validates, headers that do not decode), with the
