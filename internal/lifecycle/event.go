@@ -100,8 +100,9 @@ func CutError(s string) string {
 	return s[:n] + ellipsis
 }
 
-// Append appends the JSON encoding of e to buf. It writes what
-// encoding/json would write for e, without reflection or allocations.
+// Append appends the JSON encoding of e to buf, without reflection or
+// allocations: what encoding/json reads back as e (it leaves <, > and &
+// unescaped, and writes times with all nine digits of fraction).
 func Append(buf []byte, e *Event) []byte {
 	buf = append(buf, `{"kind":`...)
 	buf = appendString(buf, string(e.Kind))
@@ -190,15 +191,25 @@ func appendInt(buf []byte, name string, v int64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string, escaped as encoding/json does
-// (invalid UTF-8 becomes U+FFFD).
+// plain marks the ASCII bytes a JSON string carries as they are.
+// encoding/json also escapes <, > and & for HTML; a reader of JSON does
+// not need it, and the events are no HTML.
+var plain = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// appendString appends s as a JSON string (invalid UTF-8 becomes U+FFFD,
+// as encoding/json writes it).
 func appendString(buf []byte, s string) []byte {
 	buf = append(buf, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if plain[c] {
 				i++
 				continue
 			}

@@ -66,3 +66,13 @@ func TestDecodeRefusesWhatIsNoEvent(t *testing.T) {
 	_, err = Decode([]byte(`{"topic":"t"}`))
 	require.Error(t, err, "no kind")
 }
+
+func BenchmarkAppend(b *testing.B) {
+	e := Event{Kind: Succeeded, Time: time.Now(), MessageID: "019abc12-3456-7def-8123-456789abcdef", Key: "customer-7",
+		Topic: "orders", Group: "billing", Member: "web-1-4711-9f2c03a1b2c4", Attempt: 1, Duration: 1830 * time.Microsecond}
+	buf := make([]byte, 0, 512)
+	for b.Loop() {
+		buf = Append(buf[:0], &e)
+	}
+	b.ReportMetric(float64(len(buf)), "bytes/event")
+}
