@@ -40,9 +40,9 @@ func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.M
 
 // eventHook is the engine's lifecycle event callback for s: it names the
 // topic (not the partition) and the member.
-func (b *Bus) eventHook(s *Subscription) func(*lifecycle.Event) {
+func (b *Bus) eventHook(s *Subscription) func(lifecycle.Event) {
 	topic, member, em := s.topic, s.member, b.events
-	return func(e *lifecycle.Event) {
+	return func(e lifecycle.Event) {
 		e.Topic, e.Member = topic, member
 		em.Emit(e)
 	}
@@ -54,7 +54,7 @@ func (b *Bus) emitReplayed(dlq string, dl *DeadLetter, at time.Time) {
 	if b.events == nil || dl.Topic == b.opts.events {
 		return
 	}
-	b.events.Emit(&lifecycle.Event{
+	b.events.Emit(lifecycle.Event{
 		Kind: lifecycle.Replayed, Time: at, MessageID: dl.ID, Key: dl.Key,
 		Topic: dl.Topic, Group: dl.Group, Attempt: dl.Attempt, DeadLetter: dlq, Code: string(dl.Code),
 	})

@@ -102,8 +102,9 @@ type Config[P any] struct {
 	Ended func()
 	// Event, when set, receives a lifecycle event at each step of a
 	// delivery; it must not block (see lifecycle.Emitter). nil turns
-	// events off, at no cost to the delivery path.
-	Event func(e *lifecycle.Event)
+	// events off, at no cost to the delivery path. The event is passed by
+	// value: a pointer through a func value would move it to the heap.
+	Event func(e lifecycle.Event)
 }
 
 // settleTimeout bounds the backend calls the engine makes to settle a

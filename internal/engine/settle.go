@@ -61,7 +61,7 @@ func (s *Sub[P]) started(d *Delivery[P]) time.Time {
 	if s.cfg.Event != nil {
 		e := s.lifecycleEvent(d, lifecycle.Received)
 		e.Time = now
-		s.cfg.Event(&e)
+		s.cfg.Event(e)
 	}
 	return now
 }
@@ -81,15 +81,15 @@ func (s *Sub[P]) handled(d *Delivery[P], start time.Time, err error) {
 	if s.cfg.Event == nil {
 		return
 	}
-	if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
-		return
-	}
 	e := s.lifecycleEvent(d, lifecycle.Succeeded)
 	e.Time, e.Duration = now, took
 	if err != nil {
+		if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
+			return
+		}
 		e.Kind, e.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
 	}
-	s.cfg.Event(&e)
+	s.cfg.Event(e)
 }
 
 // refuse returns why d must not reach the handler, or nil.
@@ -259,6 +259,9 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 // whether err was a snooze. A snooze is not a failure: it is not
 // reported.
 func (s *Sub[P]) snoozedBy(d *Delivery[P], err error) bool {
+	if err == nil {
+		return false // and SnoozeOf's errors.As target stays off the heap
+	}
 	delay, ok := backend.SnoozeOf(err)
 	if !ok || !s.cfg.Caps.Redelivery {
 		return false

@@ -73,13 +73,13 @@ func New(cfg Config) *Emitter {
 
 // Emit buffers ev, or counts it as dropped when the buffer is full or the
 // emitter is closing. It never blocks.
-func (e *Emitter) Emit(ev *Event) {
+func (e *Emitter) Emit(ev Event) {
 	if e.stopped.Load() {
 		e.dropped.Add(1)
 		return
 	}
 	select {
-	case e.ch <- *ev:
+	case e.ch <- ev:
 	default:
 		if e.dropped.Add(1) == 1 {
 			e.reportDrop()

@@ -57,7 +57,7 @@ func TestEmitterPublishesEveryEventInBatchesAndFlushesOnClose(t *testing.T) {
 	st := &store{}
 	em := New(Config{Topic: "events", Publish: st.publish, Batch: 8})
 	for i := range 100 {
-		em.Emit(&Event{Kind: Received, Time: time.Now(), MessageID: "m-" + string(rune('a'+i%26)), Topic: "t", Attempt: i + 1})
+		em.Emit(Event{Kind: Received, Time: time.Now(), MessageID: "m-" + string(rune('a'+i%26)), Topic: "t", Attempt: i + 1})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -88,7 +88,7 @@ func TestEmitterDropsWhenFullCountsAndReportsOnce(t *testing.T) {
 		reports = append(reports, e)
 		mu.Unlock()
 	}})
-	em.Emit(&Event{Kind: Received, MessageID: "first", Topic: "t"})
+	em.Emit(Event{Kind: Received, MessageID: "first", Topic: "t"})
 	select {
 	case <-st.entered:
 	case <-time.After(10 * time.Second):
@@ -100,7 +100,7 @@ func TestEmitterDropsWhenFullCountsAndReportsOnce(t *testing.T) {
 	go func() {
 		defer close(done)
 		for range 20 {
-			em.Emit(&Event{Kind: Received, MessageID: "m", Topic: "t"})
+			em.Emit(Event{Kind: Received, MessageID: "m", Topic: "t"})
 		}
 	}()
 	select {
@@ -129,7 +129,7 @@ func TestEmitterCloseReturnsByItsCtxWhenPublishHangs(t *testing.T) {
 			failed <- struct{}{}
 		}
 	}})
-	em.Emit(&Event{Kind: Received, MessageID: "m", Topic: "t"})
+	em.Emit(Event{Kind: Received, MessageID: "m", Topic: "t"})
 	select {
 	case <-st.entered:
 	case <-time.After(10 * time.Second):
@@ -148,6 +148,6 @@ func TestEmitterCloseReturnsByItsCtxWhenPublishHangs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the batch Close cancelled was not reported")
 	}
-	em.Emit(&Event{Kind: Received, MessageID: "late", Topic: "t"})
+	em.Emit(Event{Kind: Received, MessageID: "late", Topic: "t"})
 	assert.Equal(t, int64(1), em.Dropped(), "an event after Close is dropped")
 }
