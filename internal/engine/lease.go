@@ -132,11 +132,11 @@ func (k *leaseKeeper[P]) fenceLocked(lost []observer.Event, d *Delivery[P]) []ob
 
 // errFenced is the cause of a lease the subscription gives up because its
 // group lock passed to another member: the deliveries it fetched under the
-// lock are no longer extended and their handlers are cancelled, so that
-// their leases lapse before the next holder starts (it waits one ack
-// timeout after taking the lock over), and the waiting ones never reach a
-// handler here. This is the lock's fence: a member that lost the lock
-// neither starts nor keeps alive anything of the group.
+// lock are no longer extended, their handlers are cancelled, the waiting
+// ones never reach a handler here, and each goes back to the group,
+// uncounted, once the deliveries of its key before it did (see giveUp).
+// This is the lock's fence: a member that lost the lock neither starts
+// nor keeps alive anything of the group.
 var errFenced = fmt.Errorf("%w: the group lock passed to another member", ErrLeaseLost)
 
 // checkLocked extends the lease of a running handler that is due for it,
