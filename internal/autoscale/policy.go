@@ -12,7 +12,7 @@ const (
 	CooldownTicks = 10
 	// PaceTicks: a lag that would take longer than this many ticks to
 	// drain at the pace of the last tick is high.
-	PaceTicks = 20
+	PaceTicks = 5
 	// CalmTicks is how many calm ticks in a row halve the bound.
 	CalmTicks = 10
 	// minSamples is how many handlers must finish in a tick for its mean
