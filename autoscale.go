@@ -8,6 +8,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/autoscale"
 	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -36,12 +37,13 @@ func WithAutoscale(min, max int) SubscribeOption {
 	})
 }
 
-// autoscaler returns the controller of an autoscaled subscription to
-// topic, which has n partitions, or nil when o does not autoscale.
-func (b *Bus) autoscaler(topic string, n int, o subscribeOptions) *autoscale.Controller {
+// autoscaler returns the controller of s, an autoscaled subscription to
+// a topic of n partitions, or nil when o does not autoscale.
+func (b *Bus) autoscaler(s *Subscription, n int, o subscribeOptions) *autoscale.Controller {
 	if o.autoscaleMax == 0 {
 		return nil
 	}
+	topic := s.topic
 	lag := func(context.Context) (int64, bool) { return 0, false }
 	if in, ok := b.be.(backend.Inspector); ok {
 		lag = func(ctx context.Context) (int64, bool) { return groupLag(ctx, in, topic, n, o.group) }
@@ -53,8 +55,19 @@ func (b *Bus) autoscaler(topic string, n int, o subscribeOptions) *autoscale.Con
 				Scope: observer.ScopeScale, Topic: topic, Group: o.group,
 				Scale: &observer.Scale{From: d.From, To: d.To, Reason: d.Reason, Backlog: d.Backlog},
 			})
+			b.emitScaled(s, d)
 		},
 	})
+}
+
+// emitScaled writes the scaled event of decision d of s when lifecycle
+// events are on (and s is not on the events topic itself).
+func (b *Bus) emitScaled(s *Subscription, d autoscale.Decision) {
+	if b.events == nil || s.topic == b.opts.events {
+		return
+	}
+	b.events.Emit(lifecycle.Event{Kind: lifecycle.Scaled, Time: time.Now(),
+		Topic: s.topic, Group: s.group, Member: s.member, Bound: d.To, Reason: d.Reason})
 }
 
 // groupLag sums the lag of group over the n partitions of topic (the topic

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
 func TestAutoscaleFollowsAGrowingBacklogUpToMaxAndBackToMinOnMem(t *testing.T) {
@@ -63,4 +65,25 @@ func TestAutoscaleOnAPartitionedTopicFollowsTheGroupsBacklog(t *testing.T) {
 	defer func() { require.NoError(t, b.Close(context.Background()), "close the bus") }()
 	require.NoError(t, b.CreateTopic(context.Background(), "autoscaled-parts", 4), "create a topic of 4 partitions")
 	autoscaletest.Run(t, b, rec, "autoscaled-parts")
+}
+
+func TestAutoscaleWritesAScaledEventPerDecisionWhenEventsAreOn(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	rec := &autoscaletest.Recorder{}
+	b := bus.New(be, bus.WithObserver(rec), bus.WithEvents("events"))
+	defer func() { require.NoError(t, b.Close(context.Background()), "close the bus") }()
+	autoscaletest.Run(t, b, rec, "autoscaled-events")
+	decisions := rec.Scales()
+	sc := lifecycle.NewScaling("events")
+	require.Eventually(t, func() bool {
+		_, err := sc.Update(context.Background(), be, 1_000_000)
+		require.NoError(t, err, "read the events topic")
+		bs := sc.Of("autoscaled-events", "scaled")
+		return len(bs) == 1 && bs[0].Bound == 1
+	}, 10*time.Second, 10*time.Millisecond, "the events topic holds the member's last decision")
+	bs := sc.Of("autoscaled-events", "scaled")
+	require.NotEmpty(t, bs[0].Member, "the event names the member")
+	require.Equal(t, decisions[len(decisions)-1].Reason, bs[0].Reason, "with the reason of the last decision")
+	require.False(t, bs[0].Time.IsZero(), "and its time")
 }

@@ -305,7 +305,7 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 		s.member = memberName()
 	}
 	cfg := b.engineConfig(s, topic, o, h)
-	ctrl := b.autoscaler(topic, 1, o)
+	ctrl := b.autoscaler(s, 1, o)
 	if ctrl != nil {
 		scaleEngine(&cfg, ctrl)
 		cfg.Ended = stopThen(ctrl, cfg.Ended)

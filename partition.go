@@ -150,7 +150,7 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*engine.Slots{}}
 	member := memberName()
 	s := &Subscription{topic: topic, group: o.group, member: member}
-	ctrl := b.autoscaler(topic, n, o)
+	ctrl := b.autoscaler(s, n, o)
 	m, err := partition.Start(ctx, partition.Config{
 		Topic: topic, Group: o.group, Partitions: n, Member: member,
 		TTL: partitionTTL(o.ackTimeout), Store: pt, Handover: o.ackTimeout,
