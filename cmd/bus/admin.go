@@ -18,6 +18,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/registry"
 )
 
@@ -198,13 +199,19 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && args[0] == "reset" {
 		return groupsResetCmd(ctx, args[1:], stdout, stderr)
 	}
-	a := newAdminFlags("groups", "bus groups --topic T [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag.", stderr)
+	a := newAdminFlags("groups", "bus groups --topic T [--events TOPIC] [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag;\nwith --events, also the in-flight bound of each autoscaled member (bus.WithAutoscale)\nfrom the scaled events on the lifecycle events topic (bus.WithEvents).", stderr)
 	topic := a.fs.String("topic", "", "topic (required)")
+	events := a.fs.String("events", "", "lifecycle events topic to read the members' in-flight bounds from")
+	eventsLimit := a.fs.Int("events-limit", lifecycle.DefaultScanLimit, "with --events: read at most this many events")
 	if code, ok := parseFlags(a.fs, args); !ok {
 		return code
 	}
 	if *topic == "" || a.fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "bus groups: --topic is required and takes no arguments")
+		return exitUsage
+	}
+	if *events != "" && (backend.ValidateTopic(*events) != nil || *eventsLimit < 1) {
+		fmt.Fprintln(stderr, "bus groups: --events must be a valid topic and --events-limit >= 1")
 		return exitUsage
 	}
 	b, ctx, done, err := a.open(ctx)
@@ -218,13 +225,19 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "bus groups: %v\n", err)
 		return exitFailure
 	}
-	if gs == nil {
-		gs = []backend.GroupInfo{}
+	rows := rowsOf(gs)
+	if *events != "" {
+		truncated, err := withBounds(ctx, *a.url, *events, *topic, rows, *eventsLimit)
+		if err != nil {
+			fmt.Fprintf(stderr, "bus groups: %v\n", err)
+			return exitFailure
+		}
+		printBoundsNote(stderr, *events, truncated, *eventsLimit)
 	}
 	if *a.asJSON {
-		return exitCode(writeJSON(stdout, gs), stderr, "groups")
+		return exitCode(writeJSON(stdout, rows), stderr, "groups")
 	}
-	return exitCode(printGroups(stdout, gs), stderr, "groups")
+	return exitCode(printGroups(stdout, rows, *events != ""), stderr, "groups")
 }
 
 // groupsResetCmd moves a group, as Pub/Sub seeks a subscription.
@@ -646,15 +659,19 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // printGroups prints groups as a table; on a partitioned topic with a row
-// per partition and its owner.
-func printGroups(w io.Writer, gs []backend.GroupInfo) error {
+// per partition and its owner; with bounds, each autoscaled member's
+// in-flight bound.
+func printGroups(w io.Writer, gs []groupRow, bounds bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	parted := len(gs) > 0 && gs[0].Partitions > 0
+	head := "GROUP\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING"
 	if parted {
-		fmt.Fprintln(tw, "GROUP\tPARTITION\tOWNER\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
-	} else {
-		fmt.Fprintln(tw, "GROUP\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING")
+		head = "GROUP\tPARTITION\tOWNER\tCONSUMERS\tPENDING\tLAG\tOLDEST PENDING"
 	}
+	if bounds {
+		head += "\tBOUND"
+	}
+	fmt.Fprintln(tw, head)
 	for _, g := range gs {
 		if parted {
 			owner := g.Owner
@@ -665,7 +682,11 @@ func printGroups(w io.Writer, gs []backend.GroupInfo) error {
 		} else {
 			fmt.Fprintf(tw, "%s\t", g.Name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s", g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
+		if bounds {
+			fmt.Fprintf(tw, "\t%s", fmtBounds(g.Bounds, !parted))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

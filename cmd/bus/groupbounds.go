@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
+)
+
+// groupRow is a group as bus groups prints it: with --events, the latest
+// in-flight bound of each member that autoscales (bus.WithAutoscale), from
+// the scaled events on the events topic.
+type groupRow struct {
+	backend.GroupInfo
+	Bounds []lifecycle.Bound `json:"bounds,omitempty"`
+}
+
+// rowsOf wraps gs without bounds.
+func rowsOf(gs []backend.GroupInfo) []groupRow {
+	rows := make([]groupRow, len(gs))
+	for i, g := range gs {
+		rows[i] = groupRow{GroupInfo: g}
+	}
+	return rows
+}
+
+// withBounds reads the scaled events of the events topic on the backend
+// of rawURL (at most limit of its messages) and gives each row of topic's
+// groups the bounds of its members: on a partitioned topic the bound of
+// the partition's owner, else of every member. It reports whether the
+// read stopped at the limit.
+func withBounds(ctx context.Context, rawURL, events, topic string, rows []groupRow, limit int) (bool, error) {
+	in, done, err := openInspector(ctx, rawURL)
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	sc := lifecycle.NewScaling(events)
+	truncated, err := sc.Update(ctx, in, limit)
+	if err != nil {
+		return false, fmt.Errorf("read the events topic %q: %w", events, err)
+	}
+	if base, _, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
+		topic = base // events name the topic, not the partition
+	}
+	for i := range rows {
+		rows[i].Bounds = boundsOf(sc, topic, &rows[i].GroupInfo)
+	}
+	return truncated, nil
+}
+
+// boundsOf returns the bounds g shows: the owner's on a partition, every
+// member's otherwise.
+func boundsOf(sc *lifecycle.Scaling, topic string, g *backend.GroupInfo) []lifecycle.Bound {
+	all := sc.Of(topic, g.Name)
+	if g.Partitions == 0 {
+		return all
+	}
+	for _, b := range all {
+		if b.Member == g.Owner {
+			return []lifecycle.Bound{b}
+		}
+	}
+	return nil
+}
+
+// fmtBounds is the BOUND cell of a row: each member's bound with the
+// reason and time of its last decision.
+func fmtBounds(bs []lifecycle.Bound, withMember bool) string {
+	if len(bs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = strconv.Itoa(b.Bound) + " (" + b.Reason + " " + fmtTime(b.Time) + ")"
+		if withMember {
+			parts[i] = b.Member + ": " + parts[i]
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printBoundsNote tells how the bounds were read.
+func printBoundsNote(w io.Writer, events string, truncated bool, limit int) {
+	if truncated {
+		fmt.Fprintf(w, "bus groups: read the first %d messages of %s only; bounds may be older than shown (raise --events-limit)\n", limit, events)
+	}
+}
