@@ -578,6 +578,9 @@ type topicStat struct {
 	// (null on the first, or when a count is unknown).
 	PublishRate *float64            `json:"publish_rate"`
 	Groups      []backend.GroupInfo `json:"groups"`
+	// Bounds are, by group, the in-flight bounds of its autoscaled
+	// members (the dashboard, from the lifecycle events topic).
+	Bounds map[string][]lifecycle.Bound `json:"bounds,omitempty"`
 }
 
 func takeSnapshot(ctx context.Context, b *bus.Bus) (*snapshot, error) {

@@ -90,3 +90,37 @@ func printBoundsNote(w io.Writer, events string, truncated bool, limit int) {
 		fmt.Fprintf(w, "bus groups: read the first %d messages of %s only; bounds may be older than shown (raise --events-limit)\n", limit, events)
 	}
 }
+
+// uiBoundsLimit bounds how many events one dashboard sample reads.
+const uiBoundsLimit = 100_000
+
+// addBounds reads the scaled events published since the last sample (all
+// of them the first time) and gives each group of snap its members'
+// bounds. It does nothing without an inspector.
+func (u *uiServer) addBounds(ctx context.Context, snap *snapshot) error {
+	if u.inspector == nil || u.events == "" {
+		return nil
+	}
+	if u.scaling == nil {
+		u.scaling = lifecycle.NewScaling(u.events)
+	}
+	if _, err := u.scaling.Update(ctx, u.inspector, uiBoundsLimit); err != nil {
+		return fmt.Errorf("read the events topic %q: %w", u.events, err)
+	}
+	for i := range snap.Topics {
+		t := &snap.Topics[i]
+		topic := t.Name
+		if base, _, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
+			topic = base
+		}
+		for j := range t.Groups {
+			if bs := boundsOf(u.scaling, topic, &t.Groups[j]); len(bs) > 0 {
+				if t.Bounds == nil {
+					t.Bounds = map[string][]lifecycle.Bound{}
+				}
+				t.Bounds[t.Groups[j].Name] = bs
+			}
+		}
+	}
+	return nil
+}

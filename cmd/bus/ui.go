@@ -148,8 +148,9 @@ type uiServer struct {
 	guard       *guard
 	log         *slog.Logger
 	outboxDB    string
-	inspector   backend.Inspector // for the message history; nil: none
-	events      string            // the events topic
+	inspector   backend.Inspector  // for the message history; nil: none
+	events      string             // the events topic
+	scaling     *lifecycle.Scaling // the members' bounds; the sampler's own
 
 	mu      sync.Mutex
 	last    *snapshot
@@ -175,6 +176,9 @@ func (u *uiServer) sample(ctx context.Context, interval time.Duration) {
 		var dlqs []string
 		if err == nil {
 			dlqs, err = deadLetterTopicNames(sctx, u.b)
+		}
+		if err == nil {
+			err = u.addBounds(sctx, snap)
 		}
 		cancel()
 		u.mu.Lock()

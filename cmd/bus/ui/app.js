@@ -55,8 +55,8 @@ function render(state) {
     cell(tr, t.next_due ? when(t.next_due) : "-");
   });
   const groups = [];
-  for (const t of topics) for (const g of t.groups || []) groups.push([t.name, g]);
-  rows($("#groups tbody"), groups, (tr, [topic, g]) => {
+  for (const t of topics) for (const g of t.groups || []) groups.push([t.name, g, (t.bounds || {})[g.name] || []]);
+  rows($("#groups tbody"), groups, (tr, [topic, g, bounds]) => {
     tr.dataset.topic = topic;
     tr.dataset.group = g.name;
     if (g.lag > 0) tr.className = "lagging";
@@ -66,6 +66,8 @@ function render(state) {
     cell(tr, g.pending, "num pending");
     cell(tr, g.lag, "num lag");
     cell(tr, g.owner ? g.owner : "-", "owner");
+    const bound = cell(tr, bounds.length ? bounds.map((b) => b.bound).join(", ") : "-", "num bound");
+    bound.title = bounds.map((b) => `${b.member}: ${b.bound} (${b.reason}, ${b.time})`).join("\n");
   });
   const sel = $("#dlq-topic");
   // Dead-letter topics are found by their headers, whatever their names.
