@@ -21,7 +21,9 @@ import (
 // 100 ms through the backend's Inspector; on a backend without one, or
 // where the lag is unknown, the bound follows latency only. Each decision
 // is reported to the observer as an event of observer.ScopeScale (a
-// notice with a nil Err; otelbus.Observer records the bound as a gauge).
+// notice with a nil Err; otelbus.Observer records the bound as a gauge),
+// and with WithEvents written as a "scaled" lifecycle event, which
+// `bus groups --events` and the dashboard read.
 //
 // It replaces WithMaxInFlight: giving both is an error. A WithLimiter
 // limiter applies on top of the bound, as it does on top of max in flight.
