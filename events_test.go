@@ -263,3 +263,27 @@ func TestEventsDroppedWhenTheBackendBlocksAreCountedAndReportedOnce(t *testing.T
 	close(be.unblock)
 	assert.Equal(t, int32(1), reports.Load(), "drops are reported once")
 }
+
+func TestEventsOnAPartitionedEventsTopicAreReadAcrossPartitions(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, eventsTopic, 4), "a partitioned events topic")
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error { return nil })
+	require.NoError(t, err)
+	for _, id := range []string{"o-1", "o-2", "o-3", "o-4", "o-5"} {
+		require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: id}))
+	}
+	for _, id := range []string{"o-1", "o-2", "o-3", "o-4", "o-5"} {
+		waitKinds(t, in, id, lifecycle.Received, lifecycle.Succeeded)
+	}
+	ts, err := b.Topics(ctx)
+	require.NoError(t, err)
+	parts := 0
+	for _, ti := range ts {
+		if strings.HasPrefix(ti.Name, eventsTopic+"~") && ti.Messages > 0 {
+			parts++
+		}
+	}
+	assert.Greater(t, parts, 1, "the events are spread over the partitions by the ID they are about")
+}

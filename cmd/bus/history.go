@@ -52,6 +52,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "bus history: --events: %v\n", err)
 		return exitUsage
 	}
+	warnPrivateMem(*a.url, stderr)
 	ctx, cancel := context.WithTimeout(ctx, *a.timeout)
 	defer cancel()
 	in, done, err := openInspector(ctx, *a.url)
