@@ -43,6 +43,9 @@ func TestPublishRefusesBadInputBeforeIOAsBusPublishDoes(t *testing.T) {
 
 	err = outbox.Publish(ctx, noIO{t}, "orders", &bus.Message{Payload: make([]byte, 1<<20+1)})
 	require.ErrorIs(t, err, bus.ErrPayloadTooLarge)
+
+	err = outbox.Publish(ctx, nil, "orders", &bus.Message{})
+	require.ErrorIs(t, err, bus.ErrInvalidOption, "a nil transaction is refused, not a panic")
 }
 
 func TestRollbackPublishesNothingAndCommitPublishesInOrderPerKey(t *testing.T) {

@@ -73,6 +73,9 @@ func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.
 // per transaction, late (the locks are taken in one fixed order within
 // a call), so that it does not deadlock with the application's own locks.
 func Publish(ctx context.Context, tx Execer, topic string, msgs ...*bus.Message) error {
+	if tx == nil {
+		return fmt.Errorf("outbox: publish %q: %w: nil transaction", topic, bus.ErrInvalidOption)
+	}
 	if err := validate(topic, msgs); err != nil {
 		return err
 	}
