@@ -16,6 +16,9 @@
 //     the same work (see redis_test.go).
 //   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
 //     the same work (see nats_test.go).
+//   - BenchmarkOutboxE2E: the transactional outbox (outbox.Publish, a
+//     relay, the bus on Redis) against the dual write it replaces (an
+//     INSERT, then XADDs), on a private PostgreSQL (see outbox_test.go).
 //
 // Run them with
 //
