@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,48 @@ func TestASecondWriterOfAKeyWaitsForTheFirstToCommit(t *testing.T) {
 	payloads, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{[]byte("first"), []byte("second")}, payloads, "seq order is commit order for the key")
+}
+
+func TestRelayWakesOnNotifyLongBeforeItsPoll(t *testing.T) {
+	defer watchdog(t, time.Minute)()
+	srv, conn := startDB(t)
+	ctx := context.Background()
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	c := collect(t, b, "orders")
+	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(time.Minute))
+	require.NoError(t, err)
+	defer closeRelay(t, r)
+	var want []*bus.Message
+	for i := range 3 {
+		want = append(want, write(t, conn, "orders", false, keyed(1, 1, fmt.Sprint(i))...)...)
+		// After the first, the relay is waiting: only the commit's
+		// notification can wake it within the poll interval.
+		require.Eventually(t, func() bool { return c.count() == i+1 }, 10*time.Second, 5*time.Millisecond,
+			"message %d is relayed on its commit's notification, not a minute later", i)
+	}
+	c.requireExactly(t, want)
+}
+
+func TestRelayPollsWhenNoNotificationComes(t *testing.T) {
+	defer watchdog(t, time.Minute)()
+	srv, conn := startDB(t)
+	ctx := context.Background()
+	_, err := conn.Exec(ctx, "ALTER TABLE bus_outbox DISABLE TRIGGER bus_outbox_notify")
+	require.NoError(t, err)
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	c := collect(t, b, "orders")
+	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	defer closeRelay(t, r)
+	var want []*bus.Message
+	for i := range 3 {
+		want = append(want, write(t, conn, "orders", false, keyed(1, 1, fmt.Sprint(i))...)...)
+		require.Eventually(t, func() bool { return c.count() == i+1 }, 10*time.Second, 5*time.Millisecond,
+			"message %d is relayed by the poll", i)
+	}
+	c.requireExactly(t, want)
 }
