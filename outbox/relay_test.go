@@ -37,6 +37,30 @@ func (p *crashingPublisher) Publish(ctx context.Context, topic string, msgs ...*
 	return err
 }
 
+// gate holds one Publish call until released.
+type gate struct{ reached, release chan struct{} }
+
+func newGate() *gate { return &gate{reached: make(chan struct{}), release: make(chan struct{})} }
+
+// gatedPublisher holds its nth call at gates[n] before publishing.
+type gatedPublisher struct {
+	bus.Publisher
+	gates map[int32]*gate // read only once the relay runs
+	calls atomic.Int32
+}
+
+func (p *gatedPublisher) Publish(ctx context.Context, topic string, msgs ...*bus.Message) error {
+	if g := p.gates[p.calls.Add(1)]; g != nil {
+		close(g.reached)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return p.Publisher.Publish(ctx, topic, msgs...)
+}
+
 // pendingAt counts the waiting rows on a new connection (-1 while the
 // server is down).
 func pendingAt(url string) int64 {
@@ -94,7 +118,9 @@ func TestRelayKilledMidBatchThenDatabaseAndBrokerRestartsLoseNothing(t *testing.
 	pg.Restart()
 	redisSrv.Restart()
 
-	// The second relay lives through a broker restart and a database restart.
+	// The second relay lives through a broker restart, then a database
+	// restart, each while it holds a batch: its 4th Publish goes to a
+	// dead broker, and the delete after its 8th to a dead database.
 	failed := make(chan struct{}, 1)
 	obs := observer.Func(func(_ context.Context, e observer.Event) {
 		if e.Scope == observer.ScopePublish && e.Err != nil {
@@ -104,18 +130,22 @@ func TestRelayKilledMidBatchThenDatabaseAndBrokerRestartsLoseNothing(t *testing.
 			}
 		}
 	})
-	r2, err := outbox.NewRelay(pg.URL(), b, outbox.WithBatchSize(50), outbox.WithPollInterval(50*time.Millisecond), outbox.WithObserver(obs))
+	gated := &gatedPublisher{Publisher: b, gates: map[int32]*gate{4: newGate(), 8: newGate()}}
+	r2, err := outbox.NewRelay(pg.URL(), gated, outbox.WithBatchSize(50), outbox.WithPollInterval(50*time.Millisecond), outbox.WithObserver(obs))
 	require.NoError(t, err)
 	defer closeRelay(t, r2)
-	require.Eventually(t, func() bool { n := pendingAt(pg.URL()); return n >= 0 && n < 700 }, 20*time.Second, 5*time.Millisecond)
+	<-gated.gates[4].reached
 	redisSrv.Kill()
+	close(gated.gates[4].release)
 	select {
 	case <-failed:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the relay reports the failed publish while the broker is down")
 	}
 	redisSrv.Restart()
-	require.Eventually(t, func() bool { n := pendingAt(pg.URL()); return n >= 0 && n < 400 }, 20*time.Second, 5*time.Millisecond)
+	<-gated.gates[8].reached
+	pg.Kill()
+	close(gated.gates[8].release)
 	pg.Restart()
 	require.Eventually(t, func() bool { return pendingAt(pg.URL()) == 0 }, 20*time.Second, 10*time.Millisecond,
 		"the relay reconnects and publishes every row")
