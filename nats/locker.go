@@ -22,7 +22,7 @@ var _ backend.GroupLocker = (*Backend)(nil)
 func (b *Backend) locksKV(ctx context.Context) (jetstream.KeyValue, error) {
 	return b.kvBucket(ctx, &b.locks, jetstream.KeyValueConfig{
 		Bucket:      b.bucketName("_LOCKS"),
-		Description: "the bus's group locks: which member of a key-ordered group consumes",
+		Description: "the bus's group locks (which member of a key-ordered group consumes) and partitioned topics' counts and members",
 		Replicas:    b.opts.Replicas,
 	})
 }

@@ -10,10 +10,11 @@ import (
 // them as directory names, so they stay well under file-system limits.
 const maxNameLen = 128
 
-// escapeName turns a topic or group (letters, digits and ". _ - :") into
-// a JetStream name (letters, digits, - and _) injectively:
+// escapeName turns a topic or group (letters, digits and ". _ - :", and
+// "~" in a partition topic, backend.PartitionTopic) into a JetStream name
+// (letters, digits, - and _) injectively:
 //
-//	"." -> "-"    "-" -> "_h"    "_" -> "__"    ":" -> "_c"
+//	"." -> "-"    "-" -> "_h"    "_" -> "__"    ":" -> "_c"    "~" -> "_p"
 //
 // so "orders.created" becomes "orders-created" and no two topics share a
 // name. Every "_" starts a two-character escape, which is what makes the
@@ -31,6 +32,8 @@ func escapeName(s string) string {
 			b.WriteString("__")
 		case ':':
 			b.WriteString("_c")
+		case '~':
+			b.WriteString("_p")
 		default:
 			b.WriteByte(c)
 		}

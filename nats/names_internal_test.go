@@ -21,6 +21,8 @@ func TestEscapeNameIsInjectiveAndValid(t *testing.T) {
 		{"orders:created", "orders_ccreated"},
 		{"a._b", "a-__b"},
 		{"a_.b", "a__-b"},
+		{"orders~3", "orders_p3"},
+		{"orders.eu~12", "orders-eu_p12"},
 	}
 	seen := map[string]string{}
 	for _, tt := range tests {
@@ -54,6 +56,9 @@ func TestConsumerNamesKeepTopicGroupPairsApart(t *testing.T) {
 	assert.Equal(t, "BUS_orders-created", p.streamFor("orders.created"))
 	assert.Equal(t, "bus.orders.created", p.subjectFor("orders.created"))
 	assert.Equal(t, "billing", p.consumerFor("orders.created", "billing"))
+	assert.Equal(t, "BUS_orders-created_p3", p.streamFor("orders.created~3"), "a partition has a stream of its own")
+	assert.Equal(t, "bus.orders.created~3", p.subjectFor("orders.created~3"), "~ is a valid subject character")
+	assert.Equal(t, "billing_torders-created_p3", b.consumerFor("orders.created~3", "billing"), "a partition's group in a shared stream")
 }
 
 func TestParseAckSubject(t *testing.T) {

@@ -72,7 +72,12 @@ func (b *Backend) kvBucket(ctx context.Context, r *releases, cfg jetstream.KeyVa
 	if b.opts.Storage == StorageMemory {
 		cfg.Storage = jetstream.MemoryStorage
 	}
-	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
+	var kv jetstream.KeyValue
+	err := settled(ctx, func() error {
+		var err error
+		kv, err = b.js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bucket %q: %w", cfg.Bucket, err)
 	}
