@@ -138,7 +138,12 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 		}
 		name := ci.Config.Metadata["bus.group"]
 		if name == "" {
+			// Before server 2.10 consumers keep no metadata: the group
+			// is in the consumer's name.
 			name = ci.Name
+			if g, ok := b.groupOf(topic, ci.Name); ok {
+				name = g
+			}
 		}
 		out = append(out, backend.GroupInfo{
 			Name: name, Consumers: backend.Unknown,

@@ -41,6 +41,54 @@ func escapeName(s string) string {
 	return b.String()
 }
 
+// unescapeName reverses escapeName; ok is false for a name escapeName
+// cannot have made.
+func unescapeName(name string) (s string, ok bool) {
+	var b strings.Builder
+	b.Grow(len(name))
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '-':
+			b.WriteByte('.')
+		case c != '_':
+			b.WriteByte(c)
+		case i+1 == len(name):
+			return "", false
+		default:
+			i++
+			r, known := unescapes[name[i]]
+			if !known {
+				return "", false
+			}
+			b.WriteByte(r)
+		}
+	}
+	return b.String(), true
+}
+
+// unescapes maps the second character of an escape to what it stands for.
+var unescapes = map[byte]byte{'h': '-', '_': '_', 'c': ':', 'p': '~'}
+
+// groupOf returns the group whose consumer of topic is named consumer,
+// for consumers without the group in their metadata (servers before 2.10
+// keep none): ok is false when consumer is not a name consumerFor gives
+// (another application's consumer, or a name cut by boundName).
+func (b *Backend) groupOf(topic, consumer string) (string, bool) {
+	name := consumer
+	if b.opts.StreamMode == StreamShared {
+		var cut bool
+		if name, cut = strings.CutSuffix(consumer, "_t"+escapeName(topic)); !cut {
+			return "", false
+		}
+	}
+	g, ok := unescapeName(name)
+	if !ok || b.consumerFor(topic, g) != consumer {
+		return "", false
+	}
+	return g, true
+}
+
 // boundName keeps name within maxNameLen: a longer name is cut and ended
 // with "_x" and a hash of the whole name, which keeps it unique.
 func boundName(name string) string {

@@ -29,11 +29,30 @@ func TestEscapeNameIsInjectiveAndValid(t *testing.T) {
 		got := escapeName(tt.topic)
 		assert.Equal(t, tt.want, got, "escapeName(%q)", tt.topic)
 		assert.True(t, validStreamName(got), "escapeName(%q) = %q must be a valid stream name", tt.topic, got)
+		back, ok := unescapeName(got)
+		assert.True(t, ok && back == tt.topic, "unescapeName(%q) = %q, %v: want %q", got, back, ok, tt.topic)
 		if other, dup := seen[got]; dup {
 			t.Errorf("topics %q and %q both map to %q", other, tt.topic, got)
 		}
 		seen[got] = tt.topic
 	}
+}
+
+func TestGroupOfReadsTheGroupFromTheConsumerName(t *testing.T) {
+	per := &Backend{opts: Options{StreamMode: StreamPerTopic}}
+	shared := &Backend{opts: Options{StreamMode: StreamShared}}
+	for _, group := range []string{"billing", "billing-eu", "a_t", "x:1.y"} {
+		for _, b := range []*Backend{per, shared} {
+			g, ok := b.groupOf("orders~2", b.consumerFor("orders~2", group))
+			assert.True(t, ok && g == group, "%v: groupOf(consumerFor(%q)) = %q, %v", b.opts.StreamMode, group, g, ok)
+		}
+	}
+	for _, name := range []string{"bad_", "bad_z", "other_torders", "billing_torders_p2"} {
+		_, ok := per.groupOf("orders~2", name)
+		assert.False(t, ok, "per-topic: %q is not a consumer name of the backend's", name)
+	}
+	_, ok := shared.groupOf("orders~2", "billing_torders")
+	assert.False(t, ok, "shared: a consumer of another topic")
 }
 
 func TestBoundNameKeepsLongNamesShortAndDistinct(t *testing.T) {
