@@ -339,6 +339,66 @@ func TestKeyOrderingTakeoverWithNothingPendingStartsAtOnce(t *testing.T) {
 	}
 }
 
+// A member that took the group lock over and waits for what the lapsed
+// holder left, and closes before it started, lets the lock lapse at once
+// rather than keeping it for its ttl or releasing it: the next member
+// takes it over at once, and as a takeover, so it waits the same way.
+func TestKeyOrderingWaitingMemberThatClosesLetsTheLockLapse(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const ghostTTL, lease = 200 * time.Millisecond, 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgs := keyedMsgs("k", 1)
+	require.NoError(t, bus.New(be).Publish(ctx, "orders", msgs[0]))
+	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer ghost.Close()
+	taken, err := ghost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the crashed member left k/0 unsettled")
+	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+
+	spy := &takeoverSpy{Backend: be, took: make(chan struct{})}
+	b := bus.New(spy, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	sub, err := b.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error { return nil },
+		bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	select {
+	case <-spy.took:
+	case <-ctx.Done():
+		t.Fatal("the member never took the lapsed lock over")
+	}
+	require.NoError(t, sub.Close(ctx), "close the member while it waits")
+	require.Eventually(t, func() bool {
+		held, takeover, err := be.LockGroup(ctx, "orders", "g", "next-member", lease)
+		require.NoError(t, err)
+		if held {
+			assert.True(t, takeover, "the next member takes the lock over, so it waits for k/0 too")
+		}
+		return held
+	}, time.Second, 10*time.Millisecond, "the lock lapsed when the waiting member closed, not after its ttl (%v)", lease/2)
+}
+
+// takeoverSpy closes took when a member takes a group lock over.
+type takeoverSpy struct {
+	*inmemory.Backend
+	took chan struct{}
+	once sync.Once
+}
+
+func (s *takeoverSpy) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	held, takeover, err := s.Backend.LockGroup(ctx, topic, group, holder, ttl)
+	if held && takeover {
+		s.once.Do(func() { close(s.took) })
+	}
+	return held, takeover, err
+}
+
 // crashable is a backend that dies on crash(): from then on every call
 // fails, as for a member whose process was killed: its leases and its
 // group lock lapse, nothing it holds is settled.

@@ -42,6 +42,9 @@ type owner[P any] struct {
 	// more to a member that no longer holds it.
 	held       context.Context
 	heldCancel context.CancelFunc
+	// locked: the last round held the lock, owning or still waiting to
+	// start (a takeover waiting for what the previous holder left).
+	locked bool
 	// none: the backend has no group lock after all (a wrapper that
 	// reports ErrUnsupported); the subscription fetches without one.
 	none bool
@@ -151,6 +154,7 @@ func (o *owner[P]) round(r *ownerRound) bool {
 	o.mu.Lock()
 	owning := o.owning
 	o.mu.Unlock()
+	o.setLocked(held || err != nil && now.Sub(r.lastHeld) <= o.ttl/2)
 	switch {
 	case held:
 		r.lastHeld = now
@@ -205,6 +209,12 @@ func (o *owner[P]) fenced() bool {
 	return !o.owning && !o.none
 }
 
+func (o *owner[P]) setLocked(v bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.locked = v
+}
+
 func (o *owner[P]) setOwning(v bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -221,14 +231,29 @@ func (o *owner[P]) setOwning(v bool) {
 	}
 }
 
+// lapseTTL is what a closing member that holds the lock without having
+// started renews it for: it lapses at once, so that the next member
+// takes it over without waiting out the ttl, and, as a takeover, waits
+// for what the holder before was waiting for.
+const lapseTTL = time.Millisecond
+
 // close stops renewing and releases the lock (while ctx lasts); the
-// subscription has drained.
+// subscription has drained. A member that holds the lock but has not
+// started (it waits for the previous holder's unsettled deliveries) lets
+// it lapse instead of releasing it: a release would tell the next member
+// that nothing is left to wait for.
 func (o *owner[P]) close(ctx context.Context) {
 	close(o.stop)
 	<-o.done
 	o.mu.Lock()
-	owning := o.owning && !o.none
+	owning, waiting := o.owning && !o.none, o.locked && !o.owning && !o.none
 	o.mu.Unlock()
+	if waiting {
+		if _, _, err := o.locker.LockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder, lapseTTL); err != nil {
+			o.s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
+				Err: fmt.Errorf("bus: let the group lock lapse: %w (the next member waits for its ttl)", err)})
+		}
+	}
 	if owning {
 		if err := o.locker.UnlockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder); err != nil {
 			o.s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
