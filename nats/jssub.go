@@ -81,6 +81,9 @@ type jsSub struct {
 	inbox    string // "<inbox>." ; request n replies to inbox+n
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
+	// subMu orders abandon's move to a fresh inbox (on Receive's
+	// goroutine, which alone reads sub otherwise) with Close.
+	subMu sync.Mutex
 
 	seq     uint64       // pull request counter; Receive's goroutine only
 	lastSeq uint64       // highest stream sequence received; Receive's goroutine only
@@ -222,6 +225,9 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	for got < n {
 		msg, err := s.sub.NextMsgWithContext(wctx)
 		if err != nil {
+			if ctx.Err() != nil && !s.isClosed() {
+				s.abandon()
+			}
 			return out, s.waitErr(ctx, wctx, err)
 		}
 		if isJSDelivery(msg) {
@@ -238,6 +244,60 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 		}
 	}
 	return out, nil
+}
+
+// abandon gives back what the open request that ctx cut short still
+// delivers. The server hands a request the messages it holds as soon as
+// it gets it: left in the inbox, they stayed pending until their AckWait
+// when no Receive followed (the bus stops fetching when it closes a
+// member), and a key-ordered group's next member, taking the lock this
+// member releases, went on with the messages after them. So the member
+// moves to a fresh inbox, drains the old one (the server delivers nothing
+// to it once the unsubscribe is processed, and what it delivered before
+// arrives before the drain's flush returns), and nacks what came, in
+// order and uncounted (recorded as Release does): the group gets it back
+// first, before the member's Close releases any lock. It takes at most
+// about responseGrace.
+func (s *jsSub) abandon() {
+	inbox := s.b.nc.NewInbox() + "."
+	sub, err := s.b.nc.SubscribeSync(inbox + "*")
+	if err != nil {
+		return // the next Receive drains the old inbox instead
+	}
+	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
+		_ = sub.Unsubscribe()
+		return
+	}
+	s.subMu.Lock()
+	if s.isClosed() {
+		s.subMu.Unlock()
+		_ = sub.Unsubscribe()
+		return
+	}
+	old := s.sub
+	s.sub, s.inbox = sub, inbox
+	s.subMu.Unlock()
+	if err := old.Drain(); err != nil {
+		_ = old.Unsubscribe()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), responseGrace)
+	defer cancel()
+	for {
+		msg, err := old.NextMsgWithContext(ctx)
+		if err != nil {
+			break // drained, or out of time
+		}
+		meta, err := parseAckSubject(msg.Reply)
+		if !isJSDelivery(msg) || err != nil {
+			continue
+		}
+		// A release that cannot be recorded still nacks: the delivery
+		// then counts, as for any nack.
+		_ = s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
+		_ = s.b.nc.Publish(msg.Reply, nakBody)
+	}
+	_ = old.Unsubscribe()
 }
 
 // request sends a pull request for n messages and returns the subject its
@@ -496,5 +556,7 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 // Close implements backend.Subscription. Unsettled deliveries are
 // redelivered by the server after their AckWait.
 func (s *jsSub) Close() error {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
 }
