@@ -38,7 +38,8 @@
 //
 // Stream and consumer names may not contain ".", so topics and groups are
 // escaped injectively: "." becomes "-", "-" becomes "_h", "_" becomes
-// "__" and ":" becomes "_c". Topic "orders.created" is stored in stream
+// "__", ":" becomes "_c" and the "~" of a partition topic "_p". Topic
+// "orders.created" is stored in stream
 // "BUS_orders-created"; group "billing" is the durable consumer
 // "billing" (in a shared stream: "billing_torders-created"). Names longer
 // than 128 bytes are cut and end in a hash of the full name.
@@ -125,6 +126,28 @@
 // of retrying it, Nack returns bus.ErrUnsupported, and the conformance
 // suite skips the cases that need redelivery, nack delays, leases or
 // persistence.
+//
+// # Partitioned topics
+//
+// Partition p of a partitioned topic T (bus.Bus.CreateTopic) is the topic
+// "T~p": its own subject ("bus.orders~3"), and its own stream with
+// StreamPerTopic ("BUS_orders_p3"); every group has a consumer per
+// partition. The partition count and each group's live members are keys
+// of the key-value bucket <StreamPrefix>_LOCKS, which holds the group
+// locks too (backend.Partitioner), so a partitioned topic makes no bucket
+// of its own: "parts.<hex topic>" holds the count, written once with
+// Create (of two callers recording different counts at once, the first
+// wins and both read it), and "members.<hex topic>.<hex group>" the
+// members with the time each drops out, replaced with compare-and-set on
+// the key's revision; members expire by the writer's clock, as the locks
+// do. A member owns a partition while it holds the partition's group lock
+// in the same bucket; DeleteTopic of T purges both keys. The bucket is
+// made once per Backend, and its calls are retried while a replicated
+// bucket answers "no responders" (its stream electing a leader, or its
+// replicas catching up right after it was made), at most ten seconds and
+// never past the caller's deadline. The bucket's stream has the
+// streams' replicas; it works on every supported server (2.9 and later:
+// no per-key TTL, no stream metadata needed).
 //
 // # Delayed delivery
 //

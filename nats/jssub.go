@@ -81,8 +81,8 @@ type jsSub struct {
 	inbox    string // "<inbox>." ; request n replies to inbox+n
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
 	sub      *natsgo.Subscription
-	// subMu orders abandon's move to a fresh inbox (on Receive's
-	// goroutine, which alone reads sub otherwise) with Close.
+	// subMu orders moveInbox's swap of sub (on Receive's goroutine,
+	// which alone reads sub otherwise) with Close.
 	subMu sync.Mutex
 
 	seq     uint64       // pull request counter; Receive's goroutine only
@@ -226,7 +226,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 		msg, err := s.sub.NextMsgWithContext(wctx)
 		if err != nil {
 			if ctx.Err() != nil && !s.isClosed() {
-				s.abandon()
+				s.abandon(reply, n-got)
 			}
 			return out, s.waitErr(ctx, wctx, err)
 		}
@@ -246,58 +246,94 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	return out, nil
 }
 
+// abandonWait bounds how long abandon waits for the end of a request cut
+// short: the server ends a request that found messages as soon as it has
+// delivered them.
+const abandonWait = 50 * time.Millisecond
+
 // abandon gives back what the open request that ctx cut short still
-// delivers. The server hands a request the messages it holds as soon as
-// it gets it: left in the inbox, they stayed pending until their AckWait
-// when no Receive followed (the bus stops fetching when it closes a
-// member), and a key-ordered group's next member, taking the lock this
-// member releases, went on with the messages after them. So the member
-// moves to a fresh inbox, drains the old one (the server delivers nothing
-// to it once the unsubscribe is processed, and what it delivered before
-// arrives before the drain's flush returns), and nacks what came, in
-// order and uncounted (recorded as Release does): the group gets it back
-// first, before the member's Close releases any lock. It takes at most
-// about responseGrace.
-func (s *jsSub) abandon() {
+// delivers (coming: at most that many). The server hands a request the
+// messages it holds as soon as it gets it: left in the inbox, they stayed
+// pending until their AckWait when no Receive followed (the bus stops
+// fetching when it closes a member), and a key-ordered group's next
+// member, taking the lock this member releases, went on with the
+// messages after them. So the member waits up to abandonWait for the
+// request's end, and when it does not end (it waits for messages that are
+// not there yet) moves to a fresh inbox and drains the old one (a
+// delivery the server sends after the unsubscribe comes back to the group
+// by itself, counted). It nacks what came, in order and uncounted
+// (recorded as Release does): the group gets it back first, before the
+// member's Close releases any lock.
+func (s *jsSub) abandon(reply string, coming int) {
+	var back []*natsgo.Msg
+	wait, cancel := context.WithTimeout(context.Background(), abandonWait)
+	ended := false
+	for !ended {
+		msg, err := s.sub.NextMsgWithContext(wait)
+		if err != nil {
+			break
+		}
+		if isJSDelivery(msg) {
+			back = append(back, msg)
+			ended = len(back) >= coming // a full batch ends the request
+		} else if msg.Subject == reply {
+			ended = msg.Header.Get(hdrStatus) != "100" // not a heartbeat
+		}
+	}
+	cancel()
+	if !ended {
+		back = s.moveInbox(back)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	for _, msg := range back {
+		// A release that cannot be recorded still nacks: the delivery
+		// then counts, as for any nack.
+		if meta, err := parseAckSubject(msg.Reply); err == nil {
+			_ = s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
+		}
+		_ = s.b.nc.Publish(msg.Reply, nakBody)
+	}
+}
+
+// moveInbox moves the member to a fresh inbox and drains the old one
+// into back: the server delivers nothing to it once it has the
+// unsubscribe, and what it delivered before arrives before the drain's
+// flush returns. It waits at most responseGrace.
+func (s *jsSub) moveInbox(back []*natsgo.Msg) []*natsgo.Msg {
 	inbox := s.b.nc.NewInbox() + "."
 	sub, err := s.b.nc.SubscribeSync(inbox + "*")
 	if err != nil {
-		return // the next Receive drains the old inbox instead
+		return back // the next Receive drains the old inbox instead
 	}
 	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
 		_ = sub.Unsubscribe()
-		return
+		return back
 	}
 	s.subMu.Lock()
 	if s.isClosed() {
 		s.subMu.Unlock()
 		_ = sub.Unsubscribe()
-		return
+		return back
 	}
 	old := s.sub
 	s.sub, s.inbox = sub, inbox
 	s.subMu.Unlock()
+	defer func() { _ = old.Unsubscribe() }()
 	if err := old.Drain(); err != nil {
-		_ = old.Unsubscribe()
-		return
+		return back
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), responseGrace)
+	wait, cancel := context.WithTimeout(context.Background(), responseGrace)
 	defer cancel()
 	for {
-		msg, err := old.NextMsgWithContext(ctx)
+		msg, err := old.NextMsgWithContext(wait)
 		if err != nil {
-			break // drained, or out of time
+			return back // drained, or out of time
 		}
-		meta, err := parseAckSubject(msg.Reply)
-		if !isJSDelivery(msg) || err != nil {
-			continue
+		if isJSDelivery(msg) {
+			back = append(back, msg)
 		}
-		// A release that cannot be recorded still nacks: the delivery
-		// then counts, as for any nack.
-		_ = s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
-		_ = s.b.nc.Publish(msg.Reply, nakBody)
 	}
-	_ = old.Unsubscribe()
 }
 
 // request sends a pull request for n messages and returns the subject its

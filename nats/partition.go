@@ -70,25 +70,34 @@ func (b *Backend) Partitions(ctx context.Context, topic string, n int) (int, err
 		return 0, err
 	}
 	key := partsKey(topic)
-	for try := 0; ; try++ {
+	// exists: a Create found the count there, which a replica that is
+	// behind the leader may not show yet (reads go to any replica).
+	exists := false
+	var r retry
+	for {
 		c, found, err := readCount(ctx, kv, key)
-		if err != nil || found || n <= 0 {
-			if err != nil {
-				return 0, fmt.Errorf("nats: %s: %w", op, err)
-			}
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("nats: %s: %w", op, err)
+		case found || n <= 0 && !exists:
 			return c, nil
+		case exists:
+			if err := r.pause(ctx); err != nil {
+				return 0, fmt.Errorf("nats: %s: the recorded count is not readable yet: %w", op, err)
+			}
+			continue
 		}
 		err = settled(ctx, func() error {
 			_, err := kv.Create(ctx, key, []byte(strconv.Itoa(n)))
 			return err
 		})
-		switch {
-		case err == nil:
+		if err == nil {
 			return n, nil
-		case !isConflict(err) || try == 1:
+		}
+		if !isConflict(err) {
 			return 0, fmt.Errorf("nats: %s: %w", op, err)
 		}
-		// Another caller recorded a count first: read it.
+		exists = true
 	}
 }
 
@@ -158,7 +167,15 @@ func (b *Backend) updateMembers(ctx context.Context, verb, topic, group string, 
 		return nil, err
 	}
 	key := membersKey(topic, group)
+	var r retry
 	for try := 0; ; try++ {
+		if try > 0 {
+			// Lost the compare-and-set, or read a replica that was
+			// behind: read again shortly.
+			if err := r.pause(ctx); err != nil {
+				return nil, fmt.Errorf("nats: %s: %w", op, err)
+			}
+		}
 		ms, rev, err := readMembers(ctx, kv, key)
 		if err != nil {
 			return nil, fmt.Errorf("nats: %s: %w", op, err)
@@ -276,7 +293,7 @@ func (b *Backend) forgetPartitions(ctx context.Context, topic string) error {
 	return kv.Purge(ctx, partsKey(topic))
 }
 
-// settleWait bounds how long settled retries when its ctx has no earlier
+// settleWait bounds how long a retry goes on when its ctx has no earlier
 // deadline.
 const settleWait = 10 * time.Second
 
@@ -287,24 +304,41 @@ const settleWait = 10 * time.Second
 // after settleWait.
 func settled(ctx context.Context, f func() error) error {
 	err := f()
-	if !unsettled(err) {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, settleWait)
-	defer cancel()
-	wait := 10 * time.Millisecond
+	var r retry
 	for unsettled(err) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (until %w)", err, ctx.Err())
-		case <-t.C:
+		if perr := r.pause(ctx); perr != nil {
+			return fmt.Errorf("%w (until %w)", err, perr)
 		}
-		wait = min(2*wait, 250*time.Millisecond)
 		err = f()
 	}
 	return err
+}
+
+// retry paces the rounds of a retry: 10 ms, doubling up to 250 ms, for at
+// most settleWait in all.
+type retry struct {
+	wait  time.Duration
+	until time.Time
+}
+
+// pause waits before the next round; it fails when ctx ends first or the
+// rounds have taken settleWait.
+func (r *retry) pause(ctx context.Context) error {
+	if r.wait == 0 {
+		r.wait, r.until = 10*time.Millisecond, time.Now().Add(settleWait)
+	}
+	if time.Now().Add(r.wait).After(r.until) {
+		return fmt.Errorf("gave up after %v", settleWait)
+	}
+	t := time.NewTimer(r.wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	r.wait = min(2*r.wait, 250*time.Millisecond)
+	return nil
 }
 
 func unsettled(err error) bool {
