@@ -78,10 +78,11 @@
 // right after the last message the member received, or at the group's
 // StartFrom if it had received none. Deliveries that were unacked when
 // the consumer vanished cannot be settled any more; they are delivered
-// again only if they come after that point. A pull request cut short by
-// Close may still deliver messages that were on their way to the closed
-// member (the server stops once the member's inbox is unsubscribed); the
-// server redelivers them after AckWait.
+// again only if they come after that point. A pull request that a
+// Receive's ctx cut short (the bus closing the member) may still be
+// filled by the server: the member waits up to 50 ms for its end, or else
+// moves to a fresh inbox and drains the old one, and nacks what came,
+// uncounted, so the group gets it back at once rather than after AckWait.
 //
 // Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
 // Nack with a delay is -NAK with that delay (the server holds the
