@@ -34,7 +34,8 @@ func lockKey(topic, group string) string {
 }
 
 // LockGroup implements backend.GroupLocker with compare-and-set on a
-// key-value bucket. A lock is "<holder>\n<expiry, Unix ms>": the expiry
+// key-value bucket, reading the lock from the leader of the bucket's
+// stream (leaderGet). A lock is "<holder>\n<expiry, Unix ms>": the expiry
 // is the writer's clock, so members' clocks must agree to well within the
 // lock's ttl.
 func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (held, takeover bool, err error) {
@@ -51,7 +52,7 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 	key := lockKey(topic, group)
 	now := time.Now()
 	val := []byte(holder + "\n" + strconv.FormatInt(now.Add(ttl).UnixMilli(), 10))
-	e, err := kv.Get(ctx, key)
+	e, err := b.leaderGet(ctx, kv, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		_, err = kv.Create(ctx, key, val)
@@ -62,11 +63,11 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 	case err != nil:
 		return false, false, wrapLockErr(topic, group, err)
 	}
-	cur, until := parseLock(e.Value())
+	cur, until := parseLock(e.value)
 	if cur != holder && now.Before(until) {
 		return false, false, nil
 	}
-	_, err = kv.Update(ctx, key, val, e.Revision())
+	_, err = kv.Update(ctx, key, val, e.rev)
 	if err != nil && isConflict(err) {
 		return false, false, nil
 	}
@@ -83,19 +84,19 @@ func (b *Backend) UnlockGroup(ctx context.Context, topic, group, holder string) 
 		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
 	}
 	key := lockKey(topic, group)
-	e, err := kv.Get(ctx, key)
+	e, err := b.leaderGet(ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
 	}
-	if cur, _ := parseLock(e.Value()); cur != holder {
+	if cur, _ := parseLock(e.value); cur != holder {
 		return nil
 	}
 	// Purge leaves no value, so the next Get finds the key free: an unlock,
 	// not a lapse.
-	if err := kv.Purge(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isConflict(err) {
+	if err := kv.Purge(ctx, key, jetstream.LastRevision(e.rev)); err != nil && !isConflict(err) {
 		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
 	}
 	return nil

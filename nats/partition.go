@@ -75,7 +75,7 @@ func (b *Backend) Partitions(ctx context.Context, topic string, n int) (int, err
 	exists := false
 	var r retry
 	for {
-		c, found, err := readCount(ctx, kv, key)
+		c, found, err := b.readCount(ctx, kv, key)
 		switch {
 		case err != nil:
 			return 0, fmt.Errorf("nats: %s: %w", op, err)
@@ -103,22 +103,17 @@ func (b *Backend) Partitions(ctx context.Context, topic string, n int) (int, err
 
 // readCount reads the count at key; found is false when none is
 // recorded.
-func readCount(ctx context.Context, kv jetstream.KeyValue, key string) (n int, found bool, err error) {
-	var e jetstream.KeyValueEntry
-	err = settled(ctx, func() error {
-		var err error
-		e, err = kv.Get(ctx, key)
-		return err
-	})
+func (b *Backend) readCount(ctx context.Context, kv jetstream.KeyValue, key string) (n int, found bool, err error) {
+	e, err := b.leaderGet(ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	n, err = strconv.Atoi(string(e.Value()))
+	n, err = strconv.Atoi(string(e.value))
 	if err != nil || n < 1 {
-		return 0, false, backend.Permanent(fmt.Errorf("the recorded partition count %q is not a count", e.Value()))
+		return 0, false, backend.Permanent(fmt.Errorf("the recorded partition count %q is not a count", e.value))
 	}
 	return n, true, nil
 }
@@ -138,7 +133,7 @@ func (b *Backend) Members(ctx context.Context, topic, group string) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	ms, _, err := readMembers(ctx, kv, membersKey(topic, group))
+	ms, _, err := b.readMembers(ctx, kv, membersKey(topic, group))
 	if err != nil {
 		return nil, fmt.Errorf("nats: %s: %w", op, err)
 	}
@@ -176,7 +171,7 @@ func (b *Backend) updateMembers(ctx context.Context, verb, topic, group string, 
 				return nil, fmt.Errorf("nats: %s: %w", op, err)
 			}
 		}
-		ms, rev, err := readMembers(ctx, kv, key)
+		ms, rev, err := b.readMembers(ctx, kv, key)
 		if err != nil {
 			return nil, fmt.Errorf("nats: %s: %w", op, err)
 		}
@@ -210,13 +205,8 @@ func (b *Backend) updateMembers(ctx context.Context, verb, topic, group string, 
 type memberList map[string]time.Time
 
 // readMembers reads the list at key and its revision (0: no list).
-func readMembers(ctx context.Context, kv jetstream.KeyValue, key string) (memberList, uint64, error) {
-	var e jetstream.KeyValueEntry
-	err := settled(ctx, func() error {
-		var err error
-		e, err = kv.Get(ctx, key)
-		return err
-	})
+func (b *Backend) readMembers(ctx context.Context, kv jetstream.KeyValue, key string) (memberList, uint64, error) {
+	e, err := b.leaderGet(ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return memberList{}, 0, nil
 	}
@@ -224,14 +214,14 @@ func readMembers(ctx context.Context, kv jetstream.KeyValue, key string) (member
 		return nil, 0, err
 	}
 	ms := memberList{}
-	for line := range strings.Lines(string(e.Value())) {
+	for line := range strings.Lines(string(e.value)) {
 		m, until, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
 		unixMs, err := strconv.ParseInt(until, 10, 64)
 		if ok && err == nil {
 			ms[m] = time.UnixMilli(unixMs)
 		}
 	}
-	return ms, e.Revision(), nil
+	return ms, e.rev, nil
 }
 
 // without returns the members still alive at now.
@@ -276,7 +266,7 @@ func (b *Backend) forgetPartitions(ctx context.Context, topic string) error {
 	if err != nil {
 		return err
 	}
-	if _, found, err := readCount(ctx, kv, partsKey(topic)); err != nil || !found {
+	if _, found, err := b.readCount(ctx, kv, partsKey(topic)); err != nil || !found {
 		return err
 	}
 	lister, err := kv.ListKeysFiltered(ctx, "members."+hex.EncodeToString([]byte(topic))+".*")
