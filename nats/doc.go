@@ -81,8 +81,9 @@
 // again only if they come after that point. A pull request that a
 // Receive's ctx cut short (the bus closing the member) may still be
 // filled by the server: the member waits up to 50 ms for its end, or else
-// moves to a fresh inbox and drains the old one, and nacks what came,
-// uncounted, so the group gets it back at once rather than after AckWait.
+// moves to a fresh inbox and drains the old one, and Receive returns what
+// came with the ctx's error, for the bus to handle or give back, rather
+// than leaving it pending in an inbox nobody reads until AckWait.
 //
 // Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
 // Nack with a delay is -NAK with that delay (the server holds the

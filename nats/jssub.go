@@ -226,7 +226,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 		msg, err := s.sub.NextMsgWithContext(wctx)
 		if err != nil {
 			if ctx.Err() != nil && !s.isClosed() {
-				s.abandon(reply, n-got)
+				out = s.abandon(out, max, reply, n-got)
 			}
 			return out, s.waitErr(ctx, wctx, err)
 		}
@@ -251,21 +251,20 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 // delivered them.
 const abandonWait = 50 * time.Millisecond
 
-// abandon gives back what the open request that ctx cut short still
-// delivers (coming: at most that many). The server hands a request the
-// messages it holds as soon as it gets it: left in the inbox, they stayed
-// pending until their AckWait when no Receive followed (the bus stops
-// fetching when it closes a member), and a key-ordered group's next
-// member, taking the lock this member releases, went on with the
-// messages after them. So the member waits up to abandonWait for the
-// request's end, and when it does not end (it waits for messages that are
-// not there yet) moves to a fresh inbox and drains the old one (a
-// delivery the server sends after the unsubscribe comes back to the group
-// by itself, counted). It nacks what came, in order and uncounted
-// (recorded as Release does): the group gets it back first, before the
-// member's Close releases any lock.
-func (s *jsSub) abandon(reply string, coming int) {
-	var back []*natsgo.Msg
+// abandon collects into out what the open request that ctx cut short
+// still delivers (coming: at most that many), and Receive returns it
+// with ctx's error. The server hands a request the messages it holds as
+// soon as it gets it: left in the inbox, they stayed pending until their
+// AckWait when no Receive followed (the bus stops fetching when it closes
+// a member), and a key-ordered group's next member, taking the lock this
+// member releases, went on with the messages after them. The bus handles
+// (a closing member of a key-ordered group) or gives back what Receive
+// returns. The member waits up to abandonWait for the request's end, and
+// when it does not end (it waits for messages that are not there yet)
+// moves to a fresh inbox and drains the old one (a delivery the server
+// sends after the unsubscribe goes back to the group by itself).
+func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming int) []*backend.Message {
+	var got []*natsgo.Msg
 	wait, cancel := context.WithTimeout(context.Background(), abandonWait)
 	ended := false
 	for !ended {
@@ -274,26 +273,20 @@ func (s *jsSub) abandon(reply string, coming int) {
 			break
 		}
 		if isJSDelivery(msg) {
-			back = append(back, msg)
-			ended = len(back) >= coming // a full batch ends the request
+			got = append(got, msg)
+			ended = len(got) >= coming // a full batch ends the request
 		} else if msg.Subject == reply {
 			ended = msg.Header.Get(hdrStatus) != "100" // not a heartbeat
 		}
 	}
 	cancel()
 	if !ended {
-		back = s.moveInbox(back)
+		got = s.moveInbox(got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	for _, msg := range back {
-		// A release that cannot be recorded still nacks: the delivery
-		// then counts, as for any nack.
-		if meta, err := parseAckSubject(msg.Reply); err == nil {
-			_ = s.recordRelease(ctx, s.releaseKey(meta.streamSeq))
-		}
-		_ = s.b.nc.Publish(msg.Reply, nakBody)
+	for _, msg := range got {
+		out = s.accept(out, max, msg, 1)
 	}
+	return out
 }
 
 // moveInbox moves the member to a fresh inbox and drains the old one
