@@ -144,10 +144,12 @@
 // the key's revision; members expire by the writer's clock, as the locks
 // do. A member owns a partition while it holds the partition's group lock
 // in the same bucket; DeleteTopic of T purges both keys. The bucket is
-// made once per Backend, and its calls are retried while a replicated
-// bucket answers "no responders" (its stream electing a leader, or its
-// replicas catching up right after it was made), at most ten seconds and
-// never past the caller's deadline. The bucket's stream has the
+// made once per Backend; locks, counts and member lists are read from the
+// leader of its stream (a replica that is behind would not show what a
+// compare-and-set just wrote), and its calls are retried while a
+// replicated bucket answers "no responders" (its stream electing a
+// leader, or its replicas catching up right after it was made), at most
+// ten seconds and never past the caller's deadline. The bucket's stream has the
 // streams' replicas; it works on every supported server (2.9 and later:
 // no per-key TTL, no stream metadata needed).
 //
