@@ -106,3 +106,32 @@ func streamLeader(t *testing.T, be *busnats.Backend, stream string) string {
 	require.Equal(t, 3, info.Config.Replicas, "R3 stream")
 	return strings.TrimSpace(info.Cluster.Leader)
 }
+
+// TestClusterPartitionCountRightAfterTheBucketIsMade: the first Publish
+// or Subscribe of a topic reads its partition count from a key-value
+// bucket that the backend makes on first use; on a cluster the bucket's
+// R3 stream answers "no responders" until its leader is elected and its
+// replicas caught up. Each round is a backend with a bucket of its own,
+// which records and reads a count at once.
+func TestClusterPartitionCountRightAfterTheBucketIsMade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a cluster takes seconds to form")
+	}
+	c := natstest.StartCluster(t, 3)
+	for round := range 5 {
+		be := connect(t, c.URL(), isolated(t, c.URL(), busnats.Options{Replicas: 3}))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		topic := fmt.Sprint("orders", round)
+		n, err := be.Partitions(ctx, topic, 4)
+		require.NoError(t, err, "round %d: record the count in a bucket just made", round)
+		assert.Equal(t, 4, n)
+		n, err = be.Partitions(ctx, topic, 1)
+		require.NoError(t, err, "round %d: read it back", round)
+		assert.Equal(t, 4, n, "round %d: the recorded count, from the leader", round)
+		ms, err := be.Heartbeat(ctx, topic, "g", "m1", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"m1"}, ms, "round %d", round)
+		cancel()
+		require.NoError(t, be.Close())
+	}
+}
