@@ -58,8 +58,10 @@ type Controller struct {
 	done    atomic.Int64 // handlers finished since the last tick
 	latency atomic.Int64 // their total latency, in nanoseconds
 
+	// ctx ends when Stop is called; it bounds the backlog reads.
+	ctx                 context.Context
+	stop                context.CancelFunc
 	startOnce, stopOnce sync.Once
-	stop                chan struct{}
 	stopped             chan struct{}
 }
 
@@ -69,8 +71,9 @@ func New(cfg Config) *Controller {
 	if d := tickOverride.Load(); d > 0 {
 		tick = time.Duration(d)
 	}
-	return &Controller{cfg: cfg, tick: tick, slots: engine.NewSlots(cfg.Min),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+	c := &Controller{cfg: cfg, tick: tick, slots: engine.NewSlots(cfg.Min), stopped: make(chan struct{})}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	return c
 }
 
 // Acquire takes between 1 and most units of the bound; it waits for a
@@ -106,7 +109,7 @@ func (c *Controller) Start() {
 // more than once, and before Start.
 func (c *Controller) Stop() {
 	c.stopOnce.Do(func() {
-		close(c.stop)
+		c.stop()
 		c.startOnce.Do(func() { close(c.stopped) })
 	})
 	<-c.stopped
@@ -114,25 +117,16 @@ func (c *Controller) Stop() {
 
 func (c *Controller) run() {
 	defer close(c.stopped)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	p := &policy{min: c.cfg.Min, max: c.cfg.Max, bound: c.cfg.Min}
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	last := time.Now()
 	for {
 		select {
-		case <-c.stop:
+		case <-c.ctx.Done():
 			return
 		case now := <-t.C:
-			s := c.sample(ctx, now.Sub(last))
+			s := c.sample(c.ctx, now.Sub(last))
 			last = now
 			from := p.bound
 			if reason := p.step(s); reason != "" {

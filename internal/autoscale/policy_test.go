@@ -109,3 +109,29 @@ func TestControllerStopBeforeStartStartsNothing(t *testing.T) {
 	c.Start()
 	require.Equal(t, 1, c.Bound(), "the bound stays at min")
 }
+
+func TestControllerStopCancelsABacklogReadInProgress(t *testing.T) {
+	defer SetTickForTest(time.Millisecond)()
+	reading := make(chan struct{}, 1)
+	c := New(Config{Min: 1, Max: 4, Report: func(Decision) {}, Lag: func(ctx context.Context) (int64, bool) {
+		select {
+		case reading <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // a backend that hangs until its ctx ends
+		return 0, false
+	}})
+	c.Start()
+	select {
+	case <-reading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller never read the backlog")
+	}
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for a hanging backlog read")
+	}
+}
