@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
 // handlerCtx is a Delivery seen as the ctx of its handler call, when the
@@ -109,8 +111,9 @@ func (c *handlerCtx[P]) lose(cause error) bool {
 	return context.Cause(in.ctx) == cause
 }
 
-// monoEpoch is the origin of monoNow.
-var monoEpoch = time.Now()
+// monoEpoch is the origin of monoNow: that of the lifecycle events'
+// clock, so that a reading stamps an event as it is (Event.Mono).
+var monoEpoch = lifecycle.Epoch
 
 // monoNow reads the monotonic clock as nanoseconds since monoEpoch: a
 // time that fits a Delivery in 8 bytes with no pointer.

@@ -51,38 +51,38 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	return d.handlerDone()
 }
 
-// started returns when d's handler starts, when the feedback or the
-// lifecycle events need it, and emits d's received event.
-func (s *Sub[P]) started(d *Delivery[P]) time.Time {
+// started returns when d's handler starts (monoNow), when the feedback
+// or the lifecycle events need it, and emits d's received event stamped
+// with that reading.
+func (s *Sub[P]) started(d *Delivery[P]) int64 {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
-		return time.Time{}
+		return 0
 	}
-	now := time.Now()
+	now := monoNow()
 	if s.cfg.Event != nil {
-		e := s.lifecycleEvent(d, lifecycle.Received)
-		e.Time = now
-		s.cfg.Event(e)
+		s.cfg.Event(s.lifecycleEvent(d, lifecycle.Received, now))
 	}
 	return now
 }
 
 // handled gives the handler's latency and error to the feedback, and
 // emits d's succeeded or failed event; a snooze and a shutdown's
-// cancellation are neither.
-func (s *Sub[P]) handled(d *Delivery[P], start time.Time, err error) {
+// cancellation are neither. The clock is read once, for the latency and
+// the event's time.
+func (s *Sub[P]) handled(d *Delivery[P], start int64, err error) {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
 		return
 	}
-	now := time.Now()
-	took := now.Sub(start)
+	now := monoNow()
+	took := time.Duration(now - start)
 	if s.cfg.Feedback != nil {
 		s.cfg.Feedback(took, err)
 	}
 	if s.cfg.Event == nil {
 		return
 	}
-	e := s.lifecycleEvent(d, lifecycle.Succeeded)
-	e.Time, e.Duration = now, took
+	e := s.lifecycleEvent(d, lifecycle.Succeeded, now)
+	e.Duration = took
 	if err != nil {
 		if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
 			return

@@ -124,18 +124,20 @@ func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer
 	return observer.Event{Scope: scope, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: d.id(), Attempt: int(d.attempt), Err: err}
 }
 
-// lifecycleEvent is the lifecycle event of kind about d, to be completed
-// and passed to cfg.Event (which the caller has checked is set).
-func (s *Sub[P]) lifecycleEvent(d *Delivery[P], kind lifecycle.Kind) lifecycle.Event {
+// lifecycleEvent is the lifecycle event of kind about d at mono (a
+// monoNow reading, which the emitter turns into its time), to be
+// completed and passed to cfg.Event (which the caller has checked is
+// set).
+func (s *Sub[P]) lifecycleEvent(d *Delivery[P], kind lifecycle.Kind, mono int64) lifecycle.Event {
 	m := s.cfg.Info(&d.Pub)
-	return lifecycle.Event{Kind: kind, Time: time.Now(), MessageID: m.ID, Key: m.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
+	return lifecycle.Event{Kind: kind, Mono: mono, MessageID: m.ID, Key: m.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
 }
 
 // emitDelay emits a lifecycle event of kind about d with a delay, when
 // events are on.
 func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Duration) {
 	if s.cfg.Event != nil {
-		e := s.lifecycleEvent(d, kind)
+		e := s.lifecycleEvent(d, kind, monoNow())
 		e.Delay = delay
 		s.cfg.Event(e)
 	}
@@ -145,7 +147,7 @@ func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Durat
 // dropped when topic is empty), preceded by an expired event when it
 // expired.
 func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, topic string, reason error) {
-	e := s.lifecycleEvent(d, lifecycle.Expired)
+	e := s.lifecycleEvent(d, lifecycle.Expired, monoNow())
 	e.Code, e.Error = string(code), lifecycle.CutError(reason.Error())
 	if code == backend.CodeExpired {
 		s.cfg.Event(e)

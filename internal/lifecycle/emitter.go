@@ -2,21 +2,19 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/observer"
 )
 
 // Defaults of Config.
 const (
 	DefaultBuffer = 16384
-	DefaultBatch  = 512
+	DefaultBatch  = 4096
 	// publishTimeout bounds one batch's publish.
 	publishTimeout = 10 * time.Second
 )
@@ -32,8 +30,10 @@ type Config struct {
 	// Observe receives the one report of drops and each failed batch.
 	Observe func(observer.Event)
 	// Buffer is how many events wait at most (0: DefaultBuffer); Batch
-	// how many one publish carries at most (0: DefaultBatch).
-	Buffer, Batch int
+	// how many one publish carries at most (0: DefaultBatch), packed
+	// into messages of at most Pack events (0: MaxPackEvents) and about
+	// MaxPackBytes.
+	Buffer, Batch, Pack int
 }
 
 // Emitter buffers events and publishes them in batches on its own
@@ -51,10 +51,7 @@ type Emitter struct {
 
 	// Owned by the run goroutine.
 	batch []Event
-	vals  []backend.Message
-	ptrs  []*backend.Message
-	arena []byte
-	ends  []int
+	pk    packer
 }
 
 // New starts an Emitter; Close stops it.
@@ -65,7 +62,11 @@ func New(cfg Config) *Emitter {
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
 	}
-	e := &Emitter{cfg: cfg, ch: make(chan Event, cfg.Buffer), stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Pack <= 0 || cfg.Pack > MaxPackEvents {
+		cfg.Pack = MaxPackEvents
+	}
+	e := &Emitter{cfg: cfg, ch: make(chan Event, cfg.Buffer), stop: make(chan struct{}), done: make(chan struct{}),
+		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	go e.run()
 	return e
@@ -143,45 +144,20 @@ func (e *Emitter) fill() {
 	}
 }
 
-// flush encodes the batch into one buffer and publishes it.
+// flush packs the batch into messages and publishes them.
 func (e *Emitter) flush() {
 	n := len(e.batch)
 	if n == 0 {
 		return
 	}
-	if cap(e.vals) < n {
-		e.vals = make([]backend.Message, n)
-		e.ptrs = make([]*backend.Message, n)
-	}
-	e.vals, e.ptrs = e.vals[:n], e.ptrs[:n]
-	ids := msgid.Batch(n)
-	now := time.Now()
-	e.arena = e.arena[:0]
-	ends := e.ends[:0]
-	for i := range e.batch {
-		e.arena = Append(e.arena, &e.batch[i])
-		ends = append(ends, len(e.arena))
-	}
-	start := 0
-	for i := range e.batch {
-		ev := &e.batch[i]
-		e.vals[i] = backend.Message{ID: ids[i*36 : (i+1)*36], Key: EventKey(ev), Payload: e.arena[start:ends[i]:ends[i]], PublishedAt: now}
-		e.ptrs[i] = &e.vals[i]
-		start = ends[i]
-	}
-	e.ends = ends
+	msgs := e.pk.pack(e.batch, time.Now())
 	ctx, cancel := context.WithTimeout(e.ctx, publishTimeout)
-	err := e.cfg.Publish(ctx, e.ptrs)
+	err := e.cfg.Publish(ctx, msgs)
 	cancel()
 	clear(e.batch) // drop the strings the events referenced
 	if err != nil && e.cfg.Observe != nil {
-		lost := n
-		var be *backend.BatchError
-		if errors.As(err, &be) {
-			lost = len(be.Failed)
-		}
 		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
-			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, lost, n, err)})
+			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, e.pk.lost(err), n, err)})
 	}
 }
 

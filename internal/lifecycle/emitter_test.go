@@ -1,8 +1,10 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +55,27 @@ func (s *store) stored() []backend.Message {
 	return append([]backend.Message(nil), s.msgs...)
 }
 
+// events decodes the events of msgs, in order, checking that each
+// message says how many it holds and in which format.
+func events(t *testing.T, msgs []backend.Message) []Event {
+	t.Helper()
+	var out []Event
+	for _, m := range msgs {
+		assert.Equal(t, ContentType, m.Headers[HeaderContentType], "the format is named")
+		n := 0
+		eachLine(m.Payload, func(line []byte) bool {
+			e, err := Decode(line)
+			require.NoError(t, err, "each line is an event: %s", line)
+			out = append(out, e)
+			n++
+			return true
+		})
+		assert.Equal(t, strconv.Itoa(n), m.Headers[HeaderCount], "the count header")
+		assert.True(t, bytes.HasSuffix(m.Payload, []byte("\n")), "every line ends in a newline")
+	}
+	return out
+}
+
 func TestEmitterPublishesEveryEventInBatchesAndFlushesOnClose(t *testing.T) {
 	st := &store{}
 	em := New(Config{Topic: "events", Publish: st.publish, Batch: 8})
@@ -63,19 +86,18 @@ func TestEmitterPublishesEveryEventInBatchesAndFlushesOnClose(t *testing.T) {
 	defer cancel()
 	require.NoError(t, em.Close(ctx, ctx), "close flushes")
 	msgs := st.stored()
-	require.Len(t, msgs, 100, "every event is published")
-	ids := map[string]bool{}
-	for i, m := range msgs {
-		e, err := Decode(m.Payload)
-		require.NoError(t, err)
+	evs := events(t, msgs)
+	require.Len(t, evs, 100, "every event is published")
+	for i, e := range evs {
 		assert.Equal(t, i+1, e.Attempt, "events keep their order")
-		assert.Equal(t, e.MessageID, m.Key, "the key is the message the event is about")
+	}
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		assert.Empty(t, m.Key, "no key: the messages spread over partitions")
 		ids[m.ID] = true
 	}
-	assert.Len(t, ids, 100, "every event has an ID of its own")
-	st.mu.Lock()
-	assert.GreaterOrEqual(t, st.batches, 100/8, "batches of at most 8")
-	st.mu.Unlock()
+	assert.Len(t, ids, len(msgs), "every message has an ID of its own")
+	assert.GreaterOrEqual(t, len(msgs), 100/8, "batches of at most 8 events, so messages of at most 8")
 	assert.Zero(t, em.Dropped(), "nothing dropped")
 }
 
@@ -113,7 +135,7 @@ func TestEmitterDropsWhenFullCountsAndReportsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, em.Close(ctx, ctx))
-	assert.Len(t, st.stored(), 5, "the first and the 4 buffered are published")
+	assert.Len(t, events(t, st.stored()), 5, "the first and the 4 buffered are published")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, reports, 1, "drops are reported once")

@@ -45,11 +45,6 @@ func TestAppendWritesWhatEncodingJSONReads(t *testing.T) {
 	}
 }
 
-func TestEventKeyIsTheMessageIDOrTopicAndGroup(t *testing.T) {
-	assert.Equal(t, "m-1", EventKey(&Event{MessageID: "m-1", Topic: "t", Group: "g"}))
-	assert.Equal(t, "t/g", EventKey(&Event{Kind: Scaled, Topic: "t", Group: "g"}))
-}
-
 func TestCutErrorKeepsRunesWhole(t *testing.T) {
 	short := "fine"
 	assert.Equal(t, short, CutError(short), "a short error is kept")

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +12,8 @@ import (
 	"github.com/eventbus-go/bus/backend"
 )
 
-// DefaultScanLimit is how many messages of the events topic History reads
-// at most when Query.Limit is 0.
+// DefaultScanLimit is how many events Read reads at most when
+// Query.Limit is 0.
 const DefaultScanLimit = 100_000
 
 // peekPage is how many messages one Inspector.Peek call reads.
@@ -25,7 +26,7 @@ type Query struct {
 	// DeadLetterTopics are searched for the message as it is now; nil
 	// means every topic whose oldest message is a dead letter.
 	DeadLetterTopics []string
-	// Limit bounds how many messages of the events topic are read, oldest
+	// Limit bounds how many events of the events topic are read, oldest
 	// first (0: DefaultScanLimit).
 	Limit int
 }
@@ -44,7 +45,7 @@ type Entry struct {
 // History is the timeline of a message, oldest first.
 type History struct {
 	Entries []Entry `json:"entries"`
-	// Scanned is how many messages of the events topic were read, and
+	// Scanned is how many events of the events topic were read, and
 	// Truncated is set when the scan stopped at the limit before the end.
 	Scanned   int  `json:"scanned"`
 	Truncated bool `json:"truncated"`
@@ -117,23 +118,41 @@ func topicsOf(ctx context.Context, in backend.Inspector, events string, wantDLQs
 }
 
 // readEvents adds the matching events of topic, within the scan limit.
+// A line is decoded only when it holds the ID or key sought, as Append
+// writes it.
 func (h *History) readEvents(ctx context.Context, in backend.Inspector, topic string, q *Query) error {
+	var needles [][]byte
+	for _, s := range []string{q.ID, q.Key} {
+		if s != "" {
+			needles = append(needles, appendString(nil, s))
+		}
+	}
 	return peekAll(ctx, in, topic, func(m *backend.Message) bool {
-		if h.Scanned >= q.Limit {
-			h.Truncated = true
-			return false
-		}
-		h.Scanned++
-		if q.Key == "" && m.Key != q.ID {
-			return true // the key of an event is the ID it is about
-		}
-		e, err := Decode(m.Payload)
-		if err != nil || !q.matches(e.MessageID, e.Key) {
+		return eachLine(m.Payload, func(line []byte) bool {
+			if h.Scanned >= q.Limit {
+				h.Truncated = true
+				return false
+			}
+			h.Scanned++
+			if !containsAny(line, needles) {
+				return true
+			}
+			e, err := Decode(line)
+			if err == nil && q.matches(e.MessageID, e.Key) {
+				h.Entries = append(h.Entries, Entry{Event: e, Source: topic})
+			}
+			return true
+		})
+	})
+}
+
+func containsAny(line []byte, needles [][]byte) bool {
+	for _, n := range needles {
+		if bytes.Contains(line, n) {
 			return true
 		}
-		h.Entries = append(h.Entries, Entry{Event: e, Source: topic})
-		return true
-	})
+	}
+	return false
 }
 
 // readDeadLetters adds the matching dead letters of topic; one that an

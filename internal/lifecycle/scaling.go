@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -45,8 +46,9 @@ func NewScaling(events string) *Scaling {
 }
 
 // Update reads the events published since the last Update (every
-// retained one the first time), at most limit messages over all the
-// topics of the events topic; it reports whether it stopped at the limit.
+// retained one the first time), about limit events at most over all the
+// topics of the events topic (it reads whole messages, so the last may
+// take it past the limit); it reports whether it stopped at the limit.
 // It returns by ctx's deadline.
 func (s *Scaling) Update(ctx context.Context, in backend.Inspector, limit int) (truncated bool, err error) {
 	scan, _, err := topicsOf(ctx, in, s.events, false)
@@ -65,8 +67,8 @@ func (s *Scaling) Update(ctx context.Context, in backend.Inspector, limit int) (
 	return false, nil
 }
 
-// read reads topic on from its position, within budget messages, and
-// returns what is left of the budget.
+// read reads topic on from its position, within budget events, and
+// returns what is left of the budget (0 or less when it ran out).
 func (s *Scaling) read(ctx context.Context, in backend.Inspector, topic string, budget int) (int, error) {
 	p := s.pos[topic]
 	for budget > 0 {
@@ -75,9 +77,9 @@ func (s *Scaling) read(ctx context.Context, in backend.Inspector, topic string, 
 			return budget, err
 		}
 		for _, m := range msgs[min(p.seen, len(msgs)):] {
-			s.take(m)
+			budget -= s.take(m)
 			p.seen++
-			if budget--; budget == 0 {
+			if budget <= 0 {
 				break
 			}
 		}
@@ -90,20 +92,30 @@ func (s *Scaling) read(ctx context.Context, in backend.Inspector, topic string, 
 	return budget, nil
 }
 
-// take keeps m when it is a scaled event later than the member's last.
-func (s *Scaling) take(m *backend.Message) {
-	if !strings.Contains(m.Key, "/") {
-		return // the key of an event about a message is its ID
-	}
-	e, err := Decode(m.Payload)
-	if err != nil || e.Kind != Scaled {
-		return
-	}
-	k := e.Topic + "\x00" + e.Group + "\x00" + e.Member
-	if old, ok := s.latest[k]; ok && old.Time.After(e.Time) {
-		return
-	}
-	s.latest[k] = Bound{Topic: e.Topic, Group: e.Group, Member: e.Member, Bound: e.Bound, Reason: e.Reason, Time: e.Time}
+// scaledKind is how Append starts a scaled event.
+var scaledKind = []byte(`{"kind":"scaled"`)
+
+// take keeps the scaled events of m that are later than their member's
+// last, and returns how many events m holds.
+func (s *Scaling) take(m *backend.Message) int {
+	n := 0
+	eachLine(m.Payload, func(line []byte) bool {
+		n++
+		if !bytes.HasPrefix(line, scaledKind) {
+			return true
+		}
+		e, err := Decode(line)
+		if err != nil || e.Kind != Scaled {
+			return true
+		}
+		k := e.Topic + "\x00" + e.Group + "\x00" + e.Member
+		if old, ok := s.latest[k]; ok && old.Time.After(e.Time) {
+			return true
+		}
+		s.latest[k] = Bound{Topic: e.Topic, Group: e.Group, Member: e.Member, Bound: e.Bound, Reason: e.Reason, Time: e.Time}
+		return true
+	})
+	return n
 }
 
 // Of returns the latest bounds of the members of group on topic, by

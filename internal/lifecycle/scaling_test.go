@@ -11,14 +11,12 @@ import (
 	"github.com/eventbus-go/bus/inmemory"
 )
 
-// publishEvents stores evs on topic as an emitter would.
-func publishEvents(t *testing.T, be backend.Backend, topic string, evs ...Event) {
+// publishEvents stores evs on topic as an emitter would, packed by
+// pack events a message.
+func publishEvents(t *testing.T, be backend.Backend, topic string, pack int, evs ...Event) {
 	t.Helper()
-	msgs := make([]*backend.Message, len(evs))
-	for i := range evs {
-		msgs[i] = &backend.Message{ID: time.Now().Format(time.RFC3339Nano) + string(rune('a'+i)), Key: EventKey(&evs[i]), Payload: Append(nil, &evs[i])}
-	}
-	require.NoError(t, be.Publish(context.Background(), topic, msgs), "publish events")
+	p := packer{maxEvents: pack, maxBytes: MaxPackBytes}
+	require.NoError(t, be.Publish(context.Background(), topic, p.pack(evs, time.Now())), "publish events")
 }
 
 func TestScalingKeepsEachMembersLatestDecisionAndReadsOnIncrementally(t *testing.T) {
@@ -29,13 +27,14 @@ func TestScalingKeepsEachMembersLatestDecisionAndReadsOnIncrementally(t *testing
 	scaled := func(member string, bound int, reason string, at time.Duration) Event {
 		return Event{Kind: Scaled, Time: t0.Add(at), Topic: "orders", Group: "billing", Member: member, Bound: bound, Reason: reason}
 	}
-	var evs []Event
-	for i := range 600 { // more than a page of other events
-		evs = append(evs, Event{Kind: Received, Time: t0, MessageID: "m" + string(rune('a'+i%26)), Topic: "orders", Group: "billing", Attempt: 1})
+	var other []Event
+	for i := range 600 { // more than a page of other events, one a message
+		other = append(other, Event{Kind: Received, Time: t0, MessageID: "m" + string(rune('a'+i%26)), Topic: "orders", Group: "billing", Attempt: 1})
 	}
-	evs = append(evs, scaled("m1", 2, "backlog", 1*time.Second), scaled("m1", 4, "backlog", 2*time.Second), scaled("m2", 8, "backlog", 3*time.Second))
-	evs = append(evs, Event{Kind: Scaled, Time: t0, Topic: "orders", Group: "shipping", Member: "m9", Bound: 3, Reason: "drained"})
-	publishEvents(t, be, "events", evs...)
+	publishEvents(t, be, "events", 1, other...)
+	evs := []Event{scaled("m1", 2, "backlog", 1*time.Second), scaled("m1", 4, "backlog", 2*time.Second), scaled("m2", 8, "backlog", 3*time.Second),
+		{Kind: Scaled, Time: t0, Topic: "orders", Group: "shipping", Member: "m9", Bound: 3, Reason: "drained"}}
+	publishEvents(t, be, "events", MaxPackEvents, evs...)
 
 	sc := NewScaling("events")
 	truncated, err := sc.Update(context.Background(), be, 10_000)
@@ -46,7 +45,7 @@ func TestScalingKeepsEachMembersLatestDecisionAndReadsOnIncrementally(t *testing
 	require.Equal(t, Bound{Topic: "orders", Group: "billing", Member: "m1", Bound: 4, Reason: "backlog", Time: t0.Add(2 * time.Second)}, bs[0], "m1's latest")
 	require.Equal(t, 8, bs[1].Bound, "m2's latest")
 
-	publishEvents(t, be, "events", scaled("m1", 1, "drained", 10*time.Second))
+	publishEvents(t, be, "events", MaxPackEvents, scaled("m1", 1, "drained", 10*time.Second))
 	_, err = sc.Update(context.Background(), be, 1)
 	require.NoError(t, err, "a second update reads only what is new, within a limit of one")
 	bs = sc.Of("orders", "billing")
@@ -63,12 +62,16 @@ func TestScalingStopsAtItsLimit(t *testing.T) {
 	for i := range evs {
 		evs[i] = Event{Kind: Scaled, Time: time.Unix(int64(i), 0), Topic: "t", Group: "g", Member: "m", Bound: i + 1, Reason: "backlog"}
 	}
-	publishEvents(t, be, "events", evs...)
+	publishEvents(t, be, "events", 2, evs...) // five messages of two events
 	sc := NewScaling("events")
 	truncated, err := sc.Update(context.Background(), be, 4)
 	require.NoError(t, err)
 	require.True(t, truncated, "stopped at the limit")
-	require.Equal(t, 4, sc.Of("t", "g")[0].Bound, "the fourth event was the last read")
+	require.Equal(t, 4, sc.Of("t", "g")[0].Bound, "the fourth event, the end of the second message, was the last read")
+	truncated, err = sc.Update(context.Background(), be, 3)
+	require.NoError(t, err)
+	require.True(t, truncated, "stopped past the limit, at the end of a message")
+	require.Equal(t, 8, sc.Of("t", "g")[0].Bound, "whole messages are read: two more")
 	truncated, err = sc.Update(context.Background(), be, 100)
 	require.NoError(t, err)
 	require.False(t, truncated)
