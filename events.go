@@ -38,14 +38,10 @@ func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.M
 	return b.batcher.Publish(ctx, topic, msgs)
 }
 
-// eventHook is the engine's lifecycle event callback for s: it names the
+// eventHook is the engine's lifecycle event sink for s: it names the
 // topic (not the partition) and the member.
-func (b *Bus) eventHook(s *Subscription) func(lifecycle.Event) {
-	topic, member, em := s.topic, s.member, b.events
-	return func(e lifecycle.Event) {
-		e.Topic, e.Member = topic, member
-		em.Emit(e)
-	}
+func (b *Bus) eventHook(s *Subscription) *lifecycle.Sink {
+	return b.events.Sink(s.topic, s.member)
 }
 
 // emitReplayed emits the replayed event of a dead letter of dlq, replayed

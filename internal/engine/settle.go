@@ -29,9 +29,7 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	start := s.started(d)
-	err := s.call(d)
-	s.handled(d, start, err)
+	err := s.callObserved(d)
 	switch s.cfg.AckMode {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
@@ -51,28 +49,36 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	return d.handlerDone()
 }
 
-// started returns when d's handler starts (monoNow), when the feedback
-// or the lifecycle events need it, and emits d's received event stamped
-// with that reading.
-func (s *Sub[P]) started(d *Delivery[P]) int64 {
+// callObserved calls the handler, timing it for the feedback and
+// emitting its lifecycle events when either is on.
+func (s *Sub[P]) callObserved(d *Delivery[P]) error {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
-		return 0
+		return s.call(d)
 	}
+	var ev lifecycle.Event
+	start := s.started(d, &ev)
+	err := s.call(d)
+	s.handled(&ev, start, err)
+	return err
+}
+
+// started returns when d's handler starts (monoNow), when the feedback
+// or the lifecycle events need it, and emits d's received event, built
+// in ev, stamped with that reading.
+func (s *Sub[P]) started(d *Delivery[P], ev *lifecycle.Event) int64 {
 	now := monoNow()
 	if s.cfg.Event != nil {
-		s.cfg.Event(s.lifecycleEvent(d, lifecycle.Received, now))
+		*ev = s.lifecycleEvent(d, lifecycle.Received, now)
+		s.cfg.Event.Emit(ev)
 	}
 	return now
 }
 
 // handled gives the handler's latency and error to the feedback, and
-// emits d's succeeded or failed event; a snooze and a shutdown's
-// cancellation are neither. The clock is read once, for the latency and
-// the event's time.
-func (s *Sub[P]) handled(d *Delivery[P], start int64, err error) {
-	if s.cfg.Feedback == nil && s.cfg.Event == nil {
-		return
-	}
+// emits d's succeeded or failed event, made from its received event ev;
+// a snooze and a shutdown's cancellation are neither. The clock is read
+// once, for the latency and the event's time.
+func (s *Sub[P]) handled(ev *lifecycle.Event, start int64, err error) {
 	now := monoNow()
 	took := time.Duration(now - start)
 	if s.cfg.Feedback != nil {
@@ -81,15 +87,14 @@ func (s *Sub[P]) handled(d *Delivery[P], start int64, err error) {
 	if s.cfg.Event == nil {
 		return
 	}
-	e := s.lifecycleEvent(d, lifecycle.Succeeded, now)
-	e.Duration = took
+	ev.Kind, ev.Mono, ev.Duration = lifecycle.Succeeded, now, took
 	if err != nil {
 		if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
 			return
 		}
-		e.Kind, e.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
+		ev.Kind, ev.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
 	}
-	s.cfg.Event(e)
+	s.cfg.Event.Emit(ev)
 }
 
 // refuse returns why d must not reach the handler, or nil.

@@ -139,7 +139,7 @@ func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Durat
 	if s.cfg.Event != nil {
 		e := s.lifecycleEvent(d, kind, monoNow())
 		e.Delay = delay
-		s.cfg.Event(e)
+		s.cfg.Event.Emit(&e)
 	}
 }
 
@@ -150,10 +150,10 @@ func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, top
 	e := s.lifecycleEvent(d, lifecycle.Expired, monoNow())
 	e.Code, e.Error = string(code), lifecycle.CutError(reason.Error())
 	if code == backend.CodeExpired {
-		s.cfg.Event(e)
+		s.cfg.Event.Emit(&e)
 	}
 	e.Kind, e.DeadLetter = lifecycle.DeadLettered, topic
-	s.cfg.Event(e)
+	s.cfg.Event.Emit(&e)
 }
 
 func (s *Sub[P]) report(d *Delivery[P], scope observer.Scope, err error) {

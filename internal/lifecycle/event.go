@@ -103,18 +103,53 @@ func CutError(s string) string {
 // Append appends the JSON encoding of e to buf, without reflection or
 // allocations: what encoding/json reads back as e (it leaves <, > and &
 // unescaped, and writes times with all nine digits of fraction).
-func Append(buf []byte, e *Event) []byte {
+func Append(buf []byte, e *Event) []byte { return appendEvent(buf, e, nil) }
+
+// strCache holds the JSON encoding of the last string it was given.
+type strCache struct {
+	s   string
+	enc []byte
+}
+
+func (c *strCache) append(buf []byte, s string) []byte {
+	if s != c.s || c.enc == nil {
+		c.s, c.enc = s, appendString(c.enc[:0], s)
+	}
+	return append(buf, c.enc...)
+}
+
+// caches keep the encodings of the strings that most events of a batch
+// share; nil encodes every string.
+type caches struct{ kind, topic, group, member strCache }
+
+func appendEvent(buf []byte, e *Event, c *caches) []byte {
+	str := func(c *strCache, s string) []byte {
+		if c == nil {
+			return appendString(buf, s)
+		}
+		return c.append(buf, s)
+	}
+	var kind, topic, group, member *strCache
+	if c != nil {
+		kind, topic, group, member = &c.kind, &c.topic, &c.group, &c.member
+	}
 	buf = append(buf, `{"kind":`...)
-	buf = appendString(buf, string(e.Kind))
+	buf = str(kind, string(e.Kind))
 	buf = append(buf, `,"time":"`...)
 	buf = appendTime(buf, e.Time)
 	buf = append(buf, '"')
 	buf = appendField(buf, "id", e.MessageID)
 	buf = appendField(buf, "key", e.Key)
 	buf = append(buf, `,"topic":`...)
-	buf = appendString(buf, e.Topic)
-	buf = appendField(buf, "group", e.Group)
-	buf = appendField(buf, "member", e.Member)
+	buf = str(topic, e.Topic)
+	if e.Group != "" {
+		buf = append(buf, `,"group":`...)
+		buf = str(group, e.Group)
+	}
+	if e.Member != "" {
+		buf = append(buf, `,"member":`...)
+		buf = str(member, e.Member)
+	}
 	buf = appendInt(buf, "attempt", int64(e.Attempt))
 	buf = appendInt(buf, "duration_ns", int64(e.Duration))
 	buf = appendInt(buf, "delay_ns", int64(e.Delay))
@@ -151,15 +186,21 @@ func appendTime(buf []byte, t time.Time) []byte {
 	}
 	buf = append(buf, p.text...)
 	ns := t.Nanosecond()
+	hi, lo := ns/10000, ns%10000 // 5 and 4 digits
 	var frac [10]byte
 	frac[0] = '.'
-	for i := 9; i >= 1; i-- {
-		frac[i] = byte('0' + ns%10)
-		ns /= 10
-	}
+	copy(frac[1:3], digits2[hi/1000*2:])
+	copy(frac[3:5], digits2[hi/10%100*2:])
+	frac[5] = byte('0' + hi%10)
+	copy(frac[6:8], digits2[lo/100*2:])
+	copy(frac[8:10], digits2[lo%100*2:])
 	buf = append(buf, frac[:]...)
 	return append(buf, 'Z')
 }
+
+// digits2 holds 00 to 99, two bytes each.
+const digits2 = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" + "40414243444546474849" +
+	"50515253545556575859" + "60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
 
 // secondPrefix is the formatted date and clock of one second.
 type secondPrefix struct {
@@ -191,6 +232,19 @@ func appendInt(buf []byte, name string, v int64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plain8 reports whether the 8 bytes of s are all plain (see plain),
+// testing them at once.
+func plain8(s string) bool {
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b := x^'"'*ones, x^'\\'*ones // a byte is 0 where x has '"' or '\\'
+	special := x | // not ASCII
+		(x-0x20*ones)&^x | // below 0x20
+		(q-ones)&^q | (b-ones)&^b
+	return special&highs == 0
+}
+
 // plain marks the ASCII bytes a JSON string carries as they are.
 // encoding/json also escapes <, > and & for HTML; a reader of JSON does
 // not need it, and the events are no HTML.
@@ -206,7 +260,10 @@ var plain = func() (t [utf8.RuneSelf]bool) {
 func appendString(buf []byte, s string) []byte {
 	buf = append(buf, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := 0
+	for ; i+8 <= len(s) && plain8(s[i:i+8]); i += 8 {
+	}
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if plain[c] {

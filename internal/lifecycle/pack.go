@@ -32,6 +32,7 @@ const (
 type packer struct {
 	maxEvents, maxBytes int
 
+	enc   caches
 	arena []byte
 	cuts  []cut
 	vals  []backend.Message
@@ -55,7 +56,7 @@ func (p *packer) pack(evs []Event, now time.Time) []*backend.Message {
 			e.Time = now.Add(time.Duration(e.Mono - nowMono))
 		}
 		before := len(p.arena)
-		p.arena = append(Append(p.arena, e), '\n')
+		p.arena = append(appendEvent(p.arena, e, &p.enc), '\n')
 		if n > 0 && (n == p.maxEvents || len(p.arena)-start > p.maxBytes) {
 			// The message is full: it ends before this event.
 			p.cuts = append(p.cuts, cut{end: before, n: n})
