@@ -43,16 +43,17 @@ type Config struct {
 // Emitter buffers events and publishes them in batches on its own
 // goroutine. Emit is safe for concurrent use and never blocks.
 //
-// The buffer is a slice that Emit appends to under a mutex; the goroutine
-// swaps it for its own empty one, so an event is copied once into the
-// buffer and never again before it is encoded.
+// The buffer is a few shards (by the message an event is about), each a
+// slice that Emit appends to under the shard's mutex; the goroutine swaps
+// each for an empty one, so an event is copied once into the buffer and
+// never again before it is encoded, and concurrent Emits seldom wait for
+// one another.
 type Emitter struct {
 	cfg     Config
-	mu      sync.Mutex
-	pending []Event // the buffer; never grows past cfg.Buffer
-	closing bool    // set under mu by Close: Emit drops from then on
-	wake    chan struct{} // the buffer got its first event
-	full    chan struct{} // the buffer holds a batch
+	shards  []shard
+	wake    chan struct{} // a shard got its first event
+	full    chan struct{} // a shard holds its part of a batch
+	fullAt  int
 	dropped atomic.Int64
 	stop    chan struct{}
 	done    chan struct{}
@@ -61,8 +62,24 @@ type Emitter struct {
 	once    sync.Once
 
 	// Owned by the run goroutine.
-	batch []Event
+	taken [][]Event // per shard, what take took
 	pk    packer
+}
+
+// shard is a part of the buffer, padded to keep the shards' locks on
+// cache lines of their own.
+type shard struct {
+	mu      sync.Mutex
+	pending []Event // never grows past its capacity
+	closing bool    // set by Close: Emit drops from then on
+	_       [64]byte
+}
+
+// shardsFor is how many shards a buffer of n events has: several when
+// each still holds a few messages' worth.
+func shardsFor(n int) int {
+	const most = 8
+	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
 // New starts an Emitter; Close stops it.
@@ -76,9 +93,18 @@ func New(cfg Config) *Emitter {
 	if cfg.Pack <= 0 || cfg.Pack > MaxPackEvents {
 		cfg.Pack = MaxPackEvents
 	}
-	e := &Emitter{cfg: cfg, pending: make([]Event, 0, cfg.Buffer), batch: make([]Event, 0, cfg.Buffer),
+	k := shardsFor(cfg.Buffer)
+	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([][]Event, k), fullAt: max(1, cfg.Batch/k),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}}
+	for i := range e.shards {
+		size := cfg.Buffer / k
+		if i < cfg.Buffer%k {
+			size++
+		}
+		e.shards[i].pending = make([]Event, 0, size)
+		e.taken[i] = make([]Event, 0, size)
+	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	go e.run()
 	return e
@@ -110,22 +136,30 @@ func (s *Sink) Emit(ev *Event) {
 }
 
 func (e *Emitter) emit(ev *Event) {
-	e.mu.Lock()
-	n := len(e.pending)
-	if n == cap(e.pending) || e.closing {
-		closing := e.closing
-		e.mu.Unlock()
+	sh := &e.shards[0]
+	if len(e.shards) > 1 {
+		h := len(ev.MessageID)
+		if h > 0 {
+			h += int(ev.MessageID[h-1])
+		}
+		sh = &e.shards[h%len(e.shards)]
+	}
+	sh.mu.Lock()
+	n := len(sh.pending)
+	if n == cap(sh.pending) || sh.closing {
+		closing := sh.closing
+		sh.mu.Unlock()
 		if e.dropped.Add(1) == 1 && !closing {
 			e.reportDrop()
 		}
 		return
 	}
-	e.pending = append(e.pending, *ev)
-	e.mu.Unlock()
+	sh.pending = append(sh.pending, *ev)
+	sh.mu.Unlock()
 	switch n + 1 {
 	case 1:
 		signal(e.wake)
-	case e.cfg.Batch:
+	case e.fullAt:
 		signal(e.full)
 	}
 }
@@ -145,9 +179,12 @@ func (e *Emitter) Dropped() int64 { return e.dropped.Load() }
 // waits for the goroutine no longer than hard.
 func (e *Emitter) Close(ctx, hard context.Context) error {
 	e.once.Do(func() {
-		e.mu.Lock()
-		e.closing = true
-		e.mu.Unlock()
+		for i := range e.shards {
+			sh := &e.shards[i]
+			sh.mu.Lock()
+			sh.closing = true
+			sh.mu.Unlock()
+		}
 		close(e.stop)
 	})
 	select {
@@ -188,33 +225,52 @@ func (e *Emitter) run() {
 	}
 }
 
-// take swaps the buffer for the goroutine's empty batch.
+// take swaps each shard for the goroutine's empty one.
 func (e *Emitter) take() {
-	e.mu.Lock()
-	e.batch, e.pending = e.pending, e.batch[:0]
-	e.mu.Unlock()
-}
-
-// publish publishes the batch, Batch events at a time, and empties it.
-func (e *Emitter) publish() {
-	for b := e.batch; len(b) > 0 && e.ctx.Err() == nil; {
-		n := min(len(b), e.cfg.Batch)
-		e.flush(b[:n])
-		b = b[n:]
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		e.taken[i], sh.pending = sh.pending, e.taken[i][:0]
+		sh.mu.Unlock()
 	}
-	clear(e.batch) // drop the strings the events referenced
-	e.batch = e.batch[:0]
 }
 
-// flush packs evs into messages and publishes them.
-func (e *Emitter) flush(evs []Event) {
-	msgs := e.pk.pack(evs, time.Now())
+// publish publishes what take took, Batch events at a time, and empties
+// it.
+func (e *Emitter) publish() {
+	now := time.Now()
+	e.pk.reset(now)
+	n := 0
+	for i, evs := range e.taken {
+		for j := range evs {
+			if e.ctx.Err() != nil {
+				break
+			}
+			e.pk.add(&evs[j])
+			if n++; n == e.cfg.Batch {
+				e.flush(n)
+				now = time.Now()
+				e.pk.reset(now)
+				n = 0
+			}
+		}
+		clear(evs) // drop the strings the events referenced
+		e.taken[i] = evs[:0]
+	}
+	if n > 0 {
+		e.flush(n)
+	}
+}
+
+// flush publishes the n events packed since the packer's reset.
+func (e *Emitter) flush(n int) {
+	msgs := e.pk.finish()
 	ctx, cancel := context.WithTimeout(e.ctx, publishTimeout)
 	err := e.cfg.Publish(ctx, msgs)
 	cancel()
 	if err != nil && e.cfg.Observe != nil {
 		e.cfg.Observe(observer.Event{Scope: observer.ScopePublish, Topic: e.cfg.Topic,
-			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, e.pk.lost(err), len(evs), err)})
+			Err: fmt.Errorf("bus: lifecycle events to %q: %d of %d lost: %w", e.cfg.Topic, e.pk.lost(err), n, err)})
 	}
 }
 

@@ -239,7 +239,7 @@ func plain8(s string) bool {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	q, b := x^'"'*ones, x^'\\'*ones // a byte is 0 where x has '"' or '\\'
-	special := x | // not ASCII
+	special := x |                  // not ASCII
 		(x-0x20*ones)&^x | // below 0x20
 		(q-ones)&^q | (b-ones)&^b
 	return special&highs == 0

@@ -27,47 +27,67 @@ const (
 	MaxPackBytes  = 64 << 10
 )
 
-// packer encodes events into messages of JSON Lines. It reuses its
-// buffers from one pack to the next and is not safe for concurrent use.
+// packer encodes events into messages of JSON Lines: reset, add each
+// event, finish. It reuses its buffers from one pack to the next and is
+// not safe for concurrent use.
 type packer struct {
 	maxEvents, maxBytes int
 
-	enc   caches
-	arena []byte
-	cuts  []cut
-	vals  []backend.Message
-	ptrs  []*backend.Message
+	enc      caches
+	arena    []byte
+	cuts     []cut
+	vals     []backend.Message
+	ptrs     []*backend.Message
+	now      time.Time
+	nowMono  int64
+	start, n int // the message being filled: where it starts, its events
 }
 
 // cut is where one message ends in the arena, and how many events it
 // holds.
 type cut struct{ end, n int }
 
-// pack encodes evs into messages stamped now, and returns them; they
-// hold the packer's buffers until its next pack. An event whose Time is
-// zero gets the wall time of its Mono reading, converted by now's.
+// pack encodes evs into messages stamped now, and returns them (see
+// finish).
 func (p *packer) pack(evs []Event, now time.Time) []*backend.Message {
-	p.arena, p.cuts = p.arena[:0], p.cuts[:0]
-	nowMono := int64(now.Sub(Epoch))
-	start, n := 0, 0
+	p.reset(now)
 	for i := range evs {
-		e := &evs[i]
-		if e.Time.IsZero() {
-			e.Time = now.Add(time.Duration(e.Mono - nowMono))
-		}
-		before := len(p.arena)
-		p.arena = append(appendEvent(p.arena, e, &p.enc), '\n')
-		if n > 0 && (n == p.maxEvents || len(p.arena)-start > p.maxBytes) {
-			// The message is full: it ends before this event.
-			p.cuts = append(p.cuts, cut{end: before, n: n})
-			start, n = before, 0
-		}
-		n++
+		p.add(&evs[i])
 	}
-	if n > 0 {
-		p.cuts = append(p.cuts, cut{end: len(p.arena), n: n})
+	return p.finish()
+}
+
+// reset starts new messages stamped now.
+func (p *packer) reset(now time.Time) {
+	p.arena, p.cuts = p.arena[:0], p.cuts[:0]
+	p.now, p.nowMono = now, int64(now.Sub(Epoch))
+	p.start, p.n = 0, 0
+}
+
+// add encodes e. An event whose Time is zero gets the wall time of its
+// Mono reading, converted by that of now.
+func (p *packer) add(e *Event) {
+	if e.Time.IsZero() {
+		e.Time = p.now.Add(time.Duration(e.Mono - p.nowMono))
 	}
-	return p.messages(now)
+	before := len(p.arena)
+	p.arena = append(appendEvent(p.arena, e, &p.enc), '\n')
+	if p.n > 0 && (p.n == p.maxEvents || len(p.arena)-p.start > p.maxBytes) {
+		// The message is full: it ends before this event.
+		p.cuts = append(p.cuts, cut{end: before, n: p.n})
+		p.start, p.n = before, 0
+	}
+	p.n++
+}
+
+// finish returns the messages of the events added since reset; they
+// hold the packer's buffers until its next reset.
+func (p *packer) finish() []*backend.Message {
+	if p.n > 0 {
+		p.cuts = append(p.cuts, cut{end: len(p.arena), n: p.n})
+		p.n = 0
+	}
+	return p.messages(p.now)
 }
 
 // messages makes one message per cut of the arena.
