@@ -43,11 +43,12 @@ type Config struct {
 // Emitter buffers events and publishes them in batches on its own
 // goroutine. Emit is safe for concurrent use and never blocks.
 //
-// The buffer is a few shards (by the message an event is about), each a
-// slice that Emit appends to under the shard's mutex; the goroutine swaps
-// each for an empty one, so an event is copied once into the buffer and
-// never again before it is encoded, and concurrent Emits seldom wait for
-// one another.
+// The buffer is a few shards (by the message an event is about). Emit
+// encodes the event into its shard's bytes under the shard's mutex; the
+// goroutine swaps each shard's bytes for empty ones and publishes them
+// cut into messages, without copying them again. The buffer holds no
+// pointers for the garbage collector to follow and keeps no string of
+// the events alive.
 type Emitter struct {
 	cfg     Config
 	shards  []shard
@@ -62,24 +63,8 @@ type Emitter struct {
 	once    sync.Once
 
 	// Owned by the run goroutine.
-	taken [][]Event // per shard, what take took
+	taken []lines // per shard, what take took
 	pk    packer
-}
-
-// shard is a part of the buffer, padded to keep the shards' locks on
-// cache lines of their own.
-type shard struct {
-	mu      sync.Mutex
-	pending []Event // never grows past its capacity
-	closing bool    // set by Close: Emit drops from then on
-	_       [64]byte
-}
-
-// shardsFor is how many shards a buffer of n events has: several when
-// each still holds a few messages' worth.
-func shardsFor(n int) int {
-	const most = 8
-	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
 // New starts an Emitter; Close stops it.
@@ -94,81 +79,20 @@ func New(cfg Config) *Emitter {
 		cfg.Pack = MaxPackEvents
 	}
 	k := shardsFor(cfg.Buffer)
-	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([][]Event, k), fullAt: max(1, cfg.Batch/k),
+	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([]lines, k), fullAt: max(1, cfg.Batch/k),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}}
+	now := time.Now()
 	for i := range e.shards {
 		size := cfg.Buffer / k
 		if i < cfg.Buffer%k {
 			size++
 		}
-		e.shards[i].pending = make([]Event, 0, size)
-		e.taken[i] = make([]Event, 0, size)
+		e.shards[i].init(size, now)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	go e.run()
 	return e
-}
-
-// Emit buffers ev, or counts it as dropped when the buffer is full or the
-// emitter is closing. It never blocks.
-func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
-
-// Sink is an Emitter as one subscription sees it: it names the topic and
-// the member of each event. Its Emit takes a pointer, which a caller's
-// event on its stack may pass without moving to the heap. It is safe for
-// concurrent use.
-type Sink struct {
-	em            *Emitter
-	topic, member string
-}
-
-// Sink returns the Sink of the subscription member on topic.
-func (e *Emitter) Sink(topic, member string) *Sink {
-	return &Sink{em: e, topic: topic, member: member}
-}
-
-// Emit sets ev's Topic and Member and buffers a copy of it, as
-// Emitter.Emit does.
-func (s *Sink) Emit(ev *Event) {
-	ev.Topic, ev.Member = s.topic, s.member
-	s.em.emit(ev)
-}
-
-func (e *Emitter) emit(ev *Event) {
-	sh := &e.shards[0]
-	if len(e.shards) > 1 {
-		h := len(ev.MessageID)
-		if h > 0 {
-			h += int(ev.MessageID[h-1])
-		}
-		sh = &e.shards[h%len(e.shards)]
-	}
-	sh.mu.Lock()
-	n := len(sh.pending)
-	if n == cap(sh.pending) || sh.closing {
-		closing := sh.closing
-		sh.mu.Unlock()
-		if e.dropped.Add(1) == 1 && !closing {
-			e.reportDrop()
-		}
-		return
-	}
-	sh.pending = append(sh.pending, *ev)
-	sh.mu.Unlock()
-	switch n + 1 {
-	case 1:
-		signal(e.wake)
-	case e.fullAt:
-		signal(e.full)
-	}
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
 
 // Dropped is how many events were dropped so far.
@@ -180,10 +104,7 @@ func (e *Emitter) Dropped() int64 { return e.dropped.Load() }
 func (e *Emitter) Close(ctx, hard context.Context) error {
 	e.once.Do(func() {
 		for i := range e.shards {
-			sh := &e.shards[i]
-			sh.mu.Lock()
-			sh.closing = true
-			sh.mu.Unlock()
+			e.shards[i].close()
 		}
 		close(e.stop)
 	})
@@ -225,45 +146,36 @@ func (e *Emitter) run() {
 	}
 }
 
-// take swaps each shard for the goroutine's empty one.
+// take swaps each shard's lines for the goroutine's empty ones.
 func (e *Emitter) take() {
+	now := time.Now()
 	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		e.taken[i], sh.pending = sh.pending, e.taken[i][:0]
-		sh.mu.Unlock()
+		e.taken[i] = e.shards[i].swap(e.taken[i], now)
 	}
 }
 
-// publish publishes what take took, Batch events at a time, and empties
-// it.
+// publish publishes what take took, about Batch events at a time.
 func (e *Emitter) publish() {
-	now := time.Now()
-	e.pk.reset(now)
-	n := 0
-	for i, evs := range e.taken {
-		for j := range evs {
-			if e.ctx.Err() != nil {
-				break
-			}
-			e.pk.add(&evs[j])
-			if n++; n == e.cfg.Batch {
-				e.flush(n)
-				now = time.Now()
-				e.pk.reset(now)
-				n = 0
+	e.pk.reset(time.Now())
+	for i := range e.taken {
+		l := &e.taken[i]
+		for from := 0; from < len(l.ends) && e.ctx.Err() == nil; {
+			from = e.pk.add(l, from, e.cfg.Batch-e.pk.events)
+			if e.pk.events >= e.cfg.Batch {
+				e.flush()
+				e.pk.reset(time.Now())
 			}
 		}
-		clear(evs) // drop the strings the events referenced
-		e.taken[i] = evs[:0]
 	}
-	if n > 0 {
-		e.flush(n)
-	}
+	e.flush()
 }
 
-// flush publishes the n events packed since the packer's reset.
-func (e *Emitter) flush(n int) {
+// flush publishes the events packed since the packer's reset.
+func (e *Emitter) flush() {
+	n := e.pk.events
+	if n == 0 {
+		return
+	}
 	msgs := e.pk.finish()
 	ctx, cancel := context.WithTimeout(e.ctx, publishTimeout)
 	err := e.cfg.Publish(ctx, msgs)

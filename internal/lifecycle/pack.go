@@ -27,66 +27,78 @@ const (
 	MaxPackBytes  = 64 << 10
 )
 
-// packer encodes events into messages of JSON Lines: reset, add each
-// event, finish. It reuses its buffers from one pack to the next and is
-// not safe for concurrent use.
+// packer cuts lines of events into messages: reset, add lines, finish.
+// It reuses its buffers from one pack to the next and is not safe for
+// concurrent use.
 type packer struct {
 	maxEvents, maxBytes int
 
-	enc      caches
-	arena    []byte
-	cuts     []cut
-	vals     []backend.Message
-	ptrs     []*backend.Message
-	now      time.Time
-	nowMono  int64
-	start, n int // the message being filled: where it starts, its events
+	cuts   []cut
+	vals   []backend.Message
+	ptrs   []*backend.Message
+	now    time.Time
+	events int // added since reset
+
+	arena lines // what pack encodes
+	enc   caches
 }
 
-// cut is where one message ends in the arena, and how many events it
-// holds.
-type cut struct{ end, n int }
+// cut is one message's payload, and how many events it holds.
+type cut struct {
+	payload []byte
+	n       int
+}
 
-// pack encodes evs into messages stamped now, and returns them (see
-// finish).
+// pack encodes evs, and cuts them into messages stamped now (see
+// finish). An event whose Time is zero gets the wall time of its Mono
+// reading, converted by that of now.
 func (p *packer) pack(evs []Event, now time.Time) []*backend.Message {
-	p.reset(now)
+	nowMono := int64(now.Sub(Epoch))
+	p.arena.buf, p.arena.ends = p.arena.buf[:0], p.arena.ends[:0]
 	for i := range evs {
-		p.add(&evs[i])
+		e := &evs[i]
+		if e.Time.IsZero() {
+			e.Time = now.Add(time.Duration(e.Mono - nowMono))
+		}
+		p.arena.buf = append(appendEvent(p.arena.buf, e, &p.enc), '\n')
+		p.arena.ends = append(p.arena.ends, len(p.arena.buf))
 	}
+	p.reset(now)
+	p.add(&p.arena, 0, len(evs))
 	return p.finish()
 }
 
 // reset starts new messages stamped now.
 func (p *packer) reset(now time.Time) {
-	p.arena, p.cuts = p.arena[:0], p.cuts[:0]
-	p.now, p.nowMono = now, int64(now.Sub(Epoch))
-	p.start, p.n = 0, 0
+	clear(p.cuts) // drop the buffers the last messages referenced
+	p.cuts, p.now, p.events = p.cuts[:0], now, 0
 }
 
-// add encodes e. An event whose Time is zero gets the wall time of its
-// Mono reading, converted by that of now.
-func (p *packer) add(e *Event) {
-	if e.Time.IsZero() {
-		e.Time = p.now.Add(time.Duration(e.Mono - p.nowMono))
+// add cuts the lines of l from event from on into messages, at most
+// most events, and returns where it stopped. A message never spans two
+// calls.
+func (p *packer) add(l *lines, from, most int) int {
+	to := min(len(l.ends), from+max(most, 0))
+	for from < to {
+		start := 0
+		if from > 0 {
+			start = l.ends[from-1]
+		}
+		// At least one event, then as many as fit.
+		end := from + 1
+		for end < to && end-from < p.maxEvents && l.ends[end]-start <= p.maxBytes {
+			end++
+		}
+		p.cuts = append(p.cuts, cut{payload: l.buf[start:l.ends[end-1]:l.ends[end-1]], n: end - from})
+		p.events += end - from
+		from = end
 	}
-	before := len(p.arena)
-	p.arena = append(appendEvent(p.arena, e, &p.enc), '\n')
-	if p.n > 0 && (p.n == p.maxEvents || len(p.arena)-p.start > p.maxBytes) {
-		// The message is full: it ends before this event.
-		p.cuts = append(p.cuts, cut{end: before, n: p.n})
-		p.start, p.n = before, 0
-	}
-	p.n++
+	return from
 }
 
 // finish returns the messages of the events added since reset; they
-// hold the packer's buffers until its next reset.
+// hold the buffers of the lines until the next reset.
 func (p *packer) finish() []*backend.Message {
-	if p.n > 0 {
-		p.cuts = append(p.cuts, cut{end: len(p.arena), n: p.n})
-		p.n = 0
-	}
 	return p.messages(p.now)
 }
 
@@ -99,16 +111,14 @@ func (p *packer) messages(now time.Time) []*backend.Message {
 	}
 	p.vals, p.ptrs = p.vals[:k], p.ptrs[:k]
 	ids := msgid.Batch(k)
-	start := 0
 	for i, c := range p.cuts {
 		p.vals[i] = backend.Message{
 			ID:          ids[i*36 : (i+1)*36],
 			Headers:     map[string]string{HeaderCount: strconv.Itoa(c.n), HeaderContentType: ContentType},
-			Payload:     p.arena[start:c.end:c.end],
+			Payload:     c.payload,
 			PublishedAt: now,
 		}
 		p.ptrs[i] = &p.vals[i]
-		start = c.end
 	}
 	return p.ptrs
 }

@@ -1,0 +1,153 @@
+package lifecycle
+
+import (
+	"sync"
+	"time"
+)
+
+// lines is events encoded as JSON Lines: buf holds them, and ends[i] is
+// where event i's line (its newline included) ends in buf.
+type lines struct {
+	buf  []byte
+	ends []int
+}
+
+// shard is a part of an Emitter's buffer: the lines of the events Emit
+// put there, at most cap(ends) of them.
+type shard struct {
+	mu      sync.Mutex
+	l       lines
+	size    int  // cap(l.ends); set before the shard is shared
+	closing bool // set by Close: Emit drops from then on
+	enc     caches
+	// ref is a wall time and its monotonic reading (see Event.Mono), to
+	// convert readings by; the emitter renews it, and so does Emit when
+	// it is older than refAge.
+	refWall time.Time
+	refMono int64
+	_       [64]byte // keeps the shards' locks on cache lines of their own
+}
+
+// refAge is the oldest a shard's ref may be when it converts a reading.
+const refAge = int64(time.Second)
+
+// shardsFor is how many shards a buffer of n events has: several when
+// each still holds a few messages' worth.
+func shardsFor(n int) int {
+	const most = 8
+	return max(1, min(most, n/(4*MaxPackEvents)))
+}
+
+func (sh *shard) init(size int, now time.Time) {
+	sh.size = size
+	sh.l.ends = make([]int, 0, size)
+	sh.setRef(now)
+}
+
+func (sh *shard) setRef(now time.Time) {
+	sh.refWall, sh.refMono = now, int64(now.Sub(Epoch))
+}
+
+// put encodes ev into the shard, and returns how many events it holds
+// then, or 0 when ev was dropped (the shard is full or closing).
+func (sh *shard) put(ev *Event) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := len(sh.l.ends)
+	if n == cap(sh.l.ends) || sh.closing {
+		return 0
+	}
+	if ev.Time.IsZero() {
+		if ev.Mono-sh.refMono > refAge {
+			sh.setRef(time.Now())
+		}
+		ev.Time = sh.refWall.Add(time.Duration(ev.Mono - sh.refMono))
+	}
+	sh.l.buf = append(appendEvent(sh.l.buf, ev, &sh.enc), '\n')
+	sh.l.ends = append(sh.l.ends, len(sh.l.buf))
+	return n + 1
+}
+
+// swap returns the shard's lines and keeps empty's (emptied) instead;
+// now renews the ref.
+func (sh *shard) swap(empty lines, now time.Time) lines {
+	empty.buf, empty.ends = empty.buf[:0], empty.ends[:0]
+	if cap(empty.ends) == 0 {
+		empty.ends = make([]int, 0, sh.size)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	out := sh.l
+	sh.l = empty
+	sh.setRef(now)
+	return out
+}
+
+func (sh *shard) close() {
+	sh.mu.Lock()
+	sh.closing = true
+	sh.mu.Unlock()
+}
+
+// Emit buffers ev, or counts it as dropped when the buffer is full or the
+// emitter is closing. It never blocks.
+func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
+
+// Sink is an Emitter as one subscription sees it: it names the topic and
+// the member of each event. Its Emit takes a pointer, which a caller's
+// event on its stack may pass without moving to the heap. It is safe for
+// concurrent use.
+type Sink struct {
+	em            *Emitter
+	topic, member string
+}
+
+// Sink returns the Sink of the subscription member on topic.
+func (e *Emitter) Sink(topic, member string) *Sink {
+	return &Sink{em: e, topic: topic, member: member}
+}
+
+// Emit sets ev's Topic and Member (and its Time, from its Mono reading)
+// and buffers it, as Emitter.Emit does.
+func (s *Sink) Emit(ev *Event) {
+	ev.Topic, ev.Member = s.topic, s.member
+	s.em.emit(ev)
+}
+
+func (e *Emitter) emit(ev *Event) {
+	sh := &e.shards[0]
+	if len(e.shards) > 1 {
+		h := len(ev.MessageID)
+		if h > 0 {
+			h += int(ev.MessageID[h-1])
+		}
+		sh = &e.shards[h%len(e.shards)]
+	}
+	switch sh.put(ev) {
+	case 0:
+		if e.dropped.Add(1) == 1 && !e.closing() {
+			e.reportDrop()
+		}
+	case 1:
+		signal(e.wake)
+	case e.fullAt:
+		signal(e.full)
+	}
+}
+
+// closing reports whether Close was called.
+func (e *Emitter) closing() bool {
+	select {
+	case <-e.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
