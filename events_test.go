@@ -230,7 +230,7 @@ func TestEventsDroppedWhenTheBackendBlocksAreCountedAndReportedOnce(t *testing.T
 		}
 	})))
 	ctx := context.Background()
-	const n = 10_000 // 20,000 events, more than the buffer holds
+	const n = 40_000 // 80,000 events, more than the buffer holds
 	handled := make(chan struct{}, n)
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		handled <- struct{}{}
@@ -253,7 +253,7 @@ func TestEventsDroppedWhenTheBackendBlocksAreCountedAndReportedOnce(t *testing.T
 		}
 	}
 	require.Eventually(t, func() bool { return reports.Load() >= 1 }, 10*time.Second, 5*time.Millisecond, "the drops are reported")
-	assert.Contains(t, first.Load(), "buffer of 16384 was full", "the report says why")
+	assert.Contains(t, first.Load(), "buffer of 65536 was full", "the report says why")
 	closeCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	err = b.Close(closeCtx)

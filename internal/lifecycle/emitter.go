@@ -13,7 +13,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBuffer = 16384
+	DefaultBuffer = 65536
 	DefaultBatch  = 4096
 	// publishTimeout bounds one batch's publish.
 	publishTimeout = 10 * time.Second
