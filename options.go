@@ -168,9 +168,9 @@ func WithMaxPayload(n int) Option {
 // WithEvents turns lifecycle events on: at each step of a delivery
 // (received, succeeded, failed, retry scheduled, snoozed, dead-lettered,
 // expired) and when a dead letter is replayed, the bus writes one event,
-// as a JSON message, to topic on its own backend: an ordinary topic that
-// tail, inspection, retention and replay work on, and that `bus history`
-// reads. Events are buffered and published in batches by a goroutine of
+// a JSON object, to topic on its own backend, packed up to 256 to a
+// message as JSON Lines: an ordinary topic that tail, inspection,
+// retention and replay work on, and that `bus history` reads. Events are buffered and published in batches by a goroutine of
 // the bus; they never block or slow a handler: when the buffer is full an
 // event is dropped, counted, and the first drop is reported to the
 // observer. Close publishes what is buffered. Deliveries of topic itself

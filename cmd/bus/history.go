@@ -23,8 +23,8 @@ const historyAbout = `Prints the timeline of a message: the lifecycle events tha
 bus.WithEvents wrote to the events topic (received, succeeded, failed, retry
 scheduled, snoozed, dead-lettered, expired, replayed), merged with the dead
 letters the dead-letter topics hold now. --key shows every message with that
-key. The events topic is read from its oldest message, at most --limit of
-them, within --timeout.`
+key. The events topic is read from its oldest message, at most --limit events
+of it, within --timeout.`
 
 func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := newAdminFlags("history", "bus history (--id ID | --key K) [--events TOPIC] [flags]", historyAbout, stderr)

@@ -6,22 +6,26 @@
 //
 // # Schema
 //
-// One event is one message on the events topic. Its payload is a JSON
-// object (see Event for the fields; fields that do not apply are left
-// out, durations are integers of nanoseconds, times RFC 3339 with
-// nanoseconds in UTC). Its ID is a fresh message ID; its Key is the ID of
-// the message the event is about, so that a key-ordered or partitioned
-// events topic keeps one message's events in order and in one place, and
-// so that a reader can find a message's history by the key alone. An
-// event that is about no message (scaled) has the key "topic/group". The
-// message carries no headers. Kind names are stable: new kinds may come,
-// and readers skip the kinds they do not know.
+// An event is a JSON object (see Event for the fields; fields that do not
+// apply are left out, durations are integers of nanoseconds, times RFC
+// 3339 with nanoseconds in UTC). Kind names are stable: new kinds may
+// come, and readers skip the kinds they do not know.
+//
+// # Format
+//
+// One message of the events topic holds up to MaxPackEvents events (and
+// about MaxPackBytes) as JSON Lines: one event per line, each line ending
+// in '\n'. Its headers are HeaderCount (how many events) and
+// HeaderContentType (ContentType). Its ID is a fresh message ID and it
+// has no key, so a partitioned events topic spreads the messages over its
+// partitions; readers (Read, Scaling) read every partition and sort by
+// time. A message of one event without a newline reads the same.
 //
 // # Emitter
 //
-// The Emitter never blocks or slows its callers: Emit puts the event in a
-// bounded buffer, or counts it as dropped when the buffer is full. One
-// goroutine, owned by the bus and waited for by its Close, encodes the
-// buffered events and publishes them in batches. The first drop is
+// The Emitter never blocks or slows its callers: Emit encodes the event
+// into a bounded buffer, or counts it as dropped when the buffer is full.
+// One goroutine, owned by the bus and waited for by its Close, cuts the
+// buffer into messages and publishes them in batches. The first drop is
 // reported once to the observer; later drops are only counted.
 package lifecycle
