@@ -33,6 +33,17 @@
 //     rows to the bus; latency runs from the outbox.Publish call to the
 //     handler. Its --baseline (redis:// only) is the dual write the
 //     outbox replaces: an INSERT of the batch, then its XADDs.
+//   - backlog: drains a prefilled backlog (-n, default 200,000) with a
+//     handler that sleeps --handler-delay (default 1ms, standing for
+//     I/O), once with bus.WithAutoscale(1, --autoscale-max) (default 64)
+//     and once per fixed max in flight of the sweep --autoscale-max, half
+//     of it, ... 1, each as a consume run of its own; it prints each drain
+//     time, the best fixed bound, autoscale's time over the best's (target
+//     at most 1.5) and max in flight 1's over autoscale's (target at least
+//     5). With --json it prints one line with the keys backend, scenario,
+//     n, handler_delay_ms, runs (label, max_in_flight or autoscale_max,
+//     seconds, msgs_per_sec, lost, errors), best_fixed,
+//     autoscale_over_best, one_over_autoscale and targets_met.
 //
 // Each payload (--size bytes, at least 16) starts with a sequence number
 // tagged with a per-run nonce and a timestamp. The handler marks the
@@ -77,6 +88,7 @@
 //	go run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json
 //	bus bench --url redis://127.0.0.1:6379 --scenario consume -n 200000
 //	bus bench --url nats://127.0.0.1:4222 --rate 5000 --baseline --rounds 3
+//	bus bench --url redis://127.0.0.1:6379 --scenario backlog
 //
 // # bus publish
 //
