@@ -41,7 +41,7 @@ func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.M
 // eventHook is the engine's lifecycle event sink for s: it names the
 // topic (not the partition) and the member.
 func (b *Bus) eventHook(s *Subscription) *lifecycle.Sink {
-	return b.events.Sink(s.topic, s.member)
+	return b.events.Sink(s.topic, s.group, s.member)
 }
 
 // emitReplayed emits the replayed event of a dead letter of dlq, replayed

@@ -55,6 +55,7 @@ type Emitter struct {
 	wake    chan struct{} // a shard got its first event
 	full    chan struct{} // a shard holds its part of a batch
 	fullAt  int
+	ref     atomic.Pointer[clockRef]
 	dropped atomic.Int64
 	stop    chan struct{}
 	done    chan struct{}
@@ -82,13 +83,13 @@ func New(cfg Config) *Emitter {
 	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([]lines, k), fullAt: max(1, cfg.Batch/k),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}}
-	now := time.Now()
+	e.ref.Store(newRef(time.Now()))
 	for i := range e.shards {
 		size := cfg.Buffer / k
 		if i < cfg.Buffer%k {
 			size++
 		}
-		e.shards[i].init(size, now)
+		e.shards[i].init(size)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	go e.run()
@@ -148,9 +149,9 @@ func (e *Emitter) run() {
 
 // take swaps each shard's lines for the goroutine's empty ones.
 func (e *Emitter) take() {
-	now := time.Now()
+	e.ref.Store(newRef(time.Now()))
 	for i := range e.shards {
-		e.taken[i] = e.shards[i].swap(e.taken[i], now)
+		e.taken[i] = e.shards[i].swap(e.taken[i])
 	}
 }
 

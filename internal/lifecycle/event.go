@@ -105,50 +105,68 @@ func CutError(s string) string {
 // unescaped, and writes times with all nine digits of fraction).
 func Append(buf []byte, e *Event) []byte { return appendEvent(buf, e, nil) }
 
-// strCache holds the JSON encoding of the last string it was given.
-type strCache struct {
+// str is a string and its JSON encoding, made once.
+type str struct {
 	s   string
 	enc []byte
 }
 
-func (c *strCache) append(buf []byte, s string) []byte {
-	if s != c.s || c.enc == nil {
-		c.s, c.enc = s, appendString(c.enc[:0], s)
+func mkStr(s string) str { return str{s: s, enc: appendString(nil, s)} }
+
+// append appends the encoding of s, the one made once when s is k's
+// string.
+func (k *str) append(buf []byte, s string) []byte {
+	if k.enc != nil && s == k.s {
+		return append(buf, k.enc...)
 	}
-	return append(buf, c.enc...)
+	return appendString(buf, s)
 }
 
-// caches keep the encodings of the strings that most events of a batch
-// share; nil encodes every string.
-type caches struct{ kind, topic, group, member strCache }
+// known holds the encodings of the strings that the events of one
+// subscription share. It is read-only once made: any goroutine may use
+// it.
+type known struct{ topic, group, member str }
 
-func appendEvent(buf []byte, e *Event, c *caches) []byte {
-	str := func(c *strCache, s string) []byte {
-		if c == nil {
-			return appendString(buf, s)
-		}
-		return c.append(buf, s)
+// kindStrs holds the encodings of the kinds.
+var kindStrs = func() []str {
+	var out []str
+	for _, k := range []Kind{Received, Succeeded, Failed, RetryScheduled, Snoozed, DeadLettered, Expired, Replayed, Scaled} {
+		out = append(out, mkStr(string(k)))
 	}
-	var kind, topic, group, member *strCache
-	if c != nil {
-		kind, topic, group, member = &c.kind, &c.topic, &c.group, &c.member
+	return out
+}()
+
+func appendKind(buf []byte, k Kind) []byte {
+	for i := range kindStrs {
+		if kindStrs[i].s == string(k) {
+			return append(buf, kindStrs[i].enc...)
+		}
+	}
+	return appendString(buf, string(k))
+}
+
+// appendEvent appends e as Append does, with the encodings of k (nil:
+// none).
+func appendEvent(buf []byte, e *Event, k *known) []byte {
+	if k == nil {
+		k = &known{}
 	}
 	buf = append(buf, `{"kind":`...)
-	buf = str(kind, string(e.Kind))
+	buf = appendKind(buf, e.Kind)
 	buf = append(buf, `,"time":"`...)
 	buf = appendTime(buf, e.Time)
 	buf = append(buf, '"')
 	buf = appendField(buf, "id", e.MessageID)
 	buf = appendField(buf, "key", e.Key)
 	buf = append(buf, `,"topic":`...)
-	buf = str(topic, e.Topic)
+	buf = k.topic.append(buf, e.Topic)
 	if e.Group != "" {
 		buf = append(buf, `,"group":`...)
-		buf = str(group, e.Group)
+		buf = k.group.append(buf, e.Group)
 	}
 	if e.Member != "" {
 		buf = append(buf, `,"member":`...)
-		buf = str(member, e.Member)
+		buf = k.member.append(buf, e.Member)
 	}
 	buf = appendInt(buf, "attempt", int64(e.Attempt))
 	buf = appendInt(buf, "duration_ns", int64(e.Duration))

@@ -40,7 +40,6 @@ type packer struct {
 	events int // added since reset
 
 	arena lines // what pack encodes
-	enc   caches
 }
 
 // cut is one message's payload, and how many events it holds.
@@ -60,7 +59,7 @@ func (p *packer) pack(evs []Event, now time.Time) []*backend.Message {
 		if e.Time.IsZero() {
 			e.Time = now.Add(time.Duration(e.Mono - nowMono))
 		}
-		p.arena.buf = append(appendEvent(p.arena.buf, e, &p.enc), '\n')
+		p.arena.buf = append(appendEvent(p.arena.buf, e, nil), '\n')
 		p.arena.ends = append(p.arena.ends, len(p.arena.buf))
 	}
 	p.reset(now)

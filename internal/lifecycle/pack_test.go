@@ -98,7 +98,7 @@ func TestEmitterPacksWhatIsBufferedIntoFewMessages(t *testing.T) {
 func BenchmarkSinkEmit(b *testing.B) {
 	em := New(Config{Topic: "events", Publish: func(context.Context, []*backend.Message) error { return nil }})
 	defer func() { _ = em.Close(context.Background(), context.Background()) }()
-	sink := em.Sink("orders", "web-1-4711-9f2c03a1b2c4")
+	sink := em.Sink("orders", "billing", "web-1-4711-9f2c03a1b2c4")
 	e := Event{Kind: Succeeded, Mono: 1, MessageID: "019abc12-3456-7def-8123-456789abcdef", Key: "customer-7",
 		Group: "billing", Attempt: 1, Duration: 1830 * time.Microsecond}
 	b.ReportAllocs()
@@ -129,7 +129,7 @@ func BenchmarkPack(b *testing.B) {
 func TestSinkEmitAllocatesNothing(t *testing.T) {
 	em := New(Config{Topic: "events", Publish: func(context.Context, []*backend.Message) error { return nil }, Buffer: 1 << 20})
 	defer func() { _ = em.Close(context.Background(), context.Background()) }()
-	sink := em.Sink("orders", "web-1-4711-9f2c03a1b2c4")
+	sink := em.Sink("orders", "billing", "web-1-4711-9f2c03a1b2c4")
 	ev := Event{Kind: Succeeded, Mono: 1, MessageID: "019abc12-3456-7def-8123-456789abcdef", Key: "customer-7",
 		Group: "billing", Attempt: 1, Duration: 1830 * time.Microsecond}
 	sink.Emit(&ev) // the shard's buffer grows once

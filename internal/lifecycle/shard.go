@@ -17,19 +17,26 @@ type lines struct {
 type shard struct {
 	mu      sync.Mutex
 	l       lines
-	size    int  // cap(l.ends); set before the shard is shared
-	closing bool // set by Close: Emit drops from then on
-	enc     caches
-	// ref is a wall time and its monotonic reading (see Event.Mono), to
-	// convert readings by; the emitter renews it, and so does Emit when
-	// it is older than refAge.
-	refWall time.Time
-	refMono int64
+	size    int      // cap(l.ends); set before the shard is shared
+	closing bool     // set by Close: Emit drops from then on
 	_       [64]byte // keeps the shards' locks on cache lines of their own
 }
 
-// refAge is the oldest a shard's ref may be when it converts a reading.
+// clockRef is a wall time and its monotonic reading (see Event.Mono), to
+// convert readings by. The emitter renews it at each take, and Emit when
+// it is older than refAge.
+type clockRef struct {
+	wall time.Time
+	mono int64
+}
+
+func newRef(now time.Time) *clockRef { return &clockRef{wall: now, mono: int64(now.Sub(Epoch))} }
+
 const refAge = int64(time.Second)
+
+// lineMax is the room an event's line has on the stack of Emit; a longer
+// one (a long error) is encoded on the heap.
+const lineMax = 512
 
 // shardsFor is how many shards a buffer of n events has: several when
 // each still holds a few messages' worth.
@@ -38,39 +45,27 @@ func shardsFor(n int) int {
 	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
-func (sh *shard) init(size int, now time.Time) {
+func (sh *shard) init(size int) {
 	sh.size = size
 	sh.l.ends = make([]int, 0, size)
-	sh.setRef(now)
 }
 
-func (sh *shard) setRef(now time.Time) {
-	sh.refWall, sh.refMono = now, int64(now.Sub(Epoch))
-}
-
-// put encodes ev into the shard, and returns how many events it holds
-// then, or 0 when ev was dropped (the shard is full or closing).
-func (sh *shard) put(ev *Event) int {
+// put appends line to the shard, and returns how many events it holds
+// then, or 0 when it was dropped (the shard is full or closing).
+func (sh *shard) put(line []byte) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := len(sh.l.ends)
 	if n == cap(sh.l.ends) || sh.closing {
 		return 0
 	}
-	if ev.Time.IsZero() {
-		if ev.Mono-sh.refMono > refAge {
-			sh.setRef(time.Now())
-		}
-		ev.Time = sh.refWall.Add(time.Duration(ev.Mono - sh.refMono))
-	}
-	sh.l.buf = append(appendEvent(sh.l.buf, ev, &sh.enc), '\n')
+	sh.l.buf = append(sh.l.buf, line...)
 	sh.l.ends = append(sh.l.ends, len(sh.l.buf))
 	return n + 1
 }
 
-// swap returns the shard's lines and keeps empty's (emptied) instead;
-// now renews the ref.
-func (sh *shard) swap(empty lines, now time.Time) lines {
+// swap returns the shard's lines and keeps empty's (emptied) instead.
+func (sh *shard) swap(empty lines) lines {
 	empty.buf, empty.ends = empty.buf[:0], empty.ends[:0]
 	if cap(empty.ends) == 0 {
 		empty.ends = make([]int, 0, sh.size)
@@ -79,7 +74,6 @@ func (sh *shard) swap(empty lines, now time.Time) lines {
 	defer sh.mu.Unlock()
 	out := sh.l
 	sh.l = empty
-	sh.setRef(now)
 	return out
 }
 
@@ -91,30 +85,41 @@ func (sh *shard) close() {
 
 // Emit buffers ev, or counts it as dropped when the buffer is full or the
 // emitter is closing. It never blocks.
-func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
+func (e *Emitter) Emit(ev Event) { e.emit(&ev, nil) }
 
 // Sink is an Emitter as one subscription sees it: it names the topic and
 // the member of each event. Its Emit takes a pointer, which a caller's
 // event on its stack may pass without moving to the heap. It is safe for
 // concurrent use.
 type Sink struct {
-	em            *Emitter
-	topic, member string
+	em  *Emitter
+	enc known
 }
 
-// Sink returns the Sink of the subscription member on topic.
-func (e *Emitter) Sink(topic, member string) *Sink {
-	return &Sink{em: e, topic: topic, member: member}
+// Sink returns the Sink of the subscription member of group on topic.
+func (e *Emitter) Sink(topic, group, member string) *Sink {
+	return &Sink{em: e, enc: known{topic: mkStr(topic), group: mkStr(group), member: mkStr(member)}}
 }
 
 // Emit sets ev's Topic and Member (and its Time, from its Mono reading)
 // and buffers it, as Emitter.Emit does.
 func (s *Sink) Emit(ev *Event) {
-	ev.Topic, ev.Member = s.topic, s.member
-	s.em.emit(ev)
+	ev.Topic, ev.Member = s.enc.topic.s, s.enc.member.s
+	s.em.emit(ev, &s.enc)
 }
 
-func (e *Emitter) emit(ev *Event) {
+// emit encodes ev, with the encodings of k, and buffers it.
+func (e *Emitter) emit(ev *Event, k *known) {
+	if ev.Time.IsZero() {
+		r := e.ref.Load()
+		if ev.Mono-r.mono > refAge {
+			r = newRef(time.Now())
+			e.ref.Store(r)
+		}
+		ev.Time = r.wall.Add(time.Duration(ev.Mono - r.mono))
+	}
+	var room [lineMax]byte
+	line := append(appendEvent(room[:0], ev, k), '\n')
 	sh := &e.shards[0]
 	if len(e.shards) > 1 {
 		h := len(ev.MessageID)
@@ -123,7 +128,7 @@ func (e *Emitter) emit(ev *Event) {
 		}
 		sh = &e.shards[h%len(e.shards)]
 	}
-	switch sh.put(ev) {
+	switch sh.put(line) {
 	case 0:
 		if e.dropped.Add(1) == 1 && !e.closing() {
 			e.reportDrop()
