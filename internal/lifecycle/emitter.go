@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ type Emitter struct {
 	wake    chan struct{} // a shard got its first event
 	full    chan struct{} // a shard holds its part of a batch
 	fullAt  int
+	seed    maphash.Seed // spreads the events over the shards
 	ref     atomic.Pointer[clockRef]
 	dropped atomic.Int64
 	stop    chan struct{}
@@ -82,7 +84,7 @@ func New(cfg Config) *Emitter {
 	k := shardsFor(cfg.Buffer)
 	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([]lines, k), fullAt: max(1, cfg.Batch/k),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}}
+		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}, seed: maphash.MakeSeed()}
 	e.ref.Store(newRef(time.Now()))
 	for i := range e.shards {
 		size := cfg.Buffer / k

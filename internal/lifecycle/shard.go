@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -122,11 +123,7 @@ func (e *Emitter) emit(ev *Event, k *known) {
 	line := append(appendEvent(room[:0], ev, k), '\n')
 	sh := &e.shards[0]
 	if len(e.shards) > 1 {
-		h := len(ev.MessageID)
-		if h > 0 {
-			h += int(ev.MessageID[h-1])
-		}
-		sh = &e.shards[h%len(e.shards)]
+		sh = &e.shards[maphash.String(e.seed, ev.MessageID)%uint64(len(e.shards))]
 	}
 	switch sh.put(line) {
 	case 0:
