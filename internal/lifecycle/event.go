@@ -78,9 +78,10 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 
 	// Mono stands for Time when Time is zero: a reading of the monotonic
-	// clock, in nanoseconds since Epoch, which the Emitter turns into
-	// the wall time when it encodes the event. A handler's path reads
-	// the cheaper clock once and leaves the conversion to the emitter.
+	// clock, in nanoseconds since Epoch, which Emit turns into the wall
+	// time by the Emitter's reference (renewed at every batch). A
+	// handler's path reads the cheaper clock once, for its duration and
+	// its events alike.
 	Mono int64 `json:"-"`
 }
 
