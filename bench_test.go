@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // genBackend hands out pre-built messages as fast as the bus asks, so a
@@ -50,13 +52,15 @@ func BenchmarkPortableLayerDispatchAndAck(b *testing.B) {
 	b.Run("events=off", func(b *testing.B) { benchDispatchAndAck(b) })
 	// With lifecycle events on: the handler's side adds no allocation
 	// per message; the emitter's, a few per packed message.
-	b.Run("events=on", func(b *testing.B) { benchDispatchAndAck(b, bus.WithEvents("bus.events")) })
+	b.Run("events=on", func(b *testing.B) {
+		benchDispatchAndAck(b, bus.WithEvents("bus.events"), bus.WithObserver(observer.Nop()))
+	})
 }
 
 func benchDispatchAndAck(b *testing.B, opts ...bus.Option) {
 	g := &genBackend{msgs: make([]*bus.BackendMessage, 1024)}
 	for i := range g.msgs {
-		g.msgs[i] = &bus.BackendMessage{ID: "id", Payload: make([]byte, 256), Attempt: 1, AckID: i, PublishedAt: time.Now()}
+		g.msgs[i] = &bus.BackendMessage{ID: "id-" + strconv.Itoa(i), Payload: make([]byte, 256), Attempt: 1, AckID: i, PublishedAt: time.Now()}
 	}
 	const total = 1 << 20
 	g.limit = total
