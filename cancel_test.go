@@ -52,19 +52,23 @@ func TestSubscribeCtxCancelStopsFetchingWhilePublishBlocked(t *testing.T) {
 	blocked := make(chan error, 1)
 	go func() { blocked <- b.Publish(ctx, "elsewhere", &bus.Message{Payload: []byte("held")}) }()
 
-	msgs := make([]*bus.Message, 500)
-	for i := range msgs {
-		msgs[i] = &bus.Message{Payload: []byte("m")}
-	}
-	require.NoError(t, b.Publish(ctx, "work", msgs...))
-
 	const maxInFlight = 4
 	for round := range 300 {
+		// A topic per round: a round's group may handle every message
+		// before the test gets to cancel it (a handler that returns at
+		// once, a test goroutine that is not scheduled), and a group
+		// created later does not see what every group had settled.
+		topic := fmt.Sprintf("work%d", round)
+		msgs := make([]*bus.Message, 50)
+		for i := range msgs {
+			msgs[i] = &bus.Message{Payload: []byte("m")}
+		}
+		require.NoError(t, b.Publish(ctx, topic, msgs...))
 		sctx, cancel := context.WithCancel(ctx)
 		var cancelled atomic.Bool
 		var after atomic.Int64
 		started := make(chan struct{}, 1)
-		sub, err := b.Subscribe(sctx, "work", func(ctx context.Context, d *bus.Delivery) error {
+		sub, err := b.Subscribe(sctx, topic, func(ctx context.Context, d *bus.Delivery) error {
 			if cancelled.Load() {
 				after.Add(1)
 			}
@@ -75,7 +79,11 @@ func TestSubscribeCtxCancelStopsFetchingWhilePublishBlocked(t *testing.T) {
 			return nil
 		}, bus.WithGroup(fmt.Sprintf("g%d", round)), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(maxInFlight))
 		require.NoError(t, err, "round %d", round)
-		<-started
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: no handler started within 10s of Subscribe", round)
+		}
 		cancel() // cancels the fetch ctx before it returns
 		cancelled.Store(true)
 		select {
