@@ -102,6 +102,8 @@ var cases = []testCase{
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
 	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
+	{name: "KeyOrderLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyOrderLedgerThroughACrash},
+	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
 	{name: "PartitionStore", run: testPartitionStore},
 	{name: "PartitionedGroup", needs: []capability{capRedelivery}, run: testPartitionedGroup},
 
