@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,4 +74,27 @@ func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 		st.Oldest = *oldest
 	}
 	return st, nil
+}
+
+// Requeue moves the dead rows with the given sequence numbers back to the
+// outbox, at its end and in their old order, for the relays to publish
+// again once what made them fail is fixed (a topic created, a row's
+// headers mended with SQL, a larger payload limit). Each keeps its
+// message ID, so the bus's dedup window stores it once, and its
+// partition; it comes after the rows of its key written since it died. It
+// returns how many rows moved (a sequence number that is not dead is
+// skipped); the relays wake when the caller's transaction commits.
+func Requeue(ctx context.Context, x Execer, seqs ...int64) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, errors.New("outbox: requeue: no sequence numbers given")
+	}
+	tag, err := x.Exec(ctx, `WITH moved AS (
+			DELETE FROM bus_outbox_dead WHERE seq = ANY($1)
+			RETURNING seq, part, topic, id, key, headers, payload, deliver_at, expires_at, created_at)
+		INSERT INTO bus_outbox (part, topic, id, key, headers, payload, deliver_at, expires_at, created_at)
+		SELECT part, topic, id, key, headers, payload, deliver_at, expires_at, created_at FROM moved ORDER BY seq`, seqs)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: requeue: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -110,10 +110,8 @@ func TestPublishThroughDatabaseSQLRollsBackAndCommits(t *testing.T) {
 	defer watchdog(t, time.Minute)()
 	srv, conn := startDB(t)
 	ctx := context.Background()
-	db, err := sql.Open("pgx", srv.URL())
-	require.NoError(t, err)
-	defer db.Close()
-	_, err = db.ExecContext(ctx, outbox.Schema())
+	db := sqlDB(t, srv.URL())
+	_, err := db.ExecContext(ctx, outbox.Schema())
 	require.NoError(t, err, "the schema applies again through another client, as a migration tool would run it")
 	require.NoError(t, outbox.Migrate(ctx, outbox.SQL(db)), "Migrate runs through database/sql too")
 	for _, rollback := range []bool{true, false} {
@@ -191,4 +189,51 @@ func TestNewRelayRefusesBadOptionsBeforeIO(t *testing.T) {
 	require.ErrorIs(t, err, bus.ErrInvalidOption)
 	_, err = outbox.NewRelay("postgres://127.0.0.1:1/x", nil)
 	require.ErrorIs(t, err, bus.ErrInvalidOption)
+}
+
+// A dead row whose cause was fixed goes back to the outbox with Requeue
+// and is published once, with its ID; a sequence number that is not dead
+// is skipped, and an empty list is refused.
+func TestRequeueMovesAFixedDeadRowBackAndTheRelayPublishesIt(t *testing.T) {
+	defer watchdog(t, time.Minute)()
+	srv, conn := startDB(t)
+	ctx := context.Background()
+	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO bus_outbox (part, topic, id, key, headers, payload) VALUES (0, 'orders', 'mended', 'k0', 'not json', 'p')`)
+	require.NoError(t, err)
+	c := collect(t, b, "orders")
+	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	defer closeRelay(t, r)
+	var dead []outbox.DeadRow
+	require.Eventually(t, func() bool {
+		dead, err = outbox.Dead(ctx, conn, 10)
+		return err == nil && len(dead) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the row with bad headers goes to the dead table")
+	assert.Zero(t, c.count(), "nothing published")
+
+	_, err = outbox.Requeue(ctx, conn)
+	require.Error(t, err, "no sequence numbers: refused")
+	_, err = conn.Exec(ctx, `UPDATE bus_outbox_dead SET headers = NULL WHERE seq = $1`, dead[0].Seq)
+	require.NoError(t, err, "mend the row")
+	n, err := outbox.Requeue(ctx, outbox.SQL(sqlDB(t, srv.URL())), dead[0].Seq, dead[0].Seq+1000)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the dead row moved back; the other number is not dead")
+	require.Eventually(t, func() bool { return c.count() == 1 && pending(t, conn) == 0 }, 20*time.Second, 10*time.Millisecond,
+		"the requeued row is published")
+	c.requireExactly(t, []*bus.Message{{ID: "mended", Key: "k0", Payload: []byte("p")}})
+	st, err := outbox.ReadStats(ctx, conn)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.Stats{}, st, "nothing dead, nothing waiting")
+}
+
+// sqlDB opens url through database/sql, closed when the test ends.
+func sqlDB(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }

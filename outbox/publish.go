@@ -48,14 +48,23 @@ type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// SQL adapts a database/sql transaction for Publish and Migrate.
+// SQL adapts a database/sql transaction for Publish, Migrate and Requeue.
 func SQL(tx SQLExecer) Execer { return sqlExecer{tx} }
 
 type sqlExecer struct{ tx SQLExecer }
 
+// Exec runs query; the tag it returns carries the rows affected when the
+// driver reports them.
 func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	_, err := s.tx.ExecContext(ctx, query, args...)
-	return pgconn.CommandTag{}, err
+	res, err := s.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return pgconn.CommandTag{}, nil
+	}
+	return pgconn.NewCommandTag("EXEC " + strconv.FormatInt(n, 10)), nil
 }
 
 // Publish writes msgs for topic into the outbox table in tx, the caller's

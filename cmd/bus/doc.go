@@ -112,6 +112,8 @@
 // PostgreSQL (idempotent); bus outbox relay --db URL --url BUSURL
 // publishes the committed outbox rows to the bus until interrupted
 // (several may run: they share the partitions). bus topics --db URL and
-// bus ui --db URL add the outbox's pending and dead rows. --db defaults
+// bus ui --db URL add the outbox's pending and dead rows; bus outbox
+// requeue --db URL (--seq N[,N...] | --all) moves dead rows back to the
+// outbox once what made them fail is fixed. --db defaults
 // to $BUS_OUTBOX_DB for the outbox commands. See docs/outbox.md.
 package main

@@ -22,7 +22,7 @@ import (
 // defaultDB is $BUS_OUTBOX_DB: the PostgreSQL URL of the outbox.
 func defaultDB() string { return os.Getenv("BUS_OUTBOX_DB") }
 
-// outboxCmd runs "bus outbox migrate" and "bus outbox relay".
+// outboxCmd runs "bus outbox migrate", "relay" and "requeue".
 func outboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -30,10 +30,12 @@ func outboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return outboxMigrateCmd(ctx, args[1:], stdout, stderr)
 		case "relay":
 			return outboxRelayCmd(ctx, args[1:], stdout, stderr)
+		case "requeue":
+			return outboxRequeueCmd(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprint(stderr, "Usage: bus outbox migrate --db URL\n       bus outbox relay --db URL --url BUSURL\n\n"+
-		"migrate creates the outbox tables in PostgreSQL (idempotent); relay publishes\ncommitted outbox rows to the bus until interrupted. See docs/outbox.md.\n")
+	fmt.Fprint(stderr, "Usage: bus outbox migrate --db URL\n       bus outbox relay --db URL --url BUSURL\n       bus outbox requeue --db URL (--seq N[,N...] | --all)\n\n"+
+		"migrate creates the outbox tables in PostgreSQL (idempotent); relay publishes\ncommitted outbox rows to the bus until interrupted; requeue moves dead rows\nback to the outbox. See docs/outbox.md.\n")
 	return exitUsage
 }
 

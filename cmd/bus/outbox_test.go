@@ -88,6 +88,16 @@ func TestOutboxCommandsMigrateRelayAndShowDeadRows(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "", "bench", "--scenario", "outbox", "--db", db, "--url", redistest.Start(t).URL(), "-n", "2000", "--baseline")
 	require.Equal(t, exitOK, code, "the outbox bench delivers every message once: %s", stderr)
 	assert.Contains(t, stdout, "pgx+go-redis", "the raw loop runs in the same run")
+
+	for _, args := range [][]string{{}, {"--seq", "x"}, {"--seq", "1", "--all"}} {
+		code, _, stderr = runCLI(t, "", append([]string{"outbox", "requeue", "--db", db}, args...)...)
+		assert.Equal(t, exitUsage, code, "requeue %v: refused before any I/O: %s", args, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", "outbox", "requeue", "--db", db, "--all")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "1 dead row(s) requeued")
+	st := outboxStats(t, db)
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{st.Pending, st.Dead}, "the dead row waits in the outbox again")
 }
 
 func TestBenchOutboxFlagsAreCheckedBeforeIO(t *testing.T) {
