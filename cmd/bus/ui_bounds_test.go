@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -36,19 +35,8 @@ func TestDashboardShowsTheBoundOfAutoscaledMembers(t *testing.T) {
 	require.NoError(t, err)
 	defer closeIn()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	uiCtx, stopUI := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() {
-		served <- serveUI(uiCtx, ln, b, uiConfig{interval: 100 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			inspector: in, events: defaultEventsTopic})
-	}()
-	defer func() {
-		stopUI()
-		require.NoError(t, <-served)
-	}()
-	base := "http://" + ln.Addr().String()
+	base := serveDashboard(t, ctx, b, uiConfig{interval: 100 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		inspector: in, events: defaultEventsTopic})
 	var bounds []lifecycle.Bound
 	require.Eventually(t, func() bool {
 		bounds = stateBounds(t, base, "orders", "scaled")
@@ -61,13 +49,8 @@ func TestDashboardShowsTheBoundOfAutoscaledMembers(t *testing.T) {
 		t.Log("Chromium is not installed: the groups table was not checked in a browser")
 		return
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Headless)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	cctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
 	var cell, title string
-	require.NoError(t, chromedp.Run(cctx,
+	require.NoError(t, chromedp.Run(newBrowser(t, ctx, browser),
 		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(`#groups tr[data-group="scaled"] td.bound`),
 		chromedp.Text(`#groups tr[data-group="scaled"] td.bound`, &cell),

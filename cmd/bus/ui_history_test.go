@@ -5,12 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,35 +57,15 @@ func TestDashboardHistoryInABrowser(t *testing.T) {
 		return err == nil && len(h.Entries) == 6
 	}, 20*time.Second, 10*time.Millisecond, "the events of pay-2 are written")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	uiCtx, stopUI := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() {
-		served <- serveUI(uiCtx, ln, b, uiConfig{interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			inspector: in, events: defaultEventsTopic})
-	}()
-	defer func() {
-		stopUI()
-		require.NoError(t, <-served)
-	}()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Headless, chromedp.WindowSize(1200, 1500))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	cctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	chromedp.ListenTarget(cctx, func(ev any) {
-		if _, isDialog := ev.(*page.EventJavascriptDialogOpening); isDialog {
-			go func() { _ = chromedp.Run(cctx, page.HandleJavaScriptDialog(true)) }()
-		}
-	})
+	base := serveDashboard(t, ctx, b, uiConfig{interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		inspector: in, events: defaultEventsTopic})
+	cctx := newBrowser(t, ctx, browser)
 
 	const kinds = `[...document.querySelectorAll("#timeline tbody tr")].map((r) => r.dataset.kind)`
 	var fromLink, fromSearch, fromKey []string
 	var status, detail, missing string
 	require.NoError(t, chromedp.Run(cctx,
-		chromedp.Navigate("http://"+ln.Addr().String()+"/"),
+		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(`#dlq tr[data-id="pay-1"] a.history`),
 		chromedp.Click(`#dlq tr[data-id="pay-1"] a.history`),
 		chromedp.WaitVisible(`#timeline tr[data-kind="dead_lettered"]`),

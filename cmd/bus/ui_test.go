@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,36 +81,14 @@ func TestDashboardInABrowser(t *testing.T) {
 		return err == nil && len(dls) == 2
 	}, 10*time.Second, 10*time.Millisecond)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	uiCtx, stopUI := context.WithCancel(ctx)
-	served := make(chan error, 1)
 	var log syncBuffer
-	go func() {
-		served <- serveUI(uiCtx, ln, b, uiConfig{allowWrites: true, interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(&log, nil))})
-	}()
-	defer func() {
-		stopUI()
-		require.NoError(t, <-served)
-	}()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Headless, chromedp.WindowSize(1200, 1500))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	cctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// Accept the confirmation dialog of the replay button.
-	chromedp.ListenTarget(cctx, func(ev any) {
-		if _, isDialog := ev.(*page.EventJavascriptDialogOpening); isDialog {
-			go func() { _ = chromedp.Run(cctx, page.HandleJavaScriptDialog(true)) }()
-		}
-	})
+	base := serveDashboard(t, ctx, b, uiConfig{allowWrites: true, interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(&log, nil))})
+	cctx := newBrowser(t, ctx, browser) // it accepts the replay button's confirmation
 
 	var lag, pending, messages, alertText string
 	var points int
 	require.NoError(t, chromedp.Run(cctx,
-		chromedp.Navigate("http://"+ln.Addr().String()+"/"),
+		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(`#groups tr[data-group="billing"] td.lag`),
 		chromedp.Text(`#groups tr[data-group="billing"] td.lag`, &lag),
 		chromedp.Text(`#groups tr[data-group="billing"] td.pending`, &pending),
