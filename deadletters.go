@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/peek"
 )
 
 // This file holds the portable operations on a backend's state: listing
@@ -48,7 +48,7 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 		return nil, err
 	}
 	var out []DeadLetter
-	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if backend.IsDeadLetter(m) {
 			out = append(out, decodeDeadLetter(m))
 		}
@@ -146,7 +146,7 @@ func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (
 func pickDeadLetters(ctx context.Context, in backend.Inspector, dlq string, ids []string) (picked []*backend.Message, missing []string, err error) {
 	want := idSet(ids)
 	seen := map[string]bool{}
-	err = peekAll(ctx, in, dlq, func(m *backend.Message) bool {
+	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if backend.IsDeadLetter(m) && (want == nil || want[m.ID]) && !seen[m.ID] {
 			seen[m.ID] = true
 			picked = append(picked, m)
@@ -185,30 +185,6 @@ func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error
 	return b.be.Publish(ctx, topic, []*backend.Message{{
 		ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload, PublishedAt: time.Now(),
 	}})
-}
-
-// peekAll pages through topic, calling f for each message until f returns
-// false.
-func peekAll(ctx context.Context, in backend.Inspector, topic string, f func(*backend.Message) bool) error {
-	cursor := ""
-	for {
-		msgs, next, err := in.Peek(ctx, topic, cursor, peekPage)
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if !f(m) {
-				return nil
-			}
-		}
-		if next == "" || len(msgs) == 0 {
-			return nil
-		}
-		if next == cursor {
-			return errors.New("inspector peek did not advance")
-		}
-		cursor = next
-	}
 }
 
 func idSet(ids []string) map[string]bool {

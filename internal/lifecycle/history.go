@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/peek"
 )
 
 // DefaultScanLimit is how many events Read reads at most when
@@ -127,7 +128,7 @@ func (h *History) readEvents(ctx context.Context, in backend.Inspector, topic st
 			needles = append(needles, appendString(nil, s))
 		}
 	}
-	return peekAll(ctx, in, topic, func(m *backend.Message) bool {
+	return peek.All(ctx, in, topic, peekPage, func(m *backend.Message) bool {
 		return eachLine(m.Payload, func(line []byte) bool {
 			if h.Scanned >= q.Limit {
 				h.Truncated = true
@@ -158,7 +159,7 @@ func containsAny(line []byte, needles [][]byte) bool {
 // readDeadLetters adds the matching dead letters of topic; one that an
 // event already records marks that event as held.
 func (h *History) readDeadLetters(ctx context.Context, in backend.Inspector, topic string, q *Query) error {
-	return peekAll(ctx, in, topic, func(m *backend.Message) bool {
+	return peek.All(ctx, in, topic, peekPage, func(m *backend.Message) bool {
 		if !backend.IsDeadLetter(m) || !q.matches(m.ID, m.Key) {
 			return true
 		}
@@ -184,31 +185,4 @@ func (h *History) readDeadLetters(ctx context.Context, in backend.Inspector, top
 
 func (q *Query) matches(id, key string) bool {
 	return q.ID != "" && id == q.ID || q.Key != "" && key == q.Key
-}
-
-// peekAll pages through topic, calling f for each message until f returns
-// false.
-func peekAll(ctx context.Context, in backend.Inspector, topic string, f func(*backend.Message) bool) error {
-	cursor := ""
-	for {
-		msgs, next, err := in.Peek(ctx, topic, cursor, peekPage)
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if !f(m) {
-				return nil
-			}
-		}
-		if next == "" || len(msgs) == 0 {
-			return nil
-		}
-		if next == cursor {
-			return errors.New("inspector peek did not advance")
-		}
-		cursor = next
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
 }
