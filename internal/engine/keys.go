@@ -369,9 +369,7 @@ func (s *Sub[P]) leaseLost(d *Delivery[P]) bool {
 func (s *Sub[P]) giveUp(d *Delivery[P]) {
 	if d.claim() {
 		if s.fencedOut(d) {
-			ctx, cancel := s.settleCtx()
-			s.release(ctx, d)
-			cancel()
+			s.releaseNow(d)
 		} else {
 			d.finish(OutcomeExpired, nil)
 		}

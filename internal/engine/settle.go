@@ -118,21 +118,11 @@ func (s *Sub[P]) refuse(d *Delivery[P]) error {
 // error: ack, retry or dead-letter; a delivery whose handler the shutdown
 // cancelled is released without counting an attempt.
 func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error) {
-	if s.fencedOut(d) {
-		// The group lock passed on: the delivery goes back to the group,
-		// uncounted, for the next holder to handle in its turn.
+	if s.fencedOut(d) || s.shutdownCancelled(err) {
+		// The group lock passed on, or the shutdown cancelled the
+		// handler: not a failure of the message.
 		if d.claim() {
-			ctx, cancel := s.settleCtx()
-			s.release(ctx, d)
-			cancel()
-		}
-		return
-	}
-	if s.shutdownCancelled(err) {
-		if d.claim() {
-			ctx, cancel := s.settleCtx()
-			s.release(ctx, d)
-			cancel()
+			s.releaseNow(d)
 		}
 		return
 	}
@@ -311,6 +301,14 @@ func (s *Sub[P]) deadLetter(d *Delivery[P], reason error) {
 	ctx, cancel := s.settleCtx()
 	defer cancel()
 	s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, reason))
+}
+
+// releaseNow gives a claimed delivery back to the group, uncounted, within
+// settleCtx.
+func (s *Sub[P]) releaseNow(d *Delivery[P]) {
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	s.release(ctx, d)
 }
 
 // settleCtx bounds a settlement the engine makes itself; it outlives the

@@ -199,7 +199,7 @@ func (s *Sub[P]) fetch() {
 		if len(msgs) > n {
 			msgs = s.returnExcess(msgs, n)
 		}
-		if rctx.Err() != nil && s.fetchCtx.Err() == nil {
+		if s.owner != nil && rctx.Err() != nil && s.fetchCtx.Err() == nil {
 			// The group lock was lost during the Receive (see owner): what
 			// it was handed lapses back to the group, after what this
 			// member held, which it gives back now.
