@@ -14,6 +14,7 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/pgtest"
+	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/outbox"
 )
 
@@ -147,4 +148,14 @@ func closeRelay(t *testing.T, r *outbox.Relay) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, r.Close(ctx), "the relay closes within its ctx")
+}
+
+// memBus opens a mem:// bus without an observer's output, closed when the
+// test ends (after the relays and subscriptions the test closes).
+func memBus(t *testing.T) *bus.Bus {
+	t.Helper()
+	b, err := bus.Open(context.Background(), "mem://", bus.WithObserver(observer.Nop()))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close(context.Background()), "close the bus") })
+	return b
 }

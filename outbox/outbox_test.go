@@ -52,9 +52,7 @@ func TestRollbackPublishesNothingAndCommitPublishesInOrderPerKey(t *testing.T) {
 	defer watchdog(t, time.Minute)()
 	srv, conn := startDB(t)
 	ctx := context.Background()
-	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	b := memBus(t)
 
 	lost := write(t, conn, "orders", true, keyed(20, 4, "rolled-back")...)
 	var want []*bus.Message
@@ -133,12 +131,10 @@ func TestUnpublishableRowGoesToTheDeadTableWithoutBlockingOthers(t *testing.T) {
 	defer watchdog(t, time.Minute)()
 	srv, conn := startDB(t)
 	ctx := context.Background()
-	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	b := memBus(t)
 
 	before := write(t, conn, "orders", false, keyed(10, 2, "before")...)
-	_, err = conn.Exec(ctx, `INSERT INTO bus_outbox (part, topic, id, key, payload) VALUES (0, 'no good', 'dead-1', '', ''),
+	_, err := conn.Exec(ctx, `INSERT INTO bus_outbox (part, topic, id, key, payload) VALUES (0, 'no good', 'dead-1', '', ''),
 		(0, 'orders', 'dead-2', 'k0', ''), (0, 'orders', 'dead-3', '', '')`)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `UPDATE bus_outbox SET headers = 'not json' WHERE id = 'dead-2'`)
@@ -198,10 +194,8 @@ func TestRequeueMovesAFixedDeadRowBackAndTheRelayPublishesIt(t *testing.T) {
 	defer watchdog(t, time.Minute)()
 	srv, conn := startDB(t)
 	ctx := context.Background()
-	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
-	require.NoError(t, err)
-	defer b.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO bus_outbox (part, topic, id, key, headers, payload) VALUES (0, 'orders', 'mended', 'k0', 'not json', 'p')`)
+	b := memBus(t)
+	_, err := conn.Exec(ctx, `INSERT INTO bus_outbox (part, topic, id, key, headers, payload) VALUES (0, 'orders', 'mended', 'k0', 'not json', 'p')`)
 	require.NoError(t, err)
 	c := collect(t, b, "orders")
 	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(50*time.Millisecond))

@@ -177,11 +177,8 @@ func (p *recordingPublisher) Publish(ctx context.Context, topic string, msgs ...
 
 func TestTwoRelaysShareThePartitionsWithoutDuplicatesOrLoss(t *testing.T) {
 	defer watchdog(t, 2*time.Minute)()
-	ctx := context.Background()
 	pg, conn := startDB(t)
-	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
-	require.NoError(t, err)
-	defer b.Close(ctx)
+	b := memBus(t)
 	var mu sync.Mutex
 	by := map[string][]int{}
 	for i := range 2 {

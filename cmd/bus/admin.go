@@ -69,6 +69,16 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeJSONLine writes v as one line of compact JSON (--json of bus bench).
+func writeJSONLine(w io.Writer, v any) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", line)
+	return err
+}
+
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -160,12 +159,10 @@ func reportBacklog(ctx context.Context, cfg benchConfig, stdout, stderr io.Write
 		return exitFailure
 	}
 	if cfg.JSON {
-		line, err := json.Marshal(res)
-		if err != nil {
+		if err := writeJSONLine(stdout, res); err != nil {
 			fmt.Fprintf(stderr, "bus bench: %v\n", err)
 			return exitFailure
 		}
-		fmt.Fprintf(stdout, "%s\n", line)
 	} else {
 		writeBacklog(stdout, &res)
 	}

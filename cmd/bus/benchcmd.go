@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -161,12 +160,10 @@ func runAndReport(ctx context.Context, cfg benchConfig, gogc int, stdout, stderr
 		return exitFailure
 	}
 	if cfg.JSON {
-		line, jerr := json.Marshal(out)
-		if jerr != nil {
+		if jerr := writeJSONLine(stdout, out); jerr != nil {
 			fmt.Fprintf(stderr, "bus bench: %v\n", jerr)
 			return exitFailure
 		}
-		fmt.Fprintf(stdout, "%s\n", line)
 		fmt.Fprintf(stderr, "peak live heap: %.1f MiB\n", results[0].PeakHeapMiB)
 	} else {
 		table()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"os/exec"
 	"testing"
 
 	"github.com/chromedp/cdproto/page"
@@ -11,6 +12,27 @@ import (
 
 	"github.com/eventbus-go/bus"
 )
+
+// chromiumPath finds the browser scripts/setup.sh installs.
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// chromiumOrSkip returns chromiumPath, or skips the test when Chromium is
+// not installed.
+func chromiumOrSkip(t *testing.T) string {
+	t.Helper()
+	browser := chromiumPath()
+	if browser == "" {
+		t.Skip("Chromium is not installed (scripts/setup.sh installs Debian's chromium package); the dashboard's browser test needs it")
+	}
+	return browser
+}
 
 // serveDashboard serves the dashboard of b with cfg on a free loopback
 // port until the test ends, and returns its base URL.

@@ -22,10 +22,7 @@ import (
 // headless Chromium that a dead letter's history link shows its timeline
 // and that the search box finds the replayed one.
 func TestDashboardHistoryInABrowser(t *testing.T) {
-	browser := chromiumPath()
-	if browser == "" {
-		t.Skip("Chromium is not installed (scripts/setup.sh installs Debian's chromium package); the dashboard's browser test needs it")
-	}
+	browser := chromiumOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const url = "mem://dashboard-history-test"

@@ -21,10 +21,7 @@ import (
 // outbox panel of bus ui --db shows the rows waiting and the dead rows
 // with their reasons.
 func TestDashboardOutboxPanelInABrowser(t *testing.T) {
-	browser := chromiumPath()
-	if browser == "" {
-		t.Skip("Chromium is not installed (scripts/setup.sh installs Debian's chromium package); the dashboard's browser test needs it")
-	}
+	browser := chromiumOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db := pgtest.Start(t).URL()

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -22,25 +21,12 @@ import (
 	"github.com/eventbus-go/bus"
 )
 
-// chromiumPath finds the browser scripts/setup.sh installs.
-func chromiumPath() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestDashboardInABrowser seeds a broker with topics, a lagging group and
 // dead letters, loads the dashboard in headless Chromium, checks the
 // tables and the chart, replays a dead letter with the button, and saves
 // a screenshot.
 func TestDashboardInABrowser(t *testing.T) {
-	browser := chromiumPath()
-	if browser == "" {
-		t.Skip("Chromium is not installed (scripts/setup.sh installs Debian's chromium package); the dashboard's browser test needs it")
-	}
+	browser := chromiumOrSkip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const url = "mem://dashboard-test"
