@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/serverproc"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -159,36 +160,15 @@ func (s *Server) launch() error {
 
 // waitReady polls until the server accepts a connection.
 func (s *Server) waitReady(done <-chan struct{}) error {
-	deadline := time.Now().Add(startTimeout)
-	for {
+	return serverproc.WaitReady("postgres on "+s.Addr(), startTimeout, done, filepath.Join(s.dir, "postgres.log"), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		conn, err := pgconn.Connect(ctx, s.URL())
-		cancel()
 		if err == nil {
 			_ = conn.Close(context.Background())
-			return nil
 		}
-		select {
-		case <-done:
-			return fmt.Errorf("postgres on %s exited at start: %s", s.Addr(), s.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres on %s did not accept a connection within %v (%v): %s", s.Addr(), startTimeout, err, s.logTail())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a process we cannot be notified by
-	}
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
-	if err != nil {
-		return "(no log)"
-	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+		return err
+	})
 }
 
 // binDir finds the directory of initdb and postgres.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/serverproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -150,34 +151,16 @@ func (s *Server) launch() error {
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 
-	deadline := time.Now().Add(startTimeout)
-	for {
+	return serverproc.WaitReady("redis-server on "+s.Addr(), startTimeout, done, filepath.Join(s.dir, "redis.log"), func() error {
 		reply, err := command(s.Addr(), "PING")
 		if err == nil && reply == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil // up (NOAUTH: up, and the test set a password)
 		}
-		select {
-		case <-done:
-			return fmt.Errorf("redis-server on %s exited at start: %s", s.Addr(), s.logTail())
-		default:
+		if err == nil {
+			err = fmt.Errorf("PING answered %q", reply)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer PING within %v (last: %q, %v): %s",
-				s.Addr(), startTimeout, reply, err, s.logTail())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a process we cannot be notified by
-	}
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return "(no log)"
-	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+		return err
+	})
 }
 
 // hasOption reports whether args contain --name.

@@ -1,0 +1,44 @@
+// Package serverproc waits for a server process that a test started
+// (internal/redistest, internal/pgtest) to answer, and reads the end of
+// its log for the error when it does not.
+package serverproc
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// WaitReady calls ready every 20 ms until it returns nil, the process
+// exits (done closes) or timeout passes; name names the server in the
+// error, which ends with the tail of the log at logPath.
+func WaitReady(name string, timeout time.Duration, done <-chan struct{}, logPath string, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited at start: %s", name, LogTail(logPath))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %v (%v): %s", name, timeout, err, LogTail(logPath))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process we cannot be notified by
+	}
+}
+
+// LogTail returns the last 2,000 bytes of the log at path.
+func LogTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
