@@ -81,21 +81,28 @@ func groupLag(ctx context.Context, in backend.Inspector, topic string, n int, gr
 		if n > 1 {
 			t = backend.PartitionTopic(topic, p)
 		}
-		gs, err := in.Groups(ctx, t)
-		if err != nil {
+		g, ok := groupInfo(ctx, in, t, group)
+		if !ok || !g.Lag.Known() {
 			return 0, false
 		}
-		found := false
-		for _, g := range gs {
-			if g.Name == group && g.Lag.Known() {
-				sum, found = sum+int64(g.Lag), true
-			}
-		}
-		if !found {
-			return 0, false
-		}
+		sum += int64(g.Lag)
 	}
 	return sum, true
+}
+
+// groupInfo returns the Inspector's figures of group on topic; false when
+// it cannot tell.
+func groupInfo(ctx context.Context, in backend.Inspector, topic, group string) (backend.GroupInfo, bool) {
+	gs, err := in.Groups(ctx, topic)
+	if err != nil {
+		return backend.GroupInfo{}, false
+	}
+	for _, g := range gs {
+		if g.Name == group {
+			return g, true
+		}
+	}
+	return backend.GroupInfo{}, false
 }
 
 // scaleEngine makes cfg's in-flight bound ctrl's: the engine's own slots

@@ -321,15 +321,7 @@ func (b *Bus) pendingOf(topic, group string) func(ctx context.Context) (int64, b
 		return nil
 	}
 	return func(ctx context.Context) (int64, bool) {
-		gs, err := in.Groups(ctx, topic)
-		if err != nil {
-			return 0, false
-		}
-		for _, g := range gs {
-			if g.Name == group {
-				return int64(g.Pending), g.Pending != backend.Unknown
-			}
-		}
-		return 0, false
+		g, ok := groupInfo(ctx, in, topic, group)
+		return int64(g.Pending), ok && g.Pending != backend.Unknown
 	}
 }
