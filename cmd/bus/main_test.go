@@ -7,10 +7,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
+
+	"github.com/eventbus-go/bus/internal/natstest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.LeakIgnores()...)
 }
 
 // runCLI runs one command line in-process and returns its exit code,

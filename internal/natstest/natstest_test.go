@@ -11,7 +11,7 @@ import (
 	"github.com/eventbus-go/bus/internal/natstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.LeakIgnores()...) }
 
 func TestStartServesJetStreamAndRestartKeepsStreams(t *testing.T) {
 	s := natstest.Start(t)

@@ -23,11 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded nats-server of the NATS cases leaves these behind
-		// for a moment after shutdown.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
-	)
+	goleak.VerifyTestMain(m, natstest.LeakIgnores()...)
 }
 
 // sink collects every error, log line and observer event of a case.
