@@ -364,7 +364,12 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 		Ended:     func() { b.forget(s) },
 	}
 	if b.events != nil && s.topic != b.opts.events {
-		cfg.Event = b.eventHook(s)
+		sink := b.eventHook(s)
+		cfg.Event = sink
+		cfg.Ended = func() {
+			b.forget(s)
+			sink.Release()
+		}
 	}
 	if o.keyOrdering {
 		cfg.KeyOf = func(d *Delivery) string { return d.Key }

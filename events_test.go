@@ -165,8 +165,9 @@ func TestEventsTopicMakesNoEventsOfItsOwn(t *testing.T) {
 	_, err := b.Subscribe(ctx, eventsTopic, func(ctx context.Context, d *bus.Delivery) error {
 		assert.Equal(t, "application/x-ndjson", d.Headers["content-type"], "the payload is JSON Lines")
 		for _, line := range strings.Split(strings.TrimSuffix(string(d.Payload), "\n"), "\n") {
-			e, err := lifecycle.Decode([]byte(line))
+			e, err := lifecycle.DecodeIn([]byte(line), d.Headers)
 			assert.NoError(t, err, "each line is an event")
+			assert.Equal(t, "orders", e.Topic, "the topic, from the line or the message's headers")
 			tailed <- e.MessageID
 		}
 		return nil
@@ -279,4 +280,34 @@ func TestEventsOnAPartitionedEventsTopicAreReadAcrossPartitions(t *testing.T) {
 	h, err := lifecycle.Read(ctx, in, eventsTopic, lifecycle.Query{Key: "o-1"})
 	require.NoError(t, err)
 	assert.Equal(t, 10, h.Scanned, "the events of the five messages are all read, on whichever partitions they are")
+}
+
+func TestEventsReceivedIsVisibleWhileASlowHandlerRuns(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if d.ID == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, bus.WithGroup("billing"), bus.WithMaxInFlight(1))
+	require.NoError(t, err)
+	// Quick handlers first: the worker's stage then holds their events
+	// for a group, and must still not hold back a long handler's
+	// received event until it returns.
+	quick := make([]*bus.Message, 200)
+	for i := range quick {
+		quick[i] = &bus.Message{ID: "q-" + strings.Repeat("x", i%3) + string(rune('a'+i%26)) + time.Duration(i).String(), Payload: []byte("x")}
+	}
+	require.NoError(t, b.Publish(ctx, "orders", quick...))
+	waitKinds(t, in, quick[len(quick)-1].ID, lifecycle.Received, lifecycle.Succeeded)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "slow", Payload: []byte("x")}))
+	waitKinds(t, in, "slow", lifecycle.Received)
+	close(release)
+	waitKinds(t, in, "slow", lifecycle.Received, lifecycle.Succeeded)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
 // dispatcher runs deliveries on a pool of worker goroutines that grows on
@@ -69,6 +70,10 @@ type workerSlot[P any] struct {
 	// ack is the delivery the worker acks once its handler has returned
 	// (see Sub.ackAfterHandler); only the worker touches it.
 	ack *Delivery[P]
+	// events stages the lifecycle events of the worker's handlers (nil
+	// until the first); the worker flushes it before it waits for work,
+	// and releases it when it ends.
+	events *lifecycle.Stage
 }
 
 const (
@@ -158,6 +163,11 @@ func (p *dispatcher[P]) checkStall() {
 
 func (p *dispatcher[P]) work(w *workerSlot[P]) {
 	defer p.wg.Done()
+	defer func() {
+		if w.events != nil {
+			w.events.Release()
+		}
+	}()
 	p.mu.Lock()
 	for {
 		d := p.nextLocked(w)
@@ -189,6 +199,12 @@ func (p *dispatcher[P]) work(w *workerSlot[P]) {
 // released while waiting or giving slots back).
 func (p *dispatcher[P]) nextLocked(w *workerSlot[P]) *Delivery[P] {
 	for p.queued() == 0 {
+		if w.events != nil && w.events.Pending() {
+			p.mu.Unlock()
+			w.events.Flush()
+			p.mu.Lock()
+			continue
+		}
 		if w.freed > 0 {
 			n := w.freed
 			w.freed = 0

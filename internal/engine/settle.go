@@ -29,7 +29,7 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	err := s.callObserved(d)
+	err := s.callObserved(d, w)
 	switch s.cfg.AckMode {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
@@ -49,42 +49,50 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 	return d.handlerDone()
 }
 
-// callObserved calls the handler, timing it for the feedback and
-// emitting its lifecycle events when either is on.
-func (s *Sub[P]) callObserved(d *Delivery[P]) error {
+// callObserved calls the handler on worker w, timing it for the
+// feedback and emitting its lifecycle events, through the worker's
+// stage, when either is on.
+func (s *Sub[P]) callObserved(d *Delivery[P], w *workerSlot[P]) error {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
 		return s.call(d)
 	}
+	var st *lifecycle.Stage
+	if s.cfg.Event != nil {
+		if w.events == nil {
+			w.events = s.cfg.Event.Stage()
+		}
+		st = w.events
+	}
 	var ev lifecycle.Event
-	start := s.started(d, &ev)
+	start := s.started(d, st, &ev)
 	err := s.call(d)
-	s.handled(&ev, start, err)
+	s.handled(st, &ev, start, err)
 	return err
 }
 
 // started returns when d's handler starts (monoNow), when the feedback
-// or the lifecycle events need it, and emits d's received event, built
-// in ev, stamped with that reading.
-func (s *Sub[P]) started(d *Delivery[P], ev *lifecycle.Event) int64 {
+// or the lifecycle events need it, and emits d's received event to st
+// (nil: events are off), built in ev, stamped with that reading.
+func (s *Sub[P]) started(d *Delivery[P], st *lifecycle.Stage, ev *lifecycle.Event) int64 {
 	now := monoNow()
-	if s.cfg.Event != nil {
+	if st != nil {
 		*ev = s.lifecycleEvent(d, lifecycle.Received, now)
-		s.cfg.Event.Emit(ev)
+		st.Emit(ev)
 	}
 	return now
 }
 
 // handled gives the handler's latency and error to the feedback, and
-// emits d's succeeded or failed event, made from its received event ev;
-// a snooze and a shutdown's cancellation are neither. The clock is read
-// once, for the latency and the event's time.
-func (s *Sub[P]) handled(ev *lifecycle.Event, start int64, err error) {
+// emits d's succeeded or failed event to st (nil: events are off), made
+// from its received event ev; a snooze and a shutdown's cancellation are
+// neither. The clock is read once, for the latency and the event's time.
+func (s *Sub[P]) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, err error) {
 	now := monoNow()
 	took := time.Duration(now - start)
 	if s.cfg.Feedback != nil {
 		s.cfg.Feedback(took, err)
 	}
-	if s.cfg.Event == nil {
+	if st == nil {
 		return
 	}
 	ev.Kind, ev.Mono, ev.Duration = lifecycle.Succeeded, now, took
@@ -94,7 +102,7 @@ func (s *Sub[P]) handled(ev *lifecycle.Event, start int64, err error) {
 		}
 		ev.Kind, ev.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
 	}
-	s.cfg.Event.Emit(ev)
+	st.Emit(ev)
 }
 
 // refuse returns why d must not reach the handler, or nil.

@@ -44,19 +44,19 @@ type Config struct {
 // Emitter buffers events and publishes them in batches on its own
 // goroutine. Emit is safe for concurrent use and never blocks.
 //
-// The buffer is a few shards (by the message an event is about). Emit
-// encodes the event into its shard's bytes under the shard's mutex; the
-// goroutine swaps each shard's bytes for empty ones and publishes them
-// cut into messages, without copying them again. The buffer holds no
-// pointers for the garbage collector to follow and keeps no string of
-// the events alive.
+// The buffer is a few shards (by the message an event is about) of the
+// emitter's own and of each Sink. Emit encodes the event into
+// its shard's bytes under the shard's mutex; the goroutine swaps each
+// shard's bytes for empty ones and publishes them cut into messages,
+// without copying them again. The buffer holds no pointers for the
+// garbage collector to follow and keeps no string of the events alive.
 type Emitter struct {
 	cfg     Config
-	shards  []shard
+	shards  []*shard
+	free    atomic.Int64  // room left in the buffer, in events
 	wake    chan struct{} // a shard got its first event
-	full    chan struct{} // a shard holds its part of a batch
-	fullAt  int
-	seed    maphash.Seed // spreads the events over the shards
+	full    chan struct{} // the buffer holds a batch
+	seed    maphash.Seed  // spreads the events over the shards
 	ref     atomic.Pointer[clockRef]
 	dropped atomic.Int64
 	stop    chan struct{}
@@ -65,9 +65,13 @@ type Emitter struct {
 	cancel  context.CancelFunc
 	once    sync.Once
 
+	regMu  sync.Mutex
+	sinks  []*Sink // until the take after their Release
+	closed bool
+
 	// Owned by the run goroutine.
-	taken []lines // per shard, what take took
-	pk    packer
+	cur []*shard // the shards of the last take
+	pk  packer
 }
 
 // New starts an Emitter; Close stops it.
@@ -81,17 +85,13 @@ func New(cfg Config) *Emitter {
 	if cfg.Pack <= 0 || cfg.Pack > MaxPackEvents {
 		cfg.Pack = MaxPackEvents
 	}
-	k := shardsFor(cfg.Buffer)
-	e := &Emitter{cfg: cfg, shards: make([]shard, k), taken: make([]lines, k), fullAt: max(1, cfg.Batch/k),
+	e := &Emitter{cfg: cfg, shards: make([]*shard, shardsFor(cfg.Buffer)),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		pk: packer{maxEvents: cfg.Pack, maxBytes: MaxPackBytes}, seed: maphash.MakeSeed()}
+	e.free.Store(int64(cfg.Buffer))
 	e.ref.Store(newRef(time.Now()))
 	for i := range e.shards {
-		size := cfg.Buffer / k
-		if i < cfg.Buffer%k {
-			size++
-		}
-		e.shards[i].init(size)
+		e.shards[i] = &shard{}
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	go e.run()
@@ -106,8 +106,16 @@ func (e *Emitter) Dropped() int64 { return e.dropped.Load() }
 // waits for the goroutine no longer than hard.
 func (e *Emitter) Close(ctx, hard context.Context) error {
 	e.once.Do(func() {
-		for i := range e.shards {
-			e.shards[i].close()
+		e.regMu.Lock()
+		e.closed = true
+		for _, s := range e.sinks {
+			for _, sh := range s.shards {
+				sh.close()
+			}
+		}
+		e.regMu.Unlock()
+		for _, sh := range e.shards {
+			sh.close()
 		}
 		close(e.stop)
 	})
@@ -149,21 +157,37 @@ func (e *Emitter) run() {
 	}
 }
 
-// take swaps each shard's lines for the goroutine's empty ones.
+// take swaps each shard's lines for the goroutine's empty ones, and
+// forgets the Sinks released before it: their last lines are taken.
 func (e *Emitter) take() {
 	e.ref.Store(newRef(time.Now()))
-	for i := range e.shards {
-		e.taken[i] = e.shards[i].swap(e.taken[i])
+	e.cur = append(e.cur[:0], e.shards...)
+	e.regMu.Lock()
+	for _, s := range e.sinks {
+		s.flushStages()
+	}
+	kept := e.sinks[:0]
+	for _, s := range e.sinks {
+		e.cur = append(e.cur, s.shards...)
+		if !s.released.Load() {
+			kept = append(kept, s)
+		}
+	}
+	clear(e.sinks[len(kept):])
+	e.sinks = kept
+	e.regMu.Unlock()
+	for _, sh := range e.cur {
+		sh.take(e)
 	}
 }
 
 // publish publishes what take took, about Batch events at a time.
 func (e *Emitter) publish() {
 	e.pk.reset(time.Now())
-	for i := range e.taken {
-		l := &e.taken[i]
+	for _, sh := range e.cur {
+		l := &sh.taken
 		for from := 0; from < len(l.ends) && e.ctx.Err() == nil; {
-			from = e.pk.add(l, from, e.cfg.Batch-e.pk.events)
+			from = e.pk.add(l, from, e.cfg.Batch-e.pk.events, sh.k)
 			if e.pk.events >= e.cfg.Batch {
 				e.flush()
 				e.pk.reset(time.Now())

@@ -64,7 +64,7 @@ func events(t *testing.T, msgs []backend.Message) []Event {
 		assert.Equal(t, ContentType, m.Headers[HeaderContentType], "the format is named")
 		n := 0
 		eachLine(m.Payload, func(line []byte) bool {
-			e, err := Decode(line)
+			e, err := DecodeIn(line, m.Headers)
 			require.NoError(t, err, "each line is an event: %s", line)
 			out = append(out, e)
 			n++

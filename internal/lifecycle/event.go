@@ -114,19 +114,11 @@ type str struct {
 
 func mkStr(s string) str { return str{s: s, enc: appendString(nil, s)} }
 
-// append appends the encoding of s, the one made once when s is k's
-// string.
-func (k *str) append(buf []byte, s string) []byte {
-	if k.enc != nil && s == k.s {
-		return append(buf, k.enc...)
-	}
-	return appendString(buf, s)
-}
-
-// known holds the encodings of the strings that the events of one
-// subscription share. It is read-only once made: any goroutine may use
-// it.
-type known struct{ topic, group, member str }
+// known holds the strings that the events of one subscription (a Sink)
+// share. Its lines leave out the ones they share, and the messages they
+// are packed into carry them in headers (HeaderTopic, HeaderGroup,
+// HeaderMember). It is read-only once made: any goroutine may use it.
+type known struct{ topic, group, member string }
 
 // kindStrs holds the encodings of the kinds.
 var kindStrs = func() []str {
@@ -146,8 +138,8 @@ func appendKind(buf []byte, k Kind) []byte {
 	return appendString(buf, string(k))
 }
 
-// appendEvent appends e as Append does, with the encodings of k (nil:
-// none).
+// appendEvent appends e as Append does, leaving out its topic, group and
+// member where they are k's (k nil: none).
 func appendEvent(buf []byte, e *Event, k *known) []byte {
 	if k == nil {
 		k = &known{}
@@ -159,15 +151,15 @@ func appendEvent(buf []byte, e *Event, k *known) []byte {
 	buf = append(buf, '"')
 	buf = appendField(buf, "id", e.MessageID)
 	buf = appendField(buf, "key", e.Key)
-	buf = append(buf, `,"topic":`...)
-	buf = k.topic.append(buf, e.Topic)
-	if e.Group != "" {
-		buf = append(buf, `,"group":`...)
-		buf = k.group.append(buf, e.Group)
+	if k.topic == "" || e.Topic != k.topic {
+		buf = append(buf, `,"topic":`...)
+		buf = appendString(buf, e.Topic)
 	}
-	if e.Member != "" {
-		buf = append(buf, `,"member":`...)
-		buf = k.member.append(buf, e.Member)
+	if e.Group != k.group {
+		buf = appendField(buf, "group", e.Group)
+	}
+	if e.Member != k.member {
+		buf = appendField(buf, "member", e.Member)
 	}
 	buf = appendInt(buf, "attempt", int64(e.Attempt))
 	buf = appendInt(buf, "duration_ns", int64(e.Duration))
@@ -180,8 +172,34 @@ func appendEvent(buf []byte, e *Event, k *known) []byte {
 	return append(buf, '}')
 }
 
-// Decode reads one event from a line of a message of the events topic.
-func Decode(payload []byte) (Event, error) {
+// DecodeIn reads one event from a line of a message of the events topic
+// whose headers are hdr: the topic, group and member the line leaves out
+// are those the headers give.
+func DecodeIn(line []byte, hdr map[string]string) (Event, error) {
+	e, err := decode(line)
+	if err != nil {
+		return e, err
+	}
+	if e.Topic == "" {
+		e.Topic = hdr[HeaderTopic]
+	}
+	if e.Group == "" {
+		e.Group = hdr[HeaderGroup]
+	}
+	if e.Member == "" {
+		e.Member = hdr[HeaderMember]
+	}
+	if e.Topic == "" {
+		return Event{}, fmt.Errorf("lifecycle event: no topic")
+	}
+	return e, nil
+}
+
+// Decode reads one event from a line that names its topic (a message of
+// the events topic without HeaderTopic, or Append's output).
+func Decode(payload []byte) (Event, error) { return DecodeIn(payload, nil) }
+
+func decode(payload []byte) (Event, error) {
 	var e Event
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return Event{}, fmt.Errorf("lifecycle event: %w", err)

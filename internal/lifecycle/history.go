@@ -138,7 +138,7 @@ func (h *History) readEvents(ctx context.Context, in backend.Inspector, topic st
 			if !containsAny(line, needles) {
 				return true
 			}
-			e, err := Decode(line)
+			e, err := DecodeIn(line, m.Headers)
 			if err == nil && q.matches(e.MessageID, e.Key) {
 				h.Entries = append(h.Entries, Entry{Event: e, Source: topic})
 			}

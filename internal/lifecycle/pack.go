@@ -16,6 +16,12 @@ const (
 	// HeaderCount is the header that holds how many events the message
 	// carries, in decimal.
 	HeaderCount = "bus-events"
+	// HeaderTopic, HeaderGroup and HeaderMember give the topic, group and
+	// member of the events of the message whose lines leave them out (the
+	// events of one subscription's member are packed together).
+	HeaderTopic  = "bus-events-topic"
+	HeaderGroup  = "bus-events-group"
+	HeaderMember = "bus-events-member"
 	// HeaderContentType is the header that names the payload's format,
 	// ContentType.
 	HeaderContentType = "content-type"
@@ -42,10 +48,12 @@ type packer struct {
 	arena lines // what pack encodes
 }
 
-// cut is one message's payload, and how many events it holds.
+// cut is one message's payload, how many events it holds, and what its
+// lines leave out (nil: nothing).
 type cut struct {
 	payload []byte
 	n       int
+	k       *known
 }
 
 // pack encodes evs, and cuts them into messages stamped now (see
@@ -63,7 +71,7 @@ func (p *packer) pack(evs []Event, now time.Time) []*backend.Message {
 		p.arena.ends = append(p.arena.ends, len(p.arena.buf))
 	}
 	p.reset(now)
-	p.add(&p.arena, 0, len(evs))
+	p.add(&p.arena, 0, len(evs), nil)
 	return p.finish()
 }
 
@@ -74,9 +82,9 @@ func (p *packer) reset(now time.Time) {
 }
 
 // add cuts the lines of l from event from on into messages, at most
-// most events, and returns where it stopped. A message never spans two
-// calls.
-func (p *packer) add(l *lines, from, most int) int {
+// most events, and returns where it stopped. The lines leave out what k
+// holds (nil: nothing). A message never spans two calls.
+func (p *packer) add(l *lines, from, most int, k *known) int {
 	to := min(len(l.ends), from+max(most, 0))
 	for from < to {
 		start := 0
@@ -88,7 +96,7 @@ func (p *packer) add(l *lines, from, most int) int {
 		for end < to && end-from < p.maxEvents && l.ends[end]-start <= p.maxBytes {
 			end++
 		}
-		p.cuts = append(p.cuts, cut{payload: l.buf[start:l.ends[end-1]:l.ends[end-1]], n: end - from})
+		p.cuts = append(p.cuts, cut{payload: l.buf[start:l.ends[end-1]:l.ends[end-1]], n: end - from, k: k})
 		p.events += end - from
 		from = end
 	}
@@ -113,13 +121,28 @@ func (p *packer) messages(now time.Time) []*backend.Message {
 	for i, c := range p.cuts {
 		p.vals[i] = backend.Message{
 			ID:          ids[i*36 : (i+1)*36],
-			Headers:     map[string]string{HeaderCount: strconv.Itoa(c.n), HeaderContentType: ContentType},
+			Headers:     headersOf(c),
 			Payload:     c.payload,
 			PublishedAt: now,
 		}
 		p.ptrs[i] = &p.vals[i]
 	}
 	return p.ptrs
+}
+
+// headersOf returns the headers of the message of c.
+func headersOf(c cut) map[string]string {
+	h := map[string]string{HeaderCount: strconv.Itoa(c.n), HeaderContentType: ContentType}
+	if c.k != nil {
+		h[HeaderTopic] = c.k.topic
+		if c.k.group != "" {
+			h[HeaderGroup] = c.k.group
+		}
+		if c.k.member != "" {
+			h[HeaderMember] = c.k.member
+		}
+	}
+	return h
 }
 
 // eachLine calls f with each line of payload that is not empty, until f

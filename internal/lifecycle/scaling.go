@@ -104,7 +104,7 @@ func (s *Scaling) take(m *backend.Message) int {
 		if !bytes.HasPrefix(line, scaledKind) {
 			return true
 		}
-		e, err := Decode(line)
+		e, err := DecodeIn(line, m.Headers)
 		if err != nil || e.Kind != Scaled {
 			return true
 		}

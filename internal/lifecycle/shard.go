@@ -2,7 +2,10 @@ package lifecycle
 
 import (
 	"hash/maphash"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,14 +16,21 @@ type lines struct {
 	ends []int
 }
 
-// shard is a part of an Emitter's buffer: the lines of the events Emit
-// put there, at most cap(ends) of them.
+// shard is a part of an Emitter's buffer: the lines of the events put
+// there. The events of all shards together are bounded by the emitter's
+// room (Config.Buffer), which a shard reserves a chunk at a time.
 type shard struct {
 	mu      sync.Mutex
 	l       lines
-	size    int      // cap(l.ends); set before the shard is shared
-	closing bool     // set by Close: Emit drops from then on
-	_       [64]byte // keeps the shards' locks on cache lines of their own
+	left    int    // events reserved from the room and not put yet
+	closing bool   // set by Close: put drops from then on
+	done    bool   // its Sink was released: put refuses from then on
+	k       *known // what its lines leave out: its Sink's (nil: shared)
+
+	// Owned by the emitter's goroutine.
+	taken lines    // what the last take took
+	idle  int      // takes in a row that found it empty
+	_     [64]byte // keeps the shards' locks on cache lines of their own
 }
 
 // clockRef is a wall time and its monotonic reading (see Event.Mono), to
@@ -39,43 +49,65 @@ const refAge = int64(time.Second)
 // one (a long error) is encoded on the heap.
 const lineMax = 512
 
-// shardsFor is how many shards a buffer of n events has: several when
-// each still holds a few messages' worth.
+// roomChunk is how many events a shard reserves from the room at once:
+// one atomic operation on the shared count per chunk, not per event.
+const roomChunk = 64
+
+// shardsFor is how many shared shards a buffer of n events has: several
+// when each still holds a few messages' worth.
 func shardsFor(n int) int {
 	const most = 8
 	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
-func (sh *shard) init(size int) {
-	sh.size = size
-	sh.l.ends = make([]int, 0, size)
-}
-
 // put appends line to the shard, and returns how many events it holds
-// then, or 0 when it was dropped (the shard is full or closing).
-func (sh *shard) put(line []byte) int {
+// then, 0 when it was dropped (the room is used up, or the shard is
+// closing), or released when its Sink was released.
+func (sh *shard) put(e *Emitter, line []byte) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := len(sh.l.ends)
-	if n == cap(sh.l.ends) || sh.closing {
+	if sh.done {
+		return released
+	}
+	if sh.closing {
 		return 0
 	}
+	if sh.left == 0 {
+		if sh.left = e.reserve(); sh.left == 0 {
+			return 0
+		}
+	}
+	sh.left--
 	sh.l.buf = append(sh.l.buf, line...)
 	sh.l.ends = append(sh.l.ends, len(sh.l.buf))
-	return n + 1
+	return len(sh.l.ends)
 }
 
-// swap returns the shard's lines and keeps empty's (emptied) instead.
-func (sh *shard) swap(empty lines) lines {
+// released is what put returns for a shard of a released Sink.
+const released = -1
+
+// idleTakes is how many takes in a row must find a shard empty before it
+// gives its buffers up.
+const idleTakes = 64
+
+// take moves the shard's lines to taken, gives the shard taken's old
+// (emptied) buffers, and returns the room they and the unused reservation
+// held to the emitter. A shard that stayed empty for idleTakes takes
+// gives its buffers up: an idle subscription holds no memory.
+func (sh *shard) take(e *Emitter) {
+	empty := sh.taken
 	empty.buf, empty.ends = empty.buf[:0], empty.ends[:0]
-	if cap(empty.ends) == 0 {
-		empty.ends = make([]int, 0, sh.size)
-	}
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	out := sh.l
-	sh.l = empty
-	return out
+	sh.taken, sh.l = sh.l, empty
+	if sh.idle = sh.idle + 1; len(sh.taken.ends) > 0 {
+		sh.idle = 0
+	} else if sh.idle == idleTakes {
+		sh.taken, sh.l = lines{}, lines{}
+	}
+	back := sh.left + len(sh.taken.ends)
+	sh.left = 0
+	sh.mu.Unlock()
+	e.free.Add(int64(back))
 }
 
 func (sh *shard) close() {
@@ -84,56 +116,133 @@ func (sh *shard) close() {
 	sh.mu.Unlock()
 }
 
-// Emit buffers ev, or counts it as dropped when the buffer is full or the
-// emitter is closing. It never blocks.
-func (e *Emitter) Emit(ev Event) { e.emit(&ev, nil) }
+// reserve takes up to roomChunk events of room, and returns how many (0:
+// the buffer is full). It wakes the emitter when the events buffered
+// reach a batch.
+func (e *Emitter) reserve() int {
+	for {
+		free := e.free.Load()
+		if free <= 0 {
+			return 0
+		}
+		n := min(free, roomChunk)
+		if !e.free.CompareAndSwap(free, free-n) {
+			continue
+		}
+		if used := int64(e.cfg.Buffer) - free + n; used >= int64(e.cfg.Batch) && used-n < int64(e.cfg.Batch) {
+			signal(e.full)
+		}
+		return int(n)
+	}
+}
 
-// Sink is an Emitter as one subscription sees it: it names the topic and
-// the member of each event. Its Emit takes a pointer, which a caller's
-// event on its stack may pass without moving to the heap. It is safe for
-// concurrent use.
+// Sink is an Emitter as one subscription's member sees it: it names the
+// topic and the member of each event, and buffers the events in shards
+// of its own, so that they are packed together and their lines leave out
+// the topic, group and member, which their messages' headers give. Its
+// Emit takes a pointer, which a caller's event on its stack may pass
+// without moving to the heap. It is safe for concurrent use.
 type Sink struct {
-	em  *Emitter
-	enc known
+	em       *Emitter
+	k        known
+	shards   []*shard
+	released atomic.Bool // set once every shard refuses puts
+
+	stMu   sync.Mutex
+	stages []*Stage // until their Release
+	made   int      // Stages made, to spread them over the shards
 }
 
-// Sink returns the Sink of the subscription member of group on topic.
+// Sink returns the Sink of the subscription member of group on topic;
+// the emitter publishes from it until Release.
 func (e *Emitter) Sink(topic, group, member string) *Sink {
-	return &Sink{em: e, enc: known{topic: mkStr(topic), group: mkStr(group), member: mkStr(member)}}
+	s := &Sink{em: e, k: known{topic: topic, group: group, member: member}, shards: make([]*shard, sinkShards(e.cfg.Buffer))}
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	for i := range s.shards {
+		s.shards[i] = &shard{k: &s.k, closing: e.closed}
+	}
+	e.sinks = append(e.sinks, s)
+	return s
 }
+
+// sinkShards is how many shards a Sink has: a shared one per core, at
+// most as many as the emitter's own.
+func sinkShards(buffer int) int { return min(shardsFor(buffer), runtime.GOMAXPROCS(0)) }
 
 // Emit sets ev's Topic and Member (and its Time, from its Mono reading)
 // and buffers it, as Emitter.Emit does.
 func (s *Sink) Emit(ev *Event) {
-	ev.Topic, ev.Member = s.enc.topic.s, s.enc.member.s
-	s.em.emit(ev, &s.enc)
+	ev.Topic, ev.Member = s.k.topic, s.k.member
+	sh := s.shards[0]
+	if len(s.shards) > 1 {
+		sh = s.shards[maphash.String(s.em.seed, ev.MessageID)%uint64(len(s.shards))]
+	}
+	if !s.em.emitTo(sh, ev, &s.k) {
+		s.em.emit(ev) // released: in the emitter's own shards
+	}
 }
 
-// emit encodes ev, with the encodings of k, and buffers it.
-func (e *Emitter) emit(ev *Event, k *known) {
-	if ev.Time.IsZero() {
-		r := e.ref.Load()
-		if ev.Mono-r.mono > refAge {
-			r = newRef(time.Now())
-			e.ref.Store(r)
-		}
-		ev.Time = r.wall.Add(time.Duration(ev.Mono - r.mono))
+// Release tells the emitter that the subscription is done: it publishes
+// what the Sink holds and then forgets it. An event emitted later still
+// goes out, through the emitter's own shards.
+func (s *Sink) Release() {
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		sh.done = true
+		sh.mu.Unlock()
 	}
+	s.released.Store(true)
+	signal(s.em.wake)
+}
+
+// Emit buffers ev, or counts it as dropped when the buffer is full or the
+// emitter is closing. It never blocks.
+func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
+
+// emit encodes ev into one of the emitter's own shards.
+func (e *Emitter) emit(ev *Event) {
+	sh := e.shards[0]
+	if len(e.shards) > 1 {
+		sh = e.shards[maphash.String(e.seed, ev.MessageID)%uint64(len(e.shards))]
+	}
+	e.emitTo(sh, ev, nil)
+}
+
+// emitTo encodes ev, leaving out what k holds, into sh. It reports false,
+// having done nothing, when sh's Sink was released.
+func (e *Emitter) emitTo(sh *shard, ev *Event, k *known) bool {
+	e.stamp(ev)
 	var room [lineMax]byte
 	line := append(appendEvent(room[:0], ev, k), '\n')
-	sh := &e.shards[0]
-	if len(e.shards) > 1 {
-		sh = &e.shards[maphash.String(e.seed, ev.MessageID)%uint64(len(e.shards))]
-	}
-	switch sh.put(line) {
+	switch sh.put(e, line) {
+	case released:
+		return false
 	case 0:
-		if e.dropped.Add(1) == 1 && !e.closing() {
-			e.reportDrop()
-		}
+		e.drop(1)
 	case 1:
 		signal(e.wake)
-	case e.fullAt:
-		signal(e.full)
+	}
+	return true
+}
+
+// stamp sets ev's Time from its Mono reading, when it has none.
+func (e *Emitter) stamp(ev *Event) {
+	if !ev.Time.IsZero() {
+		return
+	}
+	r := e.ref.Load()
+	if ev.Mono-r.mono > refAge {
+		r = newRef(time.Now())
+		e.ref.Store(r)
+	}
+	ev.Time = r.wall.Add(time.Duration(ev.Mono - r.mono))
+}
+
+// drop counts n dropped events, and reports the first drop.
+func (e *Emitter) drop(n int64) {
+	if e.dropped.Add(n) == n && !e.closing() {
+		e.reportDrop()
 	}
 }
 
@@ -152,4 +261,151 @@ func signal(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+// stageMax is how many events a Stage holds before it hands them to its
+// Sink; stageAge how old its oldest may get (by the events' own clock
+// readings) before it does.
+const (
+	stageMax = 32
+	stageAge = int64(linger)
+)
+
+// Stage is a worker's own buffer in front of its Sink, so that the
+// worker takes the lock of a shared shard once per group of events
+// instead of once per event (that lock moves between cores with every
+// event, and costs more than encoding one). Its own lock stays in the
+// cache of the worker's core: only the emitter takes it too, once per
+// batch. It holds at most stageMax events, the oldest at most stageAge
+// old when the next comes; the emitter hands over what every stage
+// holds before each batch, so no event waits on a long handler. It is
+// safe for concurrent use, but made for one goroutine.
+type Stage struct {
+	sink  *Sink
+	shard *shard
+
+	mu  sync.Mutex
+	evs []Event
+}
+
+// Stage returns a Stage of the sink, spread over its shards. The
+// emitter hands over what it holds until Release.
+func (s *Sink) Stage() *Stage {
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	st := &Stage{sink: s, shard: s.shards[s.made%len(s.shards)], evs: make([]Event, 0, stageMax)}
+	s.made++
+	s.stages = append(s.stages, st)
+	return st
+}
+
+// Emit stages ev, as Sink.Emit would buffer it, and hands the stage over
+// when it is full or its oldest event is older than stageAge.
+func (st *Stage) Emit(ev *Event) {
+	s := st.sink
+	ev.Topic, ev.Member = s.k.topic, s.k.member
+	st.mu.Lock()
+	st.evs = append(st.evs, *ev)
+	first := len(st.evs) == 1
+	if len(st.evs) >= stageMax || ev.Mono == 0 || ev.Mono-st.evs[0].Mono >= stageAge {
+		st.flushLocked()
+		first = false
+	}
+	st.mu.Unlock()
+	if first {
+		signal(s.em.wake) // the emitter comes for it within linger
+	}
+}
+
+// Pending reports whether the stage holds events.
+func (st *Stage) Pending() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.evs) > 0
+}
+
+// Flush hands the staged events over to the sink's shard.
+func (st *Stage) Flush() {
+	st.mu.Lock()
+	st.flushLocked()
+	st.mu.Unlock()
+}
+
+// Release hands over what the stage holds, and tells the emitter to
+// forget it. Emit after Release still publishes, through Flush.
+func (st *Stage) Release() {
+	st.Flush()
+	s := st.sink
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	if i := slices.Index(s.stages, st); i >= 0 {
+		s.stages = slices.Delete(s.stages, i, i+1)
+	}
+}
+
+// flushLocked puts the staged events in the shard, encoded there under
+// one lock; when the sink was released they go through the emitter's own
+// shards instead. st.mu is held.
+func (st *Stage) flushLocked() {
+	if len(st.evs) == 0 {
+		return
+	}
+	e := st.sink.em
+	for i := range st.evs {
+		e.stamp(&st.evs[i])
+	}
+	before, dropped := st.shard.putEvents(e, st.evs, &st.sink.k)
+	switch {
+	case before == released:
+		for i := range st.evs {
+			e.emit(&st.evs[i])
+		}
+	case dropped > 0:
+		e.drop(int64(dropped))
+	}
+	if before == 0 && dropped < len(st.evs) {
+		signal(e.wake)
+	}
+	clear(st.evs) // keeps no strings alive
+	st.evs = st.evs[:0]
+}
+
+// flushStages hands over what every stage of the sink holds.
+func (s *Sink) flushStages() {
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	for _, st := range s.stages {
+		st.Flush()
+	}
+}
+
+// putEvents encodes as many of evs as the room takes into the shard,
+// leaving out what k holds, and returns how many events the shard held
+// before (released when its Sink was released, and then it put nothing)
+// and how many it dropped.
+func (sh *shard) putEvents(e *Emitter, evs []Event, k *known) (before, dropped int) {
+	n := len(evs)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.done {
+		return released, 0
+	}
+	if sh.closing {
+		return len(sh.l.ends), n
+	}
+	for sh.left < n {
+		r := e.reserve()
+		if r == 0 {
+			break
+		}
+		sh.left += r
+	}
+	put := min(n, sh.left)
+	before = len(sh.l.ends)
+	for i := range put {
+		sh.l.buf = append(appendEvent(sh.l.buf, &evs[i], k), '\n')
+		sh.l.ends = append(sh.l.ends, len(sh.l.buf))
+	}
+	sh.left -= put
+	return before, n - put
 }
