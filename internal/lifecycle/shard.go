@@ -45,10 +45,6 @@ func newRef(now time.Time) *clockRef { return &clockRef{wall: now, mono: int64(n
 
 const refAge = int64(time.Second)
 
-// lineMax is the room an event's line has on the stack of Emit; a longer
-// one (a long error) is encoded on the heap.
-const lineMax = 512
-
 // roomChunk is how many events a shard reserves from the room at once:
 // one atomic operation on the shared count per chunk, not per event.
 const roomChunk = 64
@@ -60,30 +56,7 @@ func shardsFor(n int) int {
 	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
-// put appends line to the shard, and returns how many events it holds
-// then, 0 when it was dropped (the room is used up, or the shard is
-// closing), or released when its Sink was released.
-func (sh *shard) put(e *Emitter, line []byte) int {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.done {
-		return released
-	}
-	if sh.closing {
-		return 0
-	}
-	if sh.left == 0 {
-		if sh.left = e.reserve(); sh.left == 0 {
-			return 0
-		}
-	}
-	sh.left--
-	sh.l.buf = append(sh.l.buf, line...)
-	sh.l.ends = append(sh.l.ends, len(sh.l.buf))
-	return len(sh.l.ends)
-}
-
-// released is what put returns for a shard of a released Sink.
+// released is what putEvents returns for a shard of a released Sink.
 const released = -1
 
 // idleTakes is how many takes in a row must find a shard empty before it
@@ -178,7 +151,8 @@ func (s *Sink) Emit(ev *Event) {
 	if len(s.shards) > 1 {
 		sh = s.shards[maphash.String(s.em.seed, ev.MessageID)%uint64(len(s.shards))]
 	}
-	if !s.em.emitTo(sh, ev, &s.k) {
+	evs := [1]Event{*ev}
+	if !s.em.emitTo(sh, evs[:], &s.k) {
 		s.em.emit(ev) // released: in the emitter's own shards
 	}
 }
@@ -206,21 +180,25 @@ func (e *Emitter) emit(ev *Event) {
 	if len(e.shards) > 1 {
 		sh = e.shards[maphash.String(e.seed, ev.MessageID)%uint64(len(e.shards))]
 	}
-	e.emitTo(sh, ev, nil)
+	evs := [1]Event{*ev}
+	e.emitTo(sh, evs[:], nil)
 }
 
-// emitTo encodes ev, leaving out what k holds, into sh. It reports false,
-// having done nothing, when sh's Sink was released.
-func (e *Emitter) emitTo(sh *shard, ev *Event, k *known) bool {
-	e.stamp(ev)
-	var room [lineMax]byte
-	line := append(appendEvent(room[:0], ev, k), '\n')
-	switch sh.put(e, line) {
-	case released:
+// emitTo stamps evs and encodes them, leaving out what k holds, into
+// sh, dropping what the room does not take. It reports false, having
+// done nothing, when sh's Sink was released.
+func (e *Emitter) emitTo(sh *shard, evs []Event, k *known) bool {
+	for i := range evs {
+		e.stamp(&evs[i])
+	}
+	before, dropped := sh.putEvents(e, evs, k)
+	if before == released {
 		return false
-	case 0:
-		e.drop(1)
-	case 1:
+	}
+	if dropped > 0 {
+		e.drop(int64(dropped))
+	}
+	if before == 0 && dropped < len(evs) {
 		signal(e.wake)
 	}
 	return true
@@ -351,20 +329,10 @@ func (st *Stage) flushLocked() {
 		return
 	}
 	e := st.sink.em
-	for i := range st.evs {
-		e.stamp(&st.evs[i])
-	}
-	before, dropped := st.shard.putEvents(e, st.evs, &st.sink.k)
-	switch {
-	case before == released:
+	if !e.emitTo(st.shard, st.evs, &st.sink.k) {
 		for i := range st.evs {
 			e.emit(&st.evs[i])
 		}
-	case dropped > 0:
-		e.drop(int64(dropped))
-	}
-	if before == 0 && dropped < len(st.evs) {
-		signal(e.wake)
 	}
 	clear(st.evs) // keeps no strings alive
 	st.evs = st.evs[:0]
