@@ -20,7 +20,9 @@ import (
 // twice or concurrently) and that a shutdown is not a failure.
 
 // closeSlack is how long past its ctx a Close may return: the bus's grace
-// plus scheduling noise on a loaded machine.
+// plus scheduling noise on a loaded machine, scaled like every duration
+// of the suite (WithTimeScale: a backend that answers several times
+// slower also schedules its goroutines several times later).
 const closeSlack = 100 * time.Millisecond
 
 // stuckHandler is a handler that runs until its ctx ends (or the case's
@@ -59,15 +61,15 @@ func (sh *stuckHandler) lastCause() error {
 }
 
 // requireClosesWithin runs close with a ctx of d and checks that it
-// returns by the ctx's deadline plus closeSlack.
-func requireClosesWithin(t *testing.T, d time.Duration, what string, close func(context.Context) error) error {
+// returns by the ctx's deadline plus the suite's closeSlack.
+func requireClosesWithin(t *testing.T, s *suite, d time.Duration, what string, close func(context.Context) error) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	begin := time.Now()
 	err := close(ctx)
 	elapsed := time.Since(begin)
-	assert.LessOrEqual(t, elapsed, d+closeSlack, "%s returned %v after a %v ctx: Close must be bounded by its ctx", what, elapsed, d)
+	assert.LessOrEqual(t, elapsed, d+s.cfg.dur(closeSlack), "%s returned %v after a %v ctx: Close must be bounded by its ctx", what, elapsed, d)
 	return err
 }
 
@@ -95,7 +97,7 @@ func testCloseAfterSubscribeCtxEnded(t *testing.T, s *suite) {
 			if viaBus {
 				closeFn = h.bus.Close
 			}
-			_ = requireClosesWithin(t, s.cfg.dur(300*time.Millisecond), name+" after the Subscribe ctx ended", closeFn)
+			_ = requireClosesWithin(t, s, s.cfg.dur(300*time.Millisecond), name+" after the Subscribe ctx ended", closeFn)
 			recv(t, s, sub.Done(), "Done once the cancelled handler returned")
 			assert.ErrorIs(t, sh.lastCause(), bus.ErrClosing, "the handler's ctx is cancelled with cause ErrClosing")
 		})
@@ -120,7 +122,7 @@ func testConcurrentClosesBounded(t *testing.T, s *suite) {
 	short := s.cfg.dur(200 * time.Millisecond)
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { errs <- requireClosesWithin(t, short, "a concurrent Close", sub.Close) }()
+		go func() { errs <- requireClosesWithin(t, s, short, "a concurrent Close", sub.Close) }()
 	}
 	for range 2 {
 		recv(t, s, errs, "a concurrent Close to return")
@@ -128,7 +130,7 @@ func testConcurrentClosesBounded(t *testing.T, s *suite) {
 	recv(t, s, long, "the first Close to return once a shorter Close forced the shutdown")
 	recv(t, s, sub.Done(), "Done after the shutdown")
 	assert.ErrorIs(t, sh.lastCause(), bus.ErrClosing, "the handler's ctx is cancelled with cause ErrClosing")
-	require.NoError(t, requireClosesWithin(t, short, "a Close after the shutdown", sub.Close), "a Close after the shutdown finished returns nil")
+	require.NoError(t, requireClosesWithin(t, s, short, "a Close after the shutdown", sub.Close), "a Close after the shutdown finished returns nil")
 }
 
 // failingBackend makes the Receive of its subscriptions fail for good once
@@ -181,7 +183,7 @@ func testCloseAfterBackendFailure(t *testing.T, s *suite) {
 	fb.fail.Store(true)
 	s.eventually(t, func() bool { return sub.Err() != nil }, "the subscription ends with the backend's failure")
 	require.ErrorIs(t, sub.Err(), errInjected, "Err says why the subscription ended")
-	_ = requireClosesWithin(t, s.cfg.dur(300*time.Millisecond), "Close after a backend failure", sub.Close)
+	_ = requireClosesWithin(t, s, s.cfg.dur(300*time.Millisecond), "Close after a backend failure", sub.Close)
 	recv(t, s, sub.Done(), "Done once the cancelled handler returned")
 	assert.ErrorIs(t, sh.lastCause(), bus.ErrClosing, "the handler's ctx is cancelled with cause ErrClosing")
 }
