@@ -109,6 +109,7 @@ func (e *Emitter) Close(ctx, hard context.Context) error {
 		e.regMu.Lock()
 		e.closed = true
 		for _, s := range e.sinks {
+			s.flushStages() // what the workers staged goes out too
 			for _, sh := range s.shards {
 				sh.close()
 			}

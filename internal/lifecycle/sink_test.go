@@ -154,3 +154,16 @@ func TestStageEmitAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs, "an event costs its handler no allocation")
 }
+
+func TestCloseHandsOverWhatTheStagesHold(t *testing.T) {
+	st := &store{}
+	em := New(Config{Topic: "events", Publish: st.publish})
+	stage := em.Sink("orders", "billing", "web-1").Stage()
+	stage.Emit(&Event{Kind: Received, Mono: 1, MessageID: "staged"})
+	require.True(t, stage.Pending())
+	closeEmitter(t, em)
+	evs := events(t, st.stored())
+	require.Len(t, evs, 1, "an event still staged when the emitter closes is published")
+	assert.Equal(t, "staged", evs[0].MessageID)
+	assert.Zero(t, em.Dropped())
+}
