@@ -23,8 +23,8 @@ type shard struct {
 	mu      sync.Mutex
 	l       lines
 	left    int    // events reserved from the room and not put yet
-	closing bool   // set by Close: put drops from then on
-	done    bool   // its Sink was released: put refuses from then on
+	closing bool   // set by Close: putEvents drops from then on
+	done    bool   // its Sink was released: putEvents refuses from then on
 	k       *known // what its lines leave out: its Sink's (nil: shared)
 
 	// Owned by the emitter's goroutine.
@@ -72,9 +72,9 @@ func (sh *shard) take(e *Emitter) {
 	empty.buf, empty.ends = empty.buf[:0], empty.ends[:0]
 	sh.mu.Lock()
 	sh.taken, sh.l = sh.l, empty
-	if sh.idle = sh.idle + 1; len(sh.taken.ends) > 0 {
+	if len(sh.taken.ends) > 0 {
 		sh.idle = 0
-	} else if sh.idle == idleTakes {
+	} else if sh.idle++; sh.idle == idleTakes {
 		sh.taken, sh.l = lines{}, lines{}
 	}
 	back := sh.left + len(sh.taken.ends)
@@ -143,8 +143,8 @@ func (e *Emitter) Sink(topic, group, member string) *Sink {
 // most as many as the emitter's own.
 func sinkShards(buffer int) int { return min(shardsFor(buffer), runtime.GOMAXPROCS(0)) }
 
-// Emit sets ev's Topic and Member (and its Time, from its Mono reading)
-// and buffers it, as Emitter.Emit does.
+// Emit sets ev's Topic and Member and buffers it, stamped with the wall
+// time of its Mono reading when its Time is zero, as Emitter.Emit does.
 func (s *Sink) Emit(ev *Event) {
 	ev.Topic, ev.Member = s.k.topic, s.k.member
 	sh := s.shards[0]
@@ -262,8 +262,9 @@ type Stage struct {
 	sink  *Sink
 	shard *shard
 
-	mu  sync.Mutex
-	evs []Event
+	mu   sync.Mutex
+	evs  []Event
+	gone bool // released: the emitter no longer comes for it
 }
 
 // Stage returns a Stage of the sink, spread over its shards. The
@@ -285,7 +286,7 @@ func (st *Stage) Emit(ev *Event) {
 	st.mu.Lock()
 	st.evs = append(st.evs, *ev)
 	first := len(st.evs) == 1
-	if len(st.evs) >= stageMax || ev.Mono == 0 || ev.Mono-st.evs[0].Mono >= stageAge {
+	if len(st.evs) >= stageMax || ev.Mono == 0 || ev.Mono-st.evs[0].Mono >= stageAge || st.gone {
 		st.flushLocked()
 		first = false
 	}
@@ -310,9 +311,12 @@ func (st *Stage) Flush() {
 }
 
 // Release hands over what the stage holds, and tells the emitter to
-// forget it. Emit after Release still publishes, through Flush.
+// forget it. An Emit after Release hands its event over at once.
 func (st *Stage) Release() {
-	st.Flush()
+	st.mu.Lock()
+	st.flushLocked()
+	st.gone = true
+	st.mu.Unlock()
 	s := st.sink
 	s.stMu.Lock()
 	defer s.stMu.Unlock()

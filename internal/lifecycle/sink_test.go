@@ -106,12 +106,15 @@ func TestEventsAfterReleaseStillGoOut(t *testing.T) {
 	sink.Release()
 	sink.Emit(&Event{Kind: Succeeded, Mono: 2, MessageID: "after"})
 	stage.Flush() // a worker abandoned by a hard close comes back late
+	stage.Release()
+	stage.Emit(&Event{Kind: Succeeded, Mono: 3, MessageID: "released"})
+	assert.False(t, stage.Pending(), "a released stage hands an event over at once")
 	closeEmitter(t, em)
 	got := map[string]Event{}
 	for _, e := range events(t, st.stored()) {
 		got[e.MessageID] = e
 	}
-	require.Len(t, got, 3, "the events before and after the release are all published")
+	require.Len(t, got, 4, "the events before and after the release are all published")
 	for id, e := range got {
 		assert.Equal(t, "orders", e.Topic, id)
 		assert.Equal(t, "web-1", e.Member, id)
