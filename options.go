@@ -170,11 +170,14 @@ func WithMaxPayload(n int) Option {
 // expired) and when a dead letter is replayed, the bus writes one event,
 // a JSON object, to topic on its own backend, packed up to 256 to a
 // message as JSON Lines: an ordinary topic that tail, inspection,
-// retention and replay work on, and that `bus history` reads. Events are buffered and published in batches by a goroutine of
-// the bus; they never block or slow a handler: when the buffer is full an
-// event is dropped, counted, and the first drop is reported to the
-// observer. Close publishes what is buffered. Deliveries of topic itself
-// make no events. The schema is documented in docs/operating.md.
+// retention and replay work on, and that `bus history` reads. The events
+// of one subscription's member are packed together, their topic, group
+// and member in the message's headers. Events are buffered and published
+// in batches by a goroutine of the bus; they never block or slow a
+// handler: when the buffer is full an event is dropped, counted, and the
+// first drop is reported to the observer. Close publishes what is
+// buffered. Deliveries of topic itself make no events. The schema and the
+// format are documented in docs/operating.md.
 func WithEvents(topic string) Option {
 	return busOptionFunc(func(b *busOptions) error {
 		if err := backend.ValidateTopic(topic); err != nil {
