@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"hash/maphash"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,9 +120,11 @@ type Sink struct {
 	shards   []*shard
 	released atomic.Bool // set once every shard refuses puts
 
-	stMu   sync.Mutex
-	stages []*Stage // until their Release
-	made   int      // Stages made, to spread them over the shards
+	made atomic.Uint32 // Stages made, to spread them over the shards
+
+	pendMu  sync.Mutex
+	pending []*Stage // the stages that got an event since the emitter's last visit
+	spare   []*Stage // the list flushStages swaps in; guarded by the emitter's regMu
 }
 
 // Sink returns the Sink of the subscription member of group on topic;
@@ -256,26 +257,25 @@ const (
 // cache of the worker's core: only the emitter takes it too, once per
 // batch. It holds at most stageMax events, the oldest at most stageAge
 // old when the next comes; the emitter hands over what every stage
-// holds before each batch, so no event waits on a long handler. It is
-// safe for concurrent use, but made for one goroutine.
+// holds before each batch, so no event waits on a long handler; it
+// visits only the stages that got an event since its last visit, so
+// idle workers cost it nothing. It is safe for concurrent use, but made
+// for one goroutine.
 type Stage struct {
 	sink  *Sink
 	shard *shard
 
-	mu   sync.Mutex
-	evs  []Event
-	gone bool // released: the emitter no longer comes for it
+	mu     sync.Mutex
+	evs    []Event
+	listed bool // in the sink's pending list
+	gone   bool // released: the emitter no longer comes for it
 }
 
 // Stage returns a Stage of the sink, spread over its shards. The
 // emitter hands over what it holds until Release.
 func (s *Sink) Stage() *Stage {
-	s.stMu.Lock()
-	defer s.stMu.Unlock()
-	st := &Stage{sink: s, shard: s.shards[s.made%len(s.shards)], evs: make([]Event, 0, stageMax)}
-	s.made++
-	s.stages = append(s.stages, st)
-	return st
+	i := s.made.Add(1)
+	return &Stage{sink: s, shard: s.shards[int(i)%len(s.shards)], evs: make([]Event, 0, stageMax)}
 }
 
 // Emit stages ev, as Sink.Emit would buffer it, and hands the stage over
@@ -285,13 +285,16 @@ func (st *Stage) Emit(ev *Event) {
 	ev.Topic, ev.Member = s.k.topic, s.k.member
 	st.mu.Lock()
 	st.evs = append(st.evs, *ev)
-	first := len(st.evs) == 1
 	if len(st.evs) >= stageMax || ev.Mono == 0 || ev.Mono-st.evs[0].Mono >= stageAge || st.gone {
 		st.flushLocked()
-		first = false
 	}
+	list := len(st.evs) > 0 && !st.listed
+	st.listed = st.listed || list
 	st.mu.Unlock()
-	if first {
+	if list {
+		s.pendMu.Lock()
+		s.pending = append(s.pending, st)
+		s.pendMu.Unlock()
 		signal(s.em.wake) // the emitter comes for it within linger
 	}
 }
@@ -310,19 +313,13 @@ func (st *Stage) Flush() {
 	st.mu.Unlock()
 }
 
-// Release hands over what the stage holds, and tells the emitter to
-// forget it. An Emit after Release hands its event over at once.
+// Release hands over what the stage holds. An Emit after Release hands
+// its event over at once.
 func (st *Stage) Release() {
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	st.flushLocked()
 	st.gone = true
-	st.mu.Unlock()
-	s := st.sink
-	s.stMu.Lock()
-	defer s.stMu.Unlock()
-	if i := slices.Index(s.stages, st); i >= 0 {
-		s.stages = slices.Delete(s.stages, i, i+1)
-	}
 }
 
 // flushLocked puts the staged events in the shard, encoded there under
@@ -342,13 +339,21 @@ func (st *Stage) flushLocked() {
 	st.evs = st.evs[:0]
 }
 
-// flushStages hands over what every stage of the sink holds.
+// flushStages hands over what the stages that got an event since the
+// last call hold. The caller holds the emitter's regMu.
 func (s *Sink) flushStages() {
-	s.stMu.Lock()
-	defer s.stMu.Unlock()
-	for _, st := range s.stages {
-		st.Flush()
+	s.pendMu.Lock()
+	list := s.pending
+	s.pending = s.spare[:0]
+	s.pendMu.Unlock()
+	for _, st := range list {
+		st.mu.Lock()
+		st.listed = false
+		st.flushLocked()
+		st.mu.Unlock()
 	}
+	clear(list)
+	s.spare = list
 }
 
 // putEvents encodes as many of evs as the room takes into the shard,

@@ -170,3 +170,27 @@ func TestCloseHandsOverWhatTheStagesHold(t *testing.T) {
 	assert.Equal(t, "staged", evs[0].MessageID)
 	assert.Zero(t, em.Dropped())
 }
+
+func TestTheEmitterVisitsOnlyTheStagesThatGotAnEvent(t *testing.T) {
+	em := New(Config{Topic: "events", Publish: func(context.Context, []*backend.Message) error { return nil }})
+	defer closeEmitter(t, em)
+	sink := em.Sink("orders", "billing", "web-1")
+	busy := sink.Stage()
+	sink.Stage() // idle: never listed
+	pending := func() int {
+		sink.pendMu.Lock()
+		defer sink.pendMu.Unlock()
+		return len(sink.pending)
+	}
+	em.regMu.Lock() // holds the emitter's visits off
+	for i := range 3 {
+		busy.Emit(&Event{Kind: Received, Mono: int64(i + 1), MessageID: "m"})
+	}
+	assert.Equal(t, 1, pending(), "a stage is listed once, at its first event, and an idle one never")
+	sink.flushStages()
+	assert.Zero(t, pending(), "a visit empties the list")
+	assert.False(t, busy.Pending(), "and hands the stage over")
+	busy.Emit(&Event{Kind: Succeeded, Mono: 10, MessageID: "m"})
+	assert.Equal(t, 1, pending(), "the next event lists the stage again")
+	em.regMu.Unlock()
+}
