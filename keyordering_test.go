@@ -16,6 +16,7 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/crashtest"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -399,84 +400,6 @@ func (s *takeoverSpy) LockGroup(ctx context.Context, topic, group, holder string
 	return held, takeover, err
 }
 
-// crashable is a backend that dies on crash(): from then on every call
-// fails, as for a member whose process was killed: its leases and its
-// group lock lapse, nothing it holds is settled.
-type crashable struct {
-	*inmemory.Backend
-	dead atomic.Bool
-}
-
-var errCrashed = errors.New("member crashed")
-
-func (c *crashable) crash() { c.dead.Store(true) }
-
-func (c *crashable) Publish(ctx context.Context, topic string, msgs []*bus.BackendMessage) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.Backend.Publish(ctx, topic, msgs)
-}
-
-func (c *crashable) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
-	s, err := c.Backend.Subscribe(ctx, topic, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &crashableSub{Subscription: s, c: c}, nil
-}
-
-func (c *crashable) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
-	if c.dead.Load() {
-		return false, false, errCrashed
-	}
-	return c.Backend.LockGroup(ctx, topic, group, holder, ttl)
-}
-
-func (c *crashable) UnlockGroup(ctx context.Context, topic, group, holder string) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.Backend.UnlockGroup(ctx, topic, group, holder)
-}
-
-// Close leaves the shared broker open for the other member.
-func (c *crashable) Close() error { return nil }
-
-type crashableSub struct {
-	backend.Subscription
-	c *crashable
-}
-
-func (s *crashableSub) Receive(ctx context.Context, max int) ([]*bus.BackendMessage, error) {
-	if s.c.dead.Load() {
-		<-ctx.Done() // a dead member fetches nothing
-		return nil, ctx.Err()
-	}
-	return s.Subscription.Receive(ctx, max)
-}
-
-func (s *crashableSub) Ack(ctx context.Context, ids []backend.AckID) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	return s.Subscription.Ack(ctx, ids)
-}
-
-func (s *crashableSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	return s.Subscription.Nack(ctx, id, delay)
-}
-
-func (s *crashableSub) Extend(ctx context.Context, id backend.AckID) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	return s.Subscription.(backend.Extender).Extend(ctx, id)
-}
-
 // The ledger of key ordering through a crash: K keys × M members on one
 // broker, the active member crashes mid-run; every message is handled,
 // and every member handles every key in publish order; what the crashed
@@ -547,12 +470,12 @@ func TestKeyOrderingLedgerThroughAMemberCrash(t *testing.T) {
 // "orders", each a Bus over its own crashable view of shared; record is
 // told each message a live member handles ("<key> <seq>"), and active
 // which member handled one.
-func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease time.Duration, record func(member int, key string, seq int, id string)) ([]*crashablePart, chan int) {
+func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease time.Duration, record func(member int, key string, seq int, id string)) ([]*crashtest.Member, chan int) {
 	t.Helper()
 	active := make(chan int, 64)
-	backends := make([]*crashablePart, members)
+	backends := make([]*crashtest.Member, members)
 	for i := range members {
-		backends[i] = &crashablePart{crashable{Backend: shared}}
+		backends[i] = crashtest.New(shared)
 		b := bus.New(backends[i], bus.WithObserver(observer.Nop()))
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -560,7 +483,7 @@ func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease ti
 			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
 		})
 		_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
-			if backends[i].dead.Load() {
+			if backends[i].Dead() {
 				<-ctx.Done() // a killed process does nothing more
 				return ctx.Err()
 			}
@@ -583,7 +506,7 @@ func ledgerMembers(t *testing.T, shared *inmemory.Backend, members int, lease ti
 // crash of the first member that handles one, the second half; then it
 // waits within the bound until handled reports every message handled,
 // and returns the crashed member.
-func crashMidLedger(t *testing.T, pub *bus.Bus, keys, perKey int, backends []*crashablePart, active <-chan int, handled func() int, within time.Duration) int {
+func crashMidLedger(t *testing.T, pub *bus.Bus, keys, perKey int, backends []*crashtest.Member, active <-chan int, handled func() int, within time.Duration) int {
 	t.Helper()
 	ids := publishLedger(t, pub, keys, 0, perKey/2)
 	var victim int
@@ -592,7 +515,7 @@ func crashMidLedger(t *testing.T, pub *bus.Bus, keys, perKey int, backends []*cr
 	case <-time.After(10 * time.Second):
 		t.Fatal("no member handled anything")
 	}
-	backends[victim].crash()
+	backends[victim].Crash()
 	ids = append(ids, publishLedger(t, pub, keys, perKey/2, perKey)...)
 	require.Eventually(t, func() bool { return handled() == len(ids) }, within, 10*time.Millisecond,
 		"every published message handled after the crash")

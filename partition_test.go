@@ -124,24 +124,6 @@ func TestPartitionedGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 	}
 }
 
-// crashablePart is a crashable member that also stops beating when it
-// crashes, as a killed process would.
-type crashablePart struct{ crashable }
-
-func (c *crashablePart) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
-	if c.dead.Load() {
-		return nil, errCrashed
-	}
-	return c.Backend.Heartbeat(ctx, topic, group, member, ttl)
-}
-
-func (c *crashablePart) Leave(ctx context.Context, topic, group, member string) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.Backend.Leave(ctx, topic, group, member)
-}
-
 // The ledger of a partitioned topic through a crash: K keys × M members
 // share 4 partitions, a member that handles messages crashes mid-run (no
 // Close, no heartbeat, no ack); the others take its partitions over.

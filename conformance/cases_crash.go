@@ -5,124 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/crashtest"
 	"github.com/eventbus-go/bus/observer"
 )
-
-// crashable is one member's view of the backend under test: after crash
-// every call it makes fails, as for a process that was killed, so its
-// leases and its group locks lapse and nothing it holds is settled. Close
-// leaves the shared backend open. It forwards the group lock, partitions
-// and inspection of the harness's backend.
-type crashable struct {
-	*countingBackend
-	dead atomic.Bool
-}
-
-var errCrashed = errors.New("conformance: member crashed")
-
-func (c *crashable) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.countingBackend.Publish(ctx, topic, msgs)
-}
-
-func (c *crashable) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
-	sub, err := c.countingBackend.Subscribe(ctx, topic, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &crashableSub{Subscription: sub, c: c}, nil
-}
-
-func (c *crashable) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
-	if c.dead.Load() {
-		return false, false, errCrashed
-	}
-	return c.countingBackend.LockGroup(ctx, topic, group, holder, ttl)
-}
-
-func (c *crashable) UnlockGroup(ctx context.Context, topic, group, holder string) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.countingBackend.UnlockGroup(ctx, topic, group, holder)
-}
-
-func (c *crashable) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
-	if c.dead.Load() {
-		return nil, errCrashed
-	}
-	return c.countingBackend.Heartbeat(ctx, topic, group, member, ttl)
-}
-
-func (c *crashable) Leave(ctx context.Context, topic, group, member string) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.countingBackend.Leave(ctx, topic, group, member)
-}
-
-// Close leaves the shared backend open for the other members.
-func (c *crashable) Close() error { return nil }
-
-type crashableSub struct {
-	backend.Subscription
-	c *crashable
-}
-
-func (s *crashableSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	if s.c.dead.Load() {
-		<-ctx.Done() // a dead member fetches nothing
-		return nil, ctx.Err()
-	}
-	return s.Subscription.Receive(ctx, max)
-}
-
-func (s *crashableSub) Ack(ctx context.Context, ids []backend.AckID) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	return s.Subscription.Ack(ctx, ids)
-}
-
-func (s *crashableSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	return s.Subscription.Nack(ctx, id, delay)
-}
-
-// Extend forwards to the backend's Extender, when it has one.
-func (s *crashableSub) Extend(ctx context.Context, id backend.AckID) error {
-	x, ok := s.Subscription.(backend.Extender)
-	switch {
-	case s.c.dead.Load():
-		return errCrashed
-	case !ok:
-		return fmt.Errorf("conformance: %w: no backend.Extender", bus.ErrUnsupported)
-	}
-	return x.Extend(ctx, id)
-}
-
-// Release forwards to the backend's Releaser, or nacks without a delay.
-func (s *crashableSub) Release(ctx context.Context, id backend.AckID) error {
-	if s.c.dead.Load() {
-		return errCrashed
-	}
-	if r, ok := s.Subscription.(backend.Releaser); ok {
-		return r.Release(ctx, id)
-	}
-	return s.Subscription.Nack(ctx, id, 0)
-}
 
 // ledgerLog records, per key, the sequence numbers handled in handling
 // order over all members, and which member first handled each.
@@ -226,9 +116,9 @@ func runCrashLedger(t *testing.T, s *suite, h *harness, topic string, partitions
 	keys, perKey, members := 8, count(20, 10), 3
 	log := &ledgerLog{order: map[string][]int{}, first: map[string]map[int]int{}, handled: map[string]bool{}}
 	active := make(chan int, 64)
-	views := make([]*crashable, members)
+	views := make([]*crashtest.Member, members)
 	for i := range members {
-		views[i] = &crashable{countingBackend: h.be}
+		views[i] = crashtest.New(h.be)
 		b := bus.New(views[i], bus.WithObserver(observer.Nop()))
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
@@ -236,7 +126,7 @@ func runCrashLedger(t *testing.T, s *suite, h *harness, topic string, partitions
 			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
 		})
 		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
-			if views[i].dead.Load() {
+			if views[i].Dead() {
 				<-ctx.Done() // a killed process does nothing more
 				return ctx.Err()
 			}
@@ -248,7 +138,7 @@ func runCrashLedger(t *testing.T, s *suite, h *harness, topic string, partitions
 	}
 	h.publish(topic, ledgerMessages(keys, 0, perKey/2)...)
 	victim := recv(t, s, active, "a member handles the first messages")
-	views[victim].dead.Store(true)
+	views[victim].Crash()
 	h.publish(topic, ledgerMessages(keys, perKey/2, perKey)...)
 	s.eventually(t, func() bool { return log.count() == keys*perKey }, "every message handled after the crash")
 	log.check(t, keys, perKey, victim)

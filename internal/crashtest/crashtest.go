@@ -1,0 +1,143 @@
+// Package crashtest gives tests a member's view of a shared backend that
+// can be killed: after Crash every call the member makes fails, as for a
+// process that was killed, so its leases and group locks lapse and
+// nothing it holds is settled, while the other members go on.
+package crashtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/engine"
+)
+
+// ErrCrashed is what a crashed member's calls return.
+var ErrCrashed = errors.New("crashtest: member crashed")
+
+// Target is what a member forwards to: a backend with group locks,
+// partitions and inspection, the needs of key-ordered and partitioned
+// members.
+type Target interface {
+	backend.Backend
+	backend.GroupLocker
+	backend.Partitioner
+	backend.Inspector
+}
+
+// Member is one member's view of a shared Target. Close leaves the
+// target open for the other members.
+type Member struct {
+	Target
+	dead atomic.Bool
+}
+
+// New returns a live member of t.
+func New(t Target) *Member { return &Member{Target: t} }
+
+// Crash kills the member: every call it makes from now on fails.
+func (m *Member) Crash() { m.dead.Store(true) }
+
+// Dead reports whether Crash was called.
+func (m *Member) Dead() bool { return m.dead.Load() }
+
+func (m *Member) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if m.Dead() {
+		return ErrCrashed
+	}
+	return m.Target.Publish(ctx, topic, msgs)
+}
+
+func (m *Member) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := m.Target.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &subscription{Subscription: sub, m: m}, nil
+}
+
+func (m *Member) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	if m.Dead() {
+		return false, false, ErrCrashed
+	}
+	return m.Target.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+func (m *Member) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	if m.Dead() {
+		return ErrCrashed
+	}
+	return m.Target.UnlockGroup(ctx, topic, group, holder)
+}
+
+// Heartbeat stops when the member crashes, as a killed process's would.
+func (m *Member) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
+	if m.Dead() {
+		return nil, ErrCrashed
+	}
+	return m.Target.Heartbeat(ctx, topic, group, member, ttl)
+}
+
+func (m *Member) Leave(ctx context.Context, topic, group, member string) error {
+	if m.Dead() {
+		return ErrCrashed
+	}
+	return m.Target.Leave(ctx, topic, group, member)
+}
+
+// Close leaves the shared target open for the other members.
+func (m *Member) Close() error { return nil }
+
+type subscription struct {
+	backend.Subscription
+	m *Member
+}
+
+func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	if s.m.Dead() {
+		<-ctx.Done() // a dead member fetches nothing
+		return nil, ctx.Err()
+	}
+	return s.Subscription.Receive(ctx, max)
+}
+
+func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
+	if s.m.Dead() {
+		return ErrCrashed
+	}
+	return s.Subscription.Ack(ctx, ids)
+}
+
+func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if s.m.Dead() {
+		return ErrCrashed
+	}
+	return s.Subscription.Nack(ctx, id, delay)
+}
+
+// Extend forwards to the subscription's Extender, when it has one.
+func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
+	x, ok := s.Subscription.(backend.Extender)
+	switch {
+	case s.m.Dead():
+		return ErrCrashed
+	case !ok:
+		return fmt.Errorf("crashtest: %w: the subscription is no backend.Extender", engine.ErrUnsupported)
+	}
+	return x.Extend(ctx, id)
+}
+
+// Release forwards to the subscription's Releaser, or nacks without a
+// delay.
+func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
+	if s.m.Dead() {
+		return ErrCrashed
+	}
+	if r, ok := s.Subscription.(backend.Releaser); ok {
+		return r.Release(ctx, id)
+	}
+	return s.Subscription.Nack(ctx, id, 0)
+}
