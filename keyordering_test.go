@@ -270,6 +270,22 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 // crashed member) with a delivery unsettled waits one ack timeout before
 // it fetches, so that what the lapsed member left is back with the group
 // first, and handled before what came after it.
+// crashedHolder is a member of group "g" on "orders" that crashed: it
+// took the oldest message with a lease of lease and holds the group lock
+// for ghostTTL, and does nothing more. The caller closes it.
+func crashedHolder(t *testing.T, ctx context.Context, be backend.Backend, lease, ghostTTL time.Duration) backend.Subscription {
+	t.Helper()
+	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	taken, err := ghost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the crashed member had taken k/0, unsettled")
+	held, _, err := be.(backend.GroupLocker).LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+	return ghost
+}
+
 func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
@@ -279,15 +295,8 @@ func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	ctx := context.Background()
 	msgs := keyedMsgs("k", 2)
 	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
-	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
-	require.NoError(t, err)
+	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
 	defer ghost.Close()
-	taken, err := ghost.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, taken, 1, "the crashed member had taken k/0")
-	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
-	require.NoError(t, err)
-	require.True(t, held)
 	start := time.Now()
 	handled := make(chan string, 4)
 	at := make(chan time.Duration, 4)
@@ -353,15 +362,8 @@ func TestKeyOrderingWaitingMemberThatClosesLetsTheLockLapse(t *testing.T) {
 	defer cancel()
 	msgs := keyedMsgs("k", 1)
 	require.NoError(t, bus.New(be).Publish(ctx, "orders", msgs[0]))
-	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
-	require.NoError(t, err)
+	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
 	defer ghost.Close()
-	taken, err := ghost.Receive(ctx, 1)
-	require.NoError(t, err)
-	require.Len(t, taken, 1, "the crashed member left k/0 unsettled")
-	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
-	require.NoError(t, err)
-	require.True(t, held)
 
 	spy := &takeoverSpy{Backend: be, took: make(chan struct{})}
 	b := bus.New(spy, bus.WithObserver(observer.Nop()))

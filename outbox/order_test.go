@@ -59,13 +59,21 @@ func TestRelayWakesOnNotifyLongBeforeItsPoll(t *testing.T) {
 	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(time.Minute))
 	require.NoError(t, err)
 	defer closeRelay(t, r)
+	// After the first, the relay is waiting: only the commit's
+	// notification can wake it within the poll interval.
+	relayOneByOne(t, conn, c, "on its commit's notification, not a minute later")
+}
+
+// relayOneByOne commits three messages one at a time, each after the one
+// before was relayed, and checks that each is relayed (how says by
+// what) and that exactly they arrived.
+func relayOneByOne(t *testing.T, conn *pgx.Conn, c *collector, how string) {
+	t.Helper()
 	var want []*bus.Message
 	for i := range 3 {
 		want = append(want, write(t, conn, "orders", false, keyed(1, 1, fmt.Sprint(i))...)...)
-		// After the first, the relay is waiting: only the commit's
-		// notification can wake it within the poll interval.
 		require.Eventually(t, func() bool { return c.count() == i+1 }, 10*time.Second, 5*time.Millisecond,
-			"message %d is relayed on its commit's notification, not a minute later", i)
+			"message %d is relayed %s", i, how)
 	}
 	c.requireExactly(t, want)
 }
@@ -81,11 +89,5 @@ func TestRelayPollsWhenNoNotificationComes(t *testing.T) {
 	r, err := outbox.NewRelay(srv.URL(), b, outbox.WithPollInterval(50*time.Millisecond))
 	require.NoError(t, err)
 	defer closeRelay(t, r)
-	var want []*bus.Message
-	for i := range 3 {
-		want = append(want, write(t, conn, "orders", false, keyed(1, 1, fmt.Sprint(i))...)...)
-		require.Eventually(t, func() bool { return c.count() == i+1 }, 10*time.Second, 5*time.Millisecond,
-			"message %d is relayed by the poll", i)
-	}
-	c.requireExactly(t, want)
+	relayOneByOne(t, conn, c, "by the poll")
 }
