@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,6 +142,46 @@ func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
 	assert.False(t, h.Entries[2].Held, "replayed: no longer held")
 	assert.Equal(t, "orders.dlq", h.Entries[3].DeadLetter, "replayed from the dead-letter topic")
 	assert.Equal(t, "orders", h.Entries[3].Topic, "replayed to its topic")
+}
+
+// TestEventsOfADeadLetterReplayedAtOnceStayInOrder replays a dead letter
+// from the observer, as soon as it is on its dead-letter topic: its
+// dead_lettered event still comes before its replayed event, because it is
+// stamped before the move.
+func TestEventsOfADeadLetterReplayedAtOnceStayInOrder(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	var b *bus.Bus
+	var ok atomic.Bool
+	replayed := make(chan error, 1)
+	obs := observer.Func(func(ctx context.Context, e observer.Event) {
+		if e.Scope == observer.ScopeDeadLetter && !ok.Swap(true) {
+			n, err := b.ReplayDeadLetters(ctx, "orders.dlq", e.MessageID)
+			if err == nil && n != 1 {
+				err = fmt.Errorf("replayed %d dead letters, want 1", n)
+			}
+			replayed <- err
+		}
+	})
+	b = bus.New(be, bus.WithEvents(eventsTopic), bus.WithObserver(obs))
+	defer func() { assert.NoError(t, b.Close(ctx)) }()
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if !ok.Load() {
+			return bus.Permanent(errors.New("bad order"))
+		}
+		return nil
+	}, bus.WithGroup("billing"))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-2"}))
+	select {
+	case err := <-replayed:
+		require.NoError(t, err, "the replay from the observer")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message was not dead-lettered within 10s")
+	}
+	waitKinds(t, be, "o-2", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered, lifecycle.Replayed, lifecycle.Received, lifecycle.Succeeded)
 }
 
 func TestEventsOfAnExpiry(t *testing.T) {

@@ -275,11 +275,12 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 	topic := s.cfg.DeadLetter
 	code := ReasonCode(reason)
 	d.setDeadLetterCode(code)
+	at := monoNow()
 	if topic == "" {
 		err := s.acks.add(d.ackID)
 		s.reportDeadLetter(d, code, fmt.Errorf("dropped, dead-lettering is off: %w", reason))
 		if s.cfg.Event != nil && err == nil {
-			s.emitDeadLetter(d, code, "", reason)
+			s.emitDeadLetter(d, code, "", reason, at)
 		}
 		d.finish(OutcomeDropped, err)
 		return err
@@ -296,7 +297,7 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 	} else {
 		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
 		if s.cfg.Event != nil {
-			s.emitDeadLetter(d, code, topic, reason)
+			s.emitDeadLetter(d, code, topic, reason, at)
 		}
 	}
 	d.finish(OutcomeDeadLettered, err)

@@ -144,10 +144,11 @@ func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Durat
 }
 
 // emitDeadLetter emits the dead_lettered event of d (moved to topic, or
-// dropped when topic is empty), preceded by an expired event when it
-// expired.
-func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, topic string, reason error) {
-	e := s.lifecycleEvent(d, lifecycle.Expired, monoNow())
+// dropped when topic is empty) at mono, preceded by an expired event when
+// it expired. mono is read before the move, so that the event is older
+// than anything done to the dead letter once it is visible (a replay).
+func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, topic string, reason error, mono int64) {
+	e := s.lifecycleEvent(d, lifecycle.Expired, mono)
 	e.Code, e.Error = string(code), lifecycle.CutError(reason.Error())
 	if code == backend.CodeExpired {
 		s.cfg.Event.Emit(&e)
