@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
 )
 
 // dedup remembers the IDs published to a topic within the dedup window,
@@ -16,7 +17,10 @@ import (
 // index from hash to the ID's place in the ring finds them (seqIndex),
 // and a lookup compares the ID itself: two IDs with one hash can only
 // make the first forgotten early (published twice), never a new message
-// taken for a duplicate.
+// taken for a duplicate. The IDs the bus generated are remembered apart,
+// by their values (genIDs), much more cheaply; whether an ID is one of
+// them depends on the ID alone, so it is always looked for where it was
+// remembered.
 type dedup struct {
 	window int64 // nanoseconds; 0: off
 	max    int
@@ -35,11 +39,15 @@ type dedup struct {
 	// reused from batch to batch.
 	batch []int32
 	large bool
+	gens  genIDs
 }
 
+// keyHash is a kept key and its hash, or, for a generated ID (gen), its
+// value.
 type keyHash struct {
 	key string
 	h   uint64
+	gen bool
 }
 
 type seenID struct {
@@ -88,15 +96,18 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	n := 0
 	for i := range es {
 		k := dedupKey(&es[i])
-		h := maphash.String(d.seed, k)
-		if d.has(k, h, now) || d.repeats(k, h) {
+		h, gen := msgid.Parse(k)
+		if !gen {
+			h = maphash.String(d.seed, k)
+		}
+		if gen && d.gens.has(h, now) || !gen && d.has(k, h, now) || d.repeats(k, h) {
 			bytes -= int64(es[i].size)
 			continue
 		}
 		if d.large {
 			d.batch[d.batchFind(k, h)] = int32(len(d.kept) + 1)
 		}
-		d.kept = append(d.kept, keyHash{k, h})
+		d.kept = append(d.kept, keyHash{k, h, gen})
 		es[n] = es[i]
 		n++
 	}
@@ -156,8 +167,13 @@ func (d *dedup) record(now int64) {
 	for d.n > 0 && d.order[d.head].until <= now {
 		d.pop()
 	}
+	d.gens.expire(now)
 	until := now + d.window
 	for _, k := range d.kept {
+		if k.gen {
+			d.gens.add(k.h, until)
+			continue
+		}
 		if d.n == len(d.order) {
 			if len(d.order) < d.max {
 				d.grow()
@@ -168,6 +184,13 @@ func (d *dedup) record(now int64) {
 		d.order[(d.head+d.n)%len(d.order)] = seenID{id: k.key, h: k.h, until: until}
 		d.at.set(k.h, d.first+uint64(d.n))
 		d.n++
+	}
+	for d.n+d.gens.n > d.max {
+		if d.n > 0 && d.order[d.head].until <= d.gens.oldest() {
+			d.pop()
+		} else {
+			d.gens.pop()
+		}
 	}
 	clear(d.kept)
 	d.kept = d.kept[:0]

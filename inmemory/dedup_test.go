@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/internal/msgid"
 )
 
 func publishID(t *testing.T, be *inmemory.Backend, topic, id string, headers map[string]string) {
@@ -55,4 +56,72 @@ func TestDedupIsBoundedAndKnowsReplays(t *testing.T) {
 	publishID(t, off, "off", "a", nil)
 	publishID(t, off, "off", "a", nil)
 	assert.Equal(t, 2, stats(t, off, "off").Backlog, "no window, no deduplication")
+}
+
+// generatedIDs returns n IDs of the bus's generator, which the topic
+// remembers apart from other IDs.
+func generatedIDs(n int) []string {
+	all := msgid.Batch(n)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = all[36*i : 36*i+36]
+	}
+	return ids
+}
+
+func publishIDs(t *testing.T, be *inmemory.Backend, topic string, ids ...string) {
+	t.Helper()
+	msgs := make([]*backend.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = &backend.Message{ID: id, Payload: []byte(id)}
+	}
+	require.NoError(t, be.Publish(context.Background(), topic, msgs))
+}
+
+// The IDs the bus generates are deduplicated like any other: within a
+// batch, across batches, until the window ends.
+func TestDedupOfGeneratedIDs(t *testing.T) {
+	be := newBackend(t, &inmemory.Options{DedupWindow: 100 * time.Millisecond})
+	s := subscribe(t, be, "gen", "g")
+	ids := generatedIDs(70) // more than one block of values
+	publishIDs(t, be, "gen", ids[:40]...)
+	publishIDs(t, be, "gen", append(ids[30:], ids[69], "other")...)
+	assert.Equal(t, 71, stats(t, be, "gen").Backlog, "each ID stored once: within the batch, and across batches")
+	got := receiveN(t, s, 71, time.Second)
+	seen := map[string]int{}
+	for _, m := range got {
+		seen[m.ID]++
+		assert.Equal(t, m.ID, string(m.Payload), "the first copy is the one stored")
+	}
+	assert.Len(t, seen, 71, "no ID twice")
+	ackAll(t, s, got)
+	require.Eventually(t, func() bool {
+		publishIDs(t, be, "gen", ids[5])
+		return stats(t, be, "gen").Backlog == 1
+	}, 5*time.Second, 10*time.Millisecond, "stored again once the window ended")
+	assert.Equal(t, ids[5], receiveN(t, s, 1, time.Second)[0].ID)
+}
+
+// MaxBacklog bounds the IDs of both kinds together, the oldest forgotten
+// first; generated IDs are forgotten by blocks.
+func TestDedupBoundCountsGeneratedIDs(t *testing.T) {
+	be := newBackend(t, &inmemory.Options{MaxBacklog: 10})
+	s := subscribe(t, be, "mixed", "g")
+	gens := generatedIDs(5)
+	publishIDs(t, be, "mixed", gens...)
+	ackAll(t, s, receiveN(t, s, 5, time.Second))
+	for i := range 5 {
+		publishID(t, be, "mixed", fmt.Sprintf("m%d", i), nil)
+	}
+	ackAll(t, s, receiveN(t, s, 5, time.Second))
+	publishIDs(t, be, "mixed", gens[0], "m0")
+	assert.Equal(t, 0, stats(t, be, "mixed").Backlog, "ten IDs are all remembered")
+
+	publishID(t, be, "mixed", "m5", nil) // the eleventh: the oldest go
+	ackAll(t, s, receiveN(t, s, 1, time.Second))
+	publishIDs(t, be, "mixed", "m0", "m4")
+	assert.Equal(t, 0, stats(t, be, "mixed").Backlog, "the newer IDs are still remembered")
+	publishIDs(t, be, "mixed", gens[4])
+	got := receiveN(t, s, 1, time.Second)
+	assert.Equal(t, gens[4], got[0].ID, "the generated IDs, older, were forgotten")
 }

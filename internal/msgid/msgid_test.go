@@ -71,25 +71,11 @@ func TestBatchIsUniqueIncreasingAndAfterNew(t *testing.T) {
 
 // reserveAt recovers the (ms << 16 | sequence) value of an ID.
 func reserveAt(id string) uint64 {
-	var u [16]byte
-	j := 0
-	for i := 0; i < 36; i++ {
-		if id[i] == '-' {
-			continue
-		}
-		u[j/2] |= unhex(id[i]) << (4 * (1 - j%2))
-		j++
+	v, ok := Parse(id)
+	if !ok {
+		panic("not an ID of this process: " + id)
 	}
-	ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
-	sq := uint64(u[6]&0x0f)<<12 | uint64(u[7])<<4 | uint64(u[8]>>2)&0x0f
-	return ms<<16 | sq
-}
-
-func unhex(c byte) byte {
-	if c >= 'a' {
-		return c - 'a' + 10
-	}
-	return c - '0'
+	return v
 }
 
 func BenchmarkBatch16(b *testing.B) {

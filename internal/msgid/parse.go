@@ -1,0 +1,53 @@
+package msgid
+
+// tail is the text of every ID this process makes from position 21 on
+// (the random bytes 9 to 15: "-" after 2 digits, then 12), and its
+// position.
+var tail string
+
+const tailAt = 21
+
+func init() {
+	var u [16]byte
+	fill(&u, 0)
+	tail = Format(u)[tailAt:]
+}
+
+// Parse reports whether id is exactly an ID that this process's generator
+// made or would make (New, Batch), and returns its value: the
+// (millisecond << 16 | sequence) number it was made from. Values are
+// unique: two IDs with one value are the same string. An ID of another
+// process, or any other string, returns false.
+func Parse(id string) (uint64, bool) {
+	if len(id) != 36 || id[tailAt:] != tail || id[8] != '-' || id[13] != '-' || id[18] != '-' {
+		return 0, false
+	}
+	// Bytes 0 to 8: 48 bits of milliseconds, the version nibble, 16 bits
+	// of sequence, and the variant and 2 random bits around its last 4.
+	var u [9]byte
+	for i, at := range [9]int{0, 2, 4, 6, 9, 11, 14, 16, 19} {
+		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
+		if hi|lo > 0x0f {
+			return 0, false
+		}
+		u[i] = hi<<4 | lo
+	}
+	if u[6]&0xf0 != 0x70 || u[8]&0xc3 != 0x80|random[0]&0x03 {
+		return 0, false
+	}
+	ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
+	sq := uint64(u[6]&0x0f)<<12 | uint64(u[7])<<4 | uint64(u[8]>>2)&0x0f
+	return ms<<16 | sq, true
+}
+
+// unhexes decodes the lower-case hex digits that Format writes; every
+// other byte is 0xff.
+var unhexes = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i := range 16 {
+		t[hexDigits[i]] = byte(i)
+	}
+	return t
+}()

@@ -1,0 +1,63 @@
+package msgid
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseReadsBackEveryIDOfThisProcess(t *testing.T) {
+	ids := Batch(300) // crosses sequence nibbles, maybe a millisecond
+	first, ok := Parse(ids[:36])
+	require.True(t, ok, "a batch ID parses")
+	for i := range 300 {
+		v, ok := Parse(ids[36*i : 36*i+36])
+		require.True(t, ok, "ID %d parses", i)
+		assert.Equal(t, first+uint64(i), v, "ID %d has its reserved value", i)
+	}
+	id := New()
+	v, ok := Parse(id)
+	require.True(t, ok)
+	var u [16]byte
+	fill(&u, v)
+	assert.Equal(t, id, Format(u), "the value renders the same ID")
+}
+
+// TestParseIsExact checks that every string that differs from an ID by
+// one character either does not parse or is the ID of its value: no two
+// strings share a value.
+func TestParseIsExact(t *testing.T) {
+	id := New()
+	const alphabet = "0123456789abcdefABCDEF-gz "
+	for i := range len(id) {
+		for _, c := range []byte(alphabet) {
+			if id[i] == c {
+				continue
+			}
+			m := id[:i] + string(c) + id[i+1:]
+			v, ok := Parse(m)
+			if !ok {
+				continue
+			}
+			var u [16]byte
+			fill(&u, v)
+			assert.Equal(t, m, Format(u), "a parsed string is the ID of its value (position %d, %q)", i, c)
+		}
+	}
+	assert.True(t, func() bool { _, ok := Parse(id); return ok }())
+	for _, bad := range []string{"", "x", strings.ToUpper(id), id + "0", id[:35], "order-1"} {
+		_, ok := Parse(bad)
+		assert.False(t, ok, "%q is not an ID of this process", bad)
+	}
+	var other [16]byte
+	fill(&other, 1)
+	other[15] ^= 0xff // the random tail of another process
+	_, ok := Parse(Format(other))
+	assert.False(t, ok, "another process's ID")
+	other[15] ^= 0xff
+	other[8] ^= 0x01 // one of the two random bits of the variant byte
+	_, ok = Parse(Format(other))
+	assert.False(t, ok, "another process's ID that differs in the variant byte only")
+}
