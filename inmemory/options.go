@@ -79,9 +79,11 @@ type Options struct {
 	// a message whose ID was published within it is stored once, and the
 	// second Publish returns nil. A topic remembers at most MaxBacklog
 	// IDs; under a load that publishes more within the window, it forgets
-	// the oldest early. Zero means DefaultDedupWindow (two
-	// minutes); negative turns deduplication off. URL: ?dedup_window=
-	// (0 turns it off).
+	// the oldest early. The IDs the bus gives messages published without
+	// one are remembered in blocks of 64 that it made together, each until
+	// the window has passed since the latest of its block was published.
+	// Zero means DefaultDedupWindow (two minutes); negative turns
+	// deduplication off. URL: ?dedup_window= (0 turns it off).
 	DedupWindow time.Duration
 }
 
