@@ -172,6 +172,27 @@ func appendEvent(buf []byte, e *Event, k *known) []byte {
 	return append(buf, '}')
 }
 
+// appendKnown appends line, an event's line that leaves out the topic,
+// group and member because they are k's (appendEvent with k, of an event
+// with k's topic, group and member), with them: the line as appendEvent
+// without k would write it, but for the order of its fields.
+func appendKnown(buf, line []byte, k *known) []byte {
+	buf = append(buf, '{')
+	if k.topic != "" {
+		buf = append(buf, `"topic":`...)
+		buf = append(appendString(buf, k.topic), ',')
+	}
+	if k.group != "" {
+		buf = append(buf, `"group":`...)
+		buf = append(appendString(buf, k.group), ',')
+	}
+	if k.member != "" {
+		buf = append(buf, `"member":`...)
+		buf = append(appendString(buf, k.member), ',')
+	}
+	return append(buf, line[1:]...)
+}
+
 // DecodeIn reads one event from a line of a message of the events topic
 // whose headers are hdr: the topic, group and member the line leaves out
 // are those the headers give.

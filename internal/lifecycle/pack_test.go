@@ -109,6 +109,23 @@ func BenchmarkSinkEmit(b *testing.B) {
 	b.ReportMetric(float64(em.Dropped())/float64(b.N), "dropped/op")
 }
 
+// BenchmarkStageEmit is a worker's side of an event: staging it and,
+// every stageMax events, handing the stage over to its shard.
+func BenchmarkStageEmit(b *testing.B) {
+	em := New(Config{Topic: "events", Publish: func(context.Context, []*backend.Message) error { return nil }})
+	defer func() { _ = em.Close(context.Background(), context.Background()) }()
+	st := em.Sink("orders", "billing", "web-1-4711-9f2c03a1b2c4").Stage()
+	e := Event{Kind: Succeeded, MessageID: "019abc12-3456-7def-8123-456789abcdef", Key: "customer-7",
+		Group: "billing", Attempt: 1, Duration: 1830 * time.Microsecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		ev := e
+		ev.Mono = int64(time.Since(Epoch))
+		st.Emit(&ev)
+	}
+	b.ReportMetric(float64(em.Dropped())/float64(b.N), "dropped/op")
+}
+
 func BenchmarkPack(b *testing.B) {
 	evs := make([]Event, MaxPackEvents)
 	for i := range evs {

@@ -196,13 +196,19 @@ func (e *Emitter) emitTo(sh *shard, evs []Event, k *known) bool {
 	if before == released {
 		return false
 	}
+	e.counted(before, len(evs), dropped)
+	return true
+}
+
+// counted counts the dropped of n events put into a shard that held
+// before, and wakes the emitter when the shard was empty and got some.
+func (e *Emitter) counted(before, n, dropped int) {
 	if dropped > 0 {
 		e.drop(int64(dropped))
 	}
-	if before == 0 && dropped < len(evs) {
+	if before == 0 && dropped < n {
 		signal(e.wake)
 	}
-	return true
 }
 
 // stamp sets ev's Time from its Mono reading, when it has none.
@@ -265,8 +271,13 @@ type Stage struct {
 	sink  *Sink
 	shard *shard
 
-	mu     sync.Mutex
-	evs    []Event
+	mu sync.Mutex
+	// l holds the staged events, stamped and encoded leaving out what the
+	// sink's known holds (every event of the stage has its topic, group
+	// and member), so that handing them over copies bytes; first is the
+	// Mono reading of the oldest.
+	l      lines
+	first  int64
 	listed bool // in the sink's pending list
 	gone   bool // released: the emitter no longer comes for it
 }
@@ -275,20 +286,31 @@ type Stage struct {
 // emitter hands over what it holds until Release.
 func (s *Sink) Stage() *Stage {
 	i := s.made.Add(1)
-	return &Stage{sink: s, shard: s.shards[int(i)%len(s.shards)], evs: make([]Event, 0, stageMax)}
+	return &Stage{sink: s, shard: s.shards[int(i)%len(s.shards)], l: lines{ends: make([]int, 0, stageMax)}}
 }
 
 // Emit stages ev, as Sink.Emit would buffer it, and hands the stage over
 // when it is full or its oldest event is older than stageAge.
 func (st *Stage) Emit(ev *Event) {
 	s := st.sink
+	if ev.Group != "" && ev.Group != s.k.group {
+		// Of another group than the subscription's: it goes as it is,
+		// after what is staged (a staged line has no group of its own).
+		st.Flush()
+		s.Emit(ev)
+		return
+	}
 	ev.Topic, ev.Member = s.k.topic, s.k.member
+	s.em.stamp(ev)
 	st.mu.Lock()
-	st.evs = append(st.evs, *ev)
-	if len(st.evs) >= stageMax || ev.Mono == 0 || ev.Mono-st.evs[0].Mono >= stageAge || st.gone {
+	if len(st.l.ends) == 0 {
+		st.first = ev.Mono
+	}
+	st.l.put(ev, &s.k)
+	if len(st.l.ends) >= stageMax || ev.Mono == 0 || ev.Mono-st.first >= stageAge || st.gone {
 		st.flushLocked()
 	}
-	list := len(st.evs) > 0 && !st.listed
+	list := len(st.l.ends) > 0 && !st.listed
 	st.listed = st.listed || list
 	st.mu.Unlock()
 	if list {
@@ -303,7 +325,7 @@ func (st *Stage) Emit(ev *Event) {
 func (st *Stage) Pending() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return len(st.evs) > 0
+	return len(st.l.ends) > 0
 }
 
 // Flush hands the staged events over to the sink's shard.
@@ -326,17 +348,34 @@ func (st *Stage) Release() {
 // one lock; when the sink was released they go through the emitter's own
 // shards instead. st.mu is held.
 func (st *Stage) flushLocked() {
-	if len(st.evs) == 0 {
+	n := len(st.l.ends)
+	if n == 0 {
 		return
 	}
 	e := st.sink.em
-	if !e.emitTo(st.shard, st.evs, &st.sink.k) {
-		for i := range st.evs {
-			e.emit(&st.evs[i])
-		}
+	before, dropped := st.shard.putLines(e, &st.l)
+	if before == released {
+		e.emitWhole(&st.l, &st.sink.k)
+	} else {
+		e.counted(before, n, dropped)
 	}
-	clear(st.evs) // keeps no strings alive
-	st.evs = st.evs[:0]
+	st.l.buf, st.l.ends = st.l.buf[:0], st.l.ends[:0]
+}
+
+// emitWhole puts the lines of l, which leave out what k holds, into one
+// of the emitter's own shards, in order, with k's fields put back: the
+// lines of a stage whose sink was released.
+func (e *Emitter) emitWhole(l *lines, k *known) {
+	sh := e.shards[maphash.String(e.seed, k.member)%uint64(len(e.shards))]
+	var whole lines
+	from := 0
+	for _, end := range l.ends {
+		whole.buf = appendKnown(whole.buf, l.buf[from:end], k)
+		whole.ends = append(whole.ends, len(whole.buf))
+		from = end
+	}
+	before, dropped := sh.putLines(e, &whole)
+	e.counted(before, len(whole.ends), dropped)
 }
 
 // flushStages hands over what the stages that got an event since the
@@ -364,11 +403,39 @@ func (sh *shard) putEvents(e *Emitter, evs []Event, k *known) (before, dropped i
 	n := len(evs)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	put, before := sh.roomLocked(e, n)
+	for i := range put {
+		sh.l.put(&evs[i], k)
+	}
+	return before, n - put
+}
+
+// putLines is putEvents for events already encoded (l): it copies as
+// many of l's lines as the room takes.
+func (sh *shard) putLines(e *Emitter, l *lines) (before, dropped int) {
+	n := len(l.ends)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	put, before := sh.roomLocked(e, n)
+	if put > 0 {
+		base := len(sh.l.buf)
+		sh.l.buf = append(sh.l.buf, l.buf[:l.ends[put-1]]...)
+		for _, end := range l.ends[:put] {
+			sh.l.ends = append(sh.l.ends, base+end)
+		}
+	}
+	return before, n - put
+}
+
+// roomLocked takes room for up to n events in sh and returns how many it
+// took, and how many events sh held: released, having taken none, when
+// its Sink was released; none either while it is closing. sh.mu is held.
+func (sh *shard) roomLocked(e *Emitter, n int) (put, before int) {
 	if sh.done {
-		return released, 0
+		return 0, released
 	}
 	if sh.closing {
-		return len(sh.l.ends), n
+		return 0, len(sh.l.ends)
 	}
 	for sh.left < n {
 		r := e.reserve()
@@ -377,12 +444,13 @@ func (sh *shard) putEvents(e *Emitter, evs []Event, k *known) (before, dropped i
 		}
 		sh.left += r
 	}
-	put := min(n, sh.left)
-	before = len(sh.l.ends)
-	for i := range put {
-		sh.l.buf = append(appendEvent(sh.l.buf, &evs[i], k), '\n')
-		sh.l.ends = append(sh.l.ends, len(sh.l.buf))
-	}
+	put = min(n, sh.left)
 	sh.left -= put
-	return before, n - put
+	return put, len(sh.l.ends)
+}
+
+// put appends ev's line, leaving out what k holds.
+func (l *lines) put(ev *Event, k *known) {
+	l.buf = append(appendEvent(l.buf, ev, k), '\n')
+	l.ends = append(l.ends, len(l.buf))
 }

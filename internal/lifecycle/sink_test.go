@@ -119,6 +119,27 @@ func TestEventsAfterReleaseStillGoOut(t *testing.T) {
 		assert.Equal(t, "orders", e.Topic, id)
 		assert.Equal(t, "web-1", e.Member, id)
 	}
+	staged := got["staged"]
+	assert.Equal(t, "billing", staged.Group, "a line staged before the release gets back the fields its sink's headers gave")
+	assert.Equal(t, Received, staged.Kind)
+	assert.WithinDuration(t, Epoch.Add(1), staged.Time, time.Millisecond, "stamped by its clock reading")
+}
+
+// TestStageSendsAnEventOfAnotherGroupWhole stages an event of the
+// subscription's group and one of another: each reads back with its own
+// group, the second as it came.
+func TestStageSendsAnEventOfAnotherGroupWhole(t *testing.T) {
+	st := &store{}
+	em := New(Config{Topic: "events", Publish: st.publish})
+	stage := em.Sink("orders", "billing", "web-1").Stage()
+	stage.Emit(&Event{Kind: Received, Mono: 1, MessageID: "own", Group: "billing"})
+	stage.Emit(&Event{Kind: Received, Mono: 2, MessageID: "other", Group: "audit"})
+	closeEmitter(t, em)
+	got := map[string]string{}
+	for _, e := range events(t, st.stored()) {
+		got[e.MessageID] = e.Group
+	}
+	assert.Equal(t, map[string]string{"own": "billing", "other": "audit"}, got)
 }
 
 func TestStageDropsWhatTheRoomCannotTake(t *testing.T) {
