@@ -344,9 +344,9 @@ func (st *Stage) Release() {
 	st.gone = true
 }
 
-// flushLocked puts the staged events in the shard, encoded there under
-// one lock; when the sink was released they go through the emitter's own
-// shards instead. st.mu is held.
+// flushLocked copies the staged lines into the shard, under one lock,
+// dropping what the room does not take; when the sink was released they
+// go through the emitter's own shards instead. st.mu is held.
 func (st *Stage) flushLocked() {
 	n := len(st.l.ends)
 	if n == 0 {
