@@ -350,5 +350,9 @@ func TestEventsReceivedIsVisibleWhileASlowHandlerRuns(t *testing.T) {
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "slow", Payload: []byte("x")}))
 	waitKinds(t, in, "slow", lifecycle.Received)
 	close(release)
-	waitKinds(t, in, "slow", lifecycle.Received, lifecycle.Succeeded)
+	h := waitKinds(t, in, "slow", lifecycle.Received, lifecycle.Succeeded)
+	received, succeeded := h.Entries[0], h.Entries[1]
+	assert.True(t, succeeded.Time.After(received.Time), "succeeded is stamped when the handler returned, after received (%v, %v)", received.Time, succeeded.Time)
+	assert.WithinDuration(t, received.Time.Add(succeeded.Duration), succeeded.Time, time.Millisecond,
+		"the two stamps are the handler's duration apart")
 }

@@ -190,7 +190,7 @@ func (e *Emitter) emit(ev *Event) {
 // done nothing, when sh's Sink was released.
 func (e *Emitter) emitTo(sh *shard, evs []Event, k *known) bool {
 	for i := range evs {
-		e.stamp(&evs[i])
+		_ = e.stamp(&evs[i]) // copies: nobody emits them again
 	}
 	before, dropped := sh.putEvents(e, evs, k)
 	if before == released {
@@ -211,10 +211,14 @@ func (e *Emitter) counted(before, n, dropped int) {
 	}
 }
 
-// stamp sets ev's Time from its Mono reading, when it has none.
-func (e *Emitter) stamp(ev *Event) {
-	if !ev.Time.IsZero() {
-		return
+// stamp sets ev's Time from its Mono reading, when it has none, for its
+// encoding, and returns the Time ev had: the caller puts it back once ev
+// is encoded, because an event's maker may emit it again with a new Mono
+// reading (the engine makes a received event into its succeeded one).
+func (e *Emitter) stamp(ev *Event) time.Time {
+	t := ev.Time
+	if !t.IsZero() {
+		return t
 	}
 	r := e.ref.Load()
 	if ev.Mono-r.mono > refAge {
@@ -222,6 +226,7 @@ func (e *Emitter) stamp(ev *Event) {
 		e.ref.Store(r)
 	}
 	ev.Time = r.wall.Add(time.Duration(ev.Mono - r.mono))
+	return t
 }
 
 // drop counts n dropped events, and reports the first drop.
@@ -301,12 +306,13 @@ func (st *Stage) Emit(ev *Event) {
 		return
 	}
 	ev.Topic, ev.Member = s.k.topic, s.k.member
-	s.em.stamp(ev)
+	t := s.em.stamp(ev)
 	st.mu.Lock()
 	if len(st.l.ends) == 0 {
 		st.first = ev.Mono
 	}
 	st.l.put(ev, &s.k)
+	ev.Time = t
 	if len(st.l.ends) >= stageMax || ev.Mono == 0 || ev.Mono-st.first >= stageAge || st.gone {
 		st.flushLocked()
 	}

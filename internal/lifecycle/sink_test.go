@@ -215,3 +215,34 @@ func TestTheEmitterVisitsOnlyTheStagesThatGotAnEvent(t *testing.T) {
 	assert.Equal(t, 1, pending(), "the next event lists the stage again")
 	em.regMu.Unlock()
 }
+
+// TestAnEventEmittedAgainGetsItsNewTime emits one event twice, as the
+// engine makes a received event into its succeeded one, through a stage
+// and through the sink: the second is stamped by its own clock reading.
+func TestAnEventEmittedAgainGetsItsNewTime(t *testing.T) {
+	st := &store{}
+	em := New(Config{Topic: "events", Publish: st.publish})
+	sink := em.Sink("orders", "billing", "web-1")
+	stage := sink.Stage()
+	ms := int64(time.Millisecond)
+	for _, c := range []struct {
+		id   string
+		emit func(*Event)
+	}{{"staged", stage.Emit}, {"direct", sink.Emit}} {
+		ev := Event{Kind: Received, Mono: ms, MessageID: c.id}
+		c.emit(&ev)
+		assert.True(t, ev.Time.IsZero(), "%s: the caller's event keeps its Time", c.id)
+		ev.Kind, ev.Mono = Succeeded, 6*ms
+		c.emit(&ev)
+	}
+	closeEmitter(t, em)
+	times := map[string]map[Kind]time.Time{"staged": {}, "direct": {}}
+	for _, e := range events(t, st.stored()) {
+		times[e.MessageID][e.Kind] = e.Time
+	}
+	for id, byKind := range times {
+		require.Len(t, byKind, 2, id)
+		assert.WithinDuration(t, byKind[Received].Add(5*time.Millisecond), byKind[Succeeded], time.Millisecond,
+			"%s: each emit is stamped by its own reading", id)
+	}
+}
