@@ -22,8 +22,8 @@ type shard struct {
 	mu      sync.Mutex
 	l       lines
 	left    int    // events reserved from the room and not put yet
-	closing bool   // set by Close: putEvents drops from then on
-	done    bool   // its Sink was released: putEvents refuses from then on
+	closing bool   // set by Close: putEvent drops from then on
+	done    bool   // its Sink was released: putEvent refuses from then on
 	k       *known // what its lines leave out: its Sink's (nil: shared)
 
 	// Owned by the emitter's goroutine.
@@ -55,7 +55,7 @@ func shardsFor(n int) int {
 	return max(1, min(most, n/(4*MaxPackEvents)))
 }
 
-// released is what putEvents returns for a shard of a released Sink.
+// released is what putEvent returns for a shard of a released Sink.
 const released = -1
 
 // idleTakes is how many takes in a row must find a shard empty before it
@@ -148,14 +148,17 @@ func sinkShards(buffer int) int { return min(shardsFor(buffer), runtime.GOMAXPRO
 // time of its Mono reading when its Time is zero, as Emitter.Emit does.
 func (s *Sink) Emit(ev *Event) {
 	ev.Topic, ev.Member = s.k.topic, s.k.member
-	sh := s.shards[0]
-	if len(s.shards) > 1 {
-		sh = s.shards[maphash.String(s.em.seed, ev.MessageID)%uint64(len(s.shards))]
-	}
-	evs := [1]Event{*ev}
-	if !s.em.emitTo(sh, evs[:], &s.k) {
+	if !s.em.emitTo(pick(s.shards, s.em.seed, ev.MessageID), ev, &s.k) {
 		s.em.emit(ev) // released: in the emitter's own shards
 	}
+}
+
+// pick returns the shard of shards that the events about key go to.
+func pick(shards []*shard, seed maphash.Seed, key string) *shard {
+	if len(shards) == 1 {
+		return shards[0]
+	}
+	return shards[maphash.String(seed, key)%uint64(len(shards))]
 }
 
 // Release tells the emitter that the subscription is done: it publishes
@@ -176,27 +179,19 @@ func (s *Sink) Release() {
 func (e *Emitter) Emit(ev Event) { e.emit(&ev) }
 
 // emit encodes ev into one of the emitter's own shards.
-func (e *Emitter) emit(ev *Event) {
-	sh := e.shards[0]
-	if len(e.shards) > 1 {
-		sh = e.shards[maphash.String(e.seed, ev.MessageID)%uint64(len(e.shards))]
-	}
-	evs := [1]Event{*ev}
-	e.emitTo(sh, evs[:], nil)
-}
+func (e *Emitter) emit(ev *Event) { e.emitTo(pick(e.shards, e.seed, ev.MessageID), ev, nil) }
 
-// emitTo stamps evs and encodes them, leaving out what k holds, into
-// sh, dropping what the room does not take. It reports false, having
-// done nothing, when sh's Sink was released.
-func (e *Emitter) emitTo(sh *shard, evs []Event, k *known) bool {
-	for i := range evs {
-		_ = e.stamp(&evs[i]) // copies: nobody emits them again
-	}
-	before, dropped := sh.putEvents(e, evs, k)
+// emitTo stamps ev and encodes it, leaving out what k holds, into sh, or
+// drops it when the room does not take it. It reports false, having done
+// nothing, when sh's Sink was released.
+func (e *Emitter) emitTo(sh *shard, ev *Event, k *known) bool {
+	t := e.stamp(ev)
+	before, dropped := sh.putEvent(e, ev, k)
+	ev.Time = t
 	if before == released {
 		return false
 	}
-	e.counted(before, len(evs), dropped)
+	e.counted(before, 1, dropped)
 	return true
 }
 
@@ -372,7 +367,7 @@ func (st *Stage) flushLocked() {
 // of the emitter's own shards, in order, with k's fields put back: the
 // lines of a stage whose sink was released.
 func (e *Emitter) emitWhole(l *lines, k *known) {
-	sh := e.shards[maphash.String(e.seed, k.member)%uint64(len(e.shards))]
+	sh := pick(e.shards, e.seed, k.member)
 	var whole lines
 	from := 0
 	for _, end := range l.ends {
@@ -401,23 +396,22 @@ func (s *Sink) flushStages() {
 	s.spare = list
 }
 
-// putEvents encodes as many of evs as the room takes into the shard,
-// leaving out what k holds, and returns how many events the shard held
-// before (released when its Sink was released, and then it put nothing)
-// and how many it dropped.
-func (sh *shard) putEvents(e *Emitter, evs []Event, k *known) (before, dropped int) {
-	n := len(evs)
+// putEvent encodes ev into the shard, leaving out what k holds, when the
+// room takes it, and returns how many events the shard held before
+// (released when its Sink was released, and then it put nothing) and
+// whether it dropped ev (1) or not (0).
+func (sh *shard) putEvent(e *Emitter, ev *Event, k *known) (before, dropped int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	put, before := sh.roomLocked(e, n)
-	for i := range put {
-		sh.l.put(&evs[i], k)
+	put, before := sh.roomLocked(e, 1)
+	if put == 1 {
+		sh.l.put(ev, k)
 	}
-	return before, n - put
+	return before, 1 - put
 }
 
-// putLines is putEvents for events already encoded (l): it copies as
-// many of l's lines as the room takes.
+// putLines is putEvent for events already encoded (l): it copies as many
+// of l's lines as the room takes.
 func (sh *shard) putLines(e *Emitter, l *lines) (before, dropped int) {
 	n := len(l.ends)
 	sh.mu.Lock()
