@@ -22,18 +22,28 @@ import (
 const eventsTopic = "bus.events"
 
 // eventsBus is a bus over a fresh in-memory backend with lifecycle events
-// on, and the backend's Inspector to read them.
-func eventsBus(t *testing.T) (*bus.Bus, backend.Inspector) {
+// on and opts, and the backend's Inspector to read them.
+func eventsBus(t *testing.T, opts ...bus.Option) (*bus.Bus, backend.Inspector) {
 	t.Helper()
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
-	b := bus.New(be, bus.WithEvents(eventsTopic), bus.WithObserver(observer.Nop()))
+	b := bus.New(be, append([]bus.Option{bus.WithEvents(eventsTopic), bus.WithObserver(observer.Nop())}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		assert.NoError(t, b.Close(ctx), "close")
 	})
 	return b, be
+}
+
+// failsUntil is a handler that fails for good until ok is set.
+func failsUntil(ok *atomic.Bool) bus.Handler {
+	return func(ctx context.Context, d *bus.Delivery) error {
+		if !ok.Load() {
+			return bus.Permanent(errors.New("bad order"))
+		}
+		return nil
+	}
 }
 
 // waitKinds waits until the history of id has the kinds want, in order,
@@ -120,12 +130,7 @@ func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
 	b, in := eventsBus(t)
 	ctx := context.Background()
 	var ok atomic.Bool
-	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		if !ok.Load() {
-			return bus.Permanent(errors.New("bad order"))
-		}
-		return nil
-	}, bus.WithGroup("billing"))
+	_, err := b.Subscribe(ctx, "orders", failsUntil(&ok), bus.WithGroup("billing"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Key: "c-1"}))
 	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered)
@@ -150,8 +155,6 @@ func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
 // stamped before the move.
 func TestEventsOfADeadLetterReplayedAtOnceStayInOrder(t *testing.T) {
 	defer watchdog(t, time.Minute, t.Name())()
-	be, err := inmemory.New(nil)
-	require.NoError(t, err)
 	ctx := context.Background()
 	var b *bus.Bus
 	var ok atomic.Bool
@@ -165,23 +168,12 @@ func TestEventsOfADeadLetterReplayedAtOnceStayInOrder(t *testing.T) {
 			replayed <- err
 		}
 	})
-	b = bus.New(be, bus.WithEvents(eventsTopic), bus.WithObserver(obs))
-	defer func() { assert.NoError(t, b.Close(ctx)) }()
-	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		if !ok.Load() {
-			return bus.Permanent(errors.New("bad order"))
-		}
-		return nil
-	}, bus.WithGroup("billing"))
+	b, in := eventsBus(t, bus.WithObserver(obs))
+	_, err := b.Subscribe(ctx, "orders", failsUntil(&ok), bus.WithGroup("billing"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-2"}))
-	select {
-	case err := <-replayed:
-		require.NoError(t, err, "the replay from the observer")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message was not dead-lettered within 10s")
-	}
-	waitKinds(t, be, "o-2", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered, lifecycle.Replayed, lifecycle.Received, lifecycle.Succeeded)
+	require.NoError(t, recv(t, replayed), "the replay from the observer")
+	waitKinds(t, in, "o-2", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered, lifecycle.Replayed, lifecycle.Received, lifecycle.Succeeded)
 }
 
 func TestEventsOfAnExpiry(t *testing.T) {

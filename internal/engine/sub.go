@@ -127,7 +127,10 @@ func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer
 // lifecycleEvent is the lifecycle event of kind about d at mono (a
 // monoNow reading, which the emitter turns into its time), to be
 // completed and passed to cfg.Event (which the caller has checked is
-// set).
+// set). mono is read before the step the event records reaches the
+// backend (the nack, the snooze, the move to the dead-letter topic), so
+// that what others do once they see it (a redelivery, a replay) is
+// stamped later.
 func (s *Sub[P]) lifecycleEvent(d *Delivery[P], kind lifecycle.Kind, mono int64) lifecycle.Event {
 	m := s.cfg.Info(&d.Pub)
 	return lifecycle.Event{Kind: kind, Mono: mono, MessageID: m.ID, Key: m.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
