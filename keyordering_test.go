@@ -266,26 +266,26 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 	assert.Zero(t, overlaps, "the retry started while the nacking handler still ran")
 }
 
-// A member that takes the group lock over from one that let it lapse (a
-// crashed member) with a delivery unsettled waits one ack timeout before
-// it fetches, so that what the lapsed member left is back with the group
-// first, and handled before what came after it.
 // crashedHolder is a member of group "g" on "orders" that crashed: it
 // took the oldest message with a lease of lease and holds the group lock
 // for ghostTTL, and does nothing more. The caller closes it.
-func crashedHolder(t *testing.T, ctx context.Context, be backend.Backend, lease, ghostTTL time.Duration) backend.Subscription {
+func crashedHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, lease, ghostTTL time.Duration) backend.Subscription {
 	t.Helper()
 	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
 	require.NoError(t, err)
 	taken, err := ghost.Receive(ctx, 1)
 	require.NoError(t, err)
 	require.Len(t, taken, 1, "the crashed member had taken k/0, unsettled")
-	held, _, err := be.(backend.GroupLocker).LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
 	require.NoError(t, err)
 	require.True(t, held)
 	return ghost
 }
 
+// A member that takes the group lock over from one that let it lapse (a
+// crashed member) with a delivery unsettled waits one ack timeout before
+// it fetches, so that what the lapsed member left is back with the group
+// first, and handled before what came after it.
 func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
