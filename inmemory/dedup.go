@@ -108,7 +108,9 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 			d.batch[d.batchFind(k, h)] = int32(len(d.kept) + 1)
 		}
 		d.kept = append(d.kept, keyHash{k, h, gen})
-		es[n] = es[i]
+		if n != i {
+			es[n] = es[i] // a repeat was dropped before
+		}
 		n++
 	}
 	clear(es[n:])

@@ -52,6 +52,9 @@ func Check(m Fields) error {
 	if maxHeaders := backend.MaxHeaders - timeHeaders(m.DeliverAt, m.ExpiresAt); len(m.Headers) > maxHeaders {
 		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), maxHeaders)
 	}
+	if len(m.Headers) == 0 {
+		return nil
+	}
 	total := 0
 	for k, v := range m.Headers {
 		if err := validateHeader(k, v); err != nil {
