@@ -40,6 +40,16 @@ type dedup struct {
 	batch []int32
 	large bool
 	gens  genIDs
+	// parser reads generated IDs (msgid.Parse), remembering the
+	// millisecond the IDs of a batch share.
+	parser msgid.Parser
+	// genHigh is at least every generated value remembered or kept (0:
+	// none yet). The generator hands out increasing values, so a batch
+	// of new messages is above it, and a value above it is neither
+	// remembered nor a repeat within the batch: no lookup is made for
+	// it. It only grows: values forgotten, or kept for a batch that was
+	// not admitted, leave it an upper bound.
+	genHigh uint64
 }
 
 // keyHash is a kept key and its hash, or, for a generated ID (gen), its
@@ -96,11 +106,13 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	n := 0
 	for i := range es {
 		k := dedupKey(&es[i])
-		h, gen := msgid.Parse(k)
+		h, gen := d.parser.Parse(k)
 		if !gen {
 			h = maphash.String(d.seed, k)
 		}
-		if gen && d.gens.has(h, now) || !gen && d.has(k, h, now) || d.repeats(k, h) {
+		if gen && h > d.genHigh {
+			d.genHigh = h // new: neither remembered nor kept before
+		} else if gen && d.gens.has(h, now) || !gen && d.has(k, h, now) || d.repeats(k, h) {
 			bytes -= int64(es[i].size)
 			continue
 		}

@@ -125,3 +125,27 @@ func TestDedupBoundCountsGeneratedIDs(t *testing.T) {
 	got := receiveN(t, s, 1, time.Second)
 	assert.Equal(t, gens[4], got[0].ID, "the generated IDs, older, were forgotten")
 }
+
+// Generated IDs above every one the topic has seen skip the lookups; one
+// that comes later than a higher one (two publishers interleaving), or
+// again after its batch was refused, is still looked up and stored once.
+func TestDedupOfGeneratedIDsOutOfOrderAndAfterARefusedBatch(t *testing.T) {
+	// The bytes bound refuses the batch: a bound on entries would also
+	// bound the IDs remembered (see TestDedupBoundCountsGeneratedIDs).
+	be := newBackend(t, &inmemory.Options{MaxBacklogBytes: 1200, BacklogPolicy: inmemory.BacklogError})
+	s := subscribe(t, be, "gen", "g")
+	gen := generatedIDs(6) // each entry counts 256 + 36 + 36 bytes
+	publishIDs(t, be, "gen", gen[3], gen[1])
+	publishIDs(t, be, "gen", gen[0], gen[1], gen[3])
+	assert.Equal(t, 3, stats(t, be, "gen").Backlog, "a lower ID after a higher one is new; repeats of both are dropped")
+	err := be.Publish(context.Background(), "gen", []*backend.Message{{ID: gen[4], Payload: []byte(gen[4])}, {ID: gen[5], Payload: []byte(gen[5])}})
+	require.ErrorIs(t, err, inmemory.ErrBacklogFull, "five entries do not fit in 1200 bytes")
+	got := receiveN(t, s, 3, time.Second)
+	assert.Equal(t, []string{gen[3], gen[1], gen[0]}, ids(got))
+	ackAll(t, s, got)
+	publishIDs(t, be, "gen", gen[5], gen[4])
+	got = receiveN(t, s, 2, time.Second)
+	assert.Equal(t, []string{gen[5], gen[4]}, ids(got), "the refused batch's IDs were not remembered")
+	publishIDs(t, be, "gen", gen[4])
+	assert.Equal(t, 2, stats(t, be, "gen").Backlog, "but they are once stored")
+}

@@ -22,22 +22,69 @@ func Parse(id string) (uint64, bool) {
 	if len(id) != 36 || id[tailAt:] != tail || id[8] != '-' || id[13] != '-' || id[18] != '-' {
 		return 0, false
 	}
-	// Bytes 0 to 8: 48 bits of milliseconds, the version nibble, 16 bits
-	// of sequence, and the variant and 2 random bits around its last 4.
-	var u [9]byte
-	for i, at := range [9]int{0, 2, 4, 6, 9, 11, 14, 16, 19} {
+	// Bytes 0 to 5: 48 bits of milliseconds.
+	var u [6]byte
+	for i, at := range [6]int{0, 2, 4, 6, 9, 11} {
 		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
 		if hi|lo > 0x0f {
 			return 0, false
 		}
 		u[i] = hi<<4 | lo
 	}
-	if u[6]&0xf0 != 0x70 || u[8]&0xc3 != 0x80|random[0]&0x03 {
+	sq, ok := parseSeq(id)
+	if !ok {
 		return 0, false
 	}
 	ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
-	sq := uint64(u[6]&0x0f)<<12 | uint64(u[7])<<4 | uint64(u[8]>>2)&0x0f
 	return ms<<16 | sq, true
+}
+
+// parseSeq reads bytes 6 to 8 of an ID whose length, tail and dashes
+// Parse checked: the version nibble, 16 bits of sequence, and the variant
+// and 2 random bits around its last 4.
+func parseSeq(id string) (uint64, bool) {
+	var u [3]byte
+	for i, at := range [3]int{14, 16, 19} {
+		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
+		if hi|lo > 0x0f {
+			return 0, false
+		}
+		u[i] = hi<<4 | lo
+	}
+	if u[0]&0xf0 != 0x70 || u[2]&0xc3 != 0x80|random[0]&0x03 {
+		return 0, false
+	}
+	return uint64(u[0]&0x0f)<<12 | uint64(u[1])<<4 | uint64(u[2]>>2)&0x0f, true
+}
+
+// Parser is Parse for a run of IDs that mostly share their millisecond,
+// as the IDs of one Batch do: it remembers the first 13 characters of the
+// last ID it read whole (the millisecond, already checked), and reads
+// only the sequence of an ID that starts with them. It returns what Parse
+// returns. Its zero value is ready to use; it is not safe for concurrent
+// use.
+type Parser struct {
+	prefix string // id[:13] of the last ID read whole; "" before the first
+	ms     uint64
+}
+
+// Parse is Parse.
+func (p *Parser) Parse(id string) (uint64, bool) {
+	if p.prefix == "" || len(id) != 36 || id[:13] != p.prefix {
+		v, ok := Parse(id)
+		if ok {
+			p.prefix, p.ms = id[:13], v>>16
+		}
+		return v, ok
+	}
+	if id[tailAt:] != tail || id[13] != '-' || id[18] != '-' {
+		return 0, false
+	}
+	sq, ok := parseSeq(id)
+	if !ok {
+		return 0, false
+	}
+	return p.ms<<16 | sq, true
 }
 
 // unhexes decodes the lower-case hex digits that Format writes; every

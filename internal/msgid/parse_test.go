@@ -17,6 +17,12 @@ func TestParseReadsBackEveryIDOfThisProcess(t *testing.T) {
 		require.True(t, ok, "ID %d parses", i)
 		assert.Equal(t, first+uint64(i), v, "ID %d has its reserved value", i)
 	}
+	var p Parser
+	for i := range 300 {
+		v, ok := p.Parse(ids[36*i : 36*i+36])
+		require.True(t, ok, "ID %d parses with a Parser", i)
+		assert.Equal(t, first+uint64(i), v, "ID %d has its reserved value with a Parser", i)
+	}
 	id := New()
 	v, ok := Parse(id)
 	require.True(t, ok)
@@ -38,6 +44,13 @@ func TestParseIsExact(t *testing.T) {
 			}
 			m := id[:i] + string(c) + id[i+1:]
 			v, ok := Parse(m)
+			// A Parser that has just read id reads m from its remembered
+			// millisecond when m starts like id: it must agree.
+			var p Parser
+			_, _ = p.Parse(id)
+			pv, pok := p.Parse(m)
+			assert.Equal(t, ok, pok, "Parser and Parse agree on whether %q parses", m)
+			assert.Equal(t, v, pv, "Parser and Parse agree on the value of %q", m)
 			if !ok {
 				continue
 			}
@@ -47,9 +60,13 @@ func TestParseIsExact(t *testing.T) {
 		}
 	}
 	assert.True(t, func() bool { _, ok := Parse(id); return ok }())
-	for _, bad := range []string{"", "x", strings.ToUpper(id), id + "0", id[:35], "order-1"} {
+	for _, bad := range []string{"", "x", strings.ToUpper(id), id + "0", id[:35], id[:13] + "x" + id[14:], "order-1"} {
 		_, ok := Parse(bad)
 		assert.False(t, ok, "%q is not an ID of this process", bad)
+		var p Parser
+		_, _ = p.Parse(id)
+		_, ok = p.Parse(bad)
+		assert.False(t, ok, "%q is not an ID of this process for a Parser either", bad)
 	}
 	var other [16]byte
 	fill(&other, 1)
