@@ -1,6 +1,7 @@
 package inmemory_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -317,4 +318,29 @@ func TestConcurrentPublishersAndMembersLoseNothing(t *testing.T) {
 	for id, n := range seen {
 		require.Equal(t, 1, n, "message %s received once", id)
 	}
+}
+
+// A batch's payloads share one allocation: each comes back byte-exact,
+// nil stays nil and empty stays empty (a lone empty payload too), and
+// appending to one never reaches the next.
+func TestPayloadsOfABatchComeBackExactAndApart(t *testing.T) {
+	be := newBackend(t, nil)
+	s := subscribe(t, be, "pl", "g")
+	payloads := [][]byte{[]byte("first"), nil, {}, []byte("fourth"), bytes.Repeat([]byte{0, 0xff}, 300)}
+	batch := make([]*backend.Message, len(payloads))
+	for i, p := range payloads {
+		batch[i] = &backend.Message{ID: fmt.Sprintf("p%d", i), Payload: p}
+	}
+	require.NoError(t, be.Publish(context.Background(), "pl", batch))
+	require.NoError(t, be.Publish(context.Background(), "pl", []*backend.Message{{ID: "lone", Payload: []byte{}}}))
+	got := receiveN(t, s, len(payloads)+1, time.Second)
+	for i, p := range payloads {
+		assert.Equal(t, p, got[i].Payload, "payload %d", i)
+		assert.Equal(t, p == nil, got[i].Payload == nil, "payload %d is nil exactly when it was published nil", i)
+		assert.Equal(t, len(p), cap(got[i].Payload), "payload %d is capped to its length", i)
+	}
+	assert.NotNil(t, got[len(payloads)].Payload, "a lone empty payload stays empty, not nil")
+	assert.Empty(t, got[len(payloads)].Payload)
+	_ = append(got[0].Payload, "XXXXXXXX"...)
+	assert.Equal(t, []byte("fourth"), got[3].Payload, "appending to one payload leaves the others")
 }
