@@ -17,11 +17,14 @@ import (
 // needs: all of them while handlers are slow (they block on I/O), at most
 // GOMAXPROCS while handlers are quick. A stall check runs every
 // stallCheck while deliveries are queued. When fewer were taken since the
-// last check than are queued now, the running workers would not drain
-// the queue by the next one, and every queued delivery gets a worker: a
-// handler that turns slow never leaves deliveries waiting for long.
-// Workers that keep up are left alone; a queue that is refilled as fast
-// as it drains is not stalled.
+// last check than are queued now while every processor's worth of
+// workers is in a handler, the running workers would not drain the queue
+// by the next one, and every queued delivery gets a worker: a handler
+// that turns slow never leaves deliveries waiting for long. Workers that
+// keep up are left alone; a queue that is refilled as fast as it drains
+// is not stalled, and neither is one whose woken workers wait for a
+// processor (on a saturated machine more goroutines would only wait with
+// them).
 type dispatcher[P any] struct {
 	// run handles a delivery on worker w and reports whether its slot
 	// is to be given back; workers give slots back through free in
@@ -83,6 +86,13 @@ const (
 	// stallCheck is how often the stall check looks at queued
 	// deliveries.
 	stallCheck = time.Millisecond
+	// slowSampleCap is the most one sampled duration adds to the moving
+	// average: a quick handler whose worker waited for a processor
+	// while it ran (the collector stopped it, or the machine is
+	// saturated) makes the average slow only when three samples in a
+	// row do, while a handler that is slow every time makes it slow
+	// after three.
+	slowSampleCap = 2 * slowHandler
 )
 
 // newDispatcher returns a dispatcher of at most max workers. A worker
@@ -150,9 +160,12 @@ func (p *dispatcher[P]) checkStall() {
 	if p.stopped || p.queued() == 0 {
 		return
 	}
-	if p.taken-p.takenAtArm >= uint64(p.queued()) {
-		// The workers drain the queue faster than this check runs:
-		// look again later.
+	if p.taken-p.takenAtArm >= uint64(p.queued()) || p.busy < p.procs {
+		// The workers drain the queue faster than this check runs, or
+		// fewer are in handlers than there are processors: the queue
+		// waits for woken workers to get a processor, not for
+		// handlers, and more goroutines would only wait with them.
+		// Look again later.
 		p.armLocked()
 		return
 	}
@@ -243,7 +256,7 @@ func (p *dispatcher[P]) runOne(d *Delivery[P], w *workerSlot[P]) {
 	if w.n++; w.n&15 == 0 {
 		start := time.Now()
 		freed = p.run(d, w)
-		el := int64(time.Since(start))
+		el := min(int64(time.Since(start)), int64(slowSampleCap))
 		avg := p.slowNanos.Load()
 		p.slowNanos.Store(avg + (el-avg)/4)
 	} else {
