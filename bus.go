@@ -171,7 +171,8 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)
 	for i, m := range msgs {
-		buf.set(i, m, now)
+		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now}
+		buf.ptrs[i] = &buf.vals[i]
 	}
 	n, err := b.partitionsOf(ctx, topic)
 	if err != nil {
@@ -223,25 +224,11 @@ func getPublishBuf(n int) *publishBuf {
 	return buf
 }
 
-// set makes the i-th SPI copy the copy of m, published at now. It
-// assigns field by field, not the struct whole: while the collector
-// marks, a whole assignment passes every pointer slot of the struct
-// through the write barrier, and the fields the publish path never sets
-// (AckID, Attempt) are only cleared when a backend left them set.
-func (buf *publishBuf) set(i int, m *Message, now time.Time) {
-	v := &buf.vals[i]
-	v.ID, v.Key, v.Headers, v.Payload, v.PublishedAt = m.ID, m.Key, withTimes(m, now), m.Payload, now
-	if v.AckID != nil || v.Attempt != 0 {
-		v.AckID, v.Attempt = nil, 0
-	}
-	buf.ptrs[i] = v
-}
-
 func putPublishBuf(buf *publishBuf) {
 	if cap(buf.vals) > maxPooledBatch {
 		return
 	}
-	// Not cleared: the next use sets every element (set), and a pooled
+	// Not cleared: the next use assigns every element whole, and a pooled
 	// buffer's references to the last batch end when the pool drops it
 	// (within two collections), so clearing would only cost time.
 	publishBufs.Put(buf)

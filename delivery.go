@@ -30,18 +30,13 @@ type Delivery struct {
 	rec *engine.Delivery[Delivery]
 }
 
-// fill sets the public face of a delivery the engine received, in a
-// record the engine has just allocated: it sets the fields that are not
-// zero one by one, since a whole assignment would pass every pointer slot
-// of the struct through the write barrier while the collector marks.
+// fill sets the public face of a delivery the engine received.
 func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message) {
 	return func(r *engine.Delivery[Delivery], m *backend.Message) {
 		d := &r.Pub
-		d.ID, d.Key, d.Payload = m.ID, m.Key, m.Payload
+		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
 		if len(m.Headers) > 0 {
 			d.Headers, d.DeliverAt, d.ExpiresAt = takeTimes(m.Headers)
-		} else if m.Headers != nil {
-			d.Headers = m.Headers // empty, as the backend gave it
 		}
 		d.Topic = topic
 		d.Group = group

@@ -221,7 +221,7 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		return nil
 	}
 	leases := make([]lease, n)
-	ms, out := buf.Overwrite(n) // deliver sets every field of each message
+	ms, out := buf.Overwrite(n) // deliver assigns each message whole
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
@@ -232,12 +232,11 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		if len(e.headers) > 0 {
 			h = maps.Clone(e.headers)
 		}
-		// Field by field, not whole: while the collector marks, a whole
-		// assignment costs a typed copy through the write barrier.
-		m := &ms[i]
-		m.ID, m.Key, m.Headers, m.Payload = e.id, e.key, h, e.payload
-		m.PublishedAt, m.AckID, m.Attempt = time.Unix(0, e.published), l, int(attempt)
-		out = append(out, m)
+		ms[i] = backend.Message{
+			ID: e.id, Key: e.key, Headers: h, Payload: e.payload,
+			PublishedAt: time.Unix(0, e.published), AckID: l, Attempt: int(attempt),
+		}
+		out = append(out, &ms[i])
 	}
 	for len(out) < n && g.ready.len() > 0 {
 		r := g.ready.pop()

@@ -30,8 +30,8 @@ func (b *Buffer) Next(n int) ([]backend.Message, []*backend.Message) {
 	return b.vals[:n], b.out[:0]
 }
 
-// Overwrite is Next for a Receive that sets every field of each of the n
-// messages before it returns it: the n are handed
+// Overwrite is Next for a Receive that assigns each of the n messages
+// whole (m = backend.Message{...}) before it returns it: the n are handed
 // out as the last call left them, and only the messages past n are
 // cleared. It saves clearing what is about to be overwritten.
 func (b *Buffer) Overwrite(n int) ([]backend.Message, []*backend.Message) {
