@@ -19,29 +19,41 @@ func init() {
 // unique: two IDs with one value are the same string. An ID of another
 // process, or any other string, returns false.
 func Parse(id string) (uint64, bool) {
-	if len(id) != 36 || id[tailAt:] != tail || id[8] != '-' || id[13] != '-' || id[18] != '-' {
+	if !framed(id) {
 		return 0, false
 	}
-	// Bytes 0 to 5: 48 bits of milliseconds.
-	var u [6]byte
-	for i, at := range [6]int{0, 2, 4, 6, 9, 11} {
-		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
-		if hi|lo > 0x0f {
-			return 0, false
-		}
-		u[i] = hi<<4 | lo
+	ms, ok := parseMS(id)
+	if !ok {
+		return 0, false
 	}
 	sq, ok := parseSeq(id)
 	if !ok {
 		return 0, false
 	}
-	ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
 	return ms<<16 | sq, true
 }
 
-// parseSeq reads bytes 6 to 8 of an ID whose length, tail and dashes
-// Parse checked: the version nibble, 16 bits of sequence, and the variant
-// and 2 random bits around its last 4.
+// framed reports whether id has the length, the dashes and the random
+// tail of this process's IDs.
+func framed(id string) bool {
+	return len(id) == 36 && id[tailAt:] == tail && id[8] == '-' && id[13] == '-' && id[18] == '-'
+}
+
+// parseMS reads bytes 0 to 5 of a framed ID: 48 bits of milliseconds.
+func parseMS(id string) (uint64, bool) {
+	var ms uint64
+	for _, at := range [6]int{0, 2, 4, 6, 9, 11} {
+		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
+		if hi|lo > 0x0f {
+			return 0, false
+		}
+		ms = ms<<8 | uint64(hi<<4|lo)
+	}
+	return ms, true
+}
+
+// parseSeq reads bytes 6 to 8 of a framed ID: the version nibble, 16 bits
+// of sequence, and the variant and 2 random bits around its last 4.
 func parseSeq(id string) (uint64, bool) {
 	var u [3]byte
 	for i, at := range [3]int{14, 16, 19} {
@@ -59,26 +71,25 @@ func parseSeq(id string) (uint64, bool) {
 
 // Parser is Parse for a run of IDs that mostly share their millisecond,
 // as the IDs of one Batch do: it remembers the first 13 characters of the
-// last ID it read whole (the millisecond, already checked), and reads
-// only the sequence of an ID that starts with them. It returns what Parse
-// returns. Its zero value is ready to use; it is not safe for concurrent
-// use.
+// last ID whose millisecond it read (already checked), and reads only the
+// sequence of an ID that starts with them. It returns what Parse returns.
+// Its zero value is ready to use; it is not safe for concurrent use.
 type Parser struct {
-	prefix string // id[:13] of the last ID read whole; "" before the first
+	prefix string // id[:13] of the last millisecond read; "" before the first
 	ms     uint64
 }
 
 // Parse is Parse.
 func (p *Parser) Parse(id string) (uint64, bool) {
-	if p.prefix == "" || len(id) != 36 || id[:13] != p.prefix {
-		v, ok := Parse(id)
-		if ok {
-			p.prefix, p.ms = id[:13], v>>16
-		}
-		return v, ok
-	}
-	if id[tailAt:] != tail || id[13] != '-' || id[18] != '-' {
+	if !framed(id) {
 		return 0, false
+	}
+	if id[:13] != p.prefix {
+		ms, ok := parseMS(id)
+		if !ok {
+			return 0, false
+		}
+		p.prefix, p.ms = id[:13], ms
 	}
 	sq, ok := parseSeq(id)
 	if !ok {
