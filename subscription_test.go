@@ -556,3 +556,31 @@ func TestHandlersThatTurnSlowAllGetAWorker(t *testing.T) {
 		"all %d handlers must run at once (max in flight %d)", n, n)
 	require.Eventually(t, func() bool { return handled.Load() == 64+n }, waitFor, time.Millisecond, "and then return")
 }
+
+// The shutdown's error goes to one caller: when the first Close returns
+// it, a Close after the shutdown returns nil, also when the Closes that
+// waited for it gave up before the shutdown ended.
+func TestShutdownErrorGoesToTheFirstCloseOnly(t *testing.T) {
+	f := newFakeBackend()
+	b := bus.New(f)
+	started, release := make(chan struct{}), make(chan struct{})
+	s, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
+		close(started)
+		<-release // ignores its ctx: Done waits for it
+		return nil
+	})
+	require.NoError(t, err)
+	f.push(msg("a", 1))
+	recv(t, started)
+	closeShort := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		return s.Close(ctx)
+	}
+	require.ErrorContains(t, closeShort(), "still running", "the first Close returns the shutdown's error")
+	require.ErrorContains(t, closeShort(), "still running", "a Close that gives up before the shutdown ends says so")
+	close(release)
+	recvDone(t, s.Done())
+	assert.NoError(t, s.Close(context.Background()), "the error went to the first Close; a Close after the shutdown returns nil")
+	require.NoError(t, b.Close(context.Background()))
+}

@@ -14,12 +14,17 @@ import (
 // for the contract): it stops fetching, lets handlers finish until the
 // ctx of any Close ends, then cancels them with cause ErrClosing, flushes
 // settlements and returns by its ctx plus a short grace.
-func (s *Sub[P]) Close(ctx context.Context) error {
+func (s *Sub[P]) Close(ctx context.Context) error { return s.close(ctx, false) }
+
+// close is Close; background says that no caller waits for the result of
+// this call (closeInBackground), so the shutdown's error stays for a
+// Close that waits for it.
+func (s *Sub[P]) close(ctx context.Context, background bool) error {
 	// Any Close whose ctx ends forces the shutdown under way.
 	stop := context.AfterFunc(ctx, func() { s.Force(context.Cause(ctx)) })
 	defer stop()
 	if s.startClose() {
-		return s.shutdown()
+		return s.shutdown(!background)
 	}
 	hard, cancel := WithGrace(ctx)
 	defer cancel()
@@ -29,8 +34,9 @@ func (s *Sub[P]) Close(ctx context.Context) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.shutdownDone && !s.errTaken {
-		// The shutdown's error goes to one caller: the first that waits
-		// for it (the background close then reports nothing).
+		// The shutdown's error goes to one caller: the first Close, or
+		// else the first that waits for it (the background close then
+		// reports nothing).
 		s.errTaken = true
 		return s.closeErr
 	}
@@ -69,8 +75,9 @@ func (s *Sub[P]) errToReport() bool {
 }
 
 // shutdown runs the steps of Close once, bounded by s.force (the ctx of
-// every Close) plus the grace.
-func (s *Sub[P]) shutdown() error {
+// every Close) plus the grace; taken says that its caller returns the
+// error, so no later Close does.
+func (s *Sub[P]) shutdown(taken bool) error {
 	hard, cancel := WithGrace(s.force)
 	defer cancel()
 	s.stopAfter()
@@ -120,6 +127,7 @@ func (s *Sub[P]) shutdown() error {
 	// Set before Done closes: a Close that waits for Done then finds it.
 	s.closeMu.Lock()
 	s.closeErr, s.shutdownDone = err, true
+	s.errTaken = s.errTaken || taken
 	s.closeMu.Unlock()
 	s.finishClose(hard, drained)
 	return err
@@ -221,7 +229,7 @@ const backgroundCloseTimeout = 30 * time.Second
 func (s *Sub[P]) closeInBackground() {
 	ctx, cancel := context.WithTimeout(context.Background(), backgroundCloseTimeout)
 	defer cancel()
-	if err := s.Close(ctx); err != nil && s.errToReport() {
+	if err := s.close(ctx, true); err != nil && s.errToReport() {
 		s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: s.cfg.Topic, Group: s.cfg.Group, Err: err})
 	}
 }
