@@ -10,7 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// kvEntry is a key's value and revision.
+// kvEntry is a key's value and revision. For a key without a value,
+// leaderGet returns the revision of its delete or purge marker (0 when it
+// was never written) with jetstream.ErrKeyNotFound: a compare-and-set
+// against it (KeyValue.Update) is how a writer takes the key.
 type kvEntry struct {
 	value []byte
 	rev   uint64
@@ -26,7 +29,8 @@ const errNoMessage = 10037
 // on a cluster, a member read its own group lock back as free, or a
 // partition count that a Create had just found there as missing, and its
 // next compare-and-set failed. It returns jetstream.ErrKeyNotFound when
-// the key has no value (never written, deleted or purged), and retries
+// the key has no value (never written, deleted or purged), with the
+// revision of the marker (see kvEntry), and retries
 // while the bucket has no leader to answer (settled).
 func (b *Backend) leaderGet(ctx context.Context, kv jetstream.KeyValue, key string) (kvEntry, error) {
 	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + kv.Bucket() + "." + key})
@@ -65,7 +69,7 @@ func (b *Backend) leaderGet(ctx context.Context, kv jetstream.KeyValue, key stri
 	if len(resp.Message.Header) > 0 {
 		// A delete or purge marker: the key has no value.
 		if h, err := natsgo.DecodeHeadersMsg(resp.Message.Header); err == nil && h.Get("KV-Operation") != "" {
-			return kvEntry{}, jetstream.ErrKeyNotFound
+			return kvEntry{rev: resp.Message.Seq}, jetstream.ErrKeyNotFound
 		}
 	}
 	return kvEntry{value: resp.Message.Data, rev: resp.Message.Seq}, nil

@@ -55,7 +55,11 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 	e, err := b.leaderGet(ctx, kv, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		_, err = kv.Create(ctx, key, val)
+		// Set against the marker the leader has (or on no message at
+		// all), not through KeyValue.Create: after an unlock, its
+		// fallback reads the marker through any replica, and one that
+		// is behind still shows the old holder.
+		_, err = kv.Update(ctx, key, val, e.rev)
 		if err != nil && isConflict(err) {
 			return false, false, nil
 		}

@@ -182,12 +182,10 @@ func (b *Backend) updateMembers(ctx context.Context, verb, topic, group string, 
 			return live.live(now), nil
 		}
 		err = settled(ctx, func() error {
-			var err error
-			if rev == 0 {
-				_, err = kv.Create(ctx, key, next.encode())
-			} else {
-				_, err = kv.Update(ctx, key, next.encode(), rev)
-			}
+			// rev is that of the list, or of its marker once purged, or
+			// 0 when none was ever written: a compare-and-set against
+			// what the leader has (see leaderGet).
+			_, err := kv.Update(ctx, key, next.encode(), rev)
 			return err
 		})
 		switch {
@@ -204,11 +202,12 @@ func (b *Backend) updateMembers(ctx context.Context, verb, topic, group string, 
 // memberList maps the members of a group to when they drop out.
 type memberList map[string]time.Time
 
-// readMembers reads the list at key and its revision (0: no list).
+// readMembers reads the list at key and its revision (an empty list
+// with the revision of its marker, or 0 when none was ever written).
 func (b *Backend) readMembers(ctx context.Context, kv jetstream.KeyValue, key string) (memberList, uint64, error) {
 	e, err := b.leaderGet(ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return memberList{}, 0, nil
+		return memberList{}, e.rev, nil
 	}
 	if err != nil {
 		return nil, 0, err
