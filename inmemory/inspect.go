@@ -198,10 +198,7 @@ func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, e
 		deleted++
 	}
 	if deleted > 0 {
-		if t.spaceCh != nil && t.fits(t.spaceNeed, t.spaceNeedBytes) {
-			close(t.spaceCh)
-			t.spaceCh = nil
-		}
+		t.flushFreed()
 		t.advance()
 	}
 	return deleted, nil

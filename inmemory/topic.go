@@ -73,6 +73,12 @@ type topic struct {
 	// down, and only shrink under mu.
 	live      atomic.Int64
 	liveBytes atomic.Int64
+	// freed and freedBytes are what entries freed under mu take off live
+	// and liveBytes when mu is let go (flushFreed): one atomic add per
+	// batch of acks instead of two per entry, on counters the
+	// publishers add to from the other core.
+	freed      int64
+	freedBytes int64
 
 	groups map[string]*group
 	glist  []*group
@@ -178,6 +184,7 @@ func (t *topic) lock() {
 func (t *topic) unlock() {
 	for {
 		t.drain()
+		t.flushFreed()
 		t.mu.Unlock()
 		// A publisher that offered a batch after the drain above and
 		// found mu held counts on this check (see offer).
@@ -343,6 +350,7 @@ func (t *topic) dropFront() {
 		e.release()
 		t.ring[i] = nil
 		t.unlive(e)
+		t.flushFreed() // the caller checks fits next
 	}
 	t.base++
 }
@@ -359,19 +367,34 @@ func (t *topic) settle(e *entry) {
 	if e.off >= t.base && e.off < t.head {
 		t.ring[e.off&t.mask()] = nil
 	}
-	if t.spaceCh != nil && t.fits(t.spaceNeed, t.spaceNeedBytes) {
-		close(t.spaceCh)
-		t.spaceCh = nil
-	}
 	if e.off == t.base {
 		t.advance()
 	}
 }
 
-// unlive takes the freed entry e off the backlog counts.
+// unlive takes the freed entry e off the backlog counts when mu is let
+// go (see flushFreed); mu is held.
 func (t *topic) unlive(e *entry) {
-	t.live.Add(-1)
-	t.liveBytes.Add(-int64(e.size))
+	t.freed++
+	t.freedBytes += int64(e.size)
+}
+
+// flushFreed takes what was freed since the last flush off the backlog
+// counts and wakes the publishers waiting for room once it is enough;
+// mu is held. unlock calls it before letting go of mu, so whoever takes
+// mu next, and a publisher that reads the counts without it, sees every
+// entry freed before.
+func (t *topic) flushFreed() {
+	if t.freed == 0 {
+		return
+	}
+	t.live.Add(-t.freed)
+	t.liveBytes.Add(-t.freedBytes)
+	t.freed, t.freedBytes = 0, 0
+	if t.spaceCh != nil && t.fits(t.spaceNeed, t.spaceNeedBytes) {
+		close(t.spaceCh)
+		t.spaceCh = nil
+	}
 }
 
 // advance moves base past freed slots. When the window is more than twice
