@@ -289,8 +289,9 @@ const settleWait = 10 * time.Second
 // settled runs f, again while it fails with no responders: a replicated
 // bucket answers so while its stream elects a leader, or while its
 // replicas come up after it was created (direct gets are answered by
-// replicas that caught up). It returns by ctx's deadline, and gives up
-// after settleWait.
+// replicas that caught up); and again while the server fails to create
+// a stream with an error of its own (see unsettled). It returns by ctx's
+// deadline, and gives up after settleWait.
 func settled(ctx context.Context, f func() error) error {
 	err := f()
 	var r retry
@@ -331,5 +332,20 @@ func (r *retry) pause(ctx context.Context) error {
 }
 
 func unsettled(err error) bool {
-	return err != nil && (errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse))
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true
+	}
+	// A stream (or bucket) create that failed inside the server (status
+	// 500, err_code 10049: its store could not be set up, seen on a
+	// loaded machine) says nothing about the request: another try may
+	// succeed. A refused configuration has a code of its own.
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 500 && api.ErrorCode == errStreamCreate
 }
+
+// errStreamCreate is the err_code of a stream create that failed inside
+// the server.
+const errStreamCreate jetstream.ErrorCode = 10049

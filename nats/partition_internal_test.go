@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,6 +33,25 @@ func TestSettledRetriesNoRespondersUntilAnswered(t *testing.T) {
 	err = settled(context.Background(), func() error { calls++; return other })
 	assert.ErrorIs(t, err, other)
 	assert.Equal(t, 1, calls, "other errors are not retried")
+}
+
+func TestSettledRetriesAStreamCreateTheServerFailed(t *testing.T) {
+	failed := fmt.Errorf("bucket %q: %w", "b", &jetstream.APIError{Code: 500, ErrorCode: 10049, Description: "error creating store for stream"})
+	calls := 0
+	err := settled(context.Background(), func() error {
+		if calls++; calls == 1 {
+			return failed
+		}
+		return nil
+	})
+	require.NoError(t, err, "the second try's answer is returned")
+	assert.Equal(t, 2, calls)
+
+	refused := &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}
+	calls = 0
+	err = settled(context.Background(), func() error { calls++; return refused })
+	assert.ErrorIs(t, err, refused)
+	assert.Equal(t, 1, calls, "a refused configuration is not retried")
 }
 
 func TestSettledReturnsByTheDeadline(t *testing.T) {
