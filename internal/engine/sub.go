@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/lifecycle"
@@ -57,13 +58,15 @@ type Sub[P any] struct {
 	// dispatchBuf holds the pointers of the batch being dispatched; the
 	// fetch loop reuses it.
 	dispatchBuf []*Delivery[P]
+	// slab is how many Deliveries dispatch allocates at once (slabLen).
+	slab int
 }
 
 // New returns the subscription of cfg over bsub, not yet running. Fetching
 // stops as soon as ctx ends; handlers keep their own ctx, which the
 // shutdown cancels only when its ctx runs out.
 func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *Sub[P] {
-	s := &Sub[P]{cfg: cfg, bsub: bsub, slots: NewSlots(cfg.MaxInFlight),
+	s := &Sub[P]{cfg: cfg, bsub: bsub, slots: NewSlots(cfg.MaxInFlight), slab: slabLen(unsafe.Sizeof(Delivery[P]{})),
 		fetchDone: make(chan struct{}), done: make(chan struct{})}
 	s.manual.s = s
 	s.acks = newAcker(s, cfg.AckBatch, cfg.AckInterval)
@@ -335,9 +338,8 @@ func (s *Sub[P]) returnExcess(msgs []*backend.Message, n int) []*backend.Message
 }
 
 // dispatch turns a batch into deliveries and queues them for the workers.
-// The Deliveries of a batch share allocations of up to deliverySlab
-// (small enough for the allocator's size classes, which keeps them cheap
-// to allocate and to free). They are never reused: user code may keep a
+// The Deliveries of a batch share allocations of up to s.slab of them
+// (see slabLen). They are never reused: user code may keep a
 // delivery as long as it likes (to settle it later in AckManual, or to
 // read its fields).
 func (s *Sub[P]) dispatch(msgs []*backend.Message) {
@@ -346,7 +348,7 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 	received := monoNow()
 	for i, m := range msgs {
 		if len(vals) == 0 {
-			vals = make([]Delivery[P], min(len(msgs)-i, deliverySlab))
+			vals = make([]Delivery[P], min(len(msgs)-i, s.slab))
 		}
 		d := &vals[0]
 		vals = vals[1:]
@@ -370,8 +372,16 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 	s.dispatchBuf = ds[:0]
 }
 
-// deliverySlab is the most Deliveries allocated at once.
-const deliverySlab = 64
+// deliverySlabBytes is the most bytes of Deliveries allocated at once: a
+// size class of the allocator (small objects, cheap to allocate and to
+// free, end at 32 KiB).
+const deliverySlabBytes = 16 << 10
+
+// slabLen is how many Deliveries of size bytes fill deliverySlabBytes.
+// The count fills the size class whole: 64 of the 240 bytes of the
+// root package's record (15,360 bytes) took a 16 KiB block and left a
+// sixteenth of it unused.
+func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
 
 // releaseDone frees the in-flight slots of n finished deliveries.
 func (s *Sub[P]) releaseDone(n int) {
