@@ -54,10 +54,9 @@ func (e *entry) release() {
 // would be woken on the core of the Receive or Ack that held mu, and the
 // core it ran on would sit idle until the scheduler moved one of them
 // back: on a two-core machine that cost a third of end-to-end throughput.
-// Every reader of the log takes
-// mu through lock, so a batch in the inbox is appended before anyone can
-// look for it: a Publish that returned is visible to every later
-// Receive, Subscribe and inspection.
+// Every reader of the log takes mu through lock, so a batch in the inbox
+// is appended before anyone can look for it: a Publish that returned is
+// visible to every later Receive, Subscribe and inspection.
 type topic struct {
 	mu   sync.Mutex
 	name string
@@ -159,10 +158,10 @@ const yieldAhead = 8
 // end-to-end rate by 10-12% and kept the backlog smaller (median latency
 // at a million messages 22-27 ms instead of 29-33); with the collector
 // off it changed nothing, and on one core it is a wash (BenchmarkMemE2E
-// slower, bus bench faster). It
-// costs a publisher that is ahead one trip through the scheduler per
-// Publish call, and nothing while the consumers keep up. A topic without
-// a group has no consumer to yield to.
+// slower, bus bench faster). It costs a publisher that is ahead one trip
+// through the scheduler per Publish call, and nothing while the
+// consumers keep up. A topic without a group has no consumer to yield
+// to.
 func (t *topic) yieldIfAhead() {
 	if !t.hasGroups.Load() {
 		return
