@@ -339,9 +339,9 @@ func (s *Sub[P]) returnExcess(msgs []*backend.Message, n int) []*backend.Message
 
 // dispatch turns a batch into deliveries and queues them for the workers.
 // The Deliveries of a batch share allocations of up to s.slab of them
-// (see slabLen). They are never reused: user code may keep a
-// delivery as long as it likes (to settle it later in AckManual, or to
-// read its fields).
+// (see slabLen). They are never reused: user code may keep a delivery
+// as long as it likes (to settle it later in AckManual, or to read its
+// fields).
 func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 	var vals []Delivery[P]
 	ds := s.dispatchBuf[:0]
