@@ -198,7 +198,6 @@ func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, e
 		deleted++
 	}
 	if deleted > 0 {
-		t.flushFreed()
 		t.advance()
 	}
 	return deleted, nil

@@ -377,10 +377,8 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 // free, end at 32 KiB).
 const deliverySlabBytes = 16 << 10
 
-// slabLen is how many Deliveries of size bytes fill deliverySlabBytes.
-// The count fills the size class whole: 64 of the 240 bytes of the
-// root package's record (15,360 bytes) took a 16 KiB block and left a
-// sixteenth of it unused.
+// slabLen is how many Deliveries of size bytes fill deliverySlabBytes,
+// so that no part of the block is left unused.
 func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
 
 // releaseDone frees the in-flight slots of n finished deliveries.
