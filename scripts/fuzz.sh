@@ -2,10 +2,11 @@
 # fuzz.sh runs every native Go fuzz target of the module for a short fixed
 # time and prints each target's execution count.
 #
-# Targets are found with `go test -list '^Fuzz' ./...`; each runs on its
-# own (`go test -run '^$' -fuzz '^Name$' -fuzztime $FUZZTIME pkg`), since
-# -fuzz takes one target of one package. `make test` runs it after the unit
-# tests, which already ran every seed corpus.
+# Targets are the Fuzz functions of the test files `go list` selects;
+# each runs on its own (`go test -run '^$' -fuzz '^Name$' -fuzztime
+# $FUZZTIME pkg`), since -fuzz takes one target of one package. `make
+# test` runs it after the unit tests, which already ran every seed
+# corpus.
 #
 # Environment:
 #   FUZZTIME  time per target (default 5s; any -fuzztime value, e.g. 30s
@@ -28,22 +29,17 @@ cd "$(dirname "$0")/.."
 
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 
-# List "pkg Name" pairs: -list prints the matching names of a package and
-# then its "ok  <pkg>  <time>" line.
+# List "pkg Name" pairs: the Fuzz functions of the test files that go
+# list selects for this platform. (go test -list would compile and link
+# every package's test binary only to print names.)
 targets=()
-pending=()
-while IFS= read -r line; do
-	case "$line" in
-	Fuzz*) pending+=("$line") ;;
-	ok*)
-		pkg=$(awk '{print $2}' <<<"$line")
-		for name in "${pending[@]}"; do
+while read -r pkg dir files; do
+	for f in $files; do
+		while IFS= read -r name; do
 			targets+=("$pkg $name")
-		done
-		pending=()
-		;;
-	esac
-done < <("$GO" test -list '^Fuzz' ./... 2>&1)
+		done < <(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(.*\*testing\.F\).*/\1/p' "$dir/$f")
+	done
+done < <("$GO" list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...)
 
 if [ "${#targets[@]}" -eq 0 ]; then
 	log "no fuzz targets found"
