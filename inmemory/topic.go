@@ -139,6 +139,12 @@ func (t *topic) fits(n int, bytes int64) bool {
 	return t.live.Load()+int64(n) <= int64(t.b.opts.MaxBacklog) && t.liveBytes.Load()+bytes <= t.b.opts.MaxBacklogBytes
 }
 
+// fitsUnflushed is fits(0, 0) with the entries freed since the last
+// flushFreed taken off the counts already; mu is held.
+func (t *topic) fitsUnflushed() bool {
+	return t.live.Load()-t.freed <= int64(t.b.opts.MaxBacklog) && t.liveBytes.Load()-t.freedBytes <= t.b.opts.MaxBacklogBytes
+}
+
 func (t *topic) fullError() error {
 	o := t.b.opts
 	return fmt.Errorf("%w: %d unsettled entries of %d bytes, max %d entries and %d bytes", ErrBacklogFull, t.live.Load(), t.liveBytes.Load(), o.MaxBacklog, o.MaxBacklogBytes)
@@ -329,7 +335,7 @@ func (t *topic) insert(es []entry) {
 	if len(t.glist) == 0 {
 		// No group yet: keep the newest entries within the limits, drop
 		// the oldest so publishing with no subscriber never blocks.
-		for !t.fits(0, 0) && t.base < t.head {
+		for !t.fitsUnflushed() && t.base < t.head {
 			t.dropFront()
 			t.dropped++
 		}
@@ -349,7 +355,6 @@ func (t *topic) dropFront() {
 		e.release()
 		t.ring[i] = nil
 		t.unlive(e)
-		t.flushFreed() // the caller checks fits next
 	}
 	t.base++
 }
