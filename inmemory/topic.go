@@ -73,8 +73,8 @@ type topic struct {
 	live      atomic.Int64
 	liveBytes atomic.Int64
 	// freed and freedBytes are what entries freed under mu take off live
-	// and liveBytes when mu is let go (flushFreed): one atomic add per
-	// batch of acks instead of two per entry, on counters the
+	// and liveBytes when mu is let go (flushFreed): two atomic adds per
+	// lock hold instead of two per freed entry, on counters the
 	// publishers add to from the other core.
 	freed      int64
 	freedBytes int64
@@ -137,12 +137,6 @@ func (t *topic) waitSpace(n int, bytes int64) <-chan struct{} {
 // backlog limits.
 func (t *topic) fits(n int, bytes int64) bool {
 	return t.live.Load()+int64(n) <= int64(t.b.opts.MaxBacklog) && t.liveBytes.Load()+bytes <= t.b.opts.MaxBacklogBytes
-}
-
-// fitsUnflushed is fits(0, 0) with the entries freed since the last
-// flushFreed taken off the counts already; mu is held.
-func (t *topic) fitsUnflushed() bool {
-	return t.live.Load()-t.freed <= int64(t.b.opts.MaxBacklog) && t.liveBytes.Load()-t.freedBytes <= t.b.opts.MaxBacklogBytes
 }
 
 func (t *topic) fullError() error {
@@ -334,8 +328,10 @@ func (t *topic) insert(es []entry) {
 	}
 	if len(t.glist) == 0 {
 		// No group yet: keep the newest entries within the limits, drop
-		// the oldest so publishing with no subscriber never blocks.
-		for !t.fitsUnflushed() && t.base < t.head {
+		// the oldest so publishing with no subscriber never blocks. The
+		// counts go down when mu is let go (flushFreed), so what was
+		// dropped so far is taken off here.
+		for !t.fits(-int(t.freed), -t.freedBytes) && t.base < t.head {
 			t.dropFront()
 			t.dropped++
 		}
