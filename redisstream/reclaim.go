@@ -1,9 +1,12 @@
 package redisstream
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,13 +23,61 @@ type reclaimKey struct{ topic, group string }
 // Backend, so only one XAUTOCLAIM scan runs for them at a time. The scan is
 // demand driven: the subscription that finds it due (and wins the lock)
 // claims at most its own free capacity.
+//
+// A scan is due every reclaimInterval, which finds the entries whose
+// lease ran out and those another process gave back, and when an entry
+// this process gave back with a delay becomes claimable: the reclaimer
+// keeps the due times of its own give-backs, and a read blocked past the
+// earliest of them is woken (see waitRead), so a delay is honoured to
+// a few milliseconds on every attempt instead of at the next periodic
+// scan.
 type reclaimer struct {
 	refs int // guarded by Backend.mu
 
 	busy sync.Mutex
 	mu   sync.Mutex
 	next time.Time // when the next scan is due
-	from string    // XAUTOCLAIM cursor; "" = start over
+	// nextIsDue: next is a due time in dues, not the periodic scan.
+	nextIsDue bool
+	from      string // XAUTOCLAIM cursor; "" = start over
+	// pass is when the scan pass in progress started from the head of
+	// the pending list: the due times up to it are served when the pass
+	// ends.
+	pass time.Time
+	// dues holds the due times of the entries given back with a delay,
+	// not yet served, earliest first; at most maxDues of them. Past
+	// that, scans run every overflowPoll until overflow.
+	dues     dueHeap
+	overflow time.Time
+	// reads are the blocked reads of the subscriptions sharing the
+	// reclaimer.
+	reads []*blockedRead
+}
+
+// Bounds of the due-time tracking.
+const (
+	// maxDues bounds the due times a reclaimer keeps.
+	maxDues = 1 << 16
+	// overflowPoll is the scan period while due times were dropped.
+	overflowPoll = 50 * time.Millisecond
+	// rescanGap is the least time between the end of a pass and a pass
+	// for a due time, which bounds the scans a stream of give-backs with
+	// scattered due times causes (the first due time after a pass waits up
+	// to this long).
+	rescanGap = 5 * time.Millisecond
+	// wakeSlack is how much sooner than a blocked read's end a due time
+	// must come for the read to be woken; a read ending sooner than this
+	// is never registered.
+	wakeSlack = 10 * time.Millisecond
+)
+
+// errWoken is the cause of a read's ctx when the reclaimer woke it.
+var errWoken = errors.New("redisstream: read woken for a due reclaim")
+
+// blockedRead is a read that blocks until end unless woken by wake.
+type blockedRead struct {
+	end  time.Time
+	wake context.CancelCauseFunc
 }
 
 func (r *reclaimer) tryLock() bool { return r.busy.TryLock() }
@@ -38,40 +89,140 @@ func (r *reclaimer) due(now time.Time) bool {
 	return !now.Before(r.next)
 }
 
-// until returns how long until the next scan is due (0 if due).
-func (r *reclaimer) until(now time.Time) time.Duration {
+// until returns how long until the next scan is due (0 if due), and
+// whether it is due for a due time of a give-back rather than for the
+// periodic scan.
+func (r *reclaimer) until(now time.Time) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return max(r.next.Sub(now), 0)
+	return max(r.next.Sub(now), 0), r.nextIsDue
 }
 
-// dueBy makes the next scan due no later than t.
-func (r *reclaimer) dueBy(t time.Time) {
+// dueAt records that an entry given back by this process becomes
+// claimable at t: the next scan is due no later than t, and the reads
+// blocked past it are woken, so that their subscriptions start the scan
+// at t.
+func (r *reclaimer) dueAt(t time.Time) {
 	r.mu.Lock()
-	if t.Before(r.next) {
-		r.next = t
+	if len(r.dues) < maxDues {
+		heap.Push(&r.dues, t)
+	} else if t.After(r.overflow) {
+		r.overflow = t
 	}
+	if t.Before(r.next) {
+		r.next, r.nextIsDue = t, true
+	}
+	woken := r.wakeBefore(t)
 	r.mu.Unlock()
+	for _, br := range woken {
+		br.wake(errWoken)
+	}
 }
 
+// wakeBefore unregisters and returns the reads blocked past t (with
+// r.mu held).
+func (r *reclaimer) wakeBefore(t time.Time) []*blockedRead {
+	var woken []*blockedRead
+	kept := r.reads[:0]
+	for _, br := range r.reads {
+		if br.end.Sub(t) > wakeSlack {
+			woken = append(woken, br)
+		} else {
+			kept = append(kept, br)
+		}
+	}
+	clear(r.reads[len(kept):])
+	r.reads = kept
+	return woken
+}
+
+// waitRead registers a read that blocks until end; wake ends it early
+// when a due time comes before end. It returns nil, registering nothing,
+// for a read that ends within wakeSlack: no due time can come much
+// before its end.
+func (r *reclaimer) waitRead(end time.Time, wake context.CancelCauseFunc) *blockedRead {
+	if time.Until(end) <= wakeSlack {
+		return nil
+	}
+	br := &blockedRead{end: end, wake: wake}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads = append(r.reads, br)
+	return br
+}
+
+// readDone unregisters a read that returned.
+func (r *reclaimer) readDone(br *blockedRead) {
+	if br == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.reads, br); i >= 0 {
+		r.reads = slices.Delete(r.reads, i, i+1)
+	}
+}
+
+// scanned records the end of one XAUTOCLAIM call. When the call ended a
+// pass over the pending list (cursor 0-0), the due times up to the
+// pass's start are served (their entries were claimable when the pass
+// reached them) and the next scan is due at the earliest due time left,
+// or after interval, whichever comes first; otherwise the pass goes on
+// at once.
 func (r *reclaimer) scanned(cursor string, interval time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if cursor == "0-0" || cursor == "" {
-		r.from = ""
-		r.next = time.Now().Add(interval)
+	if cursor != "0-0" && cursor != "" {
+		r.from = cursor // more to scan: stay due
 		return
 	}
-	r.from = cursor // more to scan: stay due
+	r.from = ""
+	for len(r.dues) > 0 && !r.dues[0].After(r.pass) {
+		heap.Pop(&r.dues)
+	}
+	now := time.Now()
+	if now.Before(r.overflow) {
+		interval = min(interval, overflowPoll)
+	}
+	r.next, r.nextIsDue = now.Add(interval), false
+	if len(r.dues) > 0 {
+		if t := maxTime(r.dues[0], now.Add(rescanGap)); t.Before(r.next) {
+			r.next, r.nextIsDue = t, true
+		}
+	}
 }
 
+// cursor returns where the next XAUTOCLAIM starts; a pass that starts
+// from the head of the pending list is timed.
 func (r *reclaimer) cursor() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.from == "" {
+		r.pass = time.Now()
 		return "0-0"
 	}
 	return r.from
+}
+
+// dueHeap is a min-heap of due times (container/heap).
+type dueHeap []time.Time
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // reclaimInterval is how often a stream and group is scanned for expired

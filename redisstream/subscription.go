@@ -208,11 +208,19 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	s.prevFound, s.prevStarted, s.started = s.found, s.started, now
 	args := s.readArgs
 	args.Count = int64(max)
-	args.Block = s.blockFor(now)
-	rr := s.reader.read(ctx, &args)
+	var due bool
+	args.Block, due = s.blockFor(now)
+	rctx, done := s.wakeable(ctx, now, args.Block, due)
+	rr := s.reader.read(rctx, &args)
+	woken := done != nil && done()
 	defer s.reader.recycle(rr)
 	s.found, s.asked = 0, max
 	if err := rr.err; err != nil {
+		if woken && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// A reclaim is due (or comes due before the read would
+			// have ended): the next Receive runs it, or waits for it.
+			return nil, nil
+		}
 		return nil, s.readErr(ctx, err)
 	}
 	if rr.raw != nil {
@@ -378,13 +386,69 @@ func (s *subscription) lingerBeforeRead(ctx context.Context) (time.Time, error) 
 }
 
 // blockFor returns the XREADGROUP BLOCK: the configured block, cut short
-// when the next reclaim is due sooner, and never 0 (which blocks forever).
-func (s *subscription) blockFor(now time.Time) time.Duration {
-	block := s.b.opts.Block
-	if until := s.rc.until(now); until < block {
-		block = until
+// when the next reclaim is due sooner (rounded up to the millisecond, the
+// unit of BLOCK, so the read does not end just before it), and never 0
+// (which blocks forever). due reports that the read ends for a due time
+// of a give-back (see reclaimer.dueAt), which must not come late.
+func (s *subscription) blockFor(now time.Time) (block time.Duration, due bool) {
+	block = s.b.opts.Block
+	if until, forDue := s.rc.until(now); until < block {
+		block, due = time.Duration(ceilMs(until))*time.Millisecond, forDue
 	}
-	return max(block, 10*time.Millisecond)
+	return max(block, 10*time.Millisecond), due
+}
+
+// wakeable returns the ctx of a read that starts at now and blocks for
+// block, and done, which the caller calls when the read returned: it
+// reports whether the read was ended early for a due reclaim.
+//
+// A read that may block past wakeSlack is registered with the reclaimer,
+// which ends its ctx (and with it the read, by CLIENT UNBLOCK) when an
+// entry this process gave back becomes claimable before the read's end.
+// A read that ends for a due time (due) ends by a deadline of its ctx:
+// Redis ends a BLOCK only as often as its server cron runs (every 100ms
+// at the default hz 10) when nothing else wakes it.
+func (s *subscription) wakeable(ctx context.Context, now time.Time, block time.Duration, due bool) (rctx context.Context, done func() (woken bool)) {
+	if s.b.inlineReads && s.reader.lastFound {
+		block = min(block, inlineBlock) // see reader.read
+	}
+	end := now.Add(block)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
+		end, due = dl, false
+	}
+	rctx = ctx
+	var (
+		br     *blockedRead
+		wake   context.CancelCauseFunc
+		ended  context.CancelFunc
+		wakeOf context.Context
+	)
+	if end.Sub(now) > wakeSlack {
+		wakeOf, wake = context.WithCancelCause(ctx)
+		if br = s.rc.waitRead(end, wake); br != nil {
+			rctx = wakeOf
+		} else {
+			wake(nil)
+		}
+	}
+	if br == nil && !due {
+		return ctx, nil
+	}
+	if due {
+		rctx, ended = context.WithDeadline(rctx, end)
+	}
+	return rctx, func() bool {
+		woken := ctx.Err() == nil && (due && rctx.Err() != nil ||
+			br != nil && errors.Is(context.Cause(wakeOf), errWoken))
+		if br != nil {
+			s.rc.readDone(br)
+			wake(nil)
+		}
+		if ended != nil {
+			ended()
+		}
+		return woken
+	}
 }
 
 // recoverGroup re-creates a consumer group that vanished (the server lost
@@ -467,16 +531,27 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 		uncount = "1"
 	}
 	at := s.lease()
-	idle := int64(0)
+	idle := at.Milliseconds() + 1 // claimable at once
+	// claimable is how long after the script's reply the entry is
+	// claimable at the latest.
+	claimable := time.Duration(0)
 	hold, member := "0", ""
-	if delay < at {
-		idle = (at - delay).Milliseconds()
-		if delay <= 0 {
-			idle++ // claimable at once
-		}
-	} else {
-		hold = strconv.FormatInt(time.Now().Add(delay).UnixMilli(), 10)
+	switch {
+	case delay <= 0:
+	case delay < at:
+		// Claimable once the server's clock, which counts whole
+		// milliseconds, has moved on by at-idle since the script ran:
+		// the delay rounded up, and one more for the millisecond the
+		// script started in, so that it is never early.
+		idle = max(at.Milliseconds()-ceilMs(delay)-1, 0)
+		claimable = at - time.Duration(idle)*time.Millisecond
+	default:
+		// The promoter makes it claimable at the hold's time: the due
+		// time rounded up to the millisecond, and one more as above.
+		idle = 0
+		hold = strconv.FormatInt(ceilMs(time.Duration(time.Now().Add(delay).UnixNano()))+1, 10)
 		member = s.cfg.Group + "\x00" + e.id + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
+		claimable = delay + 2*time.Millisecond
 	}
 	var r int64
 	err := s.b.call(ctx, func(ctx context.Context) error {
@@ -494,8 +569,13 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 	if hold != "0" {
 		s.ts.wake()
 	}
-	s.rc.dueBy(time.Now().Add(max(delay, 0)))
+	s.rc.dueAt(time.Now().Add(claimable))
 	return nil
+}
+
+// ceilMs returns d in milliseconds, rounded up.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // staleErr turns the reply of a settlement script into an error wrapping
