@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -253,6 +256,48 @@ func testRetryAfter(t *testing.T, s *suite) {
 	require.Len(t, got, 2)
 	assert.Equal(t, []int{1, 2}, []int{got[0].Attempt, got[1].Attempt}, "the retry counts as an attempt")
 	assert.GreaterOrEqual(t, got[1].At.Sub(got[0].At), after, "retried after the handler's delay, not the %v backoff", 10*time.Millisecond)
+}
+
+// testRetryDelayEveryAttempt: a failing message retried with a constant
+// backoff comes back no earlier than the backoff after its handler
+// returned, on every attempt, not only the first. How late each retry
+// came is logged, not asserted: brokers' timers and a loaded machine set
+// it.
+func testRetryDelayEveryAttempt(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic := h.topic("retrydelay")
+	delay := s.cfg.dur(300 * time.Millisecond)
+	const retries = 5
+	var (
+		mu       sync.Mutex
+		returned []time.Time
+	)
+	in := &inbox{}
+	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
+		if d.Attempt > retries {
+			return nil
+		}
+		mu.Lock()
+		returned = append(returned, time.Now())
+		mu.Unlock()
+		return errHandler
+	}), bus.WithGroup(h.group("retrydelay")), bus.WithAckTimeout(s.longLease()), bus.WithMaxDeliveries(retries+2),
+		bus.WithRetryBackoff(func() backoff.BackOff { return backoff.NewConstantBackOff(delay) }))
+	m := &bus.Message{Payload: []byte("again and again")}
+	h.publish(topic, m)
+	s.eventually(t, func() bool { return len(in.of(m.ID)) > retries }, "the message is retried %d times", retries)
+	got := in.of(m.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	gaps := make([]time.Duration, retries)
+	for i := range gaps {
+		gaps[i] = got[i+1].At.Sub(returned[i])
+	}
+	t.Logf("%s: a retry after %v, %d times, came after %v", s.caps.Name, delay, retries, gaps)
+	for i, g := range gaps {
+		assert.GreaterOrEqual(t, g, delay, "retry %d came %v after the handler returned, before the backoff of %v", i+1, g, delay)
+		assert.Equal(t, i+2, got[i+1].Attempt, "retry %d is attempt %d", i+1, i+2)
+	}
 }
 
 // testExpiresAt: a message delivered at or after its ExpiresAt never

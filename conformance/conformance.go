@@ -111,6 +111,7 @@ var cases = []testCase{
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
 	{name: "RetryAfterSetsTheDelay", needs: []capability{capRedelivery, capNackDelay}, run: testRetryAfter},
+	{name: "RetryDelayNeverEarlyOnEveryAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testRetryDelayEveryAttempt},
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
 	{name: "DeliverAtRejected", run: testDeliverAtRejected},
