@@ -91,7 +91,8 @@
 //     reclaimed with XAUTOCLAIM, at most a quarter of the ack timeout late.
 //     One scan runs at a time per stream and group in a Backend, and it
 //     claims only as many entries as the claiming subscription has room
-//     for. Attempt is the entry's delivery count (read with XPENDING).
+//     for. Attempt is the entry's delivery count (read with XPENDING in
+//     the same script).
 //   - Extend resets the idle time (XCLAIM ... JUSTID) without counting a
 //     delivery.
 //   - Release (backend.Releaser: a delivery whose handler a shutdown
@@ -112,13 +113,24 @@
 //     out still settles the message if it is unsettled, and is never an
 //     error.
 //   - Nack never moves the entry: it stays in the group's pending list and
-//     a Lua script sets its idle time so that it becomes claimable exactly
-//     when the delay ends. A delay longer than the ack timeout also records
-//     a hold in the topic's hold ZSET; the promoter (one per topic in a
-//     Backend) keeps the entry's idle time fresh until it is due. Holds live
-//     in Redis, so they survive process restarts; a new subscription runs a
-//     promoter pass before its first reclaim. Since the entry never leaves
-//     the pending list, no crash can lose it or duplicate it.
+//     a Lua script sets its idle time so that it becomes claimable when
+//     the delay ends (rounded up to the millisecond, and one more: Redis
+//     counts idle time in whole milliseconds), never before. A delay
+//     longer than the ack timeout also records a hold in the topic's hold
+//     ZSET; the promoter (one per topic in a Backend) keeps the entry's
+//     idle time fresh until it is due. Holds live in Redis, so they
+//     survive process restarts; a new subscription runs a promoter pass
+//     before its first reclaim. Since the entry never leaves the pending
+//     list, no crash can lose it or duplicate it.
+//   - Delays end on time: a Backend keeps the due times of the entries
+//     its subscriptions gave back (Nack, a retry, Snooze), and when one
+//     comes it ends the blocked XREADGROUP of a subscription of that group
+//     (CLIENT UNBLOCK; Redis itself ends a BLOCK only on its server cron,
+//     every 100ms at the default hz) and claims the entry, a few
+//     milliseconds after the delay on an idle machine. An entry given back
+//     by a process that has since gone, or that has no room for it, is
+//     claimed by the next lease scan of another member, at most a quarter
+//     of the ack timeout (and at most a second) late.
 //   - Dead-lettering is one Lua script that adds the copy to the
 //     dead-letter stream and acks the original. On a cluster whose
 //     dead-letter topic hashes to another slot (a name other than

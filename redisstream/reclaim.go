@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
@@ -28,7 +25,7 @@ type reclaimKey struct{ topic, group string }
 // lease ran out and those another process gave back, and when an entry
 // this process gave back with a delay becomes claimable: the reclaimer
 // keeps the due times of its own give-backs, and a read blocked past the
-// earliest of them is woken (see waitRead), so a delay is honoured to
+// earliest of them is woken then (see dueAt), so a delay is honoured to
 // a few milliseconds on every attempt instead of at the next periodic
 // scan.
 type reclaimer struct {
@@ -64,20 +61,33 @@ const (
 	// for a due time, which bounds the scans a stream of give-backs with
 	// scattered due times causes (the first due time after a pass waits up
 	// to this long).
-	rescanGap = 5 * time.Millisecond
-	// wakeSlack is how much sooner than a blocked read's end a due time
-	// must come for the read to be woken; a read ending sooner than this
-	// is never registered.
-	wakeSlack = 10 * time.Millisecond
+	rescanGap = 2 * time.Millisecond
 )
 
 // errWoken is the cause of a read's ctx when the reclaimer woke it.
 var errWoken = errors.New("redisstream: read woken for a due reclaim")
 
-// blockedRead is a read that blocks until end unless woken by wake.
+// blockedRead is a read that blocks until end unless woken: wake ends
+// its ctx. A due time before end arms timer to wake it then (at).
 type blockedRead struct {
-	end  time.Time
-	wake context.CancelCauseFunc
+	end   time.Time
+	wake  context.CancelCauseFunc
+	at    time.Time
+	timer *time.Timer
+}
+
+// wakeAt arms br to be woken at t, unless it ends by then or is armed
+// for earlier (with the reclaimer's mu held).
+func (br *blockedRead) wakeAt(t time.Time) {
+	if !t.Before(br.end) || br.timer != nil && !t.Before(br.at) {
+		return
+	}
+	br.at = t
+	if br.timer == nil {
+		br.timer = time.AfterFunc(time.Until(t), func() { br.wake(errWoken) })
+		return
+	}
+	br.timer.Reset(time.Until(t))
 }
 
 func (r *reclaimer) tryLock() bool { return r.busy.TryLock() }
@@ -89,21 +99,22 @@ func (r *reclaimer) due(now time.Time) bool {
 	return !now.Before(r.next)
 }
 
-// until returns how long until the next scan is due (0 if due), and
-// whether it is due for a due time of a give-back rather than for the
-// periodic scan.
-func (r *reclaimer) until(now time.Time) (time.Duration, bool) {
+// until returns how long until the next scan is due (0 if due).
+func (r *reclaimer) until(now time.Time) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return max(r.next.Sub(now), 0), r.nextIsDue
+	return max(r.next.Sub(now), 0)
 }
 
 // dueAt records that an entry given back by this process becomes
 // claimable at t: the next scan is due no later than t, and the reads
-// blocked past it are woken, so that their subscriptions start the scan
-// at t.
+// blocked past it are woken then, so that their subscriptions start the
+// scan at t. Redis ends a BLOCK only as often as its server cron runs
+// (every 100ms at the default hz 10) when nothing else wakes it, so a
+// read is not left to end by its BLOCK.
 func (r *reclaimer) dueAt(t time.Time) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(r.dues) < maxDues {
 		heap.Push(&r.dues, t)
 	} else if t.After(r.overflow) {
@@ -112,52 +123,33 @@ func (r *reclaimer) dueAt(t time.Time) {
 	if t.Before(r.next) {
 		r.next, r.nextIsDue = t, true
 	}
-	woken := r.wakeBefore(t)
-	r.mu.Unlock()
-	for _, br := range woken {
-		br.wake(errWoken)
-	}
-}
-
-// wakeBefore unregisters and returns the reads blocked past t (with
-// r.mu held).
-func (r *reclaimer) wakeBefore(t time.Time) []*blockedRead {
-	var woken []*blockedRead
-	kept := r.reads[:0]
 	for _, br := range r.reads {
-		if br.end.Sub(t) > wakeSlack {
-			woken = append(woken, br)
-		} else {
-			kept = append(kept, br)
-		}
+		br.wakeAt(t)
 	}
-	clear(r.reads[len(kept):])
-	r.reads = kept
-	return woken
 }
 
-// waitRead registers a read that blocks until end; wake ends it early
-// when a due time comes before end. It returns nil, registering nothing,
-// for a read that ends within wakeSlack: no due time can come much
-// before its end.
+// waitRead registers a read that blocks until end; wake ends it early,
+// when a due time comes before end (see dueAt).
 func (r *reclaimer) waitRead(end time.Time, wake context.CancelCauseFunc) *blockedRead {
-	if time.Until(end) <= wakeSlack {
-		return nil
-	}
 	br := &blockedRead{end: end, wake: wake}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.nextIsDue && r.next.After(time.Now()) {
+		// A scan due already is run by the next Receive, or is being
+		// run by another subscription.
+		br.wakeAt(r.next)
+	}
 	r.reads = append(r.reads, br)
 	return br
 }
 
 // readDone unregisters a read that returned.
 func (r *reclaimer) readDone(br *blockedRead) {
-	if br == nil {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if br.timer != nil {
+		br.timer.Stop()
+	}
 	if i := slices.Index(r.reads, br); i >= 0 {
 		r.reads = slices.Delete(r.reads, i, i+1)
 	}
@@ -232,7 +224,7 @@ func reclaimInterval(ackTimeout time.Duration) time.Duration {
 }
 
 // reclaim claims up to max entries idle for longer than the ack timeout
-// with XAUTOCLAIM and reads their delivery counts. Entries deleted from the
+// with XAUTOCLAIM, with their delivery counts. Entries deleted from the
 // stream while pending are reported (XAUTOCLAIM drops them from the
 // pending list); malformed ones are quarantined.
 func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Message, error) {
@@ -240,16 +232,12 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 	if err != nil || len(list) == 0 {
 		return nil, err
 	}
-	counts, err := s.deliveryCounts(ctx, list)
-	if err != nil {
-		return nil, err
-	}
 	msgs := make([]*backend.Message, 0, len(list))
-	for i, c := range list {
+	for _, c := range list {
 		// A reclaimed entry was delivered before, so an unknown count is
 		// at least 2; a known count is the attempt, also 1 for an entry
 		// whose only delivery was released (see Release).
-		attempt := counts[i]
+		attempt := c.count
 		if attempt == 0 {
 			attempt = 2
 		}
@@ -258,35 +246,38 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 			s.quarantine(ctx, c.id, c.values, attempt, err)
 			continue
 		}
-		m.AckID = &entryRef{id: c.id, count: counts[i]}
+		m.AckID = &entryRef{id: c.id, count: c.count}
 		m.Attempt = attempt
 		msgs = append(msgs, m)
 	}
 	return msgs, nil
 }
 
-// claimed is an entry XAUTOCLAIM handed to this consumer.
+// claimed is an entry XAUTOCLAIM handed to this consumer, with its
+// delivery count (0: unknown).
 type claimed struct {
 	id     string
 	values map[string]any
+	count  int
 }
 
 // autoclaim takes up to limit entries idle past the ack timeout
-// (XAUTOCLAIM), reports the entries Redis found trimmed, and drops the
-// claimed entries whose data is gone.
+// (autoclaimScript), reports the entries Redis found trimmed, and drops
+// the claimed entries whose data is gone.
 func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, error) {
 	start := s.rc.cursor()
-	var raw []any
+	var raw, counts []any
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error
 		var reply []any
 		reply, err = autoclaimScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.lease},
 			s.cfg.Group, s.consumer, s.cfg.AckTimeout.Milliseconds(), start, limit).Slice()
-		if err == nil && len(reply) == 2 {
+		if err == nil && len(reply) == 3 {
 			if lease, ok := reply[0].(int64); ok {
 				s.noteLease(lease)
 			}
 			raw, _ = reply[1].([]any)
+			counts, _ = reply[2].([]any)
 		}
 		return err
 	})
@@ -310,7 +301,7 @@ func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, err
 	entries, _ := raw[1].([]any)
 	list := make([]claimed, 0, len(entries))
 	var gone []string
-	for _, v := range entries {
+	for i, v := range entries {
 		pair, ok := v.([]any)
 		if !ok || len(pair) < 2 {
 			continue
@@ -320,7 +311,13 @@ func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, err
 			gone = append(gone, id)
 			continue
 		}
-		list = append(list, claimed{id: id, values: toValues(pair[1])})
+		c := claimed{id: id, values: toValues(pair[1])}
+		if i < len(counts) {
+			if n, ok := counts[i].(int64); ok {
+				c.count = int(n)
+			}
+		}
+		list = append(list, c)
 	}
 	s.dropTrimmed(ctx, gone)
 	return list, nil
@@ -348,33 +345,6 @@ func (s *subscription) reportTrimmed(v any) {
 	s.b.stats.trimmed.Add(int64(len(deleted)))
 }
 
-// deliveryCounts reads the delivery count of each claimed entry, one
-// XPENDING per entry in one round trip; 0 means unknown.
-func (s *subscription) deliveryCounts(ctx context.Context, list []claimed) ([]int, error) {
-	pipe := s.b.client.Pipeline()
-	for _, c := range list {
-		pipe.Do(ctx, "XPENDING", s.keys.stream, s.cfg.Group, c.id, c.id, 1)
-	}
-	counts := make([]int, len(list))
-	var cmds []redis.Cmder
-	err := s.b.call(ctx, func(ctx context.Context) error {
-		var err error
-		cmds, err = pipe.Exec(ctx)
-		return err
-	})
-	if ctx.Err() != nil {
-		// Claimed entries stay pending to this consumer and are reclaimed
-		// after their lease.
-		return nil, ctx.Err()
-	}
-	if err == nil || len(cmds) == len(list) {
-		for i, c := range cmds {
-			counts[i] = deliveryCount(c)
-		}
-	}
-	return counts, nil
-}
-
 // toValues converts a field list (RESP2 flat array) or map (RESP3) into a
 // field map.
 func toValues(v any) map[string]any {
@@ -398,33 +368,6 @@ func toValues(v any) map[string]any {
 	default:
 		return map[string]any{}
 	}
-}
-
-// deliveryCount reads the count out of a one-entry XPENDING reply; 0 when
-// the reply does not give it.
-func deliveryCount(c interface{ Err() error }) int {
-	type slicer interface{ Slice() ([]any, error) }
-	sc, ok := c.(slicer)
-	if !ok {
-		return 0
-	}
-	rows, err := sc.Slice()
-	if err != nil || len(rows) == 0 {
-		return 0
-	}
-	row, ok := rows[0].([]any)
-	if !ok || len(row) < 4 {
-		return 0
-	}
-	switch n := row[3].(type) {
-	case int64:
-		return int(n)
-	case string:
-		if v, err := strconv.Atoi(n); err == nil {
-			return v
-		}
-	}
-	return 0
 }
 
 // malformedCopy builds, with the one dead-letter builder, the dead-letter

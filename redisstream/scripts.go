@@ -245,14 +245,22 @@ return cur
 // the larger of the caller's ack timeout and the lease recorded in the
 // lease hash, read in the same atomic step, so a member that subscribed
 // before a longer-lived one joined never reclaims by its own shorter
-// timeout.
+// timeout. It also reads the delivery count of each claimed entry
+// (XPENDING), so a reclaim is one round trip.
 //
 // KEYS[1] stream, KEYS[2] lease HASH. ARGV[1] group, ARGV[2] consumer,
 // ARGV[3] the caller's ack timeout in ms, ARGV[4] start id, ARGV[5]
-// COUNT. Returns {lease ms, XAUTOCLAIM reply}.
+// COUNT. Returns {lease ms, XAUTOCLAIM reply, delivery count of each
+// claimed entry (0: unknown)}.
 var autoclaimScript = redis.NewScript(`
 local lease = math.max(tonumber(ARGV[3]), tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'))
-return {lease, redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, ARGV[4], 'COUNT', ARGV[5])}
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, ARGV[4], 'COUNT', ARGV[5])
+local counts = {}
+for i, e in ipairs(r[2]) do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+  if #p > 0 then counts[i] = p[1][4] else counts[i] = 0 end
+end
+return {lease, r, counts}
 `)
 
 // lockGroupScript takes or renews a group lock (backend.GroupLocker). The

@@ -208,17 +208,15 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	s.prevFound, s.prevStarted, s.started = s.found, s.started, now
 	args := s.readArgs
 	args.Count = int64(max)
-	var due bool
-	args.Block, due = s.blockFor(now)
-	rctx, done := s.wakeable(ctx, now, args.Block, due)
+	args.Block = s.blockFor(now)
+	rctx, done := s.wakeable(ctx, now, args.Block)
 	rr := s.reader.read(rctx, &args)
-	woken := done != nil && done()
+	woken := done()
 	defer s.reader.recycle(rr)
 	s.found, s.asked = 0, max
 	if err := rr.err; err != nil {
-		if woken && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-			// A reclaim is due (or comes due before the read would
-			// have ended): the next Receive runs it, or waits for it.
+		if woken && errors.Is(err, context.Canceled) {
+			// A reclaim is due: the next Receive runs it.
 			return nil, nil
 		}
 		return nil, s.readErr(ctx, err)
@@ -388,65 +386,30 @@ func (s *subscription) lingerBeforeRead(ctx context.Context) (time.Time, error) 
 // blockFor returns the XREADGROUP BLOCK: the configured block, cut short
 // when the next reclaim is due sooner (rounded up to the millisecond, the
 // unit of BLOCK, so the read does not end just before it), and never 0
-// (which blocks forever). due reports that the read ends for a due time
-// of a give-back (see reclaimer.dueAt), which must not come late.
-func (s *subscription) blockFor(now time.Time) (block time.Duration, due bool) {
-	block = s.b.opts.Block
-	if until, forDue := s.rc.until(now); until < block {
-		block, due = time.Duration(ceilMs(until))*time.Millisecond, forDue
+// (which blocks forever).
+func (s *subscription) blockFor(now time.Time) time.Duration {
+	block := s.b.opts.Block
+	if until := s.rc.until(now); until < block {
+		block = time.Duration(ceilMs(until)) * time.Millisecond
 	}
-	return max(block, 10*time.Millisecond), due
+	return max(block, 10*time.Millisecond)
 }
 
 // wakeable returns the ctx of a read that starts at now and blocks for
-// block, and done, which the caller calls when the read returned: it
-// reports whether the read was ended early for a due reclaim.
-//
-// A read that may block past wakeSlack is registered with the reclaimer,
-// which ends its ctx (and with it the read, by CLIENT UNBLOCK) when an
-// entry this process gave back becomes claimable before the read's end.
-// A read that ends for a due time (due) ends by a deadline of its ctx:
-// Redis ends a BLOCK only as often as its server cron runs (every 100ms
-// at the default hz 10) when nothing else wakes it.
-func (s *subscription) wakeable(ctx context.Context, now time.Time, block time.Duration, due bool) (rctx context.Context, done func() (woken bool)) {
+// block, registered with the reclaimer, which ends it (and with it the
+// read, by CLIENT UNBLOCK) when an entry this process gave back becomes
+// claimable before the read's end. done unregisters the read when it
+// returned and reports whether it was woken so.
+func (s *subscription) wakeable(ctx context.Context, now time.Time, block time.Duration) (rctx context.Context, done func() (woken bool)) {
 	if s.b.inlineReads && s.reader.lastFound {
 		block = min(block, inlineBlock) // see reader.read
 	}
-	end := now.Add(block)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
-		end, due = dl, false
-	}
-	rctx = ctx
-	var (
-		br     *blockedRead
-		wake   context.CancelCauseFunc
-		ended  context.CancelFunc
-		wakeOf context.Context
-	)
-	if end.Sub(now) > wakeSlack {
-		wakeOf, wake = context.WithCancelCause(ctx)
-		if br = s.rc.waitRead(end, wake); br != nil {
-			rctx = wakeOf
-		} else {
-			wake(nil)
-		}
-	}
-	if br == nil && !due {
-		return ctx, nil
-	}
-	if due {
-		rctx, ended = context.WithDeadline(rctx, end)
-	}
+	rctx, wake := context.WithCancelCause(ctx)
+	br := s.rc.waitRead(now.Add(block), wake)
 	return rctx, func() bool {
-		woken := ctx.Err() == nil && (due && rctx.Err() != nil ||
-			br != nil && errors.Is(context.Cause(wakeOf), errWoken))
-		if br != nil {
-			s.rc.readDone(br)
-			wake(nil)
-		}
-		if ended != nil {
-			ended()
-		}
+		s.rc.readDone(br)
+		woken := ctx.Err() == nil && errors.Is(context.Cause(rctx), errWoken)
+		wake(nil)
 		return woken
 	}
 }
