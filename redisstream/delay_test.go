@@ -66,9 +66,10 @@ func (g *gapRecorder) gaps() []time.Duration {
 }
 
 // TestDelaysHonouredOnEveryAttempt: a constant retry backoff, RetryAfter,
-// Nack with a delay and Snooze each bring the message back no earlier
-// than the delay after the handler gave it back, and well within a second
-// after it, on every one of five redeliveries, not only the first.
+// Nack with a delay (also one longer than the ack timeout) and Snooze
+// each bring the message back no earlier than the delay after the handler
+// gave it back, and well within a second after it, on every one of five
+// redeliveries, not only the first.
 func TestDelaysHonouredOnEveryAttempt(t *testing.T) {
 	b, _, _ := openBus(t, redistest.URL(t), nil, bus.WithObserver(observer.Nop()))
 	const delay = 300 * time.Millisecond
@@ -103,6 +104,16 @@ func TestDelaysHonouredOnEveryAttempt(t *testing.T) {
 		{
 			name:     "snooze",
 			giveBack: func(context.Context, *bus.Delivery) error { return bus.Snooze(delay) },
+		},
+		{
+			// A delay past the ack timeout is held (hold ZSET) and
+			// made claimable by the promoter.
+			name: "nack-held",
+			opts: []bus.SubscribeOption{bus.WithAckMode(bus.AckManual), bus.WithMaxDeliveries(redeliveries + 2),
+				bus.WithAckTimeout(200 * time.Millisecond)},
+			giveBack: func(ctx context.Context, d *bus.Delivery) error {
+				return d.Nack(ctx, delay)
+			},
 		},
 	}
 	for _, tt := range tests {

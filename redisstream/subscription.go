@@ -512,7 +512,12 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 		// The promoter makes it claimable at the hold's time: the due
 		// time rounded up to the millisecond, and one more as above.
 		idle = 0
-		hold = strconv.FormatInt(ceilMs(time.Duration(time.Now().Add(delay).UnixNano()))+1, 10)
+		due := time.Now().Add(delay)
+		ms := due.UnixMilli()
+		if due.Nanosecond()%int(time.Millisecond) != 0 {
+			ms++
+		}
+		hold = strconv.FormatInt(ms+1, 10)
 		member = s.cfg.Group + "\x00" + e.id + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
 		claimable = delay + 2*time.Millisecond
 	}
