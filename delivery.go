@@ -75,7 +75,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 }
 
 // Nack hands the delivery back for redelivery after delay (0 = at once),
-// with Attempt+1.
+// with Attempt+1. A negative delay is refused with an error wrapping
+// ErrInvalidOption, and the delivery stays unsettled; a delay longer than
+// 100 years waits 100 years (see RetryAfter).
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("nack")
@@ -104,7 +106,10 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 // backend.Snoozer counts every snooze; on NATS a message delivered about
 // 1,000 times counts its snoozes from then on (see the nats package). A
 // snooze that would come at or after the message's ExpiresAt
-// dead-letters it with code expired.
+// dead-letters it with code expired. The delay must be positive: a delay
+// of 0 or less is refused with an error wrapping ErrInvalidOption, and
+// the delivery stays unsettled (Nack(ctx, 0) retries at once); one longer
+// than 100 years waits 100 years (see RetryAfter).
 func (d *Delivery) Snooze(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("snooze")

@@ -96,7 +96,10 @@ func Permanent(err error) error { return backend.Permanent(err) }
 // Snooze is the error an AckOnSuccess handler returns to have its
 // delivery redelivered after d without counting an attempt, as
 // Delivery.Snooze does: the error form, for handlers that only return.
-// It is not reported as a failure. A negative d counts as 0.
+// It is not reported as a failure. A d of 0 or less is no snooze: the
+// error is a handler failure like any other (reported, retried after the
+// backoff, counted), so that a message can never come back at once again
+// and again without counting. A d longer than 100 years waits 100 years (see RetryAfter).
 func Snooze(d time.Duration) error { return backend.Snooze(d) }
 
 // RetryAfter marks a handler error as one to retry after d instead of
@@ -105,5 +108,9 @@ func Snooze(d time.Duration) error { return backend.Snooze(d) }
 // is redelivered after d; the retry still counts as an attempt and is
 // still bounded by WithMaxDeliveries. A Permanent mark in the same chain
 // wins. It is backend.RetryAfter, read by backend.RetryAfterOf.
-// RetryAfter(nil, d) is nil.
+// RetryAfter(nil, d) is nil; a negative d counts as 0. Every delay the
+// bus waits (RetryAfter, Snooze, Delivery.Nack, Delivery.Snooze, the
+// retry backoff) is cut to 100 years (876,000 h) on every backend: a due
+// time must stay within what the brokers carry, int64 nanoseconds since
+// the Unix epoch.
 func RetryAfter(err error, d time.Duration) error { return backend.RetryAfter(err, d) }

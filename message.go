@@ -36,7 +36,10 @@ type Message struct {
 	// that would come at or after it dead-letters the message at once. It
 	// is carried with millisecond precision, in a reserved header the
 	// subscriber removes (so a message with ExpiresAt may have one header
-	// fewer than backend.MaxHeaders). The zero time means never.
+	// fewer than backend.MaxHeaders). The zero time means never; a time
+	// outside the range every backend carries, 1677-09-21T00:12:43.146Z
+	// to 2262-04-11T23:47:16.854Z (int64 nanoseconds since the Unix
+	// epoch, as time.Time.UnixNano), is refused with ErrInvalidMessage.
 	ExpiresAt time.Time
 	// DeliverAt, when set and still to come, is the earliest time the
 	// message may be delivered: it is stored at the broker at once and
@@ -47,7 +50,8 @@ type Message struct {
 	// behind what was published for the key before then. It is carried
 	// with millisecond precision, in a reserved header the subscriber
 	// removes; it must come before ExpiresAt. A DeliverAt already past
-	// delivers at once. The zero time means at once.
+	// delivers at once. The zero time means at once. It must lie in the
+	// range ExpiresAt must.
 	DeliverAt time.Time
 }
 

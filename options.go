@@ -367,7 +367,8 @@ func WithDeadLetter(topic string) SubscribeOption {
 // WithRetryBackoff sets the delay before a failed message is redelivered.
 // newBackOff is called per failure and its NextBackOff is called attempt
 // times; the last value is the delay, and backoff.Stop dead-letters at
-// once. The default is exponential with jitter, 100ms initial, 30s cap.
+// once; a delay longer than 100 years waits 100 years. The default is
+// exponential with jitter, 100ms initial, 30s cap.
 func WithRetryBackoff(newBackOff func() backoff.BackOff) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if newBackOff == nil {

@@ -159,7 +159,8 @@ type Subscription interface {
 	// redeliver earlier than delay but never loses the message; Nack is
 	// atomic, so a crash leaves the message pending or scheduled, never
 	// lost. A stale id (its lease ended, or it was settled) returns an
-	// error wrapping ErrStale and never touches a newer delivery.
+	// error wrapping ErrStale and never touches a newer delivery. The bus
+	// passes a delay of 0 to MaxDelay.
 	Nack(ctx context.Context, id AckID, delay time.Duration) error
 
 	// Close stops the member. A Receive in progress returns promptly with
@@ -224,9 +225,15 @@ type Snoozer interface {
 	// touches a newer delivery. A backend that cannot leave a delivery
 	// uncounted this time (a broker-side delivery limit is near) returns
 	// an error wrapping ErrSnoozeLimit and changes nothing; the bus then
-	// nacks.
+	// nacks. The bus passes a delay of 0 to MaxDelay.
 	Snooze(ctx context.Context, id AckID, delay time.Duration) error
 }
+
+// MaxDelay is the longest delay the bus asks of a backend (Nack, Snooze):
+// a longer retry, snooze or nack delay waits MaxDelay. It keeps every
+// due time within what the brokers carry (nats-server keeps redelivery
+// times in int64 nanoseconds since the Unix epoch, which end in 2262).
+const MaxDelay = 100 * 365 * 24 * time.Hour
 
 // Capabilities describes what a backend guarantees. The zero value is the
 // weakest backend: one consumer per topic, nothing persisted, at-most-once.

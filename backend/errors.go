@@ -91,13 +91,15 @@ func (e *retryAfterError) Unwrap() error { return e.err }
 // Snooze is the error a handler returns to have its delivery given back
 // to the group after d without counting an attempt (the error form of
 // bus.Delivery.Snooze, for AckOnSuccess handlers). It is what bus.Snooze
-// returns; a negative d counts as 0.
-func Snooze(d time.Duration) error { return &snoozeError{after: max(d, 0)} }
+// returns. A d of 0 or less is no snooze: SnoozeOf reports false, and
+// the error is a failure like any other, which counts.
+func Snooze(d time.Duration) error { return &snoozeError{after: d} }
 
-// SnoozeOf returns the delay of the outermost Snooze in err's chain.
+// SnoozeOf returns the delay of the outermost Snooze in err's chain, when
+// it is positive.
 func SnoozeOf(err error) (time.Duration, bool) {
 	var s *snoozeError
-	if errors.As(err, &s) {
+	if errors.As(err, &s) && s.after > 0 {
 		return s.after, true
 	}
 	return 0, false
@@ -105,4 +107,9 @@ func SnoozeOf(err error) (time.Duration, bool) {
 
 type snoozeError struct{ after time.Duration }
 
-func (e *snoozeError) Error() string { return "snoozed for " + e.after.String() }
+func (e *snoozeError) Error() string {
+	if e.after <= 0 {
+		return "snooze delay " + e.after.String() + " is not positive: a snooze needs a delay"
+	}
+	return "snoozed for " + e.after.String()
+}

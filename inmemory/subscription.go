@@ -3,6 +3,7 @@ package inmemory
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -195,7 +196,8 @@ func (s *Subscription) giveBack(op string, id backend.AckID, delay time.Duration
 		g.ready.push(redo{e: l.e, attempt: l.attempt + count, chain: l.chain})
 		g.notify()
 	} else {
-		g.schedule(t.b.now()+int64(delay), l.e, l.attempt+count, l.chain)
+		now := t.b.now()
+		g.schedule(now+min(int64(delay), math.MaxInt64-now), l.e, l.attempt+count, l.chain)
 	}
 	g.trim()
 	return nil

@@ -48,6 +48,30 @@ func TestPublishRefusesBadInputBeforeIOAsBusPublishDoes(t *testing.T) {
 	require.ErrorIs(t, err, bus.ErrInvalidOption, "a nil transaction is refused, not a panic")
 }
 
+// The outbox refuses the times bus.Publish refuses (outside what int64
+// nanoseconds since the Unix epoch hold), so a row it stores can always
+// be relayed.
+func TestPublishRefusesTimesNoBackendCarries(t *testing.T) {
+	ctx := context.Background()
+	far := time.Unix(1<<62, 0)
+	tests := []struct {
+		name, field string
+		m           *bus.Message
+	}{
+		{"far DeliverAt", "DeliverAt", &bus.Message{DeliverAt: far}},
+		{"far ExpiresAt", "ExpiresAt", &bus.Message{ExpiresAt: far}},
+		{"DeliverAt a millisecond past the last", "DeliverAt", &bus.Message{DeliverAt: time.UnixMilli(9223372036855)}},
+		{"ExpiresAt before the first", "ExpiresAt", &bus.Message{ExpiresAt: time.Unix(-1<<62, 0)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := outbox.Publish(ctx, noIO{t}, "orders", tt.m)
+			require.ErrorIs(t, err, bus.ErrInvalidMessage)
+			assert.Contains(t, err.Error(), tt.field, "the error names the field")
+		})
+	}
+}
+
 func TestRollbackPublishesNothingAndCommitPublishesInOrderPerKey(t *testing.T) {
 	defer watchdog(t, time.Minute)()
 	srv, conn := startDB(t)

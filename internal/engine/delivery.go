@@ -119,6 +119,7 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 	if err := d.claimRedelivery("nack", delay); err != nil {
 		return err
 	}
+	delay = capDelay(delay)
 	d.sub.emitDelay(d, lifecycle.RetryScheduled, delay)
 	if k := d.sub.keys; k != nil && k.retry(d, delay, true) {
 		return nil
@@ -127,10 +128,15 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 }
 
 // claimRedelivery checks a settlement that gives the delivery back after
-// delay (a nack, a snooze) and takes the right to settle.
+// delay (a nack, a snooze) and takes the right to settle. A snooze needs
+// a positive delay: one of 0 would give the message back at once without
+// counting an attempt, again and again.
 func (d *Delivery[P]) claimRedelivery(op string, delay time.Duration) error {
 	if delay < 0 {
 		return fmt.Errorf("bus: %s: %w: negative delay %v", op, ErrInvalidOption, delay)
+	}
+	if delay == 0 && op == "snooze" {
+		return fmt.Errorf("bus: snooze: %w: delay 0s: a snooze needs a positive delay (Nack(ctx, 0) retries at once)", ErrInvalidOption)
 	}
 	if caps := d.sub.cfg.Caps; !caps.Redelivery {
 		return fmt.Errorf("bus: %s: %w: %s does not redeliver", op, ErrUnsupported, caps.Name)
@@ -258,6 +264,10 @@ func (d *Delivery[P]) doAck() error {
 func (d *Delivery[P]) ackErr(err error) error {
 	return fmt.Errorf("bus: ack %q: %w", d.id(), err)
 }
+
+// capDelay is delay cut to backend.MaxDelay: a longer delay waits
+// MaxDelay, so that no due time overflows what a broker carries.
+func capDelay(delay time.Duration) time.Duration { return min(delay, backend.MaxDelay) }
 
 func (d *Delivery[P]) doNack(ctx context.Context, delay time.Duration) error {
 	err := d.sub.bsub.Nack(ctx, d.ackID, delay)

@@ -243,6 +243,7 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
 			return
 		}
+		delay = capDelay(max(delay, 0))
 		if exp, ok := s.expiry(d); ok && !time.Now().Add(delay).Before(exp) {
 			s.deadLetter(d, WithCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
 			return

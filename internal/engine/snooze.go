@@ -32,6 +32,7 @@ func (d *Delivery[P]) Snooze(ctx context.Context, delay time.Duration) error {
 // snooze settles a claimed delivery by snoozing it for delay: past its
 // expiry it is dead-lettered, past SnoozeWindow it counts as an attempt.
 func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration) error {
+	delay = capDelay(delay)
 	due := time.Now().Add(delay)
 	if exp, ok := s.expiry(d); ok && !due.Before(exp) {
 		return d.doDeadLetter(ctx, WithCode(backend.CodeExpired, fmt.Errorf("snoozed for %v, past its expiry at %s", delay, exp.UTC().Format(time.RFC3339Nano))))
@@ -91,7 +92,7 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 			// Given back, not held in its key's line: with key ordering
 			// the message takes its place in its key's order when it is
 			// due, so it must not hold the key back until then.
-			s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, max(wait-min(returnLead, hold), 0)))
+			s.settleErr(d, observer.ScopeNack, s.giveBackUncounted(ctx, d, capDelay(max(wait-min(returnLead, hold), 0))))
 		}
 		cancel()
 	}

@@ -8,6 +8,7 @@ package msgcheck
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -162,12 +163,40 @@ func timeHeaders(deliverAt, expiresAt time.Time) int {
 	return n
 }
 
-// validateTimes checks DeliverAt against ExpiresAt: a message due at or
-// after it expires could never be handled.
+// The times a message can carry (DeliverAt, ExpiresAt), in whole
+// milliseconds: what int64 nanoseconds since the Unix epoch hold
+// (time.Time.UnixNano), the narrowest of the carriers. The headers hold
+// int64 milliseconds, Redis scores float64 milliseconds (exact to 2^53),
+// PostgreSQL timestamptz 4713 BC to 294276 AD, and nats-server keeps
+// schedules and redelivery times in int64 nanoseconds.
+var (
+	MinTime = time.UnixMilli(math.MinInt64 / int64(time.Millisecond)).UTC() // 1677-09-21T00:12:43.146Z
+	MaxTime = time.UnixMilli(math.MaxInt64 / int64(time.Millisecond)).UTC() // 2262-04-11T23:47:16.854Z
+)
+
+// validateTimes checks that DeliverAt and ExpiresAt can be carried, and
+// DeliverAt against ExpiresAt: a message due at or after it expires
+// could never be handled.
 func validateTimes(deliverAt, expiresAt time.Time) error {
+	if err := checkTime("DeliverAt", deliverAt); err != nil {
+		return err
+	}
+	if err := checkTime("ExpiresAt", expiresAt); err != nil {
+		return err
+	}
 	if !deliverAt.IsZero() && !expiresAt.IsZero() && !deliverAt.Before(expiresAt) {
 		return fmt.Errorf("%w: DeliverAt %s is not before ExpiresAt %s", ErrInvalidMessage,
 			deliverAt.UTC().Format(time.RFC3339Nano), expiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// checkTime refuses a set time outside MinTime..MaxTime (sub-millisecond
+// digits aside: they are cut, as the headers carry milliseconds).
+func checkTime(field string, t time.Time) error {
+	if t.IsZero() || !t.Before(MinTime) && t.Before(MaxTime.Add(time.Millisecond)) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s is outside %s..%s, the times a message can carry", ErrInvalidMessage,
+		field, t.UTC().Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
 }
