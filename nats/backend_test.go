@@ -427,3 +427,27 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// DeleteTopic forgets the topic's group locks: a lock whose holder died
+// does not hold a group of a topic made again under the same name.
+func TestDeleteTopicForgetsItsGroupLocks(t *testing.T) {
+	srv := natstest.Start(t)
+	be := connect(t, srv.URL(), isolated(t, srv.URL(), busnats.Options{}))
+	defer be.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, be.Publish(ctx, "doomed", []*backend.Message{{ID: "a", Payload: []byte("a")}}))
+	for _, topic := range []string{"doomed", "kept"} {
+		held, _, err := be.LockGroup(ctx, topic, "g", "dead-holder", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held, "the lock is taken, and its holder dies holding it")
+	}
+	require.NoError(t, be.DeleteTopic(ctx, "doomed"))
+	held, takeover, err := be.LockGroup(ctx, "doomed", "g", "new-holder", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, held, "the deleted topic's lock is gone")
+	assert.False(t, takeover, "and so is its last holder")
+	held, _, err = be.LockGroup(ctx, "kept", "g", "new-holder", time.Minute)
+	require.NoError(t, err)
+	assert.False(t, held, "another topic's lock stays")
+}

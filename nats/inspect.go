@@ -267,7 +267,7 @@ var _ backend.TopicDeleter = (*Backend)(nil)
 // deletes the topic's stream, and with it the consumers (groups) on it. In
 // a shared stream it deletes the consumers that read only the topic's
 // subject and purges the topic's messages; the stream stays. Either way
-// it forgets the topic's partition count and member lists (partition.go);
+// it forgets the topic's group locks, partition count and member lists (partition.go);
 // the bus deletes the partitions themselves, as topics of their own. Core NATS
 // retains nothing, so there is nothing to delete. A subscription still
 // live on the topic ends with an error.
@@ -283,6 +283,9 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	}
 	if err := b.forgetPartitions(ctx, topic); err != nil {
 		return fmt.Errorf("nats: delete topic %q: the partition count: %w", topic, err)
+	}
+	if err := b.forgetLocks(ctx, topic); err != nil {
+		return fmt.Errorf("nats: delete topic %q: the group locks: %w", topic, err)
 	}
 	return nil
 }

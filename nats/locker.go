@@ -33,6 +33,31 @@ func lockKey(topic, group string) string {
 	return hex.EncodeToString([]byte(topic)) + "." + hex.EncodeToString([]byte(group))
 }
 
+// forgetLocks purges the group locks of topic from the bucket (a lock
+// whose holder died stays there with its expiry), for DeleteTopic.
+func (b *Backend) forgetLocks(ctx context.Context, topic string) error {
+	kv, err := b.js.KeyValue(ctx, b.bucketName("_LOCKS"))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lister, err := kv.ListKeysFiltered(ctx, hex.EncodeToString([]byte(topic))+".*")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for key := range lister.Keys() {
+		if err := kv.Purge(ctx, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // LockGroup implements backend.GroupLocker with compare-and-set on a
 // key-value bucket, reading the lock from the leader of the bucket's
 // stream (leaderGet). A lock is "<holder>\n<expiry, Unix ms>": the expiry

@@ -287,8 +287,9 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 
 // DeleteTopic implements backend.TopicDeleter: it deletes the topic's
 // keys (DEL): the stream, and with it every message and consumer group of
-// the topic, its schedule, holds and leases, its partition count, and the
-// IDs its dedup window remembers. A subscription still live on the topic recreates its group and
+// the topic, its schedule, holds and leases, its partition count, the
+// IDs its dedup window remembers, and its groups' locks and last
+// holders. A subscription still live on the topic recreates its group and
 // stream on its next read. The topic's dead-letter topic, a topic of its
 // own, is left alone.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
@@ -296,11 +297,14 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	ids, err := b.scanKeys(ctx, escapeGlob(k.stream)+"#id:*", "")
-	if err != nil {
-		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
+	del := []string{k.stream, k.hold, k.lease, k.sched, k.due, b.partsKey(topic)}
+	for _, match := range []string{"#id:*", "#lock:*", "#lockby:*"} {
+		keys, err := b.scanKeys(ctx, escapeGlob(k.stream)+match, "")
+		if err != nil {
+			return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
+		}
+		del = append(del, keys...)
 	}
-	del := append([]string{k.stream, k.hold, k.lease, k.sched, k.due, b.partsKey(topic)}, ids...)
 	for len(del) > 0 {
 		n := min(len(del), 512)
 		if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, del[:n]...).Err() }); err != nil {
