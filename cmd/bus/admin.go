@@ -47,9 +47,9 @@ func newAdminFlags(name, usageLine, about string, stderr io.Writer) *adminFlags 
 }
 
 // open opens the bus for an inspection command, bounded by --timeout.
-func (a *adminFlags) open(ctx context.Context) (*bus.Bus, context.Context, func(), error) {
+func (a *adminFlags) open(ctx context.Context, opts ...bus.Option) (*bus.Bus, context.Context, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, *a.timeout)
-	b, err := bus.Open(ctx, *a.url)
+	b, err := bus.Open(ctx, *a.url, opts...)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err
@@ -170,12 +170,36 @@ func topicsDeleteCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return exitFailure
 	}
 	defer done()
+	found, err := topicExists(ctx, b, topic)
+	if err != nil {
+		fmt.Fprintf(stderr, "bus topics delete: %v\n", err)
+		return exitFailure
+	}
+	// A topic not listed may still have keys of its own (a group lock
+	// whose holder died): the delete sweeps them all the same.
 	if err := b.DeleteTopic(ctx, topic); err != nil {
 		fmt.Fprintf(stderr, "bus topics delete: %v\n", err)
 		return exitFailure
 	}
+	if !found {
+		fmt.Fprintf(stderr, "bus topics delete: there is no topic %s: nothing to delete\n", topic)
+		return exitFailure
+	}
 	fmt.Fprintf(stdout, "deleted %s\n", topic)
 	return exitOK
+}
+
+// topicExists reports whether the backend lists topic, or a partition of
+// it. A backend that cannot list topics counts it as there.
+func topicExists(ctx context.Context, b *bus.Bus, topic string) (bool, error) {
+	ts, err := b.Topics(ctx)
+	if errors.Is(err, bus.ErrUnsupported) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return listed(ts, topic), nil
 }
 
 // topicsCreateCmd creates a partitioned topic.
@@ -315,7 +339,8 @@ const dlqUsage = `Usage: bus dlq list|show|replay|purge (--topic DLQ | --of TOPI
 
   list     lists the dead letters of a dead-letter topic
   show ID  prints one dead letter whole: headers, reason, payload
-  replay   puts dead letters back on their original topic (--all or --id ID...)
+  replay   puts dead letters back on their original topic (--all or --id ID...),
+           and writes a replayed event for each to the events topic (--events)
   purge    deletes dead letters (--all or --id ID...)
 
 --topic names the dead-letter topic as it is (any name WithDeadLetter gave
@@ -326,11 +351,12 @@ an error (exit code 1).`
 // dlqArgs is the parsed command line of a bus dlq subcommand.
 type dlqArgs struct {
 	*adminFlags
-	sub   string
-	dlq   string
-	limit int
-	all   bool
-	ids   idList
+	sub    string
+	dlq    string
+	limit  int
+	all    bool
+	ids    idList
+	events string // replay: the events topic ("": bus.events if it is there; "-": none)
 }
 
 func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -338,7 +364,20 @@ func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	b, ctx, done, err := d.open(ctx)
+	var opts []bus.Option
+	if d.sub == "replay" {
+		events, err := eventsToWrite(ctx, *d.url, d.events, *d.timeout)
+		if err != nil {
+			fmt.Fprintf(stderr, "bus dlq replay: %v\n", err)
+			return exitFailure
+		}
+		if events == "" {
+			fmt.Fprintf(stderr, "bus dlq replay: there is no events topic %s: the replays write no replayed event (--events TOPIC names one)\n", defaultEventsTopic)
+		} else {
+			opts = append(opts, bus.WithEvents(events))
+		}
+	}
+	b, ctx, done, err := d.open(ctx, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus dlq %s: %v\n", d.sub, err)
 		return exitFailure
@@ -379,6 +418,9 @@ func parseDLQArgs(args []string, stderr io.Writer) (*dlqArgs, int, bool) {
 	case "replay", "purge":
 		d.fs.BoolVar(&d.all, "all", false, "every dead letter of the topic")
 		d.fs.Var(&d.ids, "id", "message ID (repeatable)")
+	}
+	if d.sub == "replay" {
+		d.fs.StringVar(&d.events, "events", "", "the events topic (bus.WithEvents) to write each replayed event to (default "+defaultEventsTopic+" when it exists; - for none)")
 	}
 	if code, ok := parseFlags(d.fs, args[1:]); !ok {
 		return nil, code, false

@@ -169,6 +169,10 @@ func TestTopicsDelete(t *testing.T) {
 	for _, tp := range ts {
 		assert.NotEqual(t, "doomed", tp.Name, "the topic is gone")
 	}
+	code, stdout, stderr = runCLI(t, "", "topics", "delete", "doomed", "--url", url, "--yes")
+	assert.Equal(t, exitFailure, code, "a topic that is not there cannot be deleted")
+	assert.Contains(t, stderr, "nothing to delete", "and the command says so")
+	assert.NotContains(t, stdout, "deleted", "it does not claim a delete")
 	code, _, stderr = runCLI(t, "", "topics", "delete", "x", "--url", "mem://delete-test", "--yes")
 	assert.Equal(t, exitFailure, code, "mem cannot delete topics")
 	assert.Contains(t, stderr, "unsupported", "and says so")

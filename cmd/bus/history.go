@@ -76,11 +76,26 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if h.Truncated {
 		fmt.Fprintf(stderr, "bus history: read the first %d events of %s only; raise --limit for more\n", h.Scanned, *events)
 	}
+	if note := eventsNote(&h, *events); note != "" {
+		fmt.Fprintf(stderr, "bus history: %s\n", note)
+	}
 	if len(h.Entries) == 0 {
 		fmt.Fprintf(stderr, "bus history: nothing about %s in %s or the dead-letter topics (is the bus opened with bus.WithEvents(%q)?)\n", orDash(*id+*key), *events, *events)
 		return exitFailure
 	}
 	return exitCode(printHistory(stdout, h.Entries), stderr, "history")
+}
+
+// eventsNote says when the history comes from the dead-letter topics
+// alone because the events topic is missing or empty; "" otherwise.
+func eventsNote(h *lifecycle.History, events string) string {
+	switch {
+	case h.EventsMissing:
+		return fmt.Sprintf("there is no events topic %s: the history below comes from the dead-letter topics alone (--events names another; buses write events with bus.WithEvents)", events)
+	case h.Scanned == 0:
+		return fmt.Sprintf("the events topic %s is empty: the history below comes from the dead-letter topics alone", events)
+	}
+	return ""
 }
 
 // printHistory prints a timeline as a table.
@@ -117,6 +132,49 @@ func historyDetail(e *lifecycle.Entry) string {
 		add("error: %s", e.Error)
 	}
 	return orDash(strings.Join(parts, ", "))
+}
+
+// eventsToWrite returns the events topic that a replay writes its
+// replayed events to: flag when given, none for "-", else
+// defaultEventsTopic when it is there (a bus writes events to it), so a
+// replay does not make an events topic nobody reads.
+func eventsToWrite(ctx context.Context, rawURL, flag string, timeout time.Duration) (string, error) {
+	switch flag {
+	case "-":
+		return "", nil
+	case "":
+	default:
+		if err := backend.ValidateTopic(flag); err != nil {
+			return "", fmt.Errorf("--events: %w", err)
+		}
+		return flag, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	in, done, err := openInspector(ctx, rawURL)
+	if err != nil {
+		return "", nil // the replay itself reports what is wrong with the backend
+	}
+	defer done()
+	ts, err := in.Topics(ctx)
+	if err != nil {
+		return "", err
+	}
+	if !listed(ts, defaultEventsTopic) {
+		return "", nil
+	}
+	return defaultEventsTopic, nil
+}
+
+// listed reports whether ts lists topic or a partition of it.
+func listed(ts []backend.TopicInfo, topic string) bool {
+	for _, t := range ts {
+		base, _, ok := backend.SplitPartitionTopic(t.Name)
+		if t.Name == topic || ok && base == topic {
+			return true
+		}
+	}
+	return false
 }
 
 // openInspector opens the backend of rawURL for reading its topics, as

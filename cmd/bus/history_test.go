@@ -20,7 +20,9 @@ import (
 )
 
 // testHistory runs a message through a retry, a dead letter and a replay
-// on a bus with events on, and reads its timeline with bus history.
+// by bus dlq replay --events on a bus with events on, and reads its
+// timeline with bus history; without the events topic, bus history says
+// so.
 func testHistory(t *testing.T, url string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,10 +44,14 @@ func testHistory(t *testing.T, url string) {
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "o-42", Key: "customer-7"}))
 	waitHistory(t, url, events, "o-42", 6)
+	code, stdout, stderr := runCLI(t, "", "history", "--url", url, "--events", "none"+suffix, "--id", "o-42")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "dead_lettered", "the dead letter is found without events")
+	assert.Contains(t, stderr, "there is no events topic none"+suffix, "and the command says the events topic is missing")
 	ok.Store(true)
-	n, err := b.ReplayDeadLetters(ctx, topic+".dlq", "o-42")
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	code, stdout, stderr = runCLI(t, "", "dlq", "replay", "--url", url, "--of", topic, "--id", "o-42", "--events", events)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "replayed 1 dead letter(s)")
 	h := waitHistory(t, url, events, "o-42", 9)
 	var kinds []lifecycle.Kind
 	for _, e := range h.Entries {
@@ -61,7 +67,7 @@ func testHistory(t *testing.T, url string) {
 	assert.Equal(t, "db down", h.Entries[1].Error)
 	assert.Equal(t, "permanent", h.Entries[5].Code)
 
-	code, stdout, stderr := runCLI(t, "", "history", "--url", url, "--events", events, "--key", "customer-7")
+	code, stdout, stderr = runCLI(t, "", "history", "--url", url, "--events", events, "--key", "customer-7")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stdout, "retry_scheduled", "the table lists the steps")
 	assert.Contains(t, stdout, "error: db down", "with their details")

@@ -61,7 +61,11 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bus ui: listening on %s reaches beyond this machine; give --auth user:password\n", ln.Addr())
 		return exitUsage
 	}
-	b, err := bus.Open(ctx, *rawURL)
+	if err := backend.ValidateTopic(*events); err != nil {
+		fmt.Fprintf(stderr, "bus ui: --events: %v\n", err)
+		return exitUsage
+	}
+	b, err := openUIBus(ctx, fs, *rawURL, *events, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
 		return exitFailure
@@ -71,10 +75,6 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
-	if err := backend.ValidateTopic(*events); err != nil {
-		fmt.Fprintf(stderr, "bus ui: --events: %v\n", err)
-		return exitUsage
-	}
 	in, closeIn, err := openInspector(ctx, *rawURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus ui: %v\n", err)
@@ -89,6 +89,27 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// openUIBus opens the dashboard's bus. Its replays write their replayed
+// events to the events topic when --events names it or it is there
+// already (see eventsToWrite).
+func openUIBus(ctx context.Context, fs *flag.FlagSet, rawURL, events string, stderr io.Writer) (*bus.Bus, error) {
+	given := ""
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "events" {
+			given = events
+		}
+	})
+	write, err := eventsToWrite(ctx, rawURL, given, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if write == "" {
+		fmt.Fprintf(stderr, "bus ui: there is no events topic %s: replays write no replayed event (--events names one)\n", events)
+		return bus.Open(ctx, rawURL)
+	}
+	return bus.Open(ctx, rawURL, bus.WithEvents(write))
 }
 
 // uiConfig is how the dashboard serves.

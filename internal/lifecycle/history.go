@@ -50,6 +50,11 @@ type History struct {
 	// Truncated is set when the scan stopped at the limit before the end.
 	Scanned   int  `json:"scanned"`
 	Truncated bool `json:"truncated"`
+	// EventsMissing is set when the backend lists no events topic (nor
+	// a partition of it); with Scanned 0 and EventsMissing unset, the
+	// topic is there but empty. Either way the entries come from the
+	// dead-letter topics alone.
+	EventsMissing bool `json:"events_missing,omitempty"`
 }
 
 // ErrNoQuery is returned by Read when the query names neither an ID nor a
@@ -69,14 +74,14 @@ func Read(ctx context.Context, in backend.Inspector, events string, q Query) (Hi
 	if q.Limit <= 0 {
 		q.Limit = DefaultScanLimit
 	}
-	scan, dlqs, err := topicsOf(ctx, in, events, q.DeadLetterTopics == nil)
+	scan, dlqs, found, err := topicsOf(ctx, in, events, q.DeadLetterTopics == nil)
 	if err != nil {
 		return History{}, err
 	}
 	if q.DeadLetterTopics != nil {
 		dlqs = q.DeadLetterTopics
 	}
-	var h History
+	h := History{EventsMissing: !found}
 	for _, t := range scan {
 		if err := h.readEvents(ctx, in, t, &q); err != nil {
 			return History{}, fmt.Errorf("events topic %q: %w", t, err)
@@ -92,30 +97,35 @@ func Read(ctx context.Context, in backend.Inspector, events string, q Query) (Hi
 }
 
 // topicsOf returns the topics to scan for events (events and its
-// partitions), and, when wanted, the topics that hold dead letters.
-func topicsOf(ctx context.Context, in backend.Inspector, events string, wantDLQs bool) (scan, dlqs []string, err error) {
+// partitions), when wanted the topics that hold dead letters, and whether
+// the backend lists the events topic or a partition of it.
+func topicsOf(ctx context.Context, in backend.Inspector, events string, wantDLQs bool) (scan, dlqs []string, found bool, err error) {
 	ts, err := in.Topics(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	scan = []string{events}
 	for _, t := range ts {
 		if base, _, ok := backend.SplitPartitionTopic(t.Name); ok && base == events {
 			scan = append(scan, t.Name)
+			found = true
 			continue
+		}
+		if t.Name == events {
+			found = true
 		}
 		if !wantDLQs || t.Name == events {
 			continue
 		}
 		msgs, _, err := in.Peek(ctx, t.Name, "", 1)
 		if err != nil {
-			return nil, nil, fmt.Errorf("peek %q: %w", t.Name, err)
+			return nil, nil, false, fmt.Errorf("peek %q: %w", t.Name, err)
 		}
 		if len(msgs) > 0 && backend.IsDeadLetter(msgs[0]) {
 			dlqs = append(dlqs, t.Name)
 		}
 	}
-	return scan, dlqs, nil
+	return scan, dlqs, found, nil
 }
 
 // readEvents adds the matching events of topic, within the scan limit.

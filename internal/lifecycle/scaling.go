@@ -51,7 +51,7 @@ func NewScaling(events string) *Scaling {
 // take it past the limit); it reports whether it stopped at the limit.
 // It returns by ctx's deadline.
 func (s *Scaling) Update(ctx context.Context, in backend.Inspector, limit int) (truncated bool, err error) {
-	scan, _, err := topicsOf(ctx, in, s.events, false)
+	scan, _, _, err := topicsOf(ctx, in, s.events, false)
 	if err != nil {
 		return false, err
 	}

@@ -269,6 +269,8 @@ async function showHistory(q) {
     table.hidden = entries.length === 0;
     let status = entries.length ? entries.length + " step(s) of " + q : "nothing about " + q + " in " + res.events + " or the dead-letter topics";
     if (res.history.truncated) status += " (read the first " + res.history.scanned + " events only)";
+    if (res.history.events_missing) status += " (there is no events topic " + res.events + ": from the dead-letter topics alone)";
+    else if (!res.history.scanned) status += " (the events topic " + res.events + " is empty: from the dead-letter topics alone)";
     $("#history-status").textContent = status;
   } catch (e) {
     table.hidden = true;
