@@ -175,7 +175,8 @@ type benchResult struct {
 	RateShort    bool    // the paced publishers fell short of --rate
 	Delivered    int64
 	Duplicates   int64
-	Lost         int64
+	Lost         int64 // never arrived, and not held by the broker either
+	Late         int64 // not arrived by the end of the run, still held by the broker
 	Foreign      int64 // deliveries not stamped by this run
 	Early        int64 // delayed: deliveries before their DeliverAt
 	Violations   int64 // keyed: deliveries of a key after a later one of the key
@@ -198,9 +199,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (r *benchResult) failure() error {
 	switch {
 	case r.TimedOut:
-		return fmt.Errorf("%s: timed out: %d of %d messages delivered, %d lost", r.Client, r.Delivered-r.Duplicates, r.N, r.Lost)
-	case r.Lost > 0:
-		return fmt.Errorf("%s: %d of %d messages lost", r.Client, r.Lost, r.N)
+		return fmt.Errorf("%s: timed out: %d of %d messages delivered, %d late (still held by the broker), %d lost", r.Client, r.Delivered-r.Duplicates, r.N, r.Late, r.Lost)
+	case r.Lost > 0 || r.Late > 0:
+		return fmt.Errorf("%s: %d of %d messages lost, %d late (still held by the broker)", r.Client, r.Lost, r.N, r.Late)
 	case r.Early > 0:
 		return fmt.Errorf("%s: %d messages handled before their DeliverAt", r.Client, r.Early)
 	case r.Violations > 0:
@@ -318,7 +319,7 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 	res.PeakHeapMiB = sampler.stop()
 
 	if res.Seconds > 0 {
-		res.MsgsPerSec = float64(cfg.N-int(res.Lost)) / res.Seconds
+		res.MsgsPerSec = float64(cfg.N-int(res.Lost+res.Late)) / res.Seconds
 	}
 	if cfg.Rate > 0 && r.pubElapsed > 0 {
 		res.AchievedRate = float64(r.sent.Load()) / r.pubElapsed.Seconds()
@@ -555,6 +556,7 @@ func (r *benchRun) finish(ctx context.Context, c consumer, res *benchResult, tim
 	res.Foreign = r.track.foreign.Load()
 	res.Lost = int64(r.cfg.N) - r.track.Unique()
 	res.TimedOut = timedOut
+	r.splitLate(ctx, res)
 }
 
 // publishAll publishes n messages from cfg.Publishers goroutines. The

@@ -68,7 +68,7 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 
 // benchJSONKeys are the keys of every bus bench --json line.
 var benchJSONKeys = []string{
-	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "early", "gogc", "latency", "lost",
+	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "early", "gogc", "late", "latency", "lost",
 	"max_in_flight", "msgs_per_sec", "n", "order_violations", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
 	"rate", "rate_short", "scenario", "seconds", "send_late_p50_ms", "send_late_p99_ms", "size",
 }
@@ -299,6 +299,20 @@ func TestBenchTimeoutFailsWithExitOne(t *testing.T) {
 	var res jsonResult
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res), "the JSON line is still printed")
 	assert.Positive(t, res.Lost, "undelivered messages count as lost")
+}
+
+// Messages the broker still holds for the run's group when the run
+// times out are late, not lost.
+func TestBenchTellsLateFromLost(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "--scenario", "keyed", "-n", "300", "--keys", "1",
+		"--members", "1", "--handler-delay", "20ms", "--timeout", "1s", "--json")
+	assert.Equal(t, exitFailure, code, "a timed-out run fails")
+	assert.Contains(t, stderr, "late (still held by the broker)", "the reason tells late from lost")
+	var res jsonResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), "the JSON line is printed")
+	assert.Zero(t, res.Lost, "every message is held by the broker or delivered: none lost")
+	assert.Positive(t, res.Late, "the handler's pace leaves messages waiting at the deadline")
+	assert.EqualValues(t, 300, res.Delivered-res.Duplicates+res.Late, "delivered and late make up the run")
 }
 
 func TestBenchRejectsInvalidFlags(t *testing.T) {

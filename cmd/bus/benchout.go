@@ -39,6 +39,7 @@ type jsonFigures struct {
 	Delivered    int64    `json:"delivered"`
 	Duplicates   int64    `json:"duplicates"`
 	Lost         int64    `json:"lost"`
+	Late         int64    `json:"late"`
 	Early        int64    `json:"early"`
 	Violations   int64    `json:"order_violations"`
 	AchievedRate *float64 `json:"achieved_rate"`
@@ -61,7 +62,7 @@ func (r *benchResult) figures() jsonFigures {
 	return jsonFigures{
 		Seconds: r.Seconds, MsgsPerSec: r.MsgsPerSec,
 		P50Ms: msIf(lat, r.P50), P99Ms: msIf(lat, r.P99), P999Ms: msIf(lat, r.P999),
-		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Early: r.Early, Violations: r.Violations,
+		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Late: r.Late, Early: r.Early, Violations: r.Violations,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
 		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),
 	}
@@ -148,6 +149,7 @@ func writeTable(w io.Writer, cfg benchConfig, gogc int, r *benchResult) {
 	row("delivered", "%d", r.Delivered)
 	row("duplicates", "%d", r.Duplicates)
 	row("lost", "%d", r.Lost)
+	row("late", "%d", r.Late)
 	if r.Scenario == scenarioDelayed {
 		row("early", "%d", r.Early)
 	}
@@ -213,6 +215,7 @@ func writeComparison(w io.Writer, cfg benchConfig, gogc int, c *comparison) {
 	row("delivered", fmt.Sprint(b.Delivered), fmt.Sprint(raw.Delivered), "")
 	row("duplicates", fmt.Sprint(b.Duplicates), fmt.Sprint(raw.Duplicates), "")
 	row("lost", fmt.Sprint(b.Lost), fmt.Sprint(raw.Lost), "")
+	row("late", fmt.Sprint(b.Late), fmt.Sprint(raw.Late), "")
 	row("peak live heap", fmt.Sprintf("%.1f MiB", b.PeakHeapMiB), fmt.Sprintf("%.1f MiB", raw.PeakHeapMiB), "")
 	_ = tw.Flush()
 	for _, r := range []*benchResult{b, raw} {

@@ -69,7 +69,8 @@
 // The summary is a table on stdout; with --json it is exactly one JSON line
 // with the keys backend, scenario, n, size, seconds, msgs_per_sec, p50_ms,
 // p99_ms, p999_ms, latency (null when none was measured, as in consume),
-// delivered, duplicates, lost, ack_mode, batch, publishers, max_in_flight,
+// delivered, duplicates, lost, late (not arrived by the end but still
+// held by the broker for the run's group), ack_mode, batch, publishers, max_in_flight,
 // rate, achieved_rate, rate_short, gogc and peak_heap_mib; with --baseline
 // also rounds, baseline (the raw figures) and ratio. The heap figure is
 // repeated on stderr. When stderr is a terminal a progress line is updated

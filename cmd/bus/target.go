@@ -150,6 +150,9 @@ func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, 
 	return t.subOn(ctx, t.b, h)
 }
 
+// group is the run's consumer group.
+func (t *busTarget) group() string { return fmt.Sprintf("bench-%x", t.r.nonce) }
+
 // subOn subscribes the run's group on b.
 func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
 	from := backend.StartNewest
@@ -157,7 +160,7 @@ func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.
 		from = backend.StartOldest
 	}
 	opts := []bus.SubscribeOption{
-		bus.WithGroup(fmt.Sprintf("bench-%x", t.r.nonce)),
+		bus.WithGroup(t.group()),
 		bus.WithStartFrom(from),
 		bus.WithAckMode(t.r.cfg.AckMode),
 	}
