@@ -3,6 +3,7 @@ package bustest_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -143,6 +144,37 @@ func TestRunRecordsSnoozes(t *testing.T) {
 		return bus.RetryAfter(errors.New("429"), time.Minute)
 	}, &bus.Message{Payload: []byte("x")})
 	assert.False(t, res.Snoozed, "RetryAfter counts: %s", res)
+}
+
+// Delays longer than 100 years are cut to 100 years, and a snooze
+// without a positive delay is a counted retry, not a snooze.
+func TestRunCutsHugeDelaysAndRefusesSnoozesWithoutDelay(t *testing.T) {
+	const forever, century = time.Duration(math.MaxInt64), 100 * 365 * 24 * time.Hour
+	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.RetryAfter(errors.New("much later"), forever)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.Equal(t, century, res.RetryAfter, "RetryAfter(math.MaxInt64) waits 100 years: %s", res)
+
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.Snooze(forever)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.Equal(t, century, res.RetryAfter, "Snooze(math.MaxInt64) waits 100 years (and counts, past the 24-hour window): %s", res)
+
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		return bus.Snooze(0)
+	}, &bus.Message{Payload: []byte("x")})
+	assert.False(t, res.Snoozed, "bus.Snooze(0) is no snooze: %s", res)
+	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, "but a retry that counts: %s", res)
+
+	var snoozeErr, ackErr error
+	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
+		snoozeErr = d.Snooze(ctx, 0)
+		ackErr = d.Ack(ctx)
+		return nil
+	}, &bus.Message{Payload: []byte("x")}, bustest.WithAckMode(bus.AckManual))
+	assert.ErrorIs(t, snoozeErr, bus.ErrInvalidOption, "Delivery.Snooze(0) is refused")
+	assert.NoError(t, ackErr, "and leaves the delivery to settle")
+	assert.Equal(t, middleware.OutcomeAcked, res.Outcome, res.String())
 }
 
 // Run records the handler's own retry delay (bus.RetryAfter) and an
