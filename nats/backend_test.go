@@ -451,3 +451,48 @@ func TestDeleteTopicForgetsItsGroupLocks(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, held, "another topic's lock stays")
 }
+
+// The default retention (limits) keeps messages every group acked until
+// the stream's limits drop them; retention=interest drops them once
+// every group acked. The README's backend table says so.
+func TestRetentionDefaultKeepsAckedMessages(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		query string
+		kept  backend.Figure
+	}{
+		{"", 20},
+		{"?retention=interest", 0},
+	}
+	for _, tt := range tests {
+		t.Run("retention"+tt.query, func(t *testing.T) {
+			b, err := bus.Open(ctx, srv.URL()+tt.query, bus.WithObserver(observer.Nop()))
+			require.NoError(t, err)
+			defer b.Close(ctx)
+			topic := "retained" + strings.TrimPrefix(strings.ReplaceAll(tt.query, "=", "-"), "?retention")
+			_, err = b.Subscribe(ctx, topic, func(context.Context, *bus.Delivery) error { return nil }, bus.WithGroup("g"))
+			require.NoError(t, err)
+			for i := range 20 {
+				require.NoError(t, b.Publish(ctx, topic, &bus.Message{Payload: []byte{byte(i)}}))
+			}
+			require.Eventually(t, func() bool {
+				gs, err := b.Groups(ctx, topic)
+				return err == nil && len(gs) == 1 && gs[0].Pending == 0 && gs[0].Lag == 0
+			}, 10*time.Second, 10*time.Millisecond, "every message handled and acked")
+			require.Eventually(t, func() bool {
+				ts, err := b.Topics(ctx)
+				if err != nil {
+					return false
+				}
+				for _, tp := range ts {
+					if tp.Name == topic {
+						return tp.Messages == tt.kept
+					}
+				}
+				return false
+			}, 10*time.Second, 10*time.Millisecond, "the stream keeps %v acked messages", tt.kept)
+		})
+	}
+}
