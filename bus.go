@@ -38,6 +38,8 @@ type Bus struct {
 	parts sync.Map
 	// closed is closed when the first Close has returned.
 	closed chan struct{}
+	// async holds the PublishAsync queues (publish_async.go).
+	async asyncPublisher
 }
 
 // New returns a Bus over b. An invalid option makes every later call
@@ -152,11 +154,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	}
 	var failed []backend.Failure
 	for i, m := range msgs {
-		err := validateMessage(m, b.opts.maxPayload)
-		if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
-			err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)
-		}
-		if err != nil {
+		if err := b.checkMessage(m); err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID
@@ -167,6 +165,22 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	if failed != nil {
 		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
+	return b.publishValid(ctx, topic, msgs)
+}
+
+// checkMessage validates one message of a Publish to this bus.
+func (b *Bus) checkMessage(m *Message) error {
+	err := validateMessage(m, b.opts.maxPayload)
+	if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
+		err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)
+	}
+	return err
+}
+
+// publishValid publishes msgs, each already checked, as one batch
+// (partitioned and combined as configured). A failure of some messages is
+// a *PublishError.
+func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message) error {
 	now := time.Now()
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)

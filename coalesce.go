@@ -11,6 +11,7 @@ const (
 	defaultPublishBatchMessages = 1000
 	defaultPublishBatchBytes    = 4 << 20
 	defaultPublishBatches       = 2
+	defaultPublishWindow        = 1000
 )
 
 // PublishBatching says how the bus combines concurrent Publish calls to
@@ -25,8 +26,11 @@ const (
 // messages are never split over batches, so a call with more messages
 // than the bounds goes alone.
 //
-// Zero fields take their defaults: 1,000 messages, 4 MiB and 2 batches
-// in flight.
+// The same bounds make the batches of PublishAsync, whose messages wait in
+// a window of their own (see Window and PublishAsync).
+//
+// Zero fields take their defaults: 1,000 messages, 4 MiB, 2 batches in
+// flight and a window of 1,000 messages.
 type PublishBatching struct {
 	// MaxMessages bounds the messages of one combined batch.
 	MaxMessages int
@@ -39,13 +43,19 @@ type PublishBatching struct {
 	// Disabled sends every call straight to the backend, however many
 	// are in flight; nothing is combined.
 	Disabled bool
+	// Window bounds the PublishAsync messages of the Bus whose results
+	// are not known yet, over all topics: a PublishAsync that finds it
+	// full waits for room (within its ctx). The messages in it are the
+	// bus's copies, so it also bounds their memory (at most Window times
+	// the max payload and headers).
+	Window int
 }
 
 // WithPublishBatching sets how concurrent Publish calls to one topic are
 // combined (see PublishBatching). Negative values are invalid.
 func WithPublishBatching(pb PublishBatching) Option {
 	return busOptionFunc(func(b *busOptions) error {
-		if pb.MaxMessages < 0 || pb.MaxBytes < 0 || pb.MaxBatches < 0 {
+		if pb.MaxMessages < 0 || pb.MaxBytes < 0 || pb.MaxBatches < 0 || pb.Window < 0 {
 			return fmt.Errorf("%w: publish batching %+v, want no negative bound", ErrInvalidOption, pb)
 		}
 		b.batching = pb
@@ -65,4 +75,12 @@ func (pb PublishBatching) config() coalesce.Config {
 		pb.MaxBatches = defaultPublishBatches
 	}
 	return coalesce.Config{MaxMessages: pb.MaxMessages, MaxBytes: pb.MaxBytes, MaxBatches: pb.MaxBatches, Disabled: pb.Disabled}
+}
+
+// window is the PublishAsync window of pb, with its default.
+func (pb PublishBatching) window() int {
+	if pb.Window == 0 {
+		return defaultPublishWindow
+	}
+	return pb.Window
 }

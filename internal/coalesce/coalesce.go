@@ -241,16 +241,25 @@ func (c *Coalescer) send(topic string, batch []*publishReq) {
 	}
 }
 
-// batchContext returns the ctx of a combined batch: it keeps the values
-// of the oldest call, ends when every call's ctx has ended, and carries
-// the latest of their deadlines when each has one (a backend bounds its
-// network waits by it).
+// batchContext returns the ctx of a combined batch (see Context).
 func batchContext(batch []*publishReq) (context.Context, func()) {
-	base := context.WithoutCancel(batch[0].ctx)
+	ctxs := make([]context.Context, len(batch))
+	for i, r := range batch {
+		ctxs[i] = r.ctx
+	}
+	return Context(ctxs)
+}
+
+// Context returns the ctx of a batch that combines calls made with ctxs
+// (at least one): it keeps the values of the first, ends when every one
+// has ended, and carries the latest of their deadlines when each has one
+// (a backend bounds its network waits by it). The func releases it.
+func Context(ctxs []context.Context) (context.Context, func()) {
+	base := context.WithoutCancel(ctxs[0])
 	var latest time.Time
 	bounded := true
-	for _, r := range batch {
-		dl, ok := r.ctx.Deadline()
+	for _, c := range ctxs {
+		dl, ok := c.Deadline()
 		if !ok {
 			bounded = false
 			break
@@ -268,16 +277,25 @@ func batchContext(batch []*publishReq) (context.Context, func()) {
 	} else {
 		ctx, cancel = context.WithCancel(base)
 	}
-	for _, r := range batch {
-		if r.ctx.Done() == nil {
+	// Calls that end together (one Done channel, as a producer's ctx and
+	// the values derived from it have) are watched once.
+	var distinct []context.Context
+	var last <-chan struct{}
+	for _, c := range ctxs {
+		done := c.Done()
+		if done == nil {
 			return ctx, cancel // a call that never ends keeps the batch going
+		}
+		if done != last {
+			distinct = append(distinct, c)
+			last = done
 		}
 	}
 	var live atomic.Int64
-	live.Store(int64(len(batch)))
-	stops := make([]func() bool, len(batch))
-	for i, r := range batch {
-		stops[i] = context.AfterFunc(r.ctx, func() {
+	live.Store(int64(len(distinct)))
+	stops := make([]func() bool, len(distinct))
+	for i, c := range distinct {
+		stops[i] = context.AfterFunc(c, func() {
 			if live.Add(-1) == 0 {
 				cancel()
 			}

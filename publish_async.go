@@ -1,0 +1,252 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
+)
+
+// ErrPublishPaused: PublishAsync did not send a message because an earlier
+// PublishAsync message with the same Key on the same topic failed, and the
+// key has not been resumed (see Bus.ResumePublish). The error also wraps
+// the failure that paused the key.
+var ErrPublishPaused = errors.New("publishing of the key is paused after a failure")
+
+// PublishResult is the outcome of one PublishAsync call, known once Done
+// is closed. It is safe for concurrent use.
+type PublishResult struct {
+	done chan struct{}
+	err  error
+	gate *flushGate // the Flush generation that waits for it
+}
+
+// closedDone is the Done channel of a result known at once.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// failedResult returns a result that carries err at once.
+func failedResult(err error) *PublishResult {
+	return &PublishResult{done: closedDone, err: err}
+}
+
+// Done returns a channel closed when the result is known.
+func (r *PublishResult) Done() <-chan struct{} { return r.done }
+
+// Get waits until the result is known and returns it: nil when the
+// backend stored the message, with the guarantee of a nil error from
+// Publish. An error is what Publish would have returned for the message
+// alone: a *PublishError listing it (Rejected when it was invalid and
+// nothing was sent), or a wrapped error (ErrClosed, ErrPublishPaused, the
+// ctx of the PublishAsync call, a backend failure). When ctx ends first,
+// Get returns ctx's error and the result is still to come.
+func (r *PublishResult) Get(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("bus: publish result: %w", ctx.Err())
+	}
+}
+
+// PublishAsync publishes msg to topic and returns at once with a result
+// that is known once the backend confirmed the message (or it failed),
+// for producers that emit one message at a time: the bus keeps several
+// batches of such messages in flight instead of a round trip per call.
+//
+// It assigns msg an ID when it has none and validates it as Publish does,
+// before any I/O: an invalid message or topic, a closed bus or an invalid
+// option make a result that is known at once and carries the error, and
+// nothing is sent. The bus then copies msg (payload and headers), so the
+// caller may reuse it when PublishAsync returns.
+//
+// Messages wait in a window of PublishBatching.Window messages (default
+// 1,000) per Bus until their result is known; a PublishAsync that finds it
+// full waits for room, until ctx ends (the result then carries ctx's
+// error). Waiting messages of a topic are sent as batches within the
+// bounds of PublishBatching, up to MaxBatches batches of a topic in
+// flight, and go through the publish middleware one call per message, on
+// a goroutine of the bus, with ctx and its values.
+//
+// Order: the messages of one Key on one topic are stored in the order of
+// their PublishAsync calls (calls from one goroutine, or otherwise
+// ordered); a batch holding a key is not sent while an earlier batch
+// holding it is in flight. Messages without a Key are not ordered, and
+// PublishAsync and Publish calls are not ordered with each other (Flush
+// first). When a keyed message fails (at the backend, or its ctx ended
+// before it was sent), the key pauses on that topic: its later
+// PublishAsync messages that were not sent yet, and those of later calls,
+// fail with an error wrapping ErrPublishPaused, until ResumePublish. The
+// caller can then publish the failed messages again, in order, before
+// newer ones. A backend that fails part of one batch may still store a
+// later message of the key from that batch; its result says so (nil).
+//
+// ctx bounds the message's life: a message whose ctx ends before it is
+// sent is not sent; a batch in flight is abandoned only when the ctx of
+// every message in it has ended. Flush waits for every result; Close
+// waits for them within its ctx.
+func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *PublishResult {
+	if b.optErr != nil {
+		return failedResult(b.optErr)
+	}
+	if err := backend.ValidateTopic(topic); err != nil {
+		return failedResult(fmt.Errorf("bus: publish: %w", err))
+	}
+	if msg != nil && msg.ID == "" {
+		msg.ID = msgid.New()
+	}
+	if err := b.checkMessage(msg); err != nil {
+		id := ""
+		if msg != nil {
+			id = msg.ID
+		}
+		return failedResult(&PublishError{Topic: topic, Failed: []backend.Failure{{ID: id, Err: err}}, Rejected: true})
+	}
+	if !b.ops.enter() {
+		return failedResult(fmt.Errorf("bus: publish %q: %w", topic, ErrClosed))
+	}
+	a := b.asyncState()
+	if err := a.acquire(ctx); err != nil {
+		b.ops.leave()
+		return failedResult(fmt.Errorf("bus: publish %q: waiting for room in the publish window: %w", topic, err))
+	}
+	res := &PublishResult{done: make(chan struct{})}
+	a.track(res)
+	cp := copyMessage(msg)
+	if len(b.opts.publishMW) == 0 {
+		a.enqueue(&asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, ready: true, res: res})
+		return res
+	}
+	// The middleware runs on a goroutine of its own; the message's place
+	// in its key's order is taken now, and filled when the middleware
+	// calls the publisher under it.
+	ph := &asyncReq{ctx: ctx, topic: topic, key: cp.Key, wake: make(chan struct{})}
+	a.reserve(ph)
+	go func() {
+		err := a.chain.Publish(context.WithValue(ctx, placeholderKey{}, ph), topic, cp)
+		a.unclaimed(ph, err)
+		a.finish(res, err)
+	}()
+	return res
+}
+
+// Flush waits until the result of every PublishAsync call made before it
+// is known, or until ctx ends. Each result carries its own error; Flush
+// returns only ctx's.
+func (b *Bus) Flush(ctx context.Context) error {
+	if b.optErr != nil {
+		return b.optErr
+	}
+	g := b.asyncState().seal()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bus: flush: %w", ctx.Err())
+	}
+}
+
+// ResumePublish lets PublishAsync send messages with key on topic again
+// after a failure paused the key (see PublishAsync). It does nothing for
+// a key that is not paused.
+func (b *Bus) ResumePublish(topic, key string) {
+	b.asyncState().resume(topic, key)
+}
+
+// copyMessage returns a copy of m that shares no buffer with it.
+func copyMessage(m *Message) *Message {
+	cp := *m
+	if m.Payload != nil {
+		cp.Payload = append(make([]byte, 0, len(m.Payload)), m.Payload...)
+	}
+	if m.Headers != nil {
+		cp.Headers = maps.Clone(m.Headers)
+	}
+	return &cp
+}
+
+// placeholderKey carries, in the ctx a PublishAsync passes its publish
+// middleware, the place the message took in its key's order.
+type placeholderKey struct{}
+
+// asyncTerminal is the publisher under the publish middleware of
+// PublishAsync: the message the middleware passes on takes the place
+// PublishAsync reserved for it. Anything else it is given (another topic,
+// several messages, a second call) is queued after what is waiting, one
+// request per message; it waits for the results and returns them as
+// Publish would.
+type asyncTerminal struct{ b *Bus }
+
+func (t asyncTerminal) Publish(ctx context.Context, topic string, msgs ...*Message) error {
+	if err := backend.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: publish: %w", err)
+	}
+	a := t.b.asyncState()
+	if ph, ok := ctx.Value(placeholderKey{}).(*asyncReq); ok && len(msgs) == 1 && topic == ph.topic && a.claim(ph) {
+		if err := t.b.checkMessage(msgs[0]); err != nil {
+			err = &PublishError{Topic: topic, Failed: []backend.Failure{{ID: idOf(msgs[0]), Err: err}}, Rejected: true}
+			a.drop(ph, err)
+			return err
+		}
+		a.fill(ph, msgs[0])
+		<-ph.wake
+		return ph.err
+	}
+	var failed []backend.Failure
+	for i, m := range msgs {
+		if err := t.b.checkMessage(m); err != nil {
+			failed = append(failed, backend.Failure{Index: i, ID: idOf(m), Err: err})
+		}
+	}
+	if failed != nil {
+		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
+	}
+	reqs := make([]*asyncReq, len(msgs))
+	for i, m := range msgs {
+		reqs[i] = &asyncReq{ctx: ctx, topic: topic, key: m.Key, msg: m, ready: true, wake: make(chan struct{})}
+		a.enqueue(reqs[i])
+	}
+	var whole error
+	for i, r := range reqs {
+		<-r.wake
+		var pe *PublishError
+		switch {
+		case r.err == nil:
+		case errors.As(r.err, &pe):
+			for _, f := range pe.Failed {
+				failed = append(failed, backend.Failure{Index: i, ID: f.ID, Err: f.Err})
+			}
+		default:
+			whole = r.err
+			failed = append(failed, backend.Failure{Index: i, ID: r.msg.ID, Err: r.err})
+		}
+	}
+	if len(failed) == len(msgs) && whole != nil && len(msgs) == 1 {
+		return whole
+	}
+	if failed != nil {
+		return &PublishError{Topic: topic, Failed: failed}
+	}
+	return nil
+}
+
+func idOf(m *Message) string {
+	if m == nil {
+		return ""
+	}
+	return m.ID
+}
