@@ -73,6 +73,8 @@ var cases = []testCase{
 	{name: "RoundTrip", run: testRoundTrip},
 	{name: "TopicIsolation", run: testTopicIsolation},
 	{name: "ConcurrentPublishersNoLoss", run: testConcurrentPublishersNoLoss},
+	{name: "PublishAsyncKeyOrder", run: testPublishAsyncKeyOrder},
+	{name: "PublishAsyncFailurePausesKey", run: testPublishAsyncFailurePausesKey},
 	{name: "ConsumerGroupSharesLoad", needs: []capability{capGroups}, run: testConsumerGroupSharesLoad},
 	{name: "TwoGroupsEachGetEveryMessage", needs: []capability{capGroups}, run: testTwoGroupsEachGetEveryMessage},
 	{name: "Ordering", needs: []capability{capOrdered}, run: testOrdering},
