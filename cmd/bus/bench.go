@@ -58,6 +58,7 @@ type benchConfig struct {
 	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 	Events      string        // the lifecycle events topic (bus.WithEvents); "": off
+	AsyncWindow int           // publish: one message per call, confirmed later within this window; 0: off
 	keyedConfig
 	backlogConfig
 	outboxConfig
@@ -99,6 +100,9 @@ func (c *benchConfig) validate() error {
 		if err := backend.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
 		}
+	}
+	if c.AsyncWindow < 0 || c.AsyncWindow > 0 && c.Scenario != scenarioPublish {
+		errs = append(errs, fmt.Errorf("--async-window %d: want >= 0, with --scenario publish", c.AsyncWindow))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want >= 0", c.Timeout))
@@ -348,6 +352,9 @@ func (r *benchRun) runPublish(ctx context.Context, res *benchResult) error {
 	res.Delivered = r.sent.Load()
 	res.Lost = int64(r.cfg.N) - res.Delivered
 	what := "publish call (batch)"
+	if r.cfg.AsyncWindow > 0 {
+		what = "publish calls of a batch, not their confirmation"
+	}
 	if r.cfg.Rate > 0 {
 		what = "scheduled send to publish return (batch)"
 	}
@@ -670,6 +677,12 @@ func (r *benchRun) publishBatches(ctx context.Context, i int, start time.Duratio
 			r.lat.Record(time.Since(r.epoch) - stamp)
 		}
 		r.sent.Add(int64(k))
+	}
+	if f, ok := pub.(flusher); ok {
+		if failed, err := f.flush(ctx); err != nil {
+			r.sent.Add(-int64(failed))
+			return fmt.Errorf("publish: %w", err)
+		}
 	}
 	return nil
 }

@@ -115,6 +115,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "messages per second over all publishers, a batch every batch/rate seconds; latency counts from each batch's scheduled time (0: as fast as possible)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the raw client (a Go channel, go-redis or nats.go) with the same settings and print the bus/raw ratios")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with --baseline: raw and bus runs, alternating which goes first; figures are medians")
+	fs.IntVar(&cfg.AsyncWindow, "async-window", 0, "the publish scenario's publishers emit one message per call and confirm later, within a window of this many messages: bus.PublishAsync (PublishBatching.Window), nats.go PublishMsgAsync with that many acks pending, go-redis with a pipeline of that depth (0: off)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON line on stdout instead of the table")
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.IntVar(&a.gogc, "gogc", 0, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; default: the runtime's, $GOGC or 100)")

@@ -69,6 +69,9 @@ func openNATSTarget(ctx context.Context, r *benchRun) (target, error) {
 	t.nc = nc
 	if !t.core {
 		window := max(4000, r.cfg.Batch*r.cfg.Publishers)
+		if r.cfg.AsyncWindow > 0 {
+			window = r.cfg.AsyncWindow
+		}
 		if t.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window)); err != nil {
 			_ = be.Close()
 			return nil, fmt.Errorf("baseline: jetstream: %w", err)
@@ -119,6 +122,9 @@ type natsPublisher struct {
 }
 
 func (t *natsTarget) publisher(context.Context) (publisher, error) {
+	if t.r.cfg.AsyncWindow > 0 && !t.core {
+		return natsAsyncPublisher{rawclient.NewNATSAsyncPublisher(t.js, t.subject)}, nil
+	}
 	return &natsPublisher{t: t, p: rawclient.NewNATSPublisher(t.js, t.subject, t.r.cfg.Batch)}, nil
 }
 

@@ -71,6 +71,9 @@ type redisPublisher struct {
 }
 
 func (t *redisTarget) publisher(context.Context) (publisher, error) {
+	if t.r.cfg.AsyncWindow > 0 {
+		return redisPipelinePublisher{rawclient.NewRedisPipelinePublisher(t.rc, t.key, t.r.cfg.AsyncWindow)}, nil
+	}
 	return &redisPublisher{t: t, p: rawclient.NewRedisPublisher(t.rc, t.key, t.r.cfg.Batch)}, nil
 }
 

@@ -77,6 +77,9 @@ func openBusTarget(ctx context.Context, r *benchRun) (target, error) {
 	if r.cfg.Events != "" {
 		opts = append(opts, bus.WithEvents(r.cfg.Events))
 	}
+	if r.cfg.AsyncWindow > 0 {
+		opts = append(opts, bus.WithPublishBatching(bus.PublishBatching{Window: r.cfg.AsyncWindow}))
+	}
 	b, err := bus.Open(ctx, u, opts...)
 	if err != nil {
 		return nil, err
@@ -240,6 +243,9 @@ type busPublisher struct {
 }
 
 func (t *busTarget) publisher(context.Context) (publisher, error) {
+	if t.r.cfg.AsyncWindow > 0 {
+		return &busAsyncPublisher{b: t.b, topic: t.r.topic}, nil
+	}
 	p := &busPublisher{b: t.b, topic: t.r.topic, msgs: make([]bus.Message, t.r.cfg.Batch), ptrs: make([]*bus.Message, t.r.cfg.Batch)}
 	if t.r.cfg.Scenario == scenarioDelayed {
 		p.epoch = t.r.epoch
