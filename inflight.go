@@ -37,10 +37,13 @@ func (t *inflight) join() {
 }
 
 // leave ends an operation that entered or joined.
-func (t *inflight) leave() {
+func (t *inflight) leave() { t.leaveN(1) }
+
+// leaveN ends n operations that entered or joined.
+func (t *inflight) leaveN(n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.n--
+	t.n -= n
 	if t.closed && t.n == 0 && t.idle != nil {
 		close(t.idle)
 		t.idle = nil

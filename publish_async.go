@@ -122,12 +122,12 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 		return failedResult(fmt.Errorf("bus: publish %q: waiting for room in the publish window: %w", topic, err))
 	}
 	res := &PublishResult{done: make(chan struct{})}
-	a.track(res)
 	cp := copyMessage(msg)
 	if len(b.opts.publishMW) == 0 {
 		a.enqueue(&asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, ready: true, res: res})
 		return res
 	}
+	a.track(res)
 	// The middleware runs on a goroutine of its own; the message's place
 	// in its key's order is taken now, and filled when the middleware
 	// calls the publisher under it.

@@ -117,10 +117,15 @@ func (a *asyncPublisher) acquire(ctx context.Context) error {
 // track counts res in the current Flush generation.
 func (a *asyncPublisher) track(res *PublishResult) {
 	a.mu.Lock()
+	a.trackLocked(res)
+	a.mu.Unlock()
+}
+
+// trackLocked is track with a.mu held.
+func (a *asyncPublisher) trackLocked(res *PublishResult) {
 	g := a.gates[len(a.gates)-1]
 	g.n++
 	res.gate = g
-	a.mu.Unlock()
 }
 
 // seal ends the current Flush generation and returns it, or nil when no
@@ -185,8 +190,8 @@ func (a *asyncPublisher) complete(reqs []*asyncReq) {
 	a.mu.Unlock()
 	for range n {
 		<-a.window
-		a.b.ops.leave()
 	}
+	a.b.ops.leaveN(n)
 }
 
 // topic returns the state of name, made when missing. a.mu is held.
@@ -208,9 +213,13 @@ func (a *asyncPublisher) idle(t *asyncTopic) {
 }
 
 // enqueue queues a ready request, or sends it at once when it may go and
-// the topic has room for a batch.
+// the topic has room for a batch. A request with a result is counted in
+// the current Flush generation.
 func (a *asyncPublisher) enqueue(r *asyncReq) {
 	a.mu.Lock()
+	if r.res != nil {
+		a.trackLocked(r.res)
+	}
 	t := a.topic(r.topic)
 	if err := t.pausedErr(r); err != nil {
 		r.err = err
