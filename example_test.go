@@ -124,3 +124,48 @@ func Example_deadLetter() {
 	// id: pay-1
 	// reason: card number is malformed
 }
+
+// PublishAsync returns at once with a result the backend confirms later;
+// Flush waits for every earlier result. A key's messages are stored in
+// call order; bad input fails before any I/O.
+func ExampleBus_PublishAsync() {
+	ctx := context.Background()
+	b, err := bus.Open(ctx, "mem://")
+	if err != nil {
+		panic(err)
+	}
+	defer b.Close(ctx)
+
+	got := make(chan string, 3)
+	_, err = b.Subscribe(ctx, "orders.created", func(ctx context.Context, d *bus.Delivery) error {
+		got <- string(d.Payload)
+		return nil
+	}, bus.WithGroup("billing"), bus.WithKeyOrdering())
+	if err != nil {
+		panic(err)
+	}
+	var results []*bus.PublishResult
+	for i := 1; i <= 3; i++ {
+		m := &bus.Message{Key: "customer-7", Payload: fmt.Appendf(nil, "order %d", i)}
+		results = append(results, b.PublishAsync(ctx, "orders.created", m))
+	}
+	bad := b.PublishAsync(ctx, "orders.created", &bus.Message{Headers: map[string]string{"bad key": "x"}})
+	fmt.Println("invalid:", errors.Is(bad.Get(ctx), bus.ErrInvalidMessage))
+
+	if err := b.Flush(ctx); err != nil {
+		panic(err)
+	}
+	for _, r := range results {
+		if err := r.Get(ctx); err != nil {
+			panic(err)
+		}
+	}
+	for range 3 {
+		fmt.Println(<-got)
+	}
+	// Output:
+	// invalid: true
+	// order 1
+	// order 2
+	// order 3
+}
