@@ -82,6 +82,10 @@ func (b *Bus) asyncState() *asyncPublisher {
 		a.window = make(chan struct{}, b.opts.batching.window())
 		cfg := b.opts.batching.config()
 		a.maxMsgs, a.maxBytes, a.maxBatches = cfg.MaxMessages, cfg.MaxBytes, cfg.MaxBatches
+		// The batches in flight leave half the window to the messages
+		// that follow, so the producer fills the next batches while they
+		// are sent instead of waiting for the window to empty.
+		a.maxMsgs = max(1, min(a.maxMsgs, b.opts.batching.window()/(2*a.maxBatches)))
 		if cfg.Disabled {
 			a.maxMsgs = 1
 		}

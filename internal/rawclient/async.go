@@ -2,6 +2,7 @@ package rawclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -33,6 +34,13 @@ func NewNATSAsyncPublisher(js jetstream.JetStream, subject string) *NATSAsyncPub
 func (p *NATSAsyncPublisher) Publish(payload []byte) error {
 	m := &natsgo.Msg{Subject: p.subject, Data: payload, Header: natsgo.Header{jetstream.MsgIDHeader: []string{nuid.Next()}}}
 	f, err := p.js.PublishMsgAsync(m)
+	for errors.Is(err, jetstream.ErrTooManyStalledMsgs) && p.head < len(p.futures) {
+		// The window stayed full: wait for the oldest ack, then retry.
+		p.await(p.futures[p.head])
+		p.futures[p.head] = nil
+		p.head++
+		f, err = p.js.PublishMsgAsync(m)
+	}
 	if err != nil {
 		return err
 	}
@@ -65,6 +73,15 @@ func (p *NATSAsyncPublisher) compact() {
 		clear(p.futures[n:])
 		p.futures = p.futures[:n]
 		p.head = 0
+	}
+}
+
+// await waits for f's answer.
+func (p *NATSAsyncPublisher) await(f jetstream.PubAckFuture) {
+	select {
+	case <-f.Ok():
+	case err := <-f.Err():
+		p.fail(err)
 	}
 }
 
