@@ -95,8 +95,8 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // later message of the key from that batch; its result says so (nil).
 //
 // ctx bounds the message's life: a message whose ctx ends before it is
-// sent is not sent; a batch in flight is abandoned only when the ctx of
-// every message in it has ended. Flush waits for every result; Close
+// sent (while PublishAsync waits for room, too) is not sent; a batch in
+// flight is abandoned only when the ctx of every message in it has ended. Flush waits for every result; Close
 // waits for them within its ctx.
 func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *PublishResult {
 	if b.optErr != nil {
@@ -120,8 +120,10 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 	}
 	a := b.asyncState()
 	if err := a.acquire(ctx); err != nil {
+		err = fmt.Errorf("bus: publish %q: waiting for room in the publish window: %w", topic, err)
+		a.pauseKey(topic, msg.Key, err)
 		b.ops.leave()
-		return failedResult(fmt.Errorf("bus: publish %q: waiting for room in the publish window: %w", topic, err))
+		return failedResult(err)
 	}
 	res := &PublishResult{done: make(chan struct{})}
 	cp := copyMessage(msg)

@@ -308,6 +308,22 @@ func (a *asyncPublisher) unclaimed(ph *asyncReq, err error) {
 	}
 }
 
+// pauseKey pauses key on topic after cause, a message of it that was not
+// accepted.
+func (a *asyncPublisher) pauseKey(topic, key string, cause error) {
+	if key == "" {
+		return
+	}
+	a.mu.Lock()
+	t := a.topic(topic)
+	var swept []*asyncReq
+	if t.pause(key, cause) {
+		swept = t.sweep()
+	}
+	a.mu.Unlock()
+	a.complete(swept)
+}
+
 // resume lets key's messages on topic go again.
 func (a *asyncPublisher) resume(topic, key string) {
 	a.mu.Lock()

@@ -323,8 +323,15 @@ func TestPublishAsyncFullWindowWaitsWithinCtx(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "it waited for room until ctx ended")
 	g.noCall(t)
 
+	keyedCtx, cancelKeyed := context.WithTimeout(bg, 20*time.Millisecond)
+	defer cancelKeyed()
+	r5 := b.PublishAsync(keyedCtx, "t", &bus.Message{Key: "k", Payload: []byte("k-0")})
+	require.ErrorIs(t, get(t, r5), context.DeadlineExceeded)
+
 	close(c1.release)
 	require.NoError(t, get(t, r1))
+	require.ErrorIs(t, get(t, b.PublishAsync(bg, "t", &bus.Message{Key: "k", Payload: []byte("k-1")})), bus.ErrPublishPaused,
+		"a keyed message that found no room pauses its key")
 	r4 := b.PublishAsync(bg, "t", bmsg("m4"))
 	c4 := g.next(t)
 	assert.Equal(t, []string{"m4"}, c4.ids, "a result made room")
