@@ -22,6 +22,7 @@ type PublishResult struct {
 	done chan struct{}
 	err  error
 	gate *flushGate // the Flush generation that waits for it
+	req  asyncReq   // the message on its way, without publish middleware
 }
 
 // closedDone is the Done channel of a result known at once.
@@ -128,7 +129,8 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 	res := &PublishResult{done: make(chan struct{})}
 	cp := copyMessage(msg)
 	if len(b.opts.publishMW) == 0 {
-		a.enqueue(&asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, ready: true, res: res})
+		res.req = asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, ready: true, res: res}
+		a.enqueue(&res.req)
 		return res
 	}
 	a.track(res)

@@ -178,6 +178,8 @@ func (a *asyncPublisher) complete(reqs []*asyncReq) {
 			continue
 		}
 		r.res.err = r.err
+		// The result may be kept long after: it keeps no message.
+		r.msg, r.ctx = nil, nil
 		close(r.res.done)
 		n++
 	}

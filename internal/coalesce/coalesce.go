@@ -255,6 +255,9 @@ func batchContext(batch []*publishReq) (context.Context, func()) {
 // has ended, and carries the latest of their deadlines when each has one
 // (a backend bounds its network waits by it). The func releases it.
 func Context(ctxs []context.Context) (context.Context, func()) {
+	if sameEnd(ctxs) {
+		return ctxs[0], func() {}
+	}
 	base := context.WithoutCancel(ctxs[0])
 	var latest time.Time
 	bounded := true
@@ -307,6 +310,23 @@ func Context(ctxs []context.Context) (context.Context, func()) {
 		}
 		cancel()
 	}
+}
+
+// sameEnd reports whether every ctx ends with the first (one Done
+// channel, one deadline), as the calls of one producer's ctx do: the
+// first is then the batch's ctx as it is.
+func sameEnd(ctxs []context.Context) bool {
+	done := ctxs[0].Done()
+	dl, ok := ctxs[0].Deadline()
+	for _, c := range ctxs[1:] {
+		if c.Done() != done {
+			return false
+		}
+		if d, o := c.Deadline(); o != ok || !d.Equal(dl) {
+			return false
+		}
+	}
+	return true
 }
 
 // ownCopies copies msgs (payloads, headers) so a waiting call's batch
