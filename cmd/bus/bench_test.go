@@ -336,6 +336,8 @@ func TestBenchRejectsInvalidFlags(t *testing.T) {
 		{name: "rounds without baseline", args: []string{"--rounds", "3"}, want: "needs --baseline"},
 		{name: "baseline without a raw client", args: []string{"--baseline", "--url", "carrier-pigeon://loft"}, want: "no raw client"},
 		{name: "gogc below -1", args: []string{"--gogc", "-5"}, want: "--gogc -5"},
+		{name: "negative async window", args: []string{"--scenario", "publish", "--async-window", "-1"}, want: "--async-window -1"},
+		{name: "async window outside publish", args: []string{"--async-window", "100"}, want: "--async-window 100"},
 		{name: "stray argument", args: []string{"extra"}, want: "unexpected arguments"},
 		{name: "unknown flag", args: []string{"--bogus"}, want: "bogus"},
 	}
@@ -348,6 +350,23 @@ func TestBenchRejectsInvalidFlags(t *testing.T) {
 			assert.Contains(t, stderr, tt.want, "the error names the flag")
 		})
 	}
+}
+
+func TestBenchAsyncWindowPublishesEveryMessage(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", "mem://", "--scenario", "publish", "--async-window", "64",
+		"-n", "3000", "--batch", "1", "--baseline", "--json")
+	require.Equal(t, exitOK, code, "stderr: %s", stderr)
+	var res struct {
+		Delivered int64 `json:"delivered"`
+		Lost      int64 `json:"lost"`
+		Baseline  struct {
+			Delivered int64 `json:"delivered"`
+		} `json:"baseline"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), "one JSON line: %s", stdout)
+	assert.Equal(t, int64(3000), res.Delivered, "every PublishAsync result is nil")
+	assert.Zero(t, res.Lost)
+	assert.Equal(t, int64(3000), res.Baseline.Delivered, "the raw side ran too")
 }
 
 func TestBenchUnknownSchemeFails(t *testing.T) {
