@@ -22,10 +22,18 @@ import (
 // must run before them. The lease of every held delivery, waiting behind
 // its head or for its retry, is kept alive by the lease keeper; one whose
 // lease is lost is given up when its turn comes (the backend delivers it
-// again). Held deliveries keep their in-flight slots, so at most
-// MaxInFlight deliveries are held: a long backlog of one key behind a
-// retrying head fills the slots and holds back fetching, never an
-// unbounded buffer.
+// again).
+//
+// Waiting is not running. A head holds an in-flight slot, also while it
+// waits for its retry. The deliveries behind a head hold a unit of the
+// subscription's waiting set (Config.MaxWaiting) instead, marked
+// stateWaiting: every fetched delivery comes with a slot and a unit
+// (Sub.take), and admit gives back the kind each does not use. When a
+// head is done, its slot goes on to the next delivery of its key, which
+// gives back its unit (done): a key's turn never waits for a free slot,
+// and a long backlog of one key, or a retrying head with deliveries
+// behind it, leaves the other slots to the other keys. Only a full
+// waiting set holds back fetching, never an unbounded buffer.
 type keyLines[P any] struct {
 	s *Sub[P]
 
@@ -60,12 +68,15 @@ func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
 	return &keyLines[P]{s: s, lines: map[string]*keyLine[P]{}}
 }
 
-// admit returns the deliveries of ds to run now; the others wait behind
-// the head of their key. After close a keyed delivery waits behind its
-// key's head, to go back to the group after it, or goes back at once.
-// In AckOnReceive a delivery is acked when it is admitted, so that one
+// admit returns the deliveries of ds to run now, and how many of the
+// others wait behind the head of their key (marked stateWaiting; the
+// caller gives back their in-flight slots, and the units of the waiting
+// set of the others). After close a keyed delivery waits behind its key's
+// head, to go back to the group after it, or goes back at once. In
+// AckOnReceive a delivery is acked when it is admitted, so that one
 // waiting for its key does not outlive its lease unacked.
-func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
+func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
+	waiting := 0
 	run := make([]*Delivery[P], 0, len(ds))
 	var back, keyed []*Delivery[P]
 	k.mu.Lock()
@@ -80,7 +91,9 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 			run = append(run, d)
 		case l != nil:
 			// Also after close: it goes back behind the ones before it.
+			d.state.Or(stateWaiting)
 			l.waiting = append(l.waiting, d)
+			waiting++
 		case k.closed && !k.drain:
 			back = append(back, d)
 		default:
@@ -99,7 +112,7 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 		}
 	}
 	k.giveBack(back)
-	return run
+	return run, waiting
 }
 
 // line locks k.mu and returns d's key and line when the line's field
@@ -121,14 +134,17 @@ func lineHead[P any](l *keyLine[P]) *Delivery[P] { return l.head }
 func linePrev[P any](l *keyLine[P]) *Delivery[P] { return l.prev }
 
 // done is called once d is settled and its handler has returned: the
-// next delivery of its key, if any, goes to a worker. Pushes happen under
-// k.mu, so none comes after close (which precedes the dispatcher's stop).
-func (k *keyLines[P]) done(d *Delivery[P]) {
+// next delivery of its key, if any, goes to a worker, and takes over d's
+// in-flight slot (it gives back its unit of the waiting set). It reports
+// whether the slot went on; else the caller frees it. Pushes happen
+// under k.mu, so none comes after close (which precedes the dispatcher's
+// stop).
+func (k *keyLines[P]) done(d *Delivery[P]) bool {
 	key, l := k.line(d, lineHead[P])
 	if l == nil {
 		// Not a head: no key, given back at close, or retried in its
 		// place.
-		return
+		return false
 	}
 	if len(l.waiting) == 0 || k.closed && !k.drain {
 		// After close the rest of the key goes back to the group, in
@@ -137,21 +153,25 @@ func (k *keyLines[P]) done(d *Delivery[P]) {
 		delete(k.lines, key)
 		k.mu.Unlock()
 		k.giveBack(back)
-		return
+		return false
 	}
 	next := l.waiting[0]
 	l.waiting[0] = nil
 	l.waiting = l.waiting[1:]
 	l.head = next
+	next.state.And(^stateWaiting)
+	k.s.waits.Release(1)
 	if !k.s.leaseLost(next) {
 		k.s.disp.push([]*Delivery[P]{next})
 		k.mu.Unlock()
-		return
+		return true
 	}
 	k.mu.Unlock()
 	// Its lease ran out while it waited: the backend delivers it again.
-	// Giving it up ends its turn, and done runs again for the one after.
+	// Giving it up ends its turn, and done runs again for the one after,
+	// which the slot goes on to.
 	k.s.giveUp(next)
+	return true
 }
 
 // retry replaces the claimed head d by a new delivery of its message with
@@ -319,7 +339,8 @@ func (s *Sub[P]) backNow(ctx context.Context, d *Delivery[P], counted bool) {
 }
 
 // giveBack hands deliveries that never reached their handler back to the
-// group without counting an attempt, and frees their slots.
+// group without counting an attempt, and frees their slots (or units of
+// the waiting set).
 func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
 	if len(ds) == 0 {
 		return
@@ -378,10 +399,11 @@ func (s *Sub[P]) giveUp(d *Delivery[P]) {
 }
 
 // handlerNeverRan marks the handler of a delivery that never reached it
-// as done, freeing its slot once it is settled.
+// as done, freeing its slot (or unit of the waiting set) once it is
+// settled.
 func (s *Sub[P]) handlerNeverRan(d *Delivery[P]) {
 	(*handlerCtx[P])(d).end()
 	if d.handlerDone() {
-		s.releaseDone(1)
+		s.free(d)
 	}
 }
