@@ -328,7 +328,7 @@ func (b *Bus) backendConfig(o subscribeOptions) backend.SubscribeConfig {
 		Group:           o.group,
 		StartFrom:       o.startFrom,
 		AckTimeout:      o.ackTimeout,
-		MaxInFlight:     o.maxInFlight,
+		MaxInFlight:     o.heldBound(),
 		MaxDeliveries:   o.maxDeliveries,
 		DeadLetterTopic: o.deadLetter,
 		Observer:        b.opts.observer,

@@ -368,6 +368,16 @@ func WithMaxWaiting(n int) SubscribeOption {
 	})
 }
 
+// heldBound is the most deliveries a subscription of o holds unsettled
+// at once: those in flight, and with key ordering those waiting for
+// their key (what backend.SubscribeConfig.MaxInFlight means).
+func (o *subscribeOptions) heldBound() int {
+	if !o.keyOrdering {
+		return o.maxInFlight
+	}
+	return o.maxInFlight + o.waitingBound()
+}
+
 // waitingBound is the bound of the waiting set of o (WithMaxWaiting).
 func (o *subscribeOptions) waitingBound() int {
 	if o.maxWaiting > 0 {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -324,4 +325,120 @@ func testKeyOrderOneActiveMember(t *testing.T, s *suite) {
 	h.publish(topic, batch2...)
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) }, "the second batch handled by the member left")
 	log.assertInOrder(t, append(batch1, batch2...))
+}
+
+// hotKey returns n messages of the key "hot" (payload "hot/<seq>") and,
+// after them in publish order, perKey messages of each of keys other
+// keys (see keyed).
+func hotKey(n, keys, perKey int) (hot, others []*bus.Message) {
+	for i := range n {
+		hot = append(hot, &bus.Message{Key: "hot", Payload: fmt.Appendf(nil, "hot/%d", i)})
+	}
+	return hot, keyed(keys, perKey)
+}
+
+// othersDone counts the handled messages of the keys other than "hot"
+// and is closed once all of them were.
+type othersDone struct {
+	want    int64
+	handled atomic.Int64
+	ch      chan struct{}
+}
+
+func newOthersDone(n int) *othersDone { return &othersDone{want: int64(n), ch: make(chan struct{})} }
+
+func (o *othersDone) handledOne() {
+	if o.handled.Add(1) == o.want {
+		close(o.ch)
+	}
+}
+
+func (o *othersDone) done() bool {
+	select {
+	case <-o.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// testKeyOrderHotKeyLeavesOtherKeysRunning: a key with many more messages
+// than MaxInFlight queued ahead of the other keys, whose head runs until
+// the others are done, never stops them: the deliveries waiting for their
+// key take no in-flight slot, and the subscription fetches past them.
+func testKeyOrderHotKeyLeavesOtherKeysRunning(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyhot"), h.group("keyhot")
+	hot, others := hotKey(count(60, 24), 6, 4)
+	log := newKeyLog()
+	done := newOthersDone(len(others))
+	var headSawOthers atomic.Bool
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		switch {
+		case d.Key != "hot":
+			done.handledOne()
+		case string(d.Payload) == "hot/0":
+			// Runs until every other key's message was handled, or
+			// gives up after half the deadline (the case then fails).
+			timer := time.NewTimer(s.deadline() / 2)
+			select {
+			case <-done.ch:
+				headSawOthers.Store(true)
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(hot)+len(others)) }, "every message handled")
+	assert.True(t, headSawOthers.Load(), "the %d messages of the other keys were all handled while the hot key's head ran and %d of its messages waited behind it (MaxInFlight 4)", len(others), len(hot)-1)
+	log.assertInOrder(t, append(hot, others...))
+}
+
+// testKeyOrderRetryingHeadLeavesOtherKeysRunning: a head that fails and
+// is retried again and again, with more messages of its key behind it
+// than MaxInFlight, holds back its key only: the other keys, published
+// after it, are all handled before its retry succeeds, and the rest of
+// its key still runs after the retry, in order.
+func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyhotretry"), h.group("keyhotretry")
+	hot, others := hotKey(1+count(20, 8), 6, 4)
+	log := newKeyLog()
+	done := newOthersDone(len(others))
+	var headSawOthers atomic.Bool
+	var attempts atomic.Int64
+	var first atomic.Int64 // when hot/0 first ran (UnixNano)
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		switch {
+		case d.Key != "hot":
+			done.handledOne()
+		case string(d.Payload) == "hot/0":
+			attempts.Add(1)
+			first.CompareAndSwap(0, time.Now().UnixNano())
+			// Fails until every other key's message was handled, or
+			// gives up after half the deadline (the case then fails).
+			if done.done() {
+				headSawOthers.Store(true)
+			} else if time.Since(time.Unix(0, first.Load())) < s.deadline()/2 {
+				log.end(d, false)
+				return bus.RetryAfter(errors.New("not yet"), 20*time.Millisecond)
+			}
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithMaxDeliveries(10_000),
+		bus.WithDeadLetter(topic+".dlq"), fastRetry(), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(hot)+len(others)) }, "every message handled")
+	assert.True(t, headSawOthers.Load(), "the %d messages of the other keys were all handled while the hot key's head was retried (%d attempts) with %d messages behind it (MaxInFlight 4)", len(others), attempts.Load(), len(hot)-1)
+	assert.Greater(t, attempts.Load(), int64(1), "the hot key's head was retried")
+	log.assertInOrder(t, append(hot, others...))
 }

@@ -101,6 +101,8 @@ var cases = []testCase{
 	{name: "KeyOrderOneActiveMember", needs: []capability{capRedelivery}, run: testKeyOrderOneActiveMember},
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
+	{name: "KeyOrderHotKeyLeavesOtherKeysRunning", run: testKeyOrderHotKeyLeavesOtherKeysRunning},
+	{name: "KeyOrderRetryingHeadLeavesOtherKeysRunning", needs: []capability{capRedelivery}, run: testKeyOrderRetryingHeadLeavesOtherKeysRunning},
 	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
 	{name: "KeyOrderLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyOrderLedgerThroughACrash},
 	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
