@@ -261,8 +261,11 @@ func WithAckMode(m AckMode) SubscribeOption {
 }
 
 // WithMaxInFlight caps the deliveries this subscription holds unsettled at
-// once (default 64). Capacity is taken before the backend is asked for
-// messages. WithAutoscale moves the bound instead.
+// once (default 64): handlers running, and in AckManual deliveries whose
+// handler returned unsettled. With WithKeyOrdering, the deliveries that
+// wait for their key are not counted here (see WithMaxWaiting). Capacity
+// is taken before the backend is asked for messages. WithAutoscale moves
+// the bound instead.
 func WithMaxInFlight(n int) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if n < 1 || n > maxInFlightUpperBound {
