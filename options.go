@@ -69,7 +69,7 @@ const (
 	// defaultMaxWaiting is the least default bound of the deliveries
 	// waiting for their key (see WithMaxWaiting); it is
 	// waitingPerInFlight times max in flight when that is more.
-	defaultMaxWaiting  = 256
+	defaultMaxWaiting  = 1024
 	waitingPerInFlight = 4
 	maxWaitingBound    = 1 << 20
 )
@@ -330,7 +330,7 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // in-flight slot, and holds back only its own key; dead-lettering it
 // releases the key. Deliveries waiting behind their key's head, running
 // or retrying, take no in-flight slot: they sit in a waiting set bounded
-// by WithMaxWaiting (default 256, or 4 x MaxInFlight when more), with
+// by WithMaxWaiting (default 1024, or 4 x MaxInFlight when more), with
 // their leases kept alive, so that a busy or retrying key never stops
 // the other keys while the waiting set has room. Fetching pauses only
 // while the waiting set is full.
@@ -353,7 +353,7 @@ func WithKeyOrdering() SubscribeOption {
 
 // WithMaxWaiting bounds the deliveries of a key-ordered subscription
 // (WithKeyOrdering) that wait for their key, behind a head that runs or
-// waits for its retry: 1..1048576, default 256 or 4 x MaxInFlight,
+// waits for its retry: 1..1048576, default 1024 or 4 x MaxInFlight,
 // whichever is more. They hold no in-flight slot, so MaxInFlight bounds
 // the handlers running at once; the subscription fetches while the
 // waiting set has room for as many deliveries as it asks for, and pauses

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -441,4 +443,90 @@ func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
 	assert.True(t, headSawOthers.Load(), "the %d messages of the other keys were all handled while the hot key's head was retried (%d attempts) with %d messages behind it (MaxInFlight 4)", len(others), attempts.Load(), len(hot)-1)
 	assert.Greater(t, attempts.Load(), int64(1), "the hot key's head was retried")
 	log.assertInOrder(t, append(hot, others...))
+}
+
+// testKeyOrderHotKeyLedger: the ledger of a key-ordered group with one
+// hot key. Hundreds of messages of the hot key are queued ahead of the
+// other keys, and its head fails twice with a 300 ms retry delay; every
+// handler works a millisecond, four at a time. The other keys all finish
+// before the hot key does, and start while its head waits for its first
+// retry; no message is lost, none handled out of its key's order. The
+// figures are logged.
+func testKeyOrderHotKeyLedger(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyledger"), h.group("keyledger")
+	const retryDelay = 300 * time.Millisecond
+	hot, others := hotKey(count(300, 60), 16, count(20, 5))
+	all := append(append([]*bus.Message(nil), hot...), others...)
+	log := newKeyLog()
+	var mu sync.Mutex
+	finished := map[string]time.Duration{} // payload -> when handled, since the publish began
+	var othersStarted atomic.Int64
+	var startedBeforeRetry atomic.Int64 // other keys' messages started before hot/0's first retry
+	var attempts atomic.Int64
+	start := time.Now()
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		if d.Key != "hot" {
+			othersStarted.Add(1)
+		}
+		if string(d.Payload) == "hot/0" {
+			if attempts.Add(1) == 2 {
+				startedBeforeRetry.Store(othersStarted.Load())
+			}
+			if d.Attempt < 3 {
+				log.end(d, false)
+				return bus.RetryAfter(errors.New("the head fails twice"), retryDelay)
+			}
+		}
+		time.Sleep(time.Millisecond) // the handler's work
+		mu.Lock()
+		finished[string(d.Payload)] = time.Since(start)
+		mu.Unlock()
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithMaxDeliveries(10),
+		bus.WithDeadLetter(topic+".dlq"), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	lost := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(all) - len(finished)
+	}
+	s.eventually(t, func() bool { return lost() == 0 }, "every message handled (lost %d)", lost())
+	log.assertInOrder(t, all)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var othersLast, hotLast time.Duration
+	for _, m := range others {
+		othersLast = max(othersLast, finished[string(m.Payload)])
+	}
+	for _, m := range hot {
+		hotLast = max(hotLast, finished[string(m.Payload)])
+	}
+	violations := 0
+	for _, got := range log.order {
+		for i := 1; i < len(got); i++ {
+			if seqOf(got[i]) < seqOf(got[i-1]) {
+				violations++
+			}
+		}
+	}
+	t.Logf("hot key: %d messages queued ahead, head failed twice (retry %v); other keys: %d messages of %d keys; MaxInFlight 4",
+		len(hot), retryDelay, len(others), 16)
+	t.Logf("other keys finished after %v; hot key finished after %v; %d other-key messages started before the head's first retry; order violations %d; lost %d",
+		othersLast.Round(time.Millisecond), hotLast.Round(time.Millisecond), startedBeforeRetry.Load(), violations, len(all)-len(finished))
+	assert.Equal(t, int64(3), attempts.Load(), "the hot key's head ran three times")
+	assert.Positive(t, startedBeforeRetry.Load(), "other keys started while the hot key's head waited for its retry")
+	assert.Less(t, othersLast, hotLast, "the other keys finished before the hot key")
+	assert.Zero(t, violations, "order violations")
+}
+
+// seqOf is the sequence number of a "<key>/<seq>" payload.
+func seqOf(payload string) int {
+	_, seq, _ := strings.Cut(payload, "/")
+	n, _ := strconv.Atoi(seq)
+	return n
 }

@@ -103,6 +103,7 @@ var cases = []testCase{
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
 	{name: "KeyOrderHotKeyLeavesOtherKeysRunning", run: testKeyOrderHotKeyLeavesOtherKeysRunning},
 	{name: "KeyOrderRetryingHeadLeavesOtherKeysRunning", needs: []capability{capRedelivery}, run: testKeyOrderRetryingHeadLeavesOtherKeysRunning},
+	{name: "KeyOrderHotKeyLedger", needs: []capability{capRedelivery}, run: testKeyOrderHotKeyLedger},
 	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
 	{name: "KeyOrderLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyOrderLedgerThroughACrash},
 	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
