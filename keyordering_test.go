@@ -732,7 +732,7 @@ func TestKeyOrderingFullWaitingSetPausesFetching(t *testing.T) {
 	release := make(chan struct{})
 	var log orderLog
 	var handled atomic.Int64
-	_, err := b.Subscribe(context.Background(), "waitfull", func(ctx context.Context, d *bus.Delivery) error {
+	sub, err := b.Subscribe(context.Background(), "waitfull", func(ctx context.Context, d *bus.Delivery) error {
 		if string(d.Payload) == "hot/0" {
 			select {
 			case <-release:
@@ -755,6 +755,7 @@ func TestKeyOrderingFullWaitingSetPausesFetching(t *testing.T) {
 		5*time.Second, time.Millisecond, "the head and a full waiting set are held")
 	require.Never(t, func() bool { return pendingOf(t, b, "waitfull", "default") > 1+waiting },
 		200*time.Millisecond, 5*time.Millisecond, "fetching pauses while the waiting set is full")
+	assert.Equal(t, waiting, sub.Waiting(), "the subscription reports its full waiting set")
 	close(release)
 	require.Eventually(t, func() bool { return handled.Load() == int64(len(hot)+len(others)) },
 		5*time.Second, time.Millisecond, "every message handled once the head returns")
@@ -763,6 +764,7 @@ func TestKeyOrderingFullWaitingSetPausesFetching(t *testing.T) {
 		want[i] = fmt.Sprintf("hot/%d#1", i)
 	}
 	assert.Equal(t, want, log.list(), "the hot key in order, each on its first attempt")
+	assert.Zero(t, sub.Waiting(), "nothing waits once every message is handled")
 }
 
 // Slots and waiting units all come back: with one in-flight slot, a

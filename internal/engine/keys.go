@@ -286,6 +286,26 @@ func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
 	return ds
 }
 
+// waitingNow counts the deliveries waiting behind their key's head.
+func (k *keyLines[P]) waitingNow() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, l := range k.lines {
+		n += len(l.waiting)
+	}
+	return n
+}
+
+// Waiting counts the deliveries that wait for their key now (behind a
+// head that runs or waits for its retry); 0 without key ordering.
+func (s *Sub[P]) Waiting() int {
+	if s.keys == nil {
+		return 0
+	}
+	return s.keys.waitingNow()
+}
+
 // close starts the shutdown of the key lines. A head waiting for its
 // retry goes back to the group at once (its retry comes sooner than its
 // delay asked, as the next member's first delivery of the key), and the
