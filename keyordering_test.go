@@ -809,3 +809,60 @@ func TestKeyOrderingSmallWaitingSetNeverLosesCapacity(t *testing.T) {
 		assert.Equal(t, want, got[k], "key %s in publish order", k)
 	}
 }
+
+// A member with a group lock drains what it fetched when it closes, but
+// only until its Close ctx ends: then the deliveries still waiting for
+// their key go back to the group, in order and uncounted, instead of
+// reaching handlers whose ctx is cancelled. The next member handles the
+// whole key once, in order, on first attempts.
+func TestKeyOrderingForcedCloseGivesTheWaitingBack(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 20 * time.Second
+	ctx := context.Background()
+	headRunning := make(chan struct{})
+	var once sync.Once
+	var ranOnFirst atomic.Int64
+	first := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	sub, err := first.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k/0" {
+			once.Do(func() { close(headRunning) })
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		ranOnFirst.Add(1)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	msgs := keyedMsgs("k", 30)
+	require.NoError(t, first.Publish(ctx, "orders", msgs...))
+	select {
+	case <-headRunning:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran k/0")
+	}
+	require.Eventually(t, func() bool { return sub.Waiting() == len(msgs)-1 }, 5*time.Second, time.Millisecond,
+		"the rest of the key waits behind its head")
+	closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.Error(t, sub.Close(closeCtx), "the close ctx ends while the head runs")
+	assert.Zero(t, ranOnFirst.Load(), "no waiting delivery reached a handler after the close ctx ended")
+
+	second := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	var log orderLog
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		log.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return log.len() >= len(msgs) }, 10*time.Second, time.Millisecond,
+		"the next member handles the key")
+	want := make([]string, len(msgs))
+	for i := range msgs {
+		want[i] = fmt.Sprintf("k/%d#1", i)
+	}
+	assert.Equal(t, want, log.list(), "the whole key once, in order, uncounted")
+}

@@ -41,8 +41,8 @@ type keyLines[P any] struct {
 	lines  map[string]*keyLine[P]
 	closed bool
 	// drain: after close, the deliveries waiting behind a head still run
-	// in turn instead of going back (a subscription with a group lock,
-	// see Sub.shutdown).
+	// in turn instead of going back, until the shutdown is forced (a
+	// subscription with a group lock, see Sub.shutdown and draining).
 	drain bool
 	// prevs counts the lines whose retry waits for a nacking handler
 	// (keyLine.prev), so that a handler's return looks only when one does.
@@ -63,6 +63,13 @@ type keyLine[P any] struct {
 	// snoozed: the retry is a snooze, which does not count an attempt.
 	snoozed bool
 }
+
+// draining reports whether the deliveries waiting behind a head still
+// run in turn after close: with drain set, until the shutdown is forced
+// (the ctx of a Close ended). From then on they go back to the group, in
+// order, instead of reaching handlers whose ctx is cancelled and whose
+// acks the closing subscription may no longer flush.
+func (k *keyLines[P]) draining() bool { return k.drain && k.s.force.Err() == nil }
 
 func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
 	return &keyLines[P]{s: s, lines: map[string]*keyLine[P]{}}
@@ -94,7 +101,7 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
 			d.state.Or(stateWaiting)
 			l.waiting = append(l.waiting, d)
 			waiting++
-		case k.closed && !k.drain:
+		case k.closed && !k.draining():
 			back = append(back, d)
 		default:
 			// Also while draining: a delivery the last fetch brought
@@ -146,7 +153,7 @@ func (k *keyLines[P]) done(d *Delivery[P]) bool {
 		// place.
 		return false
 	}
-	if len(l.waiting) == 0 || k.closed && !k.drain {
+	if len(l.waiting) == 0 || k.closed && !k.draining() {
 		// After close the rest of the key goes back to the group, in
 		// order, after its head (unless draining).
 		back := l.waiting
