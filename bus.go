@@ -342,7 +342,7 @@ func (b *Bus) backendConfig(o subscribeOptions) backend.SubscribeConfig {
 		Group:           o.group,
 		StartFrom:       o.startFrom,
 		AckTimeout:      o.ackTimeout,
-		MaxInFlight:     o.maxInFlight,
+		MaxInFlight:     o.heldBound(),
 		MaxDeliveries:   o.maxDeliveries,
 		DeadLetterTopic: o.deadLetter,
 		Observer:        b.opts.observer,
@@ -387,6 +387,7 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 	}
 	if o.keyOrdering {
 		cfg.KeyOf = func(d *Delivery) string { return d.Key }
+		cfg.MaxWaiting = o.waitingBound()
 		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery {
 			// One member of the group at a time consumes the topic.
 			cfg.Locker, cfg.LockHolder = l, msgid.New()
@@ -436,6 +437,9 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 			errs = append(errs, fmt.Errorf("%w: WithAutoscale and WithMaxInFlight both set the in-flight bound; give one", ErrInvalidOption))
 		}
 		o.maxInFlight = o.autoscaleMax
+	}
+	if o.maxWaiting > 0 && !o.keyOrdering {
+		errs = append(errs, fmt.Errorf("%w: WithMaxWaiting bounds the deliveries waiting for their key; it needs WithKeyOrdering", ErrInvalidOption))
 	}
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))

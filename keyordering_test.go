@@ -675,3 +675,194 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 	assert.Equal(t, []string{"k/0#1", "k/1#1"}, order.list()[:2], "from the fenced message on, in order, given back without counting an attempt")
 	assert.Empty(t, started, "the fenced member started nothing more")
 }
+
+func TestWithMaxWaitingIsValidated(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	h := func(context.Context, *bus.Delivery) error { return nil }
+	tests := []struct {
+		name string
+		opts []bus.SubscribeOption
+		ok   bool
+	}{
+		{"zero", []bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithMaxWaiting(0)}, false},
+		{"negative", []bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithMaxWaiting(-1)}, false},
+		{"over the bound", []bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithMaxWaiting(1<<20 + 1)}, false},
+		{"without key ordering", []bus.SubscribeOption{bus.WithMaxWaiting(8)}, false},
+		{"one", []bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithMaxWaiting(1)}, true},
+		{"the bound", []bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithMaxWaiting(1 << 20)}, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sub, err := b.Subscribe(context.Background(), "waitopt", h, append(tt.opts, bus.WithGroup(fmt.Sprintf("g%d", i)))...)
+			if !tt.ok {
+				require.ErrorIs(t, err, bus.ErrInvalidOption, "refused before any I/O")
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, sub.Close(context.Background()))
+		})
+	}
+}
+
+// pendingOf is how many deliveries of group the backend has handed out
+// unsettled.
+func pendingOf(t *testing.T, b *bus.Bus, topic, group string) int64 {
+	t.Helper()
+	gs, err := b.Groups(context.Background(), topic)
+	require.NoError(t, err)
+	for _, g := range gs {
+		if g.Name == group {
+			require.True(t, g.Pending.Known(), "mem knows its pending count")
+			return int64(g.Pending)
+		}
+	}
+	return 0
+}
+
+// The deliveries waiting for their key are bounded by WithMaxWaiting:
+// while a hot key's head runs, the subscription fetches until the
+// waiting set is full and then pauses, holding at most MaxInFlight +
+// MaxWaiting unsettled; once the head returns the rest of the key runs
+// in order, and the other keys, published after it, with it.
+func TestKeyOrderingFullWaitingSetPausesFetching(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	const inFlight, waiting = 2, 8
+	release := make(chan struct{})
+	var log orderLog
+	var handled atomic.Int64
+	sub, err := b.Subscribe(context.Background(), "waitfull", func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "hot/0" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		if d.Key == "hot" {
+			log.add(d)
+		}
+		handled.Add(1)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithMaxInFlight(inFlight), bus.WithMaxWaiting(waiting))
+	require.NoError(t, err)
+	hot := keyedMsgs("hot", 40)
+	others := keyedMsgs("other", 5)
+	require.NoError(t, b.Publish(context.Background(), "waitfull", hot...))
+	require.NoError(t, b.Publish(context.Background(), "waitfull", others...))
+
+	require.Eventually(t, func() bool { return pendingOf(t, b, "waitfull", "default") == 1+waiting },
+		5*time.Second, time.Millisecond, "the head and a full waiting set are held")
+	require.Never(t, func() bool { return pendingOf(t, b, "waitfull", "default") > 1+waiting },
+		200*time.Millisecond, 5*time.Millisecond, "fetching pauses while the waiting set is full")
+	assert.Equal(t, waiting, sub.Waiting(), "the subscription reports its full waiting set")
+	close(release)
+	require.Eventually(t, func() bool { return handled.Load() == int64(len(hot)+len(others)) },
+		5*time.Second, time.Millisecond, "every message handled once the head returns")
+	want := make([]string, len(hot))
+	for i := range hot {
+		want[i] = fmt.Sprintf("hot/%d#1", i)
+	}
+	assert.Equal(t, want, log.list(), "the hot key in order, each on its first attempt")
+	assert.Zero(t, sub.Waiting(), "nothing waits once every message is handled")
+}
+
+// Slots and waiting units all come back: with one in-flight slot, a
+// waiting set of two and keys whose heads fail now and then, every
+// message is handled in order per key, with no unit lost to a stall.
+func TestKeyOrderingSmallWaitingSetNeverLosesCapacity(t *testing.T) {
+	b := newMemBus(t)
+	defer closeBus(t, b)
+	var mu sync.Mutex
+	got := map[string][]string{}
+	var handled atomic.Int64
+	_, err := b.Subscribe(context.Background(), "waitsmall", func(ctx context.Context, d *bus.Delivery) error {
+		var seq int
+		_, _ = fmt.Sscanf(string(d.Payload[len(d.Key)+1:]), "%d", &seq)
+		if seq%5 == 0 && d.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		mu.Lock()
+		got[d.Key] = append(got[d.Key], string(d.Payload))
+		mu.Unlock()
+		handled.Add(1)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithMaxInFlight(1), bus.WithMaxWaiting(2),
+		bus.WithRetryBackoff(func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }))
+	require.NoError(t, err)
+	var all []*bus.Message
+	for i := range 60 {
+		for _, k := range []string{"a", "b", "c"} {
+			all = append(all, &bus.Message{Key: k, Payload: fmt.Appendf(nil, "%s/%d", k, i)})
+		}
+	}
+	require.NoError(t, b.Publish(context.Background(), "waitsmall", all...))
+	require.Eventually(t, func() bool { return handled.Load() == int64(len(all)) }, 10*time.Second, time.Millisecond,
+		"every message handled (a lost slot or unit would stall the subscription)")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"a", "b", "c"} {
+		want := make([]string, 60)
+		for i := range want {
+			want[i] = fmt.Sprintf("%s/%d", k, i)
+		}
+		assert.Equal(t, want, got[k], "key %s in publish order", k)
+	}
+}
+
+// A member with a group lock drains what it fetched when it closes, but
+// only until its Close ctx ends: then the deliveries still waiting for
+// their key go back to the group, in order and uncounted, instead of
+// reaching handlers whose ctx is cancelled. The next member handles the
+// whole key once, in order, on first attempts.
+func TestKeyOrderingForcedCloseGivesTheWaitingBack(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 20 * time.Second
+	ctx := context.Background()
+	headRunning := make(chan struct{})
+	var once sync.Once
+	var ranOnFirst atomic.Int64
+	first := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	sub, err := first.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k/0" {
+			once.Do(func() { close(headRunning) })
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		ranOnFirst.Add(1)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	msgs := keyedMsgs("k", 30)
+	require.NoError(t, first.Publish(ctx, "orders", msgs...))
+	select {
+	case <-headRunning:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran k/0")
+	}
+	require.Eventually(t, func() bool { return sub.Waiting() == len(msgs)-1 }, 5*time.Second, time.Millisecond,
+		"the rest of the key waits behind its head")
+	closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.Error(t, sub.Close(closeCtx), "the close ctx ends while the head runs")
+	assert.Zero(t, ranOnFirst.Load(), "no waiting delivery reached a handler after the close ctx ended")
+
+	second := bus.New(member{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	var log orderLog
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		log.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return log.len() >= len(msgs) }, 10*time.Second, time.Millisecond,
+		"the next member handles the key")
+	want := make([]string, len(msgs))
+	for i := range msgs {
+		want[i] = fmt.Sprintf("k/%d#1", i)
+	}
+	assert.Equal(t, want, log.list(), "the whole key once, in order, uncounted")
+}

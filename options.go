@@ -66,6 +66,12 @@ const (
 	// defaultMaxExtension is how long, by default, the bus keeps a running
 	// handler's lease alive (see WithMaxExtension).
 	defaultMaxExtension = time.Hour
+	// defaultMaxWaiting is the least default bound of the deliveries
+	// waiting for their key (see WithMaxWaiting); it is
+	// waitingPerInFlight times max in flight when that is more.
+	defaultMaxWaiting  = 1024
+	waitingPerInFlight = 4
+	maxWaitingBound    = 1 << 20
 )
 
 type busOptions struct {
@@ -98,6 +104,7 @@ type subscribeOptions struct {
 	middleware     []Middleware
 	maxExtension   time.Duration
 	keyOrdering    bool
+	maxWaiting     int // 0: the default (see WithMaxWaiting)
 }
 
 type busOptionFunc func(*busOptions) error
@@ -254,8 +261,11 @@ func WithAckMode(m AckMode) SubscribeOption {
 }
 
 // WithMaxInFlight caps the deliveries this subscription holds unsettled at
-// once (default 64). Capacity is taken before the backend is asked for
-// messages. WithAutoscale moves the bound instead.
+// once (default 64): handlers running, and in AckManual deliveries whose
+// handler returned unsettled. With WithKeyOrdering, the deliveries that
+// wait for their key are not counted here (see WithMaxWaiting). Capacity
+// is taken before the backend is asked for messages. WithAutoscale moves
+// the bound instead.
 func WithMaxInFlight(n int) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if n < 1 || n > maxInFlightUpperBound {
@@ -316,10 +326,14 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // returned nil from one goroutine); different keys, and messages without
 // a key, run in parallel up to MaxInFlight. A delivery of a key that is to
 // be retried (a handler error, or Nack in AckManual) is retried by the
-// subscription itself after its delay, keeping its lease alive, and holds
-// back only its own key; dead-lettering it releases the key. Deliveries
-// waiting for their key keep their in-flight slots and their leases, so
-// at most MaxInFlight wait.
+// subscription itself after its delay, keeping its lease alive and its
+// in-flight slot, and holds back only its own key; dead-lettering it
+// releases the key. Deliveries waiting behind their key's head, running
+// or retrying, take no in-flight slot: they sit in a waiting set bounded
+// by WithMaxWaiting (default 1024, or 4 x MaxInFlight when more), with
+// their leases kept alive, so that a busy or retrying key never stops
+// the other keys while the waiting set has room. Fetching pauses only
+// while the waiting set is full.
 //
 // On a backend with a group lock (backend.GroupLocker: mem, Redis and
 // NATS JetStream) one member of the group consumes at a time; the others
@@ -335,6 +349,44 @@ func WithKeyOrdering() SubscribeOption {
 		s.keyOrdering = true
 		return nil
 	})
+}
+
+// WithMaxWaiting bounds the deliveries of a key-ordered subscription
+// (WithKeyOrdering) that wait for their key, behind a head that runs or
+// waits for its retry: 1..1048576, default 1024 or 4 x MaxInFlight,
+// whichever is more. They hold no in-flight slot, so MaxInFlight bounds
+// the handlers running at once; the subscription fetches while the
+// waiting set has room for as many deliveries as it asks for, and pauses
+// while it is full. Each waiting delivery keeps its message in memory and
+// its lease alive. On a topic of N partitions each partition gets
+// 1/N of the bound (at least 1). Giving it without
+// WithKeyOrdering is an error.
+func WithMaxWaiting(n int) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		if n < 1 || n > maxWaitingBound {
+			return fmt.Errorf("%w: max waiting %d, want 1..%d", ErrInvalidOption, n, maxWaitingBound)
+		}
+		s.maxWaiting = n
+		return nil
+	})
+}
+
+// heldBound is the most deliveries a subscription of o holds unsettled
+// at once: those in flight, and with key ordering those waiting for
+// their key (what backend.SubscribeConfig.MaxInFlight means).
+func (o *subscribeOptions) heldBound() int {
+	if !o.keyOrdering {
+		return o.maxInFlight
+	}
+	return o.maxInFlight + o.waitingBound()
+}
+
+// waitingBound is the bound of the waiting set of o (WithMaxWaiting).
+func (o *subscribeOptions) waitingBound() int {
+	if o.maxWaiting > 0 {
+		return o.maxWaiting
+	}
+	return max(defaultMaxWaiting, waitingPerInFlight*o.maxInFlight)
 }
 
 // WithMaxDeliveries sets the attempt after which a failing message is

@@ -167,6 +167,9 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 			cfg.Fill = fill(topic, o.group)
 			cfg.Locker, cfg.LockHolder = locker, member
 			cfg.Pending = b.pendingOf(ptopic, o.group)
+			if cfg.KeyOf != nil {
+				cfg.MaxWaiting = max(1, o.waitingBound()/n)
+			}
 			var lim Limiter = &concurrencyLimiter{slots: shares.of(p)}
 			if o.limiter != nil {
 				lim = chainLimiter{o.limiter, lim}

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 
+	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/partition"
 )
 
@@ -57,3 +58,29 @@ func (s *Subscription) Err() error { return s.run.Err() }
 // would wait for it until ctx ends); it can cancel the ctx given to
 // Subscribe instead.
 func (s *Subscription) Close(ctx context.Context) error { return s.run.Close(ctx) }
+
+// Waiting returns how many deliveries of a key-ordered subscription
+// (WithKeyOrdering) wait for their key now, behind a head that runs or
+// waits for its retry: at most the WithMaxWaiting bound, summed over the
+// partitions the member owns. They hold no in-flight slot; at the broker
+// they are pending (bus groups counts them in PENDING). 0 without key
+// ordering.
+func (s *Subscription) Waiting() int {
+	if s.parts == nil {
+		return waitingOf(s.run)
+	}
+	n := 0
+	for _, r := range s.parts.Runners() {
+		n += waitingOf(r)
+	}
+	return n
+}
+
+// waitingOf is the Waiting count of a delivery engine, 0 for any other
+// runner.
+func waitingOf(r any) int {
+	if e, ok := r.(*engine.Sub[Delivery]); ok {
+		return e.Waiting()
+	}
+	return 0
+}

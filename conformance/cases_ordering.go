@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -324,4 +327,214 @@ func testKeyOrderOneActiveMember(t *testing.T, s *suite) {
 	h.publish(topic, batch2...)
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) }, "the second batch handled by the member left")
 	log.assertInOrder(t, append(batch1, batch2...))
+}
+
+// hotKey returns n messages of the key "hot" (payload "hot/<seq>") and,
+// after them in publish order, perKey messages of each of keys other
+// keys (see keyed).
+func hotKey(n, keys, perKey int) (hot, others []*bus.Message) {
+	for i := range n {
+		hot = append(hot, &bus.Message{Key: "hot", Payload: fmt.Appendf(nil, "hot/%d", i)})
+	}
+	return hot, keyed(keys, perKey)
+}
+
+// othersDone counts the handled messages of the keys other than "hot"
+// and is closed once all of them were.
+type othersDone struct {
+	want    int64
+	handled atomic.Int64
+	ch      chan struct{}
+}
+
+func newOthersDone(n int) *othersDone { return &othersDone{want: int64(n), ch: make(chan struct{})} }
+
+func (o *othersDone) handledOne() {
+	if o.handled.Add(1) == o.want {
+		close(o.ch)
+	}
+}
+
+func (o *othersDone) done() bool {
+	select {
+	case <-o.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// testKeyOrderHotKeyLeavesOtherKeysRunning: a key with many more messages
+// than MaxInFlight queued ahead of the other keys, whose head runs until
+// the others are done, never stops them: the deliveries waiting for their
+// key take no in-flight slot, and the subscription fetches past them.
+func testKeyOrderHotKeyLeavesOtherKeysRunning(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyhot"), h.group("keyhot")
+	hot, others := hotKey(count(60, 24), 6, 4)
+	log := newKeyLog()
+	done := newOthersDone(len(others))
+	var headSawOthers atomic.Bool
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		switch {
+		case d.Key != "hot":
+			done.handledOne()
+		case string(d.Payload) == "hot/0":
+			// Runs until every other key's message was handled, or
+			// gives up after half the deadline (the case then fails).
+			timer := time.NewTimer(s.deadline() / 2)
+			select {
+			case <-done.ch:
+				headSawOthers.Store(true)
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(hot)+len(others)) }, "every message handled")
+	assert.True(t, headSawOthers.Load(), "the %d messages of the other keys were all handled while the hot key's head ran and %d of its messages waited behind it (MaxInFlight 4)", len(others), len(hot)-1)
+	log.assertInOrder(t, append(hot, others...))
+}
+
+// testKeyOrderRetryingHeadLeavesOtherKeysRunning: a head that fails and
+// is retried again and again, with more messages of its key behind it
+// than MaxInFlight, holds back its key only: the other keys, published
+// after it, are all handled before its retry succeeds, and the rest of
+// its key still runs after the retry, in order.
+func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyhotretry"), h.group("keyhotretry")
+	hot, others := hotKey(1+count(20, 8), 6, 4)
+	log := newKeyLog()
+	done := newOthersDone(len(others))
+	var headSawOthers atomic.Bool
+	var attempts atomic.Int64
+	var first atomic.Int64 // when hot/0 first ran (UnixNano)
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		switch {
+		case d.Key != "hot":
+			done.handledOne()
+		case string(d.Payload) == "hot/0":
+			attempts.Add(1)
+			first.CompareAndSwap(0, time.Now().UnixNano())
+			// Fails until every other key's message was handled, or
+			// gives up after half the deadline (the case then fails).
+			if done.done() {
+				headSawOthers.Store(true)
+			} else if time.Since(time.Unix(0, first.Load())) < s.deadline()/2 {
+				log.end(d, false)
+				return bus.RetryAfter(errors.New("not yet"), 20*time.Millisecond)
+			}
+		}
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithMaxDeliveries(10_000),
+		bus.WithDeadLetter(topic+".dlq"), fastRetry(), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	s.eventually(t, func() bool { return log.total.Load() >= int64(len(hot)+len(others)) }, "every message handled")
+	assert.True(t, headSawOthers.Load(), "the %d messages of the other keys were all handled while the hot key's head was retried (%d attempts) with %d messages behind it (MaxInFlight 4)", len(others), attempts.Load(), len(hot)-1)
+	assert.Greater(t, attempts.Load(), int64(1), "the hot key's head was retried")
+	log.assertInOrder(t, append(hot, others...))
+}
+
+// testKeyOrderHotKeyLedger: the ledger of a key-ordered group with one
+// hot key. Hundreds of messages of the hot key are queued ahead of the
+// other keys, and its head fails twice with a 300 ms retry delay; every
+// handler works a millisecond, four at a time. The other keys all finish
+// before the hot key does, and start while its head waits for its first
+// retry; no message is lost, none handled out of its key's order. The
+// figures are logged.
+func testKeyOrderHotKeyLedger(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("keyledger"), h.group("keyledger")
+	const retryDelay = 300 * time.Millisecond
+	hot, others := hotKey(count(300, 60), 16, count(20, 5))
+	all := append(append([]*bus.Message(nil), hot...), others...)
+	log := newKeyLog()
+	var mu sync.Mutex
+	finished := map[string]time.Time{} // payload -> when handled
+	var othersStarted atomic.Int64
+	var startedBeforeRetry atomic.Int64 // other keys' messages started before hot/0's first retry
+	var attempts atomic.Int64
+	// The head's first attempt waits until every message is published,
+	// so that its retry delay counts from there.
+	published := make(chan struct{})
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		log.start(d)
+		if d.Key != "hot" {
+			othersStarted.Add(1)
+		}
+		if string(d.Payload) == "hot/0" {
+			select {
+			case <-published:
+			case <-ctx.Done():
+			}
+			if attempts.Add(1) == 2 {
+				startedBeforeRetry.Store(othersStarted.Load())
+			}
+			if d.Attempt < 3 {
+				log.end(d, false)
+				return bus.RetryAfter(errors.New("the head fails twice"), retryDelay)
+			}
+		}
+		time.Sleep(time.Millisecond) // the handler's work
+		mu.Lock()
+		finished[string(d.Payload)] = time.Now()
+		mu.Unlock()
+		log.end(d, true)
+		return nil
+	}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithMaxDeliveries(10),
+		bus.WithDeadLetter(topic+".dlq"), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, hot...)
+	h.publish(topic, others...)
+	start := time.Now()
+	close(published)
+	lost := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(all) - len(finished)
+	}
+	s.eventually(t, func() bool { return lost() == 0 }, "every message handled (lost %d)", lost())
+	log.assertInOrder(t, all)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var othersLast, hotLast time.Duration
+	for _, m := range others {
+		othersLast = max(othersLast, finished[string(m.Payload)].Sub(start))
+	}
+	for _, m := range hot {
+		hotLast = max(hotLast, finished[string(m.Payload)].Sub(start))
+	}
+	violations := 0
+	for _, got := range log.order {
+		for i := 1; i < len(got); i++ {
+			if seqOf(got[i]) < seqOf(got[i-1]) {
+				violations++
+			}
+		}
+	}
+	t.Logf("hot key: %d messages queued ahead, head failed twice (retry %v); other keys: %d messages of %d keys; MaxInFlight 4",
+		len(hot), retryDelay, len(others), 16)
+	t.Logf("since the last publish: other keys finished after %v; hot key finished after %v; %d other-key messages started before the head's first retry; order violations %d; lost %d",
+		othersLast.Round(time.Millisecond), hotLast.Round(time.Millisecond), startedBeforeRetry.Load(), violations, len(all)-len(finished))
+	assert.Equal(t, int64(3), attempts.Load(), "the hot key's head ran three times")
+	assert.Positive(t, startedBeforeRetry.Load(), "other keys started while the hot key's head waited for its retry")
+	assert.Less(t, othersLast, hotLast, "the other keys finished before the hot key")
+	assert.Zero(t, violations, "order violations")
+}
+
+// seqOf is the sequence number of a "<key>/<seq>" payload.
+func seqOf(payload string) int {
+	_, seq, _ := strings.Cut(payload, "/")
+	n, _ := strconv.Atoi(seq)
+	return n
 }

@@ -86,6 +86,10 @@ type Config[P any] struct {
 	// KeyOf returns the ordering key of a public face; nil turns key
 	// ordering off (see keyLines).
 	KeyOf func(p *P) string
+	// MaxWaiting bounds the deliveries that wait for their key, with key
+	// ordering (see keyLines): they hold no in-flight slot, and fetching
+	// pauses only while this many wait.
+	MaxWaiting int
 	// Refill sets d's public face to a copy of from with attempt, for the
 	// retry of a keyed delivery; it must make d.Pub lead back to d.
 	Refill func(d *Delivery[P], from *P, attempt int)

@@ -61,6 +61,9 @@ const (
 	stateCtxEnded  // the handler returned: its ctx is cancelled
 	stateInHandler // the handler runs now
 	stateOversized // the payload is over the max payload
+	// stateWaiting: the delivery waits for its key (keyLines) and holds a
+	// unit of the waiting set instead of an in-flight slot.
+	stateWaiting
 
 	outcomeShift = 8
 )
@@ -344,7 +347,8 @@ func (d *Delivery[P]) finish(o Outcome, err error) {
 
 // handlerDone marks the handler as returned. It reports whether the
 // delivery is settled too: its slot is then the caller's to give back
-// (Sub.releaseDone), which a dispatcher worker does in batches.
+// (Sub.free; Sub.releaseDone for a delivery that ran, which a dispatcher
+// worker does in batches).
 func (d *Delivery[P]) handlerDone() bool {
 	d.state.Or(stateHandlerDone)
 	if k := d.sub.keys; k != nil {
@@ -353,16 +357,18 @@ func (d *Delivery[P]) handlerDone() bool {
 	return d.takeRelease()
 }
 
-// maybeRelease frees the in-flight slot once the handler has returned and
-// the delivery is settled, exactly once.
+// maybeRelease frees the in-flight slot (or waiting unit) once the
+// handler has returned and the delivery is settled, exactly once.
 func (d *Delivery[P]) maybeRelease() {
 	if d.takeRelease() {
-		d.sub.releaseDone(1)
+		d.sub.free(d)
 	}
 }
 
 // takeRelease reports, exactly once, that the handler has returned and
-// the delivery is settled: the caller then frees its slot.
+// the delivery is settled: the caller then frees its slot. It reports
+// false when the slot went on to the next delivery of d's key instead
+// (keyLines.done).
 func (d *Delivery[P]) takeRelease() bool {
 	for {
 		s := d.state.Load()
@@ -370,8 +376,9 @@ func (d *Delivery[P]) takeRelease() bool {
 			return false
 		}
 		if d.state.CompareAndSwap(s, s|stateReleased) {
-			if k := d.sub.keys; k != nil {
-				k.done(d)
+			if k := d.sub.keys; k != nil && k.done(d) {
+				d.sub.unsettled.Add(-1)
+				return false
 			}
 			return true
 		}

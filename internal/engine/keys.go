@@ -22,10 +22,18 @@ import (
 // must run before them. The lease of every held delivery, waiting behind
 // its head or for its retry, is kept alive by the lease keeper; one whose
 // lease is lost is given up when its turn comes (the backend delivers it
-// again). Held deliveries keep their in-flight slots, so at most
-// MaxInFlight deliveries are held: a long backlog of one key behind a
-// retrying head fills the slots and holds back fetching, never an
-// unbounded buffer.
+// again).
+//
+// Waiting is not running. A head holds an in-flight slot, also while it
+// waits for its retry. The deliveries behind a head hold a unit of the
+// subscription's waiting set (Config.MaxWaiting) instead, marked
+// stateWaiting: every fetched delivery comes with a slot and a unit
+// (Sub.take), and admit gives back the kind each does not use. When a
+// head is done, its slot goes on to the next delivery of its key, which
+// gives back its unit (done): a key's turn never waits for a free slot,
+// and a long backlog of one key, or a retrying head with deliveries
+// behind it, leaves the other slots to the other keys. Only a full
+// waiting set holds back fetching, never an unbounded buffer.
 type keyLines[P any] struct {
 	s *Sub[P]
 
@@ -33,8 +41,8 @@ type keyLines[P any] struct {
 	lines  map[string]*keyLine[P]
 	closed bool
 	// drain: after close, the deliveries waiting behind a head still run
-	// in turn instead of going back (a subscription with a group lock,
-	// see Sub.shutdown).
+	// in turn instead of going back, until the shutdown is forced (a
+	// subscription with a group lock, see Sub.shutdown and draining).
 	drain bool
 	// prevs counts the lines whose retry waits for a nacking handler
 	// (keyLine.prev), so that a handler's return looks only when one does.
@@ -56,16 +64,26 @@ type keyLine[P any] struct {
 	snoozed bool
 }
 
+// draining reports whether the deliveries waiting behind a head still
+// run in turn after close: with drain set, until the shutdown is forced
+// (the ctx of a Close ended). From then on they go back to the group, in
+// order, instead of reaching handlers whose ctx is cancelled and whose
+// acks the closing subscription may no longer flush.
+func (k *keyLines[P]) draining() bool { return k.drain && k.s.force.Err() == nil }
+
 func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
 	return &keyLines[P]{s: s, lines: map[string]*keyLine[P]{}}
 }
 
-// admit returns the deliveries of ds to run now; the others wait behind
-// the head of their key. After close a keyed delivery waits behind its
-// key's head, to go back to the group after it, or goes back at once.
-// In AckOnReceive a delivery is acked when it is admitted, so that one
+// admit returns the deliveries of ds to run now, and how many of the
+// others wait behind the head of their key (marked stateWaiting; the
+// caller gives back their in-flight slots, and the units of the waiting
+// set of the others). After close a keyed delivery waits behind its key's
+// head, to go back to the group after it, or goes back at once. In
+// AckOnReceive a delivery is acked when it is admitted, so that one
 // waiting for its key does not outlive its lease unacked.
-func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
+func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
+	waiting := 0
 	run := make([]*Delivery[P], 0, len(ds))
 	var back, keyed []*Delivery[P]
 	k.mu.Lock()
@@ -80,8 +98,10 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 			run = append(run, d)
 		case l != nil:
 			// Also after close: it goes back behind the ones before it.
+			d.state.Or(stateWaiting)
 			l.waiting = append(l.waiting, d)
-		case k.closed && !k.drain:
+			waiting++
+		case k.closed && !k.draining():
 			back = append(back, d)
 		default:
 			// Also while draining: a delivery the last fetch brought
@@ -99,7 +119,7 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) []*Delivery[P] {
 		}
 	}
 	k.giveBack(back)
-	return run
+	return run, waiting
 }
 
 // line locks k.mu and returns d's key and line when the line's field
@@ -121,37 +141,44 @@ func lineHead[P any](l *keyLine[P]) *Delivery[P] { return l.head }
 func linePrev[P any](l *keyLine[P]) *Delivery[P] { return l.prev }
 
 // done is called once d is settled and its handler has returned: the
-// next delivery of its key, if any, goes to a worker. Pushes happen under
-// k.mu, so none comes after close (which precedes the dispatcher's stop).
-func (k *keyLines[P]) done(d *Delivery[P]) {
+// next delivery of its key, if any, goes to a worker, and takes over d's
+// in-flight slot (it gives back its unit of the waiting set). It reports
+// whether the slot went on; else the caller frees it. Pushes happen
+// under k.mu, so none comes after close (which precedes the dispatcher's
+// stop).
+func (k *keyLines[P]) done(d *Delivery[P]) bool {
 	key, l := k.line(d, lineHead[P])
 	if l == nil {
 		// Not a head: no key, given back at close, or retried in its
 		// place.
-		return
+		return false
 	}
-	if len(l.waiting) == 0 || k.closed && !k.drain {
+	if len(l.waiting) == 0 || k.closed && !k.draining() {
 		// After close the rest of the key goes back to the group, in
 		// order, after its head (unless draining).
 		back := l.waiting
 		delete(k.lines, key)
 		k.mu.Unlock()
 		k.giveBack(back)
-		return
+		return false
 	}
 	next := l.waiting[0]
 	l.waiting[0] = nil
 	l.waiting = l.waiting[1:]
 	l.head = next
+	next.state.And(^stateWaiting)
+	k.s.waits.Release(1)
 	if !k.s.leaseLost(next) {
 		k.s.disp.push([]*Delivery[P]{next})
 		k.mu.Unlock()
-		return
+		return true
 	}
 	k.mu.Unlock()
 	// Its lease ran out while it waited: the backend delivers it again.
-	// Giving it up ends its turn, and done runs again for the one after.
+	// Giving it up ends its turn, and done runs again for the one after,
+	// which the slot goes on to.
 	k.s.giveUp(next)
+	return true
 }
 
 // retry replaces the claimed head d by a new delivery of its message with
@@ -266,6 +293,26 @@ func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
 	return ds
 }
 
+// waitingNow counts the deliveries waiting behind their key's head.
+func (k *keyLines[P]) waitingNow() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, l := range k.lines {
+		n += len(l.waiting)
+	}
+	return n
+}
+
+// Waiting counts the deliveries that wait for their key now (behind a
+// head that runs or waits for its retry); 0 without key ordering.
+func (s *Sub[P]) Waiting() int {
+	if s.keys == nil {
+		return 0
+	}
+	return s.keys.waitingNow()
+}
+
 // close starts the shutdown of the key lines. A head waiting for its
 // retry goes back to the group at once (its retry comes sooner than its
 // delay asked, as the next member's first delivery of the key), and the
@@ -319,7 +366,8 @@ func (s *Sub[P]) backNow(ctx context.Context, d *Delivery[P], counted bool) {
 }
 
 // giveBack hands deliveries that never reached their handler back to the
-// group without counting an attempt, and frees their slots.
+// group without counting an attempt, and frees their slots (or units of
+// the waiting set).
 func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
 	if len(ds) == 0 {
 		return
@@ -378,10 +426,11 @@ func (s *Sub[P]) giveUp(d *Delivery[P]) {
 }
 
 // handlerNeverRan marks the handler of a delivery that never reached it
-// as done, freeing its slot once it is settled.
+// as done, freeing its slot (or unit of the waiting set) once it is
+// settled.
 func (s *Sub[P]) handlerNeverRan(d *Delivery[P]) {
 	(*handlerCtx[P])(d).end()
 	if d.handlerDone() {
-		s.releaseDone(1)
+		s.free(d)
 	}
 }

@@ -20,7 +20,11 @@ type Sub[P any] struct {
 	cfg  Config[P]
 	bsub backend.Subscription
 
-	slots *Slots // max in flight
+	slots *Slots // max in flight: handlers running at once
+	// waits is the room of the waiting set (Config.MaxWaiting): the
+	// deliveries that wait for their key hold a unit of it instead of an
+	// in-flight slot. nil without key ordering.
+	waits *Slots
 	acks  *acker[P]
 	disp  *dispatcher[P]
 
@@ -77,6 +81,7 @@ func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *
 	s.keeper = newLeaseKeeper(s)
 	if cfg.KeyOf != nil {
 		s.keys = newKeyLines(s)
+		s.waits = NewSlots(max(cfg.MaxWaiting, 1))
 	}
 	if cfg.Locker != nil {
 		s.owner = newOwner(s, cfg.Locker)
@@ -234,16 +239,30 @@ type fetchState struct {
 }
 
 // take takes the capacity of the next Receive: in-flight slots, then
-// units of the shared limiter. It reports false when fetching must stop.
+// units of the shared limiter, and with key ordering as many units of the
+// waiting set, since each delivery fetched may run or wait for its key
+// (dispatch gives back the kind it does not use). It reports false when
+// fetching must stop.
 func (s *Sub[P]) take(sharedWant int) (int, bool) {
-	n, err := s.acquire()
+	most := s.cfg.MaxInFlight
+	if s.waits != nil {
+		// Only a full waiting set pauses fetching.
+		w, err := s.waits.Acquire(s.fetchCtx, 1, most, nil)
+		if err != nil {
+			return 0, false
+		}
+		most = w
+	}
+	n, err := s.acquire(most)
 	if err != nil {
+		s.releaseWaits(most)
 		return 0, false
 	}
 	if s.cfg.Limiter != nil {
 		m, err := s.cfg.Limiter.Acquire(s.fetchCtx, min(n, sharedWant))
 		if err != nil {
 			s.slots.Release(n)
+			s.releaseWaits(most)
 			return 0, false
 		}
 		if m < n {
@@ -251,12 +270,20 @@ func (s *Sub[P]) take(sharedWant int) (int, bool) {
 			n = m
 		}
 	}
+	s.releaseWaits(most - n)
 	if s.fetchCtx.Err() != nil {
 		// Cancelled while waiting for capacity: no Receive starts.
 		s.releaseSlots(n)
 		return 0, false
 	}
 	return n, true
+}
+
+// releaseWaits gives back n units of the waiting set, if there is one.
+func (s *Sub[P]) releaseWaits(n int) {
+	if s.waits != nil {
+		s.waits.Release(n)
+	}
 }
 
 // afterReceive handles the error of a Receive: it backs off after a
@@ -295,8 +322,18 @@ func (s *Sub[P]) afterReceive(f *fetchState, err error) bool {
 }
 
 // releaseSlots gives back n slots taken for a Receive that did not fill
-// them.
+// them, with their units of the waiting set.
 func (s *Sub[P]) releaseSlots(n int) {
+	s.releaseRunning(n)
+	s.releaseWaits(n)
+}
+
+// releaseRunning gives back n in-flight slots and their units of the
+// shared limiter.
+func (s *Sub[P]) releaseRunning(n int) {
+	if n <= 0 {
+		return
+	}
 	s.slots.Release(n)
 	if s.cfg.Limiter != nil {
 		s.cfg.Limiter.Release(n)
@@ -307,17 +344,18 @@ func (s *Sub[P]) releaseSlots(n int) {
 // its capacity to free up before it fetches for fewer slots.
 const fetchLinger = 2 * time.Millisecond
 
-// acquire takes free in-flight slots for the next Receive. When every slot
-// is busy it waits for a quarter of them (briefly), so that a saturated
-// subscription fetches in batches rather than one message per freed slot.
-func (s *Sub[P]) acquire() (int, error) {
-	max := s.cfg.MaxInFlight
-	if n := s.slots.TryAcquire(max/4, max); n > 0 {
+// acquire takes free in-flight slots for the next Receive, at most most.
+// When every slot is busy it waits for a quarter of them (briefly), so
+// that a saturated subscription fetches in batches rather than one
+// message per freed slot.
+func (s *Sub[P]) acquire(most int) (int, error) {
+	need := s.cfg.MaxInFlight / 4
+	if n := s.slots.TryAcquire(need, most); n > 0 {
 		return n, nil
 	}
 	t := time.NewTimer(fetchLinger)
 	defer t.Stop()
-	return s.slots.Acquire(s.fetchCtx, max/4, max, t.C)
+	return s.slots.Acquire(s.fetchCtx, need, most, t.C)
 }
 
 // returnExcess handles a backend that broke the contract by returning more
@@ -365,7 +403,13 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 	s.unsettled.Add(len(ds))
 	run := ds
 	if s.keys != nil {
-		run = s.keys.admit(ds)
+		// Each delivery came with an in-flight slot and a unit of the
+		// waiting set: those that run give back the unit, those that
+		// wait for their key the slot.
+		var waiting int
+		run, waiting = s.keys.admit(ds)
+		s.releaseWaits(len(ds) - waiting)
+		s.releaseRunning(waiting)
 	}
 	s.disp.push(run)
 	clear(ds)
@@ -380,6 +424,17 @@ const deliverySlabBytes = 16 << 10
 // slabLen is how many Deliveries of size bytes fill deliverySlabBytes,
 // so that no part of the block is left unused.
 func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
+
+// free frees what the finished delivery d held: its unit of the waiting
+// set when it never left it, else its in-flight slot.
+func (s *Sub[P]) free(d *Delivery[P]) {
+	if d.state.Load()&stateWaiting != 0 {
+		s.waits.Release(1)
+		s.unsettled.Add(-1)
+		return
+	}
+	s.releaseDone(1)
+}
 
 // releaseDone frees the in-flight slots of n finished deliveries.
 func (s *Sub[P]) releaseDone(n int) {

@@ -210,6 +210,21 @@ func (m *Manager) Force(cause error) {
 // Done is closed when the manager and all its partitions have ended.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
+// Runners returns the partitions' subscriptions that run now, those
+// draining for a handover included.
+func (m *Manager) Runners() []Runner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rs := make([]Runner, 0, len(m.running)+len(m.leaving))
+	for _, r := range m.running {
+		rs = append(rs, r)
+	}
+	for r := range m.leaving {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
 // Err returns why the manager ended on its own (a partition that failed
 // for good); nil while it runs and after a Close.
 func (m *Manager) Err() error {
