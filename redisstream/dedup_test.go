@@ -170,3 +170,22 @@ func TestDeleteTopicForgetsRecordedIDs(t *testing.T) {
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "order-9", Payload: []byte("x")}))
 	assert.EqualValues(t, 1, client.XLen(ctx, stream).Val(), "the ID was forgotten with the topic")
 }
+
+// The publish script adds messages with the stream's trim arguments,
+// like the XADDs of generated IDs: under a max length the stream of
+// messages with caller-set IDs is trimmed (MAXLEN ~, by whole nodes).
+func TestCallerSetIDsAreTrimmedLikeOtherEntries(t *testing.T) {
+	url := redistest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, _, client := openBus(t, url, &redisstream.Options{Retention: redisstream.RetainMaxLen, MaxLen: 10})
+	topic := uniqueTopic(t)
+	batch := make([]*bus.Message, 1000)
+	for i := range batch {
+		batch[i] = &bus.Message{ID: fmt.Sprintf("t-%d", i), Payload: []byte("x")}
+	}
+	require.NoError(t, b.Publish(ctx, topic, batch...))
+	n := client.XLen(ctx, "bus:{"+topic+"}").Val()
+	assert.Less(t, n, int64(1000), "the stream was trimmed")
+	assert.GreaterOrEqual(t, n, int64(10), "never below the max length")
+}

@@ -402,7 +402,7 @@ func putPubScratch(sc *pubScratch) {
 }
 
 // trimArgs returns the trimming arguments of an XADD under the retention
-// option, boxed.
+// option, boxed: none, or three (the publish script counts on it).
 func (b *Backend) trimArgs() []any {
 	switch b.opts.Retention {
 	case RetainMaxLen:

@@ -167,7 +167,7 @@ return 1
 //
 // KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET, KEYS[4] and
 // KEYS[5] the hashes of IDs. ARGV[1] dedup window in ms, ARGV[2] count of
-// trim arguments, then the trim arguments, then per message the ID to
+// trim arguments (0 or 3), then the trim arguments, then per message the ID to
 // record ("": none), its due time in ms ("0": now), its count of fields
 // and its stream fields. Returns one character per message: "1" stored,
 // "0" a duplicate.
@@ -201,16 +201,14 @@ while a <= #ARGV do
     fresh = not (before and redis.call('HEXISTS', before, id) == 1) and redis.call('HSETNX', cur, id, '') == 1
   end
   if fresh then
-    local f
+    local eid
     if due ~= '0' then
-      f = {'XADD', KEYS[2], '*'}
+      eid = redis.call('XADD', KEYS[2], '*', unpack(ARGV, a, a + nf - 1))
+    elseif n == 0 then
+      eid = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a, a + nf - 1))
     else
-      f = {'XADD', KEYS[1]}
-      for i = 3, 2 + n do f[#f + 1] = ARGV[i] end
-      f[#f + 1] = '*'
+      eid = redis.call('XADD', KEYS[1], ARGV[3], ARGV[4], ARGV[5], '*', unpack(ARGV, a, a + nf - 1))
     end
-    for i = a, a + nf - 1 do f[#f + 1] = ARGV[i] end
-    local eid = redis.call(unpack(f))
     if due ~= '0' then
       local ms, seq = string.match(eid, '^(%d+)-(%d+)$')
       redis.call('ZADD', KEYS[3], due, string.format('%015d-%010d', tonumber(ms), tonumber(seq)))

@@ -58,6 +58,7 @@ type benchConfig struct {
 	Rounds      int           // raw and bus runs, alternating, with Baseline; 0 means 1
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 	Events      string        // the lifecycle events topic (bus.WithEvents); "": off
+	CallerIDs   bool          // every message carries an ID its publisher set
 	keyedConfig
 	backlogConfig
 	outboxConfig
