@@ -153,8 +153,10 @@ return 1
 // in KEYS[4] and odd ones in KEYS[5]; each holds its bucket's stamp
 // ("<bucket>:<window ms>") under the field "" (no ID is empty), is
 // emptied when a new bucket takes it over, and expires by itself when its
-// bucket stops being the one before. A message whose ID the bus generated
-// is not recorded: its ID is unique by construction.
+// bucket stops being the one before. HGET and HSET (which adds a field
+// only when it is new) do the lookups, so the least-privilege user needs
+// no other hash command. A message whose ID the bus generated is not
+// recorded: its ID is unique by construction.
 //
 // A message due later goes to the topic's schedule stream, and its
 // entry's ID to the due ZSET scored by the due time, as a member with
@@ -166,10 +168,10 @@ return 1
 // caller-set IDs from being stored twice.
 //
 // KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET, KEYS[4] and
-// KEYS[5] the hashes of IDs. ARGV[1] dedup window in ms, ARGV[2] count of
-// trim arguments (0 or 3), then the trim arguments, then per message the ID to
-// record ("": none), its due time in ms ("0": now), its count of fields
-// and its stream fields. Returns one character per message: "1" stored,
+// KEYS[5] the hashes of IDs. ARGV[1] dedup window in ms, ARGV[2] count
+// of trim arguments (0 or 3), then the trim arguments, then per message
+// the ID to record ("": none), its due time in ms ("0": now), its count
+// of fields and its stream fields. Returns one character per message: "1" stored,
 // "0" a duplicate.
 var pubScript = redis.NewScript(pubScriptSource)
 
@@ -177,13 +179,14 @@ const pubScriptSource = `
 local function buckets()
   local w = tonumber(ARGV[1])
   local t = redis.call('TIME')
-  local b = math.floor((tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) / w)
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local b = math.floor(now / w)
   local cur, before = KEYS[4 + b % 2], KEYS[5 - b % 2]
   local stamp = string.format('%d:%d', b, w)
   if redis.call('HGET', cur, '') ~= stamp then
-    redis.call('UNLINK', cur)
+    redis.call('DEL', cur)
     redis.call('HSET', cur, '', stamp)
-    redis.call('PEXPIREAT', cur, string.format('%d', (b + 2) * w))
+    redis.call('PEXPIRE', cur, string.format('%d', (b + 2) * w - now))
   end
   if redis.call('HGET', before, '') ~= string.format('%d:%d', b - 1, w) then before = nil end
   return cur, before
@@ -198,7 +201,7 @@ while a <= #ARGV do
   local fresh = true
   if id ~= '' then
     if not cur then cur, before = buckets() end
-    fresh = not (before and redis.call('HEXISTS', before, id) == 1) and redis.call('HSETNX', cur, id, '') == 1
+    fresh = not (before and redis.call('HGET', before, id)) and redis.call('HSET', cur, id, '') == 1
   end
   if fresh then
     local eid
