@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -123,8 +124,10 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 			missing++
 		}
 	}
+	var gen string
 	if missing > 0 {
 		ids := msgid.Batch(missing)
+		gen = ids
 		for _, m := range msgs {
 			if m != nil && m.ID == "" {
 				m.ID, ids = ids[:36], ids[36:]
@@ -135,6 +138,12 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
 	}
 	defer b.ops.leave()
+	if _, ok := b.publish.(corePublisher); ok {
+		return b.publishCore(ctx, topic, msgs, generatedIDs(gen))
+	}
+	if gen != "" {
+		ctx = context.WithValue(ctx, generatedKey{}, generatedIDs(gen))
+	}
 	return b.publish.Publish(ctx, topic, msgs...)
 }
 
@@ -142,10 +151,36 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 type corePublisher struct{ b *Bus }
 
 func (c corePublisher) Publish(ctx context.Context, topic string, msgs ...*Message) error {
-	return c.b.publishCore(ctx, topic, msgs)
+	gen, _ := ctx.Value(generatedKey{}).(generatedIDs)
+	return c.b.publishCore(ctx, topic, msgs, gen)
 }
 
-func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) error {
+// generatedKey is the context key under which Publish passes the IDs it
+// generated through the publish middleware to publishCore, which marks
+// the messages that still carry one of them (the middleware may copy
+// messages) as backend.Message.IDGenerated.
+type generatedKey struct{}
+
+// generatedIDs are the IDs one Publish call generated: msgid.Batch's
+// increasing IDs of 36 bytes each, concatenated.
+type generatedIDs string
+
+// has reports whether id is one of g's IDs, looking at g[at:] first (the
+// IDs are assigned in message order, and middleware keeps that order);
+// it returns where to look next.
+func (g generatedIDs) has(id string, at int) (bool, int) {
+	if len(id) != 36 || len(g) == 0 {
+		return false, at
+	}
+	if at+36 <= len(g) && string(g[at:at+36]) == id {
+		return true, at + 36
+	}
+	n := len(g) / 36
+	i := sort.Search(n, func(i int) bool { return string(g[36*i:36*i+36]) >= id })
+	return i < n && string(g[36*i:36*i+36]) == id, at
+}
+
+func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, gen generatedIDs) error {
 	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: publish: %w", err)
 	}
@@ -165,7 +200,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message) er
 	if failed != nil {
 		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
-	return b.publishValid(ctx, topic, msgs)
+	return b.publishValid(ctx, topic, msgs, gen)
 }
 
 // checkMessage validates one message of a Publish to this bus.
@@ -178,14 +213,17 @@ func (b *Bus) checkMessage(m *Message) error {
 }
 
 // publishValid publishes msgs, each already checked, as one batch
-// (partitioned and combined as configured). A failure of some messages is
-// a *PublishError.
-func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message) error {
+// (partitioned and combined as configured), marking those whose ID is one
+// of gen's. A failure of some messages is a *PublishError.
+func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, gen generatedIDs) error {
 	now := time.Now()
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)
+	at := 0
 	for i, m := range msgs {
-		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now}
+		var g bool
+		g, at = gen.has(m.ID, at)
+		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now, IDGenerated: g}
 		buf.ptrs[i] = &buf.vals[i]
 	}
 	n, err := b.partitionsOf(ctx, topic)

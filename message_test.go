@@ -14,6 +14,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/middleware"
 )
 
 func TestValidateTopicAcceptsAndRejects(t *testing.T) {
@@ -284,4 +285,48 @@ func TestRetryAfterMarksAndUnwraps(t *testing.T) {
 	assert.False(t, ok)
 	d, _ = backend.RetryAfterOf(bus.RetryAfter(base, -time.Second))
 	assert.Zero(t, d, "a negative delay counts as 0")
+}
+
+// The backend learns which IDs Publish generated (IDGenerated), so it may
+// skip deduplicating them: those of the messages that had none, also
+// through publish middleware that copies or reorders them, and never an
+// ID the caller set, nor one the bus assigned in an earlier call and the
+// caller publishes again.
+func TestPublishMarksTheIDsItGenerated(t *testing.T) {
+	reverse := func(next bus.Publisher) bus.Publisher {
+		return middleware.PublishFunc(func(ctx context.Context, topic string, msgs ...*bus.Message) error {
+			out := make([]*bus.Message, len(msgs))
+			for i, m := range msgs {
+				cp := *m
+				out[len(msgs)-1-i] = &cp
+			}
+			return next.Publish(ctx, topic, out...)
+		})
+	}
+	tests := []struct {
+		name string
+		opts []bus.Option
+	}{
+		{"plain", nil},
+		{"through middleware that copies and reorders", []bus.Option{bus.WithPublishMiddleware(reverse)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := newFakeBackend()
+			b := bus.New(be, tt.opts...)
+			defer b.Close(context.Background())
+			msgs := []*bus.Message{{}, {ID: "caller-set"}, {}, {}}
+			require.NoError(t, b.Publish(context.Background(), "t", msgs...))
+			again := &bus.Message{ID: msgs[0].ID}
+			require.NoError(t, b.Publish(context.Background(), "t", msgs[2], again))
+			gen := map[string][]bool{}
+			for _, m := range be.published["t"] {
+				gen[m.ID] = append(gen[m.ID], m.IDGenerated)
+			}
+			assert.Equal(t, []bool{true, false}, gen[msgs[0].ID], "generated in the first call, set by the caller in the second")
+			assert.Equal(t, []bool{false}, gen["caller-set"], "a caller-set ID is not marked")
+			assert.Equal(t, []bool{true, false}, gen[msgs[2].ID], "the same *Message published again carries an ID the caller now holds")
+			assert.Equal(t, []bool{true}, gen[msgs[3].ID], "the last generated ID")
+		})
+	}
 }

@@ -106,8 +106,10 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 	if err := backend.ValidateTopic(topic); err != nil {
 		return failedResult(fmt.Errorf("bus: publish: %w", err))
 	}
+	genID := ""
 	if msg != nil && msg.ID == "" {
 		msg.ID = msgid.New()
+		genID = msg.ID
 	}
 	if err := b.checkMessage(msg); err != nil {
 		id := ""
@@ -129,7 +131,7 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 	res := &PublishResult{done: make(chan struct{})}
 	cp := copyMessage(msg)
 	if len(b.opts.publishMW) == 0 {
-		res.req = asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, ready: true, res: res}
+		res.req = asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, genID: genID, ready: true, res: res}
 		a.enqueue(&res.req)
 		return res
 	}
@@ -137,7 +139,7 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 	// The middleware runs on a goroutine of its own; the message's place
 	// in its key's order is taken now, and filled when the middleware
 	// calls the publisher under it.
-	ph := &asyncReq{ctx: ctx, topic: topic, key: cp.Key, wake: make(chan struct{})}
+	ph := &asyncReq{ctx: ctx, topic: topic, key: cp.Key, genID: genID, wake: make(chan struct{})}
 	a.reserve(ph)
 	go func() {
 		err := a.chain.Publish(context.WithValue(ctx, placeholderKey{}, ph), topic, cp)

@@ -62,6 +62,8 @@ type asyncReq struct {
 	topic string
 	key   string   // the order it takes: the caller's Key
 	msg   *Message // the bus's copy; nil until ready
+	// genID is the ID PublishAsync generated for the message, if any.
+	genID string
 	// ready is false while the publish middleware has not yet passed the
 	// message on; the request holds its place (and its key) meanwhile.
 	ready   bool
@@ -464,11 +466,13 @@ func (a *asyncPublisher) sendLoop(t *asyncTopic, batch []*asyncReq) {
 func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
 	msgs := make([]*Message, len(batch))
 	ctxs := make([]context.Context, len(batch))
+	var gen []byte
 	for i, r := range batch {
 		msgs[i], ctxs[i] = r.msg, r.ctx
+		gen = append(gen, r.genID...)
 	}
 	ctx, stop := coalesce.Context(ctxs)
-	err := a.b.publishValid(ctx, topic, msgs)
+	err := a.b.publishValid(ctx, topic, msgs, generatedIDs(gen))
 	stop()
 	errs := make([]error, len(batch))
 	if err == nil {

@@ -19,6 +19,14 @@ type Message struct {
 	Headers     map[string]string
 	Payload     []byte
 	PublishedAt time.Time
+	// IDGenerated is set on Publish when the bus generated ID in this
+	// call because the caller left it empty. Such an ID is unique by
+	// construction, so a backend that deduplicates by message ID may
+	// store the message without recording or looking up its ID. An ID the
+	// caller set (IDGenerated false) is stored once within the backend's
+	// dedup window: a caller that retries a Publish sets the ID itself.
+	// Unset on Receive.
+	IDGenerated bool
 
 	// AckID identifies this delivery to Ack, Nack and the optional
 	// interfaces. Its dynamic type is private to the backend.

@@ -70,11 +70,12 @@ func testDeliverAtRejected(t *testing.T, s *suite) {
 	assert.Zero(t, h.be.publishes.Load(), "nothing reached the backend")
 }
 
-// testPublishDedup: a message whose ID was already published to the topic
-// within the dedup window is stored once and the second Publish returns
-// nil, also within one batch and for a Publish retried after its ctx ran
-// out mid-call (whatever part of it reached the broker); another topic
-// does not share the window.
+// testPublishDedup: a message whose caller-set ID was already published
+// to the topic within the dedup window is stored once and the second
+// Publish returns nil, also within one batch, beside messages whose IDs
+// the bus generates (each stored), and for a Publish retried after its
+// ctx ran out mid-call (whatever part of it reached the broker); another
+// topic does not share the window.
 func testPublishDedup(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, other := h.topic("dedup"), h.topic("dedup-other")
@@ -89,7 +90,9 @@ func testPublishDedup(t *testing.T, s *suite) {
 	twice := &bus.Message{ID: "pair-" + uniqueSuffix(), Payload: []byte("pair")}
 	h.publish(topic, twice, &bus.Message{ID: twice.ID, Payload: []byte("pair")})
 	h.publish(other, &bus.Message{ID: once.ID, Payload: []byte("first")})
-	want := []*bus.Message{once, twice}
+	mixed := []*bus.Message{{Payload: []byte("generated")}, {ID: once.ID, Payload: []byte("again")}, {Payload: []byte("generated")}}
+	h.publish(topic, mixed...)
+	want := []*bus.Message{once, twice, mixed[0], mixed[2]}
 
 	// Retries after a ctx that ran out: each message is published with
 	// a deadline that may end before, during or after the call, then

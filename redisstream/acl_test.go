@@ -26,7 +26,7 @@ var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
 	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel", "+set", "+get",
-	"+evalsha", "+eval",
+	"+evalsha", "+eval", "+time", "+del", "+pexpire",
 	"+client|id", "+client|unblock",
 	"+ping",
 }

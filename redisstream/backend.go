@@ -46,7 +46,7 @@ type Backend struct {
 
 	pubs       topiccache.Cache[*pubTopic] // per-topic publish state
 	maxLenArgs []any                       // MAXLEN ~ n of every XADD, boxed; nil without
-	dedupArg   any                         // the dedup window in ms for pubScript, boxed
+	dedupArg   any                         // the dedup window in ms (rounded up) for pubScript, boxed
 
 	shut    atomic.Bool // closed, readable without mu
 	mu      sync.Mutex
@@ -106,7 +106,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	}
 	b.dedupArg = "0"
 	if o.DedupWindow > 0 {
-		b.dedupArg = strconv.FormatInt(o.DedupWindow.Milliseconds(), 10)
+		b.dedupArg = strconv.FormatInt((o.DedupWindow + time.Millisecond - 1).Milliseconds(), 10)
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	b.ctxTimeouts = contextTimeouts(client)

@@ -36,14 +36,17 @@
 //	                      of its members, in ms; the group reclaims by it
 //	bus:{orders}#sched    stream of the messages held until their DeliverAt
 //	bus:{orders}#due      ZSET of #sched's entries by due time (ms)
-//	bus:{orders}#id:<ID>  a published ID, kept for the dedup window
+//	bus:{orders}#ids:0    HASH of the caller-set IDs published in an even
+//	bus:{orders}#ids:1    or odd time bucket of the dedup window's length
 //
-// A Publish with the dedup window on (Options.DedupWindow, two minutes by
-// default) or with a message due later is one script call per batch: it
-// records each ID (SET NX PX; an ID already there is a duplicate and is
-// not stored again) and adds the message to the stream, or to #sched and
-// #due. With the window off and nothing delayed, Publish is pipelined
-// XADDs. Every subscribing process promotes due messages into the stream
+// A Publish of a message whose ID the caller set (with the dedup window
+// on: Options.DedupWindow, two minutes by default) or of a message due
+// later is one script call per batch: it records each caller-set ID in
+// the hash of the current bucket (HSETNX; an ID in it or in the previous
+// bucket's is a duplicate and is not stored again) and adds the message
+// to the stream, or to #sched and #due. A batch of messages whose IDs the
+// bus generated, none of them delayed, is pipelined XADDs: such IDs are
+// unique by construction and are never recorded. Every subscribing process promotes due messages into the stream
 // with one script, about every 50ms while the schedule holds messages and
 // at once when it publishes an earlier one itself.
 //

@@ -297,8 +297,8 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	del := []string{k.stream, k.hold, k.lease, k.sched, k.due, b.partsKey(topic)}
-	for _, match := range []string{"#id:*", "#lock:*", "#lockby:*"} {
+	del := []string{k.stream, k.hold, k.lease, k.sched, k.due, k.ids[0], k.ids[1], b.partsKey(topic)}
+	for _, match := range []string{"#lock:*", "#lockby:*"} {
 		keys, err := b.scanKeys(ctx, escapeGlob(k.stream)+match, "")
 		if err != nil {
 			return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)

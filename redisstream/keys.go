@@ -11,6 +11,10 @@ type keys struct {
 	lease  string // HASH of each group's lease: its longest member's ack timeout in ms
 	sched  string // stream of the messages held until their DeliverAt
 	due    string // ZSET of sched's entries by due time
+	// ids are the HASHes of the caller-set IDs published within the
+	// dedup window: one per time bucket of the window's length, even
+	// buckets in ids[0] and odd ones in ids[1].
+	ids [2]string
 }
 
 // hashTag returns the part of topic that goes between braces: the topic
@@ -38,7 +42,7 @@ func streamKey(prefix, topic string) string {
 
 func newKeys(prefix, topic string) keys {
 	s := streamKey(prefix, topic)
-	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due"}
+	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due", ids: [2]string{s + "#ids:0", s + "#ids:1"}}
 }
 
 // slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).

@@ -99,14 +99,18 @@ type Options struct {
 	// MaxPayload is the largest payload accepted (default 64 MiB; Redis
 	// itself refuses values over its proto-max-bulk-len).
 	MaxPayload int
-	// DedupWindow is how long a topic remembers the IDs published to it:
-	// a message whose ID was published within it is stored once, and the
-	// second Publish returns nil. Each remembered ID is a key of its own
-	// ("<stream key>#id:<ID>", set with the message in one script, so it
-	// expires by itself); it costs about 100 bytes of server memory per
-	// message for the window. Zero means DefaultDedupWindow (two minutes);
-	// negative turns deduplication off, and Publish is then plain
-	// pipelined XADDs. URL: ?dedup_window= (0 turns it off).
+	// DedupWindow is how long a topic remembers the IDs callers set on
+	// the messages they publish to it: a message whose caller-set ID was
+	// published within it is stored once, and the second Publish returns
+	// nil. The IDs are recorded with the messages, in one script call per
+	// batch, in a hash per time bucket of the window's length (two
+	// hashes per topic, "<stream key>#ids:0" and "#ids:1"); an ID is
+	// remembered for at least the window and at most twice it, at about
+	// 100 bytes of server memory each (a 36-byte ID). IDs the bus
+	// generated are not recorded: a batch of them is plain pipelined
+	// XADDs. Zero means DefaultDedupWindow (two minutes); negative turns
+	// deduplication off. Every publisher to a topic uses the same window.
+	// URL: ?dedup_window= (0 turns it off).
 	DedupWindow time.Duration
 	// ReadClient, if set, carries the blocking XREADGROUP calls. By default
 	// New creates one with the options of the given client (for

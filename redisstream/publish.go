@@ -21,9 +21,9 @@ import (
 type pubTopic struct {
 	key      string
 	keyArg   any
-	idPrefix string // the dedup keys' common part: "<stream key>#id:"
 	schedArg any
 	dueArg   any
+	idsArgs  [2]any
 }
 
 // pubTopicOf returns the publish state of topic, derived once per topic
@@ -33,17 +33,19 @@ func (b *Backend) pubTopicOf(topic string) *pubTopic {
 		return p
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	return b.pubs.Store(topic, &pubTopic{key: k.stream, keyArg: k.stream, idPrefix: k.stream + "#id:", schedArg: k.sched, dueArg: k.due})
+	return b.pubs.Store(topic, &pubTopic{key: k.stream, keyArg: k.stream, schedArg: k.sched, dueArg: k.due, idsArgs: [2]any{k.ids[0], k.ids[1]}})
 }
 
 // scriptHead is what a Publish through pubScript passes besides each
 // message: the script's hash, the dedup window and the count of trim
-// arguments, boxed, and each message's due time (nil: all due now).
+// arguments, boxed, each message's due time (nil: all due now), and
+// whether the script records the caller-set IDs.
 type scriptHead struct {
 	sha    any
 	window any
 	ntrim  any
 	due    []int64
+	dedup  bool
 }
 
 // bytesArg passes a []byte to go-redis through a pointer, which boxes in
@@ -54,10 +56,12 @@ type bytesArg []byte
 func (b *bytesArg) MarshalBinary() ([]byte, error) { return *b, nil }
 
 // Publish adds every message of the batch to the topic's stream: one XADD
-// for a single message, one pipelined round trip for more. It is safe for
-// concurrent use, for one topic too. Its arguments are built in pooled
-// arrays, so a message costs go-redis's command and reply and little
-// else.
+// for a single message, one pipelined round trip for more. A batch with a
+// caller-set ID (under the dedup window) or a message due later is one
+// publish script call instead (pubScript); IDs the bus generated are
+// never recorded. It is safe for concurrent use, for one topic too. Its
+// arguments are built in pooled arrays, so a message costs go-redis's
+// command and reply and little else.
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.isClosed() {
 		return fmt.Errorf("redisstream: publish %q: %w", topic, backend.ErrClosed)
@@ -67,13 +71,25 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	}
 	trim := b.trimArgs()
 	var sh *scriptHead
-	if due := backend.DueTimes(msgs); due != nil || b.opts.DedupWindow > 0 {
-		sh = &scriptHead{sha: pubScript.Hash(), window: b.dedupArg, ntrim: len(trim), due: due}
+	due := backend.DueTimes(msgs)
+	dedup := b.opts.DedupWindow > 0 && callerIDs(msgs)
+	if due != nil || dedup {
+		sh = &scriptHead{sha: pubScript.Hash(), window: b.dedupArg, ntrim: len(trim), due: due, dedup: dedup}
 		if len(msgs) > scriptChunk {
 			return b.publishChunks(ctx, topic, msgs, trim, sh)
 		}
 	}
 	return b.publishBatch(ctx, topic, msgs, trim, sh)
+}
+
+// callerIDs reports whether a message of msgs has an ID its caller set.
+func callerIDs(msgs []*backend.Message) bool {
+	for _, m := range msgs {
+		if !m.IDGenerated {
+			return true
+		}
+	}
+	return false
 }
 
 // scriptChunk bounds the messages of one publish script call: a script
@@ -122,7 +138,7 @@ func (b *Backend) publishChunks(ctx context.Context, topic string, msgs []*backe
 // script call when sh is set.
 func (b *Backend) publishBatch(ctx context.Context, topic string, msgs []*backend.Message, trim []any, sh *scriptHead) error {
 	pt := b.pubTopicOf(topic)
-	nbuf, nstr, nargs := pubSizes(msgs, len(trim), pt, sh)
+	nbuf, nstr, nargs := pubSizes(msgs, len(trim), sh)
 	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
 	cmds := sc.build(ctx, pt, trim, msgs, sh)
 	err := b.send(ctx, cmds)
@@ -185,9 +201,9 @@ func errFirst(cmds []*redis.StringCmd) error {
 }
 
 // pubSizes counts what the commands of msgs need: bytes of the strings
-// built per message (meta, header names, dedup key), strings and
+// built per message (meta, header names, recorded ID), strings and
 // arguments.
-func pubSizes(msgs []*backend.Message, trimArgs int, pt *pubTopic, sh *scriptHead) (nbuf, nstr, nargs int) {
+func pubSizes(msgs []*backend.Message, trimArgs int, sh *scriptHead) (nbuf, nstr, nargs int) {
 	for _, m := range msgs {
 		f := fieldCount(m)
 		nargs += 3 + trimArgs + f
@@ -197,30 +213,34 @@ func pubSizes(msgs []*backend.Message, trimArgs int, pt *pubTopic, sh *scriptHea
 			nbuf += len(headerPrefix) + len(k)
 		}
 		if sh != nil {
-			nstr += 2 // dedup key, due time
-			nbuf += len(pt.idPrefix) + len(m.ID) + len(replaySep) + len(m.Headers[backend.HeaderReplayed])
+			nstr += 2 // recorded ID, due time
+			if sh.dedup && len(m.Headers) > 0 {
+				nbuf += len(m.ID) + 1 + len(m.Headers[backend.HeaderReplayed])
+			}
 		}
 	}
 	if sh != nil {
-		nargs += 8
+		nargs += 9 + trimArgs
 	}
 	return nbuf, nstr, nargs
 }
 
 // replaySep separates a replayed message's ID from its replay stamp in
-// its dedup key, so a replay is not taken for a duplicate.
-const replaySep = "#r:"
+// the ID the publish script records, so a replay is not taken for a
+// duplicate. IDs hold no spaces, so the two never meet.
+const replaySep = ' '
 
 // build makes one XADD per message in the scratch's arrays, or one
 // publish script call for the batch when sh is set. The strings built per
-// message (meta, header names, dedup keys) go in one buffer that becomes
+// message (meta, header names, replayed IDs) go in one buffer that becomes
 // one string. Every value is passed by pointer into arrays this call owns
 // until it returns (or for good, when it is abandoned at ctx's end), so
 // go-redis never reads memory the caller reuses (payload bytes aside).
 func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs []*backend.Message, sh *scriptHead) []*redis.StringCmd {
 	sc.si = 0
 	if sh != nil {
-		sc.scriptHead(pt, trim, msgs, sh)
+		sc.args = append(sc.args, "EVALSHA", sh.sha, 5, pt.keyArg, pt.schedArg, pt.dueArg, pt.idsArgs[0], pt.idsArgs[1], sh.window, sh.ntrim)
+		sc.args = append(sc.args, trim...)
 	}
 	for i, m := range msgs {
 		start := len(sc.args)
@@ -233,7 +253,7 @@ func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs 
 			if sh.due != nil && sh.due[i] > 0 {
 				due = sc.str(strconv.FormatInt(sh.due[i], 10))
 			}
-			sc.args = append(sc.args, due, fieldCount(m))
+			sc.args = append(sc.args, sc.recordedID(m, sh.dedup), due, fieldCount(m))
 		}
 		sc.fields(i, m)
 		if sh == nil {
@@ -252,21 +272,21 @@ func (sc *pubScratch) build(ctx context.Context, pt *pubTopic, trim []any, msgs 
 	return cmds
 }
 
-// scriptHead appends the publish script's arguments before the messages':
-// the keys (each message's dedup key among them), the window and the trim
-// arguments.
-func (sc *pubScratch) scriptHead(pt *pubTopic, trim []any, msgs []*backend.Message, sh *scriptHead) {
-	sc.args = append(sc.args, "EVALSHA", sh.sha, 3+len(msgs), pt.keyArg, pt.schedArg, pt.dueArg)
-	for _, m := range msgs {
-		at := len(sc.buf)
-		sc.buf = append(append(sc.buf, pt.idPrefix...), m.ID...)
-		if r, ok := m.Headers[backend.HeaderReplayed]; ok {
-			sc.buf = append(append(sc.buf, replaySep...), r...)
-		}
-		sc.args = append(sc.args, sc.text(at))
+// recordedID is the ID the publish script records for m: none ("") when
+// dedup is off for the batch or the bus generated the ID; for a message
+// the bus replayed from a dead-letter topic, the ID and the replay's
+// stamp.
+func (sc *pubScratch) recordedID(m *backend.Message, dedup bool) any {
+	if !dedup || m.IDGenerated {
+		return ""
 	}
-	sc.args = append(sc.args, sh.window, sh.ntrim)
-	sc.args = append(sc.args, trim...)
+	r, ok := m.Headers[backend.HeaderReplayed]
+	if !ok {
+		return sc.str(m.ID)
+	}
+	at := len(sc.buf)
+	sc.buf = append(append(append(sc.buf, m.ID...), replaySep), r...)
+	return sc.text(at)
 }
 
 // fields appends the stream fields of message i.
@@ -382,7 +402,7 @@ func putPubScratch(sc *pubScratch) {
 }
 
 // trimArgs returns the trimming arguments of an XADD under the retention
-// option, boxed.
+// option, boxed: none, or three (the publish script counts on it).
 func (b *Backend) trimArgs() []any {
 	switch b.opts.Retention {
 	case RetainMaxLen:

@@ -142,47 +142,78 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
-// pubScript publishes a batch when the topic's dedup window or a
-// DeliverAt asks for more than XADDs. With a window it first records each
-// message's ID in a key of its own that expires with the window (SET NX
-// PX); an ID already recorded means the message was published within the
-// window, and it is not stored again. A message due later goes to the
-// topic's schedule stream, and its entry's ID to the due ZSET scored by
-// the due time, as a member with both parts of the ID zero-padded so that
-// messages due in the same millisecond are promoted in the order they
-// were published; any other is added to the stream with the trim
-// arguments. Every key carries the topic's hash tag. An error stops the
-// script with the messages before it stored; the caller retries the
-// batch, and the window keeps those from being stored twice.
+// pubScript publishes a batch when a message with a caller-set ID (and
+// the topic's dedup window on) or a DeliverAt asks for more than XADDs.
 //
-// KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET, KEYS[4..]
-// each message's dedup key. ARGV[1] dedup window in ms ("0": off),
-// ARGV[2] count of trim arguments, then the trim arguments, then per
-// message its due time in ms ("0": now), its count of fields and its
-// stream fields. Returns one character per message: "1" stored, "0" a
-// duplicate.
+// A caller-set ID is recorded in the hash of the current time bucket of
+// the window's length (server time), unless the hash of the bucket before
+// holds it already; a recorded ID means the message was published within
+// the window, and it is not stored again. So an ID is remembered for at
+// least the window and at most two. Two hashes take turns, even buckets
+// in KEYS[4] and odd ones in KEYS[5]; each holds its bucket's stamp
+// ("<bucket>:<window ms>") under the field "" (no ID is empty), is
+// emptied when a new bucket takes it over, and expires by itself when its
+// bucket stops being the one before. HGET and HSET (which adds a field
+// only when it is new) do the lookups, so the least-privilege user needs
+// no other hash command. A message whose ID the bus generated is not
+// recorded: its ID is unique by construction.
+//
+// A message due later goes to the topic's schedule stream, and its
+// entry's ID to the due ZSET scored by the due time, as a member with
+// both parts of the ID zero-padded so that messages due in the same
+// millisecond are promoted in the order they were published; any other is
+// added to the stream with the trim arguments. Every key carries the
+// topic's hash tag. An error stops the script with the messages before it
+// stored; the caller retries the batch, and the window keeps those with
+// caller-set IDs from being stored twice.
+//
+// KEYS[1] stream, KEYS[2] schedule stream, KEYS[3] due ZSET, KEYS[4] and
+// KEYS[5] the hashes of IDs. ARGV[1] dedup window in ms, ARGV[2] count
+// of trim arguments (0 or 3), then the trim arguments, then per message
+// the ID to record ("": none), its due time in ms ("0": now), its count
+// of fields and its stream fields. Returns one character per message: "1" stored,
+// "0" a duplicate.
 var pubScript = redis.NewScript(pubScriptSource)
 
 const pubScriptSource = `
+local function buckets()
+  local w = tonumber(ARGV[1])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local b = math.floor(now / w)
+  local cur, before = KEYS[4 + b % 2], KEYS[5 - b % 2]
+  local stamp = string.format('%d:%d', b, w)
+  if redis.call('HGET', cur, '') ~= stamp then
+    redis.call('DEL', cur)
+    redis.call('HSET', cur, '', stamp)
+    redis.call('PEXPIRE', cur, string.format('%d', (b + 2) * w - now))
+  end
+  if redis.call('HGET', before, '') ~= string.format('%d:%d', b - 1, w) then before = nil end
+  return cur, before
+end
 local n = tonumber(ARGV[2])
 local a = 3 + n
+local cur, before
 local out = {}
-for k = 4, #KEYS do
-  local due, nf = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
-  if ARGV[1] == '0' or redis.call('SET', KEYS[k], '1', 'NX', 'PX', ARGV[1]) then
-    local f
+while a <= #ARGV do
+  local id, due, nf = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
+  local fresh = true
+  if id ~= '' then
+    if not cur then cur, before = buckets() end
+    fresh = not (before and redis.call('HGET', before, id)) and redis.call('HSET', cur, id, '') == 1
+  end
+  if fresh then
+    local eid
     if due ~= '0' then
-      f = {'XADD', KEYS[2], '*'}
+      eid = redis.call('XADD', KEYS[2], '*', unpack(ARGV, a, a + nf - 1))
+    elseif n == 0 then
+      eid = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a, a + nf - 1))
     else
-      f = {'XADD', KEYS[1]}
-      for i = 3, 2 + n do f[#f + 1] = ARGV[i] end
-      f[#f + 1] = '*'
+      eid = redis.call('XADD', KEYS[1], ARGV[3], ARGV[4], ARGV[5], '*', unpack(ARGV, a, a + nf - 1))
     end
-    for i = a, a + nf - 1 do f[#f + 1] = ARGV[i] end
-    local id = redis.call(unpack(f))
     if due ~= '0' then
-      local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+      local ms, seq = string.match(eid, '^(%d+)-(%d+)$')
       redis.call('ZADD', KEYS[3], due, string.format('%015d-%010d', tonumber(ms), tonumber(seq)))
     end
     out[#out + 1] = '1'

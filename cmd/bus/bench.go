@@ -59,6 +59,7 @@ type benchConfig struct {
 	Delay       time.Duration // the delayed scenario's DeliverAt, after each send
 	Events      string        // the lifecycle events topic (bus.WithEvents); "": off
 	AsyncWindow int           // publish: one message per call, confirmed later within this window; 0: off
+	CallerIDs   bool          // every message carries an ID its publisher set
 	keyedConfig
 	backlogConfig
 	outboxConfig

@@ -111,6 +111,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.IntVar(&cfg.AutoscaleMax, "autoscale-max", 0, "the backlog scenario's autoscale maximum (WithAutoscale(1, max)), also the top of its fixed max-in-flight sweep 1, 2, 4, ... (default 64)")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic (default: a new one per run)")
 	fs.StringVar(&cfg.Events, "events", "", "write lifecycle events to this topic (bus.WithEvents), to measure what they cost")
+	fs.BoolVar(&cfg.CallerIDs, "caller-ids", false, "give every message an ID of the publisher's (as a caller that retries Publish does), so the backend deduplicates it, to measure what that costs (the bus assigns IDs by default)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "fail when the run takes longer (default 30s + 100µs per message, plus n/rate when paced)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "messages per second over all publishers, a batch every batch/rate seconds; latency counts from each batch's scheduled time (0: as fast as possible)")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the raw client (a Go channel, go-redis or nats.go) with the same settings and print the bus/raw ratios")

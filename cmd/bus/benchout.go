@@ -22,6 +22,7 @@ type jsonResult struct {
 	Publishers  int        `json:"publishers"`
 	MaxInFlight int        `json:"max_in_flight"`
 	Rate        float64    `json:"rate"`
+	CallerIDs   bool       `json:"caller_ids,omitempty"`
 	GOGC        int        `json:"gogc"`
 	Rounds      int        `json:"rounds,omitempty"`
 	Baseline    *jsonSide  `json:"baseline,omitempty"`
@@ -98,7 +99,7 @@ func (r *benchResult) json(cfg benchConfig, gogc int) jsonResult {
 		Backend: r.Backend, Scenario: r.Scenario, N: r.N, Size: r.Size,
 		jsonFigures: r.figures(),
 		AckMode:     string(cfg.AckMode), Batch: cfg.Batch, Publishers: cfg.Publishers, MaxInFlight: cfg.MaxInFlight,
-		Rate: cfg.Rate, GOGC: gogc,
+		Rate: cfg.Rate, GOGC: gogc, CallerIDs: cfg.CallerIDs,
 	}
 	if r.Latency != "" {
 		j.Latency = &r.Latency
@@ -124,8 +125,12 @@ func settings(cfg benchConfig, gogc int) string {
 	if gogc >= 0 {
 		gc = fmt.Sprint(gogc)
 	}
-	return fmt.Sprintf("ack %s, batch %d, %d publisher(s), %d in flight, rate %s, GOGC %s",
-		cfg.AckMode, cfg.Batch, cfg.Publishers, cfg.MaxInFlight, rate, gc)
+	ids := ""
+	if cfg.CallerIDs {
+		ids = ", caller-set IDs"
+	}
+	return fmt.Sprintf("ack %s, batch %d, %d publisher(s), %d in flight, rate %s, GOGC %s%s",
+		cfg.AckMode, cfg.Batch, cfg.Publishers, cfg.MaxInFlight, rate, gc, ids)
 }
 
 // writeTable prints the readable summary of a run.

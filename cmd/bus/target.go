@@ -240,6 +240,7 @@ type busPublisher struct {
 	ptrs  []*bus.Message
 	epoch time.Time    // set in the delayed scenario: each payload's stamp is its DeliverAt since epoch
 	cfg   *benchConfig // set in the keyed scenario: each message has its sequence number's key
+	ids   bool         // each message has an ID of its own (--caller-ids)
 }
 
 func (t *busTarget) publisher(context.Context) (publisher, error) {
@@ -253,6 +254,7 @@ func (t *busTarget) publisher(context.Context) (publisher, error) {
 	if t.r.cfg.Scenario == scenarioKeyed {
 		p.cfg = &t.r.cfg
 	}
+	p.ids = t.r.cfg.CallerIDs
 	for i := range p.msgs {
 		p.ptrs[i] = &p.msgs[i]
 	}
@@ -262,6 +264,9 @@ func (t *busTarget) publisher(context.Context) (publisher, error) {
 func (p *busPublisher) publish(ctx context.Context, payloads [][]byte) error {
 	for i, pl := range payloads {
 		p.msgs[i].ID = "" // the bus assigns a fresh ID, as for any application message
+		if p.ids {
+			p.msgs[i].ID = callerID(binary.LittleEndian.Uint64(pl))
+		}
 		p.msgs[i].Payload = pl
 		if !p.epoch.IsZero() {
 			p.msgs[i].DeliverAt = p.epoch.Add(time.Duration(binary.LittleEndian.Uint64(pl[8:])))
@@ -271,6 +276,13 @@ func (p *busPublisher) publish(ctx context.Context, payloads [][]byte) error {
 		}
 	}
 	return p.b.Publish(ctx, p.topic, p.ptrs[:len(payloads)]...)
+}
+
+// callerID is the ID --caller-ids gives the message of stamp v (the run's
+// nonce and the sequence number): UUID-shaped, 36 bytes, as most callers'
+// IDs are.
+func callerID(v uint64) string {
+	return fmt.Sprintf("%08x-%04x-%04x-8000-000000000000", v>>32, v>>16&0xffff, v&0xffff)
 }
 
 type busConsumer struct{ s *bus.Subscription }

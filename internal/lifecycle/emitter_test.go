@@ -96,6 +96,7 @@ func TestEmitterPublishesEveryEventInBatchesAndFlushesOnClose(t *testing.T) {
 	ids := map[string]bool{}
 	for _, m := range msgs {
 		assert.Empty(t, m.Key, "no key: the messages spread over partitions")
+		assert.True(t, m.IDGenerated, "the ID is generated, so no backend need remember it")
 		ids[m.ID] = true
 	}
 	assert.Len(t, ids, len(msgs), "every message has an ID of its own")

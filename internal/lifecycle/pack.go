@@ -124,6 +124,7 @@ func (p *packer) messages(now time.Time) []*backend.Message {
 			Headers:     headersOf(c),
 			Payload:     c.payload,
 			PublishedAt: now,
+			IDGenerated: true, // never published again: no backend need remember it
 		}
 		p.ptrs[i] = &p.vals[i]
 	}
