@@ -97,7 +97,8 @@
 //     XREADGROUP > took is above it. XREADGROUP ... 0 is not used: it
 //     would count one more delivery of each entry, and the script leaves
 //     the count the lost read set, so an entry no handler saw keeps
-//     Attempt 1. Without the CLIENT KILL permission it recovers unfenced
+//     Attempt 1. Without the CLIENT KILL permission, and through a
+//     Sentinel failover client, it recovers unfenced
 //     (the server runs commands in the order they reach it, so only a
 //     link that delays the lost read past the recovery hides entries,
 //     which then come back after their lease). Stats.Recovered counts

@@ -32,10 +32,14 @@ type reader struct {
 	// inline (see read); only the goroutine that calls read touches it.
 	lastFound bool
 
-	mu     sync.Mutex // guards the fields below against Close
-	conn   *redis.Conn
-	node   redis.Cmdable // where CLIENT UNBLOCK goes
-	id     int64
+	mu   sync.Mutex // guards the fields below against Close
+	conn *redis.Conn
+	node redis.Cmdable // where CLIENT UNBLOCK goes
+	id   int64
+	// fixed: node is one server's address (not a Sentinel failover
+	// client, whose next master numbers its clients anew), so the ID
+	// names the connection there for good.
+	fixed  bool
 	closed bool
 	busy   bool // a read is using conn; close leaves conn to it
 	// lost are the connections given up on while a read on them may
@@ -43,6 +47,10 @@ type reader struct {
 	lost  []lostRead
 	lostN int // connections given up on so far
 }
+
+// failoverAddr is the address go-redis gives the options of a Sentinel
+// failover client.
+const failoverAddr = "FailoverClient"
 
 // errReaderClosed is returned by read after close.
 var errReaderClosed = errors.New("reader closed")
@@ -62,20 +70,22 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 	}
 	r.mu.Unlock()
 	var (
-		conn *redis.Conn
-		node redis.Cmdable
-		id   int64
+		conn  *redis.Conn
+		node  redis.Cmdable
+		id    int64
+		fixed bool
 	)
 	err := r.b.asyncOrRelease(ctx, func(ctx context.Context) error {
 		switch c := r.b.read.(type) {
 		case *redis.Client:
 			conn, node = c.Conn(), r.b.client
+			fixed = c.Options().Addr != failoverAddr
 		case *redis.ClusterClient:
 			nc, err := c.MasterForKey(ctx, r.stream)
 			if err != nil {
 				return fmt.Errorf("find the node of %s: %w", r.stream, err)
 			}
-			conn, node = nc.Conn(), nc
+			conn, node, fixed = nc.Conn(), nc, true
 		default:
 			return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
 		}
@@ -101,7 +111,7 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 		_ = conn.Close()
 		return nil, nil, 0, errReaderClosed
 	}
-	r.conn, r.node, r.id = conn, node, id
+	r.conn, r.node, r.id, r.fixed = conn, node, id, fixed
 	return conn, node, id, nil
 }
 
@@ -361,7 +371,7 @@ func (r *reader) noteLost() {
 	if len(r.lost) == maxLostReads {
 		r.lost = append(r.lost[:0], r.lost[1:]...)
 	}
-	r.lost = append(r.lost, lostRead{node: r.node, id: r.id})
+	r.lost = append(r.lost, lostRead{node: r.node, id: r.id, fixed: r.fixed})
 	r.lostN++
 }
 

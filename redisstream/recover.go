@@ -34,7 +34,9 @@ import (
 //     1 for an entry no handler has seen. The same script restarts each
 //     entry's lease (XCLAIM ... JUSTID, which counts no delivery).
 //
-// Without the CLIENT KILL permission the fence is skipped: the server
+// Without the CLIENT KILL permission, and through a Sentinel failover
+// client (after a failover the ID would name a client of the new
+// master), the fence is skipped: the server
 // runs commands in the order they reach it, and the lost read reached it
 // before the recovery was sent, so only a link that delays the lost read
 // past the recovery can still hide entries, which then come back after
@@ -66,8 +68,9 @@ const maxLostReads = 16
 // lostRead is a read connection given up on while its read may still run
 // at the server.
 type lostRead struct {
-	node redis.Cmdable
-	id   int64
+	node  redis.Cmdable
+	id    int64
+	fixed bool // see reader.fixed
 }
 
 // noteHanded records that the entry id was handed out.
@@ -147,7 +150,7 @@ func (s *subscription) handedFrom() string {
 // says so once.
 func (s *subscription) fenceLostReads(ctx context.Context) error {
 	for _, l := range s.reader.lostReads() {
-		if s.noFence {
+		if s.noFence || !l.fixed {
 			s.reader.fenced(l)
 			continue
 		}

@@ -52,7 +52,7 @@ func TestReceiveAfterALostReadHandsOutWhatItTookFirstAsFirstDeliveries(t *testin
 	connID, err := conn.ClientID(ctx).Result()
 	require.NoError(t, err, "client id of the lost read's connection")
 	s.reader.mu.Lock()
-	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID})
+	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
 	s.reader.mu.Unlock()
 	s.recovering = true
 
