@@ -40,7 +40,7 @@ func TestFaultNetwork(t *testing.T) {
 
 // TestFaultBrokerPause runs the broker-pause cases: a key-ordered group
 // consumes while a private redis-server is frozen (SIGSTOP) five times
-// for 400 ms, so reads get their replies after the client gave up on
+// (400 ms, once 1.2 s), so reads get their replies after the client gave up on
 // them. What such a read took is taken back before anything after it:
 // nothing lost, out of order or waiting for its lease.
 func TestFaultBrokerPause(t *testing.T) {

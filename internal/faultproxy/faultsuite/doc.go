@@ -35,7 +35,7 @@
 // (Harness.PauseServer, SIGSTOP, and ResumeServer): a key-ordered group
 // of one member, two members, and two members sharing four partitions
 // consumes 3,000 messages of 64 keys while the server is frozen five
-// times for 400 ms. Each case asserts that no message is lost, handled
+// times (400 ms, once 1.2 s). Each case asserts that no message is lost, handled
 // out of its key's order, handled twice or counted as a redelivery, and
 // that all are handled within 10 s of the last Publish under a 30 s ack
 // timeout, so none waited for its lease.

@@ -25,10 +25,11 @@ const (
 	// pauseDrainWithin bounds the wait for every message after the last
 	// Publish.
 	pauseDrainWithin = 10 * time.Second
-	// pauses, pauseFor and pauseGap: the server is frozen pauses times
-	// for pauseFor, pauseGap apart, while messages are published.
-	pauses    = 5
-	pauseFor  = 400 * time.Millisecond
+	// The server is frozen once for each of pauseFor, pauseGap apart,
+	// while messages are published: longer than an inline Redis read's
+	// deadline (BLOCK + 200 ms), and once longer than a NATS pull's
+	// (under a second plus 250 ms) and a blocking Redis read's grace
+	// (1 s).
 	pauseGap  = 300 * time.Millisecond
 	pauseKeys = 64
 	// pauseMessages are published at pauseRate a second, in batches of
@@ -39,11 +40,13 @@ const (
 	pauseLimit    = time.Minute
 )
 
+var pauseFor = []time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 1200 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond}
+
 // RunPause runs the broker-pause cases as subtests of t: a key-ordered
 // group (WithKeyOrdering, MaxInFlight 4, a 1 ms handler, a 30 s ack
 // timeout) consumes 3,000 messages of 64 keys published at 1,000 a
-// second, while the server is frozen (Harness.PauseServer) five times for
-// 400 ms. A read whose reply the server sends after the client gave up on
+// second, while the server is frozen (Harness.PauseServer) five times,
+// for 400 ms and once for 1.2 s. A read whose reply the server sends after the client gave up on
 // it must not let later messages overtake what it took. Each case asserts
 // that no message is lost, handled out of its key's order, handled twice
 // or counted as a redelivery, and that every message is handled within
@@ -171,10 +174,10 @@ func (p *pauseRun) run(members, partitions int) {
 	}
 }
 
-// pauseRepeatedly freezes the server pauses times for pauseFor, pauseGap
+// pauseRepeatedly freezes the server for each of pauseFor, pauseGap
 // apart, until stop; it never leaves it frozen.
 func (p *pauseRun) pauseRepeatedly(stop <-chan struct{}) {
-	for range pauses {
+	for _, d := range pauseFor {
 		select {
 		case <-stop:
 			return
@@ -183,7 +186,7 @@ func (p *pauseRun) pauseRepeatedly(stop <-chan struct{}) {
 		p.h.PauseServer()
 		select {
 		case <-stop:
-		case <-time.After(pauseFor):
+		case <-time.After(d):
 		}
 		p.h.ResumeServer()
 	}
