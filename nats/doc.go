@@ -85,6 +85,25 @@
 // came with the ctx's error, for the bus to handle or give back, rather
 // than leaving it pending in an inbox nobody reads until AckWait.
 //
+// A pull request answered late is never lost that way. The server counts
+// a request's expiry from when it reads the request, so no expiry, however
+// short, keeps a paused or overloaded server from delivering after the
+// member gave up on the request (its wait plus 250 ms); instead every
+// pull request of a member replies to one inbox subscription that lives
+// as long as the member, so whatever the server delivers to a request the
+// member gave up on lands where the next Receive reads first, in the
+// order the server sent it, before anything a newer request brings. What
+// arrives beyond what a Receive may take is handed back, in order: each
+// is recorded as a release (no handler saw it, so its Attempt stays) and
+// nacked with a request for the server's confirmation, which Receive
+// waits for, since the server handles acks apart from pull requests and
+// an unhandled nack would let the next pull take the messages after them
+// first. A redelivered message comes before new ones, so the next pull
+// returns them first. The one loss left is the connection itself: what
+// the server wrote to a connection that broke is redelivered after
+// AckWait, like the deliveries of a member that died (JetStream offers no
+// way to re-take deliveries a member never received).
+//
 // Settling maps onto the JetStream acknowledgement protocol: Ack is +ACK,
 // Nack with a delay is -NAK with that delay (the server holds the
 // message), Extend is +WPI (in progress, restarting AckWait), and Reject

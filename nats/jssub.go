@@ -88,6 +88,9 @@ type jsSub struct {
 	seq     uint64       // pull request counter; Receive's goroutine only
 	lastSeq uint64       // highest stream sequence received; Receive's goroutine only
 	spare   []jsDelivery // allocated for deliveries to come; Receive's goroutine only
+	// excess are deliveries beyond what Receive may return, handed back
+	// before it returns (handBackExcess); Receive's goroutine only.
+	excess []*natsgo.Msg
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -132,6 +135,9 @@ func (s *jsSub) isClosed() bool { return isDone(s.closed) }
 // has the releases of the message taken off (see Release).
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
 	out, err := s.receive(ctx, max)
+	if len(s.excess) > 0 {
+		s.handBackExcess(ctx)
+	}
 	if len(out) > 0 {
 		s.correctAttempts(ctx, out)
 	}
@@ -431,8 +437,8 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 }
 
 // accept turns a delivered message into a backend message. Deliveries
-// beyond max (only possible after an abandoned request) are handed back
-// at once; entries that are not JetStream deliveries are reported.
+// beyond max (only possible after an abandoned request) are kept for
+// handBackExcess; entries that are not JetStream deliveries are reported.
 func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming int) []*backend.Message {
 	meta, err := parseAckSubject(msg.Reply)
 	if err != nil {
@@ -443,7 +449,7 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 		return out
 	}
 	if len(out) >= max {
-		_ = s.b.nc.Publish(msg.Reply, nakBody)
+		s.excess = append(s.excess, msg)
 		return out
 	}
 	if meta.streamSeq > s.lastSeq {
@@ -466,6 +472,54 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 		m.ID = meta.stream + ":" + strconv.FormatUint(meta.streamSeq, 10)
 	}
 	return append(out, m)
+}
+
+// excessTimeout bounds the hand-back of excess deliveries
+// (handBackExcess): the recording of their releases, and the wait for
+// the server's confirmation of their nacks.
+const excessTimeout = time.Second
+
+// handBackExcess gives back the deliveries Receive got beyond its max:
+// those a request the member gave up on (it timed out, or ctx ended)
+// brought after it, next to those of the request that followed. They
+// are recorded as releases (see Release), since no handler saw them, then
+// nacked in the order they came, each nack asking for the server's
+// confirmation, which Receive waits for: the server handles acks apart
+// from pull requests, and a nack it has not handled yet would let the
+// next pull take the messages after them first. Once handled, the server
+// hands them out again before anything after them, with the Attempt they
+// had. Whatever is not done within excessTimeout is left (a release not
+// recorded counts the redelivery).
+func (s *jsSub) handBackExcess(ctx context.Context) {
+	excess := s.excess
+	s.excess = nil
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), excessTimeout)
+	defer cancel()
+	each(len(excess), func(i int) {
+		if meta, err := parseAckSubject(excess[i].Reply); err == nil {
+			_ = s.recordRelease(rctx, s.releaseKey(meta.streamSeq))
+		}
+	})
+	inbox := s.b.nc.NewInbox()
+	confirmed, err := s.b.nc.SubscribeSync(inbox)
+	if err != nil {
+		for _, msg := range excess {
+			_ = s.b.nc.Publish(msg.Reply, nakBody)
+		}
+		return
+	}
+	defer func() { _ = confirmed.Unsubscribe() }()
+	sent := 0
+	for _, msg := range excess {
+		if s.b.nc.PublishRequest(msg.Reply, inbox, nakBody) == nil {
+			sent++
+		}
+	}
+	for range sent {
+		if _, err := confirmed.NextMsgWithContext(rctx); err != nil {
+			return
+		}
+	}
 }
 
 // deliveryChunk bounds how many deliveries share one allocation; one

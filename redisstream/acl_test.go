@@ -27,7 +27,7 @@ var aclCommands = []string{
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
 	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel", "+set", "+get",
 	"+evalsha", "+eval", "+time", "+del", "+pexpire",
-	"+client|id", "+client|unblock",
+	"+client|id", "+client|unblock", "+client|kill",
 	"+ping",
 }
 

@@ -86,6 +86,27 @@
 //     first and takes what arrived meanwhile: fewer round trips and less
 //     server work per message, for up to that much latency on a busy
 //     stream; reads of a quieter stream or of a backlog never wait.
+//   - A read whose reply never arrives (the server answered after the
+//     read's deadline, as a paused or overloaded server does, or the
+//     connection died mid-read) may still have run at the server, leaving
+//     its entries pending to the consumer with no handler holding them.
+//     Before its next read the subscription takes them back: it fences
+//     the connections it gave up on (CLIENT KILL ID, so no read sent on
+//     them can still run), then reads its own pending entries after the
+//     highest entry ID it handed out (a Lua script: XPENDING, XRANGE,
+//     and XCLAIM ... JUSTID to restart their lease) and hands them out
+//     before anything newer, without waiting an ack timeout. Every entry
+//     it handed out is at or below that ID, and every entry a lost
+//     XREADGROUP > took is above it. XREADGROUP ... 0 is not used: it
+//     would count one more delivery of each entry, and the script leaves
+//     the count the lost read set, so an entry no handler saw keeps
+//     Attempt 1. Without the CLIENT KILL permission, and through a
+//     Sentinel failover client, it recovers unfenced
+//     (the server runs commands in the order they reach it, so only a
+//     link that delays the lost read past the recovery hides entries,
+//     which then come back after their lease). Stats.Recovered counts
+//     the entries taken back. An XAUTOCLAIM whose reply is lost is not
+//     recovered this way: its entries come back after another lease.
 //   - Acks are one XACK per flush.
 //   - Publish sends one XADD for a single message and one pipeline for a
 //     batch; concurrent calls, for one topic too, share nothing but a
@@ -213,10 +234,13 @@
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
 //	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel +set +get
-//	    +evalsha +eval +client|id +client|unblock
+//	    +evalsha +eval +time +del +pexpire
+//	    +client|id +client|unblock +client|kill
 //	    +ping
 //
-// (+ping only for bus.Open, which pings the server; SeekGroup, "bus groups
+// (+ping only for bus.Open, which pings the server; +client|kill only
+// kills the subscription's own abandoned read connections, see Delivery
+// semantics; SeekGroup, "bus groups
 // reset", also needs +xgroup|setid, DeleteTopic +del, and the members of
 // partitioned topics +time +zremrangebyscore +pttl +pexpire.) The scripts'
 // commands are checked against the same ACL; writes to keys outside the

@@ -37,3 +37,26 @@ func TestFaultNetwork(t *testing.T) {
 		},
 	})
 }
+
+// TestFaultBrokerPause runs the broker-pause cases: a key-ordered group
+// consumes while a private redis-server is frozen (SIGSTOP) five times
+// (400 ms, once 1.2 s), so reads get their replies after the client gave up on
+// them. What such a read took is taken back before anything after it:
+// nothing lost, out of order or waiting for its lease.
+func TestFaultBrokerPause(t *testing.T) {
+	srv := redistest.Start(t)
+	faultsuite.RunPause(t, faultsuite.Harness{
+		Target:       srv.Addr(),
+		PauseServer:  srv.Pause,
+		ResumeServer: srv.Resume,
+		Open: func(t testing.TB, addr string) backend.Backend {
+			u, err := url.Parse("redis://" + addr)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			be, err := redisstream.OpenURL(ctx, u)
+			require.NoError(t, err, "open a backend")
+			return be
+		},
+	})
+}

@@ -32,13 +32,25 @@ type reader struct {
 	// inline (see read); only the goroutine that calls read touches it.
 	lastFound bool
 
-	mu     sync.Mutex // guards the fields below against Close
-	conn   *redis.Conn
-	node   redis.Cmdable // where CLIENT UNBLOCK goes
-	id     int64
+	mu   sync.Mutex // guards the fields below against Close
+	conn *redis.Conn
+	node redis.Cmdable // where CLIENT UNBLOCK goes
+	id   int64
+	// fixed: node is one server's address (not a Sentinel failover
+	// client, whose next master numbers its clients anew), so the ID
+	// names the connection there for good.
+	fixed  bool
 	closed bool
 	busy   bool // a read is using conn; close leaves conn to it
+	// lost are the connections given up on while a read on them may
+	// still run at the server, to be fenced (see recover.go).
+	lost  []lostRead
+	lostN int // connections given up on so far
 }
+
+// failoverAddr is the address go-redis gives the options of a Sentinel
+// failover client.
+const failoverAddr = "FailoverClient"
 
 // errReaderClosed is returned by read after close.
 var errReaderClosed = errors.New("reader closed")
@@ -58,20 +70,22 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 	}
 	r.mu.Unlock()
 	var (
-		conn *redis.Conn
-		node redis.Cmdable
-		id   int64
+		conn  *redis.Conn
+		node  redis.Cmdable
+		id    int64
+		fixed bool
 	)
 	err := r.b.asyncOrRelease(ctx, func(ctx context.Context) error {
 		switch c := r.b.read.(type) {
 		case *redis.Client:
 			conn, node = c.Conn(), r.b.client
+			fixed = c.Options().Addr != failoverAddr
 		case *redis.ClusterClient:
 			nc, err := c.MasterForKey(ctx, r.stream)
 			if err != nil {
 				return fmt.Errorf("find the node of %s: %w", r.stream, err)
 			}
-			conn, node = nc.Conn(), nc
+			conn, node, fixed = nc.Conn(), nc, true
 		default:
 			return fmt.Errorf("read client type %T cannot give a connection of its own", r.b.read)
 		}
@@ -97,7 +111,7 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 		_ = conn.Close()
 		return nil, nil, 0, errReaderClosed
 	}
-	r.conn, r.node, r.id = conn, node, id
+	r.conn, r.node, r.id, r.fixed = conn, node, id, fixed
 	return conn, node, id, nil
 }
 
@@ -106,6 +120,9 @@ func (r *reader) get(ctx context.Context) (*redis.Conn, redis.Cmdable, int64, er
 func (r *reader) drop(err error) {
 	r.mu.Lock()
 	conn := r.conn
+	if conn != nil {
+		r.noteLost()
+	}
 	r.conn = nil
 	r.mu.Unlock()
 	if conn != nil {
@@ -188,7 +205,8 @@ func (rr readResult) found() bool {
 // returns the raw reply, which holds entries when its error is nil;
 // otherwise go-redis's typed reply. If ctx ends while the read is
 // blocked, the read is unblocked and ctx.Err() returned; entries it had
-// already taken stay pending and are reclaimed after their lease.
+// already taken stay pending, and the subscription takes them back
+// before its next read (recover.go).
 //
 // Deadlines: BLOCK is cut to what is left of ctx's deadline. When ctx
 // ends, CLIENT UNBLOCK (bounded by unblockTimeout) ends the read on a
@@ -329,11 +347,14 @@ func (r *reader) xread(ctx context.Context, conn *redis.Conn, args *redis.XReadG
 }
 
 // abandon gives up a read still in flight on conn: the connection is no
-// longer the reader's, and it is closed when the read ends. Entries the
-// read may still take stay pending and are reclaimed after their lease.
+// longer the reader's, and it is closed when the read ends. It is noted
+// as lost: entries the read may still take stay pending, and the
+// subscription fences it and takes them back before its next read
+// (recover.go).
 func (r *reader) abandon(conn *redis.Conn, done <-chan readResult) {
 	r.mu.Lock()
 	if r.conn == conn {
+		r.noteLost()
 		r.conn = nil
 	}
 	r.mu.Unlock()
@@ -343,6 +364,36 @@ func (r *reader) abandon(conn *redis.Conn, done <-chan readResult) {
 		<-done
 		_ = conn.Close()
 	}()
+}
+
+// noteLost records the current connection as lost; r.mu is held.
+func (r *reader) noteLost() {
+	if len(r.lost) == maxLostReads {
+		r.lost = append(r.lost[:0], r.lost[1:]...)
+	}
+	r.lost = append(r.lost, lostRead{node: r.node, id: r.id, fixed: r.fixed})
+	r.lostN++
+}
+
+// lostTotal returns how many connections the reader gave up on so far.
+func (r *reader) lostTotal() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lostN
+}
+
+// lostReads returns the lost connections not fenced yet.
+func (r *reader) lostReads() []lostRead {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lost)
+}
+
+// fenced forgets l once its connection is fenced.
+func (r *reader) fenced(l lostRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost = slices.DeleteFunc(r.lost, func(x lostRead) bool { return x.id == l.id && x.node == l.node })
 }
 
 // finish ends a read on conn. If close ran meanwhile, the read closes the

@@ -234,6 +234,7 @@ func (s *subscription) reclaim(ctx context.Context, limit int) ([]*backend.Messa
 	}
 	msgs := make([]*backend.Message, 0, len(list))
 	for _, c := range list {
+		s.noteHanded(c.id)
 		// A reclaimed entry was delivered before, so an unknown count is
 		// at least 2; a known count is the attempt, also 1 for an entry
 		// whose only delivery was released (see Release).

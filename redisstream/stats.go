@@ -12,10 +12,14 @@ type Stats struct {
 	Malformed int64
 	// GroupsRecreated counts consumer groups re-created after NOGROUP.
 	GroupsRecreated int64
+	// Recovered is the number of entries a subscription took back from
+	// its own pending list after a read whose reply was lost (see
+	// "Delivery semantics" in the package doc).
+	Recovered int64
 }
 
 type stats struct {
-	trimmed, malformed, recreated atomic.Int64
+	trimmed, malformed, recreated, recovered atomic.Int64
 }
 
 // Stats returns the backend's counters.
@@ -24,5 +28,6 @@ func (b *Backend) Stats() Stats {
 		Trimmed:         b.stats.trimmed.Load(),
 		Malformed:       b.stats.malformed.Load(),
 		GroupsRecreated: b.stats.recreated.Load(),
+		Recovered:       b.stats.recovered.Load(),
 	}
 }

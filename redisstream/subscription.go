@@ -95,6 +95,14 @@ type subscription struct {
 
 	nogroupWait time.Duration // backoff between group re-creations
 	lastNoGroup time.Time
+
+	// handed is the highest entry ID this subscription handed out;
+	// recovering: a read's reply was lost, so the next Receive takes back
+	// what it may have taken first (recover.go); noFence: the server
+	// refused CLIENT KILL. Receive's goroutine only.
+	handed     string
+	recovering bool
+	noFence    bool
 }
 
 var (
@@ -201,6 +209,18 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return msgs, nil
 		}
 	}
+	if s.recovering {
+		msgs, err := s.recoverOwn(ctx, max)
+		if err != nil {
+			if s.ended() {
+				return nil, s.errf("receive", backend.ErrClosed)
+			}
+			return nil, err
+		}
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+	}
 	now, err := s.lingerBeforeRead(ctx)
 	if err != nil {
 		return nil, err
@@ -210,8 +230,13 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	args.Count = int64(max)
 	args.Block = s.blockFor(now)
 	rctx, done := s.wakeable(ctx, now, args.Block)
+	lost := s.reader.lostTotal()
 	rr := s.reader.read(rctx, &args)
 	woken := done()
+	if s.reader.lostTotal() != lost {
+		// The read was given up on: it may have taken entries.
+		s.recovering = true
+	}
 	defer s.reader.recycle(rr)
 	s.found, s.asked = 0, max
 	if err := rr.err; err != nil {
@@ -251,6 +276,9 @@ func (s *subscription) readErr(ctx context.Context, err error) error {
 // deliveries); malformed ones are quarantined and deleted ones acked.
 func (s *subscription) decodeEntries(ctx context.Context, entries []redis.XMessage) []*backend.Message {
 	s.found = len(entries)
+	if len(entries) > 0 {
+		s.noteHanded(entries[len(entries)-1].ID)
+	}
 	vals, msgs := s.recv.Next(len(entries))
 	refs := make([]entryRef, len(entries))
 	var trimmed []string
@@ -288,8 +316,9 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 		s.entries, s.fields = entries[:0], fields[:0]
 	}()
 	if err != nil {
-		// Entries the read took stay pending and are reclaimed after
-		// their lease.
+		// Entries the read took stay pending: the next Receive takes
+		// them back first.
+		s.recovering = true
 		return nil, s.errf("receive", err)
 	}
 	s.found = len(entries)
@@ -297,9 +326,12 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	refs := make([]entryRef, len(entries))
 	payloads := newPayloadSlab(entries, fields)
 	var trimmed []string
+	last := ""
+	defer func() { s.noteHanded(last) }()
 	for i, e := range entries {
 		if e.deleted {
 			trimmed = append(trimmed, string(e.id))
+			last = trimmed[len(trimmed)-1]
 			continue
 		}
 		m := &vals[i]
@@ -310,8 +342,10 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 			s.ids = append(append(s.ids[:0], e.id...), msgID...)
 			both := string(s.ids)
 			id, m.ID = both[:len(e.id)], both[len(e.id):]
+			last = id
 		} else {
 			id = string(e.id)
+			last = id
 			values := fieldMap(fs)
 			if err := decode(id, values, m); err != nil {
 				s.quarantine(ctx, id, values, 1, err)
@@ -444,6 +478,7 @@ func (s *subscription) recoverGroup(ctx context.Context, cause error) error {
 		return receiveErr(s.errf("recreate group", err))
 	}
 	s.b.stats.recreated.Add(1)
+	s.handed = "" // the new group delivers from the oldest entry
 	s.observe(observer.ScopeReclaim, "", 0, s.errf("receive", fmt.Errorf(
 		"consumer group %q was missing (%v); re-created from the oldest retained entry: unsettled messages of the group may have been lost on the server", s.cfg.Group, cause)))
 	return nil

@@ -9,6 +9,12 @@
 // themselves and file-backed streams and consumers survive, as they would
 // across a real broker restart.
 //
+// StartProcess runs a nats-server binary instead ($BUS_NATS_SERVER_BIN,
+// nats-server on PATH, or Debian's /usr/sbin/nats-server; skipped when
+// there is none), for tests that freeze the server: Process.Pause sends
+// SIGSTOP and Process.Resume SIGCONT, which an embedded server cannot
+// take.
+//
 // URL returns $BUS_NATS_URL when it is set (a shared server the test must
 // not stop) and otherwise the URL of a fresh embedded server.
 //

@@ -8,6 +8,8 @@
 // t.Cleanup. [Server.Kill] sends SIGKILL, and [Server.Restart] starts the
 // server again on the same port and directory, so a server started with
 // "--appendonly yes" keeps its data across a kill and restart.
+// [Server.Pause] freezes the server (SIGSTOP) and [Server.Resume] lets it
+// run again (SIGCONT), for tests of a broker that answers late.
 //
 // [URL] returns $BUS_REDIS_URL when it is set, otherwise the URL of a private
 // server started for the test.

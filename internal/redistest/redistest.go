@@ -93,6 +93,29 @@ func (s *Server) Kill() {
 	s.killLocked()
 }
 
+// Pause freezes the server (SIGSTOP): it keeps its connections but
+// answers nothing until Resume. The test is skipped where processes
+// cannot be frozen.
+func (s *Server) Pause() { s.signal("pause", stopSignal) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume() { s.signal("resume", contSignal) }
+
+func (s *Server) signal(op string, sig os.Signal) {
+	s.t.Helper()
+	if sig == nil {
+		s.t.Skipf("redistest: %s: processes cannot be frozen on this system", op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: %s: the server is not running", op)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: %s: %v", op, err)
+	}
+}
+
 // Restart starts the server again on the same port and directory, killing it
 // first if it is still running, and waits until it answers PING.
 func (s *Server) Restart() {

@@ -2,6 +2,12 @@
 
 package redistest
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// Processes are frozen on Linux only.
+var stopSignal, contSignal os.Signal

@@ -29,6 +29,17 @@
 //     and data) under a running publisher and consumer; skipped unless
 //     the harness can do it.
 //
+// # Broker pause
+//
+// [RunPause] needs no proxy but a server the harness can freeze
+// (Harness.PauseServer, SIGSTOP, and ResumeServer): a key-ordered group
+// of one member, two members, and two members sharing four partitions
+// consumes 3,000 messages of 64 keys while the server is frozen five
+// times (400 ms, once 1.2 s). Each case asserts that no message is lost, handled
+// out of its key's order, handled twice or counted as a redelivery, and
+// that all are handled within 10 s of the last Publish under a 30 s ack
+// timeout, so none waited for its lease.
+//
 // # Assertions
 //
 // Each case keeps a [Ledger] of the IDs whose Publish returned nil and

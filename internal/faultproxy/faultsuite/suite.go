@@ -50,6 +50,9 @@ type Harness struct {
 	// therefore must be persistent). Without them the restart case is
 	// skipped.
 	StopServer, StartServer func()
+	// PauseServer and ResumeServer, if set, freeze the private server
+	// (SIGSTOP) and let it run again (SIGCONT); RunPause needs them.
+	PauseServer, ResumeServer func()
 }
 
 // Run runs every case as a subtest of t.
