@@ -5,9 +5,9 @@ package msgid
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // seq packs the last millisecond used (upper 48 bits) and a sequence
@@ -47,33 +47,31 @@ func Batch(n int) string {
 		return ""
 	}
 	first := reserve(uint64(n))
-	var sb strings.Builder
-	sb.Grow(36 * n)
+	b := make([]byte, 36*n)
 	var u [16]byte
-	var cur [36]byte
 	fill(&u, first)
-	format(cur[:], u)
-	sb.Write(cur[:])
+	format(b[:36], u)
 	ms := first >> 16
 	for i := 1; i < n; i++ {
+		cur := b[36*i : 36*i+36]
 		v := first + uint64(i)
 		if v>>16 != ms {
 			// The sequence borrowed the next millisecond: full render.
 			fill(&u, v)
-			format(cur[:], u)
+			format(cur, u)
 			ms = v >> 16
-		} else {
-			// Same millisecond: only the sequence bits (bytes 6 to 8,
-			// text positions 14-15, 16-17 and 19-20) differ from the
-			// previous ID.
-			sq := v & 0xffff
-			putHex(cur[14:], 0x70|byte(sq>>12)&0x0f)
-			putHex(cur[16:], byte(sq>>4))
-			putHex(cur[19:], 0x80|byte(sq&0x0f)<<2|random[0]&0x03)
+			continue
 		}
-		sb.Write(cur[:])
+		// Same millisecond: only the sequence bits (bytes 6 to 8, text
+		// positions 14-15, 16-17 and 19-20) differ from the previous ID.
+		copy(cur, b[36*i-36:36*i])
+		sq := v & 0xffff
+		putHex(cur[14:], 0x70|byte(sq>>12)&0x0f)
+		putHex(cur[16:], byte(sq>>4))
+		putHex(cur[19:], 0x80|byte(sq&0x0f)<<2|random[0]&0x03)
 	}
-	return sb.String()
+	// b is never written again: the string shares its bytes.
+	return unsafe.String(&b[0], len(b))
 }
 
 func putHex(b []byte, c byte) {

@@ -41,32 +41,27 @@ func framed(id string) bool {
 
 // parseMS reads bytes 0 to 5 of a framed ID: 48 bits of milliseconds.
 func parseMS(id string) (uint64, bool) {
-	var ms uint64
+	_ = id[12] // one bounds check for the reads below
+	var ms, bad uint64
 	for _, at := range [6]int{0, 2, 4, 6, 9, 11} {
 		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
-		if hi|lo > 0x0f {
-			return 0, false
-		}
+		bad |= uint64(hi | lo)
 		ms = ms<<8 | uint64(hi<<4|lo)
 	}
-	return ms, true
+	return ms, bad <= 0x0f
 }
 
 // parseSeq reads bytes 6 to 8 of a framed ID: the version nibble, 16 bits
 // of sequence, and the variant and 2 random bits around its last 4.
 func parseSeq(id string) (uint64, bool) {
-	var u [3]byte
-	for i, at := range [3]int{14, 16, 19} {
-		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
-		if hi|lo > 0x0f {
-			return 0, false
-		}
-		u[i] = hi<<4 | lo
-	}
-	if u[0]&0xf0 != 0x70 || u[2]&0xc3 != 0x80|random[0]&0x03 {
+	_ = id[20] // one bounds check for the reads below
+	h0, h1, h2, h3 := unhexes[id[14]], unhexes[id[15]], unhexes[id[16]], unhexes[id[17]]
+	h4, h5 := unhexes[id[19]], unhexes[id[20]]
+	u2 := h4<<4 | h5
+	if h0|h1|h2|h3|h4|h5 > 0x0f || h0 != 0x7 || u2&0xc3 != 0x80|random[0]&0x03 {
 		return 0, false
 	}
-	return uint64(u[0]&0x0f)<<12 | uint64(u[1])<<4 | uint64(u[2]>>2)&0x0f, true
+	return uint64(h1)<<12 | uint64(h2)<<8 | uint64(h3)<<4 | uint64(u2>>2)&0x0f, true
 }
 
 // Parser is Parse for a run of IDs that mostly share their millisecond,
