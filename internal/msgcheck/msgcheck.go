@@ -98,21 +98,24 @@ func VisibleASCII(s string) bool {
 	// A read-only view of s: the loads below are combined into one per
 	// word, which the byte-wise reads of a string are not.
 	b := unsafe.Slice(unsafe.StringData(s), len(s))
-	var bad uint64
+	if len(b) < 8 {
+		for _, c := range b {
+			if c < 0x21 || c > 0x7e {
+				return false
+			}
+		}
+		return true
+	}
+	// The last word overlaps the ones before it when the length is not
+	// a multiple of eight.
+	last := binary.LittleEndian.Uint64(b[len(b)-8:])
+	bad := (last-0x21*ones)&^last | (last + ones) | last
 	for len(b) >= 8 {
 		w := binary.LittleEndian.Uint64(b)
 		bad |= (w-0x21*ones)&^w | (w + ones) | w // a byte < 0x21 or >= 0x7f sets its high bit
 		b = b[8:]
 	}
-	if bad&highs != 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
+	return bad&highs == 0
 }
 
 func validateHeader(k, v string) error {
