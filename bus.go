@@ -223,7 +223,7 @@ func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, g
 	for i, m := range msgs {
 		var g bool
 		g, at = gen.has(m.ID, at)
-		buf.vals[i] = backend.Message{ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload, PublishedAt: now, IDGenerated: g}
+		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
 		buf.ptrs[i] = &buf.vals[i]
 	}
 	n, err := b.partitionsOf(ctx, topic)
@@ -259,6 +259,24 @@ func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, g
 type publishBuf struct {
 	vals []backend.Message
 	ptrs []*backend.Message
+}
+
+// setMessage makes v, a reused SPI message, a message to publish. It
+// writes field by field rather than v = backend.Message{...}: while the
+// collector marks, a whole-struct copy runs the write barrier over every
+// pointer word of the struct, the zero ones included.
+func setMessage(v *backend.Message, id, key string, h map[string]string, payload []byte, at time.Time, generated bool) {
+	v.ID, v.Payload, v.PublishedAt, v.IDGenerated = id, payload, at, generated
+	if v.Key != "" || key != "" {
+		v.Key = key
+	}
+	if v.Headers != nil || h != nil {
+		v.Headers = h
+	}
+	if v.AckID != nil {
+		v.AckID = nil
+	}
+	v.Attempt = 0
 }
 
 // maxPooledBatch bounds the batches whose buffers are kept for reuse.

@@ -30,14 +30,24 @@ type Delivery struct {
 	rec *engine.Delivery[Delivery]
 }
 
-// fill sets the public face of a delivery the engine received.
+// fill sets the public face of a delivery the engine received, in a
+// record the engine has just allocated (zeroed).
 func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message) {
 	return func(r *engine.Delivery[Delivery], m *backend.Message) {
+		// r is zeroed memory: only what is set is written, field by
+		// field, as each pointer written while the collector marks costs
+		// a write barrier.
 		d := &r.Pub
-		d.Message = Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
+		d.ID = m.ID
+		if m.Key != "" {
+			d.Key = m.Key
+		}
 		if len(m.Headers) > 0 {
 			d.Headers, d.DeliverAt, d.ExpiresAt = takeTimes(m.Headers)
+		} else if m.Headers != nil {
+			d.Headers = m.Headers
 		}
+		d.Payload = m.Payload
 		d.Topic = topic
 		d.Group = group
 		d.Attempt = r.Attempt()

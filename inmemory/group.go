@@ -221,7 +221,7 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		return nil
 	}
 	leases := make([]lease, n)
-	ms, out := buf.Overwrite(n) // deliver assigns each message whole
+	ms, out := buf.Overwrite(n) // deliver sets every field of each message
 	deadline := now + int64(q.timeout)
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
@@ -232,11 +232,19 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		if len(e.headers) > 0 {
 			h = maps.Clone(e.headers)
 		}
-		ms[i] = backend.Message{
-			ID: e.id, Key: e.key, Headers: h, Payload: e.payload,
-			PublishedAt: time.Unix(0, e.published), AckID: l, Attempt: int(attempt),
+		// Field by field rather than ms[i] = backend.Message{...}: while
+		// the collector marks, a whole-struct copy runs the write barrier
+		// over every pointer word, the zero ones included.
+		m := &ms[i]
+		m.ID, m.Payload, m.AckID = e.id, e.payload, l
+		if m.Key != "" || e.key != "" {
+			m.Key = e.key
 		}
-		out = append(out, &ms[i])
+		if m.Headers != nil || h != nil {
+			m.Headers = h
+		}
+		m.PublishedAt, m.Attempt = time.Unix(0, e.published), int(attempt)
+		out = append(out, m)
 	}
 	for len(out) < n && g.ready.len() > 0 {
 		r := g.ready.pop()

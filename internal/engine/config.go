@@ -66,7 +66,7 @@ type Config[P any] struct {
 	// Handler runs a delivery (middleware already applied).
 	Handler func(ctx context.Context, d *Delivery[P]) error
 	// Fill sets the public face of d from m; it must make d.Pub lead back
-	// to d.
+	// to d. d.Pub is zero when it is called.
 	Fill func(d *Delivery[P], m *backend.Message)
 	// ExpiresAt returns when a public face's message expires (zero:
 	// never); nil when no message expires.
