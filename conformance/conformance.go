@@ -37,9 +37,24 @@ func WithSkip(reason string, names ...string) Option {
 	}
 }
 
+// WithOnly runs the named cases alone, for a backend's test that runs
+// one area of the suite again in another setting (an older server, for
+// example).
+func WithOnly(names ...string) Option {
+	return func(c *config) {
+		if c.only == nil {
+			c.only = map[string]bool{}
+		}
+		for _, n := range names {
+			c.only[n] = true
+		}
+	}
+}
+
 type config struct {
 	scale float64
 	skip  map[string]string
+	only  map[string]bool // nil: every case
 }
 
 // dur scales a base duration by the configured time scale.
@@ -186,6 +201,11 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 			t.Errorf("conformance: WithSkip names %q, which is not a case of the suite", name)
 		}
 	}
+	for name := range cfg.only {
+		if !known[name] {
+			t.Errorf("conformance: WithOnly names %q, which is not a case of the suite", name)
+		}
+	}
 	// Capabilities are constant for a backend; read them once.
 	probe := newBackend(t)
 	caps := probe.Capabilities()
@@ -193,6 +213,9 @@ func Run(t *testing.T, newBackend NewBackend, opts ...Option) {
 		t.Fatalf("conformance: close the probe backend: %v", err)
 	}
 	for _, tc := range cases {
+		if cfg.only != nil && !cfg.only[tc.name] {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			if reason, ok := cfg.skip[tc.name]; ok {
 				t.Skipf("skipped by the backend's test: %s", reason)

@@ -50,15 +50,18 @@ type Backend struct {
 	opts  Options
 	caps  backend.Capabilities
 	v210  bool // server is 2.10 or later
-	v212  bool // server is 2.12 or later: message schedules (see schedule.go)
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}
 
 	streams sync.Map // stream name -> struct{}: streams known to exist
-	// schedStreams: stream name -> bool, whether it takes message
+	// schedStreams: stream name -> struct{}: streams known to store
 	// schedules (see schedulesReady).
 	schedStreams sync.Map
+	// promoters: topic -> *promoter, the promoters of the topics this
+	// backend has subscriptions on (promote.go).
+	promoMu   sync.Mutex
+	promoters map[string]*promoter
 	topics       topiccache.Cache[*topicNames]
 
 	closed atomic.Bool
@@ -148,9 +151,10 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 	b := &Backend{
 		nc: nc, ownConn: own, opts: o,
 		subs: map[subscriber]struct{}{},
+
+		promoters: map[string]*promoter{},
 	}
 	b.v210 = serverAtLeast(nc.ConnectedServerVersion(), 2, 10)
-	b.v212 = serverAtLeast(nc.ConnectedServerVersion(), 2, 12) && !o.noSchedules
 	maxPayload := 0
 	if mp := int(nc.MaxPayload()); mp > 2*headerRoom {
 		maxPayload = mp - headerRoom
@@ -180,7 +184,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			Ordered:        true,
 			StartOldest:    true,
 			Extend:         true,
-			Scheduling:     b.v212 && o.Retention != RetentionInterest,
+			Scheduling:     !o.noSchedules && o.Retention != RetentionInterest,
 			MaxPayload:     maxPayload,
 		}
 	}
@@ -273,6 +277,7 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return fmt.Errorf("nats: close: %w", backend.ErrClosed)
 	}
+	b.stopPromoters()
 	if b.ownConn {
 		b.nc.Close()
 	}

@@ -43,7 +43,7 @@ func (b *Backend) sharedTopics(subjects map[string]uint64) []backend.TopicInfo {
 		}
 		out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Scheduled: backend.Unknown})
 	}
-	if !b.v212 {
+	if !b.caps.Scheduling {
 		return out
 	}
 	for i := range out {
@@ -266,8 +266,9 @@ var _ backend.TopicDeleter = (*Backend)(nil)
 // DeleteTopic implements backend.TopicDeleter. With a stream per topic it
 // deletes the topic's stream, and with it the consumers (groups) on it. In
 // a shared stream it deletes the consumers that read only the topic's
-// subject and purges the topic's messages; the stream stays. Either way
-// it forgets the topic's group locks, partition count and member lists (partition.go);
+// subject and purges the topic's messages and schedules; the stream
+// stays. Either way it forgets the topic's group locks (the promoter's
+// among them), partition count and member lists (partition.go);
 // the bus deletes the partitions themselves, as topics of their own. Core NATS
 // retains nothing, so there is nothing to delete. A subscription still
 // live on the topic ends with an error.
@@ -324,5 +325,8 @@ func (b *Backend) deleteTopic(ctx context.Context, topic string) error {
 			return err
 		}
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(b.schedPattern(topic)))
 }

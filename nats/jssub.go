@@ -122,6 +122,7 @@ func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.Sub
 	}
 	s.sub = sub
 	b.track(s)
+	b.startPromoter(topic)
 	return s, nil
 }
 
@@ -637,9 +638,15 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 }
 
 // Close implements backend.Subscription. Unsettled deliveries are
-// redelivered by the server after their AckWait.
+// redelivered by the server after their AckWait. The last subscription of
+// the Backend on the topic stops the topic's promoter (promote.go).
 func (s *jsSub) Close() error {
 	s.subMu.Lock()
-	defer s.subMu.Unlock()
-	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
+	first := !s.isClosed()
+	err := s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
+	s.subMu.Unlock()
+	if first {
+		s.b.stopPromoter(s.topic)
+	}
+	return err
 }

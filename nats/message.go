@@ -20,8 +20,9 @@ const (
 	hdrMsgID = "Nats-Msg-Id"
 	// hdrKey carries Message.Key.
 	hdrKey = "bus-key"
-	// hdrID carries Message.ID on a scheduled message: the server drops
-	// Nats-Msg-Id from the copy it stores when the schedule fires.
+	// hdrID carries Message.ID on the copy of a schedule (promote.go),
+	// whose Nats-Msg-Id is the schedule's own, and on the copy a server
+	// schedule stores, which has none; it wins over Nats-Msg-Id.
 	hdrID = "bus-id"
 	// hdrPublished carries PublishedAt (Unix nanoseconds) in core mode;
 	// JetStream deliveries use the stream's timestamp instead.
@@ -187,9 +188,7 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 		case k == hdrKey:
 			out.Key = value(k, vs[0])
 		case k == hdrID:
-			if out.ID == "" {
-				out.ID = vs[0]
-			}
+			// Read after the loop: it wins over Nats-Msg-Id.
 		case k == hdrPublished:
 			if ns, err := strconv.ParseInt(vs[0], 10, 64); err == nil {
 				out.PublishedAt = time.Unix(0, ns)
@@ -206,6 +205,9 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 			}
 			out.Headers[uk] = value(k, vs[0])
 		}
+	}
+	if vs := h[hdrID]; len(vs) > 0 && vs[0] != "" {
+		out.ID = vs[0]
 	}
 }
 

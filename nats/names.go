@@ -136,8 +136,8 @@ func (b *Backend) streamSubjects(topic string) []string {
 	if b.opts.StreamMode == StreamShared {
 		return []string{b.opts.SubjectPrefix + ".>"}
 	}
-	if b.v212 {
-		return []string{b.subjectFor(topic), b.schedSubject(topic) + ".*"}
+	if b.caps.Scheduling {
+		return []string{b.subjectFor(topic), b.schedPattern(topic)}
 	}
 	return []string{b.subjectFor(topic)}
 }

@@ -162,8 +162,9 @@ type Options struct {
 	// Logger gets connection events with redacted URLs (default: discard).
 	Logger *slog.Logger
 
-	// noSchedules keeps message schedules off on a new server, so tests
-	// cover the fallback there (see schedule.go).
+	// noSchedules stores delayed messages at once, as a stream that
+	// cannot store schedules does, so tests cover that fallback (see
+	// schedule.go).
 	noSchedules bool
 }
 

@@ -157,12 +157,12 @@ func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, m
 	return noStream
 }
 
-// encodeFor builds the NATS message of m: a schedule when it is due at
-// least scheduleMinAhead later (due > 0, Unix ms) and the stream takes
-// schedules, else the message on the topic's subject.
+// encodeFor builds the NATS message of m: a schedule when it is due
+// later (due > 0, Unix ms) and the stream takes schedules, else the
+// message on the topic's subject.
 func (b *Backend) encodeFor(ctx context.Context, tn *topicNames, topic string, m *backend.Message, due int64) (*natsgo.Msg, error) {
-	if due > 0 && due >= time.Now().Add(scheduleMinAhead).UnixMilli() && b.schedulesReady(ctx, tn, topic) {
-		return b.encodeScheduled(tn, topic, m, due)
+	if due > 0 && b.schedulesReady(ctx, tn, topic) {
+		return b.encodeScheduled(tn, topic, m)
 	}
 	return encode(tn.subject, m, false, tn.idScope)
 }

@@ -13,11 +13,10 @@ import (
 	busnats "github.com/eventbus-go/bus/nats"
 )
 
-// On a server with message schedules a delayed message waits at the
-// server as a schedule, which the inspector counts apart from the topic's
-// messages, and arrives with its ID, its publish time and Attempt 1; in a
-// shared stream too.
-func TestDeliverAtIsAServerSchedule(t *testing.T) {
+// A delayed message waits at the server as a schedule, which the
+// inspector counts apart from the topic's messages, and arrives with its
+// ID, its publish time and Attempt 1; in a shared stream too.
+func TestDeliverAtWaitsAsASchedule(t *testing.T) {
 	for _, mode := range []busnats.StreamMode{busnats.StreamPerTopic, busnats.StreamShared} {
 		t.Run(mode.String(), func(t *testing.T) {
 			// A server of its own: creating the shared stream right after
@@ -26,7 +25,7 @@ func TestDeliverAtIsAServerSchedule(t *testing.T) {
 			// stream", 2 of 5 CI runs).
 			url := natstest.Start(t).URL()
 			be := connect(t, url, isolated(t, url, busnats.Options{StreamMode: mode}))
-			require.True(t, be.Capabilities().Scheduling, "a 2.12+ server holds scheduled messages")
+			require.True(t, be.Capabilities().Scheduling, "JetStream holds scheduled messages")
 			b := bus.New(be)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -37,14 +36,14 @@ func TestDeliverAtIsAServerSchedule(t *testing.T) {
 				return nil
 			}, bus.WithGroup("g"))
 			require.NoError(t, err)
-			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(2500 * time.Millisecond)}
+			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(300 * time.Millisecond)}
 			later := &bus.Message{ID: "later", Payload: []byte("l"), DeliverAt: time.Now().Add(time.Hour)}
 			before := time.Now()
 			require.NoError(t, b.Publish(ctx, "reminders", soon, later))
 			ts, err := b.Topics(ctx)
 			require.NoError(t, err)
 			require.Len(t, ts, 1)
-			assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules (due beyond scheduleMinAhead)")
+			assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules")
 			assert.EqualValues(t, 0, ts[0].Messages, "none is the topic's yet")
 			select {
 			case d := <-got:
@@ -64,8 +63,8 @@ func TestDeliverAtIsAServerSchedule(t *testing.T) {
 	}
 }
 
-// A stream made without schedules (by a bus before them, or on an older
-// server) is changed to take them on the first delayed publish.
+// A stream made without the schedule subject (by a bus before it) is
+// changed to store schedules on the first delayed publish.
 func TestDeliverAtUpgradesAnOlderStream(t *testing.T) {
 	url := natstest.Start(t).URL()
 	opts := isolated(t, url, busnats.Options{})

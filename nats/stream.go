@@ -110,7 +110,6 @@ func (b *Backend) streamConfig(name, topic string) jetstream.StreamConfig {
 	if b.opts.Storage == StorageMemory {
 		cfg.Storage = jetstream.MemoryStorage
 	}
-	cfg.AllowMsgSchedules = b.v212
 	if b.opts.Retention == RetentionInterest {
 		cfg.Retention = jetstream.InterestPolicy
 	}
