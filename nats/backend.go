@@ -62,7 +62,7 @@ type Backend struct {
 	// backend has subscriptions on (promote.go).
 	promoMu   sync.Mutex
 	promoters map[string]*promoter
-	topics       topiccache.Cache[*topicNames]
+	topics    topiccache.Cache[*topicNames]
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to
