@@ -268,3 +268,20 @@ func TestDeleteTopicDeletesItsSchedules(t *testing.T) {
 	assert.Equal(t, "kept", ts[0].Name)
 	assert.EqualValues(t, 1, ts[0].Scheduled, "the other topic's schedule stays")
 }
+
+// A DeliverAt further ahead than the streams' max age is refused before
+// any I/O: the stream would drop the message before it is due.
+func TestDeliverAtBeyondMaxAgeIsRefused(t *testing.T) {
+	url := natstest.Start(t).URL()
+	b := bus.New(connect(t, url, isolated(t, url, busnats.Options{MaxAge: time.Hour})))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func() { require.NoError(t, b.Close(ctx)) }()
+	err := b.Publish(ctx, "reminders",
+		&bus.Message{Payload: []byte("soon"), DeliverAt: time.Now().Add(time.Minute)},
+		&bus.Message{Payload: []byte("too late"), DeliverAt: time.Now().Add(2 * time.Hour)})
+	require.ErrorIs(t, err, bus.ErrInvalidMessage)
+	ts, err := b.Topics(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, ts, "nothing was published, not even the stream")
+}

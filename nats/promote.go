@@ -59,6 +59,14 @@ const (
 	// promoteRetry is the pause before a schedule whose promotion failed
 	// is tried again.
 	promoteRetry = 100 * time.Millisecond
+	// promoteLead is how long before its DeliverAt a schedule is
+	// promoted: about what a promotion takes (reading the schedule,
+	// storing the copy) and the member's fetch, so that the copy reaches
+	// the member by its DeliverAt. The member holds a copy that arrives
+	// early in its slot until DeliverAt (the engine's early deliveries,
+	// which also cover clocks apart), so the lead costs a slot for at
+	// most that long and a message is never handled early.
+	promoteLead = 20 * time.Millisecond
 	// unlockWait bounds the release of the lock when a promoter stops.
 	unlockWait = 500 * time.Millisecond
 )
@@ -136,7 +144,12 @@ func (p *promoter) run(ctx context.Context) {
 	holder := nuid.Next()
 	failing := false
 	for {
-		held, _, err := p.b.LockGroup(ctx, p.topic, promoterGroup, holder, promoterTTL)
+		// A stream that stores no schedules (or does not exist yet)
+		// needs no promoter, nor the lock's bucket.
+		held, err := false, error(nil)
+		if p.b.schedulesReady(ctx, p.b.namesFor(p.topic), p.topic) {
+			held, _, err = p.b.LockGroup(ctx, p.topic, promoterGroup, holder, promoterTTL)
+		}
 		if held {
 			err = p.lead(ctx, holder)
 			p.unlock(holder)
@@ -172,11 +185,6 @@ func (p *promoter) unlock(holder string) {
 // read the schedules or renew the lock (the error).
 func (p *promoter) lead(ctx context.Context, holder string) error {
 	tn := p.b.namesFor(p.topic)
-	if !p.b.schedulesReady(ctx, tn, p.topic) {
-		// Nothing is scheduled in a stream that cannot store schedules
-		// (or has none yet): look again later.
-		return nil
-	}
 	st, err := p.b.js.Stream(ctx, tn.stream)
 	if err != nil {
 		return fmt.Errorf("look up stream %q: %w", tn.stream, err)
@@ -240,14 +248,17 @@ func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topi
 	if now.Before(q.retryAt) {
 		return q.retryAt
 	}
-	if batch := q.popDue(now.UnixMilli(), promoteBatch); len(batch) > 0 {
+	if batch := q.popDue(now.Add(promoteLead).UnixMilli(), promoteBatch); len(batch) > 0 {
 		if failed := p.promote(ctx, st, tn, batch); len(failed) > 0 {
 			q.pushAll(failed)
 			q.retryAt = time.Now().Add(promoteRetry)
 			return q.retryAt
 		}
 	}
-	return q.next()
+	if next := q.next(); !next.IsZero() {
+		return next.Add(-promoteLead)
+	}
+	return time.Time{}
 }
 
 // promote stores a copy of each schedule of batch on the topic's subject,

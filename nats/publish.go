@@ -9,6 +9,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -86,6 +87,10 @@ const smallBatch = 16
 const defaultStallWait = 200 * time.Millisecond
 
 func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
+	due := backend.DueTimes(msgs)
+	if err := b.checkDue(due); err != nil {
+		return err
+	}
 	tn, err := b.ensureStream(ctx, topic)
 	if err != nil {
 		return err
@@ -98,7 +103,6 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	}
 	futures = futures[:len(msgs)]
 	fs := failures{n: len(msgs)}
-	due := backend.DueTimes(msgs)
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			fs.add(i, err)
@@ -165,6 +169,22 @@ func (b *Backend) encodeFor(ctx context.Context, tn *topicNames, topic string, m
 		return b.encodeScheduled(tn, topic, m)
 	}
 	return encode(tn.subject, m, false, tn.idScope)
+}
+
+// checkDue refuses, before any I/O, a batch with a message due further
+// ahead than MaxAge: the stream would drop its schedule before it is due.
+func (b *Backend) checkDue(due []int64) error {
+	if due == nil || b.opts.MaxAge <= 0 {
+		return nil
+	}
+	limit := time.Now().Add(b.opts.MaxAge).UnixMilli()
+	for i, ms := range due {
+		if ms > limit {
+			return fmt.Errorf("%w: message %d: DeliverAt %s is more than the streams' max age (%v) ahead: the stream would drop it before it is due",
+				bus.ErrInvalidMessage, i, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), b.opts.MaxAge)
+		}
+	}
+	return nil
 }
 
 // dueAt is due[i], or 0 when due is nil.
