@@ -192,7 +192,6 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 	q := &dueQueue{wake: make(chan struct{}, 1)}
 	cons, err := p.b.js.OrderedConsumer(ctx, tn.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{p.b.schedPattern(p.topic)},
-		HeadersOnly:    true,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -206,6 +205,13 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 		cc.Stop()
 		<-cc.Closed()
 	}()
+	dels := make(chan []uint64, deleteQueue)
+	deleted := make(chan struct{})
+	go deleteSchedules(ctx, st, dels, deleted)
+	defer func() {
+		close(dels)
+		<-deleted
+	}()
 	p.leading.Store(true)
 	defer p.leading.Store(false)
 	renewed := time.Now()
@@ -214,7 +220,7 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next := p.promoteDue(ctx, st, tn, q)
+		next := p.promoteDue(ctx, st, tn, q, dels)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)
@@ -243,13 +249,13 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 
 // promoteDue promotes up to promoteBatch due schedules and returns when
 // to look again (zero: nothing is scheduled).
-func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue) time.Time {
+func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue, dels chan<- []uint64) time.Time {
 	now := time.Now()
 	if now.Before(q.retryAt) {
 		return q.retryAt
 	}
 	if batch := q.popDue(now.Add(promoteLead).UnixMilli(), promoteBatch); len(batch) > 0 {
-		if failed := p.promote(ctx, st, tn, batch); len(failed) > 0 {
+		if failed := p.promote(ctx, st, tn, batch, dels); len(failed) > 0 {
 			q.pushAll(failed)
 			q.retryAt = time.Now().Add(promoteRetry)
 			return q.retryAt
@@ -262,12 +268,24 @@ func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topi
 }
 
 // promote stores a copy of each schedule of batch on the topic's subject,
-// in batch order, then deletes the schedules whose copy was stored. It
-// returns the entries to try again.
-func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry) []dueEntry {
-	raws := make([]*jetstream.RawStreamMsg, len(batch))
+// in batch order, and hands the schedules whose copy was stored to the
+// deleter (dels). It returns the entries to try again.
+func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry, dels chan<- []uint64) []dueEntry {
+	var missing []int
+	for i, e := range batch {
+		if e.msg == nil {
+			missing = append(missing, i)
+		}
+	}
 	errs := make([]error, len(batch))
-	each(len(batch), func(i int) { raws[i], errs[i] = st.GetMsg(ctx, batch[i].seq) })
+	each(len(missing), func(j int) {
+		i := missing[j]
+		raw, err := st.GetMsg(ctx, batch[i].seq)
+		if err == nil {
+			batch[i].msg = &schedMsg{header: raw.Header, data: raw.Data, stored: raw.Time}
+		}
+		errs[i] = err
+	})
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	var failed []dueEntry
 	for i, e := range batch {
@@ -279,7 +297,7 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 			failed = append(failed, e)
 			continue
 		}
-		f, err := p.b.js.PublishMsgAsync(copyOfSchedule(tn, raws[i], e.seq))
+		f, err := p.b.js.PublishMsgAsync(copyOfSchedule(tn, e.msg, e.seq))
 		if err != nil {
 			failed = append(failed, e)
 			continue
@@ -300,33 +318,74 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 			failed = append(failed, batch[i])
 		}
 	}
-	// A schedule whose delete fails stays: the next leader promotes it
-	// again, and the stream drops that copy within its duplicates window.
-	each(len(stored), func(i int) { _ = st.DeleteMsg(ctx, stored[i]) })
+	if len(stored) > 0 {
+		select {
+		case dels <- stored:
+		case <-ctx.Done():
+		}
+	}
 	return failed
+}
+
+// deleteQueue bounds the rounds of promoted schedules waiting for the
+// deleter.
+const deleteQueue = 64
+
+// deleteSchedules deletes the promoted schedules it receives on dels
+// until dels closes, then closes done. It runs apart from promotion, so
+// that a round's deletes never hold back the next round's copies. A
+// schedule whose delete fails stays: the next leader promotes it again,
+// and the stream drops that copy within its duplicates window.
+func deleteSchedules(ctx context.Context, st jetstream.Stream, dels <-chan []uint64, done chan<- struct{}) {
+	defer close(done)
+	for seqs := range dels {
+		if ctx.Err() != nil {
+			continue
+		}
+		each(len(seqs), func(i int) { _ = st.DeleteMsg(ctx, seqs[i]) })
+	}
+}
+
+// schedMsg is a stored schedule: its headers, payload and store time.
+type schedMsg struct {
+	header natsgo.Header
+	data   []byte
+	stored time.Time
+}
+
+// size is what holding the schedule in memory costs, roughly.
+func (m *schedMsg) size() int64 {
+	n := len(m.data)
+	for k, vs := range m.header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return int64(n)
 }
 
 // copyOfSchedule is the message that promotes the schedule raw (stream
 // sequence seq) to the topic's subject: its headers and payload as
 // stored, without the server's headers, with the message ID in hdrID,
 // the schedule's store time in hdrPublished and a Nats-Msg-Id of its own.
-func copyOfSchedule(tn *topicNames, raw *jetstream.RawStreamMsg, seq uint64) *natsgo.Msg {
-	h := make(natsgo.Header, len(raw.Header)+3)
-	for k, v := range raw.Header {
+func copyOfSchedule(tn *topicNames, raw *schedMsg, seq uint64) *natsgo.Msg {
+	h := make(natsgo.Header, len(raw.header)+3)
+	for k, v := range raw.header {
 		if !isNATSHeader(k) {
 			h[k] = v
 		}
 	}
 	var m backend.Message
-	decodeHeaders(raw.Header, &m, tn.idScope)
+	decodeHeaders(raw.header, &m, tn.idScope)
 	if m.ID != "" {
 		h[hdrID] = []string{m.ID}
 	}
 	if len(h[hdrPublished]) == 0 {
-		h[hdrPublished] = []string{strconv.FormatInt(raw.Time.UnixNano(), 10)}
+		h[hdrPublished] = []string{strconv.FormatInt(raw.stored.UnixNano(), 10)}
 	}
-	h[hdrMsgID] = []string{raw.Header.Get(hdrMsgID) + "#due-" + strconv.FormatUint(seq, 10)}
-	return &natsgo.Msg{Subject: tn.subject, Header: h, Data: raw.Data}
+	h[hdrMsgID] = []string{raw.header.Get(hdrMsgID) + "#due-" + strconv.FormatUint(seq, 10)}
+	return &natsgo.Msg{Subject: tn.subject, Header: h, Data: raw.data}
 }
 
 // forgetPromoterLock deletes the promoter's lock of topic (DeleteTopic),
@@ -349,12 +408,18 @@ func (b *Backend) forgetPromoterLock(ctx context.Context, topic string) error {
 	return kv.Purge(ctx, key)
 }
 
-// dueEntry is a schedule: when it is due (Unix ms) and its stream
-// sequence.
+// dueEntry is a schedule: when it is due (Unix ms), its stream
+// sequence, and the schedule itself while the queue holds it in memory
+// (nil: read it again by sequence when it is due).
 type dueEntry struct {
 	due int64
 	seq uint64
+	msg *schedMsg
 }
+
+// heldBudget bounds the bytes of schedules a leader holds in memory
+// (dueEntry.msg); beyond it, schedules are read again when they are due.
+const heldBudget = 64 << 20
 
 // dueQueue holds the schedules the leader knows of, first due first,
 // and in stream order among those due at the same time. The reader adds
@@ -362,14 +427,15 @@ type dueEntry struct {
 type dueQueue struct {
 	mu   sync.Mutex
 	h    dueHeap
+	held int64         // bytes of the schedules in h held in memory
 	wake chan struct{} // signalled when an entry is added
 	// retryAt is when failed promotions are tried again; the leader's
 	// goroutine only.
 	retryAt time.Time
 }
 
-// add is the reader's handler: it adds the schedule msg, whose headers
-// alone were delivered. A server schedule (published by an earlier
+// add is the reader's handler: it adds the schedule msg, held in memory
+// within heldBudget. A server schedule (published by an earlier
 // version of this package on 2.12 and later) is the server's to fire; a
 // schedule without a due time is due now.
 func (q *dueQueue) add(msg jetstream.Msg) {
@@ -385,8 +451,14 @@ func (q *dueQueue) add(msg jetstream.Msg) {
 	if v := h[backend.HeaderDeliverAt]; len(v) > 0 {
 		due, _ = strconv.ParseInt(v[0], 10, 64)
 	}
+	e := dueEntry{due: due, seq: meta.Sequence.Stream, msg: &schedMsg{header: h, data: msg.Data(), stored: meta.Timestamp}}
 	q.mu.Lock()
-	heap.Push(&q.h, dueEntry{due: due, seq: meta.Sequence.Stream})
+	if n := e.msg.size(); q.held+n <= heldBudget {
+		q.held += n
+	} else {
+		e.msg = nil
+	}
+	heap.Push(&q.h, e)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -400,7 +472,11 @@ func (q *dueQueue) popDue(now int64, n int) []dueEntry {
 	defer q.mu.Unlock()
 	var out []dueEntry
 	for len(out) < n && len(q.h) > 0 && q.h[0].due <= now {
-		out = append(out, heap.Pop(&q.h).(dueEntry))
+		e := heap.Pop(&q.h).(dueEntry)
+		if e.msg != nil {
+			q.held -= e.msg.size()
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -409,6 +485,13 @@ func (q *dueQueue) pushAll(es []dueEntry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, e := range es {
+		if e.msg != nil {
+			if n := e.msg.size(); q.held+n <= heldBudget {
+				q.held += n
+			} else {
+				e.msg = nil
+			}
+		}
 		heap.Push(&q.h, e)
 	}
 }
