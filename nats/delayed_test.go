@@ -128,6 +128,10 @@ func TestDelayedMessagesAreNeverEarly(t *testing.T) {
 			return len(arrivals) >= n
 		}, 30*time.Second, 10*time.Millisecond, "every delayed message arrives")
 
+		require.Eventually(t, func() bool {
+			ts, err := b.Topics(ctx)
+			return err == nil && len(ts) == 1 && ts[0].Scheduled == 0 && ts[0].Messages == n
+		}, 10*time.Second, 20*time.Millisecond, "the promoted schedules are removed, their copies stay")
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, arrivals, n, "each arrives once")

@@ -140,7 +140,7 @@
 //	Ordered         yes (one member)        yes (one member, one publisher)
 //	StartOldest     yes                     no
 //	Extend          yes                     no
-//	Scheduling      yes on 2.12 and later   no (DeliverAt is refused)
+//	Scheduling      yes (not with interest retention) no (DeliverAt is refused)
 //	MaxPayload      server max_payload - 64 KiB kept for headers (the largest header block the bus accepts, encoded)
 //
 // Without Redelivery the bus dead-letters a failed message at once instead
@@ -174,19 +174,31 @@
 //
 // # Delayed delivery
 //
-// On nats-server 2.12 and later a message with a DeliverAt at least two
-// seconds ahead is published as a message schedule ("Nats-Schedule: @at <time>",
-// target the topic's subject) on the subject
-// "<prefix>.~sched.<topic>.<unique token>" of the topic's stream, which
-// is created (or changed once) with AllowMsgSchedules and that subject;
-// the groups' consumers filter on the topic's subject, so they see only
-// the copy the server stores when the schedule fires, which it does
-// 400 ms early for the member to hold until DeliverAt. The copy
-// carries the message's ID in "bus-id" (the server drops Nats-Msg-Id from
-// it) and its publish time in "bus-published". A message due sooner, and
-// on older servers and with bind_only streams every delayed message, is
-// stored at once, and the bus gives each early delivery back (Snooze)
-// until it is due.
+// A message with a DeliverAt still to come is stored, as published, on
+// the subject "<prefix>.~sched.<topic>.due" of the topic's stream (a
+// stream made before is given that subject on the first delayed
+// publish); the groups' consumers filter on the topic's subject, so they
+// never fetch it, and it holds no slot and none of MaxAckPending while it
+// waits. Every Backend with a subscription on the topic runs a promoter;
+// the one holding the topic's promoter lock (a group lock of the reserved
+// group "~promoter" in the locks bucket, three seconds, renewed while it
+// runs) reads the schedules with an ordered consumer, keeps their due
+// times (and their bodies, up to 64 MiB) and, 20 ms before each is due,
+// stores a copy on the topic's subject and deletes the schedule; the
+// member holds an early copy until DeliverAt, so no handler runs before
+// it. The copy keeps the headers and payload, carries the ID in "bus-id",
+// the publish time in "bus-published" and the Nats-Msg-Id of its schedule
+// with "#due-<sequence>" appended, so the stream drops a second copy of
+// one schedule within its duplicates window. When the promoter's member
+// dies, another takes over within four seconds; a message due while no
+// member ran is promoted when one starts. This runs on every server
+// version (2.9 and later); schedules of the server's own (2.12 and later)
+// that an earlier version of this package stored are left to the server.
+// A DeliverAt further ahead than MaxAge is refused (ErrInvalidMessage):
+// the stream would drop the schedule first. With interest retention, and
+// in a bind_only stream without the schedule subject, the message is
+// stored at once and the bus gives each early delivery back until it is
+// due; MaxMsgs and MaxBytes count schedules as messages.
 //
 // # Concurrency
 //

@@ -122,7 +122,7 @@ func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.Sub
 	}
 	s.sub = sub
 	b.track(s)
-	b.startPromoter(topic)
+	b.startPromoter(topic, cfg.Observer)
 	return s, nil
 }
 

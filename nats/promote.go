@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // Promotion. Every Backend with a subscription on a topic runs a promoter
@@ -68,14 +70,17 @@ const (
 	// most that long and a message is never handled early.
 	promoteLead = 20 * time.Millisecond
 	// unlockWait bounds the release of the lock when a promoter stops.
-	unlockWait = 500 * time.Millisecond
+	unlockWait = 250 * time.Millisecond
 )
 
 // promoter runs the promotion of one topic for the Backend's
 // subscriptions on it.
 type promoter struct {
-	b      *Backend
-	topic  string
+	b     *Backend
+	topic string
+	// obs is the observer of the subscription that started the
+	// promoter (the bus gives every subscription the same one).
+	obs    observer.Observer
 	refs   int // subscriptions on the topic; under b.promoMu
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -85,8 +90,8 @@ type promoter struct {
 }
 
 // startPromoter counts a subscription on topic and starts the topic's
-// promoter with the first.
-func (b *Backend) startPromoter(topic string) {
+// promoter with the first, which reports its failures to obs.
+func (b *Backend) startPromoter(topic string, obs observer.Observer) {
 	if !b.caps.Scheduling {
 		return
 	}
@@ -98,7 +103,7 @@ func (b *Backend) startPromoter(topic string) {
 	p := b.promoters[topic]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &promoter{b: b, topic: topic, cancel: cancel, done: make(chan struct{})}
+		p = &promoter{b: b, topic: topic, obs: obs, cancel: cancel, done: make(chan struct{})}
 		b.promoters[topic] = p
 		go p.run(ctx)
 	}
@@ -160,7 +165,8 @@ func (p *promoter) run(ctx context.Context) {
 		if err != nil && !failing {
 			// Once per streak of failures: the messages wait, and a
 			// user must know why.
-			p.b.opts.Logger.Warn("nats: delayed messages are not promoted", "topic", p.topic, "err", err)
+			p.obs.Observe(context.Background(), observer.Event{Scope: observer.ScopeNack, Topic: p.topic,
+				Err: fmt.Errorf("nats: promote the delayed messages of %q: %w", p.topic, err)})
 		}
 		failing = err != nil
 		t := time.NewTimer(promoterTTL / 3)
@@ -205,7 +211,7 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 		cc.Stop()
 		<-cc.Closed()
 	}()
-	dels := make(chan []uint64, deleteQueue)
+	dels := make(chan cleanup, deleteQueue)
 	deleted := make(chan struct{})
 	go deleteSchedules(ctx, st, dels, deleted)
 	defer func() {
@@ -249,13 +255,20 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 
 // promoteDue promotes up to promoteBatch due schedules and returns when
 // to look again (zero: nothing is scheduled).
-func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue, dels chan<- []uint64) time.Time {
+func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue, dels chan<- cleanup) time.Time {
 	now := time.Now()
 	if now.Before(q.retryAt) {
 		return q.retryAt
 	}
 	if batch := q.popDue(now.Add(promoteLead).UnixMilli(), promoteBatch); len(batch) > 0 {
-		if failed := p.promote(ctx, st, tn, batch, dels); len(failed) > 0 {
+		failed, done := p.promote(ctx, st, tn, batch)
+		if c := q.settle(p.b.schedSubject(p.topic), done); !c.empty() {
+			select {
+			case dels <- c:
+			case <-ctx.Done():
+			}
+		}
+		if len(failed) > 0 {
 			q.pushAll(failed)
 			q.retryAt = time.Now().Add(promoteRetry)
 			return q.retryAt
@@ -268,9 +281,9 @@ func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topi
 }
 
 // promote stores a copy of each schedule of batch on the topic's subject,
-// in batch order, and hands the schedules whose copy was stored to the
-// deleter (dels). It returns the entries to try again.
-func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry, dels chan<- []uint64) []dueEntry {
+// in batch order. It returns the entries to try again and those done
+// with (their copy stored, or the schedule gone).
+func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry) (failed, done []dueEntry) {
 	var missing []int
 	for i, e := range batch {
 		if e.msg == nil {
@@ -287,11 +300,11 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 		errs[i] = err
 	})
 	futures := make([]jetstream.PubAckFuture, len(batch))
-	var failed []dueEntry
 	for i, e := range batch {
 		switch {
 		case errors.Is(errs[i], jetstream.ErrMsgNotFound):
 			// Promoted by another leader, or deleted with the topic.
+			done = append(done, e)
 			continue
 		case errs[i] != nil:
 			failed = append(failed, e)
@@ -304,45 +317,54 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 		}
 		futures[i] = f
 	}
-	var stored []uint64
 	for i, f := range futures {
 		if f == nil {
 			continue
 		}
 		select {
 		case <-f.Ok():
-			stored = append(stored, batch[i].seq)
+			done = append(done, batch[i])
 		case <-f.Err():
 			failed = append(failed, batch[i])
 		case <-ctx.Done():
 			failed = append(failed, batch[i])
 		}
 	}
-	if len(stored) > 0 {
-		select {
-		case dels <- stored:
-		case <-ctx.Done():
-		}
-	}
-	return failed
+	return failed, done
 }
+
+// cleanup is what the deleter removes after a round: the subjects of
+// the seconds whose every schedule read so far was promoted, up to (not
+// including) the sequence upTo, which covers exactly those the reader
+// delivered; and single schedules stored on other subjects.
+type cleanup struct {
+	subjects []string
+	upTo     uint64
+	seqs     []uint64
+}
+
+func (c cleanup) empty() bool { return len(c.subjects) == 0 && len(c.seqs) == 0 }
 
 // deleteQueue bounds the rounds of promoted schedules waiting for the
 // deleter.
 const deleteQueue = 64
 
-// deleteSchedules deletes the promoted schedules it receives on dels
-// until dels closes, then closes done. It runs apart from promotion, so
-// that a round's deletes never hold back the next round's copies. A
-// schedule whose delete fails stays: the next leader promotes it again,
-// and the stream drops that copy within its duplicates window.
-func deleteSchedules(ctx context.Context, st jetstream.Stream, dels <-chan []uint64, done chan<- struct{}) {
+// deleteSchedules removes the promoted schedules it receives on dels
+// until dels closes, then closes done: one purge per second's subject,
+// one delete per other schedule. It runs apart from promotion, so that a
+// round's deletes never hold back the next round's copies. A schedule
+// whose delete fails stays: the next leader promotes it again, and the
+// stream drops that copy within its duplicates window.
+func deleteSchedules(ctx context.Context, st jetstream.Stream, dels <-chan cleanup, done chan<- struct{}) {
 	defer close(done)
-	for seqs := range dels {
+	for c := range dels {
 		if ctx.Err() != nil {
 			continue
 		}
-		each(len(seqs), func(i int) { _ = st.DeleteMsg(ctx, seqs[i]) })
+		each(len(c.subjects), func(i int) {
+			_ = st.Purge(ctx, jetstream.WithPurgeSubject(c.subjects[i]), jetstream.WithPurgeSequence(c.upTo))
+		})
+		each(len(c.seqs), func(i int) { _ = st.DeleteMsg(ctx, c.seqs[i]) })
 	}
 }
 
@@ -414,7 +436,10 @@ func (b *Backend) forgetPromoterLock(ctx context.Context, topic string) error {
 type dueEntry struct {
 	due int64
 	seq uint64
-	msg *schedMsg
+	// second is the last token of its subject, the second of its due
+	// time; -1 when the subject has none (stored by something else).
+	second int64
+	msg    *schedMsg
 }
 
 // heldBudget bounds the bytes of schedules a leader holds in memory
@@ -429,6 +454,10 @@ type dueQueue struct {
 	h    dueHeap
 	held int64         // bytes of the schedules in h held in memory
 	wake chan struct{} // signalled when an entry is added
+	// open counts, per second, the schedules read and not yet done
+	// with; lastSeq is the last sequence read.
+	open    map[int64]int
+	lastSeq uint64
 	// retryAt is when failed promotions are tried again; the leader's
 	// goroutine only.
 	retryAt time.Time
@@ -451,8 +480,19 @@ func (q *dueQueue) add(msg jetstream.Msg) {
 	if v := h[backend.HeaderDeliverAt]; len(v) > 0 {
 		due, _ = strconv.ParseInt(v[0], 10, 64)
 	}
-	e := dueEntry{due: due, seq: meta.Sequence.Stream, msg: &schedMsg{header: h, data: msg.Data(), stored: meta.Timestamp}}
+	e := dueEntry{due: due, seq: meta.Sequence.Stream, second: -1, msg: &schedMsg{header: h, data: msg.Data(), stored: meta.Timestamp}}
+	subj := msg.Subject()
+	if sec, err := strconv.ParseInt(subj[strings.LastIndexByte(subj, '.')+1:], 10, 64); err == nil {
+		e.second = sec
+	}
 	q.mu.Lock()
+	if q.open == nil {
+		q.open = map[int64]int{}
+	}
+	if e.second >= 0 {
+		q.open[e.second]++
+	}
+	q.lastSeq = e.seq
 	if n := e.msg.size(); q.held+n <= heldBudget {
 		q.held += n
 	} else {
@@ -494,6 +534,28 @@ func (q *dueQueue) pushAll(es []dueEntry) {
 		}
 		heap.Push(&q.h, e)
 	}
+}
+
+// settle records the entries of done as done with and returns what to
+// remove from the stream: the subjects (under prefix) of the seconds
+// that have no schedule left to promote, up to the sequence after the
+// last one read, and the other entries one by one.
+func (q *dueQueue) settle(prefix string, done []dueEntry) cleanup {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var c cleanup
+	for _, e := range done {
+		if e.second < 0 {
+			c.seqs = append(c.seqs, e.seq)
+			continue
+		}
+		if q.open[e.second]--; q.open[e.second] == 0 {
+			delete(q.open, e.second)
+			c.subjects = append(c.subjects, prefix+"."+strconv.FormatInt(e.second, 10))
+		}
+	}
+	c.upTo = q.lastSeq + 1
+	return c
 }
 
 // next is when the first entry is due (zero: none).
