@@ -289,3 +289,64 @@ func TestDeliverAtBeyondMaxAgeIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, ts, "nothing was published, not even the stream")
 }
+
+// Many schedules due over a second, published in batches while earlier
+// ones are promoted: every one is promoted once (the topic ends up with
+// one copy of each and no schedule left) and arrives.
+func TestEveryScheduleIsPromotedOnceUnderLoad(t *testing.T) {
+	forEachServer(t, func(t *testing.T, url string) {
+		const n, batch = 5000, 50
+		b := bus.New(connect(t, url, isolated(t, url, busnats.Options{})))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		defer func() { require.NoError(t, b.Close(ctx)) }()
+		var mu sync.Mutex
+		seen := map[string]int{}
+		_, err := b.Subscribe(ctx, "load", func(_ context.Context, d *bus.Delivery) error {
+			mu.Lock()
+			seen[d.ID]++
+			mu.Unlock()
+			return nil
+		}, bus.WithGroup("g"), bus.WithAckTimeout(5*time.Second))
+		require.NoError(t, err)
+		start := time.Now()
+		for i := 0; i < n; i += batch {
+			msgs := make([]*bus.Message, batch)
+			for j := range msgs {
+				msgs[j] = &bus.Message{ID: fmt.Sprintf("m%05d", i+j), Payload: []byte("x"),
+					DeliverAt: start.Add(200*time.Millisecond + time.Duration(i+j)*time.Second/n)}
+			}
+			require.NoError(t, b.Publish(ctx, "load", msgs...))
+		}
+		var last backend.TopicInfo
+		var lastErr error
+		assert.Eventually(t, func() bool {
+			got, err := b.Topics(ctx)
+			if lastErr = err; err != nil || len(got) != 1 {
+				return false
+			}
+			last = got[0]
+			return got[0].Scheduled == 0 && got[0].Messages >= n
+		}, 30*time.Second, 50*time.Millisecond, "every schedule is promoted")
+		require.NoError(t, lastErr, "list the topics")
+		mu.Lock()
+		arrived := len(seen)
+		mu.Unlock()
+		if arrived < n {
+			var missing []string
+			for i := range n {
+				if id := fmt.Sprintf("m%05d", i); seen[id] == 0 && len(missing) < 60 {
+					missing = append(missing, id)
+				}
+			}
+			t.Logf("missing: %v", missing)
+		}
+		require.EqualValues(t, 0, last.Scheduled, "no schedule is left (%d of %d arrived)", arrived, n)
+		require.EqualValues(t, n, last.Messages, "one copy of each schedule")
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen) == n
+		}, 30*time.Second, 20*time.Millisecond, "every message arrives")
+	})
+}

@@ -93,8 +93,8 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 				// The second subject holds the topic's schedules: their
 				// messages are not the topic's yet.
 				if st, err := b.js.Stream(ctx, info.Config.Name); err == nil {
-					if n, err := b.scheduledCount(ctx, st, topic); err == nil && n != backend.Unknown {
-						ti.Scheduled, ti.Messages = n, max(ti.Messages-n, 0)
+					if m, n, err := b.scheduledCount(ctx, st, topic); err == nil {
+						ti.Messages, ti.Scheduled = m, n
 					}
 				}
 			}

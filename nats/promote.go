@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,7 +210,7 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 		cc.Stop()
 		<-cc.Closed()
 	}()
-	dels := make(chan cleanup, deleteQueue)
+	dels := make(chan []uint64, deleteQueue)
 	deleted := make(chan struct{})
 	go deleteSchedules(ctx, st, dels, deleted)
 	defer func() {
@@ -255,20 +254,13 @@ func (p *promoter) lead(ctx context.Context, holder string) error {
 
 // promoteDue promotes up to promoteBatch due schedules and returns when
 // to look again (zero: nothing is scheduled).
-func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue, dels chan<- cleanup) time.Time {
+func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topicNames, q *dueQueue, dels chan<- []uint64) time.Time {
 	now := time.Now()
 	if now.Before(q.retryAt) {
 		return q.retryAt
 	}
 	if batch := q.popDue(now.Add(promoteLead).UnixMilli(), promoteBatch); len(batch) > 0 {
-		failed, done := p.promote(ctx, st, tn, batch)
-		if c := q.settle(p.b.schedSubject(p.topic), done); !c.empty() {
-			select {
-			case dels <- c:
-			case <-ctx.Done():
-			}
-		}
-		if len(failed) > 0 {
+		if failed := p.promote(ctx, st, tn, batch, dels); len(failed) > 0 {
 			q.pushAll(failed)
 			q.retryAt = time.Now().Add(promoteRetry)
 			return q.retryAt
@@ -281,9 +273,9 @@ func (p *promoter) promoteDue(ctx context.Context, st jetstream.Stream, tn *topi
 }
 
 // promote stores a copy of each schedule of batch on the topic's subject,
-// in batch order. It returns the entries to try again and those done
-// with (their copy stored, or the schedule gone).
-func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry) (failed, done []dueEntry) {
+// in batch order, and hands the schedules whose copy was stored to the
+// deleter (dels). It returns the entries to try again.
+func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNames, batch []dueEntry, dels chan<- []uint64) []dueEntry {
 	var missing []int
 	for i, e := range batch {
 		if e.msg == nil {
@@ -300,11 +292,11 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 		errs[i] = err
 	})
 	futures := make([]jetstream.PubAckFuture, len(batch))
+	var failed []dueEntry
 	for i, e := range batch {
 		switch {
 		case errors.Is(errs[i], jetstream.ErrMsgNotFound):
 			// Promoted by another leader, or deleted with the topic.
-			done = append(done, e)
 			continue
 		case errs[i] != nil:
 			failed = append(failed, e)
@@ -317,54 +309,45 @@ func (p *promoter) promote(ctx context.Context, st jetstream.Stream, tn *topicNa
 		}
 		futures[i] = f
 	}
+	var stored []uint64
 	for i, f := range futures {
 		if f == nil {
 			continue
 		}
 		select {
 		case <-f.Ok():
-			done = append(done, batch[i])
+			stored = append(stored, batch[i].seq)
 		case <-f.Err():
 			failed = append(failed, batch[i])
 		case <-ctx.Done():
 			failed = append(failed, batch[i])
 		}
 	}
-	return failed, done
+	if len(stored) > 0 {
+		select {
+		case dels <- stored:
+		case <-ctx.Done():
+		}
+	}
+	return failed
 }
-
-// cleanup is what the deleter removes after a round: the subjects of
-// the seconds whose every schedule read so far was promoted, up to (not
-// including) the sequence upTo, which covers exactly those the reader
-// delivered; and single schedules stored on other subjects.
-type cleanup struct {
-	subjects []string
-	upTo     uint64
-	seqs     []uint64
-}
-
-func (c cleanup) empty() bool { return len(c.subjects) == 0 && len(c.seqs) == 0 }
 
 // deleteQueue bounds the rounds of promoted schedules waiting for the
 // deleter.
 const deleteQueue = 64
 
-// deleteSchedules removes the promoted schedules it receives on dels
-// until dels closes, then closes done: one purge per second's subject,
-// one delete per other schedule. It runs apart from promotion, so that a
-// round's deletes never hold back the next round's copies. A schedule
-// whose delete fails stays: the next leader promotes it again, and the
-// stream drops that copy within its duplicates window.
-func deleteSchedules(ctx context.Context, st jetstream.Stream, dels <-chan cleanup, done chan<- struct{}) {
+// deleteSchedules deletes the promoted schedules it receives on dels
+// until dels closes, then closes done. It runs apart from promotion, so
+// that a round's deletes never hold back the next round's copies. A
+// schedule whose delete fails stays: the next leader promotes it again,
+// and the stream drops that copy within its duplicates window.
+func deleteSchedules(ctx context.Context, st jetstream.Stream, dels <-chan []uint64, done chan<- struct{}) {
 	defer close(done)
-	for c := range dels {
+	for seqs := range dels {
 		if ctx.Err() != nil {
 			continue
 		}
-		each(len(c.subjects), func(i int) {
-			_ = st.Purge(ctx, jetstream.WithPurgeSubject(c.subjects[i]), jetstream.WithPurgeSequence(c.upTo))
-		})
-		each(len(c.seqs), func(i int) { _ = st.DeleteMsg(ctx, c.seqs[i]) })
+		each(len(seqs), func(i int) { _ = st.DeleteMsg(ctx, seqs[i]) })
 	}
 }
 
@@ -436,10 +419,7 @@ func (b *Backend) forgetPromoterLock(ctx context.Context, topic string) error {
 type dueEntry struct {
 	due int64
 	seq uint64
-	// second is the last token of its subject, the second of its due
-	// time; -1 when the subject has none (stored by something else).
-	second int64
-	msg    *schedMsg
+	msg *schedMsg
 }
 
 // heldBudget bounds the bytes of schedules a leader holds in memory
@@ -454,10 +434,6 @@ type dueQueue struct {
 	h    dueHeap
 	held int64         // bytes of the schedules in h held in memory
 	wake chan struct{} // signalled when an entry is added
-	// open counts, per second, the schedules read and not yet done
-	// with; lastSeq is the last sequence read.
-	open    map[int64]int
-	lastSeq uint64
 	// retryAt is when failed promotions are tried again; the leader's
 	// goroutine only.
 	retryAt time.Time
@@ -480,19 +456,8 @@ func (q *dueQueue) add(msg jetstream.Msg) {
 	if v := h[backend.HeaderDeliverAt]; len(v) > 0 {
 		due, _ = strconv.ParseInt(v[0], 10, 64)
 	}
-	e := dueEntry{due: due, seq: meta.Sequence.Stream, second: -1, msg: &schedMsg{header: h, data: msg.Data(), stored: meta.Timestamp}}
-	subj := msg.Subject()
-	if sec, err := strconv.ParseInt(subj[strings.LastIndexByte(subj, '.')+1:], 10, 64); err == nil {
-		e.second = sec
-	}
+	e := dueEntry{due: due, seq: meta.Sequence.Stream, msg: &schedMsg{header: h, data: msg.Data(), stored: meta.Timestamp}}
 	q.mu.Lock()
-	if q.open == nil {
-		q.open = map[int64]int{}
-	}
-	if e.second >= 0 {
-		q.open[e.second]++
-	}
-	q.lastSeq = e.seq
 	if n := e.msg.size(); q.held+n <= heldBudget {
 		q.held += n
 	} else {
@@ -534,28 +499,6 @@ func (q *dueQueue) pushAll(es []dueEntry) {
 		}
 		heap.Push(&q.h, e)
 	}
-}
-
-// settle records the entries of done as done with and returns what to
-// remove from the stream: the subjects (under prefix) of the seconds
-// that have no schedule left to promote, up to the sequence after the
-// last one read, and the other entries one by one.
-func (q *dueQueue) settle(prefix string, done []dueEntry) cleanup {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var c cleanup
-	for _, e := range done {
-		if e.second < 0 {
-			c.seqs = append(c.seqs, e.seq)
-			continue
-		}
-		if q.open[e.second]--; q.open[e.second] == 0 {
-			delete(q.open, e.second)
-			c.subjects = append(c.subjects, prefix+"."+strconv.FormatInt(e.second, 10))
-		}
-	}
-	c.upTo = q.lastSeq + 1
-	return c
 }
 
 // next is when the first entry is due (zero: none).

@@ -166,7 +166,7 @@ func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, m
 // message on the topic's subject.
 func (b *Backend) encodeFor(ctx context.Context, tn *topicNames, topic string, m *backend.Message, due int64) (*natsgo.Msg, error) {
 	if due > 0 && b.schedulesReady(ctx, tn, topic) {
-		return b.encodeScheduled(tn, topic, m, due)
+		return b.encodeScheduled(tn, topic, m)
 	}
 	return encode(tn.subject, m, false, tn.idScope)
 }

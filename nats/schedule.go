@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,15 +14,17 @@ import (
 
 // A message published with a DeliverAt still to come
 // (backend.HeaderDeliverAt) is stored at the broker apart from the
-// topic's ready messages: on the subject schedSubject(topic)+".<second>"
-// of the topic's stream, where <second> is the Unix second its DeliverAt
-// falls in; the groups' consumers (filtered on the topic's subject) never
-// read it. One member process of the topic promotes it when it is due
-// (promote.go): it stores a copy on the topic's subject, and purges a
-// second's subject once it has promoted every schedule it read there. So
-// a consumer only ever fetches what is due, on every server version, and
-// a delayed message holds no slot and none of the consumer's
-// MaxAckPending while it waits.
+// topic's ready messages: on the subject schedSubject(topic)+".due" of
+// the topic's stream, which the groups' consumers (filtered on the
+// topic's subject) never read. One member process of the topic promotes
+// it when it is due (promote.go): it stores a copy on the topic's
+// subject and then deletes the schedule. So a consumer only ever fetches
+// what is due, on every server version, and a delayed message holds no
+// slot and none of the consumer's MaxAckPending while it waits.
+//
+// Schedules are deleted one by one, not purged by subject: on 2.9 a
+// purge of part of the subjects of a consumer's filter moves that
+// consumer (the promoter's reader) past messages it has not delivered.
 //
 // The same mechanism runs on every server. nats-server 2.12 added
 // message schedules of its own ("Nats-Schedule"), but they fire on a
@@ -90,21 +91,26 @@ func (b *Backend) allowSchedules(ctx context.Context, stream, topic string) erro
 	return err
 }
 
-// encodeScheduled builds the schedule of m for topic, due at due (Unix
-// ms): m as published (with its Nats-Msg-Id, so that the stream drops a
-// republished duplicate), on the schedule subject of due's second.
-func (b *Backend) encodeScheduled(tn *topicNames, topic string, m *backend.Message, due int64) (*natsgo.Msg, error) {
-	return encode(b.schedSubject(topic)+"."+strconv.FormatInt(due/1000, 10), m, false, tn.idScope)
+// schedDueToken ends the subject the schedules are stored on.
+const schedDueToken = "due"
+
+// encodeScheduled builds the schedule of m for topic: m as published
+// (with its Nats-Msg-Id, so that the stream drops a republished
+// duplicate), on the schedule subject.
+func (b *Backend) encodeScheduled(tn *topicNames, topic string, m *backend.Message) (*natsgo.Msg, error) {
+	return encode(b.schedSubject(topic)+"."+schedDueToken, m, false, tn.idScope)
 }
 
-// scheduledCount is the count of topic's schedules waiting in st, the
-// topic's own stream: what it holds besides the topic's messages (the
-// schedules' subjects, one per second, may be many).
-func (b *Backend) scheduledCount(ctx context.Context, st jetstream.Stream, topic string) (backend.Figure, error) {
+// scheduledCount counts, in one look at st, the topic's own stream, the
+// topic's messages and its schedules (what the stream holds besides the
+// topic's messages, which takes in schedules stored on other subjects by
+// an earlier version of this package).
+func (b *Backend) scheduledCount(ctx context.Context, st jetstream.Stream, topic string) (messages, scheduled backend.Figure, err error) {
 	subject := b.subjectFor(topic)
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
-		return backend.Unknown, fmt.Errorf("count the schedules of %q: %w", topic, err)
+		return backend.Unknown, backend.Unknown, fmt.Errorf("count the schedules of %q: %w", topic, err)
 	}
-	return backend.Figure(info.State.Msgs - info.State.Subjects[subject]), nil
+	n := info.State.Subjects[subject]
+	return backend.Figure(n), backend.Figure(info.State.Msgs - n), nil
 }
