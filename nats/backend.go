@@ -62,6 +62,7 @@ type Backend struct {
 	// backend has subscriptions on (promote.go).
 	promoMu   sync.Mutex
 	promoters map[string]*promoter
+	promoWG   sync.WaitGroup // every promoter's goroutine
 	topics    topiccache.Cache[*topicNames]
 
 	closed atomic.Bool

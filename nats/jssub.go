@@ -642,11 +642,9 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 // the Backend on the topic stops the topic's promoter (promote.go).
 func (s *jsSub) Close() error {
 	s.subMu.Lock()
-	first := !s.isClosed()
-	err := s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
-	s.subMu.Unlock()
-	if first {
+	defer s.subMu.Unlock()
+	if !s.isClosed() {
 		s.b.stopPromoter(s.topic)
 	}
-	return err
+	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
 }

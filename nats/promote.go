@@ -69,7 +69,7 @@ const (
 	// most that long and a message is never handled early.
 	promoteLead = 20 * time.Millisecond
 	// unlockWait bounds the release of the lock when a promoter stops.
-	unlockWait = 250 * time.Millisecond
+	unlockWait = 100 * time.Millisecond
 )
 
 // promoter runs the promotion of one topic for the Backend's
@@ -82,7 +82,6 @@ type promoter struct {
 	obs    observer.Observer
 	refs   int // subscriptions on the topic; under b.promoMu
 	cancel context.CancelFunc
-	done   chan struct{}
 	// leading is set while the promoter holds the lock and reads the
 	// schedules.
 	leading atomic.Bool
@@ -102,15 +101,21 @@ func (b *Backend) startPromoter(topic string, obs observer.Observer) {
 	p := b.promoters[topic]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &promoter{b: b, topic: topic, obs: obs, cancel: cancel, done: make(chan struct{})}
+		p = &promoter{b: b, topic: topic, obs: obs, cancel: cancel}
 		b.promoters[topic] = p
-		go p.run(ctx)
+		b.promoWG.Add(1)
+		go func() {
+			defer b.promoWG.Done()
+			p.run(ctx)
+		}()
 	}
 	p.refs++
 }
 
 // stopPromoter uncounts a subscription on topic and stops the topic's
-// promoter with the last, releasing its lock.
+// promoter with the last: the promoter releases its lock and ends by
+// itself (within unlockWait), so that closing a subscription never waits
+// for it; Close waits for every promoter.
 func (b *Backend) stopPromoter(topic string) {
 	b.promoMu.Lock()
 	p := b.promoters[topic]
@@ -124,7 +129,6 @@ func (b *Backend) stopPromoter(topic string) {
 	delete(b.promoters, topic)
 	b.promoMu.Unlock()
 	p.cancel()
-	<-p.done
 }
 
 // stopPromoters stops every promoter (Close).
@@ -136,15 +140,12 @@ func (b *Backend) stopPromoters() {
 	for _, p := range ps {
 		p.cancel()
 	}
-	for _, p := range ps {
-		<-p.done
-	}
+	b.promoWG.Wait()
 }
 
 // run takes the topic's promoter lock whenever it is free and leads
 // while it holds it, until ctx ends.
 func (p *promoter) run(ctx context.Context) {
-	defer close(p.done)
 	holder := nuid.Next()
 	failing := false
 	for {
