@@ -295,7 +295,7 @@ func TestDeliverAtBeyondMaxAgeIsRefused(t *testing.T) {
 // one copy of each and no schedule left) and arrives.
 func TestEveryScheduleIsPromotedOnceUnderLoad(t *testing.T) {
 	forEachServer(t, func(t *testing.T, url string) {
-		const n, batch = 5000, 50
+		const n, batch = 3000, 50
 		b := bus.New(connect(t, url, isolated(t, url, busnats.Options{})))
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -332,15 +332,6 @@ func TestEveryScheduleIsPromotedOnceUnderLoad(t *testing.T) {
 		mu.Lock()
 		arrived := len(seen)
 		mu.Unlock()
-		if arrived < n {
-			var missing []string
-			for i := range n {
-				if id := fmt.Sprintf("m%05d", i); seen[id] == 0 && len(missing) < 60 {
-					missing = append(missing, id)
-				}
-			}
-			t.Logf("missing: %v", missing)
-		}
 		require.EqualValues(t, 0, last.Scheduled, "no schedule is left (%d of %d arrived)", arrived, n)
 		require.EqualValues(t, n, last.Messages, "one copy of each schedule")
 		require.Eventually(t, func() bool {
