@@ -35,10 +35,11 @@ func TestConformanceJetStream(t *testing.T) {
 func TestConformanceJetStreamSharedStream(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("-short: the per-topic run covers the backend; this one covers the shared-stream naming and servers without message schedules")
+		t.Skip("-short: the per-topic run covers the backend; this one covers the shared-stream naming and streams without schedules")
 	}
-	// Without message schedules: the fallback of servers before 2.12 for
-	// DeliverAt, on the embedded server, which has them.
+	// Without schedules: the fallback of streams that cannot store them
+	// (interest retention, bind-only), where the bus holds early
+	// deliveries.
 	runConformance(t, natstest.Start(t).URL(), busnats.WithoutSchedules(busnats.Options{StreamMode: busnats.StreamShared}), embeddedSkip)
 }
 
