@@ -394,26 +394,6 @@ func copyOfSchedule(tn *topicNames, raw *schedMsg, seq uint64) *natsgo.Msg {
 	return &natsgo.Msg{Subject: tn.subject, Header: h, Data: raw.data}
 }
 
-// forgetPromoterLock deletes the promoter's lock of topic (DeleteTopic),
-// without creating the bucket.
-func (b *Backend) forgetPromoterLock(ctx context.Context, topic string) error {
-	kv, err := b.js.KeyValue(ctx, b.bucketName("_LOCKS"))
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	key := lockKey(topic, promoterGroup)
-	if _, err := b.leaderGet(ctx, kv, key); err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil
-		}
-		return err
-	}
-	return kv.Purge(ctx, key)
-}
-
 // dueEntry is a schedule: when it is due (Unix ms), its stream
 // sequence, and the schedule itself while the queue holds it in memory
 // (nil: read it again by sequence when it is due).
