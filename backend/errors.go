@@ -24,6 +24,16 @@ var ErrSnoozeLimit = errors.New("snooze limit reached")
 // topic, a consumer group that does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrUnsupported is wrapped by the error of a call the backend cannot
+// serve (a capability it lacks, a store it does not have). The bus
+// re-exports it as bus.ErrUnsupported.
+var ErrUnsupported = errors.New("unsupported by backend")
+
+// ErrInvalidMessage is wrapped by the error about a message that cannot
+// be carried as it is (a field out of range, a reserved header). The bus
+// re-exports it as bus.ErrInvalidMessage.
+var ErrInvalidMessage = errors.New("invalid message")
+
 // ErrInvalidTopic is wrapped by the error of ValidateTopic; the bus
 // re-exports it as bus.ErrInvalidTopic.
 var ErrInvalidTopic = errors.New("invalid topic")

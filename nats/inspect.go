@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -22,7 +21,7 @@ func (b *Backend) inspectable(op string) error {
 		return fmt.Errorf("nats: %s: %w", op, backend.ErrClosed)
 	}
 	if b.opts.CoreNATS {
-		return fmt.Errorf("nats: %s: core NATS retains no messages: %w", op, bus.ErrUnsupported)
+		return fmt.Errorf("nats: %s: core NATS retains no messages: %w", op, backend.ErrUnsupported)
 	}
 	return nil
 }

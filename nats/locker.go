@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -68,7 +67,7 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 		return false, false, fmt.Errorf("nats: lock group %q of %q: %w", group, topic, backend.ErrClosed)
 	}
 	if b.opts.CoreNATS {
-		return false, false, fmt.Errorf("nats: lock group %q of %q: %w: core NATS has no key-value store", group, topic, bus.ErrUnsupported)
+		return false, false, fmt.Errorf("nats: lock group %q of %q: %w: core NATS has no key-value store", group, topic, backend.ErrUnsupported)
 	}
 	kv, err := b.locksKV(ctx)
 	if err != nil {

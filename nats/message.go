@@ -10,7 +10,6 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -120,10 +119,10 @@ func encode(subject string, m *backend.Message, core bool, idScope string) (*nat
 	}
 	for k, v := range m.Headers {
 		if isNATSHeader(k) {
-			return nil, fmt.Errorf("%w: header %q uses the reserved prefix \"nats-\"", bus.ErrInvalidMessage, k)
+			return nil, fmt.Errorf("%w: header %q uses the reserved prefix \"nats-\"", backend.ErrInvalidMessage, k)
 		}
 		if k == hdrKey || k == hdrPublished || k == hdrEncoded || k == hdrID {
-			return nil, fmt.Errorf("%w: header %q is reserved by the nats backend", bus.ErrInvalidMessage, k)
+			return nil, fmt.Errorf("%w: header %q is reserved by the nats backend", backend.ErrInvalidMessage, k)
 		}
 		set(wireKey(k), v)
 	}

@@ -14,7 +14,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -53,7 +52,7 @@ func (b *Backend) partitioned(ctx context.Context, op string) (jetstream.KeyValu
 		return nil, fmt.Errorf("nats: %s: %w", op, backend.ErrClosed)
 	}
 	if b.opts.CoreNATS {
-		return nil, fmt.Errorf("nats: %s: %w: core NATS has no key-value store", op, bus.ErrUnsupported)
+		return nil, fmt.Errorf("nats: %s: %w: core NATS has no key-value store", op, backend.ErrUnsupported)
 	}
 	kv, err := b.locksKV(ctx)
 	if err != nil {

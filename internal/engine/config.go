@@ -29,7 +29,7 @@ const (
 var (
 	ErrClosed          = backend.ErrClosed
 	ErrInvalidOption   = backend.ErrInvalidOption
-	ErrUnsupported     = errors.New("unsupported by backend")
+	ErrUnsupported     = backend.ErrUnsupported
 	ErrPayloadTooLarge = errors.New("payload too large")
 	ErrLeaseLost       = errors.New("lease lost")
 	ErrAlreadySettled  = errors.New("delivery already settled")

@@ -7,7 +7,6 @@ package msgcheck
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -19,8 +18,8 @@ import (
 	"github.com/eventbus-go/bus/internal/engine"
 )
 
-// ErrInvalidMessage is bus.ErrInvalidMessage.
-var ErrInvalidMessage = errors.New("invalid message")
+// ErrInvalidMessage is backend.ErrInvalidMessage (bus.ErrInvalidMessage).
+var ErrInvalidMessage = backend.ErrInvalidMessage
 
 // ErrPayloadTooLarge is bus.ErrPayloadTooLarge.
 var ErrPayloadTooLarge = engine.ErrPayloadTooLarge
