@@ -45,7 +45,7 @@ type Bus struct {
 
 // New returns a Bus over b. An invalid option makes every later call
 // return an error wrapping ErrInvalidOption.
-func New(b backend.Backend, opts ...Option) *Bus {
+func New(b Backend, opts ...Option) *Bus {
 	if b == nil {
 		o, _ := buildBusOptions(nil)
 		bus := newBus(nilBackend{}, o)
@@ -106,7 +106,7 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 }
 
 // Capabilities returns what the backend guarantees.
-func (b *Bus) Capabilities() backend.Capabilities { return b.caps }
+func (b *Bus) Capabilities() Capabilities { return b.caps }
 
 // Publish validates msgs, assigns IDs to messages without one, and
 // publishes them to topic as one batch. Invalid input is rejected before

@@ -23,10 +23,10 @@ type DeadLetter struct {
 	// headers (the bus-dlq-* headers are removed).
 	Message
 	// Reason is the human-readable reason; Code the machine-readable one
-	// (backend.CodeMaxDeliveries, CodePermanent, ...; empty for dead letters
+	// (CodeMaxDeliveries, CodePermanent, ...; empty for dead letters
 	// written before codes existed).
 	Reason string
-	Code   backend.DeadLetterCode
+	Code   DeadLetterCode
 	// Topic and Group are where the message was consumed when it was
 	// dead-lettered, and Attempt the attempt that gave up.
 	Topic   string
@@ -67,7 +67,7 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 // again at attempt 1. A message leaves dlq only after it is stored on its
 // topic, so a crash in between may duplicate it but never loses it. It
 // returns how many were replayed. IDs that name no dead letter of dlq are
-// an error wrapping backend.ErrNotFound, after the others were replayed.
+// an error wrapping ErrNotFound, after the others were replayed.
 func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
@@ -115,7 +115,7 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 // are listed, or all of them when ids is empty. Messages of dlq without
 // the dead-letter headers are never removed. It returns how many it
 // removed. IDs that name no dead letter of dlq are an error wrapping
-// backend.ErrNotFound, after the others were removed.
+// ErrNotFound, after the others were removed.
 func (b *Bus) PurgeDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: purge dead letters: %w", err)
@@ -174,7 +174,7 @@ func notFound(op, dlq string, ids []string) error {
 }
 
 // publishReplay publishes one replayed message: it is validated like any
-// other, with backend.HeaderReplayed as the one reserved header allowed.
+// other, with HeaderReplayed as the one reserved header allowed.
 func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error {
 	v := *m
 	v.Headers = maps.Clone(m.Headers)

@@ -6,7 +6,7 @@
 //
 // Open picks the backend from a URL scheme ("mem://", "redis://",
 // "nats://"); backends register their schemes with Register from init, so
-// a blank import links one in. New wraps a backend.Backend directly.
+// a blank import links one in. New wraps a Backend directly.
 //
 // # Semantics
 //

@@ -55,7 +55,7 @@ var (
 // backend stored every message not listed in Failed.
 type PublishError struct {
 	Topic    string
-	Failed   []backend.Failure // position in the Publish call, Message.ID, error
+	Failed   []Failure // position in the Publish call, Message.ID, error
 	Rejected bool
 }
 
@@ -89,7 +89,7 @@ func (e *PublishError) Unwrap() []error {
 // (AckOnSuccess), the message goes straight to the dead-letter topic with
 // code permanent; returned by a backend's Receive, the subscription ends
 // with Err set. It is backend.Permanent: one concept on both sides, so
-// backend.IsPermanent answers the same for an error marked by either.
+// IsPermanent answers the same for an error marked by either.
 // Permanent(nil) is nil.
 func Permanent(err error) error { return backend.Permanent(err) }
 

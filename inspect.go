@@ -34,7 +34,7 @@ func (b *Bus) inspector(op string) (backend.Inspector, error) {
 // their names (WithDeadLetter may name any topic): those whose oldest
 // retained message carries the dead-letter headers; that reads one message
 // per topic.
-func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
 	in, err := b.inspector("topics")
 	if err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (b *Bus) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 // with the partition and the member that owns it (from the group's live
 // members, as they share the partitions out); given a partition's name
 // ("orders~3", as Topics lists it), the groups of that partition.
-func (b *Bus) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+func (b *Bus) Groups(ctx context.Context, topic string) ([]GroupInfo, error) {
 	base, one, isPart := backend.SplitPartitionTopic(topic)
 	if !isPart || backend.ValidateTopic(base) != nil {
 		if err := backend.ValidateTopic(topic); err != nil {
@@ -128,8 +128,8 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 // whether it had received or settled them before or not, and none before
 // it. It needs a backend.GroupSeeker; backends document what happens to
 // the deliveries in flight and whether the group's members must be
-// stopped first. An unknown group is an error wrapping backend.ErrNotFound.
-func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to backend.SeekTarget) error {
+// stopped first. An unknown group is an error wrapping ErrNotFound.
+func (b *Bus) SeekGroup(ctx context.Context, topic, group string, to SeekTarget) error {
 	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: seek group: %w", err)
 	}

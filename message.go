@@ -13,18 +13,18 @@ import (
 // Message is one event. Publish assigns ID when it is empty.
 type Message struct {
 	// ID is unique per message; Publish assigns a time-ordered UUID
-	// (version 7) when it is empty. Otherwise it is 1 to backend.MaxIDLen bytes of
+	// (version 7) when it is empty. Otherwise it is 1 to MaxIDLen bytes of
 	// visible ASCII (0x21-0x7E: no spaces, no control characters).
 	// Backends that deduplicate use it.
 	ID string
 	// Key is an optional ordering or partition key: any valid UTF-8 of at
-	// most backend.MaxKeyLen bytes.
+	// most MaxKeyLen bytes.
 	Key string
-	// Headers are user metadata. Keys are 1 to backend.MaxHeaderKeyLen bytes of
+	// Headers are user metadata. Keys are 1 to MaxHeaderKeyLen bytes of
 	// HTTP token characters and must not start with a reserved prefix (see
-	// backend.ReservedHeaderPrefixes); keys that differ only in case are distinct.
+	// ReservedHeaderPrefixes); keys that differ only in case are distinct.
 	// Values are any valid UTF-8, spaces and line breaks included. A
-	// message has at most backend.MaxHeaders headers of at most backend.MaxHeaderBytes
+	// message has at most MaxHeaders headers of at most MaxHeaderBytes
 	// (keys and values together).
 	Headers map[string]string
 	// Payload is opaque bytes.
@@ -36,7 +36,7 @@ type Message struct {
 	// that would come at or after it dead-letters the message at once. It
 	// is carried with millisecond precision, in a reserved header the
 	// subscriber removes (so a message with ExpiresAt may have one header
-	// fewer than backend.MaxHeaders). The zero time means never; a time
+	// fewer than MaxHeaders). The zero time means never; a time
 	// outside the range every backend carries, 1677-09-21T00:12:43.146Z
 	// to 2262-04-11T23:47:16.854Z (int64 nanoseconds since the Unix
 	// epoch, as time.Time.UnixNano), is refused with ErrInvalidMessage.

@@ -14,5 +14,5 @@ func (nilBackend) Publish(context.Context, string, []*backend.Message) error { r
 func (nilBackend) Subscribe(context.Context, string, backend.SubscribeConfig) (backend.Subscription, error) {
 	return nil, ErrInvalidOption
 }
-func (nilBackend) Capabilities() backend.Capabilities { return backend.Capabilities{Name: "nil"} }
-func (nilBackend) Close() error                       { return nil }
+func (nilBackend) Capabilities() Capabilities { return Capabilities{Name: "nil"} }
+func (nilBackend) Close() error               { return nil }

@@ -443,12 +443,12 @@ func WithHandlerTimeout(d time.Duration) SubscribeOption {
 	})
 }
 
-// WithStartFrom sets where a new group starts: backend.StartNewest (the
+// WithStartFrom sets where a new group starts: StartNewest (the
 // default) delivers messages published after the group was created,
-// backend.StartOldest every message the topic still retains. It matters
+// StartOldest every message the topic still retains. It matters
 // only when the group is created; an existing group resumes where it
 // stands.
-func WithStartFrom(f backend.StartFrom) SubscribeOption {
+func WithStartFrom(f StartFrom) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if f != backend.StartNewest && f != backend.StartOldest {
 			return fmt.Errorf("%w: start from %v", ErrInvalidOption, f)

@@ -30,7 +30,7 @@ import (
 // 1024), stored at the broker: every publisher and subscriber of the
 // topic, in any process, reads it from there. A topic's partitions are set
 // once: creating it again with the same count is not an error, with another
-// count it is an error wrapping backend.ErrPartitionMismatch, and so is
+// count it is an error wrapping ErrPartitionMismatch, and so is
 // creating a topic that was already used (published to or subscribed to)
 // with a count other than 1. It needs a backend that implements
 // backend.Partitioner and backend.GroupLocker for more than one partition.

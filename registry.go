@@ -21,7 +21,7 @@ func init() {
 // Register makes a backend available to Open under a URL scheme: open
 // opens the backend from a URL and must not keep ctx. Backends call it
 // from init. It panics if open is nil or the scheme is taken.
-func Register(scheme string, open func(ctx context.Context, u *url.URL) (backend.Backend, error)) {
+func Register(scheme string, open func(ctx context.Context, u *url.URL) (Backend, error)) {
 	registry.Add(scheme, open)
 }
 
