@@ -17,7 +17,7 @@ import (
 
 // gatedBackend blocks every Publish to one topic until gate is closed.
 type gatedBackend struct {
-	backend.Backend
+	bus.Backend
 	topic string
 	gate  chan struct{}
 }
@@ -77,7 +77,7 @@ func TestSubscribeCtxCancelStopsFetchingWhilePublishBlocked(t *testing.T) {
 			default:
 			}
 			return nil
-		}, bus.WithGroup(fmt.Sprintf("g%d", round)), bus.WithStartFrom(backend.StartOldest), bus.WithMaxInFlight(maxInFlight))
+		}, bus.WithGroup(fmt.Sprintf("g%d", round)), bus.WithStartFrom(bus.StartOldest), bus.WithMaxInFlight(maxInFlight))
 		require.NoError(t, err, "round %d", round)
 		select {
 		case <-started:

@@ -45,10 +45,10 @@ func (g *gateBackend) Publish(ctx context.Context, _ string, msgs []*bus.Backend
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var failed []backend.Failure
+	var failed []bus.Failure
 	for i, m := range msgs {
 		if err := g.failIDs[m.ID]; err != nil {
-			failed = append(failed, backend.Failure{Index: i, Err: err})
+			failed = append(failed, bus.Failure{Index: i, Err: err})
 		}
 	}
 	if failed != nil {

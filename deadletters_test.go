@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -57,7 +56,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	assert.Equal(t, "orders", one.Topic)
 	assert.Equal(t, "billing", one.Group)
 	assert.Equal(t, 1, one.Attempt)
-	assert.Equal(t, backend.CodePermanent, one.Code, "the reason code says why")
+	assert.Equal(t, bus.CodePermanent, one.Code, "the reason code says why")
 	assert.Contains(t, one.Reason, "bad order")
 	assert.False(t, one.Time.IsZero(), "the dead-letter time is recorded")
 
@@ -67,7 +66,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 
 	fail.Store(false)
 	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "o-1", "missing")
-	require.ErrorIs(t, err, backend.ErrNotFound, "an unknown ID is an error")
+	require.ErrorIs(t, err, bus.ErrNotFound, "an unknown ID is an error")
 	assert.Contains(t, err.Error(), "missing", "the error names the unknown ID")
 	assert.Equal(t, 1, n, "the known ID is replayed all the same")
 	select {
@@ -91,7 +90,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq", "typo")
-	require.ErrorIs(t, err, backend.ErrNotFound, "purging an unknown ID is an error")
+	require.ErrorIs(t, err, bus.ErrNotFound, "purging an unknown ID is an error")
 	assert.Zero(t, n, "nothing purged for an unknown ID")
 	n, err = b.PurgeDeadLetters(ctx, "orders.dlq")
 	require.NoError(t, err)
@@ -130,16 +129,16 @@ func TestInspectorFiguresOnMem(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, gs, 1)
 	assert.Equal(t, "workers", gs[0].Name)
-	assert.Equal(t, backend.Figure(1), gs[0].Consumers)
-	assert.Equal(t, backend.Figure(3), gs[0].Pending, "three received and unsettled")
-	assert.Equal(t, backend.Figure(7), gs[0].Lag, "seven not delivered yet")
+	assert.Equal(t, bus.Figure(1), gs[0].Consumers)
+	assert.Equal(t, bus.Figure(3), gs[0].Pending, "three received and unsettled")
+	assert.Equal(t, bus.Figure(7), gs[0].Lag, "seven not delivered yet")
 	assert.False(t, gs[0].OldestPending.IsZero())
 
 	ts, err := b.Topics(ctx)
 	require.NoError(t, err)
 	require.Len(t, ts, 1)
 	assert.Equal(t, "jobs", ts[0].Name)
-	assert.Equal(t, backend.Figure(10), ts[0].Messages)
+	assert.Equal(t, bus.Figure(10), ts[0].Messages)
 	close(block)
 	require.NoError(t, sub.Close(ctx))
 }

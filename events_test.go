@@ -135,7 +135,7 @@ func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Key: "c-1"}))
 	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered)
 	dl := h.Entries[2]
-	assert.Equal(t, string(backend.CodePermanent), dl.Code, "the dead-letter code")
+	assert.Equal(t, string(bus.CodePermanent), dl.Code, "the dead-letter code")
 	assert.Equal(t, "orders.dlq", dl.DeadLetter, "the dead-letter topic")
 	assert.True(t, dl.Held, "the dead letter is still held")
 
@@ -186,8 +186,8 @@ func TestEventsOfAnExpiry(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", ExpiresAt: time.Now().Add(time.Minute)}))
 	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Expired, lifecycle.DeadLettered)
-	assert.Equal(t, string(backend.CodeExpired), h.Entries[1].Code)
-	assert.Equal(t, string(backend.CodeExpired), h.Entries[2].Code)
+	assert.Equal(t, string(bus.CodeExpired), h.Entries[1].Code)
+	assert.Equal(t, string(bus.CodeExpired), h.Entries[2].Code)
 }
 
 func TestEventsTopicMakesNoEventsOfItsOwn(t *testing.T) {
@@ -204,7 +204,7 @@ func TestEventsTopicMakesNoEventsOfItsOwn(t *testing.T) {
 			tailed <- e.MessageID
 		}
 		return nil
-	}, bus.WithStartFrom(backend.StartOldest))
+	}, bus.WithStartFrom(bus.StartOldest))
 	require.NoError(t, err)
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error { return nil })
 	require.NoError(t, err)
@@ -234,7 +234,7 @@ func TestWithEventsRefusesAnInvalidTopicBeforeIO(t *testing.T) {
 // blockedEvents is a backend whose publishes to the events topic wait
 // until unblocked or their ctx ends.
 type blockedEvents struct {
-	backend.Backend
+	bus.Backend
 	unblock chan struct{}
 }
 

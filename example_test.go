@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // Publish and subscribe on the in-process backend.
@@ -115,9 +114,9 @@ func Example_deadLetter() {
 	}
 	d := <-dead
 	fmt.Println("payload:", string(d.Payload))
-	fmt.Println("from:", d.Headers[backend.HeaderDeadLetterTopic], "group:", d.Headers[backend.HeaderDeadLetterGroup], "attempt:", d.Headers[backend.HeaderDeadLetterAttempt])
-	fmt.Println("id:", d.Headers[backend.HeaderDeadLetterID])
-	fmt.Println("reason:", d.Headers[backend.HeaderDeadLetterReason])
+	fmt.Println("from:", d.Headers[bus.HeaderDeadLetterTopic], "group:", d.Headers[bus.HeaderDeadLetterGroup], "attempt:", d.Headers[bus.HeaderDeadLetterAttempt])
+	fmt.Println("id:", d.Headers[bus.HeaderDeadLetterID])
+	fmt.Println("reason:", d.Headers[bus.HeaderDeadLetterReason])
 	// Output:
 	// payload: 4111-x
 	// from: payments group: charger attempt: 1

@@ -12,7 +12,7 @@ import (
 // fakeBackend is a scripted backend for testing the portable layer alone:
 // tests push messages into queue and read back every SPI call.
 type fakeBackend struct {
-	caps backend.Capabilities
+	caps bus.Capabilities
 
 	mu           sync.Mutex
 	queue        []*bus.BackendMessage
@@ -35,7 +35,7 @@ type fakeNack struct {
 
 func newFakeBackend() *fakeBackend {
 	return &fakeBackend{
-		caps:      backend.Capabilities{Name: "fake", Redelivery: true, ConsumerGroups: true, NackDelay: true},
+		caps:      bus.Capabilities{Name: "fake", Redelivery: true, ConsumerGroups: true, NackDelay: true},
 		wake:      make(chan struct{}, 1),
 		published: map[string][]*bus.BackendMessage{},
 	}
@@ -71,8 +71,8 @@ func (f *fakeBackend) Subscribe(context.Context, string, backend.SubscribeConfig
 	return &fakeSub{f: f}, nil
 }
 
-func (f *fakeBackend) Capabilities() backend.Capabilities { return f.caps }
-func (f *fakeBackend) Close() error                       { return nil }
+func (f *fakeBackend) Capabilities() bus.Capabilities { return f.caps }
+func (f *fakeBackend) Close() error                   { return nil }
 
 func (f *fakeBackend) snapshot() (acked []string, nacks []fakeNack, maxOut int) {
 	f.mu.Lock()

@@ -271,7 +271,7 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 // for ghostTTL, and does nothing more. The caller closes it.
 func crashedHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, lease, ghostTTL time.Duration) backend.Subscription {
 	t.Helper()
-	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
 	require.NoError(t, err)
 	taken, err := ghost.Receive(ctx, 1)
 	require.NoError(t, err)
@@ -647,7 +647,7 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return ctx.Err()
-	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(backend.StartOldest))
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(bus.StartOldest))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish(ctx, "orders", keyedMsgs("k", 2)...))
 	select {

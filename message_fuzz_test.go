@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // recordingBackend keeps what reaches Publish, to check that only valid
@@ -76,7 +75,7 @@ func FuzzValidateMessage(f *testing.F) {
 				t.Fatalf("accepted id %q has byte %#x", g.ID, g.ID[i])
 			}
 		}
-		if !utf8.ValidString(key) || !utf8.ValidString(hv) || len(key) > backend.MaxKeyLen || len(payload) > 64 {
+		if !utf8.ValidString(key) || !utf8.ValidString(hv) || len(key) > bus.MaxKeyLen || len(payload) > 64 {
 			t.Fatalf("accepted a message outside the rule: key %q value %q payload %d bytes", key, hv, len(payload))
 		}
 	})

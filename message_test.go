@@ -26,9 +26,9 @@ func TestValidateTopicAcceptsAndRejects(t *testing.T) {
 		{"simple", "orders", true},
 		{"dotted", "orders.created.v1", true},
 		{"all allowed", "a-b_c:d.E9", true},
-		{"max length", strings.Repeat("a", backend.MaxTopicLen), true},
+		{"max length", strings.Repeat("a", bus.MaxTopicLen), true},
 		{"empty", "", false},
-		{"too long", strings.Repeat("a", backend.MaxTopicLen+1), false},
+		{"too long", strings.Repeat("a", bus.MaxTopicLen+1), false},
 		{"leading dot", ".orders", false},
 		{"trailing dot", "orders.", false},
 		{"double dot", "orders..created", false},
@@ -41,7 +41,7 @@ func TestValidateTopicAcceptsAndRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := backend.ValidateTopic(tt.topic)
+			err := bus.ValidateTopic(tt.topic)
 			if tt.ok {
 				assert.NoError(t, err, "topic %q should be valid", tt.topic)
 				return
@@ -65,7 +65,7 @@ func (c *countingBackend) Publish(context.Context, string, []*bus.BackendMessage
 }
 
 func TestPublishRejectsBadInputBeforeIO(t *testing.T) {
-	big := make([]byte, backend.DefaultMaxPayload+1)
+	big := make([]byte, bus.DefaultMaxPayload+1)
 	tests := []struct {
 		name    string
 		topic   string
@@ -81,11 +81,11 @@ func TestPublishRejectsBadInputBeforeIO(t *testing.T) {
 		{"id with space", "t", []*bus.Message{{ID: "x1 "}}, bus.ErrInvalidMessage, []int{0}},
 		{"id with LF", "t", []*bus.Message{{ID: "x1\n"}}, bus.ErrInvalidMessage, []int{0}},
 		{"id non-ASCII", "t", []*bus.Message{{ID: "zé"}}, bus.ErrInvalidMessage, []int{0}},
-		{"id too long", "t", []*bus.Message{{ID: strings.Repeat("i", backend.MaxIDLen+1)}}, bus.ErrInvalidMessage, []int{0}},
-		{"key too long", "t", []*bus.Message{{Key: strings.Repeat("k", backend.MaxKeyLen+1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"id too long", "t", []*bus.Message{{ID: strings.Repeat("i", bus.MaxIDLen+1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"key too long", "t", []*bus.Message{{Key: strings.Repeat("k", bus.MaxKeyLen+1)}}, bus.ErrInvalidMessage, []int{0}},
 		{"key not UTF-8", "t", []*bus.Message{{Key: "k\xff"}}, bus.ErrInvalidMessage, []int{0}},
-		{"too many headers", "t", []*bus.Message{{Headers: manyHeaders(backend.MaxHeaders+1, 1)}}, bus.ErrInvalidMessage, []int{0}},
-		{"headers too large", "t", []*bus.Message{{Headers: map[string]string{"big": strings.Repeat("v", backend.MaxHeaderBytes)}}}, bus.ErrInvalidMessage, []int{0}},
+		{"too many headers", "t", []*bus.Message{{Headers: manyHeaders(bus.MaxHeaders+1, 1)}}, bus.ErrInvalidMessage, []int{0}},
+		{"headers too large", "t", []*bus.Message{{Headers: map[string]string{"big": strings.Repeat("v", bus.MaxHeaderBytes)}}}, bus.ErrInvalidMessage, []int{0}},
 		{"reserved bus prefix", "t", []*bus.Message{{Headers: map[string]string{"Bus-Dlq-Reason": "x"}}}, bus.ErrInvalidMessage, []int{0}},
 		{"reserved nats prefix", "t", []*bus.Message{{Headers: map[string]string{"Nats-Msg-Id": "x"}}}, bus.ErrInvalidMessage, []int{0}},
 		{"payload too large", "t", []*bus.Message{{Payload: big}}, bus.ErrPayloadTooLarge, []int{0}},
@@ -129,16 +129,16 @@ func TestPublishAcceptsTheWholeContentRule(t *testing.T) {
 		name string
 		msg  *bus.Message
 	}{
-		{"id at the bound", &bus.Message{ID: strings.Repeat("i", backend.MaxIDLen)}},
+		{"id at the bound", &bus.Message{ID: strings.Repeat("i", bus.MaxIDLen)}},
 		{"id of every visible ASCII byte", &bus.Message{ID: "!\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~"}},
 		{"key with spaces, CR, LF, colon and NUL", &bus.Message{Key: " k\r\nX: 1\x00 "}},
 		{"key non-ASCII UTF-8", &bus.Message{Key: "заказ-7 ✓"}},
-		{"key at the bound", &bus.Message{Key: strings.Repeat("k", backend.MaxKeyLen)}},
+		{"key at the bound", &bus.Message{Key: strings.Repeat("k", bus.MaxKeyLen)}},
 		{"header values with surrounding spaces and line breaks", &bus.Message{Headers: map[string]string{"a": "  v  ", "b": "x\r\ny", "c": "\x00", "d": ""}}},
 		{"header keys differing only by case", &bus.Message{Headers: map[string]string{"Trace": "1", "trace": "2"}}},
 		{"header named Status on an empty payload", &bus.Message{Headers: map[string]string{"Status": "404"}}},
-		{"max headers", &bus.Message{Headers: manyHeaders(backend.MaxHeaders, 1)}},
-		{"header bytes at the bound", &bus.Message{Headers: map[string]string{"big": strings.Repeat("v", backend.MaxHeaderBytes-3)}}},
+		{"max headers", &bus.Message{Headers: manyHeaders(bus.MaxHeaders, 1)}},
+		{"header bytes at the bound", &bus.Message{Headers: map[string]string{"big": strings.Repeat("v", bus.MaxHeaderBytes-3)}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,10 +220,10 @@ func TestOpenRedactsTokenOnlyUserInfo(t *testing.T) {
 func TestPermanentIsDetectedThroughWrapping(t *testing.T) {
 	base := errors.New("bad input")
 	err := bus.Permanent(base)
-	assert.True(t, backend.IsPermanent(err))
-	assert.True(t, backend.IsPermanent(errors.Join(errors.New("x"), err)))
+	assert.True(t, bus.IsPermanent(err))
+	assert.True(t, bus.IsPermanent(errors.Join(errors.New("x"), err)))
 	assert.ErrorIs(t, err, base)
-	assert.False(t, backend.IsPermanent(base))
+	assert.False(t, bus.IsPermanent(base))
 	assert.NoError(t, bus.Permanent(nil))
 }
 
@@ -264,13 +264,13 @@ func TestExpiresAtTakesOneHeader(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close(context.Background())
 	h := map[string]string{}
-	for i := range backend.MaxHeaders {
+	for i := range bus.MaxHeaders {
 		h[fmt.Sprintf("h%d", i)] = "v"
 	}
 	require.NoError(t, b.Publish(context.Background(), "t", &bus.Message{Headers: h}), "the full header count without ExpiresAt")
 	err = b.Publish(context.Background(), "t", &bus.Message{Headers: h, ExpiresAt: time.Now().Add(time.Hour)})
 	require.ErrorIs(t, err, bus.ErrInvalidMessage)
-	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d", backend.MaxHeaders-1))
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d", bus.MaxHeaders-1))
 }
 
 func TestRetryAfterMarksAndUnwraps(t *testing.T) {

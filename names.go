@@ -115,3 +115,21 @@ var (
 // IsPermanent reports whether err, or an error it wraps, was marked with
 // Permanent.
 func IsPermanent(err error) bool { return backend.IsPermanent(err) }
+
+// ValidateTopic reports whether topic is a valid topic name: 1 to
+// MaxTopicLen bytes of letters, digits and ". _ - :", with no empty
+// "."-token. The error wraps ErrInvalidTopic. Every call that takes a
+// topic checks it before any I/O; ValidateTopic checks one earlier (a
+// flag, a config file).
+func ValidateTopic(topic string) error { return backend.ValidateTopic(topic) }
+
+// PartitionTopic returns the name under which partition p of a
+// partitioned topic is stored and listed by Bus.Topics: "orders~3".
+func PartitionTopic(topic string, p int) string { return backend.PartitionTopic(topic, p) }
+
+// SplitPartitionTopic reports the topic and partition of a name that
+// PartitionTopic made (as Bus.Topics lists them); ok is false for any
+// other name.
+func SplitPartitionTopic(name string) (topic string, p int, ok bool) {
+	return backend.SplitPartitionTopic(name)
+}

@@ -16,8 +16,8 @@ func (nopBackend) Publish(context.Context, string, []*bus.BackendMessage) error 
 func (nopBackend) Subscribe(context.Context, string, backend.SubscribeConfig) (backend.Subscription, error) {
 	return nopSub{}, nil
 }
-func (nopBackend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Name: "nop", Redelivery: true, ConsumerGroups: true}
+func (nopBackend) Capabilities() bus.Capabilities {
+	return bus.Capabilities{Name: "nop", Redelivery: true, ConsumerGroups: true}
 }
 func (nopBackend) Close() error { return nil }
 

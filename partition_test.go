@@ -30,9 +30,9 @@ func TestCreateTopicSetsThePartitionsOnce(t *testing.T) {
 	require.NoError(t, b.CreateTopic(ctx, "orders", 4))
 	require.NoError(t, b.CreateTopic(ctx, "orders", 4), "the same count again is not an error")
 	err := b.CreateTopic(ctx, "orders", 8)
-	require.ErrorIs(t, err, backend.ErrPartitionMismatch, "another count is refused")
+	require.ErrorIs(t, err, bus.ErrPartitionMismatch, "another count is refused")
 	require.NoError(t, b.Publish(ctx, "used", &bus.Message{Payload: []byte("x")}))
-	require.ErrorIs(t, b.CreateTopic(ctx, "used", 4), backend.ErrPartitionMismatch, "a topic used unpartitioned stays so")
+	require.ErrorIs(t, b.CreateTopic(ctx, "used", 4), bus.ErrPartitionMismatch, "a topic used unpartitioned stays so")
 	require.ErrorIs(t, b.CreateTopic(ctx, "orders", 0), bus.ErrInvalidOption)
 	require.ErrorIs(t, b.CreateTopic(ctx, "bad~topic", 2), bus.ErrInvalidTopic)
 }
@@ -57,7 +57,7 @@ func TestPublishRoutesKeysToTheirPartition(t *testing.T) {
 	}
 	want := map[string]int64{}
 	for i := range 30 {
-		want[backend.PartitionTopic("orders", backend.PartitionOf("k"+strconv.Itoa(i%5), "", 3))]++
+		want[bus.PartitionTopic("orders", backend.PartitionOf("k"+strconv.Itoa(i%5), "", 3))]++
 	}
 	assert.Equal(t, want, counts, "each partition holds the messages of its keys")
 }

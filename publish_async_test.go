@@ -79,11 +79,11 @@ func (k *keyLogBackend) Publish(ctx context.Context, _ string, msgs []*bus.Backe
 			}
 		}
 	}
-	var failed []backend.Failure
+	var failed []bus.Failure
 	for i, m := range msgs {
 		if k.fail != nil {
 			if err := k.fail(m); err != nil {
-				failed = append(failed, backend.Failure{Index: i, Err: err})
+				failed = append(failed, bus.Failure{Index: i, Err: err})
 				continue
 			}
 		}
@@ -202,7 +202,7 @@ func TestPublishAsyncRejectsBadInputBeforeIO(t *testing.T) {
 		{"invalid topic", "bad topic", &bus.Message{}, bus.ErrInvalidTopic},
 		{"nil message", "t", nil, bus.ErrInvalidMessage},
 		{"reserved header", "t", &bus.Message{Headers: map[string]string{"bus-x": "v"}}, bus.ErrInvalidMessage},
-		{"payload too large", "t", &bus.Message{Payload: make([]byte, backend.DefaultMaxPayload+1)}, bus.ErrPayloadTooLarge},
+		{"payload too large", "t", &bus.Message{Payload: make([]byte, bus.DefaultMaxPayload+1)}, bus.ErrPayloadTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

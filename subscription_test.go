@@ -113,11 +113,11 @@ func TestMaxDeliveriesDeadLettersWithReasonHeaders(t *testing.T) {
 	assert.Equal(t, "m1", dl.ID)
 	assert.Equal(t, "p-m1", string(dl.Payload))
 	assert.Equal(t, "t1", dl.Headers["tenant"], "user headers are kept")
-	assert.Contains(t, dl.Headers[backend.HeaderDeadLetterReason], "still broken")
-	assert.Equal(t, "orders", dl.Headers[backend.HeaderDeadLetterTopic])
-	assert.Equal(t, "billing", dl.Headers[backend.HeaderDeadLetterGroup])
-	assert.Equal(t, "3", dl.Headers[backend.HeaderDeadLetterAttempt])
-	assert.Equal(t, "m1", dl.Headers[backend.HeaderDeadLetterID])
+	assert.Contains(t, dl.Headers[bus.HeaderDeadLetterReason], "still broken")
+	assert.Equal(t, "orders", dl.Headers[bus.HeaderDeadLetterTopic])
+	assert.Equal(t, "billing", dl.Headers[bus.HeaderDeadLetterGroup])
+	assert.Equal(t, "3", dl.Headers[bus.HeaderDeadLetterAttempt])
+	assert.Equal(t, "m1", dl.Headers[bus.HeaderDeadLetterID])
 	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == 1 }, waitFor, time.Millisecond, "the original is acked after dead-lettering")
 	_, nacks, _ := f.snapshot()
 	assert.Empty(t, nacks, "no nack once max deliveries is reached")
@@ -128,7 +128,7 @@ func TestPermanentErrorDeadLettersOnFirstAttempt(t *testing.T) {
 	f, _, _, _ := startFake(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errors.New("schema mismatch")) })
 	f.push(msg("p1", 1))
 	require.Eventually(t, func() bool { return len(f.publishedTo("orders.dlq")) == 1 }, waitFor, time.Millisecond)
-	assert.Contains(t, f.publishedTo("orders.dlq")[0].Headers[backend.HeaderDeadLetterReason], "schema mismatch")
+	assert.Contains(t, f.publishedTo("orders.dlq")[0].Headers[bus.HeaderDeadLetterReason], "schema mismatch")
 }
 
 func TestDeadLetterOffDropsAndReports(t *testing.T) {
@@ -403,7 +403,7 @@ func TestSubscribeRejectsInvalidOptions(t *testing.T) {
 		{"nil limiter", bus.WithLimiter(nil)},
 		{"bad ack mode", bus.WithAckMode(bus.AckMode("eventually"))},
 		{"negative handler timeout", bus.WithHandlerTimeout(-time.Second)},
-		{"unsupported start", bus.WithStartFrom(backend.StartOldest)},
+		{"unsupported start", bus.WithStartFrom(bus.StartOldest)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/recorder"
 	"github.com/eventbus-go/bus/middleware"
 )
 
@@ -65,7 +63,7 @@ func WithoutDeadLetter() Option { return func(c *config) { c.noDLQ = true } }
 // are safe for concurrent use.
 type Delivery struct {
 	*bus.Delivery
-	rec *recorder
+	rec *recorder.Backend
 }
 
 // T is the part of testing.TB that NewDelivery uses; *testing.T and
@@ -95,7 +93,7 @@ func NewDelivery(t T, msg *bus.Message, opts ...Option) *Delivery {
 	if msg == nil {
 		t.Fatalf("bustest: nil message")
 	}
-	rec := &recorder{cfg: cfg}
+	rec := recorder.New(cfg.publishedAt, cfg.attempt)
 	b := bus.New(rec)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -146,17 +144,14 @@ func (d *Delivery) Outcome() middleware.Outcome { return middleware.OutcomeOf(d.
 // NackDelay is the delay of the Nack that settled the delivery, and
 // whether it was nacked.
 func (d *Delivery) NackDelay() (time.Duration, bool) {
-	d.rec.mu.Lock()
-	defer d.rec.mu.Unlock()
-	return d.rec.nackDelay, d.rec.nacked
+	rec := d.rec.Record()
+	return rec.NackDelay, rec.Nacked
 }
 
 // Snoozed reports whether the delivery was snoozed (Delivery.Snooze): a
 // redelivery after NackDelay that does not count an attempt.
 func (d *Delivery) Snoozed() bool {
-	d.rec.mu.Lock()
-	defer d.rec.mu.Unlock()
-	return d.rec.snoozed
+	return d.rec.Record().Snoozed
 }
 
 // RejectReason is the reason text of the Reject (or permanent failure)
@@ -164,28 +159,19 @@ func (d *Delivery) Snoozed() bool {
 // WithoutDeadLetter a Reject drops the message instead and there is no
 // reason to record.
 func (d *Delivery) RejectReason() (string, bool) {
-	d.rec.mu.Lock()
-	defer d.rec.mu.Unlock()
-	return d.rec.reason, d.rec.deadLettered
+	rec := d.rec.Record()
+	return rec.Reason, rec.DeadLettered
 }
 
 // DeadLetter is the copy the delivery was dead-lettered as, with its
 // bus-dlq-* headers, or nil.
 func (d *Delivery) DeadLetter() *bus.Message {
-	d.rec.mu.Lock()
-	defer d.rec.mu.Unlock()
-	if d.rec.dead == nil {
-		return nil
-	}
-	m := d.rec.dead
-	return &bus.Message{ID: m.ID, Key: m.Key, Headers: maps.Clone(m.Headers), Payload: m.Payload}
+	return d.rec.Record().Dead
 }
 
 // Extensions counts the successful Extend calls.
 func (d *Delivery) Extensions() int {
-	d.rec.mu.Lock()
-	defer d.rec.mu.Unlock()
-	return d.rec.extends
+	return d.rec.Record().Extends
 }
 
 // String describes the recorded settlement, for test failure messages.
@@ -194,141 +180,4 @@ func (d *Delivery) String() string {
 	reason, _ := d.RejectReason()
 	return fmt.Sprintf("delivery %q: outcome %s, nack delay %v, reject reason %q, %d extensions",
 		d.ID, d.Outcome(), delay, reason, d.Extensions())
-}
-
-// recorder is a one-message backend that records what the bus asks of it.
-type recorder struct {
-	cfg config
-	// settled is closed at the first settlement the bus makes.
-	settled   chan struct{}
-	settledMu sync.Once
-
-	mu           sync.Mutex
-	msg          *backend.Message
-	handedOut    bool
-	acked        bool
-	nacked       bool
-	nackDelay    time.Duration
-	snoozed      bool
-	deadLettered bool
-	reason       string
-	code         backend.DeadLetterCode
-	dead         *backend.Message
-	extends      int
-}
-
-var (
-	_ backend.Backend      = (*recorder)(nil)
-	_ backend.Subscription = (*recSub)(nil)
-	_ backend.Extender     = (*recSub)(nil)
-	_ backend.DeadLetterer = (*recSub)(nil)
-	_ backend.Snoozer      = (*recSub)(nil)
-)
-
-type ackID struct{}
-
-func (r *recorder) Publish(_ context.Context, _ string, msgs []*backend.Message) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.msg != nil || len(msgs) != 1 {
-		return errors.New("bustest: the recording backend holds one message")
-	}
-	m := msgs[0]
-	r.msg = &backend.Message{
-		ID: m.ID, Key: m.Key, Headers: maps.Clone(m.Headers), Payload: append([]byte(nil), m.Payload...),
-		PublishedAt: r.cfg.publishedAt, AckID: ackID{}, Attempt: r.cfg.attempt,
-	}
-	return nil
-}
-
-func (r *recorder) Subscribe(context.Context, string, backend.SubscribeConfig) (backend.Subscription, error) {
-	return &recSub{r: r, closed: make(chan struct{})}, nil
-}
-
-func (r *recorder) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Name: "bustest", ConsumerGroups: true, Redelivery: true, NackDelay: true, Extend: true}
-}
-
-func (r *recorder) Close() error { return nil }
-
-type recSub struct {
-	r         *recorder
-	closeOnce sync.Once
-	closed    chan struct{}
-}
-
-// Receive hands out the message once, then waits for ctx or Close.
-func (s *recSub) Receive(ctx context.Context, _ int) ([]*backend.Message, error) {
-	s.r.mu.Lock()
-	if !s.r.handedOut && s.r.msg != nil {
-		s.r.handedOut = true
-		m := s.r.msg
-		s.r.mu.Unlock()
-		return []*backend.Message{m}, nil
-	}
-	s.r.mu.Unlock()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.closed:
-		return nil, backend.ErrClosed
-	case <-t.C:
-		return nil, nil
-	}
-}
-
-// settle records that the bus settled the message.
-func (r *recorder) settle() {
-	if r.settled != nil {
-		r.settledMu.Do(func() { close(r.settled) })
-	}
-}
-
-func (s *recSub) Ack(context.Context, []backend.AckID) error {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	s.r.acked = true
-	s.r.settle()
-	return nil
-}
-
-func (s *recSub) Nack(_ context.Context, _ backend.AckID, delay time.Duration) error {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	s.r.nacked, s.r.nackDelay = true, delay
-	s.r.settle()
-	return nil
-}
-
-func (s *recSub) Snooze(_ context.Context, _ backend.AckID, delay time.Duration) error {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	s.r.nacked, s.r.nackDelay, s.r.snoozed = true, delay, true
-	s.r.settle()
-	return nil
-}
-
-func (s *recSub) Extend(context.Context, backend.AckID) error {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	s.r.extends++
-	return nil
-}
-
-func (s *recSub) DeadLetter(_ context.Context, _ backend.AckID, _ string, msg *backend.Message) error {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	s.r.deadLettered = true
-	s.r.reason = msg.Headers[backend.HeaderDeadLetterReason]
-	s.r.code = backend.DeadLetterCode(msg.Headers[backend.HeaderDeadLetterCode])
-	s.r.settle()
-	s.r.dead = &backend.Message{ID: msg.ID, Key: msg.Key, Headers: maps.Clone(msg.Headers), Payload: append([]byte(nil), msg.Payload...)}
-	return nil
-}
-
-func (s *recSub) Close() error {
-	s.closeOnce.Do(func() { close(s.closed) })
-	return nil
 }

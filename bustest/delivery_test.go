@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/bustest"
 	"github.com/eventbus-go/bus/middleware"
 )
@@ -67,7 +66,7 @@ func TestRecordsRejectReasonAndDeadLetterCopy(t *testing.T) {
 	cp := d.DeadLetter()
 	require.NotNil(t, cp)
 	assert.Equal(t, []byte("bad"), cp.Payload)
-	assert.Equal(t, "orders", cp.Headers[backend.HeaderDeadLetterTopic])
+	assert.Equal(t, "orders", cp.Headers[bus.HeaderDeadLetterTopic])
 }
 
 func TestRejectWithoutDeadLetterDrops(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/recorder"
 	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -33,7 +33,7 @@ type Result struct {
 	// does not count an attempt.
 	Snoozed bool
 	// Code and Reason say why the message was dead-lettered or dropped.
-	Code   backend.DeadLetterCode
+	Code   bus.DeadLetterCode
 	Reason string
 	// DeadLetter is the copy stored on the dead-letter topic (with its
 	// bus-dlq-* headers), or nil.
@@ -72,7 +72,7 @@ func Run(t T, h bus.Handler, msg *bus.Message, opts ...Option) Result {
 		t.Fatalf("bustest: Run wants a message, a handler and an attempt >= 1")
 		return Result{}
 	}
-	rec := &recorder{cfg: cfg, settled: make(chan struct{})}
+	rec := recorder.New(cfg.publishedAt, cfg.attempt)
 	b := bus.New(rec, bus.WithObserver(observer.Nop()))
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -81,7 +81,7 @@ func Run(t T, h bus.Handler, msg *bus.Message, opts ...Option) Result {
 			t.Errorf("bustest: close the private bus: %v", err)
 		}
 	}()
-	res, err := run(ctx, b, rec, h, msg)
+	res, err := run(ctx, b, rec, cfg, h, msg)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
@@ -96,8 +96,7 @@ type handled struct {
 	settled <-chan struct{}
 }
 
-func run(ctx context.Context, b *bus.Bus, rec *recorder, h bus.Handler, msg *bus.Message) (Result, error) {
-	cfg := rec.cfg
+func run(ctx context.Context, b *bus.Bus, rec *recorder.Backend, cfg config, h bus.Handler, msg *bus.Message) (Result, error) {
 	if err := b.Publish(ctx, cfg.topic, msg); err != nil {
 		return Result{}, err
 	}
@@ -121,7 +120,7 @@ func run(ctx context.Context, b *bus.Bus, rec *recorder, h bus.Handler, msg *bus
 	if _, err := b.Subscribe(ctx, cfg.topic, wrapped, subOpts...); err != nil {
 		return Result{}, fmt.Errorf("subscribe: %w", err)
 	}
-	return rec.await(ctx, calls)
+	return await(ctx, rec, cfg.ackMode, calls)
 }
 
 // await waits for the bus's decision. In AckManual it is made when the
@@ -129,13 +128,13 @@ func run(ctx context.Context, b *bus.Bus, rec *recorder, h bus.Handler, msg *bus
 // settlement the bus makes after the handler returned (AckOnSuccess),
 // before it ran (AckOnReceive), or without running it (the backend saw a
 // settlement and the handler never ran).
-func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, error) {
+func await(ctx context.Context, rec *recorder.Backend, mode bus.AckMode, calls <-chan handled) (Result, error) {
 	timeout := errors.New("the bus did not settle the message within " + setupTimeout.String())
 	var c handled
 	select {
 	case c = <-calls:
-	case <-r.settled:
-		if r.cfg.ackMode == bus.AckOnReceive {
+	case <-rec.Settled():
+		if mode == bus.AckOnReceive {
 			select {
 			case c = <-calls:
 			case <-ctx.Done():
@@ -146,14 +145,14 @@ func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, err
 		select {
 		case c = <-calls: // it ran, and returned before the settlement
 		default:
-			return r.result(Result{}, nil), nil // refused: never ran
+			return result(rec, Result{}, nil), nil // refused: never ran
 		}
 	case <-ctx.Done():
 		return Result{}, timeout
 	}
 	res := Result{Called: true, Err: c.err}
-	if r.cfg.ackMode == bus.AckManual {
-		res = r.result(res, c.d)
+	if mode == bus.AckManual {
+		res = result(rec, res, c.d)
 		if res.Outcome == middleware.OutcomePending {
 			// Decided: hand it back, so the private bus closes without
 			// waiting for the lease.
@@ -163,7 +162,7 @@ func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, err
 	}
 	select {
 	case <-c.settled:
-		return r.result(res, c.d), nil
+		return result(rec, res, c.d), nil
 	case <-ctx.Done():
 		return res, timeout
 	}
@@ -172,25 +171,22 @@ func (r *recorder) await(ctx context.Context, calls <-chan handled) (Result, err
 // result fills res with the settlement: the delivery's own outcome and
 // code when the handler ran (it tells a drop from an ack), and what the
 // backend recorded.
-func (r *recorder) result(res Result, d *bus.Delivery) Result {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func result(rec *recorder.Backend, res Result, d *bus.Delivery) Result {
+	r := rec.Record()
 	res.Outcome = middleware.OutcomeAcked
 	switch {
 	case d != nil:
 		res.Outcome, res.Code = middleware.OutcomeOf(d), middleware.DeadLetterCodeOf(d)
-	case r.deadLettered:
+	case r.DeadLettered:
 		res.Outcome = middleware.OutcomeDeadLettered
-	case r.nacked:
+	case r.Nacked:
 		res.Outcome = middleware.OutcomeNacked
 	}
 	if res.Outcome == middleware.OutcomeNacked {
-		res.RetryAfter, res.Snoozed = r.nackDelay, r.snoozed
+		res.RetryAfter, res.Snoozed = r.NackDelay, r.Snoozed
 	}
-	if r.deadLettered {
-		res.Code, res.Reason = r.code, r.reason
-		m := r.dead
-		res.DeadLetter = &bus.Message{ID: m.ID, Key: m.Key, Headers: m.Headers, Payload: m.Payload}
+	if r.DeadLettered {
+		res.Code, res.Reason, res.DeadLetter = r.Code, r.Reason, r.Dead
 	}
 	return res
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/bustest"
 	_ "github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/middleware"
@@ -28,7 +27,7 @@ func constant(d time.Duration) bus.SubscribeOption {
 // realDecision runs h on a real mem:// bus with opts until the bus settles
 // the message's attempt-th delivery, and returns what it did: the outcome
 // and dead-letter code of that delivery and the attempt of the next one.
-func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (middleware.Outcome, backend.DeadLetterCode) {
+func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (middleware.Outcome, bus.DeadLetterCode) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -37,7 +36,7 @@ func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.Subscrib
 	defer b.Close(ctx)
 	type decision struct {
 		o    middleware.Outcome
-		code backend.DeadLetterCode
+		code bus.DeadLetterCode
 	}
 	got := make(chan decision, 1)
 	_, err = b.Subscribe(ctx, "real", func(ctx context.Context, d *bus.Delivery) error {
@@ -68,12 +67,12 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 		h        bus.Handler
 		attempt  int
 		want     middleware.Outcome
-		wantCode backend.DeadLetterCode
+		wantCode bus.DeadLetterCode
 	}{
 		{"success acks", ok, 1, middleware.OutcomeAcked, ""},
 		{"an error retries", busy, 1, middleware.OutcomeNacked, ""},
-		{"an error on the last attempt dead-letters", busy, 3, middleware.OutcomeDeadLettered, backend.CodeMaxDeliveries},
-		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, backend.CodePermanent},
+		{"an error on the last attempt dead-letters", busy, 3, middleware.OutcomeDeadLettered, bus.CodeMaxDeliveries},
+		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, bus.CodePermanent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,7 +99,7 @@ func TestRunPastMaxDeliveriesDeadLettersWithoutTheHandler(t *testing.T) {
 	assert.False(t, called, "the handler does not run past max deliveries")
 	assert.False(t, res.Called)
 	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, "%s", res)
-	assert.Equal(t, backend.CodeMaxDeliveries, res.Code)
+	assert.Equal(t, bus.CodeMaxDeliveries, res.Code)
 }
 
 func TestRunInManualModeReportsWhatTheHandlerSettled(t *testing.T) {
@@ -121,7 +120,7 @@ func TestRunReportsPanicsAndDrops(t *testing.T) {
 	res = bustest.Run(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errBusy) },
 		&bus.Message{ID: "m"}, bustest.WithoutDeadLetter())
 	assert.Equal(t, middleware.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
-	assert.Equal(t, backend.CodePermanent, res.Code)
+	assert.Equal(t, bus.CodePermanent, res.Code)
 }
 
 // Run records a snooze, in its error form and from Delivery.Snooze in
@@ -192,5 +191,5 @@ func TestRunRecordsRetryAfterAndExpiry(t *testing.T) {
 	}, &bus.Message{Payload: []byte("x"), ExpiresAt: time.Now().Add(-time.Second)})
 	assert.False(t, res.Called)
 	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, res.String())
-	assert.Equal(t, backend.CodeExpired, res.Code)
+	assert.Equal(t, bus.CodeExpired, res.Code)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // BreakerState is the state of a Breaker.
@@ -124,7 +123,7 @@ func NewBreaker(opts ...BreakerOption) *Breaker {
 	b := &Breaker{
 		failures:  DefaultBreakerFailures,
 		openFor:   DefaultBreakerOpenFor,
-		isFailure: func(err error) bool { return !backend.IsPermanent(err) },
+		isFailure: func(err error) bool { return !bus.IsPermanent(err) },
 		now:       time.Now,
 	}
 	for _, o := range opts {

@@ -7,7 +7,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // Defaults of Retry's in-process waits when newBackOff is nil. They are
@@ -56,7 +55,7 @@ func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
 			for i := 1; ; i++ {
 				before := OutcomeOf(d)
 				err := next(ctx, d)
-				if err == nil || i >= attempts || backend.IsPermanent(err) || OutcomeOf(d) != before {
+				if err == nil || i >= attempts || bus.IsPermanent(err) || OutcomeOf(d) != before {
 					return err
 				}
 				if b == nil {

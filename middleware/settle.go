@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/engine"
 )
 
@@ -50,7 +49,7 @@ func OutcomeOf(d *bus.Delivery) Outcome {
 // DeadLetterCodeOf is the reason code of a delivery that was
 // dead-lettered (or dropped with dead-lettering off), and "" otherwise.
 // Read it in an OnSettle hook, for example to label metrics.
-func DeadLetterCodeOf(d *bus.Delivery) backend.DeadLetterCode {
+func DeadLetterCodeOf(d *bus.Delivery) bus.DeadLetterCode {
 	if r := engine.SettledOf(d); r != nil {
 		return r.DeadLetterCode()
 	}

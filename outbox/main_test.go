@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/pgtest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/outbox"
@@ -99,7 +98,7 @@ func collect(t *testing.T, b *bus.Bus, topic string) *collector {
 		c.byKey[d.Message.Key] = append(c.byKey[d.Message.Key], string(d.Message.Payload))
 		c.n++
 		return nil
-	}, bus.WithGroup("check"), bus.WithMaxInFlight(1), bus.WithStartFrom(backend.StartOldest))
+	}, bus.WithGroup("check"), bus.WithMaxInFlight(1), bus.WithStartFrom(bus.StartOldest))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cancel()

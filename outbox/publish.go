@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgcheck"
 	"github.com/eventbus-go/bus/internal/msgid"
 )
@@ -72,7 +71,7 @@ func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.
 // rolls back. It validates like bus.Publish (before any I/O, with the
 // same errors: a *bus.PublishError with Rejected set lists invalid
 // messages, and nothing is written) against the default payload limit
-// backend.DefaultMaxPayload, and assigns the same time-ordered IDs to
+// bus.DefaultMaxPayload, and assigns the same time-ordered IDs to
 // messages without one, so the ID the broker deduplicates on is fixed at
 // commit.
 //
@@ -104,7 +103,7 @@ func Publish(ctx context.Context, tx Execer, topic string, msgs ...*bus.Message)
 // validate assigns missing IDs and checks topic and msgs as bus.Publish
 // does.
 func validate(topic string, msgs []*bus.Message) error {
-	if err := backend.ValidateTopic(topic); err != nil {
+	if err := bus.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("outbox: publish: %w", err)
 	}
 	missing := 0
@@ -114,10 +113,10 @@ func validate(topic string, msgs []*bus.Message) error {
 		}
 	}
 	ids := msgid.Batch(missing)
-	var failed []backend.Failure
+	var failed []bus.Failure
 	for i, m := range msgs {
 		if m == nil {
-			failed = append(failed, backend.Failure{Index: i, Err: fmt.Errorf("%w: nil message", bus.ErrInvalidMessage)})
+			failed = append(failed, bus.Failure{Index: i, Err: fmt.Errorf("%w: nil message", bus.ErrInvalidMessage)})
 			continue
 		}
 		if m.ID == "" {
@@ -125,10 +124,10 @@ func validate(topic string, msgs []*bus.Message) error {
 		}
 		err := msgcheck.Check(msgcheck.Fields{
 			ID: m.ID, Key: m.Key, Headers: m.Headers, PayloadLen: len(m.Payload),
-			MaxPayload: backend.DefaultMaxPayload, DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
+			MaxPayload: bus.DefaultMaxPayload, DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
 		})
 		if err != nil {
-			failed = append(failed, backend.Failure{Index: i, ID: m.ID, Err: err})
+			failed = append(failed, bus.Failure{Index: i, ID: m.ID, Err: err})
 		}
 	}
 	if failed != nil {

@@ -17,7 +17,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/registry"
 )
@@ -123,10 +122,10 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	if *dead {
-		ts = slices.DeleteFunc(ts, func(t backend.TopicInfo) bool { return !t.DeadLetters })
+		ts = slices.DeleteFunc(ts, func(t bus.TopicInfo) bool { return !t.DeadLetters })
 	}
 	if ts == nil {
-		ts = []backend.TopicInfo{}
+		ts = []bus.TopicInfo{}
 	}
 	if *db != "" {
 		return topicsWithOutbox(ctx, ts, *db, *a.asJSON, stdout, stderr)
@@ -137,7 +136,7 @@ func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitCode(writeTopicsTable(stdout, ts), stderr, "topics")
 }
 
-func writeTopicsTable(w io.Writer, ts []backend.TopicInfo) error {
+func writeTopicsTable(w io.Writer, ts []bus.TopicInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tBYTES\tOLDEST\tNEWEST\tSCHEDULED\tNEXT DUE")
 	for _, t := range ts {
@@ -244,7 +243,7 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "bus groups: --topic is required and takes no arguments")
 		return exitUsage
 	}
-	if *events != "" && (backend.ValidateTopic(*events) != nil || *eventsLimit < 1) {
+	if *events != "" && (bus.ValidateTopic(*events) != nil || *eventsLimit < 1) {
 		fmt.Fprintln(stderr, "bus groups: --events must be a valid topic and --events-limit >= 1")
 		return exitUsage
 	}
@@ -304,20 +303,20 @@ func groupsResetCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // parseSeekTarget reads --to.
-func parseSeekTarget(to string) (backend.SeekTarget, error) {
+func parseSeekTarget(to string) (bus.SeekTarget, error) {
 	switch to {
 	case "oldest":
-		return backend.SeekTarget{Oldest: true}, nil
+		return bus.SeekTarget{Oldest: true}, nil
 	case "newest":
-		return backend.SeekTarget{Newest: true}, nil
+		return bus.SeekTarget{Newest: true}, nil
 	case "":
-		return backend.SeekTarget{}, errors.New("--to is missing")
+		return bus.SeekTarget{}, errors.New("--to is missing")
 	}
 	t, err := time.Parse(time.RFC3339Nano, to)
 	if err != nil {
-		return backend.SeekTarget{}, fmt.Errorf("--to %q is not oldest, newest or an RFC 3339 time", to)
+		return bus.SeekTarget{}, fmt.Errorf("--to %q is not oldest, newest or an RFC 3339 time", to)
 	}
-	return backend.SeekTarget{Time: t}, nil
+	return bus.SeekTarget{Time: t}, nil
 }
 
 // deadLetterJSON is how bus dlq list --json prints a dead letter.
@@ -465,7 +464,7 @@ func showDeadLetter(ctx context.Context, b *bus.Bus, d *dlqArgs, stdout, stderr 
 	}
 	i := slices.IndexFunc(dls, func(dl bus.DeadLetter) bool { return dl.ID == d.ids[0] })
 	if i < 0 {
-		fmt.Fprintf(stderr, "bus dlq show: %q is not a dead letter of %s: %v\n", d.ids[0], d.dlq, backend.ErrNotFound)
+		fmt.Fprintf(stderr, "bus dlq show: %q is not a dead letter of %s: %v\n", d.ids[0], d.dlq, bus.ErrNotFound)
 		return exitFailure
 	}
 	dl := dls[i]
@@ -625,11 +624,11 @@ type snapshot struct {
 }
 
 type topicStat struct {
-	backend.TopicInfo
+	bus.TopicInfo
 	// PublishRate is messages per second since the previous snapshot
 	// (null on the first, or when a count is unknown).
-	PublishRate *float64            `json:"publish_rate"`
-	Groups      []backend.GroupInfo `json:"groups"`
+	PublishRate *float64        `json:"publish_rate"`
+	Groups      []bus.GroupInfo `json:"groups"`
 	// Bounds are, by group, the in-flight bounds of its autoscaled
 	// members (the dashboard, from the lifecycle events topic).
 	Bounds map[string][]lifecycle.Bound `json:"bounds,omitempty"`
@@ -647,7 +646,7 @@ func takeSnapshot(ctx context.Context, b *bus.Bus) (*snapshot, error) {
 			return nil, err
 		}
 		if gs == nil {
-			gs = []backend.GroupInfo{}
+			gs = []bus.GroupInfo{}
 		}
 		s.Topics = append(s.Topics, topicStat{TopicInfo: t, Groups: gs})
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/internal/redistest"
@@ -266,7 +265,7 @@ func TestTopicsShowScheduledMessages(t *testing.T) {
 		&bus.Message{Payload: []byte("y"), DeliverAt: due}, &bus.Message{Payload: []byte("z"), DeliverAt: due.Add(time.Minute)}))
 	code, stdout, stderr := runCLI(t, "", "topics", "--url", url, "--json")
 	require.Equal(t, exitOK, code, stderr)
-	var ts []backend.TopicInfo
+	var ts []bus.TopicInfo
 	require.NoError(t, json.Unmarshal([]byte(stdout), &ts))
 	require.Len(t, ts, 1)
 	assert.EqualValues(t, 1, ts[0].Messages, "one message is in the stream")

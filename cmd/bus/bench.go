@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -70,8 +69,8 @@ func (c *benchConfig) validate() error {
 	if c.N < 1 || c.N > seqMask {
 		errs = append(errs, fmt.Errorf("-n %d: want 1..%d", c.N, seqMask))
 	}
-	if c.Size < stampSize || c.Size > backend.DefaultMaxPayload {
-		errs = append(errs, fmt.Errorf("--size %d: want %d..%d (each payload carries a %d-byte sequence and timestamp)", c.Size, stampSize, backend.DefaultMaxPayload, stampSize))
+	if c.Size < stampSize || c.Size > bus.DefaultMaxPayload {
+		errs = append(errs, fmt.Errorf("--size %d: want %d..%d (each payload carries a %d-byte sequence and timestamp)", c.Size, stampSize, bus.DefaultMaxPayload, stampSize))
 	}
 	if c.Publishers < 1 {
 		errs = append(errs, fmt.Errorf("--publishers %d: want >= 1", c.Publishers))
@@ -98,7 +97,7 @@ func (c *benchConfig) validate() error {
 	errs = append(errs, c.validateBacklog()...)
 	errs = append(errs, c.validateOutbox()...)
 	if c.Topic != "" {
-		if err := backend.ValidateTopic(c.Topic); err != nil {
+		if err := bus.ValidateTopic(c.Topic); err != nil {
 			errs = append(errs, fmt.Errorf("--topic: %w", err))
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus"
 )
 
 // backlogger is a target that can count what its group still has to
@@ -63,7 +63,7 @@ func (t *busTarget) backlog(ctx context.Context) (int64, bool) {
 		return 0, false
 	}
 	for _, tp := range ts {
-		base, _, part := backend.SplitPartitionTopic(tp.Name)
+		base, _, part := bus.SplitPartitionTopic(tp.Name)
 		if (tp.Name == t.r.topic || part && base == t.r.topic) && tp.Scheduled > 0 {
 			n += int64(tp.Scheduled)
 		}

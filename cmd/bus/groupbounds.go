@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
@@ -15,12 +15,12 @@ import (
 // in-flight bound of each member that autoscales (bus.WithAutoscale), from
 // the scaled events on the events topic.
 type groupRow struct {
-	backend.GroupInfo
+	bus.GroupInfo
 	Bounds []lifecycle.Bound `json:"bounds,omitempty"`
 }
 
 // rowsOf wraps gs without bounds.
-func rowsOf(gs []backend.GroupInfo) []groupRow {
+func rowsOf(gs []bus.GroupInfo) []groupRow {
 	rows := make([]groupRow, len(gs))
 	for i, g := range gs {
 		rows[i] = groupRow{GroupInfo: g}
@@ -44,7 +44,7 @@ func withBounds(ctx context.Context, rawURL, events, topic string, rows []groupR
 	if err != nil {
 		return false, fmt.Errorf("read the events topic %q: %w", events, err)
 	}
-	if base, _, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
+	if base, _, ok := bus.SplitPartitionTopic(topic); ok && bus.ValidateTopic(base) == nil {
 		topic = base // events name the topic, not the partition
 	}
 	for i := range rows {
@@ -55,7 +55,7 @@ func withBounds(ctx context.Context, rawURL, events, topic string, rows []groupR
 
 // boundsOf returns the bounds g shows: the owner's on a partition, every
 // member's otherwise.
-func boundsOf(sc *lifecycle.Scaling, topic string, g *backend.GroupInfo) []lifecycle.Bound {
+func boundsOf(sc *lifecycle.Scaling, topic string, g *bus.GroupInfo) []lifecycle.Bound {
 	all := sc.Of(topic, g.Name)
 	if g.Partitions == 0 {
 		return all
@@ -110,7 +110,7 @@ func (u *uiServer) addBounds(ctx context.Context, snap *snapshot) error {
 	for i := range snap.Topics {
 		t := &snap.Topics[i]
 		topic := t.Name
-		if base, _, ok := backend.SplitPartitionTopic(topic); ok && backend.ValidateTopic(base) == nil {
+		if base, _, ok := bus.SplitPartitionTopic(topic); ok && bus.ValidateTopic(base) == nil {
 			topic = base
 		}
 		for j := range t.Groups {

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/registry"
@@ -48,7 +49,7 @@ func historyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "bus history: --limit must be >= 1")
 		return exitUsage
 	}
-	if err := backend.ValidateTopic(*events); err != nil {
+	if err := bus.ValidateTopic(*events); err != nil {
 		fmt.Fprintf(stderr, "bus history: --events: %v\n", err)
 		return exitUsage
 	}
@@ -144,7 +145,7 @@ func eventsToWrite(ctx context.Context, rawURL, flag string, timeout time.Durati
 		return "", nil
 	case "":
 	default:
-		if err := backend.ValidateTopic(flag); err != nil {
+		if err := bus.ValidateTopic(flag); err != nil {
 			return "", fmt.Errorf("--events: %w", err)
 		}
 		return flag, nil
@@ -167,9 +168,9 @@ func eventsToWrite(ctx context.Context, rawURL, flag string, timeout time.Durati
 }
 
 // listed reports whether ts lists topic or a partition of it.
-func listed(ts []backend.TopicInfo, topic string) bool {
+func listed(ts []bus.TopicInfo, topic string) bool {
 	for _, t := range ts {
-		base, _, ok := backend.SplitPartitionTopic(t.Name)
+		base, _, ok := bus.SplitPartitionTopic(t.Name)
 		if t.Name == topic || ok && base == topic {
 			return true
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/outbox"
 )
@@ -161,7 +160,7 @@ func writeOutboxTable(w io.Writer, rep outboxReport) error {
 
 // topicsWithOutbox prints the topics and the outbox of "bus topics --db":
 // a table with an outbox section, or one JSON object {"topics", "outbox"}.
-func topicsWithOutbox(ctx context.Context, ts []backend.TopicInfo, db string, asJSON bool, stdout, stderr io.Writer) int {
+func topicsWithOutbox(ctx context.Context, ts []bus.TopicInfo, db string, asJSON bool, stdout, stderr io.Writer) int {
 	rep, err := readOutbox(ctx, db, 50)
 	if err != nil {
 		fmt.Fprintf(stderr, "bus topics: %v\n", err)

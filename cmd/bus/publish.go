@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // headerFlag collects repeated --header k=v flags.
@@ -104,7 +103,7 @@ func publishAll(ctx context.Context, p bus.Publisher, opts publishOptions, paylo
 		return n, nil
 	}
 	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64*1024), backend.DefaultMaxPayload+1)
+	sc.Buffer(make([]byte, 64*1024), bus.DefaultMaxPayload+1)
 	for sc.Scan() {
 		if err := send(append([]byte(nil), sc.Bytes()...)); err != nil {
 			return n, err

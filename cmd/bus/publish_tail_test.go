@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // testCtx bounds a test's calls that wait for deliveries.
@@ -63,7 +62,7 @@ func TestPublishThenTailRoundTripsArguments(t *testing.T) {
 	require.Len(t, idLines, 2, "one ID printed per message")
 
 	var out bytes.Buffer
-	err = tail(ctx, b, tailOptions{topic: "cli.roundtrip", group: "g", from: backend.StartOldest, ackMode: bus.AckOnSuccess, maxInFlight: 1, count: 2}, &out)
+	err = tail(ctx, b, tailOptions{topic: "cli.roundtrip", group: "g", from: bus.StartOldest, ackMode: bus.AckOnSuccess, maxInFlight: 1, count: 2}, &out)
 	require.NoError(t, err, "tail")
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	require.Len(t, lines, 2, "one line per delivery: %q", out.String())
@@ -82,7 +81,7 @@ func TestTailAcksSoTheGroupDoesNotSeeMessagesAgain(t *testing.T) {
 	_, err := publishAll(ctx, b, publishOptions{topic: "cli.acked"}, []string{"one", "two", "three"}, nil, &bytes.Buffer{})
 	require.NoError(t, err, "publish")
 
-	opts := tailOptions{topic: "cli.acked", group: "g", from: backend.StartOldest, ackMode: bus.AckManual, maxInFlight: 1, count: 2}
+	opts := tailOptions{topic: "cli.acked", group: "g", from: bus.StartOldest, ackMode: bus.AckManual, maxInFlight: 1, count: 2}
 	var first bytes.Buffer
 	require.NoError(t, tail(ctx, b, opts, &first), "first tail")
 	assert.Equal(t, 2, strings.Count(first.String(), "\n"), "first tail prints two")
@@ -105,7 +104,7 @@ func TestPublishReadsStdinLines(t *testing.T) {
 	assert.Equal(t, 4, n, "one message per line, the empty line included")
 
 	var out bytes.Buffer
-	require.NoError(t, tail(ctx, b, tailOptions{topic: "cli.stdin", group: "g", from: backend.StartOldest, maxInFlight: 1, count: 4}, &out), "tail")
+	require.NoError(t, tail(ctx, b, tailOptions{topic: "cli.stdin", group: "g", from: bus.StartOldest, maxInFlight: 1, count: 4}, &out), "tail")
 	for _, p := range []string{`payload="alpha"`, `payload="beta"`, `payload=""`, `payload="gamma"`} {
 		assert.Contains(t, out.String(), p, "tail prints %s", p)
 	}
@@ -118,7 +117,7 @@ func TestTailStopsWhenContextEnds(t *testing.T) {
 	out := &syncBuffer{}
 	errc := make(chan error, 1)
 	go func() {
-		errc <- tail(ctx, b, tailOptions{topic: "cli.live", group: "g", from: backend.StartOldest, maxInFlight: 1}, out)
+		errc <- tail(ctx, b, tailOptions{topic: "cli.live", group: "g", from: bus.StartOldest, maxInFlight: 1}, out)
 	}()
 	_, err := publishAll(context.Background(), b, publishOptions{topic: "cli.live"}, []string{"ping"}, nil, &bytes.Buffer{})
 	require.NoError(t, err, "publish")
@@ -251,7 +250,7 @@ func TestTailReturnsTheWriteErrorAndLeavesTheMessageWithTheGroup(t *testing.T) {
 	_, err := publishAll(ctx, b, publishOptions{topic: "cli.werr"}, []string{"kept"}, nil, &bytes.Buffer{})
 	require.NoError(t, err, "publish")
 
-	opts := tailOptions{topic: "cli.werr", group: "g", from: backend.StartOldest, ackMode: bus.AckManual, maxInFlight: 1, count: 1}
+	opts := tailOptions{topic: "cli.werr", group: "g", from: bus.StartOldest, ackMode: bus.AckManual, maxInFlight: 1, count: 1}
 	err = tail(ctx, b, opts, failingWriter{})
 	require.Error(t, err, "a failed write ends tail with an error")
 	assert.Contains(t, err.Error(), "disk full")

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -77,7 +76,7 @@ type tailOptions struct {
 	asJSON      bool
 	topic       string
 	group       string
-	from        backend.StartFrom
+	from        bus.StartFrom
 	ackMode     bus.AckMode
 	maxInFlight int
 	count       int // stop after this many deliveries; 0 = until interrupted
@@ -131,7 +130,7 @@ func parseTailArgs(args []string, stderr io.Writer) (rawURL string, opts tailOpt
 	}
 	var err error
 	opts.ackMode, err = parseAckMode(*ackMode)
-	starts := map[string]backend.StartFrom{"newest": backend.StartNewest, "oldest": backend.StartOldest}
+	starts := map[string]bus.StartFrom{"newest": bus.StartNewest, "oldest": bus.StartOldest}
 	start, known := starts[*from]
 	opts.from = start
 	var why string

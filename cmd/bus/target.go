@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -158,9 +157,9 @@ func (t *busTarget) group() string { return fmt.Sprintf("bench-%x", t.r.nonce) }
 
 // subOn subscribes the run's group on b.
 func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
-	from := backend.StartNewest
+	from := bus.StartNewest
 	if t.r.cfg.Scenario == scenarioConsume {
-		from = backend.StartOldest
+		from = bus.StartOldest
 	}
 	opts := []bus.SubscribeOption{
 		bus.WithGroup(t.group()),

@@ -61,7 +61,7 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bus ui: listening on %s reaches beyond this machine; give --auth user:password\n", ln.Addr())
 		return exitUsage
 	}
-	if err := backend.ValidateTopic(*events); err != nil {
+	if err := bus.ValidateTopic(*events); err != nil {
 		fmt.Fprintf(stderr, "bus ui: --events: %v\n", err)
 		return exitUsage
 	}
@@ -294,7 +294,7 @@ type uiDeadLetter struct {
 
 func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 	topic := r.URL.Query().Get("topic")
-	if err := backend.ValidateTopic(topic); err != nil {
+	if err := bus.ValidateTopic(topic); err != nil {
 		writeAPI(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
@@ -327,7 +327,7 @@ const historyTimeout = 10 * time.Second
 // timeline returns the history of the messages whose ID or key is q.
 func (u *uiServer) timeline(w http.ResponseWriter, r *http.Request) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	if q == "" || len(q) > backend.MaxTopicLen*4 {
+	if q == "" || len(q) > bus.MaxTopicLen*4 {
 		writeAPI(w, http.StatusBadRequest, map[string]string{"error": "give a message ID or key"})
 		return
 	}
@@ -400,7 +400,7 @@ func (u *uiServer) dlqWrite(w http.ResponseWriter, r *http.Request) {
 // check says what is wrong with a write request, or "".
 func (req *dlqWriteRequest) check() string {
 	switch {
-	case backend.ValidateTopic(req.Topic) != nil:
+	case bus.ValidateTopic(req.Topic) != nil:
 		return "give a valid dead-letter topic"
 	case req.All == (len(req.IDs) > 0):
 		return "give either all or ids"
