@@ -9,7 +9,6 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 )
 
@@ -181,7 +180,7 @@ func (b *Backend) checkDue(due []int64) error {
 	for i, ms := range due {
 		if ms > limit {
 			return fmt.Errorf("%w: message %d: DeliverAt %s is more than the streams' max age (%v) ahead: the stream would drop it before it is due",
-				bus.ErrInvalidMessage, i, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), b.opts.MaxAge)
+				backend.ErrInvalidMessage, i, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), b.opts.MaxAge)
 		}
 	}
 	return nil
