@@ -178,3 +178,19 @@ func TestPartitionedLedgerThroughAMemberCrash(t *testing.T) {
 	}
 	t.Logf("ledger: %d keys × %d messages, %d members on 4 partitions, member %d crashed: lost 0, no key out of order", keys, perKey, members, victim)
 }
+
+// TestPartitionTopicNamesRoundTrip checks the names Bus.Topics lists for
+// a partitioned topic: PartitionTopic makes them, SplitPartitionTopic
+// reads them back, and a plain topic is no partition.
+func TestPartitionTopicNamesRoundTrip(t *testing.T) {
+	name := bus.PartitionTopic("orders", 3)
+	require.Equal(t, "orders~3", name)
+	require.NoError(t, bus.ValidateTopic("orders"))
+	topic, p, ok := bus.SplitPartitionTopic(name)
+	require.True(t, ok, "%q is a partition topic", name)
+	assert.Equal(t, "orders", topic)
+	assert.Equal(t, 3, p)
+	_, _, ok = bus.SplitPartitionTopic("orders")
+	assert.False(t, ok, "a plain topic is no partition")
+	require.ErrorIs(t, bus.ValidateTopic(""), bus.ErrInvalidTopic)
+}
