@@ -11,8 +11,8 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
-	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
 	"github.com/eventbus-go/bus/internal/lifecycle"
+	"github.com/eventbus-go/bus/internal/testkit/autoscaletest"
 )
 
 func TestAutoscaleFollowsAGrowingBacklogUpToMaxAndBackToMinOnMem(t *testing.T) {

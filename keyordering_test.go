@@ -16,7 +16,7 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
-	"github.com/eventbus-go/bus/internal/crashtest"
+	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/observer"
 )
 

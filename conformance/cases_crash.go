@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/crashtest"
+	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/observer"
 )
 

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/autoscaletest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
 

@@ -21,8 +21,8 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/natstest"
 	"github.com/eventbus-go/bus/internal/registry"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 )

@@ -19,7 +19,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	"github.com/eventbus-go/bus/middleware"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 )
 
 // captureBackend keeps copies of the messages the bus hands it (the bus

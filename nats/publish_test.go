@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/faultproxy"
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/faultproxy"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/conformance/tracing"
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
 

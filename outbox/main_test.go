@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/pgtest"
+	"github.com/eventbus-go/bus/internal/testkit/pgtest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/outbox"
 )

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/autoscaletest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 )
 
 func TestAutoscaleFollowsAGrowingBacklogUpToMaxAndBackToMin(t *testing.T) {

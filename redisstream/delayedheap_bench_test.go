@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/observer"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/faultproxy/faultsuite"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/faultproxy/faultsuite"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/redisstream"
 )
 

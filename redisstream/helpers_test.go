@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/redisstream"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/observer"
 )
 

@@ -9,7 +9,7 @@
 #     drives it headless;
 #   - the PostgreSQL server binaries, initdb and postgres (Debian package
 #     postgresql): the outbox tests start private servers from them
-#     (internal/pgtest finds them with pg_config --bindir or in
+#     (internal/testkit/pgtest finds them with pg_config --bindir or in
 #     /usr/lib/postgresql/*/bin; they are not on PATH). As root the tests
 #     run them as the user postgres, which the package creates;
 #   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.

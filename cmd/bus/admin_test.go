@@ -14,8 +14,8 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/msgid"
-	"github.com/eventbus-go/bus/internal/natstest"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 )
 
 // seedDeadLetters opens url, makes "orders" reject its first deliveries so

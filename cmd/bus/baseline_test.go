@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventbus-go/bus/internal/natstest"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 )
 
 func TestBenchBaselineOnMemPrintsBothSidesAndTheRatio(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
+	"github.com/eventbus-go/bus/internal/testkit/autoscaletest"
 )
 
 func TestGroupsWithEventsShowsEachAutoscaledMembersBound(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/msgid"
-	"github.com/eventbus-go/bus/internal/natstest"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 )
 
 // testHistory runs a message through a retry, a dead letter and a replay

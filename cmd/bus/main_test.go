@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 )
 
 func TestMain(m *testing.M) {

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/autoscale/autoscaletest"
 	"github.com/eventbus-go/bus/internal/lifecycle"
+	"github.com/eventbus-go/bus/internal/testkit/autoscaletest"
 )
 
 // TestDashboardShowsTheBoundOfAutoscaledMembers scales a member up and

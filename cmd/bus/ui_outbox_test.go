@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/pgtest"
+	"github.com/eventbus-go/bus/internal/testkit/pgtest"
 	"github.com/eventbus-go/bus/outbox"
 )
 

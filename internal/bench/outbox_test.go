@@ -10,7 +10,7 @@ package bench
 //     then its XADDs) with the raw XREADGROUP reader; the bus side is
 //     outbox.Publish with a relay to the bus on Redis and a subscription.
 //     The figure counts until the consumer handled every message. The
-//     PostgreSQL server is a private one (internal/pgtest, fsync off), so
+//     PostgreSQL server is a private one (internal/testkit/pgtest, fsync off), so
 //     the figures leave out the disk; `bus bench --scenario outbox`
 //     measures with a durable server.
 
@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/pgtest"
 	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/testkit/pgtest"
 	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/outbox"
 )

@@ -53,7 +53,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/rawclient"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/redisstream"
 )
 

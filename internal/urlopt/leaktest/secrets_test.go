@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/natstest"
-	"github.com/eventbus-go/bus/internal/redistest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 	_ "github.com/eventbus-go/bus/redisstream"

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventbus-go/bus/internal/serverproc"
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 )
 
 func TestWaitReadyReturnsWhenReadyAndReportsExitAndTimeoutWithTheLog(t *testing.T) {

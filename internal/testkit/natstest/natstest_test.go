@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/eventbus-go/bus/internal/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.LeakIgnores()...) }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventbus-go/bus/internal/serverproc"
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 	"github.com/redis/go-redis/v9"
 )
 

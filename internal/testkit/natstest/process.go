@@ -12,7 +12,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/eventbus-go/bus/internal/serverproc"
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 )
 
 // EnvServerBinary names a nats-server binary for StartProcess; without

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventbus-go/bus/internal/serverproc"
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/faultproxy"
+	"github.com/eventbus-go/bus/internal/testkit/faultproxy"
 	"github.com/eventbus-go/bus/observer"
 )
 

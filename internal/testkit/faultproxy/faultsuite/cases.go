@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/internal/faultproxy"
+	"github.com/eventbus-go/bus/internal/testkit/faultproxy"
 )
 
 // resetAt are the progress points (messages published or delivered) at

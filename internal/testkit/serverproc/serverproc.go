@@ -1,5 +1,5 @@
 // Package serverproc waits for a server process that a test started
-// (internal/redistest, internal/pgtest) to answer, and reads the end of
+// (internal/testkit/redistest, internal/testkit/pgtest) to answer, and reads the end of
 // its log for the error when it does not.
 package serverproc
 
