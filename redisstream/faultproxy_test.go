@@ -26,15 +26,7 @@ func TestFaultNetwork(t *testing.T) {
 		Target:      srv.Addr(),
 		StopServer:  srv.Kill,
 		StartServer: srv.Restart,
-		Open: func(t testing.TB, addr string) backend.Backend {
-			u, err := url.Parse("redis://" + addr)
-			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			be, err := redisstream.OpenURL(ctx, u)
-			require.NoError(t, err, "open a backend through the proxy")
-			return be
-		},
+		Open:        openURL,
 	})
 }
 
@@ -49,14 +41,18 @@ func TestFaultBrokerPause(t *testing.T) {
 		Target:       srv.Addr(),
 		PauseServer:  srv.Pause,
 		ResumeServer: srv.Resume,
-		Open: func(t testing.TB, addr string) backend.Backend {
-			u, err := url.Parse("redis://" + addr)
-			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			be, err := redisstream.OpenURL(ctx, u)
-			require.NoError(t, err, "open a backend")
-			return be
-		},
+		Open:         openURL,
 	})
+}
+
+// openURL opens a backend on addr from a redis:// URL, as applications do,
+// so it gets the client options a URL gives.
+func openURL(t testing.TB, addr string) backend.Backend {
+	u, err := url.Parse("redis://" + addr)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	be, err := redisstream.OpenURL(ctx, u)
+	require.NoError(t, err, "open a backend through the proxy")
+	return be
 }
