@@ -447,7 +447,8 @@ func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
 
 // testKeyOrderHotKeyLedger: the ledger of a key-ordered group with one
 // hot key. Hundreds of messages of the hot key are queued ahead of the
-// other keys, and its head fails twice with a 300 ms retry delay; every
+// other keys, and its head fails twice with a 500 ms retry delay (scaled
+// by WithTimeScale, as every delay of the suite is); every
 // handler works a millisecond, four at a time. The other keys all finish
 // before the hot key does, and start while its head waits for its first
 // retry; no message is lost, none handled out of its key's order. The
@@ -455,7 +456,7 @@ func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
 func testKeyOrderHotKeyLedger(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("keyledger"), h.group("keyledger")
-	const retryDelay = 300 * time.Millisecond
+	retryDelay := s.cfg.dur(500 * time.Millisecond)
 	hot, others := hotKey(count(300, 60), 16, count(20, 5))
 	all := append(append([]*bus.Message(nil), hot...), others...)
 	log := newKeyLog()
