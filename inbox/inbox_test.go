@@ -83,6 +83,7 @@ func inboxes(t *testing.T, db *database, h func(ctx context.Context, d *bus.Deli
 }
 
 func TestHandle(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	srv := pgtest.Start(t)
 	ctx := context.Background()

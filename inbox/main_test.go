@@ -43,8 +43,9 @@ func watchdog(t *testing.T, d time.Duration) {
 // database is a schema of its own on a private server: its URL selects
 // the schema, and the inbox and effect tables exist in it.
 type database struct {
-	url  string
-	pool *pgxpool.Pool
+	url    string
+	schema string
+	pool   *pgxpool.Pool
 }
 
 // newDatabase creates schema name on srv, migrates the inbox into it and
@@ -67,7 +68,7 @@ func newDatabase(t *testing.T, srv *pgtest.Server, name string) *database {
 	require.NoError(t, inbox.Migrate(ctx, pool), "a second migrate does nothing")
 	_, err = pool.Exec(ctx, "CREATE TABLE effects (topic text NOT NULL, id text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	require.NoError(t, err)
-	return &database{url: url, pool: pool}
+	return &database{url: url, schema: name, pool: pool}
 }
 
 // sqlDB opens the database through database/sql, closed when the test
@@ -83,19 +84,31 @@ func (db *database) sqlDB(t *testing.T) *sql.DB {
 // effects counts the effect rows per message ID.
 func (db *database) effects(t *testing.T) map[string]int {
 	t.Helper()
+	got, err := db.readEffects()
+	require.NoError(t, err)
+	return got
+}
+
+// readEffects counts the effect rows per message ID, for conditions that
+// poll.
+func (db *database) readEffects() (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows, err := db.pool.Query(ctx, "SELECT id, count(*) FROM effects GROUP BY id")
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
 	got := map[string]int{}
 	for rows.Next() {
 		var id string
 		var n int
-		require.NoError(t, rows.Scan(&id, &n))
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
 		got[id] = n
 	}
-	require.NoError(t, rows.Err())
-	return got
+	return got, rows.Err()
 }
 
 // count returns the result of a count(*) query.
