@@ -85,8 +85,6 @@
 //     messages come back;
 //   - how long the group may have no live consumer: a message a consumer
 //     took before it died comes back when a consumer returns;
-//   - a Nack delay, RetryAfter or Snooze given after the commit, if the
-//     handler's ack can be replaced by one (it cannot in AckOnSuccess);
 //   - a republish of the same ID: the outbox relay's restart after a
 //     crash, or a producer that retries a publish after the broker's
 //     dedup window.

@@ -30,6 +30,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"bustest", "bustest"},
 	{"conformance", "conformance"},
 	{"conformance/tracing", "conformance-tracing"},
+	{"inbox", "inbox"},
 	{"inmemory", "inmemory"},
 	{"middleware", "middleware"},
 	{"middleware/otelbus", "middleware-otelbus"},
