@@ -169,4 +169,29 @@ func TestHandle(t *testing.T) {
 		require.True(t, ok, "processed")
 		assert.WithinDuration(t, time.Now(), at, time.Minute, "processed now")
 	})
+
+	t.Run("DatabaseSQLMigratesPrunesAndReportsProcessed", func(t *testing.T) {
+		db := newDatabase(t, srv, schemaName())
+		sdb := db.sqlDB(t)
+		require.NoError(t, inbox.Migrate(ctx, inbox.SQL(sdb)), "migrate through database/sql over the existing tables")
+		assert.Contains(t, inbox.Schema(), "CREATE TABLE IF NOT EXISTS bus_inbox", "Schema returns what Migrate runs")
+		in, err := inbox.NewSQL(sdb, inbox.WithPruneBatch(1))
+		require.NoError(t, err)
+		res := bustest.Run(t, in.Handle(func(ctx context.Context, tx *sql.Tx, d *bus.Delivery) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO effects (topic, id) VALUES ($1, $2)", d.Topic, d.ID)
+			return err
+		}), &bus.Message{ID: "s"}, bustest.WithTopic("orders"))
+		require.Equal(t, middleware.OutcomeAcked, res.Outcome, "%v", res)
+		_, ok, err := in.Processed(ctx, "orders", "default", "s")
+		require.NoError(t, err)
+		require.True(t, ok, "processed")
+		_, ok, err = in.Processed(ctx, "orders", "default", "unknown")
+		require.NoError(t, err)
+		require.False(t, ok, "another message is not")
+		_, err = db.pool.Exec(ctx, "UPDATE bus_inbox SET processed_at = now() - interval '2 hours'")
+		require.NoError(t, err)
+		n, err := in.Prune(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "the row is pruned in batches of one")
+	})
 }
