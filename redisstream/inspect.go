@@ -286,45 +286,24 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 }
 
 // DeleteTopic implements backend.TopicDeleter: it deletes the topic's
-// keys (DEL): the stream, and with it every message and consumer group of
-// the topic, its schedule, holds and leases, its partition count, the
-// IDs its dedup window remembers, and its groups' locks and last
-// holders. A subscription still live on the topic recreates its group and
-// stream on its next read. The topic's dead-letter topic, a topic of its
-// own, is left alone.
+// keys in one script, by name, without a scan of the keyspace: the
+// stream, and with it every message and consumer group of the topic, its
+// schedule, holds and leases, its partition count, the IDs its dedup
+// window remembers, and the locks and last holders of its groups (those
+// in the topic's lock registry and those on its stream). A subscription
+// still live on the topic recreates its group and stream on its next
+// read. The topic's dead-letter topic, a topic of its own, is left alone.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if b.isClosed() {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	del := []string{k.stream, k.hold, k.lease, k.sched, k.due, k.ids[0], k.ids[1], b.partsKey(topic)}
-	for _, match := range []string{"#lock:*", "#lockby:*"} {
-		keys, err := b.scanKeys(ctx, escapeGlob(k.stream)+match, "")
-		if err != nil {
-			return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
-		}
-		del = append(del, keys...)
-	}
-	for len(del) > 0 {
-		n := min(len(del), 512)
-		if err := b.call(ctx, func(ctx context.Context) error { return b.client.Del(ctx, del[:n]...).Err() }); err != nil {
-			return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
-		}
-		del = del[n:]
+	del := []string{k.stream, k.locks, k.hold, k.lease, k.sched, k.due, k.ids[0], k.ids[1], b.partsKey(topic)}
+	err := b.call(ctx, func(ctx context.Context) error { return deleteTopicScript.Run(ctx, b.client, del).Err() })
+	if err != nil {
+		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)
 	}
 	return nil
 }
 
 var _ backend.TopicDeleter = (*Backend)(nil)
-
-// escapeGlob escapes the characters SCAN MATCH reads as a pattern.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, c := range []byte(s) {
-		if strings.IndexByte(`*?[]\^-`, c) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}

@@ -15,6 +15,10 @@ type keys struct {
 	// dedup window: one per time bucket of the window's length, even
 	// buckets in ids[0] and odd ones in ids[1].
 	ids [2]string
+	// locks is a ZSET of the groups that took a group lock on the topic
+	// (score 0): their lock and last-holder keys, named from it, are
+	// the topic's too.
+	locks string
 }
 
 // hashTag returns the part of topic that goes between braces: the topic
@@ -42,7 +46,7 @@ func streamKey(prefix, topic string) string {
 
 func newKeys(prefix, topic string) keys {
 	s := streamKey(prefix, topic)
-	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due", ids: [2]string{s + "#ids:0", s + "#ids:1"}}
+	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due", ids: [2]string{s + "#ids:0", s + "#ids:1"}, locks: s + "#locks"}
 }
 
 // slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).

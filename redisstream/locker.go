@@ -10,11 +10,11 @@ import (
 
 var _ backend.GroupLocker = (*Backend)(nil)
 
-// lockKeys are the lock of group on topic and its last holder, in the
-// topic's slot.
+// lockKeys are the lock of group on topic, its last holder and the
+// topic's lock registry, in the topic's slot.
 func (b *Backend) lockKeys(topic, group string) []string {
-	s := newKeys(b.opts.Prefix, topic).stream
-	return []string{s + "#lock:" + group, s + "#lockby:" + group}
+	k := newKeys(b.opts.Prefix, topic)
+	return []string{k.stream + "#lock:" + group, k.stream + "#lockby:" + group, k.locks}
 }
 
 // LockGroup implements backend.GroupLocker with SET PX in a script; the
@@ -26,7 +26,7 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 	var r []int64
 	err = b.call(ctx, func(ctx context.Context) error {
 		var err error
-		r, err = lockGroupScript.Run(ctx, b.client, b.lockKeys(topic, group), holder, max(ttl.Milliseconds(), 1)).Int64Slice()
+		r, err = lockGroupScript.Run(ctx, b.client, b.lockKeys(topic, group), holder, max(ttl.Milliseconds(), 1), group).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -41,7 +41,7 @@ func (b *Backend) LockGroup(ctx context.Context, topic, group, holder string, tt
 // UnlockGroup implements backend.GroupLocker.
 func (b *Backend) UnlockGroup(ctx context.Context, topic, group, holder string) error {
 	err := b.call(ctx, func(ctx context.Context) error {
-		return unlockGroupScript.Run(ctx, b.client, b.lockKeys(topic, group), holder).Err()
+		return unlockGroupScript.Run(ctx, b.client, b.lockKeys(topic, group), holder, group).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("redisstream: unlock group %q of %q: %w", group, topic, err)

@@ -297,30 +297,65 @@ return {lease, r, counts}
 // lockGroupScript takes or renews a group lock (backend.GroupLocker). The
 // lock key expires with the lock; the last-holder key stays until an
 // unlock, so a lock found free with a last holder other than the caller
-// was let lapse: a takeover.
+// was let lapse: a takeover. The group joins the topic's lock registry,
+// from which DeleteTopic names the lock keys.
 //
-// KEYS[1] lock, KEYS[2] last holder. ARGV[1] holder, ARGV[2] ttl in ms.
-// Returns {held, takeover}.
+// KEYS[1] lock, KEYS[2] last holder, KEYS[3] the registry (ZSET).
+// ARGV[1] holder, ARGV[2] ttl in ms, ARGV[3] group. Returns {held,
+// takeover}.
 var lockGroupScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[3], 0, ARGV[3])
   return {1, 0}
 end
 if cur then return {0, 0} end
 local prev = redis.call('GET', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], 0, ARGV[3])
 if prev and prev ~= ARGV[1] then return {1, 1} end
 return {1, 0}
 `)
 
-// unlockGroupScript releases a group lock its holder holds.
+// unlockGroupScript releases a group lock its holder holds, and takes the
+// group out of the topic's lock registry.
 //
-// KEYS[1] lock, KEYS[2] last holder. ARGV[1] holder. Returns 1 if
-// released.
+// KEYS[1] lock, KEYS[2] last holder, KEYS[3] the registry. ARGV[1]
+// holder, ARGV[2] group. Returns 1 if released.
 var unlockGroupScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
+`)
+
+// deleteTopicScript deletes the keys of a topic: the ones listed, and
+// the lock and last-holder keys of each group in the topic's lock
+// registry or on its stream (groups that locked before the registry
+// existed), named from the stream key. Every key is in the topic's slot.
+//
+// KEYS[1] stream, KEYS[2] lock registry, KEYS[3..] the topic's other
+// keys. Returns the number of keys deleted.
+var deleteTopicScript = redis.NewScript(`
+local groups = redis.call('ZRANGE', KEYS[2], 0, -1)
+local info = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if type(info) == 'table' and not info.err then
+  for _, g in ipairs(info) do
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then groups[#groups + 1] = g[i + 1] end
+    end
+  end
+end
+local n = 0
+for i = 1, #groups, 256 do
+  local del = {}
+  for j = i, math.min(i + 255, #groups) do
+    del[#del + 1] = KEYS[1] .. '#lock:' .. groups[j]
+    del[#del + 1] = KEYS[1] .. '#lockby:' .. groups[j]
+  end
+  n = n + redis.call('DEL', unpack(del))
+end
+return n + redis.call('DEL', unpack(KEYS))
 `)
