@@ -200,7 +200,7 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, ge
 	if failed != nil {
 		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
-	return b.publishValid(ctx, topic, msgs, gen)
+	return b.publishValid(ctx, topic, msgs, gen, false)
 }
 
 // checkMessage validates one message of a Publish to this bus.
@@ -213,9 +213,10 @@ func (b *Bus) checkMessage(m *Message) error {
 }
 
 // publishValid publishes msgs, each already checked, as one batch
-// (partitioned and combined as configured), marking those whose ID is one
-// of gen's. A failure of some messages is a *PublishError.
-func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, gen generatedIDs) error {
+// (partitioned, and combined unless direct, see sendBatch), marking those
+// whose ID is one of gen's. A failure of some messages is a
+// *PublishError.
+func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, gen generatedIDs, direct bool) error {
 	now := time.Now()
 	buf := getPublishBuf(len(msgs))
 	defer putPublishBuf(buf)
@@ -231,9 +232,9 @@ func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, g
 		return fmt.Errorf("bus: publish %q: %w", topic, err)
 	}
 	if n > 1 {
-		err = b.publishPartitioned(ctx, topic, n, buf.ptrs)
+		err = b.publishPartitioned(ctx, topic, n, buf.ptrs, direct)
 	} else {
-		err = b.batcher.Publish(ctx, topic, buf.ptrs)
+		err = b.sendBatch(ctx, topic, buf.ptrs, direct)
 	}
 	if err == nil {
 		return nil
@@ -251,6 +252,16 @@ func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, g
 		return pe
 	}
 	return fmt.Errorf("bus: publish %q: %w", topic, err)
+}
+
+// sendBatch sends one backend batch of topic: through the coalescer, or,
+// when direct, straight to the backend, for a caller that bounds its own
+// batches in flight (PublishAsync, within its window).
+func (b *Bus) sendBatch(ctx context.Context, topic string, msgs []*backend.Message, direct bool) error {
+	if direct {
+		return b.be.Publish(ctx, topic, msgs)
+	}
+	return b.batcher.Publish(ctx, topic, msgs)
 }
 
 // publishBuf holds the SPI copies of one batch. The backend contract says

@@ -26,8 +26,9 @@ const (
 // messages are never split over batches, so a call with more messages
 // than the bounds goes alone.
 //
-// The same bounds make the batches of PublishAsync, whose messages wait in
-// a window of their own (see Window and PublishAsync).
+// MaxMessages and MaxBytes also bound the batches of PublishAsync, whose
+// messages wait in a window of their own and are not combined with
+// Publish calls (see Window and PublishAsync).
 //
 // Zero fields take their defaults: 1,000 messages, 4 MiB, 2 batches in
 // flight and a window of 1,000 messages.

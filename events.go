@@ -33,7 +33,7 @@ func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.M
 		return err
 	}
 	if n > 1 {
-		return b.publishPartitioned(ctx, topic, n, msgs)
+		return b.publishPartitioned(ctx, topic, n, msgs, false)
 	}
 	return b.batcher.Publish(ctx, topic, msgs)
 }

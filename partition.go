@@ -97,9 +97,9 @@ func (b *Bus) partitionsOf(ctx context.Context, topic string) (int, error) {
 }
 
 // publishPartitioned publishes msgs to the partitions of topic, each
-// partition's messages in their order in msgs. Failures carry their index
-// in msgs.
-func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs []*backend.Message) error {
+// partition's messages in their order in msgs, as sendBatch does with
+// direct. Failures carry their index in msgs.
+func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs []*backend.Message, direct bool) error {
 	byPart := make(map[int][]int, min(n, len(msgs)))
 	var order []int
 	for i, m := range msgs {
@@ -116,7 +116,7 @@ func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs 
 		for j, i := range idx {
 			part[j] = msgs[i]
 		}
-		err := b.batcher.Publish(ctx, backend.PartitionTopic(topic, p), part)
+		err := b.sendBatch(ctx, backend.PartitionTopic(topic, p), part, direct)
 		if err == nil {
 			continue
 		}

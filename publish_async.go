@@ -76,11 +76,14 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // 1,000) per Bus until their result is known; a PublishAsync that finds it
 // full waits for room, until ctx ends (the result then carries ctx's
 // error). Waiting messages of a topic are sent as batches within the
-// bounds of PublishBatching and of Window/(2×MaxBatches) messages, so
-// that the batches in flight leave room for the next ones, up to
-// MaxBatches batches of a topic in flight. They go through the publish
-// middleware one call per message, on a goroutine of the bus, with ctx
-// and its values.
+// bounds of PublishBatching.MaxMessages and MaxBytes and of Window/B
+// messages, up to B batches of a topic in flight, where B is 8, or
+// MaxBatches when larger: the backend holds nearly the whole window while
+// the producer fills the next batch. These batches go to the backend as
+// they are, not combined with Publish calls; with Disabled each message
+// is a batch of its own, and the window alone bounds them. The messages
+// go through the publish middleware one call per message, on a goroutine
+// of the bus, with ctx and its values.
 //
 // Order: the messages of one Key on one topic are stored in the order of
 // their PublishAsync calls (calls from one goroutine, or otherwise

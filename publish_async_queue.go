@@ -76,6 +76,10 @@ type asyncReq struct {
 // keptIdleAsyncTopics is how many idle topics keep their state.
 const keptIdleAsyncTopics = 64
 
+// asyncBatches is how many PublishAsync batches of a topic may be in
+// flight at once, unless PublishBatching.MaxBatches allows more.
+const asyncBatches = 8
+
 // asyncState returns b's PublishAsync state, made on first use.
 func (b *Bus) asyncState() *asyncPublisher {
 	a := &b.async
@@ -83,13 +87,17 @@ func (b *Bus) asyncState() *asyncPublisher {
 		a.b = b
 		a.window = make(chan struct{}, b.opts.batching.window())
 		cfg := b.opts.batching.config()
-		a.maxMsgs, a.maxBytes, a.maxBatches = cfg.MaxMessages, cfg.MaxBytes, cfg.MaxBatches
-		// The batches in flight leave half the window to the messages
-		// that follow, so the producer fills the next batches while they
-		// are sent instead of waiting for the window to empty.
-		a.maxMsgs = max(1, min(a.maxMsgs, b.opts.batching.window()/(2*a.maxBatches)))
+		window := b.opts.batching.window()
+		// The window, not the coalescer, bounds what is in flight: a
+		// topic keeps up to asyncBatches batches (MaxBatches when more)
+		// of a share of the window each, so the backend holds nearly the
+		// whole window while the producer fills the batch that follows
+		// one that returned.
+		a.maxMsgs, a.maxBytes = cfg.MaxMessages, cfg.MaxBytes
+		a.maxBatches = max(cfg.MaxBatches, asyncBatches)
+		a.maxMsgs = max(1, min(a.maxMsgs, window/a.maxBatches))
 		if cfg.Disabled {
-			a.maxMsgs = 1
+			a.maxMsgs, a.maxBatches = 1, window
 		}
 		a.topics = map[string]*asyncTopic{}
 		a.gates = []*flushGate{{done: make(chan struct{})}}
@@ -472,7 +480,7 @@ func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
 		gen = append(gen, r.genID...)
 	}
 	ctx, stop := coalesce.Context(ctxs)
-	err := a.b.publishValid(ctx, topic, msgs, generatedIDs(gen))
+	err := a.b.publishValid(ctx, topic, msgs, generatedIDs(gen), true)
 	stop()
 	errs := make([]error, len(batch))
 	if err == nil {

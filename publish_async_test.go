@@ -149,7 +149,7 @@ func seq(key string, from, to int) []string {
 
 func TestPublishAsyncStoresEachKeyInCallOrder(t *testing.T) {
 	be := newKeyLogBackend()
-	b := bus.New(be, bus.WithPublishBatching(bus.PublishBatching{MaxMessages: 16, MaxBatches: 4, Window: 128}))
+	b := bus.New(be, bus.WithPublishBatching(bus.PublishBatching{MaxMessages: 16, MaxBatches: 10, Window: 320}))
 	defer closeBus(t, b)
 	const producers, keys, perKey = 4, 6, 150
 	var wg sync.WaitGroup
@@ -182,10 +182,56 @@ func TestPublishAsyncStoresEachKeyInCallOrder(t *testing.T) {
 	defer be.mu.Unlock()
 	assert.Zero(t, be.overlaps, "no two batches holding one key are in flight at once")
 	assert.Greater(t, be.maxRunning, 1, "batches of different keys were in flight at once")
-	assert.LessOrEqual(t, be.maxRunning, 4, "at most MaxBatches batches of the topic in flight")
+	assert.LessOrEqual(t, be.maxRunning, 10, "at most MaxBatches batches of the topic in flight, when more than 8")
 	assert.Greater(t, be.maxBatchLen, 1, "waiting messages were sent together")
 	assert.LessOrEqual(t, be.maxBatchLen, 16, "batches stay within MaxMessages")
 	assert.Len(t, be.log[""], producers*perKey, "every message without a key is stored")
+}
+
+// PublishAsync keeps up to 8 batches of a topic in flight, more than
+// MaxBatches (2 by default), each of at most Window/8 messages: the
+// backend holds nearly the whole window, not half of it.
+func TestPublishAsyncKeepsEightBatchesInFlight(t *testing.T) {
+	g := newGateBackend()
+	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{Window: 64}))
+	defer closeBus(t, b)
+	bg := context.Background()
+	var rs []*bus.PublishResult
+	for i := range 64 {
+		rs = append(rs, b.PublishAsync(bg, "t", bmsg("m"+strconv.Itoa(i))))
+	}
+	var calls []*gateCall
+	for range 8 {
+		calls = append(calls, g.next(t))
+	}
+	g.noCall(t)
+	close(calls[0].release)
+	next := g.next(t)
+	assert.Len(t, next.ids, 8, "the messages that waited go as one batch of Window/8")
+	g.noCall(t)
+	close(next.release)
+	for _, c := range calls[1:] {
+		close(c.release)
+	}
+	flushed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		flushed <- b.Flush(ctx)
+	}()
+	for done := false; !done; {
+		select {
+		case c := <-g.calls:
+			assert.LessOrEqual(t, len(c.ids), 8, "a batch holds at most Window/8 messages")
+			close(c.release)
+		case err := <-flushed:
+			require.NoError(t, err, "Flush")
+			done = true
+		}
+	}
+	for i, r := range rs {
+		require.NoError(t, get(t, r), "m%d", i)
+	}
 }
 
 func TestPublishAsyncRejectsBadInputBeforeIO(t *testing.T) {
