@@ -11,9 +11,10 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 GOBIN := $(shell $(GO) env GOPATH)/bin
-# The library and the command (cmd/bus, a module of its own; go.work joins
-# them in this checkout).
-PKGS := ./... ./cmd/bus/...
+# The library, the command (cmd/bus) and the Watermill adapter
+# (contrib/watermill), each of the last two a module of its own; go.work
+# joins them in this checkout.
+PKGS := ./... ./cmd/bus/... ./contrib/watermill/...
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
 DEADCODE ?= $(shell command -v deadcode 2>/dev/null || echo $(GOBIN)/deadcode)
 

@@ -13,7 +13,9 @@ package doccheck
 //     declares at its top level with := is used once, so that an example
 //     need not print everything it gets.
 //   - A block right after the line <!-- doccheck: skip --> is not compiled
-//     (for signatures shown for reading); there are none in the docs today.
+//     here: docs/watermill.md marks its blocks so, because they import
+//     Watermill, which this module does not list; the adapter's module
+//     compiles them (contrib/watermill, TestWatermillGuideCompiles).
 //   - ```json blocks must parse; ```sh blocks may only name bus
 //     subcommands that exist.
 // All generated packages are built by one "go build" in a module of their

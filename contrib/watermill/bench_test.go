@@ -1,0 +1,178 @@
+package watermill
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	nc "github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/redistest"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// benchBatch is how many messages one Publish call carries.
+const benchBatch = 100
+
+// BenchmarkRouter measures Watermill's router, one consumer handler that
+// acks, over the adapter on mem://, Redis and NATS JetStream beside
+// Watermill's own Redis Streams and NATS JetStream Pub/Subs and GoChannel,
+// in one run, on private servers: msgs/s from the first Publish to the
+// last message handled, 256-byte payloads published benchBatch to a call
+// while the router consumes. Every Pub/Sub keeps its defaults: one
+// message in flight per subscription.
+func BenchmarkRouter(b *testing.B) {
+	redisURL := redistest.Start(b).URL()
+	natsURL := natstest.Start(b).URL()
+	peers := []struct {
+		name string
+		open func(b *testing.B) (message.Publisher, message.Subscriber)
+	}{
+		{"gochannel", func(*testing.B) (message.Publisher, message.Subscriber) {
+			ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			return ps, ps
+		}},
+		{"bus-mem", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, "mem://") }},
+		{"bus-redis", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, redisURL) }},
+		{"redisstream", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchRedisstream(b, redisURL) }},
+		{"bus-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL) }},
+		{"watermill-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillNATS(b, natsURL) }},
+	}
+	for _, p := range peers {
+		b.Run(p.name, func(b *testing.B) {
+			pub, sub := p.open(b)
+			benchRouter(b, pub, sub)
+		})
+	}
+}
+
+func benchRouter(b *testing.B, pub message.Publisher, sub message.Subscriber) {
+	topic := "bench-" + watermill.NewShortUUID()
+	var handled, target atomic.Int64
+	all := make(chan struct{})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router.AddConsumerHandler("count", topic, sub, func(*message.Message) error {
+		if n := handled.Add(1); n == target.Load() {
+			close(all)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case <-time.After(30 * time.Second):
+		b.Fatal("the router did not start within 30s")
+	}
+	defer func() {
+		if err := router.Close(); err != nil {
+			b.Error(err)
+		}
+		if err := <-ran; err != nil {
+			b.Error(err)
+		}
+		if err := pub.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
+
+	payload := make([]byte, 256)
+	published := 0
+	start := time.Now()
+	for b.Loop() {
+		msgs := make([]*message.Message, benchBatch)
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), payload)
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			b.Fatal(err)
+		}
+		published += benchBatch
+	}
+	target.Store(int64(published))
+	if handled.Load() < int64(published) {
+		select {
+		case <-all:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("handled %d of %d messages within 2 minutes", handled.Load(), published)
+		}
+	}
+	b.ReportMetric(float64(published)/time.Since(start).Seconds(), "msgs/s")
+}
+
+func benchBus(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bb, err := bus.Open(ctx, url, bus.WithObserver(observer.Nop()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := bb.Close(ctx); err != nil {
+			b.Error(err)
+		}
+	})
+	pub, err := NewPublisher(bb, PublisherConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := NewSubscriber(bb, SubscriberConfig{Group: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub, sub
+}
+
+func benchRedisstream(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := redis.NewClient(opts)
+	b.Cleanup(func() { _ = client.Close() })
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: client, ConsumerGroup: "bench"}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub, sub
+}
+
+func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	js := wmnats.JetStreamConfig{
+		AutoProvision:    true,
+		SubscribeOptions: []nc.SubOpt{nc.DeliverAll(), nc.AckExplicit()},
+		DurablePrefix:    "bench",
+	}
+	pub, err := wmnats.NewPublisher(wmnats.PublisherConfig{URL: url, JetStream: js}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
+		URL: url, QueueGroupPrefix: "bench", SubscribersCount: 1,
+		AckWaitTimeout: 30 * time.Second, CloseTimeout: 30 * time.Second, JetStream: js,
+	}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub, sub
+}
