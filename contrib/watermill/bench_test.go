@@ -28,8 +28,10 @@ const benchBatch = 100
 // Watermill's own Redis Streams and NATS JetStream Pub/Subs and GoChannel,
 // in one run, on private servers: msgs/s from the first Publish to the
 // last message handled, 256-byte payloads published benchBatch to a call
-// while the router consumes. Every Pub/Sub keeps its defaults: one
-// message in flight per subscription.
+// while the router consumes. Every Pub/Sub keeps its defaults (one
+// message handed out at a time per subscription); the -inflight16 rows
+// set SubscriberConfig.MaxInFlight to 16, which the router handles
+// concurrently.
 func BenchmarkRouter(b *testing.B) {
 	redisURL := redistest.Start(b).URL()
 	natsURL := natstest.Start(b).URL()
@@ -41,10 +43,13 @@ func BenchmarkRouter(b *testing.B) {
 			ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			return ps, ps
 		}},
-		{"bus-mem", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, "mem://") }},
-		{"bus-redis", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, redisURL) }},
+		{"bus-mem", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, "mem://", 1) }},
+		{"bus-mem-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, "mem://", 16) }},
+		{"bus-redis", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, redisURL, 1) }},
+		{"bus-redis-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, redisURL, 16) }},
 		{"redisstream", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchRedisstream(b, redisURL) }},
-		{"bus-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL) }},
+		{"bus-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 1) }},
+		{"bus-nats-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 16) }},
 		{"watermill-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillNATS(b, natsURL) }},
 	}
 	for _, p := range peers {
@@ -114,7 +119,7 @@ func benchRouter(b *testing.B, pub message.Publisher, sub message.Subscriber) {
 	b.ReportMetric(float64(published)/time.Since(start).Seconds(), "msgs/s")
 }
 
-func benchBus(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+func benchBus(b *testing.B, url string, inFlight int) (message.Publisher, message.Subscriber) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	bb, err := bus.Open(ctx, url, bus.WithObserver(observer.Nop()))
@@ -132,7 +137,7 @@ func benchBus(b *testing.B, url string) (message.Publisher, message.Subscriber) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	sub, err := NewSubscriber(bb, SubscriberConfig{Group: "bench"})
+	sub, err := NewSubscriber(bb, SubscriberConfig{Group: "bench", MaxInFlight: inFlight})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,13 +149,13 @@ func benchRedisstream(b *testing.B, url string) (message.Publisher, message.Subs
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := redis.NewClient(opts)
-	b.Cleanup(func() { _ = client.Close() })
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
+	// The Pub/Sub's Close closes its client: one client each.
+	pubClient, subClient := redis.NewClient(opts), redis.NewClient(opts)
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: pubClient}, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: client, ConsumerGroup: "bench"}, watermill.NopLogger{})
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: subClient, ConsumerGroup: "bench"}, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,7 +22,8 @@ var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
 // root is the module's directory, relative to this package.
 const root = "../.."
 
-// publicPackages are the module's importable packages, by directory; each
+// publicPackages are the module's importable packages and the Watermill
+// adapter's (contrib/watermill, a module of its own), by directory; each
 // has its API file api/<file>.txt.
 var publicPackages = []struct{ dir, file string }{
 	{".", "bus"},
@@ -30,6 +31,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"bustest", "bustest"},
 	{"conformance", "conformance"},
 	{"conformance/tracing", "conformance-tracing"},
+	{"contrib/watermill", "contrib-watermill"},
 	{"inbox", "inbox"},
 	{"inmemory", "inmemory"},
 	{"middleware", "middleware"},
