@@ -154,28 +154,54 @@ type subscription struct {
 // the backend fails for good. Messages handed out and not settled by then
 // come back to the group.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if s.isClosed() {
 		return nil, ErrClosed
 	}
 	sub := &subscription{out: make(chan *message.Message), stopSend: make(chan struct{})}
+	// No lock is held across Subscribe, which may create the group at
+	// the broker.
 	bs, err := s.b.Subscribe(ctx, topic, sub.handle, s.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("watermill: subscribe %q: %w", topic, err)
 	}
 	sub.bs = bs
-	s.subs[sub] = struct{}{}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		<-bs.Done()
-		sub.closeOut()
-		s.mu.Lock()
-		delete(s.subs, sub)
-		s.mu.Unlock()
-	}()
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.subs[sub] = struct{}{}
+		s.wg.Add(1)
+		go s.await(sub)
+	}
+	s.mu.Unlock()
+	if closed {
+		// Close ran meanwhile and did not see this subscription; no
+		// message was handed out.
+		sub.stop()
+		closeCtx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+		defer cancel()
+		if err := bs.Close(closeCtx); err != nil {
+			return nil, errors.Join(ErrClosed, err)
+		}
+		return nil, ErrClosed
+	}
 	return sub.out, nil
+}
+
+// await closes sub's channel and forgets sub once its bus subscription
+// has ended.
+func (s *Subscriber) await(sub *subscription) {
+	defer s.wg.Done()
+	<-sub.bs.Done()
+	sub.closeOut()
+	s.mu.Lock()
+	delete(s.subs, sub)
+	s.mu.Unlock()
+}
+
+func (s *Subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // handle is the bus handler: it hands the message out and waits for its
