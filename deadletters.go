@@ -23,8 +23,9 @@ type DeadLetter struct {
 	// headers (the bus-dlq-* headers are removed).
 	Message
 	// Reason is the human-readable reason; Code the machine-readable one
-	// (CodeMaxDeliveries, CodePermanent, ...; empty for dead letters
-	// written before codes existed).
+	// (CodeMaxDeliveries, CodeRejected, ...; empty for dead letters
+	// written before codes existed). A code stored in an earlier spelling
+	// ("max-deliveries", "lease-lost", "permanent") reads as today's.
 	Reason string
 	Code   DeadLetterCode
 	// Topic and Group are where the message was consumed when it was
@@ -210,7 +211,7 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 	dl := DeadLetter{
 		Message: Message{ID: m.ID, Key: m.Key, Headers: h, Payload: m.Payload},
 		Reason:  m.Headers[backend.HeaderDeadLetterReason],
-		Code:    backend.DeadLetterCode(m.Headers[backend.HeaderDeadLetterCode]),
+		Code:    backend.ParseDeadLetterCode(m.Headers[backend.HeaderDeadLetterCode]),
 		Topic:   m.Headers[backend.HeaderDeadLetterTopic],
 		Group:   m.Headers[backend.HeaderDeadLetterGroup],
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -26,7 +28,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	handled := make(chan *bus.Delivery, 10)
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		if fail.Load() {
-			return bus.Permanent(errors.New("bad order"))
+			return bus.Reject(errors.New("bad order"))
 		}
 		handled <- d
 		return nil
@@ -56,7 +58,7 @@ func TestDeadLetterListReplayPurgeRoundTrip(t *testing.T) {
 	assert.Equal(t, "orders", one.Topic)
 	assert.Equal(t, "billing", one.Group)
 	assert.Equal(t, 1, one.Attempt)
-	assert.Equal(t, bus.CodePermanent, one.Code, "the reason code says why")
+	assert.Equal(t, bus.CodeRejected, one.Code, "the reason code says why")
 	assert.Contains(t, one.Reason, "bad order")
 	assert.False(t, one.Time.IsZero(), "the dead-letter time is recorded")
 
@@ -156,7 +158,7 @@ func TestDeadLetterTopicsAreFoundByTheirHeadersNotTheirNames(t *testing.T) {
 	}, bus.WithGroup("ops"))
 	require.NoError(t, err)
 	_, err = b.Subscribe(ctx, "payments", func(context.Context, *bus.Delivery) error {
-		return bus.Permanent(errors.New("declined"))
+		return bus.Reject(errors.New("declined"))
 	}, bus.WithDeadLetter("pay-failures"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "payments", &bus.Message{ID: "p-1"}))
@@ -177,4 +179,54 @@ func TestDeadLetterTopicsAreFoundByTheirHeadersNotTheirNames(t *testing.T) {
 	err = b.DeleteTopic(ctx, "not-dead.dlq")
 	require.ErrorIs(t, err, bus.ErrUnsupported, "mem has no backend.TopicDeleter (conformance DeleteTopic covers the backends that do)")
 	require.ErrorIs(t, b.DeleteTopic(ctx, "bad topic"), bus.ErrInvalidTopic, "the topic is checked before anything else")
+}
+
+// Dead letters stored with the codes' earlier spellings list, as the bus
+// command shows them, with today's codes, and replay like any other.
+func TestDeadLettersReadTheCodesEarlierVersionsStored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer b.Close(ctx)
+	stored := map[string]bus.DeadLetterCode{
+		"max-deliveries": bus.CodeMaxDeliveries,
+		"lease-lost":     bus.CodeLeaseLost,
+		"permanent":      bus.CodeRejected,
+		"expired":        bus.CodeExpired,
+	}
+	var copies []*backend.Message
+	for old := range stored {
+		copies = append(copies, backend.NewDeadLetter(&backend.Message{ID: old, Payload: []byte(old)},
+			backend.DeadLetterInfo{Topic: "orders", Group: "billing", Attempt: 2, Code: backend.DeadLetterCode(old), Reason: "stored earlier"}))
+	}
+	require.NoError(t, be.Publish(ctx, "orders.dlq", copies), "the copies stored as an earlier version wrote them")
+
+	dls, err := b.DeadLetters(ctx, "orders.dlq", 0)
+	require.NoError(t, err)
+	require.Len(t, dls, len(stored), "every stored copy is listed")
+	for _, d := range dls {
+		assert.Equal(t, stored[d.ID], d.Code, "the code stored as %q", d.ID)
+	}
+
+	handled := make(chan string, len(stored))
+	_, err = b.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		handled <- d.ID
+		return nil
+	}, bus.WithGroup("billing"), bus.WithStartFrom(bus.StartOldest))
+	require.NoError(t, err)
+	n, err := b.ReplayDeadLetters(ctx, "orders.dlq", "max-deliveries", "permanent")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "both named copies replayed")
+	got := map[string]bool{}
+	for len(got) < 2 {
+		select {
+		case id := <-handled:
+			got[id] = true
+		case <-ctx.Done():
+			require.FailNow(t, "the replayed messages were not handled", "got %v", got)
+		}
+	}
+	assert.Equal(t, map[string]bool{"max-deliveries": true, "permanent": true}, got)
 }

@@ -87,7 +87,7 @@ func TestNoObserverLogsOneWarnPerDeadLetterAndNothingPerRetry(t *testing.T) {
 	}
 	require.Len(t, warns, 1, "one WARN for the dead-lettering, got %q", buf.lines())
 	assert.Contains(t, warns[0], "message dead-lettered", "it says the message was dead-lettered")
-	assert.Contains(t, warns[0], "code=max-deliveries", "with its code")
+	assert.Contains(t, warns[0], "code=max_deliveries", "with its code")
 	assert.Contains(t, warns[0], "message_id=m-1", "and its message ID")
 }
 

@@ -38,7 +38,7 @@ var (
 	// subscription shuts down (Subscription.Close or Bus.Close whose ctx
 	// ended, or the Subscribe ctx ended and the handler outlived the
 	// shutdown's wait). A shutdown is not a failure: a delivery whose
-	// handler then returns an error (other than a Permanent one) is given
+	// handler then returns an error (other than a rejected one) is given
 	// back to the group without counting as an attempt and without being
 	// reported. Read it with context.Cause.
 	ErrClosing = engine.ErrClosing
@@ -85,32 +85,46 @@ func (e *PublishError) Unwrap() []error {
 	return errs
 }
 
-// Permanent marks err as one that no retry can fix. Returned by a handler
+// The settlement vocabulary has four verbs, each in two forms with one
+// meaning: a Delivery method, for any ack mode but AckOnReceive, and an
+// error an AckOnSuccess handler returns (docs/semantics.md has the table).
+//
+//	Ack     d.Ack(ctx)            return nil
+//	Nack    d.Nack(ctx, delay)    return Nack(err, delay), or err (the retry backoff)
+//	Snooze  d.Snooze(ctx, delay)  return Snooze(delay)
+//	Reject  d.Reject(ctx, reason) return Reject(err)
+
+// Reject marks err as one that no retry can fix: returned by a handler
 // (AckOnSuccess), the message goes straight to the dead-letter topic with
-// code permanent; returned by a backend's Receive, the subscription ends
-// with Err set. It is backend.Permanent: one concept on both sides, so
-// IsPermanent answers the same for an error marked by either.
-// Permanent(nil) is nil.
-func Permanent(err error) error { return backend.Permanent(err) }
+// code rejected, as Delivery.Reject does. Middleware that retries (such as
+// middleware.Retry) does not retry it; IsRejected reports the mark. It is
+// backend.Permanent, the mark with which a backend's Receive ends a
+// subscription, so IsRejected answers the same for an error marked on
+// either side. Reject(nil) is nil.
+func Reject(err error) error { return backend.Permanent(err) }
+
+// IsRejected reports whether err, or an error it wraps, was marked with
+// Reject (or, by a backend, with backend.Permanent).
+func IsRejected(err error) bool { return backend.IsPermanent(err) }
+
+// Nack is the error an AckOnSuccess handler returns to have its delivery
+// redelivered after d instead of after the subscription's retry backoff
+// (WithRetryBackoff), as Delivery.Nack does: for example after an API
+// answered "429, retry in 40 s". The redelivery counts as an attempt, is
+// bounded by WithMaxDeliveries, and err is reported as a handler failure.
+// A Reject mark in the same chain wins. It is backend.RetryAfter, read by
+// backend.RetryAfterOf. Nack(nil, d) is nil; a negative d counts as 0.
+// Every delay the bus waits (Nack, Snooze, Delivery.Nack, Delivery.Snooze,
+// the retry backoff) is cut to MaxDelay, 100 years (876,000 h), on every
+// backend: a due time must stay within what the brokers carry, int64
+// nanoseconds since the Unix epoch.
+func Nack(err error, d time.Duration) error { return backend.RetryAfter(err, d) }
 
 // Snooze is the error an AckOnSuccess handler returns to have its
 // delivery redelivered after d without counting an attempt, as
-// Delivery.Snooze does: the error form, for handlers that only return.
-// It is not reported as a failure. A d of 0 or less is no snooze: the
-// error is a handler failure like any other (reported, retried after the
-// backoff, counted), so that a message can never come back at once again
-// and again without counting. A d longer than 100 years waits 100 years (see RetryAfter).
+// Delivery.Snooze does. It is not reported as a failure. A d of 0 or less
+// is no snooze: the error is a handler failure like any other (reported,
+// retried after the backoff, counted), so that a message can never come
+// back at once again and again without counting. A d longer than MaxDelay
+// waits MaxDelay.
 func Snooze(d time.Duration) error { return backend.Snooze(d) }
-
-// RetryAfter marks a handler error as one to retry after d instead of
-// after the subscription's retry backoff (WithRetryBackoff): for example
-// an API that answered "429, retry in 40 s". In AckOnSuccess the message
-// is redelivered after d; the retry still counts as an attempt and is
-// still bounded by WithMaxDeliveries. A Permanent mark in the same chain
-// wins. It is backend.RetryAfter, read by backend.RetryAfterOf.
-// RetryAfter(nil, d) is nil; a negative d counts as 0. Every delay the
-// bus waits (RetryAfter, Snooze, Delivery.Nack, Delivery.Snooze, the
-// retry backoff) is cut to 100 years (876,000 h) on every backend: a due
-// time must stay within what the brokers carry, int64 nanoseconds since
-// the Unix epoch.
-func RetryAfter(err error, d time.Duration) error { return backend.RetryAfter(err, d) }

@@ -40,7 +40,7 @@ func eventsBus(t *testing.T, opts ...bus.Option) (*bus.Bus, backend.Inspector) {
 func failsUntil(ok *atomic.Bool) bus.Handler {
 	return func(ctx context.Context, d *bus.Delivery) error {
 		if !ok.Load() {
-			return bus.Permanent(errors.New("bad order"))
+			return bus.Reject(errors.New("bad order"))
 		}
 		return nil
 	}
@@ -96,7 +96,7 @@ func TestEventsOfAFailureAndItsRetry(t *testing.T) {
 	ctx := context.Background()
 	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		if d.Attempt == 1 {
-			return bus.RetryAfter(errors.New("db down"), 10*time.Millisecond)
+			return bus.Nack(errors.New("db down"), 10*time.Millisecond)
 		}
 		return nil
 	})
@@ -135,7 +135,7 @@ func TestEventsOfADeadLetterAndItsReplay(t *testing.T) {
 	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Key: "c-1"}))
 	h := waitKinds(t, in, "o-1", lifecycle.Received, lifecycle.Failed, lifecycle.DeadLettered)
 	dl := h.Entries[2]
-	assert.Equal(t, string(bus.CodePermanent), dl.Code, "the dead-letter code")
+	assert.Equal(t, string(bus.CodeRejected), dl.Code, "the dead-letter code")
 	assert.Equal(t, "orders.dlq", dl.DeadLetter, "the dead-letter topic")
 	assert.True(t, dl.Held, "the dead letter is still held")
 

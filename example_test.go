@@ -84,7 +84,7 @@ func ExampleDelivery_Nack() {
 	// attempt 2: ack resize image 7
 }
 
-// A handler error marked Permanent is not retried: the message moves to
+// A handler error marked with Reject is not retried: the message moves to
 // the dead-letter topic ("<topic>.dlq" by default) with headers that say
 // why and where it came from.
 func Example_deadLetter() {
@@ -104,7 +104,7 @@ func Example_deadLetter() {
 		panic(err)
 	}
 	_, err = b.Subscribe(ctx, "payments", func(ctx context.Context, d *bus.Delivery) error {
-		return bus.Permanent(errors.New("card number is malformed"))
+		return bus.Reject(errors.New("card number is malformed"))
 	}, bus.WithGroup("charger"))
 	if err != nil {
 		panic(err)

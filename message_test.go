@@ -217,14 +217,14 @@ func TestOpenRedactsTokenOnlyUserInfo(t *testing.T) {
 	assert.NotContains(t, err.Error(), "s3cr3t-token", "a token in the user part is redacted")
 }
 
-func TestPermanentIsDetectedThroughWrapping(t *testing.T) {
+func TestRejectIsDetectedThroughWrapping(t *testing.T) {
 	base := errors.New("bad input")
-	err := bus.Permanent(base)
-	assert.True(t, bus.IsPermanent(err))
-	assert.True(t, bus.IsPermanent(errors.Join(errors.New("x"), err)))
+	err := bus.Reject(base)
+	assert.True(t, bus.IsRejected(err))
+	assert.True(t, bus.IsRejected(errors.Join(errors.New("x"), err)))
 	assert.ErrorIs(t, err, base)
-	assert.False(t, bus.IsPermanent(base))
-	assert.NoError(t, bus.Permanent(nil))
+	assert.False(t, bus.IsRejected(base))
+	assert.NoError(t, bus.Reject(nil))
 }
 
 // The word-at-a-time ID check agrees with a byte loop for every byte
@@ -273,17 +273,17 @@ func TestExpiresAtTakesOneHeader(t *testing.T) {
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d", bus.MaxHeaders-1))
 }
 
-func TestRetryAfterMarksAndUnwraps(t *testing.T) {
+func TestNackMarksAndUnwraps(t *testing.T) {
 	base := errors.New("429")
-	err := fmt.Errorf("call api: %w", bus.RetryAfter(base, 40*time.Second))
+	err := fmt.Errorf("call api: %w", bus.Nack(base, 40*time.Second))
 	d, ok := backend.RetryAfterOf(err)
 	require.True(t, ok)
 	assert.Equal(t, 40*time.Second, d)
 	assert.ErrorIs(t, err, base, "the cause stays reachable")
-	assert.NoError(t, bus.RetryAfter(nil, time.Second))
+	assert.NoError(t, bus.Nack(nil, time.Second))
 	_, ok = backend.RetryAfterOf(base)
 	assert.False(t, ok)
-	d, _ = backend.RetryAfterOf(bus.RetryAfter(base, -time.Second))
+	d, _ = backend.RetryAfterOf(bus.Nack(base, -time.Second))
 	assert.Zero(t, d, "a negative delay counts as 0")
 }
 

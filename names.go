@@ -46,18 +46,21 @@ type GroupInfo = backend.GroupInfo
 type Figure = backend.Figure
 
 // DeadLetterCode is the machine-readable reason of a dead letter, in its
-// HeaderDeadLetterCode header and DeadLetter.Code.
+// HeaderDeadLetterCode header and DeadLetter.Code. Codes are snake_case,
+// like the observer's scopes and the lifecycle events; DeadLetters and
+// the bus command read the spellings earlier versions stored
+// ("max-deliveries", "lease-lost", "permanent") as today's codes.
 type DeadLetterCode = backend.DeadLetterCode
 
 // Dead-letter codes.
 const (
-	CodeMaxDeliveries = backend.CodeMaxDeliveries // WithMaxDeliveries was reached
-	CodePermanent     = backend.CodePermanent     // the handler returned a Permanent error
-	CodeRejected      = backend.CodeRejected      // Delivery.Reject
-	CodeExpired       = backend.CodeExpired       // the entry was trimmed or past its ExpiresAt before delivery
-	CodeLeaseLost     = backend.CodeLeaseLost     // the lease could not be kept
-	CodeMalformed     = backend.CodeMalformed     // the backend could not decode the entry
-	CodeOversized     = backend.CodeOversized     // the payload was over the max payload
+	CodeMaxDeliveries = backend.CodeMaxDeliveries // "max_deliveries": WithMaxDeliveries was reached
+	CodeRejected      = backend.CodeRejected      // "rejected": Delivery.Reject, or the handler returned Reject(err)
+	CodeExpired       = backend.CodeExpired       // "expired": the message reached its ExpiresAt before it was handled
+	CodeTrimmed       = backend.CodeTrimmed       // "trimmed": the broker dropped the entry before it was delivered
+	CodeLeaseLost     = backend.CodeLeaseLost     // "lease_lost": the lease could not be kept
+	CodeMalformed     = backend.CodeMalformed     // "malformed": the backend could not decode the entry
+	CodeOversized     = backend.CodeOversized     // "oversized": the payload was over the max payload
 )
 
 // Headers of a dead-letter copy, set by the bus or the backend that
@@ -94,8 +97,8 @@ const (
 )
 
 // MaxDelay is the longest delay the bus waits or asks a backend to wait
-// (RetryAfter, Snooze, Delivery.Nack, Delivery.Snooze, the retry
-// backoff): a longer one waits MaxDelay.
+// (Nack, Snooze, Delivery.Nack, Delivery.Snooze, the retry backoff): a
+// longer one waits MaxDelay.
 const MaxDelay = backend.MaxDelay
 
 // Errors of the inspection and partition calls, wrapped by the errors the
@@ -111,10 +114,6 @@ var (
 	// out; the call never touches a newer delivery of the message.
 	ErrStale = backend.ErrStale
 )
-
-// IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent.
-func IsPermanent(err error) bool { return backend.IsPermanent(err) }
 
 // ValidateTopic reports whether topic is a valid topic name: 1 to
 // MaxTopicLen bytes of letters, digits and ". _ - :", with no empty

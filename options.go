@@ -26,7 +26,7 @@ type AckMode string
 
 const (
 	// AckOnSuccess (the default): a nil handler return acks; an error
-	// nacks with the retry backoff, and Permanent errors or running out of
+	// nacks with the retry backoff, and rejected errors (Reject) or running out of
 	// max deliveries dead-letter. At-least-once.
 	AckOnSuccess AckMode = "on-success"
 	// AckOnReceive acks before the handler runs. At-most-once: a handler

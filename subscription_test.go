@@ -124,15 +124,15 @@ func TestMaxDeliveriesDeadLettersWithReasonHeaders(t *testing.T) {
 	assert.Len(t, ev.byScope(observer.ScopeHandler), 1)
 }
 
-func TestPermanentErrorDeadLettersOnFirstAttempt(t *testing.T) {
-	f, _, _, _ := startFake(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errors.New("schema mismatch")) })
+func TestRejectedErrorDeadLettersOnFirstAttempt(t *testing.T) {
+	f, _, _, _ := startFake(t, func(context.Context, *bus.Delivery) error { return bus.Reject(errors.New("schema mismatch")) })
 	f.push(msg("p1", 1))
 	require.Eventually(t, func() bool { return len(f.publishedTo("orders.dlq")) == 1 }, waitFor, time.Millisecond)
 	assert.Contains(t, f.publishedTo("orders.dlq")[0].Headers[bus.HeaderDeadLetterReason], "schema mismatch")
 }
 
 func TestDeadLetterOffDropsAndReports(t *testing.T) {
-	f, _, ev, _ := startFake(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errors.New("nope")) }, bus.WithDeadLetter(""))
+	f, _, ev, _ := startFake(t, func(context.Context, *bus.Delivery) error { return bus.Reject(errors.New("nope")) }, bus.WithDeadLetter(""))
 	f.push(msg("d1", 1))
 	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == 1 }, waitFor, time.Millisecond, "dropped message is acked")
 	require.Eventually(t, func() bool { return len(ev.byScope(observer.ScopeDeadLetter)) == 1 }, waitFor, time.Millisecond, "the drop is reported")

@@ -92,19 +92,40 @@ func IsDeadLetter(m *Message) bool {
 }
 
 // DeadLetterCode is the machine-readable reason a message was
-// dead-lettered, carried in HeaderDeadLetterCode.
+// dead-lettered, carried in HeaderDeadLetterCode. Codes are snake_case,
+// as are the observer's scopes, the lifecycle events and the metric
+// attribute values; read a stored code with ParseDeadLetterCode.
 type DeadLetterCode string
 
 // Reason codes.
 const (
-	CodeMaxDeliveries DeadLetterCode = "max-deliveries" // attempts reached the subscription's max deliveries
-	CodePermanent     DeadLetterCode = "permanent"      // the handler returned an error marked permanent
-	CodeRejected      DeadLetterCode = "rejected"       // the handler called Delivery.Reject
+	CodeMaxDeliveries DeadLetterCode = "max_deliveries" // attempts reached the subscription's max deliveries
+	CodeRejected      DeadLetterCode = "rejected"       // the handler rejected it: Delivery.Reject, or a returned error marked with Permanent (bus.Reject)
 	CodeMalformed     DeadLetterCode = "malformed"      // the backend could not decode the entry
 	CodeOversized     DeadLetterCode = "oversized"      // the payload is over the consumer's max payload
-	CodeLeaseLost     DeadLetterCode = "lease-lost"     // the lease could not be kept for the last attempt
-	CodeExpired       DeadLetterCode = "expired"        // the entry was trimmed or expired before delivery
+	CodeLeaseLost     DeadLetterCode = "lease_lost"     // the lease could not be kept for the last attempt
+	CodeExpired       DeadLetterCode = "expired"        // the message reached its ExpiresAt before it was handled
+	CodeTrimmed       DeadLetterCode = "trimmed"        // the broker dropped the entry (retention, MAXLEN) before it was delivered
 )
+
+// ParseDeadLetterCode returns the code a dead-letter copy carries in
+// HeaderDeadLetterCode, tolerant of the spellings earlier versions
+// stored: "max-deliveries" and "lease-lost" read as CodeMaxDeliveries and
+// CodeLeaseLost, "permanent" as CodeRejected. Any other value is returned
+// as it is (a code a newer version wrote stays readable), with surrounding
+// space removed.
+func ParseDeadLetterCode(s string) DeadLetterCode {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "max-deliveries":
+		return CodeMaxDeliveries
+	case "lease-lost":
+		return CodeLeaseLost
+	case "permanent":
+		return CodeRejected
+	}
+	return DeadLetterCode(s)
+}
 
 // MaxDeadLetterReason is the longest reason text, in bytes, a dead-letter
 // copy carries; longer texts are cut at a rune boundary.

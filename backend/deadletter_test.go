@@ -27,7 +27,7 @@ func TestNewDeadLetterCopiesMessageAndAddsHeaders(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"tenant":                        "a",
 		backend.HeaderDeadLetterReason:  "max deliveries (3) exceeded",
-		backend.HeaderDeadLetterCode:    "max-deliveries",
+		backend.HeaderDeadLetterCode:    "max_deliveries",
 		backend.HeaderDeadLetterTopic:   "orders",
 		backend.HeaderDeadLetterGroup:   "billing",
 		backend.HeaderDeadLetterAttempt: "3",
@@ -56,4 +56,31 @@ func TestNewDeadLetterCleansReason(t *testing.T) {
 	got := cp.Headers[backend.HeaderDeadLetterReason]
 	require.LessOrEqual(t, len(got), backend.MaxDeadLetterReason, "the reason is capped")
 	assert.True(t, utf8.ValidString(got), "the cut is at a rune boundary")
+}
+
+// A code stored by an earlier version reads as today's; today's codes and
+// codes this version does not know read as they are.
+func TestParseDeadLetterCodeReadsEverySpelling(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		stored string
+		want   backend.DeadLetterCode
+	}{
+		{"max-deliveries", backend.CodeMaxDeliveries},
+		{"lease-lost", backend.CodeLeaseLost},
+		{"permanent", backend.CodeRejected},
+		{" max-deliveries ", backend.CodeMaxDeliveries},
+		{"max_deliveries", backend.CodeMaxDeliveries},
+		{"lease_lost", backend.CodeLeaseLost},
+		{"rejected", backend.CodeRejected},
+		{"expired", backend.CodeExpired},
+		{"trimmed", backend.CodeTrimmed},
+		{"malformed", backend.CodeMalformed},
+		{"oversized", backend.CodeOversized},
+		{"a_code_from_a_newer_version", "a_code_from_a_newer_version"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, backend.ParseDeadLetterCode(tt.stored), "stored %q", tt.stored)
+	}
 }

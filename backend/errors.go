@@ -47,7 +47,7 @@ var ErrInvalidOption = errors.New("invalid option")
 // permission or a stream configured for other subjects). When Receive
 // returns such an error the bus ends the subscription: Err() reports it and
 // Done() is closed. Other Receive errors are retried with backoff. It is
-// the same mark as bus.Permanent, which a handler returns to dead-letter a
+// the same mark as bus.Reject, which a handler returns to dead-letter a
 // message at once. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
@@ -71,7 +71,7 @@ func (e *permanentError) Unwrap() error { return e.err }
 // RetryAfter marks err, returned by a handler, as one to retry after d
 // instead of after the subscription's retry backoff: for example an API
 // that answered "429, retry in 40 s". The retry still counts as an attempt
-// and is still bounded by the max deliveries. It is what bus.RetryAfter
+// and is still bounded by the max deliveries. It is what bus.Nack
 // returns. RetryAfter(nil, d) is nil; a negative d counts as 0.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {

@@ -154,8 +154,9 @@ func (d *Delivery) Snoozed() bool {
 	return d.rec.Record().Snoozed
 }
 
-// RejectReason is the reason text of the Reject (or permanent failure)
-// that dead-lettered the delivery, and whether it was dead-lettered. With
+// RejectReason is the reason text of the Reject (Delivery.Reject, or a
+// returned bus.Reject) that dead-lettered the delivery, and whether it
+// was dead-lettered. With
 // WithoutDeadLetter a Reject drops the message instead and there is no
 // reason to record.
 func (d *Delivery) RejectReason() (string, bool) {

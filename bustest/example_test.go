@@ -60,13 +60,13 @@ func ExampleNewDelivery() {
 }
 
 // charge is an AckOnSuccess handler under test: nil acks, an error retries,
-// a Permanent error dead-letters.
+// a rejected error dead-letters.
 func charge(ctx context.Context, d *bus.Delivery) error {
 	switch string(d.Payload) {
 	case "gateway-down":
 		return errors.New("payment gateway unavailable")
 	case "bad-card":
-		return bus.Permanent(errors.New("card number is malformed"))
+		return bus.Reject(errors.New("card number is malformed"))
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func ExampleRun() {
 	fmt.Println(bustest.Run(t, charge, &bus.Message{Payload: []byte("bad-card")}, sub))
 	// Output:
 	// ack (handler error: <nil>)
-	// retry after 30s (handler error: payment gateway unavailable)
-	// dead_letter with code max-deliveries: max deliveries (5) reached: payment gateway unavailable
-	// dead_letter with code permanent: card number is malformed
+	// nacked for 30s (handler error: payment gateway unavailable)
+	// dead_letter with code max_deliveries: max deliveries (5) reached: payment gateway unavailable
+	// dead_letter with code rejected: card number is malformed
 }

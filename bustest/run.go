@@ -21,14 +21,14 @@ type Result struct {
 	// Err is what the handler returned; a panic is an error here, as the
 	// bus sees it.
 	Err error
-	// Outcome is the settlement: ack; nack (a retry, after RetryAfter);
+	// Outcome is the settlement: ack; nack (a redelivery after Delay);
 	// dead_letter (Code and Reason say why); dropped (dead-lettering off);
 	// pending (an AckManual handler that settled nothing: the message
 	// comes back after its lease).
 	Outcome middleware.Outcome
-	// RetryAfter is the delay of the redelivery the bus asked for, when
-	// Outcome is a nack.
-	RetryAfter time.Duration
+	// Delay is the delay of the redelivery the bus asked for, when
+	// Outcome is a nack (a snooze included).
+	Delay time.Duration
 	// Snoozed: the nack is a snooze (bus.Snooze, Delivery.Snooze), which
 	// does not count an attempt.
 	Snoozed bool
@@ -45,9 +45,9 @@ func (r Result) String() string {
 	switch r.Outcome {
 	case middleware.OutcomeNacked:
 		if r.Snoozed {
-			return fmt.Sprintf("snoozed for %v", r.RetryAfter)
+			return fmt.Sprintf("snoozed for %v", r.Delay)
 		}
-		return fmt.Sprintf("retry after %v (handler error: %v)", r.RetryAfter, r.Err)
+		return fmt.Sprintf("nacked for %v (handler error: %v)", r.Delay, r.Err)
 	case middleware.OutcomeDeadLettered, middleware.OutcomeDropped:
 		return fmt.Sprintf("%s with code %s: %s", r.Outcome, r.Code, r.Reason)
 	}
@@ -183,7 +183,7 @@ func result(rec *recorder.Backend, res Result, d *bus.Delivery) Result {
 		res.Outcome = middleware.OutcomeNacked
 	}
 	if res.Outcome == middleware.OutcomeNacked {
-		res.RetryAfter, res.Snoozed = r.NackDelay, r.Snoozed
+		res.Delay, res.Snoozed = r.NackDelay, r.Snoozed
 	}
 	if r.DeadLettered {
 		res.Code, res.Reason, res.DeadLetter = r.Code, r.Reason, r.Dead

@@ -61,7 +61,7 @@ func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.Subscrib
 func TestRunAgreesWithARealBus(t *testing.T) {
 	ok := func(context.Context, *bus.Delivery) error { return nil }
 	busy := func(context.Context, *bus.Delivery) error { return errBusy }
-	bad := func(context.Context, *bus.Delivery) error { return bus.Permanent(errors.New("malformed")) }
+	bad := func(context.Context, *bus.Delivery) error { return bus.Reject(errors.New("malformed")) }
 	tests := []struct {
 		name     string
 		h        bus.Handler
@@ -72,7 +72,7 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 		{"success acks", ok, 1, middleware.OutcomeAcked, ""},
 		{"an error retries", busy, 1, middleware.OutcomeNacked, ""},
 		{"an error on the last attempt dead-letters", busy, 3, middleware.OutcomeDeadLettered, bus.CodeMaxDeliveries},
-		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, bus.CodePermanent},
+		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, bus.CodeRejected},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 			assert.Equal(t, tt.wantCode, res.Code)
 			assert.True(t, res.Called, "the handler ran")
 			if tt.want == middleware.OutcomeNacked {
-				assert.Equal(t, 40*time.Second, res.RetryAfter, "the retry delay comes from the subscription's backoff")
+				assert.Equal(t, 40*time.Second, res.Delay, "the retry delay comes from the subscription's backoff")
 				assert.ErrorIs(t, res.Err, errBusy, "the handler's error")
 			}
 		})
@@ -109,7 +109,7 @@ func TestRunInManualModeReportsWhatTheHandlerSettled(t *testing.T) {
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error { return d.Nack(ctx, 5*time.Second) },
 		&bus.Message{ID: "m"}, bustest.WithAckMode(bus.AckManual))
 	assert.Equal(t, middleware.OutcomeNacked, res.Outcome)
-	assert.Equal(t, 5*time.Second, res.RetryAfter)
+	assert.Equal(t, 5*time.Second, res.Delay)
 }
 
 func TestRunReportsPanicsAndDrops(t *testing.T) {
@@ -117,10 +117,10 @@ func TestRunReportsPanicsAndDrops(t *testing.T) {
 		&bus.Message{ID: "m"}, bustest.Subscribe(constant(time.Second)))
 	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, "a panic is retried like an error")
 	assert.ErrorContains(t, res.Err, "boom")
-	res = bustest.Run(t, func(context.Context, *bus.Delivery) error { return bus.Permanent(errBusy) },
+	res = bustest.Run(t, func(context.Context, *bus.Delivery) error { return bus.Reject(errBusy) },
 		&bus.Message{ID: "m"}, bustest.WithoutDeadLetter())
 	assert.Equal(t, middleware.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
-	assert.Equal(t, bus.CodePermanent, res.Code)
+	assert.Equal(t, bus.CodeRejected, res.Code)
 }
 
 // Run records a snooze, in its error form and from Delivery.Snooze in
@@ -131,18 +131,18 @@ func TestRunRecordsSnoozes(t *testing.T) {
 	}, &bus.Message{Payload: []byte("x")})
 	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
 	assert.True(t, res.Snoozed, "a snooze, not a retry: %s", res)
-	assert.Equal(t, time.Minute, res.RetryAfter)
+	assert.Equal(t, time.Minute, res.Delay)
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		return d.Snooze(ctx, 3*time.Second)
 	}, &bus.Message{Payload: []byte("x")}, bustest.WithAckMode(bus.AckManual))
 	assert.True(t, res.Snoozed, res.String())
-	assert.Equal(t, 3*time.Second, res.RetryAfter)
+	assert.Equal(t, 3*time.Second, res.Delay)
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
-		return bus.RetryAfter(errors.New("429"), time.Minute)
+		return bus.Nack(errors.New("429"), time.Minute)
 	}, &bus.Message{Payload: []byte("x")})
-	assert.False(t, res.Snoozed, "RetryAfter counts: %s", res)
+	assert.False(t, res.Snoozed, "Nack counts: %s", res)
 }
 
 // Delays longer than 100 years are cut to 100 years, and a snooze
@@ -150,14 +150,14 @@ func TestRunRecordsSnoozes(t *testing.T) {
 func TestRunCutsHugeDelaysAndRefusesSnoozesWithoutDelay(t *testing.T) {
 	const forever, century = time.Duration(math.MaxInt64), 100 * 365 * 24 * time.Hour
 	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
-		return bus.RetryAfter(errors.New("much later"), forever)
+		return bus.Nack(errors.New("much later"), forever)
 	}, &bus.Message{Payload: []byte("x")})
-	assert.Equal(t, century, res.RetryAfter, "RetryAfter(math.MaxInt64) waits 100 years: %s", res)
+	assert.Equal(t, century, res.Delay, "Nack(err, math.MaxInt64) waits 100 years: %s", res)
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		return bus.Snooze(forever)
 	}, &bus.Message{Payload: []byte("x")})
-	assert.Equal(t, century, res.RetryAfter, "Snooze(math.MaxInt64) waits 100 years (and counts, past the 24-hour window): %s", res)
+	assert.Equal(t, century, res.Delay, "Snooze(math.MaxInt64) waits 100 years (and counts, past the 24-hour window): %s", res)
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		return bus.Snooze(0)
@@ -176,14 +176,14 @@ func TestRunCutsHugeDelaysAndRefusesSnoozesWithoutDelay(t *testing.T) {
 	assert.Equal(t, middleware.OutcomeAcked, res.Outcome, res.String())
 }
 
-// Run records the handler's own retry delay (bus.RetryAfter) and an
+// Run records the handler's own retry delay (bus.Nack) and an
 // expired message that never reaches the handler.
-func TestRunRecordsRetryAfterAndExpiry(t *testing.T) {
+func TestRunRecordsNackDelayAndExpiry(t *testing.T) {
 	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
-		return bus.RetryAfter(errors.New("429"), 40*time.Second)
+		return bus.Nack(errors.New("429"), 40*time.Second)
 	}, &bus.Message{Payload: []byte("x")})
 	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
-	assert.Equal(t, 40*time.Second, res.RetryAfter, "the handler's delay, not the backoff")
+	assert.Equal(t, 40*time.Second, res.Delay, "the handler's delay, not the backoff")
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		t.Error("an expired message reached the handler")

@@ -91,22 +91,22 @@ func testExpiredLeasesDeadLetter(t *testing.T, s *suite) {
 	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, maxDeliveries+1, "max deliveries")
 }
 
-// testPermanentDeadLetter: a Permanent error skips the retries.
-func testPermanentDeadLetter(t *testing.T, s *suite) {
+// testRejectDeadLetter: an error marked with bus.Reject skips the retries.
+func testRejectDeadLetter(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("permanent"), h.group("permanent")
 	custom := h.topic("permanent-dead")
 	dlq := h.deadLetterReader(custom)
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(func(context.Context, *bus.Delivery) error {
-		return bus.Permanent(fmt.Errorf("bad input: %w", errHandler))
+		return bus.Reject(fmt.Errorf("bad input: %w", errHandler))
 	}), bus.WithGroup(group), bus.WithDeadLetter(custom), bus.WithAckTimeout(s.ackTimeout()), fastRetry())
 
 	m := &bus.Message{Headers: map[string]string{"x-origin": "conformance"}, Payload: []byte("unparseable")}
 	h.publish(topic, m)
-	s.eventually(t, func() bool { return dlq.len() >= 1 }, "a Permanent error goes to the dead-letter topic %q", custom)
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "a rejected error goes to the dead-letter topic %q", custom)
 	if s.caps.Redelivery {
-		s.never(t, s.quiet(), func() bool { return in.len() > 1 }, "a Permanent error is never retried")
+		s.never(t, s.quiet(), func() bool { return in.len() > 1 }, "a rejected error is never retried")
 	}
 	assert.Equal(t, []int{1}, in.attempts(m.ID), "handled once")
 	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, 1, "bad input")
@@ -235,7 +235,7 @@ func testObserverHandlerErrors(t *testing.T, s *suite) {
 	}
 }
 
-// testRetryAfter: a handler error marked with bus.RetryAfter is retried
+// testRetryAfter: a handler error marked with bus.Nack is retried
 // after its own delay, not the subscription's backoff, and counts as an
 // attempt.
 func testRetryAfter(t *testing.T, s *suite) {
@@ -245,7 +245,7 @@ func testRetryAfter(t *testing.T, s *suite) {
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
 		if d.Attempt == 1 {
-			return bus.RetryAfter(errors.New("429: retry later"), after)
+			return bus.Nack(errors.New("429: retry later"), after)
 		}
 		return nil
 	}), bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())
@@ -312,7 +312,7 @@ func testExpiresAt(t *testing.T, s *suite) {
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
 		if string(d.Payload) == "flaky" {
-			return bus.RetryAfter(errors.New("try again in an hour"), time.Hour)
+			return bus.Nack(errors.New("try again in an hour"), time.Hour)
 		}
 		return nil
 	}), bus.WithGroup(group), bus.WithAckTimeout(s.longLease()), fastRetry())

@@ -111,7 +111,7 @@ func testDeadLetterReplayRoundTrip(t *testing.T, s *suite) {
 			got <- d
 			return nil
 		default:
-			return bus.Permanent(errors.New("bad order"))
+			return bus.Reject(errors.New("bad order"))
 		}
 	}, bus.WithGroup(group), bus.WithAckTimeout(s.longLease()))
 	h.publish(topic,
@@ -126,7 +126,7 @@ func testDeadLetterReplayRoundTrip(t *testing.T, s *suite) {
 		return err == nil && len(dls) == 2
 	}, "two dead letters listed")
 	for _, d := range dls {
-		assert.Equal(t, backend.CodePermanent, d.Code, "%s: reason code", d.ID)
+		assert.Equal(t, backend.CodeRejected, d.Code, "%s: reason code", d.ID)
 		assert.Equal(t, topic, d.Topic)
 		assert.Equal(t, group, d.Group)
 	}

@@ -50,7 +50,7 @@ func testUnrepresentableTimesRefused(t *testing.T, s *suite) {
 	assert.True(t, last.Equal(in.of(m.ID)[0].Delivery.ExpiresAt), "ExpiresAt arrives exactly: %v, want %v", in.of(m.ID)[0].Delivery.ExpiresAt, last)
 }
 
-// testHugeDelaysWait: a nack, a snooze, a RetryAfter or a retry backoff
+// testHugeDelaysWait: a nack, a snooze, a returned bus.Nack or a retry backoff
 // asking for math.MaxInt64 (longer than any broker carries) waits: the
 // bus cuts it to 100 years, so none comes back, as one whose due time
 // wrapped around would at once.
@@ -64,7 +64,7 @@ func testHugeDelaysWait(t *testing.T, s *suite) {
 	h.subscribe(context.Background(), topic, onSuccess.handle(func(ctx context.Context, d *bus.Delivery) error {
 		switch string(d.Payload) {
 		case "retry-after":
-			return bus.RetryAfter(errors.New("come back much later"), forever)
+			return bus.Nack(errors.New("come back much later"), forever)
 		case "backoff":
 			return errors.New("failed: the backoff says much later")
 		case "snooze-error":

@@ -118,7 +118,7 @@ func testKeyOrderOneMember(t *testing.T, s *suite) {
 
 // testKeyOrderRetryHoldsOnlyItsKey: a failing message holds back the
 // later messages of its key until its retry succeeds, and nothing of the
-// other keys; a message dead-lettered as permanent releases its key.
+// other keys; a message dead-lettered as rejected releases its key.
 func testKeyOrderRetryHoldsOnlyItsKey(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("keyretry"), h.group("keyretry")
@@ -153,7 +153,7 @@ func testKeyOrderRetryHoldsOnlyItsKey(t *testing.T, s *suite) {
 			}
 		case "c/0":
 			log.end(d, false)
-			return bus.Permanent(errors.New("c/0 is poison"))
+			return bus.Reject(errors.New("c/0 is poison"))
 		}
 		if d.Key == "b" && bCount.Add(1) == 3 {
 			close(bDone)
@@ -430,7 +430,7 @@ func testKeyOrderRetryingHeadLeavesOtherKeysRunning(t *testing.T, s *suite) {
 				headSawOthers.Store(true)
 			} else if time.Since(time.Unix(0, first.Load())) < s.deadline()/2 {
 				log.end(d, false)
-				return bus.RetryAfter(errors.New("not yet"), 20*time.Millisecond)
+				return bus.Nack(errors.New("not yet"), 20*time.Millisecond)
 			}
 		}
 		log.end(d, true)
@@ -483,7 +483,7 @@ func testKeyOrderHotKeyLedger(t *testing.T, s *suite) {
 			}
 			if d.Attempt < 3 {
 				log.end(d, false)
-				return bus.RetryAfter(errors.New("the head fails twice"), retryDelay)
+				return bus.Nack(errors.New("the head fails twice"), retryDelay)
 			}
 		}
 		time.Sleep(time.Millisecond) // the handler's work

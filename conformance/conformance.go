@@ -140,7 +140,7 @@ var cases = []testCase{
 	{name: "SnoozeWithoutDelayIsRefused", needs: []capability{capRedelivery}, run: testSnoozeWithoutDelay},
 	{name: "HugeDelaysWait", needs: []capability{capRedelivery, capNackDelay}, run: testHugeDelaysWait},
 	{name: "UnrepresentableTimesRefused", run: testUnrepresentableTimesRefused},
-	{name: "PermanentErrorDeadLetters", run: testPermanentDeadLetter},
+	{name: "RejectedErrorDeadLetters", run: testRejectDeadLetter},
 	{name: "RejectDeadLetters", run: testRejectDeadLetters},
 	{name: "PanicRecoveredAndRetried", run: testPanicRecovered},
 	{name: "ObserverReceivesHandlerErrors", run: testObserverHandlerErrors},

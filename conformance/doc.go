@@ -54,7 +54,7 @@
 // Cases are chosen by the backend's Capabilities. A case that needs a
 // capability the backend lacks is skipped with a reason naming it: for
 // example an at-most-once backend (no Redelivery) skips the nack, lease
-// and max-deliveries cases, and one without StartOldest skips
+// and max_deliveries cases, and one without StartOldest skips
 // StartFromOldest. Parts of a case that depend on a capability (the retry
 // after a panic, the quiet window after an ack) run only where it holds.
 // WithSkip skips named cases for behaviour Capabilities cannot express;

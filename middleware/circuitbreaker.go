@@ -72,7 +72,7 @@ func BreakerOpenFor(d time.Duration) BreakerOption {
 
 // BreakerIsFailure sets which handler errors count as failures of the
 // dependency. The default counts every error except those marked with
-// bus.Permanent, which are about the message, not the dependency.
+// bus.Reject, which are about the message, not the dependency.
 func BreakerIsFailure(f func(error) bool) BreakerOption {
 	return func(b *Breaker) {
 		if f != nil {
@@ -123,7 +123,7 @@ func NewBreaker(opts ...BreakerOption) *Breaker {
 	b := &Breaker{
 		failures:  DefaultBreakerFailures,
 		openFor:   DefaultBreakerOpenFor,
-		isFailure: func(err error) bool { return !bus.IsPermanent(err) },
+		isFailure: func(err error) bool { return !bus.IsRejected(err) },
 		now:       time.Now,
 	}
 	for _, o := range opts {

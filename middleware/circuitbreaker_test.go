@@ -82,9 +82,9 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	assert.Equal(t, time.Minute, wait, "for a full open period")
 }
 
-func TestBreakerIgnoresPermanentErrors(t *testing.T) {
+func TestBreakerIgnoresRejectedErrors(t *testing.T) {
 	b := NewBreaker(BreakerFailures(1))
-	h := b.Middleware()(func(ctx context.Context, d *bus.Delivery) error { return bus.Permanent(errBoom) })
+	h := b.Middleware()(func(ctx context.Context, d *bus.Delivery) error { return bus.Reject(errBoom) })
 	for range 3 {
 		require.Error(t, h(context.Background(), &bus.Delivery{}))
 	}

@@ -34,7 +34,7 @@ const (
 // jitter from InProcessRetryInitial up to InProcessRetryMaxDelay. When the
 // policy returns backoff.Stop the last error is returned at once.
 //
-// Retry does not retry errors marked with bus.Permanent, stops when the
+// Retry does not retry errors marked with bus.Reject, stops when the
 // handler ctx ends (returning the handler's last error), and stops when
 // the handler settled the delivery itself during the failed call
 // (AckManual). A panic is not retried; it propagates to the bus.
@@ -55,7 +55,7 @@ func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
 			for i := 1; ; i++ {
 				before := OutcomeOf(d)
 				err := next(ctx, d)
-				if err == nil || i >= attempts || bus.IsPermanent(err) || OutcomeOf(d) != before {
+				if err == nil || i >= attempts || bus.IsRejected(err) || OutcomeOf(d) != before {
 					return err
 				}
 				if b == nil {

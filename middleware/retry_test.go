@@ -53,13 +53,13 @@ func TestRetryReturnsLastErrorAfterAttempts(t *testing.T) {
 	assert.Equal(t, 3, calls.get(), "handler called attempts times")
 }
 
-func TestRetryDoesNotRetryPermanentErrors(t *testing.T) {
+func TestRetryDoesNotRetryRejectedErrors(t *testing.T) {
 	b := testBus(t)
 	rec, settled := recordOutcomes()
 	var calls counter
 	subscribe(t, b, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		calls.inc()
-		return bus.Permanent(errBoom)
+		return bus.Reject(errBoom)
 	}, bus.WithMiddleware(rec, Retry(5, constant(time.Millisecond))))
 	publish(t, b, "orders", &bus.Message{})
 

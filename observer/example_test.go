@@ -33,9 +33,9 @@ func ExampleMulti() {
 	)
 
 	obs.Observe(context.Background(), observer.Event{Scope: observer.ScopeHandler, Topic: "orders", MessageID: "m-1", Attempt: 1, Err: errors.New("db busy")})
-	obs.Observe(context.Background(), observer.Event{Scope: observer.ScopeDeadLetter, Topic: "orders", MessageID: "m-1", Attempt: 5, Code: "max-deliveries", Err: errors.New("max deliveries (5) reached: db busy")})
+	obs.Observe(context.Background(), observer.Event{Scope: observer.ScopeDeadLetter, Topic: "orders", MessageID: "m-1", Attempt: 5, Code: "max_deliveries", Err: errors.New("max deliveries (5) reached: db busy")})
 	fmt.Println("dead letters:", deadLetters)
 	// Output:
-	// level=WARN msg="bus: message dead-lettered" scope=dead_letter topic=orders message_id=m-1 attempt=5 code=max-deliveries error="max deliveries (5) reached: db busy"
+	// level=WARN msg="bus: message dead-lettered" scope=dead_letter topic=orders message_id=m-1 attempt=5 code=max_deliveries error="max deliveries (5) reached: db busy"
 	// dead letters: 1
 }

@@ -78,8 +78,8 @@ type Event struct {
 	Attempt   int
 	Err       error
 	// Code is the machine-readable reason of a message that was
-	// dead-lettered or dropped (ScopeDeadLetter): "max-deliveries",
-	// "permanent", "rejected", "expired", ... Empty for every other
+	// dead-lettered or dropped (ScopeDeadLetter): "max_deliveries",
+	// "rejected", "expired", ... Empty for every other
 	// event, and for a dead-lettering that failed.
 	Code string
 	// Stack is the goroutine stack of a recovered panic (ScopePanic).

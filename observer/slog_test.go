@@ -26,7 +26,7 @@ func TestSlogLevelsKeepRetriedErrorsBelowError(t *testing.T) {
 		{"lease ran out", observer.Event{Scope: observer.ScopeLease, Err: boom}, slog.LevelWarn},
 		{"connection recovered", observer.Event{Scope: observer.ScopeConnection}, slog.LevelInfo},
 		{"connection lost", observer.Event{Scope: observer.ScopeConnection, Err: boom}, slog.LevelError},
-		{"message dead-lettered", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom, Code: "max-deliveries"}, slog.LevelWarn},
+		{"message dead-lettered", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom, Code: "max_deliveries"}, slog.LevelWarn},
 		{"dead-lettering failed", observer.Event{Scope: observer.ScopeDeadLetter, Err: boom}, slog.LevelError},
 		{"panic", observer.Event{Scope: observer.ScopePanic, Err: boom}, slog.LevelError},
 		{"receive failed", observer.Event{Scope: observer.ScopeReceive, Err: boom}, slog.LevelError},

@@ -193,7 +193,7 @@ func (s *session) kill(ctx context.Context, r row, err error, out *outcome) {
 	out.reasons = append(out.reasons, err.Error())
 	s.r.m.dead.Add(ctx, 1, metric.WithAttributes(topicKey.String(r.topic)))
 	s.r.o.obs.Observe(ctx, observer.Event{Scope: observer.ScopeDeadLetter, Topic: r.topic, MessageID: r.id,
-		Code: string(bus.CodePermanent), Err: fmt.Errorf("outbox: relay %q: row %d moved to bus_outbox_dead: %w", r.topic, r.seq, err)})
+		Code: string(bus.CodeRejected), Err: fmt.Errorf("outbox: relay %q: row %d moved to bus_outbox_dead: %w", r.topic, r.seq, err)})
 }
 
 const settleDone = `DELETE FROM bus_outbox WHERE seq = ANY($1)`

@@ -84,7 +84,7 @@
 // A row that can never be published (the bus refuses its topic or its
 // message before any I/O, or its headers do not decode) moves, in the same
 // statement that deletes the published rows, to bus_outbox_dead with the
-// reason, reported to the observer (scope dead_letter, code permanent);
+// reason, reported to the observer (scope dead_letter, code rejected);
 // the rows after it go on. `bus topics --db URL` and the dashboard list
 // them; [Dead] and [Stats] read them from Go.
 //

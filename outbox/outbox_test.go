@@ -196,7 +196,7 @@ func TestUnpublishableRowGoesToTheDeadTableWithoutBlockingOthers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, outbox.Stats{Dead: 3}, st)
 	e := <-events
-	assert.True(t, strings.Contains(e.Err.Error(), "bus_outbox_dead") && e.Code == "permanent", "the event says where the row went: %v", e)
+	assert.True(t, strings.Contains(e.Err.Error(), "bus_outbox_dead") && e.Code == "rejected", "the event says where the row went: %v", e)
 }
 
 func TestNewRelayRefusesBadOptionsBeforeIO(t *testing.T) {

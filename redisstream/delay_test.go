@@ -65,7 +65,7 @@ func (g *gapRecorder) gaps() []time.Duration {
 	return out
 }
 
-// TestDelaysHonouredOnEveryAttempt: a constant retry backoff, RetryAfter,
+// TestDelaysHonouredOnEveryAttempt: a constant retry backoff, bus.Nack,
 // Nack with a delay (also one longer than the ack timeout) and Snooze
 // each bring the message back no earlier than the delay after the handler
 // gave it back, and well within a second after it, on every one of five
@@ -92,7 +92,7 @@ func TestDelaysHonouredOnEveryAttempt(t *testing.T) {
 		{
 			name:     "retry-after",
 			opts:     []bus.SubscribeOption{bus.WithMaxDeliveries(redeliveries + 2)},
-			giveBack: func(context.Context, *bus.Delivery) error { return bus.RetryAfter(errFail, delay) },
+			giveBack: func(context.Context, *bus.Delivery) error { return bus.Nack(errFail, delay) },
 		},
 		{
 			name: "nack",

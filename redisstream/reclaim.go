@@ -373,7 +373,7 @@ func toValues(v any) map[string]any {
 
 // malformedCopy builds, with the one dead-letter builder, the dead-letter
 // message for an entry that could not be decoded (or was trimmed before
-// delivery: code CodeExpired): its payload is a JSON object of the entry's
+// delivery: code CodeTrimmed): its payload is a JSON object of the entry's
 // raw fields, which the dead-letter topic keeps for inspection; the reason
 // names the entry and the problem only.
 func malformedCopy(id string, values map[string]any, topic, group string, attempt int, cause error) *backend.Message {
@@ -384,7 +384,7 @@ func malformedCopy(id string, values map[string]any, topic, group string, attemp
 	payload, _ := json.Marshal(raw)
 	code := backend.CodeMalformed
 	if len(values) == 0 {
-		code = backend.CodeExpired
+		code = backend.CodeTrimmed
 	}
 	m := backend.Message{ID: "redis-" + id, Payload: payload}
 	cp := backend.NewDeadLetter(&m, backend.DeadLetterInfo{Topic: topic, Group: group, Attempt: attempt, Code: code, Reason: cause.Error()})

@@ -36,7 +36,7 @@ func seedDeadLetters(t *testing.T, url, topic string, ids ...string) (*bus.Bus, 
 	got := make(chan *bus.Delivery, len(ids))
 	_, err = b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 		if !ok.Load() {
-			return bus.Permanent(errors.New("bad order"))
+			return bus.Reject(errors.New("bad order"))
 		}
 		got <- d
 		return nil
@@ -62,7 +62,7 @@ func testDLQCommands(t *testing.T, url string) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &listed), stdout)
 	require.Len(t, listed, 3)
 	for _, d := range listed {
-		assert.Equal(t, "permanent", d.Code, "%s: reason code", d.ID)
+		assert.Equal(t, "rejected", d.Code, "%s: reason code", d.ID)
 		assert.Equal(t, topic, d.Topic)
 		assert.Equal(t, "billing", d.Group)
 		assert.Contains(t, d.Reason, "bad order")
@@ -73,7 +73,7 @@ func testDLQCommands(t *testing.T, url string) {
 	code, stdout, stderr = runCLI(t, "", "dlq", "list", "--url", url, "--topic", topic+".dlq")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, stdout, "o-2", "the table lists the IDs")
-	assert.Contains(t, stdout, "permanent")
+	assert.Contains(t, stdout, "rejected")
 
 	code, stdout, stderr = runCLI(t, "", "dlq", "show", "--url", url, "--of", topic, "o-3")
 	require.Equal(t, exitOK, code, stderr)
@@ -137,7 +137,7 @@ func TestDLQWorksWithAnyDeadLetterTopic(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close(ctx)
 	_, err = b.Subscribe(ctx, "pay", func(context.Context, *bus.Delivery) error {
-		return bus.Permanent(errors.New("declined"))
+		return bus.Reject(errors.New("declined"))
 	}, bus.WithDeadLetter("pay-failures"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "pay", &bus.Message{ID: "p-1"}))

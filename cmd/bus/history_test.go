@@ -37,9 +37,9 @@ func testHistory(t *testing.T, url string) {
 		case ok.Load():
 			return nil
 		case d.Attempt == 1:
-			return bus.RetryAfter(errors.New("db down"), 10*time.Millisecond)
+			return bus.Nack(errors.New("db down"), 10*time.Millisecond)
 		}
-		return bus.Permanent(errors.New("bad order"))
+		return bus.Reject(errors.New("bad order"))
 	}, bus.WithGroup("billing"))
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "o-42", Key: "customer-7"}))
@@ -65,7 +65,7 @@ func testHistory(t *testing.T, url string) {
 		lifecycle.Replayed, lifecycle.Received, lifecycle.Succeeded,
 	}, kinds, "the timeline of o-42")
 	assert.Equal(t, "db down", h.Entries[1].Error)
-	assert.Equal(t, "permanent", h.Entries[5].Code)
+	assert.Equal(t, "rejected", h.Entries[5].Code)
 
 	code, stdout, stderr = runCLI(t, "", "history", "--url", url, "--events", events, "--key", "customer-7")
 	require.Equal(t, exitOK, code, stderr)

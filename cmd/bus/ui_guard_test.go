@@ -29,7 +29,7 @@ func guardedUI(t *testing.T, auth string) (*httptest.Server, *uiServer, *bus.Bus
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
 	_, err = b.Subscribe(ctx, "payments", func(context.Context, *bus.Delivery) error {
-		return bus.Permanent(errors.New("declined"))
+		return bus.Reject(errors.New("declined"))
 	})
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(ctx, "payments", &bus.Message{ID: "p-1"}, &bus.Message{ID: "p-2"}))

@@ -35,7 +35,7 @@ func TestDashboardHistoryInABrowser(t *testing.T) {
 	var ok atomic.Bool
 	_, err = b.Subscribe(ctx, "payments", func(ctx context.Context, d *bus.Delivery) error {
 		if !ok.Load() {
-			return bus.Permanent(errors.New("card declined"))
+			return bus.Reject(errors.New("card declined"))
 		}
 		return nil
 	}, bus.WithGroup("charger"))

@@ -53,7 +53,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	replayed := make(chan string, 4)
 	_, err = b.Subscribe(ctx, "payments", func(ctx context.Context, d *bus.Delivery) error {
 		if !ok.Load() {
-			return bus.Permanent(errors.New("card declined"))
+			return bus.Reject(errors.New("card declined"))
 		}
 		replayed <- d.ID
 		return nil

@@ -7,7 +7,7 @@ package bench
 //
 // Each iteration publishes delayMsgs messages to a topic and gives each
 // back delayRounds times, a third of them with Delivery.Nack(delay), a
-// third by returning bus.RetryAfter(err, delay) and a third by returning
+// third by returning bus.Nack(err, delay) and a third by returning
 // bus.Snooze(delay), each time with a delay drawn between delayMin and
 // delayMin+delaySpread; meanwhile a publisher adds plain messages to the
 // same topic at delayLoadRate msgs/s, which the same subscription
@@ -109,7 +109,7 @@ func (r *delayRun) handle(ctx context.Context, d *bus.Delivery) error {
 	case "nack":
 		return d.Nack(ctx, delay)
 	case "retry-after":
-		return bus.RetryAfter(errDelayRetry, delay)
+		return bus.Nack(errDelayRetry, delay)
 	default:
 		return bus.Snooze(delay)
 	}

@@ -365,7 +365,7 @@ func WithCode(code backend.DeadLetterCode, reason error) error {
 }
 
 // ReasonCode is the code of a dead-letter reason: the one attached with
-// WithCode, else permanent for a Permanent error, else max-deliveries (the
+// WithCode, else rejected for a Permanent error, else max_deliveries (the
 // engine gave up redelivering).
 func ReasonCode(reason error) backend.DeadLetterCode {
 	var c *codedReason
@@ -373,7 +373,7 @@ func ReasonCode(reason error) backend.DeadLetterCode {
 	case errors.As(reason, &c):
 		return c.code
 	case backend.IsPermanent(reason):
-		return backend.CodePermanent
+		return backend.CodeRejected
 	default:
 		return backend.CodeMaxDeliveries
 	}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/eventbus-go/bus/backend"
 )
 
 // Kind names a step of a message's life.
@@ -227,6 +229,9 @@ func decode(payload []byte) (Event, error) {
 	}
 	if e.Kind == "" {
 		return Event{}, fmt.Errorf("lifecycle event: no kind")
+	}
+	if e.Code != "" {
+		e.Code = string(backend.ParseDeadLetterCode(e.Code))
 	}
 	return e, nil
 }

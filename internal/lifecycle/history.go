@@ -175,7 +175,7 @@ func (h *History) readDeadLetters(ctx context.Context, in backend.Inspector, top
 		}
 		e := Event{Kind: DeadLettered, MessageID: m.ID, Key: m.Key, DeadLetter: topic,
 			Topic: m.Headers[backend.HeaderDeadLetterTopic], Group: m.Headers[backend.HeaderDeadLetterGroup],
-			Code: m.Headers[backend.HeaderDeadLetterCode], Error: CutError(m.Headers[backend.HeaderDeadLetterReason])}
+			Code: string(backend.ParseDeadLetterCode(m.Headers[backend.HeaderDeadLetterCode])), Error: CutError(m.Headers[backend.HeaderDeadLetterReason])}
 		e.Attempt, _ = strconv.Atoi(m.Headers[backend.HeaderDeadLetterAttempt])
 		e.Time = m.PublishedAt
 		if t, err := time.Parse(time.RFC3339Nano, m.Headers[backend.HeaderDeadLetterTime]); err == nil {

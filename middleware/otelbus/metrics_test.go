@@ -26,7 +26,7 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 		mu.Unlock()
 		switch string(d.Payload) {
 		case "bad":
-			return bus.Permanent(errString("bad"))
+			return bus.Reject(errString("bad"))
 		case "flaky":
 			if n == 1 {
 				return errString("flaky")
@@ -81,7 +81,7 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 	for _, dp := range sumPoints(m["bus.messages.dead_lettered"]) {
 		code, ok := dp.Attributes.Value(DeadLetterCodeKey)
 		require.True(t, ok, "dead letters carry their reason code")
-		assert.Equal(t, "permanent", code.AsString(), "the bad messages were dead-lettered as permanent")
+		assert.Equal(t, "rejected", code.AsString(), "the bad messages were dead-lettered as rejected")
 	}
 }
 

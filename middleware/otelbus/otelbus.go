@@ -32,8 +32,8 @@ const (
 	// OutcomeKey is how the delivery was settled (middleware.Outcome.String()).
 	OutcomeKey = attribute.Key("bus.delivery.outcome")
 	// DeadLetterCodeKey labels bus.messages.dead_lettered and
-	// bus.messages.dropped with the reason code (max-deliveries,
-	// permanent, rejected, malformed, oversized, lease-lost, expired).
+	// bus.messages.dropped with the reason code (max_deliveries,
+	// rejected, malformed, oversized, lease_lost, expired, trimmed).
 	DeadLetterCodeKey = attribute.Key("bus.dlq.code")
 )
 

@@ -103,7 +103,7 @@ func TestBatchPublishGivesEachMessageItsOwnContext(t *testing.T) {
 func TestConsumerSpanRecordsHandlerErrorAndDeadLetterOutcome(t *testing.T) {
 	e := newEnv(t)
 	e.subscribe(t, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		return bus.Permanent(errString("bad order"))
+		return bus.Reject(errString("bad order"))
 	})
 	require.NoError(t, e.bus.Publish(context.Background(), "orders", &bus.Message{}))
 	e.waitSettled(t, 1)

@@ -130,7 +130,7 @@ func (p *pauseRun) run(members, partitions int) {
 			p.ledger.Deliver(consumer, d.ID, d.Attempt)
 			seq, err := strconv.Atoi(strings.TrimPrefix(d.ID, "m-"))
 			if err != nil {
-				return bus.Permanent(fmt.Errorf("foreign message %q", d.ID))
+				return bus.Reject(fmt.Errorf("foreign message %q", d.ID))
 			}
 			time.Sleep(time.Millisecond) // the handler's work
 			p.handled(d.Key, seq)
