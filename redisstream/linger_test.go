@@ -21,7 +21,7 @@ import (
 // they started.
 func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 	t.Parallel()
-	const linger = 5 * time.Millisecond
+	const wait = 5 * time.Millisecond
 	start := time.Unix(1_700_000_000, 0)
 	tests := []struct {
 		name                    string
@@ -33,66 +33,42 @@ func TestReadLingersOnlyWhileTheStreamIsBusy(t *testing.T) {
 		first  bool
 		want   bool
 	}{
-		{name: "busy: 8 or more found, fast, under half the count", readLinger: linger, prevFound: 16, found: 16, asked: 256, window: 300 * time.Microsecond, want: true},
-		{name: "quiet: fewer than 8 found", readLinger: linger, prevFound: 7, found: 7, asked: 256, window: 10 * time.Microsecond},
-		{name: "moderately busy: 20 a millisecond", readLinger: linger, prevFound: 1, found: 15, asked: 256, window: 800 * time.Microsecond},
-		{name: "just at the rate", readLinger: linger, prevFound: 25, found: 25, asked: 256, window: time.Millisecond, want: true},
-		{name: "a backlog: half the count or more", readLinger: linger, prevFound: 128, found: 128, asked: 256, window: 100 * time.Microsecond},
+		{name: "busy: 8 or more found, fast, under half the count", readLinger: wait, prevFound: 16, found: 16, asked: 256, window: 300 * time.Microsecond, want: true},
+		{name: "quiet: fewer than 8 found", readLinger: wait, prevFound: 7, found: 7, asked: 256, window: 10 * time.Microsecond},
+		{name: "moderately busy: 20 a millisecond", readLinger: wait, prevFound: 1, found: 15, asked: 256, window: 800 * time.Microsecond},
+		{name: "just at the rate", readLinger: wait, prevFound: 25, found: 25, asked: 256, window: time.Millisecond, want: true},
+		{name: "a backlog: half the count or more", readLinger: wait, prevFound: 128, found: 128, asked: 256, window: 100 * time.Microsecond},
 		{name: "turned off", readLinger: -1, prevFound: 16, found: 16, asked: 256, window: 100 * time.Microsecond},
-		{name: "first read: no rate yet", readLinger: linger, found: 16, asked: 256, first: true},
+		{name: "first read: no rate yet", readLinger: wait, found: 16, asked: 256, first: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			now := start.Add(tt.window)
-			s := &subscription{
-				b:     &Backend{opts: Options{ReadLinger: tt.readLinger}},
-				found: tt.found, asked: tt.asked, prevFound: tt.prevFound, prevStarted: start,
-				lingerClock: func() time.Time { return now },
-			}
-			var waited []time.Duration
-			s.lingerWait = func(_ context.Context, d time.Duration) error {
-				waited = append(waited, d)
-				return nil
-			}
+			l := linger{found: tt.found, asked: tt.asked, prevFound: tt.prevFound, prevStarted: start}
 			if tt.first {
-				s.prevStarted = time.Time{}
+				l.prevStarted = time.Time{}
 			}
-			at, err := s.lingerBeforeRead(context.Background())
-			require.NoError(t, err)
-			assert.Equal(t, now, at, "the read starts at the clock's time")
-			if tt.want {
-				assert.Equal(t, []time.Duration{linger}, waited, "the read lingers ReadLinger")
-			} else {
-				assert.Empty(t, waited, "the read does not linger")
-			}
+			assert.Equal(t, tt.want, l.due(start.Add(tt.window), tt.readLinger), "whether the read lingers")
 		})
 	}
 }
 
 // TestReadLingerFollowsReceiveAndEndsWithCtx drives the decision through
 // Receive against a server: what each read found and when it started
-// reach the next decision, and a linger whose ctx ends returns the ctx's
-// error and reads nothing.
+// reach the next decision, a busy stream makes the next read wait
+// ReadLinger and then take what arrived, and a linger whose ctx ends
+// returns the ctx's error and reads nothing.
 func TestReadLingerFollowsReceiveAndEndsWithCtx(t *testing.T) {
 	defer time.AfterFunc(time.Minute, func() { panic("watchdog: " + t.Name() + " still running after 1m") }).Stop()
 	ctx := context.Background()
 	c := redis.NewClient(redistest.Options(t))
 	defer c.Close()
-	const linger = 5 * time.Millisecond
-	b, err := New(c, &Options{Prefix: fmt.Sprintf("linger%d", time.Now().UnixNano()), ReadLinger: linger})
+	b, err := New(c, &Options{Prefix: fmt.Sprintf("linger%d", time.Now().UnixNano()), ReadLinger: -1})
 	require.NoError(t, err)
 	defer b.Close()
 	bsub, err := b.Subscribe(ctx, "t", backend.SubscribeConfig{Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 100, MaxDeliveries: 3, Observer: observer.Nop()})
 	require.NoError(t, err)
 	defer bsub.Close()
 	sub := bsub.(*subscription)
-	now := time.Unix(1_700_000_000, 0)
-	sub.lingerClock = func() time.Time { return now }
-	var waited []time.Duration
-	sub.lingerWait = func(_ context.Context, d time.Duration) error {
-		waited = append(waited, d)
-		return nil
-	}
 
 	seq := 0
 	publish := func(n int) {
@@ -119,31 +95,38 @@ func TestReadLingerFollowsReceiveAndEndsWithCtx(t *testing.T) {
 		}
 		require.NoError(t, sub.Ack(ctx, ids))
 	}
+	const wait = 5 * time.Millisecond
+	// busyAfter: whether a read 200µs after the start of the read before
+	// the last lingers, by what the subscription recorded.
+	busyAfter := func() bool { return sub.linger.due(sub.linger.prevStarted.Add(200*time.Microsecond), wait) }
 
 	publish(10)
 	receive(10)
-	now = now.Add(100 * time.Microsecond)
-	publish(10)
-	receive(10) // the read before found nothing yet: no rate
-	assert.Empty(t, waited)
-	now = now.Add(100 * time.Microsecond)
+	assert.Equal(t, 10, sub.linger.found, "the read's entries are recorded")
+	assert.Equal(t, 100, sub.linger.asked, "the read's COUNT is recorded")
 	publish(3)
-	receive(3) // 20 found in 200µs: busy
-	assert.Equal(t, []time.Duration{linger}, waited, "a read after two busy ones lingers")
-	now = now.Add(100 * time.Microsecond)
+	receive(3)
+	assert.Equal(t, 10, sub.linger.prevFound, "the read before's entries move back")
+	assert.True(t, sub.linger.started.After(sub.linger.prevStarted), "each read records its start")
+	assert.False(t, busyAfter(), "after a read that found 3 the stream is quiet")
 	publish(10)
-	receive(10) // the last found 3: quiet
-	assert.Len(t, waited, 1, "a read after a quiet one does not linger")
-	now = now.Add(100 * time.Microsecond)
-	publish(10)
-	receive(10) // 13 found in 200µs: busy
-	require.Len(t, waited, 2)
+	receive(10)
+	assert.True(t, busyAfter(), "13 entries in 200µs, the last read 10: busy")
 
-	// A real linger, longer than the ctx: Receive returns with the ctx's
-	// error and takes nothing.
-	sub.lingerWait = nil
+	// A busy stream whatever the machine's pace: the window of the last
+	// two reads ends before it started.
+	busy := func() { sub.linger.prevStarted = time.Now().Add(time.Hour) }
+	b.opts.ReadLinger = 20 * time.Millisecond
+	busy()
+	publish(10)
+	start := time.Now()
+	receive(10)
+	assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond, "the read lingered ReadLinger first")
+
+	// A linger longer than the ctx: Receive returns with the ctx's error
+	// and takes nothing.
 	b.opts.ReadLinger = time.Minute
-	now = now.Add(100 * time.Microsecond)
+	busy()
 	publish(5)
 	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
