@@ -43,7 +43,7 @@ var (
 	// reported. Read it with context.Cause.
 	ErrClosing = engine.ErrClosing
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
-	// or its lease expired; the first settlement wins.
+	// or its lease ran out; the first settlement wins.
 	ErrAlreadySettled = engine.ErrAlreadySettled
 )
 

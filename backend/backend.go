@@ -32,7 +32,7 @@ type Message struct {
 	// interfaces. Its dynamic type is private to the backend.
 	AckID AckID
 	// Attempt is 1 on the first delivery to the group and grows by one
-	// with each redelivery (nack or expired lease).
+	// with each redelivery (nack or a lease that ran out).
 	Attempt int
 }
 
@@ -155,7 +155,7 @@ type Subscription interface {
 	Receive(ctx context.Context, max int) ([]*Message, error)
 
 	// Ack settles the messages for the group. It is idempotent: an id
-	// already acked is skipped. An id whose lease expired (the message may
+	// already acked is skipped. An id whose lease ran out (the message may
 	// have been delivered again since) still settles the message if the
 	// group has not settled it since, together with its newer delivery,
 	// and is never an error. The bus batches acks and bounds the flush of

@@ -260,7 +260,7 @@ func testAckTimeoutRedelivery(t *testing.T, s *suite) {
 	assert.ErrorIs(t, got[0].Delivery.Ack(context.Background()), bus.ErrAlreadySettled,
 		"an expired delivery cannot be acked any more")
 	s.eventually(t, func() bool { return h.events.has(forMessage(observer.ScopeLease, m.ID)) },
-		"the expired lease is reported to the observer")
+		"the lease that ran out is reported to the observer")
 	s.never(t, s.quiet(), func() bool { return len(in.of(m.ID)) > 2 }, "the acked redelivery is final")
 }
 

@@ -84,7 +84,7 @@ func testExpiredLeasesDeadLetter(t *testing.T, s *suite) {
 
 	m := &bus.Message{Headers: map[string]string{"x-origin": "conformance"}, Payload: []byte("abandoned")}
 	h.publish(topic, m)
-	s.eventually(t, func() bool { return dlq.len() >= 1 }, "the message is dead-lettered after %d expired leases", maxDeliveries)
+	s.eventually(t, func() bool { return dlq.len() >= 1 }, "the message is dead-lettered after %d leases ran out", maxDeliveries)
 	s.never(t, s.quiet(), func() bool { return len(in.of(m.ID)) > maxDeliveries || dlq.len() > 1 },
 		"nothing is delivered after the dead-letter")
 	assert.Equal(t, []int{1, 2}, in.attempts(m.ID), "the handler runs only within max deliveries")

@@ -252,7 +252,7 @@ func TestExtendPostponesExpiry(t *testing.T) {
 	}
 	ackAll(t, s, []*backend.Message{got})
 	err := ext.Extend(context.Background(), got.AckID)
-	require.ErrorIs(t, err, inmemory.ErrLeaseExpired, "extend after ack")
+	require.ErrorIs(t, err, backend.ErrStale, "extend after ack")
 }
 
 func TestDeadLetterMovesAndSettlesInOneStep(t *testing.T) {

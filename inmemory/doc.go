@@ -35,17 +35,17 @@
 //     group nobody reads until the backlog limit is reached, and then
 //     Publish to that topic waits or fails (see below).
 //   - Every delivery holds a lease of the subscriber's ack timeout and
-//     carries its attempt number (1 on the first delivery). An expired
-//     lease makes the entry available to any member of the group again,
+//     carries its attempt number (1 on the first delivery). A lease that
+//     runs out makes the entry available to any member of the group again,
 //     with Attempt+1. Nack ends the lease and makes the entry available
 //     again after its delay, with Attempt+1. Release (backend.Releaser,
 //     used by the bus for deliveries a shutdown cancelled) makes it
 //     available at once with the same Attempt. Receive hands out due
 //     redeliveries before new entries.
 //   - The AckID of a delivery names that delivery only. Acking or nacking
-//     an id whose lease already ended (settled, or expired and handed to
+//     an id whose lease already ended (settled, or ran out and handed to
 //     another member) does nothing; Extend of such an id returns an error
-//     wrapping ErrLeaseExpired.
+//     wrapping backend.ErrStale.
 //   - DeadLetter appends the copy to the dead-letter topic and settles the
 //     original in one step, under the locks of both topics.
 //   - With a single member, first deliveries come in publish order.

@@ -21,9 +21,6 @@ var (
 	// MaxBacklogBytes and the policy is BacklogError, or a batch is larger
 	// than a limit.
 	ErrBacklogFull = errors.New("backlog full")
-	// ErrLeaseExpired: Extend was called for a delivery whose lease has
-	// already ended (it was settled, or expired and was redelivered).
-	ErrLeaseExpired = errors.New("lease expired")
 )
 
 // Defaults used when Options leaves a field zero.

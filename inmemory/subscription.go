@@ -121,11 +121,11 @@ func (s *Subscription) staleErr(op string, id backend.AckID) error {
 	if s.anyLease(id) == nil {
 		return fmt.Errorf("inmemory: %s %q: ack id %T is not a delivery of this topic", op, s.t.name, id)
 	}
-	return fmt.Errorf("inmemory: %s %q: %w: %w", op, s.t.name, ErrLeaseExpired, backend.ErrStale)
+	return fmt.Errorf("inmemory: %s %q: the lease ran out: %w", op, s.t.name, backend.ErrStale)
 }
 
 // Ack settles the deliveries for their group. Acking an id twice, or an
-// unknown id, does nothing. An Ack of a delivery whose lease expired still
+// unknown id, does nothing. An Ack of a delivery whose lease ran out still
 // settles the message if the group has not settled it since: a newer
 // delivery of it is settled with it (its own settlements then fail with
 // ErrStale), and a redelivery not handed out yet is dropped.
@@ -205,7 +205,7 @@ func (s *Subscription) giveBack(op string, id backend.AckID, delay time.Duration
 
 // Extend restarts the lease of an active delivery with the ack timeout it
 // was received with. A stale id returns an error wrapping
-// backend.ErrStale (and ErrLeaseExpired).
+// backend.ErrStale.
 func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 	if s.b.closed.Load() {
 		return errClosed("extend", s.t.name)

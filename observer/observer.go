@@ -19,7 +19,7 @@ const (
 	ScopeHandler
 	// ScopePanic: a handler panicked; Event.Stack holds the stack.
 	ScopePanic
-	// ScopeReclaim: reclaiming expired leases, or re-creating a lost
+	// ScopeReclaim: reclaiming leases that ran out, or re-creating a lost
 	// consumer group, failed or lost messages.
 	ScopeReclaim
 	// ScopeDeadLetter: a message was dead-lettered (Code says why and Err
@@ -33,7 +33,7 @@ const (
 	// ScopePublish: a background publish (for example an async window)
 	// failed after the caller had returned.
 	ScopePublish
-	// ScopeLease: a lease expired before the message was settled.
+	// ScopeLease: a lease ran out before the message was settled.
 	ScopeLease
 	// ScopeConnection: the connection to the broker dropped or recovered.
 	ScopeConnection
