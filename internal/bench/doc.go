@@ -16,6 +16,10 @@
 //     the same work (see redis_test.go).
 //   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
 //     the same work (see nats_test.go).
+//   - BenchmarkPortableLayerDispatchAndAck and
+//     BenchmarkPublishPortableLayer: the portable layer alone, over
+//     backends that do no I/O, with allocations per message (see
+//     portable_test.go).
 //   - BenchmarkOutboxE2E: the transactional outbox (outbox.Publish, a
 //     relay, the bus on Redis) against the dual write it replaces (an
 //     INSERT, then XADDs), on a private PostgreSQL (see outbox_test.go).
@@ -26,4 +30,18 @@
 //
 // Each benchmark reports msgs/s figures with b.ReportMetric; ns/op counts
 // a whole round of messages and is not a per-message cost.
+//
+// # Where the other benchmark code lives
+//
+//   - here: every go test benchmark of the bus, its portable layer and its
+//     peers;
+//   - internal/rawclient: the raw clients (go-redis, nats.go, pgx, a Go
+//     channel) that this package and the bus command measure the bus
+//     against;
+//   - conformance (bench.go): RunBenchmarks, the portable benchmarks a
+//     backend's package runs against itself through the bus;
+//   - cmd/bus (bench*.go): the bus bench command, which measures a
+//     running deployment from the command line;
+//   - a backend's package: its RunBenchmarks call and benchmarks of its
+//     internals that need unexported access (redisstream's delayed heap).
 package bench
