@@ -70,8 +70,8 @@ const claimSQL = `INSERT INTO bus_inbox (topic, group_name, id) VALUES ($1, $2, 
 //     committed) it rolls back and returns nil, without running h;
 //  3. otherwise it runs h; if h returns an error (or panics) it rolls
 //     back and returns the error unchanged, so the bus retries or
-//     dead-letters as usual (bus.Permanent, bus.RetryAfter and snoozes
-//     keep their meaning), and the redelivery runs h again;
+//     dead-letters as usual (bus.Reject, bus.Nack and bus.Snooze keep
+//     their meaning), and the redelivery runs h again;
 //  4. otherwise it commits and returns nil. If the process dies or the
 //     ack is lost after the commit, the redelivery finds the row (step 2).
 //
@@ -83,7 +83,7 @@ const claimSQL = `INSERT INTO bus_inbox (topic, group_name, id) VALUES ($1, $2, 
 // default) the bus acks when it returns nil; in AckManual, ack when it
 // returns nil. With AckOnReceive the bus acks before the handler runs, so
 // a failed transaction is not retried. A delivery without topic, group or
-// ID gets an error marked bus.Permanent, before any I/O. Handle panics if
+// ID gets an error marked with bus.Reject, before any I/O. Handle panics if
 // h is nil.
 func (in *Inbox[T]) Handle(h Handler[T]) bus.Handler {
 	if h == nil {
@@ -96,7 +96,7 @@ func (in *Inbox[T]) Handle(h Handler[T]) bus.Handler {
 
 func (in *Inbox[T]) handle(ctx context.Context, d *bus.Delivery, h Handler[T]) (err error) {
 	if d.Topic == "" || d.Group == "" || d.ID == "" {
-		return bus.Permanent(fmt.Errorf("inbox: %w: delivery without topic, group or ID (%q, %q, %q)",
+		return bus.Reject(fmt.Errorf("inbox: %w: delivery without topic, group or ID (%q, %q, %q)",
 			bus.ErrInvalidMessage, d.Topic, d.Group, d.ID))
 	}
 	tx, err := in.db.begin(ctx)

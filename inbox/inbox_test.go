@@ -52,7 +52,7 @@ func TestNewRefusesBadInputBeforeIO(t *testing.T) {
 	require.Panics(t, func() { in.Handle(nil) }, "Handle with a nil handler")
 	err = in.Handle(effect)(context.Background(), &bus.Delivery{Message: bus.Message{ID: "x"}})
 	require.ErrorIs(t, err, bus.ErrInvalidMessage, "a delivery without topic and group is refused")
-	require.True(t, bus.IsPermanent(err), "and not retried")
+	require.True(t, bus.IsRejected(err), "and not retried")
 	_, err = in.Prune(context.Background(), time.Second)
 	require.ErrorIs(t, err, bus.ErrInvalidOption, "a retention under a minute")
 	require.ErrorIs(t, inbox.Migrate(context.Background(), nil), bus.ErrInvalidOption, "migrate a nil db")
