@@ -87,7 +87,7 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // Nack hands the delivery back for redelivery after delay (0 = at once),
 // with Attempt+1. A negative delay is refused with an error wrapping
 // ErrInvalidOption, and the delivery stays unsettled; a delay longer than
-// 100 years waits 100 years (see RetryAfter).
+// 100 years waits 100 years (see MaxDelay).
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("nack")
@@ -119,7 +119,7 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 // dead-letters it with code expired. The delay must be positive: a delay
 // of 0 or less is refused with an error wrapping ErrInvalidOption, and
 // the delivery stays unsettled (Nack(ctx, 0) retries at once); one longer
-// than 100 years waits 100 years (see RetryAfter).
+// than 100 years waits 100 years (see MaxDelay).
 func (d *Delivery) Snooze(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("snooze")

@@ -235,10 +235,10 @@ func testObserverHandlerErrors(t *testing.T, s *suite) {
 	}
 }
 
-// testRetryAfter: a handler error marked with bus.Nack is retried
+// testReturnedNack: a handler error marked with bus.Nack is retried
 // after its own delay, not the subscription's backoff, and counts as an
 // attempt.
-func testRetryAfter(t *testing.T, s *suite) {
+func testReturnedNack(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("retryafter"), h.group("retryafter")
 	after := 4 * s.ackTimeout() / 10

@@ -130,7 +130,7 @@ var cases = []testCase{
 	// Failure handling.
 	{name: "MaxDeliveriesThenDeadLetter", needs: []capability{capRedelivery}, run: testMaxDeliveriesDeadLetter},
 	{name: "ExpiredLeasesThenDeadLetter", needs: []capability{capRedelivery}, run: testExpiredLeasesDeadLetter},
-	{name: "RetryAfterSetsTheDelay", needs: []capability{capRedelivery, capNackDelay}, run: testRetryAfter},
+	{name: "ReturnedNackSetsTheDelay", needs: []capability{capRedelivery, capNackDelay}, run: testReturnedNack},
 	{name: "RetryDelayNeverEarlyOnEveryAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testRetryDelayEveryAttempt},
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},

@@ -34,7 +34,7 @@ func TestConformanceSchedulingInstalledServer(t *testing.T) {
 	url := natstest.StartProcess(t).URL()
 	runConformance(t, url, busnats.Options{}, conformance.WithOnly(
 		"DeliverAtNeverEarly", "DeliverAtRejected", "NackDelayRespected",
-		"RetryAfterSetsTheDelay", "SnoozeDoesNotCountAnAttempt", "InspectorFigures", "DeleteTopic"))
+		"ReturnedNackSetsTheDelay", "SnoozeDoesNotCountAnAttempt", "InspectorFigures", "DeleteTopic"))
 }
 
 // Messages published after many delayed ones arrive while the delayed
