@@ -209,7 +209,7 @@ func (s *Subscriber) isClosed() bool {
 func (sub *subscription) handle(ctx context.Context, d *bus.Delivery) error {
 	msg, err := fromBus(d)
 	if err != nil {
-		return bus.Permanent(err)
+		return bus.Reject(err)
 	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
