@@ -1,0 +1,247 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Advisory lock namespaces (the first of the two int4 keys), next to the
+// outbox's "bus\x01" .. "bus\x03".
+const (
+	lockMigrate = 1651864324 // "bus\x04": the migration (schema.sql)
+	lockTopic   = 1651864325 // "bus\x05": a topic's hash; shared by writers, exclusive for a new group
+	lockKeys    = 1651864326 // "bus\x06": a key's hash, taken by PublishTx until the commit
+)
+
+// closeBound bounds what Close waits for the backend's own I/O.
+const closeBound = 2 * time.Second
+
+// Backend is the PostgreSQL backend. It is safe for concurrent use.
+type Backend struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	opts    Options
+	lis     *listener
+	pub     publisher
+
+	life   context.Context // ends at Close
+	cancel context.CancelFunc
+	shut   atomic.Bool
+	mu     sync.Mutex
+	trims  map[string]int // subscribed topics, with their subscription count
+	wg     sync.WaitGroup // listener and trimmer
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a backend over pool, which the backend never closes. opts
+// may be nil. Unless opts.SkipMigrate is set it runs Migrate first, within
+// ctx. The backend opens one connection of its own, outside the pool, to
+// LISTEN for notifications.
+func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("postgres: new: %w: nil pool", ErrInvalidOption)
+	}
+	return newBackend(ctx, pool, false, opts)
+}
+
+func newBackend(ctx context.Context, pool *pgxpool.Pool, own bool, opts *Options) (*Backend, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: new: %w", err)
+	}
+	if !o.SkipMigrate {
+		if err := Migrate(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
+	life, cancel := context.WithCancel(context.Background())
+	b := &Backend{
+		pool:    pool,
+		ownPool: own,
+		opts:    o,
+		life:    life,
+		cancel:  cancel,
+		trims:   map[string]int{},
+	}
+	b.pub = publisher{channel: o.Channel, dedup: o.DedupWindow}
+	b.lis = newListener(pool.Config().ConnConfig.Copy(), o.Channel)
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.lis.run(life) }()
+	go func() { defer b.wg.Done(); b.trimLoop(life) }()
+	return b, nil
+}
+
+// Pool returns the pool the backend works with. The backend keeps owning
+// it when it opened it from a URL.
+func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+
+// Capabilities reports what the backend guarantees.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name:           "postgres",
+		ConsumerGroups: true,
+		Persistent:     true,
+		Redelivery:     true,
+		NackDelay:      true,
+		Ordered:        true,
+		StartOldest:    true,
+		Extend:         true,
+		Scheduling:     true,
+		MaxPayload:     b.opts.MaxPayload,
+	}
+}
+
+// Close stops the listener and the trimmer and closes the pool when the
+// backend opened it. It returns within about two seconds, on a dead
+// network too. Subscriptions still open end: their Receive returns an
+// error wrapping backend.ErrClosed.
+func (b *Backend) Close() error {
+	if b.shut.Swap(true) {
+		return fmt.Errorf("postgres: close: %w", backend.ErrClosed)
+	}
+	b.cancel()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeBound):
+	}
+	if b.ownPool {
+		b.pool.Close()
+	}
+	return nil
+}
+
+// Subscribe joins (creating if needed) the consumer group cfg.Group of
+// topic as a new member.
+func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	if b.shut.Load() {
+		return nil, fmt.Errorf("postgres: subscribe %q: %w", topic, backend.ErrClosed)
+	}
+	gid, err := b.ensureGroup(ctx, topic, cfg.Group, cfg.StartFrom)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: subscribe %q: %w", topic, classify(err))
+	}
+	s := newSubscription(b, topic, gid, cfg)
+	b.mu.Lock()
+	b.trims[topic]++
+	b.mu.Unlock()
+	b.lis.add(topic, s.wake)
+	return s, nil
+}
+
+// forget drops a closed subscription's registrations.
+func (b *Backend) forget(s *subscription) {
+	b.lis.remove(s.topic, s.wake)
+	b.mu.Lock()
+	if b.trims[s.topic]--; b.trims[s.topic] <= 0 {
+		delete(b.trims, s.topic)
+	}
+	b.mu.Unlock()
+}
+
+// ensureGroup returns the id of group on topic, creating the group when
+// it does not exist. A new group starting from the oldest message gets a
+// delivery row for every retained message. The topic's exclusive lock
+// waits for the writers in flight, whose statements may not have seen
+// the group, and keeps new ones out until the group is committed.
+func (b *Backend) ensureGroup(ctx context.Context, topic, group string, from backend.StartFrom) (int64, error) {
+	var gid int64
+	err := b.pool.QueryRow(ctx, `SELECT id FROM bus_groups WHERE topic = $1 AND name = $2`, topic, group).Scan(&gid)
+	if err == nil {
+		return gid, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, err
+	}
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockTopic, topicLock(topic)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO bus_topics (name) VALUES ($1) ON CONFLICT DO NOTHING`, topic); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `INSERT INTO bus_groups (topic, name) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id`, topic, group).Scan(&gid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return tx.QueryRow(ctx, `SELECT id FROM bus_groups WHERE topic = $1 AND name = $2`, topic, group).Scan(&gid)
+		}
+		if err != nil || from != backend.StartOldest {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, visible_at) SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2`, gid, topic)
+		return err
+	})
+	return gid, err
+}
+
+// topicLock is the advisory lock key of a topic (or of a key, for
+// PublishTx): its 32-bit FNV-1a hash.
+func topicLock(s string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return int32(h.Sum32())
+}
+
+// trimLoop deletes, every TrimInterval, what the subscribed topics no
+// longer need and the IDs that left the dedup window.
+func (b *Backend) trimLoop(life context.Context) {
+	t := time.NewTicker(b.opts.TrimInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case <-t.C:
+		}
+		if b.opts.Retention == RetainSettled {
+			b.mu.Lock()
+			topics := make([]string, 0, len(b.trims))
+			for topic := range b.trims {
+				topics = append(topics, topic)
+			}
+			b.mu.Unlock()
+			for _, topic := range topics {
+				b.trim(life, topic)
+			}
+		}
+		if b.opts.DedupWindow > 0 {
+			ctx, cancel := context.WithTimeout(life, 5*time.Second)
+			_, _ = b.pool.Exec(ctx, `DELETE FROM bus_dedup WHERE at < clock_timestamp() - $1 * interval '1 millisecond'`, b.opts.DedupWindow.Milliseconds())
+			cancel()
+		}
+	}
+}
+
+// trimBatch bounds the messages one trim statement deletes.
+const trimBatch = 10000
+
+// trim deletes the messages of topic below the oldest one a group still
+// holds a delivery row for (all of them when every group is done), when
+// the topic has groups. The bound and the delete are one statement, so a
+// message committed meanwhile, with its delivery rows, is seen by both or
+// by neither; the topic's shared lock keeps a new group's backfill out.
+func (b *Backend) trim(life context.Context, topic string) {
+	ctx, cancel := context.WithTimeout(life, 5*time.Second)
+	defer cancel()
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
+	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
+bound AS (SELECT coalesce(
+    (SELECT min((SELECT min(seq) FROM bus_deliveries d WHERE d.group_id = g.id)) FROM g),
+    (SELECT max(seq) + 1 FROM bus_messages WHERE topic = $1)) AS seq
+  WHERE EXISTS (SELECT 1 FROM g))
+DELETE FROM bus_messages m WHERE m.topic = $1 AND m.seq IN (
+  SELECT seq FROM bus_messages WHERE topic = $1 AND seq < (SELECT seq FROM bound) ORDER BY seq LIMIT $2)`, topic, trimBatch)
+	_ = b.pool.SendBatch(ctx, batch).Close()
+}

@@ -1,0 +1,215 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+var (
+	_ backend.Inspector    = (*Backend)(nil)
+	_ backend.TopicDeleter = (*Backend)(nil)
+	_ backend.GroupSeeker  = (*Backend)(nil)
+)
+
+// Topics implements backend.Inspector: the topics of bus_topics with the
+// count, size and publish times of their retained messages and of those
+// held until their DeliverAt.
+func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
+	rows, err := b.pool.Query(ctx, `SELECT t.name, s.n, s.bytes, s.oldest, s.newest, s.scheduled, s.next_due
+FROM bus_topics t CROSS JOIN LATERAL (
+    SELECT count(*) AS n, coalesce(sum(octet_length(payload) + octet_length(id) + octet_length(key) + coalesce(octet_length(headers), 0)), 0)::bigint AS bytes,
+        min(published_at) AS oldest, max(published_at) AS newest,
+        count(*) FILTER (WHERE visible_at > clock_timestamp()) AS scheduled,
+        min(visible_at) FILTER (WHERE visible_at > clock_timestamp()) AS next_due
+    FROM bus_messages m WHERE m.topic = t.name) s
+ORDER BY t.name COLLATE "C"`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: topics: %w", classify(err))
+	}
+	out := []backend.TopicInfo{}
+	for rows.Next() {
+		var ti backend.TopicInfo
+		var n, bytes, sched int64
+		var oldest, newest, next *time.Time
+		if err := rows.Scan(&ti.Name, &n, &bytes, &oldest, &newest, &sched, &next); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: topics: %w", err)
+		}
+		ti.Messages, ti.Bytes, ti.Scheduled = backend.Figure(n), backend.Figure(bytes), backend.Figure(sched)
+		if oldest != nil {
+			ti.Oldest, ti.Newest = *oldest, *newest
+		}
+		if next != nil {
+			ti.NextDue = *next
+		}
+		out = append(out, ti)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: topics: %w", err)
+	}
+	return out, nil
+}
+
+// Groups implements backend.Inspector. Pending counts the leased
+// deliveries, Lag those never delivered; Consumers is Unknown (a member
+// is a process's subscription, which the database does not record), and
+// so is OldestPending (left zero): a row keeps when its lease ends, not
+// when it began.
+func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
+	rows, err := b.pool.Query(ctx, `SELECT g.name,
+    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.leased AND d.visible_at > clock_timestamp()),
+    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n = 0)
+FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: groups of %q: %w", topic, classify(err))
+	}
+	out := []backend.GroupInfo{}
+	for rows.Next() {
+		gi := backend.GroupInfo{Consumers: backend.Unknown}
+		var pending, lag int64
+		if err := rows.Scan(&gi.Name, &pending, &lag); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: groups of %q: %w", topic, err)
+		}
+		gi.Pending, gi.Lag = backend.Figure(pending), backend.Figure(lag)
+		out = append(out, gi)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: groups of %q: %w", topic, err)
+	}
+	return out, nil
+}
+
+// Peek implements backend.Inspector; the cursor is the next seq.
+func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*backend.Message, string, error) {
+	var from int64
+	if cursor != "" {
+		v, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || v < 0 {
+			return nil, "", fmt.Errorf("postgres: peek %q: %w: bad cursor", topic, ErrInvalidOption)
+		}
+		from = v
+	}
+	if n <= 0 {
+		return nil, "", nil
+	}
+	rows, err := b.pool.Query(ctx, `SELECT seq, id, key, headers, payload, published_at FROM bus_messages
+WHERE topic = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, topic, from, n+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: peek %q: %w", topic, classify(err))
+	}
+	defer rows.Close()
+	var out []*backend.Message
+	next := ""
+	for rows.Next() {
+		var seq int64
+		var m backend.Message
+		var key, headers []byte
+		if err := rows.Scan(&seq, &m.ID, &key, &headers, &m.Payload, &m.PublishedAt); err != nil {
+			return nil, "", fmt.Errorf("postgres: peek %q: %w", topic, err)
+		}
+		if len(out) == n {
+			next = strconv.FormatInt(seq, 10)
+			break
+		}
+		m.Key = string(key)
+		if m.Headers, err = decodeHeaders(headers); err != nil {
+			m.Headers = nil
+		}
+		out = append(out, &m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("postgres: peek %q: %w", topic, err)
+	}
+	return out, next, nil
+}
+
+// Delete implements backend.Inspector: the messages and every group's
+// delivery rows of them go in one statement.
+func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := b.pool.QueryRow(ctx, `WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND id = ANY($2) RETURNING seq),
+d AS (DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND seq IN (SELECT seq FROM m))
+SELECT count(*) FROM m`, topic, ids).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete from %q: %w", topic, classify(err))
+	}
+	return n, nil
+}
+
+// DeleteTopic implements backend.TopicDeleter: the topic's messages,
+// groups with their delivery rows, locks, members and dedup records go in
+// one transaction. A subscription still live on the topic receives
+// nothing more (its group is gone) until it subscribes again.
+func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockTopic, topicLock(topic)); err != nil {
+			return err
+		}
+		for _, q := range []string{
+			`DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1)`,
+			`DELETE FROM bus_groups WHERE topic = $1`,
+			`DELETE FROM bus_messages WHERE topic = $1`,
+			`DELETE FROM bus_dedup WHERE topic = $1`,
+			`DELETE FROM bus_locks WHERE topic = $1`,
+			`DELETE FROM bus_members WHERE topic = $1`,
+			`DELETE FROM bus_topics WHERE name = $1`,
+		} {
+			if _, err := tx.Exec(ctx, q, topic); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: delete topic %q: %w", topic, classify(err))
+	}
+	return nil
+}
+
+// SeekGroup implements backend.GroupSeeker: in one transaction it drops
+// the group's delivery rows (deliveries in flight are dropped: their
+// settlements find nothing, and a Nack or Extend of them is stale) and
+// writes one for each retained message from the target on.
+func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend.SeekTarget) error {
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockTopic, topicLock(topic)); err != nil {
+			return err
+		}
+		var gid int64
+		err := tx.QueryRow(ctx, `SELECT id FROM bus_groups WHERE topic = $1 AND name = $2`, topic, group).Scan(&gid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return backend.ErrUnknownGroup
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1`, gid); err != nil {
+			return err
+		}
+		if to.Newest {
+			return nil
+		}
+		var from *time.Time
+		if !to.Oldest {
+			from = &to.Time
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, visible_at)
+SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2 AND ($3::timestamptz IS NULL OR published_at >= $3)`, gid, topic, from)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: seek group %q of %q: %w", group, topic, classify(err))
+	}
+	return nil
+}

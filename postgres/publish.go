@@ -1,0 +1,220 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// publisher builds the statements that write messages.
+type publisher struct {
+	channel string
+	dedup   time.Duration
+}
+
+// insertSQL writes a batch of messages to topic $1 from the arrays $2..$8
+// (id, key, headers, payload, published_at, due, dedup key), one delivery
+// row per message and group, and notifies the channel $10 when it wrote a
+// delivery row due now. A message with a dedup key is written only when
+// the key is not in bus_dedup within the window ($9 ms) and is recorded
+// there. guard, when not empty, is a CTE named "guard" that must return a
+// row for anything to be written (dead-lettering settles the original in
+// it). It returns the messages written.
+func insertSQL(guard string) string {
+	with := "WITH "
+	cond := ""
+	if guard != "" {
+		with = "WITH guard AS (" + guard + "), "
+		cond = " AND EXISTS (SELECT 1 FROM guard)"
+	}
+	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1` + whereGuard(guard) + ` ON CONFLICT DO NOTHING),
+x AS (SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::text[])
+        WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, dkey, ord)),
+d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
+        ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
+        WHERE bus_dedup.at < excluded.at - $9::bigint * interval '1 millisecond'
+        RETURNING dkey),
+m AS (INSERT INTO bus_messages (topic, id, key, headers, payload, published_at, visible_at)
+        SELECT $1, x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
+        WHERE (x.dkey IS NULL OR x.dkey IN (SELECT dkey FROM d))` + cond + ` ORDER BY x.ord
+        RETURNING seq, visible_at, visible_at <= clock_timestamp() AS now),
+g AS (INSERT INTO bus_deliveries (group_id, seq, visible_at)
+        SELECT gr.id, m.seq, m.visible_at FROM m CROSS JOIN bus_groups gr WHERE gr.topic = $1
+        RETURNING 1)
+SELECT (SELECT count(*) FROM m),
+       (SELECT count(pg_notify($10, $1)) WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now))`
+}
+
+func whereGuard(guard string) string {
+	if guard == "" {
+		return ""
+	}
+	return " WHERE EXISTS (SELECT 1 FROM guard)"
+}
+
+var plainInsert = insertSQL("")
+
+// lockTopicSQL takes topic $2's shared lock (namespace $1) for the
+// transaction: writers share it, a new group waits for them.
+const lockTopicSQL = `SELECT pg_advisory_xact_lock_shared($1, $2)`
+
+// rows is a batch of messages as the insert's arrays.
+type rows struct {
+	ids      []string
+	keys     [][]byte
+	headers  [][]byte
+	payloads [][]byte
+	at       []time.Time
+	due      []*time.Time
+	dkeys    []*string
+}
+
+// rowsOf returns msgs as arrays. Messages whose ID the caller set get a
+// dedup key when the window is on; a later message of the batch with the
+// dedup key of an earlier one is left out (it is a duplicate).
+func (p publisher) rowsOf(msgs []*backend.Message, dedupAll bool) rows {
+	r := rows{
+		ids:      make([]string, 0, len(msgs)),
+		keys:     make([][]byte, 0, len(msgs)),
+		headers:  make([][]byte, 0, len(msgs)),
+		payloads: make([][]byte, 0, len(msgs)),
+		at:       make([]time.Time, 0, len(msgs)),
+		due:      make([]*time.Time, 0, len(msgs)),
+		dkeys:    make([]*string, 0, len(msgs)),
+	}
+	var seen map[string]bool
+	for _, m := range msgs {
+		var dk *string
+		if p.dedup > 0 && (dedupAll || !m.IDGenerated) {
+			k := m.ID
+			if v, ok := m.Headers[backend.HeaderReplayed]; ok {
+				k += " " + v
+			}
+			if seen[k] {
+				continue
+			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[k] = true
+			dk = &k
+		}
+		var due *time.Time
+		if at, ok := backend.HeaderTime(m.Headers, backend.HeaderDeliverAt); ok && at.After(time.Now()) {
+			due = &at
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		r.ids = append(r.ids, m.ID)
+		r.keys = append(r.keys, []byte(m.Key))
+		r.headers = append(r.headers, encodeHeaders(m.Headers))
+		r.payloads = append(r.payloads, payload)
+		r.at = append(r.at, m.PublishedAt)
+		r.due = append(r.due, due)
+		r.dkeys = append(r.dkeys, dk)
+	}
+	return r
+}
+
+// args returns the insert's parameters for topic, after extra ones
+// (the guard's) that come first as $1.. and shift the others; without
+// extra it is exactly $1..$10.
+func (p publisher) args(topic string, r rows) []any {
+	return []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
+}
+
+// Publish writes the batch in one transaction (one round trip): every
+// message is stored, or none. A message whose ID the caller set and that
+// topic received within the dedup window is not stored again.
+func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if b.shut.Load() {
+		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
+	}
+	r := b.pub.rowsOf(msgs, false)
+	batch := &pgx.Batch{}
+	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
+	batch.Queue(plainInsert, b.pub.args(topic, r)...)
+	br := b.pool.SendBatch(ctx, batch)
+	_, err := br.Exec()
+	if err == nil {
+		var n, notified int64
+		err = br.QueryRow().Scan(&n, &notified)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if b.shut.Load() {
+			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
+		}
+		return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
+	}
+	return nil
+}
+
+// encodeHeaders writes headers as uvarint-prefixed key and value bytes
+// (nil when there are none): exact for any bytes, and cheap.
+func encodeHeaders(h map[string]string) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	n := binary.MaxVarintLen64
+	for k, v := range h {
+		n += len(k) + len(v) + 2*binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, uint64(len(h)))
+	for k, v := range h {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+var errBadHeaders = errors.New("headers do not decode")
+
+// decodeHeaders reads what encodeHeaders wrote.
+func decodeHeaders(b []byte) (map[string]string, error) {
+	if b == nil {
+		return nil, nil
+	}
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > backend.MaxHeaders+2 {
+		return nil, errBadHeaders
+	}
+	b = b[w:]
+	h := make(map[string]string, n)
+	for range n {
+		var k, v string
+		var ok bool
+		if k, b, ok = readString(b); !ok {
+			return nil, errBadHeaders
+		}
+		if v, b, ok = readString(b); !ok {
+			return nil, errBadHeaders
+		}
+		h[k] = v
+	}
+	if len(b) != 0 {
+		return nil, errBadHeaders
+	}
+	return h, nil
+}
+
+func readString(b []byte) (string, []byte, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return "", nil, false
+	}
+	return string(b[w : w+int(n)]), b[w+int(n):], true
+}

@@ -1,0 +1,389 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// ackID names one delivery: the message's seq and the row's delivery
+// count when it was handed out.
+type ackID struct {
+	seq int64
+	n   int32
+}
+
+// subscription is one member of a group. Receive runs on one goroutine;
+// the other methods may run concurrently with it and with each other.
+type subscription struct {
+	b     *Backend
+	topic string
+	gid   int64
+	cfg   backend.SubscribeConfig
+	lease int64 // ms
+	wake  chan struct{}
+
+	life   context.Context // ends at Close (of the subscription or the backend)
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	// Receive's own state.
+	lost int64 // lease_by of a fetch whose reply never came; 0: none
+	vals []backend.Message
+	out  []*backend.Message
+}
+
+var (
+	_ backend.Subscription = (*subscription)(nil)
+	_ backend.Extender     = (*subscription)(nil)
+	_ backend.Releaser     = (*subscription)(nil)
+	_ backend.Snoozer      = (*subscription)(nil)
+	_ backend.DeadLetterer = (*subscription)(nil)
+)
+
+func newSubscription(b *Backend, topic string, gid int64, cfg backend.SubscribeConfig) *subscription {
+	life, cancel := context.WithCancel(b.life)
+	return &subscription{
+		b: b, topic: topic, gid: gid, cfg: cfg,
+		lease: max(cfg.AckTimeout.Milliseconds(), 1),
+		wake:  make(chan struct{}, 1),
+		life:  life, cancel: cancel,
+	}
+}
+
+func (s *subscription) errClosed(op string) error {
+	return fmt.Errorf("postgres: %s %q: %w", op, s.topic, backend.ErrClosed)
+}
+
+// fetchSQL leases up to $2 due deliveries of group $1 for $3 ms, tagged
+// $4: redeliveries first (a head whose member died comes back before
+// what follows it), then first deliveries in due order; it returns them
+// with their messages, in seq order within each kind. A delivery whose
+// message is gone (deleted) comes back with a NULL id.
+const fetchSQL = `WITH r AS (
+    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n > 0 AND visible_at <= clock_timestamp()
+    ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+f AS (
+    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n = 0 AND visible_at <= clock_timestamp()
+    ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED),
+c AS (
+    SELECT seq FROM (SELECT seq, 0 AS k FROM r UNION ALL SELECT seq, 1 FROM f) a ORDER BY k, seq LIMIT $2),
+u AS (
+    UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
+        visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+    FROM c WHERE d.group_id = $1 AND d.seq = c.seq
+    RETURNING d.seq, d.n, d.attempt)
+SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
+FROM u LEFT JOIN bus_messages m ON m.topic = $5 AND m.seq = u.seq
+ORDER BY u.n = 1, u.seq`
+
+// recoverSQL hands out again, with a new lease, what the fetch tagged $3
+// leased and never delivered. The attempt the lost fetch counted is this
+// delivery's: no handler saw the lost one.
+const recoverSQL = `WITH u AS (
+    UPDATE bus_deliveries d SET n = d.n + 1, lease_by = 0,
+        visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
+    WHERE d.group_id = $1 AND d.lease_by = $3 AND d.leased
+    RETURNING d.seq, d.n, d.attempt)
+SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
+FROM u LEFT JOIN bus_messages m ON m.topic = $4 AND m.seq = u.seq
+ORDER BY u.seq`
+
+// nextDueSQL returns how many ms until the next delivery of group $1
+// becomes due (a first delivery, a lease that ends, a nack's delay); NULL
+// when the group has none.
+const nextDueSQL = `SELECT extract(epoch FROM least(
+    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n = 0),
+    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0)) - clock_timestamp()) * 1000`
+
+// Receive leases up to max due deliveries. With none due it waits for a
+// notification of the topic, for the next due time, or for the block
+// time, whichever comes first, and looks again once.
+func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	if s.closed.Load() || s.b.shut.Load() {
+		return nil, s.errClosed("receive")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.life, cancel)
+	defer stop()
+	if s.lost != 0 {
+		msgs, err := s.query(ctx, recoverSQL, s.gid, s.lease, s.lost, s.topic)
+		if err != nil {
+			return nil, s.receiveErr(ctx, err)
+		}
+		s.lost = 0
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+	}
+	deadline := time.Now().Add(s.b.opts.Block)
+	for {
+		// Drain a stale signal: this fetch sees what it announced.
+		select {
+		case <-s.wake:
+		default:
+		}
+		tag := rand.Int64N(1<<62) + 1
+		msgs, err := s.query(ctx, fetchSQL, s.gid, max, s.lease, tag, s.topic)
+		if err != nil {
+			s.lost = tag
+			return nil, s.receiveErr(ctx, err)
+		}
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, nil
+		}
+		var due *float64
+		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid).Scan(&due); err != nil {
+			return nil, s.receiveErr(ctx, err)
+		}
+		if due != nil {
+			wait = min(wait, time.Duration(*due*float64(time.Millisecond))+time.Millisecond)
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-s.wake:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil, s.receiveErr(ctx, ctx.Err())
+		}
+	}
+}
+
+// receiveErr is what Receive returns for err: ErrClosed after Close, the
+// caller's ctx error when it ended, err otherwise.
+func (s *subscription) receiveErr(ctx context.Context, err error) error {
+	if s.closed.Load() || s.b.shut.Load() {
+		return s.errClosed("receive")
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("postgres: receive %q: %w", s.topic, classify(err))
+}
+
+// query runs a fetch and returns its messages; deliveries whose message
+// is gone or does not decode are settled (and dead-lettered) here.
+func (s *subscription) query(ctx context.Context, sql string, args ...any) ([]*backend.Message, error) {
+	rows, err := s.b.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	s.vals = s.vals[:0]
+	var gone []int64
+	type bad struct {
+		id  ackID
+		msg backend.Message
+	}
+	var malformed []bad
+	for rows.Next() {
+		var (
+			seq          int64
+			n, attempt   int32
+			id           *string
+			key, headers []byte
+			payload      []byte
+			at           *time.Time
+		)
+		if err := rows.Scan(&seq, &n, &attempt, &id, &key, &headers, &payload, &at); err != nil {
+			return nil, err
+		}
+		if id == nil {
+			gone = append(gone, seq)
+			continue
+		}
+		m := backend.Message{ID: *id, Key: string(key), Payload: payload, AckID: ackID{seq: seq, n: n}, Attempt: int(max(attempt, 1))}
+		if at != nil {
+			m.PublishedAt = *at
+		}
+		h, err := decodeHeaders(headers)
+		if err != nil {
+			malformed = append(malformed, bad{ackID{seq, n}, m})
+			continue
+		}
+		m.Headers = h
+		s.vals = append(s.vals, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(gone) > 0 {
+		s.settleGone(ctx, gone)
+	}
+	for _, b := range malformed {
+		s.deadLetterMalformed(ctx, b.id, &b.msg)
+	}
+	s.out = s.out[:0]
+	for i := range s.vals {
+		s.out = append(s.out, &s.vals[i])
+	}
+	return s.out, nil
+}
+
+// settleGone deletes the delivery rows of messages deleted while the group
+// held them, and reports them.
+func (s *subscription) settleGone(ctx context.Context, seqs []int64) {
+	if _, err := s.b.pool.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq = ANY($2)`, s.gid, seqs); err != nil {
+		return // they come back after their lease
+	}
+	s.cfg.Observer.Observe(ctx, observer.Event{
+		Scope: observer.ScopeReclaim, Topic: s.topic, Group: s.cfg.Group,
+		Err: fmt.Errorf("postgres: %d message(s) of %q were deleted before the group settled them", len(seqs), s.topic),
+	})
+}
+
+// deadLetterMalformed settles a delivery whose stored headers do not
+// decode: it is dead-lettered (when the group has a dead-letter topic) or
+// acked, and reported; it never reaches the handler.
+func (s *subscription) deadLetterMalformed(ctx context.Context, id ackID, m *backend.Message) {
+	err := fmt.Errorf("postgres: message seq %d of %q: %w", id.seq, s.topic, errBadHeaders)
+	s.cfg.Observer.Observe(ctx, observer.Event{Scope: observer.ScopeDecode, Topic: s.topic, Group: s.cfg.Group, MessageID: m.ID, Err: err})
+	if s.cfg.DeadLetterTopic != "" {
+		dl := backend.NewDeadLetter(m, backend.DeadLetterInfo{
+			Topic: s.topic, Group: s.cfg.Group, Attempt: m.Attempt, Code: backend.CodeMalformed, Reason: err.Error(),
+		})
+		_ = s.DeadLetter(ctx, id, s.cfg.DeadLetterTopic, dl)
+		return
+	}
+	_ = s.Ack(ctx, []backend.AckID{id})
+}
+
+// Ack deletes the delivery rows: the group has settled the messages.
+func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	seqs := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		a, ok := id.(ackID)
+		if !ok {
+			return fmt.Errorf("postgres: ack %q: foreign AckID %T", s.topic, id)
+		}
+		seqs = append(seqs, a.seq)
+	}
+	if _, err := s.b.pool.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq = ANY($2)`, s.gid, seqs); err != nil {
+		return fmt.Errorf("postgres: ack %q: %w", s.topic, classify(err))
+	}
+	return nil
+}
+
+// leasedSQL is the condition every settlement but Ack checks: the row is
+// still this delivery ($3: its count), leased, within its lease.
+const leasedSQL = `group_id = $1 AND seq = $2 AND n = $3 AND leased AND visible_at > clock_timestamp()`
+
+// Nack makes the message due again after delay, counted.
+func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack(ctx, "nack", id, delay, 0)
+}
+
+// Release makes the message due again at once, uncounted.
+func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
+	return s.giveBack(ctx, "release", id, 0, 1)
+}
+
+// Snooze makes the message due again after delay, uncounted.
+func (s *subscription) Snooze(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	return s.giveBack(ctx, "snooze", id, delay, 1)
+}
+
+// giveBack ends the lease of a delivery: the row is due after delay, and
+// its attempt drops by uncount.
+func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID, delay time.Duration, uncount int) error {
+	a, ok := id.(ackID)
+	if !ok {
+		return fmt.Errorf("postgres: %s %q: foreign AckID %T", op, s.topic, id)
+	}
+	delay = min(max(delay, 0), backend.MaxDelay)
+	tag, err := s.b.pool.Exec(ctx, `UPDATE bus_deliveries SET leased = false, lease_by = 0, attempt = attempt - $5,
+    visible_at = clock_timestamp() + $4::bigint * interval '1 microsecond' WHERE `+leasedSQL,
+		s.gid, a.seq, a.n, delay.Microseconds(), uncount)
+	if err != nil {
+		return fmt.Errorf("postgres: %s %q: %w", op, s.topic, classify(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: %s %q: %w", op, s.topic, backend.ErrStale)
+	}
+	// The subscriptions of this process recompute their next due time.
+	s.b.lis.wakeTopic(s.topic)
+	return nil
+}
+
+// Extend restarts the lease with this subscription's ack timeout.
+func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
+	a, ok := id.(ackID)
+	if !ok {
+		return fmt.Errorf("postgres: extend %q: foreign AckID %T", s.topic, id)
+	}
+	tag, err := s.b.pool.Exec(ctx, `UPDATE bus_deliveries SET visible_at = clock_timestamp() + $4::bigint * interval '1 millisecond' WHERE `+leasedSQL,
+		s.gid, a.seq, a.n, s.lease)
+	if err != nil {
+		return fmt.Errorf("postgres: extend %q: %w", s.topic, classify(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: extend %q: %w", s.topic, backend.ErrStale)
+	}
+	return nil
+}
+
+// DeadLetter deletes the delivery row and writes msg to topic in one
+// transaction; a stale id writes nothing.
+func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	a, ok := id.(ackID)
+	if !ok {
+		return fmt.Errorf("postgres: dead-letter %q: foreign AckID %T", s.topic, id)
+	}
+	p := publisher{channel: s.b.pub.channel} // no dedup: a message may be dead-lettered again after a replay
+	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n)
+	batch := &pgx.Batch{}
+	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
+	batch.Queue(insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
+        AND visible_at > clock_timestamp() RETURNING 1`), args...)
+	br := s.b.pool.SendBatch(ctx, batch)
+	var n, notified int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&n, &notified)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, backend.ErrStale)
+	}
+	return nil
+}
+
+// Close ends the member at once: a Receive in progress returns an error
+// wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
+// back after their lease. It does no I/O.
+func (s *subscription) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.cancel()
+	s.b.forget(s)
+	return nil
+}
