@@ -62,11 +62,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {
 // firstPartyPackages names the package that registers each scheme of the
 // backends that ship with the bus, for the error of an unknown scheme.
 var firstPartyPackages = map[string]string{
-	"redis":    "github.com/eventbus-go/bus/redisstream",
-	"rediss":   "github.com/eventbus-go/bus/redisstream",
-	"nats":     "github.com/eventbus-go/bus/nats",
-	"tls":      "github.com/eventbus-go/bus/nats",
-	"nats+tls": "github.com/eventbus-go/bus/nats",
+	"redis":      "github.com/eventbus-go/bus/redisstream",
+	"rediss":     "github.com/eventbus-go/bus/redisstream",
+	"nats":       "github.com/eventbus-go/bus/nats",
+	"tls":        "github.com/eventbus-go/bus/nats",
+	"nats+tls":   "github.com/eventbus-go/bus/nats",
+	"postgres":   "github.com/eventbus-go/bus/postgres",
+	"postgresql": "github.com/eventbus-go/bus/postgres",
 }
 
 // redactURL hides credentials (see urlopt.Redact).

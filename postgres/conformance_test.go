@@ -14,11 +14,19 @@ import (
 	"github.com/eventbus-go/bus/postgres"
 )
 
-// TestConformance runs the whole suite on one private server; each case
-// opens a backend (and a pool) of its own on it.
-func TestConformance(t *testing.T) {
+// TestOnOneServer runs the package's tests that need a server on one
+// private server, one after another: the conformance suite (each case
+// opens a backend and a pool of its own on it), then the PublishTx cases,
+// then the fault cases, which restart it.
+func TestOnOneServer(t *testing.T) {
 	srv := pgtest.Start(t)
-	u, err := url.Parse(srv.URL())
+	t.Run("Conformance", func(t *testing.T) { testConformance(t, srv.URL()) })
+	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
+	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
+}
+
+func testConformance(t *testing.T, rawURL string) {
+	u, err := url.Parse(rawURL)
 	require.NoError(t, err)
 	conformance.Run(t, func(t testing.TB) backend.Backend {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

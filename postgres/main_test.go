@@ -1,9 +1,17 @@
 package postgres_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		// Re-executed as a process the crash tests kill.
+		runChild(role)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,27 +19,28 @@ type publisher struct {
 	dedup   time.Duration
 }
 
-// insertSQL writes a batch of messages to topic $1 from the arrays $2..$8
-// (id, key, headers, payload, published_at, due, dedup key), one delivery
-// row per message and group, and notifies the channel $10 when it wrote a
-// delivery row due now. A message with a dedup key is written only when
-// the key is not in bus_dedup within the window ($9 ms) and is recorded
-// there. guard, when not empty, is a CTE named "guard" that must return a
-// row for anything to be written (dead-lettering settles the original in
-// it). It returns the messages written.
-func insertSQL(guard string) string {
+// insertSQL writes a batch of messages to topic $1 from the source x
+// (columns id, key, headers, payload, published_at, due, dkey, ord), one
+// delivery row per message and group, and notifies the channel $chanP
+// when it wrote a delivery row due now. A message with a dedup key is
+// written only when the key is not in bus_dedup within the window
+// ($dedupP ms) and is recorded there. guard, when not empty, is a CTE
+// named "guard" that must return a row for anything to be written
+// (dead-lettering settles the original in it). It returns the count of
+// messages written.
+func insertSQL(guard, x string, dedupP, chanP int) string {
 	with := "WITH "
 	cond := ""
 	if guard != "" {
 		with = "WITH guard AS (" + guard + "), "
 		cond = " AND EXISTS (SELECT 1 FROM guard)"
 	}
+	dedup, channel := "$"+strconv.Itoa(dedupP), "$"+strconv.Itoa(chanP)
 	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1` + whereGuard(guard) + ` ON CONFLICT DO NOTHING),
-x AS (SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::text[])
-        WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, dkey, ord)),
+x AS (` + x + `),
 d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
         ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
-        WHERE bus_dedup.at < excluded.at - $9::bigint * interval '1 millisecond'
+        WHERE bus_dedup.at < excluded.at - ` + dedup + `::bigint * interval '1 millisecond'
         RETURNING dkey),
 m AS (INSERT INTO bus_messages (topic, id, key, headers, payload, published_at, visible_at)
         SELECT $1, x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
@@ -48,8 +50,12 @@ g AS (INSERT INTO bus_deliveries (group_id, seq, visible_at)
         SELECT gr.id, m.seq, m.visible_at FROM m CROSS JOIN bus_groups gr WHERE gr.topic = $1
         RETURNING 1)
 SELECT (SELECT count(*) FROM m),
-       (SELECT count(pg_notify($10, $1)) WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now))`
+       (SELECT count(pg_notify(` + channel + `, $1)) WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now))`
 }
+
+// arraysSource reads the batch from the arrays $2..$8.
+const arraysSource = `SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::text[])
+        WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, dkey, ord)`
 
 func whereGuard(guard string) string {
 	if guard == "" {
@@ -58,7 +64,7 @@ func whereGuard(guard string) string {
 	return " WHERE EXISTS (SELECT 1 FROM guard)"
 }
 
-var plainInsert = insertSQL("")
+var plainInsert = insertSQL("", arraysSource, 9, 10)
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
 // transaction: writers share it, a new group waits for them.
@@ -124,9 +130,8 @@ func (p publisher) rowsOf(msgs []*backend.Message, dedupAll bool) rows {
 	return r
 }
 
-// args returns the insert's parameters for topic, after extra ones
-// (the guard's) that come first as $1.. and shift the others; without
-// extra it is exactly $1..$10.
+// args returns the parameters of an insert from arraysSource: $1..$10
+// (a guard's come after them).
 func (p publisher) args(topic string, r rows) []any {
 	return []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
 }

@@ -357,7 +357,7 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	batch := &pgx.Batch{}
 	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
 	batch.Queue(insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
-        AND visible_at > clock_timestamp() RETURNING 1`), args...)
+        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10), args...)
 	br := s.b.pool.SendBatch(ctx, batch)
 	var n, notified int64
 	_, err := br.Exec()

@@ -40,6 +40,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"nats", "nats"},
 	{"observer", "observer"},
 	{"outbox", "outbox"},
+	{"postgres", "postgres"},
 	{"redisstream", "redisstream"},
 }
 

@@ -41,6 +41,7 @@ func TestImportRules(t *testing.T) {
 		{pkg: "conformance", refused: []string{otel, goRedis, natsGo}},
 		{pkg: "redisstream", refused: []string{otel, natsGo, testify}},
 		{pkg: "nats", refused: []string{otel, goRedis, testify}},
+		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, testify}},
 		// The delivery engine has its own record; the public Delivery
 		// wraps it, never the other way round.
 		{pkg: "internal/engine", refused: []string{otel, goRedis, natsGo, testify}, refusedExact: []string{module}},
