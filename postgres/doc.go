@@ -1,5 +1,5 @@
 // Package postgres is the PostgreSQL backend of the bus, built on
-// github.com/jackc/pgx/v5. PostgreSQL 13 is the floor.
+// github.com/jackc/pgx/v5. It is tested on PostgreSQL 15.
 //
 // Link it in and open it by URL:
 //

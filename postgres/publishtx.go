@@ -261,4 +261,3 @@ func valuesInsert(topic string, r rows, p publisher) (string, []any) {
 	args = append(args, p.dedup.Milliseconds(), p.channel)
 	return insertSQL("", x.String(), len(args)-1, len(args)), args
 }
-

@@ -4,5 +4,6 @@ package main
 // schemes from init.
 import (
 	_ "github.com/eventbus-go/bus/nats"        // nats://, tls://, nats+tls://
+	_ "github.com/eventbus-go/bus/postgres"    // postgres://, postgresql://
 	_ "github.com/eventbus-go/bus/redisstream" // redis://, rediss://
 )

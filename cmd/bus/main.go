@@ -25,10 +25,12 @@ Usage:
   bus stats   [--watch] [flags]     topics and groups, refreshed with rates
   bus ui      [flags]               live web dashboard (loopback by default)
   bus outbox  migrate|relay --db URL  create the outbox tables, or relay them to the bus
+  bus postgres migrate --url URL    create the PostgreSQL backend's tables
   bus version                       module version and linked backends
 
 Backends are chosen with --url (default $BUS_URL, else mem://):
   mem://  mem://name  redis://host:6379  rediss://...  nats://host:4222  tls://...  nats+tls://...
+  postgres://user@host:5432/db  postgresql://...
 
 Flags may come before or after arguments; "--" ends them.
 Run "bus <command> -h" for the flags of a command.
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return uiCmd(ctx, args[1:], stdout, stderr)
 	case "outbox":
 		return outboxCmd(ctx, args[1:], stdout, stderr)
+	case "postgres":
+		return postgresCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
