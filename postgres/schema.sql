@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS bus_topics (
 );
 
 -- bus_messages is the log of every topic: seq is the order of writing
--- (one sequence for every topic), visible_at when the message is due
+-- (one sequence for every topic, so it alone names a message: a fetch
+-- reads its messages by the primary key alone), visible_at when the message is due
 -- (its DeliverAt, or when it was written). key and headers are bytea
 -- because valid UTF-8 may hold NUL, which text refuses.
 CREATE TABLE IF NOT EXISTS bus_messages (
@@ -25,9 +26,9 @@ CREATE TABLE IF NOT EXISTS bus_messages (
     payload      bytea NOT NULL,
     published_at timestamptz NOT NULL,
     visible_at   timestamptz NOT NULL,
-    PRIMARY KEY (topic, seq)
+    PRIMARY KEY (seq)
 );
-CREATE INDEX IF NOT EXISTS bus_messages_id ON bus_messages (topic, id);
+CREATE INDEX IF NOT EXISTS bus_messages_topic ON bus_messages (topic, seq);
 
 -- bus_groups holds the consumer groups; id names the group in
 -- bus_deliveries.
@@ -93,3 +94,8 @@ CREATE TABLE IF NOT EXISTS bus_members (
     until  timestamptz NOT NULL,
     PRIMARY KEY (topic, grp, member)
 );
+
+-- The mark Migrate looks for first: the schema is in place (the file is
+-- applied atomically), so a process that starts does not take the
+-- tables' locks again while others write.
+COMMENT ON TABLE bus_topics IS 'bus postgres schema v1';

@@ -68,20 +68,22 @@ func (s *subscription) errClosed(op string) error {
 // with their messages, in seq order within each kind. A delivery whose
 // message is gone (deleted) comes back with a NULL id.
 const fetchSQL = `WITH r AS (
-    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n > 0 AND visible_at <= clock_timestamp()
+    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n > 0 AND visible_at <= statement_timestamp()
     ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED),
 f AS (
-    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n = 0 AND visible_at <= clock_timestamp()
+    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n = 0 AND visible_at <= statement_timestamp()
     ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED),
-c AS (
-    SELECT seq FROM (SELECT seq, 0 AS k FROM r UNION ALL SELECT seq, 1 FROM f) a ORDER BY k, seq LIMIT $2),
 u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
         visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-    FROM c WHERE d.group_id = $1 AND d.seq = c.seq
-    RETURNING d.seq, d.n, d.attempt)
+    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(
+        SELECT seq FROM (SELECT seq, 0 AS k FROM r UNION ALL SELECT seq, 1 FROM f) a ORDER BY k, seq LIMIT $2))
+    RETURNING d.seq, d.n, d.attempt),
+m AS (
+    SELECT seq, id, key, headers, payload, published_at FROM bus_messages
+    WHERE seq = ANY(ARRAY(SELECT seq FROM u)))
 SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM u LEFT JOIN bus_messages m ON m.topic = $5 AND m.seq = u.seq
+FROM u LEFT JOIN m ON m.seq = u.seq
 ORDER BY u.n = 1, u.seq`
 
 // recoverSQL hands out again, with a new lease, what the fetch tagged $3
@@ -91,9 +93,12 @@ const recoverSQL = `WITH u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, lease_by = 0,
         visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
     WHERE d.group_id = $1 AND d.lease_by = $3 AND d.leased
-    RETURNING d.seq, d.n, d.attempt)
+    RETURNING d.seq, d.n, d.attempt),
+m AS (
+    SELECT seq, id, key, headers, payload, published_at FROM bus_messages
+    WHERE seq = ANY(ARRAY(SELECT seq FROM u)))
 SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM u LEFT JOIN bus_messages m ON m.topic = $4 AND m.seq = u.seq
+FROM u LEFT JOIN m ON m.seq = u.seq
 ORDER BY u.seq`
 
 // nextDueSQL returns how many ms until the next delivery of group $1
@@ -118,7 +123,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	stop := context.AfterFunc(s.life, cancel)
 	defer stop()
 	if s.lost != 0 {
-		msgs, err := s.query(ctx, recoverSQL, s.gid, s.lease, s.lost, s.topic)
+		msgs, err := s.query(ctx, recoverSQL, s.gid, s.lease, s.lost)
 		if err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
@@ -135,7 +140,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		default:
 		}
 		tag := rand.Int64N(1<<62) + 1
-		msgs, err := s.query(ctx, fetchSQL, s.gid, max, s.lease, tag, s.topic)
+		msgs, err := s.query(ctx, fetchSQL, s.gid, max, s.lease, tag)
 		if err != nil {
 			s.lost = tag
 			return nil, s.receiveErr(ctx, err)

@@ -13,12 +13,14 @@ import (
 
 // Raw clients of --baseline, by URL scheme.
 var rawClients = map[string]openTarget{
-	"mem":      openChanTarget,
-	"redis":    openRedisTarget,
-	"rediss":   openRedisTarget,
-	"nats":     openNATSTarget,
-	"tls":      openNATSTarget,
-	"nats+tls": openNATSTarget,
+	"mem":        openChanTarget,
+	"redis":      openRedisTarget,
+	"rediss":     openRedisTarget,
+	"nats":       openNATSTarget,
+	"tls":        openNATSTarget,
+	"nats+tls":   openNATSTarget,
+	"postgres":   openPGTarget,
+	"postgresql": openPGTarget,
 }
 
 // checkBaselineURL reports, without I/O, whether --baseline has a raw
@@ -29,7 +31,7 @@ func checkBaselineURL(rawURL string) error {
 		return fmt.Errorf("--baseline: %w", urlopt.ParseError(rawURL))
 	}
 	if _, ok := rawClients[u.Scheme]; !ok {
-		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls and nats+tls)", u.Scheme)
+		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres and postgresql)", u.Scheme)
 	}
 	return nil
 }

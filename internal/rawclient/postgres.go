@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nuid"
 )
 
@@ -66,4 +68,87 @@ func (p *PGRedisPublisher) Publish(ctx context.Context, payloads [][]byte) error
 		return fmt.Errorf("insert: %w", err)
 	}
 	return p.redis.Publish(ctx, payloads)
+}
+
+// PGQueue is the raw loop the PostgreSQL backend is measured against: a
+// table of its own with a seq, the payload and a lease, fed by one INSERT
+// per batch, read by a leasing UPDATE ... FOR UPDATE SKIP LOCKED of up to
+// Count rows and acked by one DELETE per fetched batch: the work of an
+// at-least-once queue, without groups, attempts or notifications (an
+// empty fetch polls again after PollEvery).
+type PGQueue struct {
+	Pool      PGPool
+	Table     string // a plain identifier
+	Count     int
+	PollEvery time.Duration
+}
+
+// PGPool is what PGQueue needs of a pgxpool.Pool.
+type PGPool interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Create creates the table.
+func (q *PGQueue) Create(ctx context.Context) error {
+	_, err := q.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q.Table+` (
+	seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	payload     bytea NOT NULL,
+	lease_until timestamptz NOT NULL DEFAULT '-infinity')`)
+	return err
+}
+
+// Drop drops the table.
+func (q *PGQueue) Drop(ctx context.Context) error {
+	_, err := q.Pool.Exec(ctx, `DROP TABLE IF EXISTS `+q.Table)
+	return err
+}
+
+// Publish inserts payloads with one statement.
+func (q *PGQueue) Publish(ctx context.Context, payloads [][]byte) error {
+	if _, err := q.Pool.Exec(ctx, `INSERT INTO `+q.Table+` (payload) SELECT * FROM unnest($1::bytea[])`, payloads); err != nil {
+		return fmt.Errorf("insert: %w", err)
+	}
+	return nil
+}
+
+// Run fetches, hands each payload to h and acks, until ctx ends or a
+// statement fails.
+func (q *PGQueue) Run(ctx context.Context, h func([]byte)) error {
+	fetch := `UPDATE ` + q.Table + ` SET lease_until = clock_timestamp() + interval '30 seconds'
+WHERE seq = ANY(ARRAY(SELECT seq FROM ` + q.Table + ` WHERE lease_until <= statement_timestamp() ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED))
+RETURNING seq, payload`
+	ack := `DELETE FROM ` + q.Table + ` WHERE seq = ANY($1)`
+	var seqs []int64
+	for ctx.Err() == nil {
+		rows, err := q.Pool.Query(ctx, fetch, q.Count)
+		if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		seqs = seqs[:0]
+		for rows.Next() {
+			var seq int64
+			var payload []byte
+			if err := rows.Scan(&seq, &payload); err != nil {
+				rows.Close()
+				return fmt.Errorf("fetch: %w", err)
+			}
+			seqs = append(seqs, seq)
+			h(payload)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if len(seqs) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(q.PollEvery):
+			}
+			continue
+		}
+		if _, err := q.Pool.Exec(ctx, ack, seqs); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	return nil
 }
