@@ -23,6 +23,13 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, srv.URL()) })
 	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
+	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
+	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })
+}
+
+// openURL opens a backend from u.
+func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
+	return postgres.OpenURL(ctx, u)
 }
 
 func testConformance(t *testing.T, rawURL string) {

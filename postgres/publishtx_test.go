@@ -29,11 +29,11 @@ func watchdog(t *testing.T, d time.Duration) func() {
 }
 
 // openBus opens a bus on url, closed when the test ends.
-func openBus(t *testing.T, url string) *bus.Bus {
+func openBus(t *testing.T, url string, opts ...bus.Option) *bus.Bus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := bus.Open(ctx, url)
+	b, err := bus.Open(ctx, url, opts...)
 	require.NoError(t, err, "open the bus")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
