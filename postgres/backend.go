@@ -33,6 +33,7 @@ type Backend struct {
 	opts    Options
 	lis     *listener
 	pub     publisher
+	notes   *notifier
 
 	life   context.Context // ends at Close
 	cancel context.CancelFunc
@@ -76,9 +77,11 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, own bool, opts *Options
 	}
 	b.pub = publisher{channel: o.Channel, dedup: o.DedupWindow}
 	b.lis = newListener(pool.Config().ConnConfig.Copy(), o.Channel)
-	b.wg.Add(2)
+	b.notes = newNotifier()
+	b.wg.Add(3)
 	go func() { defer b.wg.Done(); b.lis.run(life) }()
 	go func() { defer b.wg.Done(); b.trimLoop(life) }()
+	go func() { defer b.wg.Done(); b.notes.run(life, b) }()
 	return b, nil
 }
 
@@ -223,9 +226,6 @@ func (b *Backend) trimLoop(life context.Context) {
 	}
 }
 
-// trimBatch bounds the messages one trim statement deletes.
-const trimBatch = 10000
-
 // trim deletes the messages of topic below the oldest one a group still
 // holds a delivery row for (all of them when every group is done), when
 // the topic has groups. The bound and the delete are one statement, so a
@@ -236,12 +236,10 @@ func (b *Backend) trim(life context.Context, topic string) {
 	defer cancel()
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
-	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
-bound AS (SELECT coalesce(
+	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1)
+DELETE FROM bus_messages WHERE topic = $1 AND seq < (SELECT coalesce(
     (SELECT min((SELECT min(seq) FROM bus_deliveries d WHERE d.group_id = g.id)) FROM g),
-    (SELECT max(seq) + 1 FROM bus_messages WHERE topic = $1)) AS seq
-  WHERE EXISTS (SELECT 1 FROM g))
-DELETE FROM bus_messages m WHERE m.topic = $1 AND m.seq IN (
-  SELECT seq FROM bus_messages WHERE topic = $1 AND seq < (SELECT seq FROM bound) ORDER BY seq LIMIT $2)`, topic, trimBatch)
+    (SELECT max(seq) + 1 FROM bus_messages WHERE topic = $1))
+  WHERE EXISTS (SELECT 1 FROM g))`, topic)
 	_ = b.pool.SendBatch(ctx, batch).Close()
 }

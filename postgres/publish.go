@@ -22,12 +22,13 @@ type publisher struct {
 // insertSQL writes a batch of messages to topic $1 from the source x
 // (columns id, key, headers, payload, published_at, due, dkey, ord), one
 // delivery row per message and group, and notifies the channel $chanP
-// when it wrote a delivery row due now. A message with a dedup key is
+// (” for none) when it wrote a delivery row due now. A message with a dedup key is
 // written only when the key is not in bus_dedup within the window
 // ($dedupP ms) and is recorded there. guard, when not empty, is a CTE
 // named "guard" that must return a row for anything to be written
 // (dead-lettering settles the original in it). It returns the count of
-// messages written.
+// messages written, whether it notified, and whether a notification was
+// due (a delivery row due now was written).
 func insertSQL(guard, x string, dedupP, chanP int) string {
 	with := "WITH "
 	cond := ""
@@ -50,7 +51,8 @@ g AS (INSERT INTO bus_deliveries (group_id, seq, visible_at)
         SELECT gr.id, m.seq, m.visible_at FROM m CROSS JOIN bus_groups gr WHERE gr.topic = $1
         RETURNING 1)
 SELECT (SELECT count(*) FROM m),
-       (SELECT count(pg_notify(` + channel + `, $1)) WHERE EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now))`
+       (SELECT count(pg_notify(` + channel + `, $1)) WHERE ` + channel + ` <> '' AND EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now)),
+       EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now)`
 }
 
 // arraysSource reads the batch from the arrays $2..$8.
@@ -144,14 +146,20 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
 	r := b.pub.rowsOf(msgs, false)
+	args := b.pub.args(topic, r)
+	notify := b.notes.claim(topic)
+	if !notify {
+		args[9] = ""
+	}
 	batch := &pgx.Batch{}
 	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
-	batch.Queue(plainInsert, b.pub.args(topic, r)...)
+	batch.Queue(plainInsert, args...)
 	br := b.pool.SendBatch(ctx, batch)
+	var n, notified int64
+	var wanted bool
 	_, err := br.Exec()
 	if err == nil {
-		var n, notified int64
-		err = br.QueryRow().Scan(&n, &notified)
+		err = br.QueryRow().Scan(&n, &notified, &wanted)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -161,6 +169,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 		}
 		return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
+	}
+	if wanted && notified == 0 {
+		b.notes.later(topic)
 	}
 	return nil
 }

@@ -365,9 +365,10 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
         AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10), args...)
 	br := s.b.pool.SendBatch(ctx, batch)
 	var n, notified int64
+	var wanted bool
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&n, &notified)
+		err = br.QueryRow().Scan(&n, &notified, &wanted)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
