@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// notifyEvery is the least time between two notifications of a topic
+// that Publish sends from one Backend. A notification wakes every idle
+// subscription of the topic, and NOTIFY serialises the commits that send
+// one; a busy topic needs far fewer than one per publish.
+const notifyEvery = 2 * time.Millisecond
+
+// notifier limits the notifications of a Backend's publishes. A publish
+// whose topic was notified less than notifyEvery ago sends none in its
+// transaction; once it has committed, it asks the notifier for one,
+// which sends it on a connection of the pool when notifyEvery has passed.
+// So every commit that sent no notification is followed by one sent
+// after it, and an idle consumer waits at most notifyEvery longer.
+type notifier struct {
+	mu      sync.Mutex
+	last    map[string]time.Time // last notification sent or claimed
+	pending map[string]bool
+	kick    chan struct{}
+}
+
+func newNotifier() *notifier {
+	return &notifier{last: map[string]time.Time{}, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// claim reports whether a publish to topic sends the notification in its
+// own transaction, and records it when it does.
+func (n *notifier) claim(topic string) bool {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if now.Sub(n.last[topic]) < notifyEvery {
+		return false
+	}
+	n.last[topic] = now
+	return true
+}
+
+// later asks for a notification of topic, sent after the caller's commit.
+func (n *notifier) later(topic string) {
+	n.mu.Lock()
+	n.pending[topic] = true
+	n.mu.Unlock()
+	wake(n.kick)
+}
+
+// run sends the notifications asked for until life ends.
+func (n *notifier) run(life context.Context, b *Backend) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case <-n.kick:
+		case <-timer.C:
+		}
+		topics, wait := n.due()
+		if len(topics) > 0 {
+			ctx, cancel := context.WithTimeout(life, 5*time.Second)
+			// A failed notification leaves the subscriptions to their poll.
+			_, _ = b.pool.Exec(ctx, `SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, b.opts.Channel, topics)
+			cancel()
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+		}
+	}
+}
+
+// due returns the pending topics whose last notification is notifyEvery
+// old, marking them notified now, and how long until the next of the
+// others is due (0: none pending).
+func (n *notifier) due() ([]string, time.Duration) {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var topics []string
+	var wait time.Duration
+	for t := range n.pending {
+		if left := notifyEvery - now.Sub(n.last[t]); left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		topics = append(topics, t)
+		n.last[t] = now
+		delete(n.pending, t)
+	}
+	return topics, wait
+}
