@@ -22,9 +22,9 @@ type publisher struct {
 // insertSQL writes a batch of messages to topic $1 from the source x
 // (columns id, key, headers, payload, published_at, due, dkey, ord), one
 // delivery row per message and group, and notifies the channel $chanP
-// (” for none) when it wrote a delivery row due now. A message with a dedup key is
-// written only when the key is not in bus_dedup within the window
-// ($dedupP ms) and is recorded there. guard, when not empty, is a CTE
+// (empty: none) when it wrote a delivery row due now. A message with a
+// dedup key is written only when the key is not in bus_dedup within the
+// window ($dedupP ms) and is recorded there. guard, when not empty, is a CTE
 // named "guard" that must return a row for anything to be written
 // (dead-lettering settles the original in it). It returns the count of
 // messages written, whether it notified, and whether a notification was
