@@ -136,6 +136,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	if err != nil {
 		return nil, fmt.Errorf("postgres: subscribe %q: %w", topic, classify(err))
 	}
+	b.lis.waitReady(ctx)
 	s := newSubscription(b, topic, gid, cfg)
 	b.mu.Lock()
 	b.trims[topic]++

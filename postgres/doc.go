@@ -58,7 +58,10 @@
 //     publishers share the lock; a new group takes it exclusively, so it
 //     sees every message whose writer did not see it.
 //   - Subscribe creates the group when missing (StartOldest: with a
-//     delivery row for every retained message) and joins it.
+//     delivery row for every retained message) and joins it. It waits
+//     (at most 2s, and within its ctx) until the Backend's listener
+//     listens, so that what is published right after it starts is
+//     notified to it.
 //   - Receive leases up to max due rows in one statement: SELECT ... FOR
 //     UPDATE SKIP LOCKED from the redeliveries first (n > 0, so the head
 //     of a key whose member died comes back before what follows it), then

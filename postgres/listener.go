@@ -17,12 +17,33 @@ type listener struct {
 	cfg     *pgx.ConnConfig
 	channel string
 
+	ready     chan struct{} // closed once the first LISTEN succeeded
+	readyOnce sync.Once
+
 	mu    sync.Mutex
 	wakes map[string]map[chan struct{}]struct{}
 }
 
 func newListener(cfg *pgx.ConnConfig, channel string) *listener {
-	return &listener{cfg: cfg, channel: channel, wakes: map[string]map[chan struct{}]struct{}{}}
+	return &listener{cfg: cfg, channel: channel, ready: make(chan struct{}), wakes: map[string]map[chan struct{}]struct{}{}}
+}
+
+// listenWait bounds how long Subscribe waits for the listener's first
+// LISTEN; after it the subscription starts and polls until the listener
+// connects.
+const listenWait = 2 * time.Second
+
+// waitReady waits until the listener listens, ctx ends or listenWait
+// passes, so that a new subscription does not miss the notifications
+// of what is published right after it starts.
+func (l *listener) waitReady(ctx context.Context) {
+	t := time.NewTimer(listenWait)
+	defer t.Stop()
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 func (l *listener) add(topic string, wake chan struct{}) {
@@ -112,6 +133,7 @@ func (l *listener) session(life context.Context) {
 	}
 	// Whatever was published while no connection listened is found by
 	// the next fetch.
+	l.readyOnce.Do(func() { close(l.ready) })
 	l.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(life)
