@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/slots"
 )
 
 // DefaultTick is how often a controller reads the backlog and decides.
@@ -53,7 +53,7 @@ type Config struct {
 type Controller struct {
 	cfg   Config
 	tick  time.Duration
-	slots *engine.Slots
+	slots *slots.Pool
 
 	done    atomic.Int64 // handlers finished since the last tick
 	latency atomic.Int64 // their total latency, in nanoseconds
@@ -71,7 +71,7 @@ func New(cfg Config) *Controller {
 	if d := tickOverride.Load(); d > 0 {
 		tick = time.Duration(d)
 	}
-	c := &Controller{cfg: cfg, tick: tick, slots: engine.NewSlots(cfg.Min), stopped: make(chan struct{})}
+	c := &Controller{cfg: cfg, tick: tick, slots: slots.New(cfg.Min), stopped: make(chan struct{})}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	return c
 }

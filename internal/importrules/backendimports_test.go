@@ -135,7 +135,7 @@ func exampleMayImportBackend(rel string) bool {
 // itself), and reach no internal package of the bus's delivery.
 func TestBackendsUseTheRootOnlyToRegister(t *testing.T) {
 	t.Parallel()
-	refused := []string{module + "/internal/engine", module + "/internal/msgcheck"}
+	refused := []string{module + "/internal/slots", module + "/internal/shutdown", module + "/internal/msgcheck"}
 	for _, dir := range []string{"inmemory", "redisstream", "nats"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		require.NoError(t, err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/shutdown"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -181,9 +181,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.mu.Unlock()
 		close(m.stop)
 	})
-	hard, cancel := engine.WithGrace(ctx)
+	hard, cancel := shutdown.WithGrace(ctx)
 	defer cancel()
-	if !engine.WaitOrDone(hard, m.done) {
+	if !shutdown.WaitOrDone(hard, m.done) {
 		return fmt.Errorf("bus: close partitioned subscription %q: %w", m.cfg.Topic, ctx.Err())
 	}
 	if !first {
