@@ -24,7 +24,9 @@ const ackFlushTimeout = 10 * time.Second
 // dispatcher registers its workers' buffers here; the acker never calls
 // back into the dispatcher.
 type acker struct {
-	sub      *consumer
+	bsub     backend.Subscription
+	obs      observer.Observer
+	failed   observer.Event // what a failed flush reports, its Err aside
 	size     int
 	interval time.Duration
 
@@ -60,14 +62,18 @@ type ackBuf struct {
 	ids []backend.AckID
 }
 
-func newAcker(s *consumer, size int, interval time.Duration) *acker {
+// newAcker returns the acker of bsub, which flushes in chunks of size ids,
+// interval after the first; failed flushes go to obs as ScopeAck events of
+// topic and group.
+func newAcker(bsub backend.Subscription, obs observer.Observer, topic, group string, size int, interval time.Duration) *acker {
 	return &acker{
-		sub: s, size: size, interval: interval,
-		buf:   make([]backend.AckID, 0, size),
-		first: make(chan struct{}, 1),
-		full:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		bsub: bsub, obs: obs, size: size, interval: interval,
+		failed: observer.Event{Scope: observer.ScopeAck, Topic: topic, Group: group},
+		buf:    make([]backend.AckID, 0, size),
+		first:  make(chan struct{}, 1),
+		full:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 }
 
@@ -233,10 +239,12 @@ func (a *acker) flush(parent context.Context) {
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
 			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
-			err := a.sub.bsub.Ack(ctx, chunk)
+			err := a.bsub.Ack(ctx, chunk)
 			cancel()
 			if err != nil {
-				a.sub.observe(observer.Event{Scope: observer.ScopeAck, Topic: a.sub.cfg.Topic, Group: a.sub.cfg.Group, Err: err})
+				e := a.failed
+				e.Err = err
+				a.obs.Observe(context.Background(), e)
 			}
 		}
 		clear(ids)

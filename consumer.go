@@ -135,7 +135,7 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 	s := &consumer{cfg: cfg, bus: b, sub: sub, bsub: bsub, slots: slots.New(cfg.MaxInFlight), slab: slabLen(unsafe.Sizeof(record{})),
 		fetchDone: make(chan struct{}), done: make(chan struct{})}
 	s.manual.s = s
-	s.acks = newAcker(s, cfg.AckBatch, cfg.AckInterval)
+	s.acks = newAcker(bsub, cfg.Observer, cfg.Topic, cfg.Group, cfg.AckBatch, cfg.AckInterval)
 	s.disp = newDispatcher(s, cfg.MaxInFlight, s.acks)
 	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
 	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
