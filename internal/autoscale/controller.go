@@ -24,7 +24,7 @@ func SetTickForTest(d time.Duration) (restore func()) {
 }
 
 // fetchLinger is how long Acquire waits for a quarter of the bound to
-// free up before it takes fewer units (as the engine's own in-flight
+// free up before it takes fewer units (as a subscription's own in-flight
 // slots do), so that a saturated subscription fetches in batches.
 const fetchLinger = 2 * time.Millisecond
 
@@ -48,7 +48,7 @@ type Config struct {
 	Report func(Decision)
 }
 
-// Controller is a concurrency limiter (the engine's Limiter, with
+// Controller is a concurrency limiter (a bus.Limiter, with
 // feedback) whose bound it moves by the package's policy.
 type Controller struct {
 	cfg   Config

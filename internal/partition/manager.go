@@ -13,7 +13,7 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Runner is the subscription of one partition (the engine's Sub).
+// Runner is the subscription of one partition (package bus's consumer).
 type Runner interface {
 	Start()
 	// Close stops the partition; holding the partition's lock, it handles
