@@ -93,7 +93,7 @@ func TestFlushSendsAcksOfBothBuffersInOneCall(t *testing.T) {
 		if d.ID == "explicit" {
 			return d.Ack(context.Background()) // the acker's own buffer
 		}
-		return nil // the worker's ack, in the dispatcher's buffer
+		return nil // the worker's ack, in its worker's ack buffer
 	})
 	require.NoError(t, err)
 	f.push(msg("explicit", 1), msg("returned", 1))
