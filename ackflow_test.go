@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -50,10 +49,10 @@ func TestAckOfHandlerReturningAfterCloseIsReportedNotSent(t *testing.T) {
 	release := make(chan struct{})
 	running := make(chan struct{})
 	returned := make(chan struct{})
-	outcome := make(chan middleware.Outcome, 1)
+	outcome := make(chan bus.Outcome, 1)
 	s, err := b.Subscribe(context.Background(), "orders", func(_ context.Context, d *bus.Delivery) error {
 		defer close(returned)
-		middleware.OnSettle(d, func(o middleware.Outcome, _ error) { outcome <- o })
+		d.OnSettle(func(o bus.Outcome, _ error) { outcome <- o })
 		close(running)
 		<-release // ignores ctx
 		return nil
@@ -66,7 +65,7 @@ func TestAckOfHandlerReturningAfterCloseIsReportedNotSent(t *testing.T) {
 	require.Error(t, s.Close(ctx), "Close reports the handler that outlived its ctx")
 	close(release)
 	recvDone(t, returned)
-	assert.Equal(t, middleware.OutcomeAcked, recv(t, outcome), "the handler's verdict is recorded")
+	assert.Equal(t, bus.OutcomeAcked, recv(t, outcome), "the handler's verdict is recorded")
 	require.Eventually(t, func() bool {
 		for _, e := range ev.byScope(observer.ScopeAck) {
 			if e.MessageID == "a" && errors.Is(e.Err, bus.ErrClosed) {
@@ -94,7 +93,7 @@ func TestFlushSendsAcksOfBothBuffersInOneCall(t *testing.T) {
 		if d.ID == "explicit" {
 			return d.Ack(context.Background()) // the acker's own buffer
 		}
-		return nil // the worker's ack, in the dispatcher's buffer
+		return nil // the worker's ack, in its worker's ack buffer
 	})
 	require.NoError(t, err)
 	f.push(msg("explicit", 1), msg("returned", 1))

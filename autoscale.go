@@ -7,7 +7,6 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/autoscale"
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -105,23 +104,16 @@ func groupInfo(ctx context.Context, in backend.Inspector, topic, group string) (
 	return backend.GroupInfo{}, false
 }
 
-// scaleEngine makes cfg's in-flight bound ctrl's: the engine's own slots
+// scale makes cfg's in-flight bound ctrl's: the consumer's own slots
 // stay at the maximum, ctrl limits below them (after any WithLimiter
 // limiter), and ctrl hears each handler's latency.
-func scaleEngine(cfg *engine.Config[Delivery], ctrl *autoscale.Controller) {
+func (cfg *consumerConfig) scale(ctrl *autoscale.Controller) {
 	if cfg.Limiter != nil {
 		cfg.Limiter = chainLimiter{cfg.Limiter, ctrl}
 	} else {
 		cfg.Limiter = ctrl
 	}
-	if fb := cfg.Feedback; fb != nil {
-		cfg.Feedback = func(d time.Duration, err error) {
-			fb(d, err)
-			ctrl.Feedback(d, err)
-		}
-	} else {
-		cfg.Feedback = ctrl.Feedback
-	}
+	cfg.Feedback = append(cfg.Feedback, ctrl)
 }
 
 // stopThen returns ended preceded by stopping ctrl, so that a subscription

@@ -12,9 +12,9 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/coalesce"
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/internal/shutdown"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -364,9 +364,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	}
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
-	if s.start != nil {
-		s.start()
-	}
+	s.startRun()
 	b.opts.logger.LogAttrs(ctx, slog.LevelDebug, "bus: subscribed",
 		slog.String("backend", b.caps.Name), slog.String("topic", topic), slog.String("group", o.group),
 		slog.String("ack_mode", string(o.ackMode)), slog.Int("max_in_flight", o.maxInFlight),
@@ -375,7 +373,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 }
 
 // subscribeOne subscribes an unpartitioned topic; the subscription is
-// started by its start func.
+// started by startRun.
 func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subscribeOptions) (*Subscription, error) {
 	bsub, err := b.be.Subscribe(ctx, topic, b.backendConfig(o))
 	if err != nil {
@@ -385,21 +383,12 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 	if b.events != nil {
 		s.member = memberName()
 	}
-	cfg := b.engineConfig(s, topic, o, h)
-	ctrl := b.autoscaler(s, 1, o)
-	if ctrl != nil {
-		scaleEngine(&cfg, ctrl)
-		cfg.Ended = stopThen(ctrl, cfg.Ended)
+	cfg := b.consumerConfig(s, topic, o, h)
+	cfg.Autoscale = b.autoscaler(s, 1, o)
+	if cfg.Autoscale != nil {
+		cfg.scale(cfg.Autoscale)
 	}
-	eng := engine.New(ctx, cfg, bsub)
-	s.run, s.start = eng, eng.Start
-	if ctrl != nil {
-		s.start = func() { ctrl.Start(); eng.Start() }
-	}
-	s.discard = func() {
-		eng.Discard()
-		_ = bsub.Close()
-	}
+	s.run = newConsumer(ctx, b, s, cfg, bsub)
 	return s, nil
 }
 
@@ -416,9 +405,10 @@ func (b *Bus) backendConfig(o subscribeOptions) backend.SubscribeConfig {
 	}
 }
 
-// engineConfig is what the delivery engine runs s with: the options, the
-// handler inside its middleware, and the bus's hooks.
-func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h Handler) engine.Config[Delivery] {
+// consumerConfig is what a consumer of s on topic (the stored topic: a
+// partition's for a partitioned one) runs with: the options, and the
+// handler inside its middleware.
+func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, h Handler) consumerConfig {
 	handler := h
 	for i := len(o.middleware) - 1; i >= 0; i-- {
 		handler = o.middleware[i](handler)
@@ -426,45 +416,30 @@ func (b *Bus) engineConfig(s *Subscription, topic string, o subscribeOptions, h 
 	for i := len(b.opts.middleware) - 1; i >= 0; i-- {
 		handler = b.opts.middleware[i](handler)
 	}
-	mode, _ := engineMode(o.ackMode) // validated by WithAckMode
-	cfg := engine.Config[Delivery]{
-		Topic: topic, Group: o.group, AckMode: mode,
+	cfg := consumerConfig{
+		Topic: topic, PubTopic: s.topic, Group: o.group, AckMode: o.ackMode,
 		MaxInFlight: o.maxInFlight, AckTimeout: o.ackTimeout, MaxExtension: o.maxExtension,
 		HandlerTimeout: o.handlerTimeout, MaxDeliveries: o.maxDeliveries, DeadLetter: o.deadLetter,
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
-		Handler:   func(ctx context.Context, r *engine.Delivery[Delivery]) error { return handler(ctx, &r.Pub) },
-		Fill:      fill(topic, o.group),
-		Refill:    refill,
-		ExpiresAt: func(d *Delivery) time.Time { return d.ExpiresAt },
-		DeliverAt: func(d *Delivery) time.Time { return d.DeliverAt },
-		Info:      info,
-		Publish:   b.be.Publish,
-		Go:        b.goTracked,
-		Ended:     func() { b.forget(s) },
+		Handler: handler,
 	}
 	if b.events != nil && s.topic != b.opts.events {
-		sink := b.eventHook(s)
-		cfg.Event = sink
-		cfg.Ended = func() {
-			b.forget(s)
-			sink.Release()
-		}
+		cfg.Event = b.eventHook(s)
 	}
 	if o.keyOrdering {
-		cfg.KeyOf = func(d *Delivery) string { return d.Key }
+		cfg.KeyOrdering = true
 		cfg.MaxWaiting = o.waitingBound()
 		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery {
 			// One member of the group at a time consumes the topic.
 			cfg.Locker, cfg.LockHolder = l, msgid.New()
-			cfg.Pending = b.pendingOf(topic, o.group)
 		}
 	}
 	if o.limiter != nil {
 		cfg.Limiter = o.limiter
-		if fb, ok := o.limiter.(interface{ Feedback(time.Duration, error) }); ok {
-			cfg.Feedback = fb.Feedback
+		if fb, ok := o.limiter.(feedbacker); ok {
+			cfg.Feedback = append(cfg.Feedback, fb)
 		}
 	}
 	return cfg
@@ -533,7 +508,7 @@ func (b *Bus) Close(ctx context.Context) error {
 		return b.waitClosed(ctx)
 	}
 	defer close(b.closed)
-	hard, cancel := engine.WithGrace(ctx)
+	hard, cancel := shutdown.WithGrace(ctx)
 	defer cancel()
 	subs := b.snapshot(nil)
 	errs := make([]error, len(subs))
@@ -548,7 +523,7 @@ func (b *Bus) Close(ctx context.Context) error {
 	wg.Wait()
 	// Publishes and subscribes in progress, and background closes started
 	// before Close, end within ctx or are reported.
-	if !engine.WaitOrDone(hard, idle) {
+	if !shutdown.WaitOrDone(hard, idle) {
 		errs = append(errs, fmt.Errorf("bus: close: publishes or subscribes still in progress: %w", ctx.Err()))
 	}
 	// Subscriptions set up concurrently with Close registered after the
@@ -563,7 +538,7 @@ func (b *Bus) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("bus: close: %w", err))
 		}
 	}
-	if err := engine.CloseBounded(hard, b.be.Close); err != nil {
+	if err := shutdown.CloseBounded(hard, b.be.Close); err != nil {
 		errs = append(errs, fmt.Errorf("bus: close backend: %w", err))
 	}
 	return errors.Join(errs...)
@@ -591,25 +566,12 @@ func (b *Bus) waitClosed(ctx context.Context) error {
 		}
 	})
 	defer stop()
-	hard, cancel := engine.WithGrace(ctx)
+	hard, cancel := shutdown.WithGrace(ctx)
 	defer cancel()
-	if !engine.WaitOrDone(hard, b.closed) {
+	if !shutdown.WaitOrDone(hard, b.closed) {
 		return fmt.Errorf("bus: close: still closing: %w", ctx.Err())
 	}
 	return nil
-}
-
-// goTracked runs f on a goroutine that Close waits for (within its ctx);
-// after Close has begun it does nothing (Close itself does the work).
-func (b *Bus) goTracked(f func()) bool {
-	if !b.ops.enter() {
-		return false
-	}
-	go func() {
-		defer b.ops.leave()
-		f()
-	}()
-	return true
 }
 
 func (b *Bus) forget(s *Subscription) {

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 )
 
 // Delivery is one received message plus its settlement methods. The
@@ -25,49 +22,46 @@ type Delivery struct {
 	// PublishedAt is when the bus accepted the message.
 	PublishedAt time.Time
 
-	// rec is the delivery engine's record, which holds this Delivery; nil
-	// for a Delivery that did not come from a subscription.
-	rec *engine.Delivery[Delivery]
+	// rec is the bus's record of the delivery, which holds this
+	// Delivery; nil for a Delivery that did not come from a subscription.
+	rec *record
 }
 
-// fill sets the public face of a delivery the engine received, in a
-// record the engine has just allocated (zeroed).
-func fill(topic, group string) func(*engine.Delivery[Delivery], *backend.Message) {
-	return func(r *engine.Delivery[Delivery], m *backend.Message) {
-		// r is zeroed memory: only what is set is written, field by
-		// field, as each pointer written while the collector marks costs
-		// a write barrier.
-		d := &r.Pub
-		d.ID = m.ID
-		if m.Key != "" {
-			d.Key = m.Key
-		}
-		if len(m.Headers) > 0 {
-			d.Headers, d.DeliverAt, d.ExpiresAt = takeTimes(m.Headers)
-		} else if m.Headers != nil {
-			d.Headers = m.Headers
-		}
-		d.Payload = m.Payload
-		d.Topic = topic
-		d.Group = group
-		d.Attempt = r.Attempt()
-		d.PublishedAt = m.PublishedAt
-		d.rec = r
+// Outcome is how a delivery was settled (Delivery.Outcome).
+type Outcome int
+
+// The outcomes of a delivery, named by Outcome.String.
+const (
+	// OutcomePending: not settled yet ("pending").
+	OutcomePending Outcome = iota
+	// OutcomeAcked: acked; it will not be delivered to the group again
+	// ("ack").
+	OutcomeAcked
+	// OutcomeNacked: handed back for redelivery (after a delay), or
+	// released by a shutdown ("nack").
+	OutcomeNacked
+	// OutcomeDeadLettered: moved to the dead-letter topic
+	// ("dead_letter").
+	OutcomeDeadLettered
+	// OutcomeDropped: dead-lettered with dead-lettering off; acked and
+	// dropped ("dropped").
+	OutcomeDropped
+	// OutcomeLeaseLost: its lease ran out, or was given up, before it was
+	// settled; the backend delivers it again ("lease_lost"). Not to be
+	// confused with a message past its ExpiresAt, which is dead-lettered
+	// with code expired (OutcomeDeadLettered).
+	OutcomeLeaseLost
+)
+
+var outcomeNames = [...]string{"pending", "ack", "nack", "dead_letter", "dropped", "lease_lost"}
+
+// String returns "pending", "ack", "nack", "dead_letter", "dropped" or
+// "lease_lost".
+func (o Outcome) String() string {
+	if o >= 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
 	}
-}
-
-// refill makes r a copy of from with attempt, for the retry of a keyed
-// delivery (WithKeyOrdering).
-func refill(r *engine.Delivery[Delivery], from *Delivery, attempt int) {
-	r.Pub = *from
-	r.Pub.Attempt = attempt
-	r.Pub.rec = r
-}
-
-// info is the message of a Delivery, for the engine's events and
-// dead-letter copies.
-func info(d *Delivery) backend.Message {
-	return backend.Message{ID: d.ID, Key: d.Key, Headers: d.Headers, Payload: d.Payload, Attempt: d.Attempt, PublishedAt: d.PublishedAt}
+	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
 // detached is the error of a settlement on a zero Delivery.
@@ -81,7 +75,7 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	if d.rec == nil {
 		return detached("ack")
 	}
-	return d.rec.Ack(ctx)
+	return d.rec.ack(ctx)
 }
 
 // Nack hands the delivery back for redelivery after delay (0 = at once),
@@ -92,7 +86,7 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("nack")
 	}
-	return d.rec.Nack(ctx, delay)
+	return d.rec.nack(ctx, delay)
 }
 
 // Reject settles the delivery as failed for good: it goes to the
@@ -102,7 +96,7 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 	if d.rec == nil {
 		return detached("reject")
 	}
-	return d.rec.Reject(ctx, reason)
+	return d.rec.reject(ctx, reason)
 }
 
 // Snooze gives the delivery back for redelivery after delay without
@@ -124,7 +118,7 @@ func (d *Delivery) Snooze(ctx context.Context, delay time.Duration) error {
 	if d.rec == nil {
 		return detached("snooze")
 	}
-	return d.rec.Snooze(ctx, delay)
+	return d.rec.snooze(ctx, delay)
 }
 
 // Extend restarts the lease of an unsettled delivery, for handlers that
@@ -134,16 +128,36 @@ func (d *Delivery) Extend(ctx context.Context) error {
 	if d.rec == nil {
 		return detached("extend")
 	}
-	return d.rec.Extend(ctx)
+	return d.rec.extend(ctx)
 }
 
-// init lets the middleware package read a delivery's settlement (see
-// middleware.OnSettle) without the Delivery exporting it.
-func init() {
-	engine.SettledOf = func(pub any) engine.Settled {
-		if d, ok := pub.(*Delivery); ok && d.rec != nil {
-			return d.rec
-		}
-		return nil
+// Outcome returns how the delivery was settled so far: OutcomePending
+// until a settlement completes, and always for a Delivery that did not
+// come from a subscription.
+func (d *Delivery) Outcome() Outcome {
+	if d.rec == nil {
+		return OutcomePending
 	}
+	return d.rec.outcome()
+}
+
+// OnSettle registers fn to be called once, with the outcome and the error
+// of the settlement, when the delivery is settled (or its lease is lost).
+// If it is already settled fn is called at once. Middleware uses it to
+// end spans and count outcomes. On a Delivery that did not come from a
+// subscription fn is never called.
+func (d *Delivery) OnSettle(fn func(Outcome, error)) {
+	if d.rec != nil {
+		d.rec.onSettle(fn)
+	}
+}
+
+// DeadLetterCode is the reason code of a delivery that was dead-lettered
+// (or dropped with dead-lettering off), and "" otherwise. Read it in an
+// OnSettle hook, for example to label metrics.
+func (d *Delivery) DeadLetterCode() DeadLetterCode {
+	if d.rec == nil {
+		return ""
+	}
+	return d.rec.deadLetterCode()
 }

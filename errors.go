@@ -1,12 +1,12 @@
 package bus
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/msgcheck"
 )
 
@@ -23,9 +23,9 @@ var (
 	// subscription (use bustest.NewDelivery to unit-test handlers).
 	ErrInvalidMessage = msgcheck.ErrInvalidMessage
 	// ErrPayloadTooLarge: a payload is over the max payload.
-	ErrPayloadTooLarge = engine.ErrPayloadTooLarge
+	ErrPayloadTooLarge = msgcheck.ErrPayloadTooLarge
 	// ErrUnsupported: the backend cannot do what was asked.
-	ErrUnsupported = engine.ErrUnsupported
+	ErrUnsupported = backend.ErrUnsupported
 	// ErrInvalidOption: an option value or URL parameter is out of range,
 	// unknown or repeated. Backends wrap the same value.
 	ErrInvalidOption = backend.ErrInvalidOption
@@ -33,7 +33,7 @@ var (
 	// bus could not keep the delivery's lease alive (the backend has no
 	// Extender, an extension failed, or WithMaxExtension was reached), so
 	// the message may be delivered again. Read it with context.Cause.
-	ErrLeaseLost = engine.ErrLeaseLost
+	ErrLeaseLost = errors.New("lease lost")
 	// ErrClosing is the cause of a handler's ctx cancellation when its
 	// subscription shuts down (Subscription.Close or Bus.Close whose ctx
 	// ended, or the Subscribe ctx ended and the handler outlived the
@@ -41,10 +41,10 @@ var (
 	// handler then returns an error (other than a rejected one) is given
 	// back to the group without counting as an attempt and without being
 	// reported. Read it with context.Cause.
-	ErrClosing = engine.ErrClosing
+	ErrClosing = errors.New("subscription closing")
 	// ErrAlreadySettled: the delivery was already acked, nacked, rejected
 	// or its lease ran out; the first settlement wins.
-	ErrAlreadySettled = engine.ErrAlreadySettled
+	ErrAlreadySettled = errors.New("delivery already settled")
 )
 
 // PublishError is returned by Publish when some messages of a batch failed.

@@ -38,7 +38,7 @@ func (b *Bus) publishEvents(ctx context.Context, topic string, msgs []*backend.M
 	return b.batcher.Publish(ctx, topic, msgs)
 }
 
-// eventHook is the engine's lifecycle event sink for s: it names the
+// eventHook is the lifecycle event sink of a consumer of s for s: it names the
 // topic (not the partition) and the member.
 func (b *Bus) eventHook(s *Subscription) *lifecycle.Sink {
 	return b.events.Sink(s.topic, s.group, s.member)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -128,18 +127,18 @@ func TestManualLeasesExpireOnlyUnsettledDeliveries(t *testing.T) {
 	wg.Wait()
 	require.Eventually(t, func() bool {
 		for _, d := range ds {
-			if middleware.OutcomeOf(d) == middleware.OutcomePending {
+			if d.Outcome() == bus.OutcomePending {
 				return false
 			}
 		}
 		return true
 	}, waitFor, time.Millisecond, "every unsettled manual delivery expires")
 	for i, d := range ds {
-		want := middleware.OutcomeAcked
+		want := bus.OutcomeAcked
 		if i%2 == 1 {
-			want = middleware.OutcomeExpired
+			want = bus.OutcomeLeaseLost
 		}
-		assert.Equal(t, want, middleware.OutcomeOf(d), "delivery %d", i)
+		assert.Equal(t, want, d.Outcome(), "delivery %d", i)
 	}
 	assert.Len(t, ev.byScope(observer.ScopeLease), n/2, "one lease event per expired delivery")
 	// The slots came back: the next message is delivered.

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/slots"
 )
 
 // Limiter decides how many messages a subscription may take. The bus
@@ -30,7 +30,7 @@ type Limiter interface {
 }
 
 // concurrencyLimiter caps the units held at once. Safe for concurrent use.
-type concurrencyLimiter struct{ slots *engine.Slots }
+type concurrencyLimiter struct{ slots *slots.Pool }
 
 // NewConcurrencyLimiter returns a limiter with limit units (limit >= 1).
 // Share one between subscriptions to cap a whole process; its InUse and
@@ -39,7 +39,7 @@ func NewConcurrencyLimiter(limit int) Limiter {
 	if limit < 1 {
 		panic(fmt.Sprintf("bus: concurrency limit %d, want >= 1", limit))
 	}
-	return &concurrencyLimiter{slots: engine.NewSlots(limit)}
+	return &concurrencyLimiter{slots: slots.New(limit)}
 }
 
 // Acquire implements Limiter.

@@ -8,7 +8,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -38,18 +37,13 @@ const (
 	AckManual AckMode = "manual"
 )
 
-// engineMode maps an ack mode to the engine's, reporting false for an
-// unknown one.
-func engineMode(m AckMode) (engine.AckMode, bool) {
+// known reports whether m is one of the ack modes; "" is AckOnSuccess.
+func (m AckMode) known() bool {
 	switch m {
-	case AckOnSuccess, "":
-		return engine.AckOnSuccess, true
-	case AckOnReceive:
-		return engine.AckOnReceive, true
-	case AckManual:
-		return engine.AckManual, true
+	case AckOnSuccess, "", AckOnReceive, AckManual:
+		return true
 	}
-	return 0, false
+	return false
 }
 
 // Defaults of the subscribe options.
@@ -249,7 +243,7 @@ func WithGroup(group string) SubscribeOption {
 // WithAckMode sets the ack mode (default AckOnSuccess).
 func WithAckMode(m AckMode) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
-		if _, ok := engineMode(m); !ok {
+		if !m.known() {
 			return fmt.Errorf("%w: ack mode %q (want %q, %q or %q)", ErrInvalidOption, string(m), AckOnSuccess, AckOnReceive, AckManual)
 		}
 		if m == "" {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/partition"
+	"github.com/eventbus-go/bus/internal/slots"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -147,7 +147,7 @@ func (b *Bus) publishPartitioned(ctx context.Context, topic string, n int, msgs 
 func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h Handler, o subscribeOptions) (*Subscription, error) {
 	pt, _ := b.partitioner()
 	locker, _ := b.be.(backend.GroupLocker)
-	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*engine.Slots{}}
+	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*slots.Pool{}}
 	member := memberName()
 	s := &Subscription{topic: topic, group: o.group, member: member}
 	ctrl := b.autoscaler(s, n, o)
@@ -163,11 +163,9 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 			if err != nil {
 				return nil, err
 			}
-			cfg := b.engineConfig(s, ptopic, o, h)
-			cfg.Fill = fill(topic, o.group)
+			cfg := b.consumerConfig(s, ptopic, o, h)
 			cfg.Locker, cfg.LockHolder = locker, member
-			cfg.Pending = b.pendingOf(ptopic, o.group)
-			if cfg.KeyOf != nil {
+			if cfg.KeyOrdering {
 				cfg.MaxWaiting = max(1, o.waitingBound()/n)
 			}
 			var lim Limiter = &concurrencyLimiter{slots: shares.of(p)}
@@ -176,17 +174,15 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 			}
 			cfg.Limiter = lim
 			if ctrl != nil {
-				scaleEngine(&cfg, ctrl)
+				cfg.scale(ctrl)
 			}
-			cfg.Ended = func() {}
-			return engine.New(ctx, cfg, bsub), nil
+			return newConsumer(ctx, b, nil, cfg, bsub), nil
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.run, s.parts = m, m
-	s.discard = func() { _ = m.Close(context.Background()) }
 	if ctrl != nil {
 		ctrl.Start()
 	}
@@ -199,7 +195,7 @@ type partitionShares struct {
 	total int
 	mu    sync.Mutex
 	owned int
-	slots map[int]*engine.Slots
+	slots map[int]*slots.Pool
 }
 
 func (ps *partitionShares) share() int { return max(1, ps.total/max(ps.owned, 1)) }
@@ -219,10 +215,10 @@ func (ps *partitionShares) assign(owned []int) {
 }
 
 // of returns partition p's slots, made with the current share.
-func (ps *partitionShares) of(p int) *engine.Slots {
+func (ps *partitionShares) of(p int) *slots.Pool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	sl := engine.NewSlots(ps.share())
+	sl := slots.New(ps.share())
 	ps.slots[p] = sl
 	return sl
 }
@@ -314,17 +310,4 @@ func (b *Bus) partitionGroups(ctx context.Context, in backend.Inspector, topic s
 		}
 	}
 	return out, nil
-}
-
-// pendingOf reports the unsettled deliveries of group on topic, from the
-// backend's Inspector; nil without one.
-func (b *Bus) pendingOf(topic, group string) func(ctx context.Context) (int64, bool) {
-	in, ok := b.be.(backend.Inspector)
-	if !ok {
-		return nil
-	}
-	return func(ctx context.Context) (int64, bool) {
-		g, ok := groupInfo(ctx, in, topic, group)
-		return int64(g.Pending), ok && g.Pending != backend.Unknown
-	}
 }

@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 
-	"github.com/eventbus-go/bus/internal/engine"
 	"github.com/eventbus-go/bus/internal/partition"
 )
 
@@ -14,19 +13,36 @@ import (
 type Subscription struct {
 	topic, group string
 	member       string // names the member in lifecycle events
-	run          runner
-	start        func()             // starts an unpartitioned subscription; nil otherwise
-	discard      func()             // gives up a subscription the closing bus will not run
-	parts        *partition.Manager // the partitions of a partitioned topic; nil otherwise
+	// run is the consumer of an unpartitioned topic, or the partition
+	// manager (also in parts) of a partitioned one.
+	run   runner
+	parts *partition.Manager // the partitions of a partitioned topic; nil otherwise
 }
 
-// runner is what runs a subscription: the delivery engine for one topic,
+// runner is what runs a subscription: the consumer of one topic,
 // or the partition manager for a partitioned one.
 type runner interface {
 	Done() <-chan struct{}
 	Err() error
 	Close(ctx context.Context) error
 	Force(cause error)
+}
+
+// startRun starts an unpartitioned subscription (a partitioned one runs
+// from partition.Start on).
+func (s *Subscription) startRun() {
+	if c, ok := s.run.(*consumer); ok {
+		c.Start()
+	}
+}
+
+// discard gives up a subscription the closing bus will not run.
+func (s *Subscription) discard() {
+	if c, ok := s.run.(*consumer); ok {
+		c.Discard()
+		return
+	}
+	_ = s.parts.Close(context.Background())
 }
 
 // Done is closed when the subscription has fully stopped.
@@ -76,11 +92,10 @@ func (s *Subscription) Waiting() int {
 	return n
 }
 
-// waitingOf is the Waiting count of a delivery engine, 0 for any other
-// runner.
+// waitingOf is the Waiting count of a consumer, 0 for any other runner.
 func waitingOf(r any) int {
-	if e, ok := r.(*engine.Sub[Delivery]); ok {
-		return e.Waiting()
+	if c, ok := r.(*consumer); ok {
+		return c.Waiting()
 	}
 	return 0
 }

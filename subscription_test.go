@@ -19,7 +19,6 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -150,15 +149,15 @@ func TestPanicIsRecoveredReportedWithStackAndRetried(t *testing.T) {
 }
 
 func TestAckOnReceiveAcksBeforeHandlerAndReportsError(t *testing.T) {
-	outcome := make(chan middleware.Outcome, 1)
+	outcome := make(chan bus.Outcome, 1)
 	f, _, ev, _ := startFake(t, func(_ context.Context, d *bus.Delivery) error {
-		outcome <- middleware.OutcomeOf(d)
+		outcome <- d.Outcome()
 		return errors.New("lost")
 	}, bus.WithAckMode(bus.AckOnReceive))
 	f.push(msg("r", 1))
 	select {
 	case o := <-outcome:
-		assert.Equal(t, middleware.OutcomeAcked, o, "acked before the handler runs")
+		assert.Equal(t, bus.OutcomeAcked, o, "acked before the handler runs")
 	case <-time.After(waitFor):
 		t.Fatal("handler not called")
 	}
@@ -382,7 +381,7 @@ func TestManualLeaseExpiryFreesSlot(t *testing.T) {
 	d2 := recv(t, held) // only possible after m1's lease ran out
 	assert.Equal(t, "m2", d2.ID)
 	assert.ErrorIs(t, d1.Ack(context.Background()), bus.ErrAlreadySettled, "an expired lease cannot be acked")
-	assert.Equal(t, middleware.OutcomeExpired, middleware.OutcomeOf(d1))
+	assert.Equal(t, bus.OutcomeLeaseLost, d1.Outcome())
 	require.NotEmpty(t, ev.byScope(observer.ScopeLease))
 	require.NoError(t, d2.Ack(context.Background()))
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/recorder"
-	"github.com/eventbus-go/bus/middleware"
 )
 
 // setupTimeout bounds how long NewDelivery waits for its private bus.
@@ -55,7 +54,7 @@ func WithAttempt(n int) Option { return func(c *config) { c.attempt = n } }
 func WithPublishedAt(t time.Time) Option { return func(c *config) { c.publishedAt = t } }
 
 // WithoutDeadLetter turns dead-lettering off, so Reject drops the message
-// (middleware.OutcomeDropped) as it does in a subscription without a dead-letter
+// (bus.OutcomeDropped) as it does in a subscription without a dead-letter
 // topic.
 func WithoutDeadLetter() Option { return func(c *config) { c.noDLQ = true } }
 
@@ -101,7 +100,7 @@ func NewDelivery(t T, msg *bus.Message, opts ...Option) *Delivery {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if delivered != nil && middleware.OutcomeOf(delivered) == middleware.OutcomePending {
+		if delivered != nil && delivered.Outcome() == bus.OutcomePending {
 			// Release the slot so that Close need not wait for the lease;
 			// the test has ended, so the record no longer matters.
 			_ = delivered.Nack(ctx, 0)
@@ -137,9 +136,9 @@ func NewDelivery(t T, msg *bus.Message, opts ...Option) *Delivery {
 	}
 }
 
-// Outcome is how the delivery was settled so far (middleware.OutcomePending if
+// Outcome is how the delivery was settled so far (bus.OutcomePending if
 // not yet).
-func (d *Delivery) Outcome() middleware.Outcome { return middleware.OutcomeOf(d.Delivery) }
+func (d *Delivery) Outcome() bus.Outcome { return d.Delivery.Outcome() }
 
 // NackDelay is the delay of the Nack that settled the delivery, and
 // whether it was nacked.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/bustest"
-	"github.com/eventbus-go/bus/middleware"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,7 +28,7 @@ func TestNewDeliveryCarriesMessageAndOptions(t *testing.T) {
 	assert.Equal(t, "billing", d.Group)
 	assert.Equal(t, 3, d.Attempt)
 	assert.True(t, at.Equal(d.PublishedAt), "published at %v, want %v", d.PublishedAt, at)
-	assert.Equal(t, middleware.OutcomePending, d.Outcome(), "nothing settled it yet")
+	assert.Equal(t, bus.OutcomePending, d.Outcome(), "nothing settled it yet")
 }
 
 func TestNewDeliveryAssignsIDLikePublish(t *testing.T) {
@@ -40,7 +39,7 @@ func TestNewDeliveryAssignsIDLikePublish(t *testing.T) {
 func TestRecordsAck(t *testing.T) {
 	d := bustest.NewDelivery(t, &bus.Message{ID: "m"})
 	require.NoError(t, d.Ack(context.Background()))
-	assert.Equal(t, middleware.OutcomeAcked, d.Outcome())
+	assert.Equal(t, bus.OutcomeAcked, d.Outcome())
 	err := d.Nack(context.Background(), time.Second)
 	require.ErrorIs(t, err, bus.ErrAlreadySettled, "the first settlement wins, as in production")
 	_, nacked := d.NackDelay()
@@ -50,7 +49,7 @@ func TestRecordsAck(t *testing.T) {
 func TestRecordsNackDelay(t *testing.T) {
 	d := bustest.NewDelivery(t, &bus.Message{ID: "m"})
 	require.NoError(t, d.Nack(context.Background(), 3*time.Second))
-	assert.Equal(t, middleware.OutcomeNacked, d.Outcome())
+	assert.Equal(t, bus.OutcomeNacked, d.Outcome())
 	delay, ok := d.NackDelay()
 	require.True(t, ok, "nacked")
 	assert.Equal(t, 3*time.Second, delay)
@@ -59,7 +58,7 @@ func TestRecordsNackDelay(t *testing.T) {
 func TestRecordsRejectReasonAndDeadLetterCopy(t *testing.T) {
 	d := bustest.NewDelivery(t, &bus.Message{ID: "m", Payload: []byte("bad")}, bustest.WithTopic("orders"))
 	require.NoError(t, d.Reject(context.Background(), errors.New("schema v1 is not supported")))
-	assert.Equal(t, middleware.OutcomeDeadLettered, d.Outcome())
+	assert.Equal(t, bus.OutcomeDeadLettered, d.Outcome())
 	reason, ok := d.RejectReason()
 	require.True(t, ok, "dead-lettered")
 	assert.Contains(t, reason, "schema v1 is not supported")
@@ -72,7 +71,7 @@ func TestRecordsRejectReasonAndDeadLetterCopy(t *testing.T) {
 func TestRejectWithoutDeadLetterDrops(t *testing.T) {
 	d := bustest.NewDelivery(t, &bus.Message{ID: "m"}, bustest.WithoutDeadLetter())
 	require.NoError(t, d.Reject(context.Background(), errors.New("nope")))
-	assert.Equal(t, middleware.OutcomeDropped, d.Outcome())
+	assert.Equal(t, bus.OutcomeDropped, d.Outcome())
 	_, ok := d.RejectReason()
 	assert.False(t, ok, "nothing dead-lettered")
 	assert.Nil(t, d.DeadLetter())
@@ -97,10 +96,10 @@ func TestHandlerUnderTest(t *testing.T) {
 	}
 	tests := []struct {
 		payload string
-		want    middleware.Outcome
+		want    bus.Outcome
 	}{
-		{"later", middleware.OutcomeNacked},
-		{"bogus", middleware.OutcomeDeadLettered},
+		{"later", bus.OutcomeNacked},
+		{"bogus", bus.OutcomeDeadLettered},
 	}
 	for _, tt := range tests {
 		d := bustest.NewDelivery(t, &bus.Message{Payload: []byte(tt.payload)})

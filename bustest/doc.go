@@ -8,7 +8,7 @@
 //
 //	res := bustest.Run(t, charge, &bus.Message{Payload: []byte("gateway-down")},
 //		bustest.Subscribe(bus.WithMaxDeliveries(5)), bustest.WithAttempt(5))
-//	require.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, res.String())
+//	require.Equal(t, bus.OutcomeDeadLettered, res.Outcome, res.String())
 //	require.Equal(t, bus.CodeMaxDeliveries, res.Code)
 //
 // NewDelivery gives a real *bus.Delivery in AckManual mode, as a handler

@@ -8,7 +8,6 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/recorder"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -25,7 +24,7 @@ type Result struct {
 	// dead_letter (Code and Reason say why); dropped (dead-lettering off);
 	// pending (an AckManual handler that settled nothing: the message
 	// comes back after its lease).
-	Outcome middleware.Outcome
+	Outcome bus.Outcome
 	// Delay is the delay of the redelivery the bus asked for, when
 	// Outcome is a nack (a snooze included).
 	Delay time.Duration
@@ -43,12 +42,12 @@ type Result struct {
 // String describes the result for test failure messages.
 func (r Result) String() string {
 	switch r.Outcome {
-	case middleware.OutcomeNacked:
+	case bus.OutcomeNacked:
 		if r.Snoozed {
 			return fmt.Sprintf("snoozed for %v", r.Delay)
 		}
 		return fmt.Sprintf("nacked for %v (handler error: %v)", r.Delay, r.Err)
-	case middleware.OutcomeDeadLettered, middleware.OutcomeDropped:
+	case bus.OutcomeDeadLettered, bus.OutcomeDropped:
 		return fmt.Sprintf("%s with code %s: %s", r.Outcome, r.Code, r.Reason)
 	}
 	return fmt.Sprintf("%s (handler error: %v)", r.Outcome, r.Err)
@@ -103,7 +102,7 @@ func run(ctx context.Context, b *bus.Bus, rec *recorder.Backend, cfg config, h b
 	calls := make(chan handled, 1)
 	wrapped := func(ctx context.Context, d *bus.Delivery) (err error) {
 		settled := make(chan struct{})
-		middleware.OnSettle(d, func(middleware.Outcome, error) { close(settled) })
+		d.OnSettle(func(bus.Outcome, error) { close(settled) })
 		defer func() {
 			if p := recover(); p != nil {
 				calls <- handled{d, fmt.Errorf("handler panic: %v", p), settled}
@@ -153,7 +152,7 @@ func await(ctx context.Context, rec *recorder.Backend, mode bus.AckMode, calls <
 	res := Result{Called: true, Err: c.err}
 	if mode == bus.AckManual {
 		res = result(rec, res, c.d)
-		if res.Outcome == middleware.OutcomePending {
+		if res.Outcome == bus.OutcomePending {
 			// Decided: hand it back, so the private bus closes without
 			// waiting for the lease.
 			_ = c.d.Nack(ctx, 0)
@@ -173,16 +172,16 @@ func await(ctx context.Context, rec *recorder.Backend, mode bus.AckMode, calls <
 // backend recorded.
 func result(rec *recorder.Backend, res Result, d *bus.Delivery) Result {
 	r := rec.Record()
-	res.Outcome = middleware.OutcomeAcked
+	res.Outcome = bus.OutcomeAcked
 	switch {
 	case d != nil:
-		res.Outcome, res.Code = middleware.OutcomeOf(d), middleware.DeadLetterCodeOf(d)
+		res.Outcome, res.Code = d.Outcome(), d.DeadLetterCode()
 	case r.DeadLettered:
-		res.Outcome = middleware.OutcomeDeadLettered
+		res.Outcome = bus.OutcomeDeadLettered
 	case r.Nacked:
-		res.Outcome = middleware.OutcomeNacked
+		res.Outcome = bus.OutcomeNacked
 	}
-	if res.Outcome == middleware.OutcomeNacked {
+	if res.Outcome == bus.OutcomeNacked {
 		res.Delay, res.Snoozed = r.NackDelay, r.Snoozed
 	}
 	if r.DeadLettered {

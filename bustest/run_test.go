@@ -14,7 +14,6 @@ import (
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/bustest"
 	_ "github.com/eventbus-go/bus/inmemory"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -27,7 +26,7 @@ func constant(d time.Duration) bus.SubscribeOption {
 // realDecision runs h on a real mem:// bus with opts until the bus settles
 // the message's attempt-th delivery, and returns what it did: the outcome
 // and dead-letter code of that delivery and the attempt of the next one.
-func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (middleware.Outcome, bus.DeadLetterCode) {
+func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.SubscribeOption) (bus.Outcome, bus.DeadLetterCode) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -35,13 +34,13 @@ func realDecision(t *testing.T, h bus.Handler, attempt int, opts ...bus.Subscrib
 	require.NoError(t, err)
 	defer b.Close(ctx)
 	type decision struct {
-		o    middleware.Outcome
+		o    bus.Outcome
 		code bus.DeadLetterCode
 	}
 	got := make(chan decision, 1)
 	_, err = b.Subscribe(ctx, "real", func(ctx context.Context, d *bus.Delivery) error {
 		if d.Attempt == attempt {
-			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { got <- decision{o, middleware.DeadLetterCodeOf(d)} })
+			d.OnSettle(func(o bus.Outcome, _ error) { got <- decision{o, d.DeadLetterCode()} })
 			return h(ctx, d)
 		}
 		return errBusy // earlier attempts fail, to reach the one under test
@@ -66,13 +65,13 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 		name     string
 		h        bus.Handler
 		attempt  int
-		want     middleware.Outcome
+		want     bus.Outcome
 		wantCode bus.DeadLetterCode
 	}{
-		{"success acks", ok, 1, middleware.OutcomeAcked, ""},
-		{"an error retries", busy, 1, middleware.OutcomeNacked, ""},
-		{"an error on the last attempt dead-letters", busy, 3, middleware.OutcomeDeadLettered, bus.CodeMaxDeliveries},
-		{"a permanent error dead-letters at once", bad, 1, middleware.OutcomeDeadLettered, bus.CodeRejected},
+		{"success acks", ok, 1, bus.OutcomeAcked, ""},
+		{"an error retries", busy, 1, bus.OutcomeNacked, ""},
+		{"an error on the last attempt dead-letters", busy, 3, bus.OutcomeDeadLettered, bus.CodeMaxDeliveries},
+		{"a permanent error dead-letters at once", bad, 1, bus.OutcomeDeadLettered, bus.CodeRejected},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +83,7 @@ func TestRunAgreesWithARealBus(t *testing.T) {
 			assert.Equal(t, code, res.Code, "the dead-letter code is the real bus's")
 			assert.Equal(t, tt.wantCode, res.Code)
 			assert.True(t, res.Called, "the handler ran")
-			if tt.want == middleware.OutcomeNacked {
+			if tt.want == bus.OutcomeNacked {
 				assert.Equal(t, 40*time.Second, res.Delay, "the retry delay comes from the subscription's backoff")
 				assert.ErrorIs(t, res.Err, errBusy, "the handler's error")
 			}
@@ -98,28 +97,28 @@ func TestRunPastMaxDeliveriesDeadLettersWithoutTheHandler(t *testing.T) {
 		&bus.Message{ID: "m"}, bustest.WithAttempt(4), bustest.Subscribe(bus.WithMaxDeliveries(3)))
 	assert.False(t, called, "the handler does not run past max deliveries")
 	assert.False(t, res.Called)
-	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, "%s", res)
+	assert.Equal(t, bus.OutcomeDeadLettered, res.Outcome, "%s", res)
 	assert.Equal(t, bus.CodeMaxDeliveries, res.Code)
 }
 
 func TestRunInManualModeReportsWhatTheHandlerSettled(t *testing.T) {
 	res := bustest.Run(t, func(context.Context, *bus.Delivery) error { return nil },
 		&bus.Message{ID: "m"}, bustest.WithAckMode(bus.AckManual))
-	assert.Equal(t, middleware.OutcomePending, res.Outcome, "a manual handler that settles nothing leaves the message pending")
+	assert.Equal(t, bus.OutcomePending, res.Outcome, "a manual handler that settles nothing leaves the message pending")
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error { return d.Nack(ctx, 5*time.Second) },
 		&bus.Message{ID: "m"}, bustest.WithAckMode(bus.AckManual))
-	assert.Equal(t, middleware.OutcomeNacked, res.Outcome)
+	assert.Equal(t, bus.OutcomeNacked, res.Outcome)
 	assert.Equal(t, 5*time.Second, res.Delay)
 }
 
 func TestRunReportsPanicsAndDrops(t *testing.T) {
 	res := bustest.Run(t, func(context.Context, *bus.Delivery) error { panic("boom") },
 		&bus.Message{ID: "m"}, bustest.Subscribe(constant(time.Second)))
-	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, "a panic is retried like an error")
+	assert.Equal(t, bus.OutcomeNacked, res.Outcome, "a panic is retried like an error")
 	assert.ErrorContains(t, res.Err, "boom")
 	res = bustest.Run(t, func(context.Context, *bus.Delivery) error { return bus.Reject(errBusy) },
 		&bus.Message{ID: "m"}, bustest.WithoutDeadLetter())
-	assert.Equal(t, middleware.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
+	assert.Equal(t, bus.OutcomeDropped, res.Outcome, "with dead-lettering off a permanent error drops the message")
 	assert.Equal(t, bus.CodeRejected, res.Code)
 }
 
@@ -129,7 +128,7 @@ func TestRunRecordsSnoozes(t *testing.T) {
 	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		return bus.Snooze(time.Minute)
 	}, &bus.Message{Payload: []byte("x")})
-	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
+	assert.Equal(t, bus.OutcomeNacked, res.Outcome, res.String())
 	assert.True(t, res.Snoozed, "a snooze, not a retry: %s", res)
 	assert.Equal(t, time.Minute, res.Delay)
 
@@ -163,7 +162,7 @@ func TestRunCutsHugeDelaysAndRefusesSnoozesWithoutDelay(t *testing.T) {
 		return bus.Snooze(0)
 	}, &bus.Message{Payload: []byte("x")})
 	assert.False(t, res.Snoozed, "bus.Snooze(0) is no snooze: %s", res)
-	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, "but a retry that counts: %s", res)
+	assert.Equal(t, bus.OutcomeNacked, res.Outcome, "but a retry that counts: %s", res)
 
 	var snoozeErr, ackErr error
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
@@ -173,7 +172,7 @@ func TestRunCutsHugeDelaysAndRefusesSnoozesWithoutDelay(t *testing.T) {
 	}, &bus.Message{Payload: []byte("x")}, bustest.WithAckMode(bus.AckManual))
 	assert.ErrorIs(t, snoozeErr, bus.ErrInvalidOption, "Delivery.Snooze(0) is refused")
 	assert.NoError(t, ackErr, "and leaves the delivery to settle")
-	assert.Equal(t, middleware.OutcomeAcked, res.Outcome, res.String())
+	assert.Equal(t, bus.OutcomeAcked, res.Outcome, res.String())
 }
 
 // Run records the handler's own retry delay (bus.Nack) and an
@@ -182,7 +181,7 @@ func TestRunRecordsNackDelayAndExpiry(t *testing.T) {
 	res := bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
 		return bus.Nack(errors.New("429"), 40*time.Second)
 	}, &bus.Message{Payload: []byte("x")})
-	assert.Equal(t, middleware.OutcomeNacked, res.Outcome, res.String())
+	assert.Equal(t, bus.OutcomeNacked, res.Outcome, res.String())
 	assert.Equal(t, 40*time.Second, res.Delay, "the handler's delay, not the backoff")
 
 	res = bustest.Run(t, func(ctx context.Context, d *bus.Delivery) error {
@@ -190,6 +189,6 @@ func TestRunRecordsNackDelayAndExpiry(t *testing.T) {
 		return nil
 	}, &bus.Message{Payload: []byte("x"), ExpiresAt: time.Now().Add(-time.Second)})
 	assert.False(t, res.Called)
-	assert.Equal(t, middleware.OutcomeDeadLettered, res.Outcome, res.String())
+	assert.Equal(t, bus.OutcomeDeadLettered, res.Outcome, res.String())
 	assert.Equal(t, bus.CodeExpired, res.Code)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -31,17 +30,17 @@ func testAckOnReceive(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic, group := h.topic("onreceive"), h.group("onreceive")
 	in := &inbox{}
-	outcomes := make(chan middleware.Outcome, 8)
+	outcomes := make(chan bus.Outcome, 8)
 	ackErrs := make(chan error, 8)
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
-		trySend(outcomes, middleware.OutcomeOf(d))
+		trySend(outcomes, d.Outcome())
 		trySend(ackErrs, d.Ack(ctx))
 		return errHandler
 	}), bus.WithGroup(group), bus.WithAckMode(bus.AckOnReceive), bus.WithAckTimeout(s.ackTimeout()))
 
 	m := &bus.Message{Payload: []byte("at-most-once")}
 	h.publish(topic, m)
-	require.Equal(t, middleware.OutcomeAcked, recv(t, s, outcomes, "the handler to start"),
+	require.Equal(t, bus.OutcomeAcked, recv(t, s, outcomes, "the handler to start"),
 		"AckOnReceive must ack before the handler runs")
 	require.ErrorIs(t, recv(t, s, ackErrs, "the handler's Ack"), bus.ErrAlreadySettled,
 		"acking an AckOnReceive delivery again must say it is already settled")
@@ -64,7 +63,7 @@ func testAckOnSuccess(t *testing.T, s *suite) {
 	ok := &bus.Message{Payload: []byte("fine")}
 	flaky := &bus.Message{Payload: []byte("fails once")}
 	in := &inbox{}
-	settled := make(chan middleware.Outcome, 8)
+	settled := make(chan bus.Outcome, 8)
 	var mu sync.Mutex
 	deadlines := 0
 	h.subscribe(context.Background(), topic, in.handle(func(ctx context.Context, d *bus.Delivery) error {
@@ -74,7 +73,7 @@ func testAckOnSuccess(t *testing.T, s *suite) {
 			mu.Unlock()
 		}
 		if d.ID == ok.ID {
-			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { trySend(settled, o) })
+			d.OnSettle(func(o bus.Outcome, _ error) { trySend(settled, o) })
 			return nil
 		}
 		if d.Attempt == 1 && s.caps.Redelivery {
@@ -84,7 +83,7 @@ func testAckOnSuccess(t *testing.T, s *suite) {
 	}), bus.WithGroup(group), bus.WithAckTimeout(s.ackTimeout()), fastRetry())
 
 	h.publish(topic, ok, flaky)
-	require.Equal(t, middleware.OutcomeAcked, recv(t, s, settled, "the settlement of the successful message"),
+	require.Equal(t, bus.OutcomeAcked, recv(t, s, settled, "the settlement of the successful message"),
 		"a nil handler return must ack")
 	if s.caps.Redelivery {
 		s.eventually(t, func() bool { return len(in.of(flaky.ID)) >= 2 }, "a handler error should cause a redelivery")
@@ -114,7 +113,7 @@ func testAckManual(t *testing.T, s *suite) {
 	d1 := recv(t, s, held, "the first manual delivery")
 	s.never(t, lease*3/10, func() bool { return in.len() > 1 },
 		"with one slot, an unsettled manual delivery keeps the slot after its handler returned")
-	require.Equal(t, middleware.OutcomePending, middleware.OutcomeOf(d1), "the handler did not settle the delivery")
+	require.Equal(t, bus.OutcomePending, d1.Outcome(), "the handler did not settle the delivery")
 
 	errc := make(chan error, 1)
 	go func() { errc <- d1.Ack(context.Background()) }()
@@ -122,7 +121,7 @@ func testAckManual(t *testing.T, s *suite) {
 	d2 := recv(t, s, held, "the second delivery once the slot is free")
 	require.NotEqual(t, d1.ID, d2.ID, "the second message takes the freed slot")
 	require.NoError(t, d2.Ack(context.Background()), "ack the second delivery")
-	assert.Equal(t, middleware.OutcomeAcked, middleware.OutcomeOf(d1), "first delivery outcome")
+	assert.Equal(t, bus.OutcomeAcked, d1.Outcome(), "first delivery outcome")
 	if s.caps.Redelivery {
 		s.never(t, lease*3/2, func() bool { return in.len() > 2 }, "acked manual deliveries must not be redelivered")
 	}
@@ -151,7 +150,7 @@ func testSettleTwice(t *testing.T, s *suite) {
 	} else {
 		require.ErrorIs(t, d1.Nack(ctx, 0), bus.ErrUnsupported, "Nack on a backend without redelivery")
 	}
-	require.Equal(t, middleware.OutcomeAcked, middleware.OutcomeOf(d1), "the first settlement decides the outcome")
+	require.Equal(t, bus.OutcomeAcked, d1.Outcome(), "the first settlement decides the outcome")
 
 	d2 := recv(t, s, held, "the second delivery")
 	const racers = 8
@@ -198,7 +197,7 @@ func testNackRedelivers(t *testing.T, s *suite) {
 	got := in.of(m.ID)
 	assert.Equal(t, []int{1, 2}, in.attempts(m.ID), "Attempt grows by one per delivery")
 	assert.Equal(t, m.Payload, got[1].Payload, "the redelivery carries the same payload")
-	assert.Equal(t, middleware.OutcomeNacked, middleware.OutcomeOf(got[0].Delivery), "the first delivery's outcome")
+	assert.Equal(t, bus.OutcomeNacked, got[0].Delivery.Outcome(), "the first delivery's outcome")
 }
 
 // testNackDelay: a nacked message is not redelivered before its delay.
@@ -255,7 +254,7 @@ func testAckTimeoutRedelivery(t *testing.T, s *suite) {
 	const tolerance = 10 * time.Millisecond // clock granularity of brokers
 	assert.GreaterOrEqual(t, got[1].At.Sub(published), lease-tolerance,
 		"not redelivered before the ack timeout of %v", lease)
-	s.eventually(t, func() bool { return middleware.OutcomeOf(got[0].Delivery) == middleware.OutcomeExpired },
+	s.eventually(t, func() bool { return got[0].Delivery.Outcome() == bus.OutcomeLeaseLost },
 		"the first delivery's lease expires")
 	assert.ErrorIs(t, got[0].Delivery.Ack(context.Background()), bus.ErrAlreadySettled,
 		"an expired delivery cannot be acked any more")

@@ -16,7 +16,6 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -132,7 +131,7 @@ func testRejectDeadLetters(t *testing.T, s *suite) {
 	require.NoError(t, recv(t, s, rejected, "the Reject"), "Reject succeeds")
 	s.eventually(t, func() bool { return dlq.len() >= 1 }, "a rejected message goes to the dead-letter topic")
 	requireDeadLetterCopy(t, dlq.all()[0], m, topic, group, 1, "rejected by the conformance suite")
-	assert.Equal(t, middleware.OutcomeDeadLettered, middleware.OutcomeOf(in.of(m.ID)[0].Delivery), "outcome of a rejected delivery")
+	assert.Equal(t, bus.OutcomeDeadLettered, in.of(m.ID)[0].Delivery.Outcome(), "outcome of a rejected delivery")
 
 	// Dead-lettering off: the message is dropped and the drop reported.
 	off := h.topic("reject-off")
@@ -144,7 +143,7 @@ func testRejectDeadLetters(t *testing.T, s *suite) {
 	require.NoError(t, recv(t, s, rejected, "the Reject with dead-lettering off"), "Reject succeeds")
 	s.eventually(t, func() bool { return h.events.has(forMessage(observer.ScopeDeadLetter, dropped.ID)) },
 		"a drop with dead-lettering off is reported with ScopeDeadLetter")
-	assert.Equal(t, middleware.OutcomeDropped, middleware.OutcomeOf(inOff.of(dropped.ID)[0].Delivery), "outcome with dead-lettering off")
+	assert.Equal(t, bus.OutcomeDropped, inOff.of(dropped.ID)[0].Delivery.Outcome(), "outcome with dead-lettering off")
 	if s.caps.Redelivery {
 		s.never(t, s.quiet(), func() bool { return in.len() > 1 || inOff.len() > 1 }, "a rejected message is never retried")
 	}

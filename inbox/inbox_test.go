@@ -18,7 +18,6 @@ import (
 	"github.com/eventbus-go/bus/bustest"
 	"github.com/eventbus-go/bus/inbox"
 	"github.com/eventbus-go/bus/internal/testkit/pgtest"
-	"github.com/eventbus-go/bus/middleware"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -96,13 +95,13 @@ func TestHandle(t *testing.T) {
 			msg := &bus.Message{ID: "m-" + name, Payload: []byte("x")}
 			for i := range 3 {
 				res := bustest.Run(t, h, msg, bustest.WithTopic("orders"), bustest.WithGroup("billing"), bustest.WithAttempt(i+1))
-				require.Equal(t, middleware.OutcomeAcked, res.Outcome, "%s: delivery %d is acked: %v", name, i+1, res)
+				require.Equal(t, bus.OutcomeAcked, res.Outcome, "%s: delivery %d is acked: %v", name, i+1, res)
 			}
 			assert.EqualValues(t, 1, runs.Load(), "%s: the handler runs for the first delivery only", name)
 			assert.Equal(t, 1, db.effects(t)[msg.ID], "%s: the effect is applied once", name)
 
 			res := bustest.Run(t, h, msg, bustest.WithTopic("orders"), bustest.WithGroup("shipping"))
-			require.Equal(t, middleware.OutcomeAcked, res.Outcome, "%s: %v", name, res)
+			require.Equal(t, bus.OutcomeAcked, res.Outcome, "%s: %v", name, res)
 			assert.EqualValues(t, 2, runs.Load(), "%s: another group handles the message too", name)
 		}
 	})
@@ -181,7 +180,7 @@ func TestHandle(t *testing.T) {
 			_, err := tx.ExecContext(ctx, "INSERT INTO effects (topic, id) VALUES ($1, $2)", d.Topic, d.ID)
 			return err
 		}), &bus.Message{ID: "s"}, bustest.WithTopic("orders"))
-		require.Equal(t, middleware.OutcomeAcked, res.Outcome, "%v", res)
+		require.Equal(t, bus.OutcomeAcked, res.Outcome, "%v", res)
 		_, ok, err := in.Processed(ctx, "orders", "default", "s")
 		require.NoError(t, err)
 		require.True(t, ok, "processed")

@@ -103,11 +103,11 @@ func TestBreakerNacksWithoutCallingHandlerWhileOpen(t *testing.T) {
 
 	for range 2 {
 		publish(t, bb, "orders", &bus.Message{})
-		assert.Equal(t, OutcomeNacked, nextSettlement(t, settled).outcome, "failures nacked by the bus")
+		assert.Equal(t, bus.OutcomeNacked, nextSettlement(t, settled).outcome, "failures nacked by the bus")
 	}
 	require.Equal(t, BreakerOpen, br.State())
 	publish(t, bb, "orders", &bus.Message{})
-	assert.Equal(t, OutcomeNacked, nextSettlement(t, settled).outcome, "open breaker nacks")
+	assert.Equal(t, bus.OutcomeNacked, nextSettlement(t, settled).outcome, "open breaker nacks")
 	assert.Equal(t, 2, calls.get(), "the handler is not called while open")
 }
 

@@ -75,10 +75,10 @@ func TestDedupAcksDuplicateWithoutRunningHandler(t *testing.T) {
 
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 	s := nextSettlement(t, settled)
-	require.Equal(t, OutcomeAcked, s.outcome, "first copy handled and acked")
+	require.Equal(t, bus.OutcomeAcked, s.outcome, "first copy handled and acked")
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 	s = nextSettlement(t, settled)
-	assert.Equal(t, OutcomeAcked, s.outcome, "duplicate acked")
+	assert.Equal(t, bus.OutcomeAcked, s.outcome, "duplicate acked")
 	assert.Equal(t, 1, calls.get(), "handler ran once for two copies")
 }
 
@@ -94,7 +94,7 @@ func TestDedupAcksDuplicateInManualMode(t *testing.T) {
 	}, bus.WithMiddleware(rec, Dedup(store)), bus.WithAckMode(bus.AckManual))
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeAcked, s.outcome, "Dedup acks the duplicate itself")
+	assert.Equal(t, bus.OutcomeAcked, s.outcome, "Dedup acks the duplicate itself")
 	assert.Equal(t, 0, calls.get(), "handler not run for a known message")
 }
 
@@ -111,14 +111,14 @@ func TestDedupRunsRedeliveryAfterHandlerFailure(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 
 	s := nextSettlement(t, settled)
-	require.Equal(t, OutcomeNacked, s.outcome, "first attempt failed")
+	require.Equal(t, bus.OutcomeNacked, s.outcome, "first attempt failed")
 	s = nextSettlement(t, settled)
-	require.Equal(t, OutcomeAcked, s.outcome, "the redelivery ran the handler again")
+	require.Equal(t, bus.OutcomeAcked, s.outcome, "the redelivery ran the handler again")
 	assert.Equal(t, 2, s.attempt, "second attempt")
 
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 	s = nextSettlement(t, settled)
-	assert.Equal(t, OutcomeAcked, s.outcome, "later duplicate acked")
+	assert.Equal(t, bus.OutcomeAcked, s.outcome, "later duplicate acked")
 	assert.Equal(t, 2, calls.get(), "the later duplicate did not run the handler")
 }
 
@@ -144,7 +144,7 @@ func TestDedupNacksDuplicateWhileClaimIsHeld(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{ID: "m-1"})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeNacked, s.outcome, "a duplicate of a message in progress is nacked")
+	assert.Equal(t, bus.OutcomeNacked, s.outcome, "a duplicate of a message in progress is nacked")
 	assert.ErrorIs(t, <-errs, ErrDuplicateInProgress)
 	assert.Equal(t, 0, calls.get(), "handler not run while another claim holds the key")
 }

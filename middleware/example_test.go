@@ -73,10 +73,10 @@ func ExampleDedup() {
 	}
 	defer b.Close(ctx)
 
-	settled := make(chan middleware.Outcome, 2)
+	settled := make(chan bus.Outcome, 2)
 	onSettle := func(next bus.Handler) bus.Handler {
 		return func(ctx context.Context, d *bus.Delivery) error {
-			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { settled <- o })
+			d.OnSettle(func(o bus.Outcome, _ error) { settled <- o })
 			return next(ctx, d)
 		}
 	}

@@ -34,7 +34,7 @@ func testBus(t *testing.T, opts ...bus.Option) *bus.Bus {
 type settlement struct {
 	id      string
 	attempt int
-	outcome Outcome
+	outcome bus.Outcome
 }
 
 // recordOutcomes returns middleware, to install outermost, that sends the
@@ -44,7 +44,7 @@ func recordOutcomes() (bus.Middleware, <-chan settlement) {
 	return func(next bus.Handler) bus.Handler {
 		return func(ctx context.Context, d *bus.Delivery) error {
 			id, attempt := d.ID, d.Attempt
-			OnSettle(d, func(o Outcome, _ error) { ch <- settlement{id, attempt, o} })
+			d.OnSettle(func(o bus.Outcome, _ error) { ch <- settlement{id, attempt, o} })
 			return next(ctx, d)
 		}
 	}, ch

@@ -53,9 +53,9 @@ func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
 		return func(ctx context.Context, d *bus.Delivery) error {
 			var b backoff.BackOff
 			for i := 1; ; i++ {
-				before := OutcomeOf(d)
+				before := d.Outcome()
 				err := next(ctx, d)
-				if err == nil || i >= attempts || bus.IsRejected(err) || OutcomeOf(d) != before {
+				if err == nil || i >= attempts || bus.IsRejected(err) || d.Outcome() != before {
 					return err
 				}
 				if b == nil {
@@ -66,7 +66,7 @@ func Retry(attempts int, newBackOff func() backoff.BackOff) bus.Middleware {
 				if delay == backoff.Stop {
 					return err
 				}
-				if before == OutcomePending {
+				if before == bus.OutcomePending {
 					// Unsupported or failed extends leave the lease as it
 					// is; the retry goes on either way.
 					_ = d.Extend(ctx)

@@ -31,7 +31,7 @@ func TestRetryRunsHandlerAgainInSameDeliveryUntilSuccess(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{Payload: []byte("x")})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeAcked, s.outcome, "the third call succeeded, so the delivery is acked")
+	assert.Equal(t, bus.OutcomeAcked, s.outcome, "the third call succeeded, so the delivery is acked")
 	assert.Equal(t, 3, calls.get(), "handler called until it succeeded")
 	for range 3 {
 		assert.Equal(t, 1, <-attempts, "all calls happen within the first delivery")
@@ -49,7 +49,7 @@ func TestRetryReturnsLastErrorAfterAttempts(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeDeadLettered, s.outcome, "the error reaches the bus, which dead-letters at max deliveries 1")
+	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "the error reaches the bus, which dead-letters at max deliveries 1")
 	assert.Equal(t, 3, calls.get(), "handler called attempts times")
 }
 
@@ -64,7 +64,7 @@ func TestRetryDoesNotRetryRejectedErrors(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeDeadLettered, s.outcome, "a permanent error is dead-lettered")
+	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "a permanent error is dead-lettered")
 	assert.Equal(t, 1, calls.get(), "a permanent error is not retried")
 }
 
@@ -80,7 +80,7 @@ func TestRetryStopsWhenBackOffSaysStop(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeNacked, s.outcome, "the bus nacks the returned error")
+	assert.Equal(t, bus.OutcomeNacked, s.outcome, "the bus nacks the returned error")
 	assert.Equal(t, 1, calls.get(), "backoff.Stop ends the retries at once")
 }
 
@@ -98,7 +98,7 @@ func TestRetryStopsWhenHandlerCtxEnds(t *testing.T) {
 	// The backoff is an hour: only the ctx deadline can end the wait
 	// before nextSettlement's 5s limit.
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeNacked, s.outcome, "the last handler error reaches the bus")
+	assert.Equal(t, bus.OutcomeNacked, s.outcome, "the last handler error reaches the bus")
 	assert.Equal(t, 1, calls.get(), "no retry after the ctx ended")
 }
 
@@ -114,7 +114,7 @@ func TestRetryStopsWhenHandlerSettledTheDelivery(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeDeadLettered, s.outcome, "the handler's own settlement stands")
+	assert.Equal(t, bus.OutcomeDeadLettered, s.outcome, "the handler's own settlement stands")
 	noSettlement(t, settled, 50*time.Millisecond)
 	assert.Equal(t, 1, calls.get(), "a delivery the handler settled is not retried")
 }

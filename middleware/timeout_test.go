@@ -38,7 +38,7 @@ func TestTimeoutGivesEachRetryAFreshDeadline(t *testing.T) {
 	publish(t, b, "orders", &bus.Message{})
 
 	s := nextSettlement(t, settled)
-	assert.Equal(t, OutcomeAcked, s.outcome, "the retry ran with a live deadline and succeeded")
+	assert.Equal(t, bus.OutcomeAcked, s.outcome, "the retry ran with a live deadline and succeeded")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, deadlines, 2, "one timed-out call and one retry")

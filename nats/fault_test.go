@@ -20,7 +20,6 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
-	"github.com/eventbus-go/bus/middleware"
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -40,12 +39,12 @@ const faultAckTimeout = 2 * time.Second
 // track records the delivery in l, and its settlement when it happens.
 func track(l *ledger, d *bus.Delivery) {
 	l.deliver(d.ID, d.Attempt)
-	middleware.OnSettle(d, func(o middleware.Outcome, err error) {
+	d.OnSettle(func(o bus.Outcome, err error) {
 		switch {
 		case err != nil:
-		case o == middleware.OutcomeAcked:
+		case o == bus.OutcomeAcked:
 			l.ack(d.ID)
-		case o == middleware.OutcomeDeadLettered:
+		case o == bus.OutcomeDeadLettered:
 			l.deadLetter(d.ID)
 		}
 	})

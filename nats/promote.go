@@ -64,7 +64,7 @@ const (
 	// promoted: about what a promotion takes (reading the schedule,
 	// storing the copy) and the member's fetch, so that the copy reaches
 	// the member by its DeliverAt. The member holds a copy that arrives
-	// early in its slot until DeliverAt (the engine's early deliveries,
+	// early in its slot until DeliverAt (the subscription's early deliveries,
 	// which also cover clocks apart), so the lead costs a slot for at
 	// most that long and a message is never handled early.
 	promoteLead = 20 * time.Millisecond

@@ -83,7 +83,7 @@ func TestDashboardHistoryInABrowser(t *testing.T) {
 		chromedp.Text(`#history-status`, &missing),
 	), "open the history of a dead letter from its link, then search")
 	assert.Equal(t, []string{"received", "failed", "dead_lettered"}, fromLink, "the dead letter's link shows its timeline")
-	assert.Contains(t, detail, "code permanent", "with the dead-letter code")
+	assert.Contains(t, detail, "code rejected", "with the dead-letter code")
 	assert.Contains(t, detail, "held there now", "and that it is still held")
 	want := []string{"received", "failed", "dead_lettered", "replayed", "received", "succeeded"}
 	assert.Equal(t, want, fromSearch, "the search box shows the timeline of a replayed message")

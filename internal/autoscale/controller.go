@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/slots"
 )
 
 // DefaultTick is how often a controller reads the backlog and decides.
@@ -24,7 +24,7 @@ func SetTickForTest(d time.Duration) (restore func()) {
 }
 
 // fetchLinger is how long Acquire waits for a quarter of the bound to
-// free up before it takes fewer units (as the engine's own in-flight
+// free up before it takes fewer units (as a subscription's own in-flight
 // slots do), so that a saturated subscription fetches in batches.
 const fetchLinger = 2 * time.Millisecond
 
@@ -48,12 +48,12 @@ type Config struct {
 	Report func(Decision)
 }
 
-// Controller is a concurrency limiter (the engine's Limiter, with
+// Controller is a concurrency limiter (a bus.Limiter, with
 // feedback) whose bound it moves by the package's policy.
 type Controller struct {
 	cfg   Config
 	tick  time.Duration
-	slots *engine.Slots
+	slots *slots.Pool
 
 	done    atomic.Int64 // handlers finished since the last tick
 	latency atomic.Int64 // their total latency, in nanoseconds
@@ -71,7 +71,7 @@ func New(cfg Config) *Controller {
 	if d := tickOverride.Load(); d > 0 {
 		tick = time.Duration(d)
 	}
-	c := &Controller{cfg: cfg, tick: tick, slots: engine.NewSlots(cfg.Min), stopped: make(chan struct{})}
+	c := &Controller{cfg: cfg, tick: tick, slots: slots.New(cfg.Min), stopped: make(chan struct{})}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	return c
 }

@@ -142,7 +142,7 @@ var userFacing = map[string]bool{"../../postgres/publishtx.go": true}
 // itself), and reach no internal package of the bus's delivery.
 func TestBackendsUseTheRootOnlyToRegister(t *testing.T) {
 	t.Parallel()
-	refused := []string{module + "/internal/engine", module + "/internal/msgcheck"}
+	refused := []string{module + "/internal/slots", module + "/internal/shutdown", module + "/internal/msgcheck"}
 	for _, dir := range []string{"inmemory", "redisstream", "nats", "postgres"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		require.NoError(t, err)

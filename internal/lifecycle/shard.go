@@ -209,7 +209,7 @@ func (e *Emitter) counted(before, n, dropped int) {
 // stamp sets ev's Time from its Mono reading, when it has none, for its
 // encoding, and returns the Time ev had: the caller puts it back once ev
 // is encoded, because an event's maker may emit it again with a new Mono
-// reading (the engine makes a received event into its succeeded one).
+// reading (package bus makes a received event into its succeeded one).
 func (e *Emitter) stamp(ev *Event) time.Time {
 	t := ev.Time
 	if !t.IsZero() {

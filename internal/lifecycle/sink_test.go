@@ -217,7 +217,7 @@ func TestTheEmitterVisitsOnlyTheStagesThatGotAnEvent(t *testing.T) {
 }
 
 // TestAnEventEmittedAgainGetsItsNewTime emits one event twice, as the
-// engine makes a received event into its succeeded one, through a stage
+// bus makes a received event into its succeeded one, through a stage
 // and through the sink: the second is stamped by its own clock reading.
 func TestAnEventEmittedAgainGetsItsNewTime(t *testing.T) {
 	st := &store{}

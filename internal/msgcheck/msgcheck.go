@@ -7,6 +7,7 @@ package msgcheck
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -15,14 +16,13 @@ import (
 	"unsafe"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 )
 
 // ErrInvalidMessage is backend.ErrInvalidMessage (bus.ErrInvalidMessage).
 var ErrInvalidMessage = backend.ErrInvalidMessage
 
 // ErrPayloadTooLarge is bus.ErrPayloadTooLarge.
-var ErrPayloadTooLarge = engine.ErrPayloadTooLarge
+var ErrPayloadTooLarge = errors.New("payload too large")
 
 // Fields are the parts of a message the content rule bounds.
 type Fields struct {

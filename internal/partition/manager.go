@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
+	"github.com/eventbus-go/bus/internal/shutdown"
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Runner is the subscription of one partition (the engine's Sub).
+// Runner is the subscription of one partition (package bus's consumer).
 type Runner interface {
 	Start()
 	// Close stops the partition; holding the partition's lock, it handles
@@ -181,9 +181,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.mu.Unlock()
 		close(m.stop)
 	})
-	hard, cancel := engine.WithGrace(ctx)
+	hard, cancel := shutdown.WithGrace(ctx)
 	defer cancel()
-	if !engine.WaitOrDone(hard, m.done) {
+	if !shutdown.WaitOrDone(hard, m.done) {
 		return fmt.Errorf("bus: close partitioned subscription %q: %w", m.cfg.Topic, ctx.Err())
 	}
 	if !first {

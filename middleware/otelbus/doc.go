@@ -21,7 +21,7 @@
 // messaging.message.body.size, messaging.operation.type/name,
 // bus.delivery.attempt and, once the delivery is settled,
 // bus.delivery.outcome ("ack", "nack", "dead_letter", "dropped",
-// "expired"). The span ends when both the handler has returned and the
+// "lease_lost"). The span ends when both the handler has returned and the
 // delivery is settled, so it covers a manual settlement made later. A
 // handler error sets the span status to Error.
 //
@@ -41,7 +41,7 @@
 //	bus.messages.nacked         counter   deliveries handed back for redelivery
 //	bus.messages.dead_lettered  counter   deliveries moved to the dead-letter topic
 //	bus.messages.dropped        counter   deliveries rejected with dead-lettering off
-//	bus.messages.expired        counter   deliveries whose lease ran out unsettled
+//	bus.messages.lease_lost     counter   deliveries whose lease ran out unsettled
 //	bus.messages.in_flight      up-down   deliveries being handled or not yet settled
 //	bus.handler.duration        histogram seconds per handler call
 //	bus.e2e.latency             histogram seconds from publish to handler start

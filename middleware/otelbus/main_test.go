@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/middleware"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +31,7 @@ type env struct {
 
 type settlement struct {
 	id      string
-	outcome middleware.Outcome
+	outcome bus.Outcome
 }
 
 func newEnv(t *testing.T) *env {
@@ -46,7 +45,7 @@ func newEnv(t *testing.T) *env {
 	e.outcomes = func(next bus.Handler) bus.Handler {
 		return func(ctx context.Context, d *bus.Delivery) error {
 			id := d.ID
-			middleware.OnSettle(d, func(o middleware.Outcome, _ error) { e.settled <- settlement{id, o} })
+			d.OnSettle(func(o bus.Outcome, _ error) { e.settled <- settlement{id, o} })
 			return next(ctx, d)
 		}
 	}

@@ -60,7 +60,7 @@ func TestMetricsCountExactlyWhatHappened(t *testing.T) {
 		"bus.messages.nacked":         flaky,
 		"bus.messages.dead_lettered":  bad,
 		"bus.messages.dropped":        0,
-		"bus.messages.expired":        0,
+		"bus.messages.lease_lost":     0,
 		"bus.messages.in_flight":      0,
 	}
 	var m = e.metrics(t)

@@ -19,7 +19,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/middleware"
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter.
@@ -29,7 +28,7 @@ const ScopeName = "github.com/eventbus-go/bus/middleware/otelbus"
 const (
 	// AttemptKey is the delivery attempt (1 on the first delivery).
 	AttemptKey = attribute.Key("bus.delivery.attempt")
-	// OutcomeKey is how the delivery was settled (middleware.Outcome.String()).
+	// OutcomeKey is how the delivery was settled (bus.Outcome.String()).
 	OutcomeKey = attribute.Key("bus.delivery.outcome")
 	// DeadLetterCodeKey labels bus.messages.dead_lettered and
 	// bus.messages.dropped with the reason code (max_deliveries,
@@ -56,12 +55,12 @@ type Instrumentation struct {
 	prop   propagation.TextMapPropagator
 	system attribute.KeyValue
 
-	published, publishFailed                      metric.Int64Counter
-	delivered, failed                             metric.Int64Counter
-	acked, nacked, deadLettered, dropped, expired metric.Int64Counter
-	inFlight                                      metric.Int64UpDownCounter
-	handlerDuration, e2eLatency                   metric.Float64Histogram
-	settleCounters                                []metric.Int64Counter
+	published, publishFailed                        metric.Int64Counter
+	delivered, failed                               metric.Int64Counter
+	acked, nacked, deadLettered, dropped, leaseLost metric.Int64Counter
+	inFlight                                        metric.Int64UpDownCounter
+	handlerDuration, e2eLatency                     metric.Float64Histogram
+	settleCounters                                  []metric.Int64Counter
 
 	mu    sync.RWMutex
 	attrs map[attrKey]*attrs
@@ -157,8 +156,8 @@ func (in *Instrumentation) instruments(m metric.Meter) error {
 	in.nacked = counter("bus.messages.nacked", "Deliveries handed back for redelivery.")
 	in.deadLettered = counter("bus.messages.dead_lettered", "Deliveries moved to the dead-letter topic.")
 	in.dropped = counter("bus.messages.dropped", "Deliveries rejected while dead-lettering is off.")
-	in.expired = counter("bus.messages.expired", "Deliveries whose lease ran out unsettled.")
-	in.settleCounters = []metric.Int64Counter{in.acked, in.nacked, in.deadLettered, in.dropped, in.expired}
+	in.leaseLost = counter("bus.messages.lease_lost", "Deliveries whose lease ran out unsettled.")
+	in.settleCounters = []metric.Int64Counter{in.acked, in.nacked, in.deadLettered, in.dropped, in.leaseLost}
 	var err error
 	in.inFlight, err = m.Int64UpDownCounter("bus.messages.in_flight", metric.WithUnit("{message}"),
 		metric.WithDescription("Deliveries being handled or not yet settled."))
@@ -289,7 +288,7 @@ func (in *Instrumentation) handle(ctx context.Context, d *bus.Delivery, a *attrs
 		st = &settleState{in: in, a: a, span: span, recording: recording, d: d}
 		st.left.Store(2)
 		in.inFlight.Add(ctx, 1, a.add...)
-		middleware.OnSettle(d, st.settled)
+		d.OnSettle(st.settled)
 	}
 
 	err := in.call(sctx, d, next, a, span, st)
@@ -359,23 +358,23 @@ type settleState struct {
 	d         *bus.Delivery
 }
 
-func (s *settleState) settled(o middleware.Outcome, err error) {
+func (s *settleState) settled(o bus.Outcome, err error) {
 	ctx := context.Background()
 	var c metric.Int64Counter
 	switch o {
-	case middleware.OutcomeAcked:
+	case bus.OutcomeAcked:
 		c = s.in.acked
-	case middleware.OutcomeNacked:
+	case bus.OutcomeNacked:
 		c = s.in.nacked
-	case middleware.OutcomeDeadLettered:
+	case bus.OutcomeDeadLettered:
 		c = s.in.deadLettered
-	case middleware.OutcomeDropped:
+	case bus.OutcomeDropped:
 		c = s.in.dropped
-	case middleware.OutcomeExpired:
-		c = s.in.expired
+	case bus.OutcomeLeaseLost:
+		c = s.in.leaseLost
 	}
 	if c != nil {
-		if code := middleware.DeadLetterCodeOf(s.d); code != "" && (o == middleware.OutcomeDeadLettered || o == middleware.OutcomeDropped) {
+		if code := s.d.DeadLetterCode(); code != "" && (o == bus.OutcomeDeadLettered || o == bus.OutcomeDropped) {
 			c.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue(nil), s.a.metric...), DeadLetterCodeKey.String(string(code)))...)))
 		} else {
 			c.Add(ctx, 1, s.a.add...)

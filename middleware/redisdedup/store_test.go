@@ -96,10 +96,10 @@ func TestDedupWithStoreSharedByTwoBuses(t *testing.T) {
 		be, err := inmemory.New(nil)
 		require.NoError(t, err, "inmemory backend %d", i)
 		b := bus.New(be)
-		settled := make(chan middleware.Outcome, 1)
+		settled := make(chan bus.Outcome, 1)
 		outcome := func(next bus.Handler) bus.Handler {
 			return func(ctx context.Context, d *bus.Delivery) error {
-				middleware.OnSettle(d, func(o middleware.Outcome, _ error) { settled <- o })
+				d.OnSettle(func(o bus.Outcome, _ error) { settled <- o })
 				return next(ctx, d)
 			}
 		}
@@ -109,7 +109,7 @@ func TestDedupWithStoreSharedByTwoBuses(t *testing.T) {
 		require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "m-1"}), "publish %d", i)
 		select {
 		case o := <-settled:
-			assert.Equal(t, middleware.OutcomeAcked, o, "copy %d is acked", i)
+			assert.Equal(t, bus.OutcomeAcked, o, "copy %d is acked", i)
 		case <-ctx.Done():
 			t.Fatalf("copy %d was not settled within 10s", i)
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/engine"
 )
 
 // ErrCrashed is what a crashed member's calls return.
@@ -125,7 +124,7 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 	case s.m.Dead():
 		return ErrCrashed
 	case !ok:
-		return fmt.Errorf("crashtest: %w: the subscription is no backend.Extender", engine.ErrUnsupported)
+		return fmt.Errorf("crashtest: %w: the subscription is no backend.Extender", backend.ErrUnsupported)
 	}
 	return x.Extend(ctx, id)
 }

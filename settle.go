@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/lifecycle"
@@ -15,7 +17,7 @@ import (
 // process handles one delivery on dispatcher worker w. It reports
 // whether the delivery's slot is the worker's to give back (see
 // handlerDone).
-func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
+func (s *consumer) process(d *record, w *workerSlot) bool {
 	if s.early(d) {
 		return d.handlerDone()
 	}
@@ -23,7 +25,7 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 		// The handler never sees it: dead-letter it at once.
 		d.claim()
 		s.deadLetter(d, reason)
-		(*handlerCtx[P])(d).end()
+		(*handlerCtx)(d).end()
 		return d.handlerDone()
 	}
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
@@ -43,7 +45,7 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 			s.reportHandlerErr(d, err)
 		}
 		if !d.armLease() && d.claim() {
-			d.finish(OutcomeExpired, ErrClosed)
+			d.finish(OutcomeLeaseLost, ErrClosed)
 		}
 	}
 	return d.handlerDone()
@@ -52,7 +54,7 @@ func (s *Sub[P]) process(d *Delivery[P], w *workerSlot[P]) bool {
 // callObserved calls the handler on worker w, timing it for the
 // feedback and emitting its lifecycle events, through the worker's
 // stage, when either is on.
-func (s *Sub[P]) callObserved(d *Delivery[P], w *workerSlot[P]) error {
+func (s *consumer) callObserved(d *record, w *workerSlot) error {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
 		return s.call(d)
 	}
@@ -73,7 +75,7 @@ func (s *Sub[P]) callObserved(d *Delivery[P], w *workerSlot[P]) error {
 // started returns when d's handler starts (monoNow), when the feedback
 // or the lifecycle events need it, and emits d's received event to st
 // (nil: events are off), built in ev, stamped with that reading.
-func (s *Sub[P]) started(d *Delivery[P], st *lifecycle.Stage, ev *lifecycle.Event) int64 {
+func (s *consumer) started(d *record, st *lifecycle.Stage, ev *lifecycle.Event) int64 {
 	now := monoNow()
 	if st != nil {
 		*ev = s.lifecycleEvent(d, lifecycle.Received, now)
@@ -86,11 +88,11 @@ func (s *Sub[P]) started(d *Delivery[P], st *lifecycle.Stage, ev *lifecycle.Even
 // emits d's succeeded or failed event to st (nil: events are off), made
 // from its received event ev; a snooze and a shutdown's cancellation are
 // neither. The clock is read once, for the latency and the event's time.
-func (s *Sub[P]) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, err error) {
+func (s *consumer) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, err error) {
 	now := monoNow()
 	took := time.Duration(now - start)
-	if s.cfg.Feedback != nil {
-		s.cfg.Feedback(took, err)
+	for _, f := range s.cfg.Feedback {
+		f.Feedback(took, err)
 	}
 	if st == nil {
 		return
@@ -106,18 +108,18 @@ func (s *Sub[P]) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, 
 }
 
 // refuse returns why d must not reach the handler, or nil.
-func (s *Sub[P]) refuse(d *Delivery[P]) error {
+func (s *consumer) refuse(d *record) error {
 	if s.cfg.AckMode != AckOnReceive && s.cfg.Caps.Redelivery && int(d.attempt) > s.cfg.MaxDeliveries {
 		// Redelivered past the limit without a handler verdict (leases ran
 		// out).
 		return fmt.Errorf("max deliveries (%d) exceeded", s.cfg.MaxDeliveries)
 	}
 	if exp, ok := s.expiry(d); ok && !time.Now().Before(exp) {
-		return WithCode(backend.CodeExpired, fmt.Errorf("expired at %s, before its handler started", exp.UTC().Format(time.RFC3339Nano)))
+		return withCode(backend.CodeExpired, fmt.Errorf("expired at %s, before its handler started", exp.UTC().Format(time.RFC3339Nano)))
 	}
 	if d.state.Load()&stateOversized != 0 {
 		// A foreign producer wrote more than this bus accepts.
-		return WithCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(s.cfg.Info(&d.Pub).Payload), s.cfg.MaxPayload))
+		return withCode(backend.CodeOversized, fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(d.pub.Payload), s.cfg.MaxPayload))
 	}
 	return nil
 }
@@ -125,7 +127,7 @@ func (s *Sub[P]) refuse(d *Delivery[P]) error {
 // settleAfterHandler settles an AckOnSuccess delivery by its handler's
 // error: ack, retry or dead-letter; a delivery whose handler the shutdown
 // cancelled is released without counting an attempt.
-func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error) {
+func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
 	if s.fencedOut(d) || s.shutdownCancelled(err) {
 		// The group lock passed on, or the shutdown cancelled the
 		// handler: not a failure of the message.
@@ -149,40 +151,35 @@ func (s *Sub[P]) settleAfterHandler(d *Delivery[P], w *workerSlot[P], err error)
 }
 
 // ackAfterHandler acks a claimed delivery whose handler succeeded
-// (AckOnSuccess). The worker hands the ack to the acker in the critical
-// section in which it takes its next delivery, which it enters anyway
-// (see dispatcher.ackLocked), so the ack takes no lock of its own: a lock
-// per message that every worker shares costs more than the handlers of
-// a busy subscription. The acker sees the ack at once, so it never waits
-// for the worker's next handler. Once the acker is closed (the
-// subscription is shutting down), the ack is refused and reported as
-// before.
-func (s *Sub[P]) ackAfterHandler(d *Delivery[P], w *workerSlot[P]) {
-	if s.acks.isClosed() {
-		s.settleErr(d, observer.ScopeAck, d.doAck())
-		return
+// (AckOnSuccess), through the ack buffer of worker w, which no other
+// worker locks (see ackBuf). Once the acker is closed (the subscription
+// is shutting down), the ack is refused and reported.
+func (s *consumer) ackAfterHandler(d *record, w *workerSlot) {
+	err := w.acks.add(d.ackID)
+	if err != nil {
+		err = d.ackErr(err)
+		s.report(d, observer.ScopeAck, err)
 	}
-	w.ack = d
-	d.finish(OutcomeAcked, nil)
+	d.finish(OutcomeAcked, err)
 }
 
 // fencedOut reports whether d's lease was given up because the group lock
 // passed to another member (errFenced). Only a delivery the lease keeper
 // acted on can be.
-func (s *Sub[P]) fencedOut(d *Delivery[P]) bool {
-	return s.keeper != nil && d.ext.Load() != nil && errors.Is(context.Cause((*handlerCtx[P])(d)), errFenced)
+func (s *consumer) fencedOut(d *record) bool {
+	return s.keeper != nil && d.ext.Load() != nil && errors.Is(context.Cause((*handlerCtx)(d)), errFenced)
 }
 
 // call runs the handler with its ctx, turning a panic into an error.
 // While it runs, the keeper keeps the delivery's lease alive, or cancels
 // ctx with cause ErrLeaseLost when it cannot; ctx ends when the handler
 // returns.
-func (s *Sub[P]) call(d *Delivery[P]) (err error) {
+func (s *consumer) call(d *record) (err error) {
 	d.state.Or(stateInHandler)
 	defer d.state.And(^stateInHandler)
 	var ctx context.Context = s.handlerCtx
 	if s.keeper != nil {
-		hc := (*handlerCtx[P])(d)
+		hc := (*handlerCtx)(d)
 		if s.leaseLost(d) {
 			// Its lease was given up before it started (fenced): the
 			// handler never sees it.
@@ -200,21 +197,21 @@ func (s *Sub[P]) call(d *Delivery[P]) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r, Stack: debug.Stack()}
+			err = &panicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	err = s.cfg.Handler(ctx, d)
+	err = s.cfg.Handler(ctx, &d.pub)
 	if err == nil && s.cfg.HandlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("handler timed out after %v: %w", s.cfg.HandlerTimeout, ctx.Err())
 	}
 	return err
 }
 
-func (s *Sub[P]) reportHandlerErr(d *Delivery[P], err error) {
+func (s *consumer) reportHandlerErr(d *record, err error) {
 	if err == nil {
 		return
 	}
-	var p *PanicError
+	var p *panicError
 	if errors.As(err, &p) {
 		e := s.event(d, observer.ScopePanic, err)
 		e.Stack = p.Stack
@@ -225,7 +222,7 @@ func (s *Sub[P]) reportHandlerErr(d *Delivery[P], err error) {
 }
 
 // retryOrDeadLetter settles a failed delivery (already claimed).
-func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
+func (s *consumer) retryOrDeadLetter(d *record, err error) {
 	attempt := int(d.attempt)
 	switch {
 	case backend.IsPermanent(err):
@@ -237,7 +234,7 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 	default:
 		delay, ok := backend.RetryAfterOf(err)
 		if !ok {
-			delay, ok = RetryDelay(s.cfg.NewBackOff, attempt)
+			delay, ok = retryDelay(s.cfg.NewBackOff, attempt)
 		}
 		if !ok {
 			s.deadLetter(d, fmt.Errorf("retry backoff stopped: %w", err))
@@ -245,7 +242,7 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 		}
 		delay = capDelay(max(delay, 0))
 		if exp, ok := s.expiry(d); ok && !time.Now().Add(delay).Before(exp) {
-			s.deadLetter(d, WithCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
+			s.deadLetter(d, withCode(backend.CodeExpired, fmt.Errorf("the retry in %v would come after it expires at %s: %w", delay, exp.UTC().Format(time.RFC3339Nano), err)))
 			return
 		}
 		s.emitDelay(d, lifecycle.RetryScheduled, delay)
@@ -262,7 +259,7 @@ func (s *Sub[P]) retryOrDeadLetter(d *Delivery[P], err error) {
 // backend redelivers), unless the handler settled d itself; it reports
 // whether err was a snooze. A snooze is not a failure: it is not
 // reported.
-func (s *Sub[P]) snoozedBy(d *Delivery[P], err error) bool {
+func (s *consumer) snoozedBy(d *record, err error) bool {
 	if err == nil {
 		return false // and SnoozeOf's errors.As target stays off the heap
 	}
@@ -282,7 +279,7 @@ func (s *Sub[P]) snoozedBy(d *Delivery[P], err error) bool {
 // shutdown: the subscription cancelled its handlers (cause ErrClosing),
 // and the error is not one the handler marked Permanent. Such an error is
 // not a failure of the message.
-func (s *Sub[P]) shutdownCancelled(err error) bool {
+func (s *consumer) shutdownCancelled(err error) bool {
 	return err != nil && s.handlerCtx.Err() != nil && !backend.IsPermanent(err)
 }
 
@@ -290,7 +287,7 @@ func (s *Sub[P]) shutdownCancelled(err error) bool {
 // attempt (backend.Releaser), or with a nack without delay on a backend
 // that cannot. A stale delivery (its lease ran out meanwhile) is already
 // back with the group, and is not reported.
-func (s *Sub[P]) release(ctx context.Context, d *Delivery[P]) {
+func (s *consumer) release(ctx context.Context, d *record) {
 	var err error
 	if r, ok := s.bsub.(backend.Releaser); ok {
 		err = r.Release(ctx, d.ackID)
@@ -298,15 +295,15 @@ func (s *Sub[P]) release(ctx context.Context, d *Delivery[P]) {
 		err = s.bsub.Nack(ctx, d.ackID, 0)
 	}
 	if err != nil && !errors.Is(err, backend.ErrStale) {
-		err = fmt.Errorf("bus: release %q: %w", d.id(), err)
+		err = fmt.Errorf("bus: release %q: %w", d.pub.ID, err)
 		s.report(d, observer.ScopeNack, err)
 	}
 	d.finish(OutcomeNacked, err)
 }
 
-// deadLetter settles a claimed delivery on the engine's own initiative,
+// deadLetter settles a claimed delivery on the bus.s own initiative,
 // reporting a failure to the observer.
-func (s *Sub[P]) deadLetter(d *Delivery[P], reason error) {
+func (s *consumer) deadLetter(d *record, reason error) {
 	ctx, cancel := s.settleCtx()
 	defer cancel()
 	s.settleErr(d, observer.ScopeDeadLetter, d.doDeadLetter(ctx, reason))
@@ -314,34 +311,53 @@ func (s *Sub[P]) deadLetter(d *Delivery[P], reason error) {
 
 // releaseNow gives a claimed delivery back to the group, uncounted, within
 // settleCtx.
-func (s *Sub[P]) releaseNow(d *Delivery[P]) {
+func (s *consumer) releaseNow(d *record) {
 	ctx, cancel := s.settleCtx()
 	defer cancel()
 	s.release(ctx, d)
 }
 
-// settleCtx bounds a settlement the engine makes itself; it outlives the
+// settleCtx bounds a settlement the bus makes itself; it outlives the
 // handler's cancellation so shutdown still settles.
-func (s *Sub[P]) settleCtx() (context.Context, context.CancelFunc) {
+func (s *consumer) settleCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(s.handlerCtx), settleTimeout)
 }
 
-func (s *Sub[P]) settleErr(d *Delivery[P], scope observer.Scope, err error) {
+func (s *consumer) settleErr(d *record, scope observer.Scope, err error) {
 	if err != nil {
 		s.report(d, scope, err)
 	}
 }
 
-// PanicError is a handler panic turned into an error.
-type PanicError struct {
+// settleTimeout bounds the backend calls the bus makes to settle a
+// delivery on its own (nack, release, dead-letter).
+const settleTimeout = 10 * time.Second
+
+// retryDelay returns the backoff delay for the given attempt, and false
+// when the policy says stop.
+func retryDelay(newBackOff func() backoff.BackOff, attempt int) (time.Duration, bool) {
+	b := newBackOff()
+	b.Reset()
+	var d time.Duration
+	for i := 0; i < max(attempt, 1); i++ {
+		d = b.NextBackOff()
+		if d == backoff.Stop {
+			return 0, false
+		}
+	}
+	return d, true
+}
+
+// panicError is a handler panic turned into an error.
+type panicError struct {
 	Value any
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+func (e *panicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
 
 // Unwrap returns the panic value when it is an error.
-func (e *PanicError) Unwrap() error {
+func (e *panicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
@@ -355,8 +371,8 @@ type codedReason struct {
 func (r *codedReason) Error() string { return r.err.Error() }
 func (r *codedReason) Unwrap() error { return r.err }
 
-// WithCode attaches a dead-letter code to reason, unless it has one.
-func WithCode(code backend.DeadLetterCode, reason error) error {
+// withCode attaches a dead-letter code to reason, unless it has one.
+func withCode(code backend.DeadLetterCode, reason error) error {
 	var c *codedReason
 	if errors.As(reason, &c) {
 		return reason
@@ -364,10 +380,10 @@ func WithCode(code backend.DeadLetterCode, reason error) error {
 	return &codedReason{code: code, err: reason}
 }
 
-// ReasonCode is the code of a dead-letter reason: the one attached with
-// WithCode, else rejected for a Permanent error, else max_deliveries (the
-// engine gave up redelivering).
-func ReasonCode(reason error) backend.DeadLetterCode {
+// reasonCode is the code of a dead-letter reason: the one attached with
+// WithCode, else rejected for a rejected error, else max_deliveries (the
+// bus gave up redelivering).
+func reasonCode(reason error) backend.DeadLetterCode {
 	var c *codedReason
 	switch {
 	case errors.As(reason, &c):
@@ -380,10 +396,7 @@ func ReasonCode(reason error) backend.DeadLetterCode {
 }
 
 // expiry is when d's message expires, if it does.
-func (s *Sub[P]) expiry(d *Delivery[P]) (time.Time, bool) {
-	if s.cfg.ExpiresAt == nil {
-		return time.Time{}, false
-	}
-	exp := s.cfg.ExpiresAt(&d.Pub)
+func (s *consumer) expiry(d *record) (time.Time, bool) {
+	exp := d.pub.ExpiresAt
 	return exp, !exp.IsZero()
 }

@@ -1,4 +1,7 @@
-package engine
+// Package slots counts units held at once: the in-flight slots of a
+// subscription, the waiting set of a key-ordered one, the concurrency
+// limiter and the autoscale controller of package bus.
+package slots
 
 import (
 	"context"
@@ -6,10 +9,8 @@ import (
 	"time"
 )
 
-// Slots caps the units held at once: the in-flight slots of a
-// subscription, and the core of the root package's ConcurrencyLimiter.
-// Safe for concurrent use.
-type Slots struct {
+// Pool caps the units held at once. Safe for concurrent use.
+type Pool struct {
 	mu      sync.Mutex
 	limit   int
 	used    int
@@ -22,14 +23,14 @@ type waiter struct {
 	need int
 }
 
-// NewSlots returns Slots with limit units (limit >= 1).
-func NewSlots(limit int) *Slots { return &Slots{limit: limit} }
+// New returns a Pool of limit units (limit >= 1).
+func New(limit int) *Pool { return &Pool{limit: limit} }
 
 // Acquire takes between 1 and most units. It waits until at least need
 // units are free, or, once linger fires (nil = never), until any unit is.
 // Waiting for several units at once lets a saturated subscription fetch in
 // batches instead of one message per freed slot.
-func (l *Slots) Acquire(ctx context.Context, need, most int, linger <-chan time.Time) (int, error) {
+func (l *Pool) Acquire(ctx context.Context, need, most int, linger <-chan time.Time) (int, error) {
 	most = max(most, 1)
 	need = min(max(need, 1), most)
 	for {
@@ -56,7 +57,7 @@ func (l *Slots) Acquire(ctx context.Context, need, most int, linger <-chan time.
 
 // TryAcquire takes between need and most units if need are free now, and
 // returns 0 otherwise.
-func (l *Slots) TryAcquire(need, most int) int {
+func (l *Pool) TryAcquire(need, most int) int {
 	most = max(most, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,7 +66,7 @@ func (l *Slots) TryAcquire(need, most int) int {
 
 // takeLocked takes up to most units when at least need are free; l.mu
 // must be held.
-func (l *Slots) takeLocked(need, most int) int {
+func (l *Pool) takeLocked(need, most int) int {
 	free := l.limit - l.used
 	if free < need {
 		return 0
@@ -75,7 +76,7 @@ func (l *Slots) takeLocked(need, most int) int {
 	return n
 }
 
-func (l *Slots) removeWaiter(ch chan struct{}) {
+func (l *Pool) removeWaiter(ch chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, w := range l.waiters {
@@ -88,7 +89,7 @@ func (l *Slots) removeWaiter(ch chan struct{}) {
 
 // Release gives back n units; it panics when more are released than
 // were taken.
-func (l *Slots) Release(n int) {
+func (l *Pool) Release(n int) {
 	if n <= 0 {
 		return
 	}
@@ -103,7 +104,7 @@ func (l *Slots) Release(n int) {
 }
 
 // wakeLocked wakes the waiters whose need is now free.
-func (l *Slots) wakeLocked() {
+func (l *Pool) wakeLocked() {
 	if len(l.waiters) == 0 {
 		return
 	}
@@ -121,14 +122,14 @@ func (l *Slots) wakeLocked() {
 }
 
 // InUse returns the units held now.
-func (l *Slots) InUse() int {
+func (l *Pool) InUse() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.used
 }
 
 // Limit returns the current limit.
-func (l *Slots) Limit() int {
+func (l *Pool) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.limit
@@ -136,7 +137,7 @@ func (l *Slots) Limit() int {
 
 // SetLimit changes the limit; units held over it are given back as they
 // are released.
-func (l *Slots) SetLimit(n int) {
+func (l *Pool) SetLimit(n int) {
 	l.mu.Lock()
 	l.limit = n
 	l.wakeLocked()

@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -10,12 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 )
-
-// earlyMsg is the public face of the deliveries of these tests: only a
-// DeliverAt.
-type earlyMsg struct{ at time.Time }
 
 // snoozeRecorder is a backend subscription that records the delays of
 // its snoozes and nacks.
@@ -43,18 +38,17 @@ func (r *snoozeRecorder) Snooze(_ context.Context, _ backend.AckID, delay time.D
 	return nil
 }
 
-// newEarlySub returns a subscription over r that is never started: the
-// tests call early themselves.
-func newEarlySub(r *snoozeRecorder, ackTimeout time.Duration) *Sub[earlyMsg] {
-	cfg := Config[earlyMsg]{
-		Topic: "t", Group: "g", MaxInFlight: 4, AckTimeout: ackTimeout,
-		AckBatch: 1, AckInterval: time.Millisecond, MaxDeliveries: 5,
-		Caps:      backend.Capabilities{Redelivery: true},
-		Observer:  observer.Nop(),
-		DeliverAt: func(p *earlyMsg) time.Time { return p.at },
-		Go:        func(func()) bool { return false },
-	}
-	return New(context.Background(), cfg, r)
+// newEarlySub returns a consumer over r that is never started: the tests
+// call early themselves.
+func newEarlySub(r *snoozeRecorder, ackTimeout time.Duration) *consumer {
+	return newTestConsumer(r, consumerConfig{MaxInFlight: 4, AckTimeout: ackTimeout, Caps: backend.Capabilities{Redelivery: true}})
+}
+
+// earlyRecord is a delivery of s due at.
+func earlyRecord(s *consumer, at time.Time) *record {
+	d := &record{sub: s, received: monoNow(), attempt: 1}
+	d.pub.DeliverAt, d.pub.rec = at, d
+	return d
 }
 
 // An early delivery due later than the member holds is given back to come
@@ -77,7 +71,7 @@ func TestEarlyDeliveryComesBackJustBeforeItIsDue(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &snoozeRecorder{}
 			s := newEarlySub(r, tt.ackTimeout)
-			d := &Delivery[earlyMsg]{Pub: earlyMsg{at: time.Now().Add(tt.due)}, sub: s, received: monoNow(), attempt: 1}
+			d := earlyRecord(s, time.Now().Add(tt.due))
 			require.True(t, s.early(d), "a delivery due in %v is not handled now", tt.due)
 			require.Len(t, r.snoozes, 1, "given back once, as a snooze")
 			assert.Zero(t, r.nacks, "the give-back does not count an attempt")
@@ -85,7 +79,7 @@ func TestEarlyDeliveryComesBackJustBeforeItIsDue(t *testing.T) {
 			assert.LessOrEqual(t, r.snoozes[0], want, "comes back %v before its DeliverAt", tt.lead)
 			// The test's own time between making d and early is the slack.
 			assert.Greater(t, r.snoozes[0], want-200*time.Millisecond, "comes back %v before its DeliverAt, not earlier", tt.lead)
-			assert.Equal(t, OutcomeNacked, d.Outcome(), "the delivery is settled as given back")
+			assert.Equal(t, OutcomeNacked, d.outcome(), "the delivery is settled as given back")
 		})
 	}
 }
@@ -96,7 +90,7 @@ func TestEarlyDeliveryDueWithinTheHoldWaitsInTheMember(t *testing.T) {
 	r := &snoozeRecorder{}
 	s := newEarlySub(r, 30*time.Second)
 	at := time.Now().Add(returnLead + 20*time.Millisecond)
-	d := &Delivery[earlyMsg]{Pub: earlyMsg{at: at}, sub: s, received: monoNow(), attempt: 1}
+	d := earlyRecord(s, at)
 	require.False(t, s.early(d), "a delivery due within the hold runs once due")
 	assert.False(t, time.Now().Before(at), "it runs at or after its DeliverAt")
 	assert.Empty(t, r.snoozes, "it is not given back")

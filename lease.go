@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -21,15 +21,15 @@ import (
 // ScopeLease is reported once. It costs nothing per message: a tick walks
 // the dispatcher's workers to find the running handlers, and the state it
 // keeps for each lives in its Delivery (guarded by the subscription's mu).
-type leaseKeeper[P any] struct {
-	s      *Sub[P]
+type leaseKeeper struct {
+	s      *consumer
 	ext    backend.Extender // nil when the backend cannot extend leases
 	period time.Duration    // a quarter of the ack timeout
 	max    time.Duration    // the max extension
 
 	stop  chan struct{}
 	calls sync.WaitGroup // extensions in progress
-	buf   []*Delivery[P] // the running deliveries of a tick, reused
+	buf   []*record      // the running deliveries of a tick, reused
 }
 
 // keptLease is what the keeper knows of a delivery whose handler runs,
@@ -44,24 +44,24 @@ type keptLease struct {
 // newLeaseKeeper returns the keeper of s, or nil when no handler of s runs
 // under a lease (AckOnReceive acks before the handler, and an at-most-once
 // backend has no lease to lose).
-func newLeaseKeeper[P any](s *Sub[P]) *leaseKeeper[P] {
+func newLeaseKeeper(s *consumer) *leaseKeeper {
 	if s.cfg.AckMode == AckOnReceive || !s.cfg.Caps.Redelivery {
 		return nil
 	}
-	k := &leaseKeeper[P]{s: s, period: s.cfg.AckTimeout / 4, max: s.cfg.MaxExtension, stop: make(chan struct{})}
+	k := &leaseKeeper{s: s, period: s.cfg.AckTimeout / 4, max: s.cfg.MaxExtension, stop: make(chan struct{})}
 	k.ext, _ = s.bsub.(backend.Extender)
 	return k
 }
 
 // renewed records a lease restarted by Delivery.Extend at at (monoNow).
-func (k *leaseKeeper[P]) renewed(d *Delivery[P], at int64) {
+func (k *leaseKeeper) renewed(d *record, at int64) {
 	k.s.mu.Lock()
 	l := &d.extLocked().kept
 	l.renewed = max(l.renewed, at)
 	k.s.mu.Unlock()
 }
 
-func (k *leaseKeeper[P]) run() {
+func (k *leaseKeeper) run() {
 	t := time.NewTicker(k.period)
 	defer t.Stop()
 	for {
@@ -76,11 +76,11 @@ func (k *leaseKeeper[P]) run() {
 }
 
 // close stops the keeper; run waits for extensions in progress.
-func (k *leaseKeeper[P]) close() {
+func (k *leaseKeeper) close() {
 	close(k.stop)
 }
 
-func (k *leaseKeeper[P]) tick(now int64) {
+func (k *leaseKeeper) tick(now int64) {
 	running := k.s.disp.running(k.buf[:0])
 	if k.s.keys != nil {
 		running = k.s.keys.held(running)
@@ -88,7 +88,7 @@ func (k *leaseKeeper[P]) tick(now int64) {
 	fenced := k.s.owner != nil && k.s.owner.fenced()
 	var lost []observer.Event
 	for _, d := range running {
-		if (*handlerCtx[P])(d).ended() || !fenced && now-d.received < int64(k.period) {
+		if (*handlerCtx)(d).ended() || !fenced && now-d.received < int64(k.period) {
 			continue
 		}
 		k.s.mu.Lock()
@@ -107,7 +107,7 @@ func (k *leaseKeeper[P]) tick(now int64) {
 // fence gives up the lease of every delivery the subscription runs or
 // holds, at once, when its group lock was lost (errFenced). The owner
 // calls it; the ticks that follow catch what was fetched meanwhile.
-func (k *leaseKeeper[P]) fence() {
+func (k *leaseKeeper) fence() {
 	running := k.s.disp.running(nil)
 	if k.s.keys != nil {
 		running = k.s.keys.held(running)
@@ -115,7 +115,7 @@ func (k *leaseKeeper[P]) fence() {
 	var lost []observer.Event
 	k.s.mu.Lock()
 	for _, d := range running {
-		if !(*handlerCtx[P])(d).ended() {
+		if !(*handlerCtx)(d).ended() {
 			lost = k.fenceLocked(lost, d)
 		}
 	}
@@ -123,7 +123,7 @@ func (k *leaseKeeper[P]) fence() {
 	k.report(lost)
 }
 
-func (k *leaseKeeper[P]) fenceLocked(lost []observer.Event, d *Delivery[P]) []observer.Event {
+func (k *leaseKeeper) fenceLocked(lost []observer.Event, d *record) []observer.Event {
 	if l := &d.extLocked().kept; !l.lost {
 		return k.loseLocked(lost, d, l, errFenced)
 	}
@@ -141,7 +141,7 @@ var errFenced = fmt.Errorf("%w: the group lock passed to another member", ErrLea
 
 // checkLocked extends the lease of a running handler that is due for it,
 // or gives it up when it cannot be kept.
-func (k *leaseKeeper[P]) checkLocked(lost []observer.Event, d *Delivery[P], now int64) []observer.Event {
+func (k *leaseKeeper) checkLocked(lost []observer.Event, d *record, now int64) []observer.Event {
 	timeout := k.s.cfg.AckTimeout
 	l := &d.extLocked().kept
 	renewed := max(l.renewed, d.received)
@@ -165,7 +165,7 @@ func (k *leaseKeeper[P]) checkLocked(lost []observer.Event, d *Delivery[P], now 
 }
 
 // extend renews one lease; on failure the handler's ctx is cancelled.
-func (k *leaseKeeper[P]) extend(d *Delivery[P], l *keptLease) {
+func (k *leaseKeeper) extend(d *record, l *keptLease) {
 	defer k.calls.Done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
 	start := monoNow()
@@ -175,7 +175,7 @@ func (k *leaseKeeper[P]) extend(d *Delivery[P], l *keptLease) {
 	k.s.mu.Lock()
 	l.extending = false
 	switch {
-	case (*handlerCtx[P])(d).ended():
+	case (*handlerCtx)(d).ended():
 		// The handler returned meanwhile.
 	case err != nil:
 		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
@@ -189,15 +189,15 @@ func (k *leaseKeeper[P]) extend(d *Delivery[P], l *keptLease) {
 // loseLocked cancels a handler whose lease cannot be kept and appends the
 // event to report once the lock is released; nothing when the handler
 // has returned meanwhile.
-func (k *leaseKeeper[P]) loseLocked(lost []observer.Event, d *Delivery[P], l *keptLease, cause error) []observer.Event {
+func (k *leaseKeeper) loseLocked(lost []observer.Event, d *record, l *keptLease, cause error) []observer.Event {
 	l.lost = true
-	if !(*handlerCtx[P])(d).lose(cause) {
+	if !(*handlerCtx)(d).lose(cause) {
 		return lost
 	}
 	return append(lost, k.s.event(d, observer.ScopeLease, cause))
 }
 
-func (k *leaseKeeper[P]) report(events []observer.Event) {
+func (k *leaseKeeper) report(events []observer.Event) {
 	for _, e := range events {
 		k.s.observe(e)
 	}

@@ -1,6 +1,8 @@
-package engine
+package bus
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,24 +13,65 @@ import (
 	"github.com/eventbus-go/bus/backend"
 )
 
-// The acks workers buffer in the dispatcher are taken by the acker in
-// order, and refused once the acker has closed.
-func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
-	p := newDispatcher[struct{}](4, nil, nil, newAcker[struct{}](nil, 2, time.Millisecond))
-	ack := func(id string) bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.ackLocked(id)
+// The acks a worker buffers are flushed by the acker in order, with the
+// acks made outside a worker, and refused once the acker has closed.
+func TestWorkerAcksAreFlushedUntilClosed(t *testing.T) {
+	r := &ackRecorder{}
+	c := newTestConsumer(r, consumerConfig{AckBatch: 8})
+	a := c.acks
+	w := a.newBuf()
+	require.NoError(t, w.add("a"))
+	require.NoError(t, a.add("x"))
+	require.NoError(t, w.add("b"))
+	assert.Equal(t, 2, a.pending(), "the fullest buffer holds two")
+	a.flush(context.Background())
+	assert.Equal(t, [][]backend.AckID{{"x", "a", "b"}}, r.acked(), "one backend call for both buffers")
+	assert.Zero(t, a.pending(), "a flush empties the buffers")
+	require.NoError(t, w.add("c"))
+	a.dropBuf(w)
+	assert.Equal(t, 1, a.pending(), "a dropped buffer's acks move to the acker's own")
+	w = a.newBuf()
+	require.NoError(t, w.add("d"))
+	a.closed.Store(true) // as acker.close does
+	assert.ErrorIs(t, w.add("e"), ErrClosed, "refused after close")
+	assert.ErrorIs(t, a.add("f"), ErrClosed, "refused after close")
+	a.flush(context.Background())
+	assert.Equal(t, []backend.AckID{"c", "d"}, r.acked()[1], "what was buffered before close is still flushed")
+}
+
+// ackRecorder is a backend subscription that records its Ack calls.
+type ackRecorder struct {
+	mu    sync.Mutex
+	calls [][]backend.AckID
+}
+
+func (r *ackRecorder) Receive(context.Context, int) ([]*backend.Message, error) { return nil, nil }
+func (r *ackRecorder) Nack(context.Context, backend.AckID, time.Duration) error { return nil }
+func (r *ackRecorder) Close() error                                             { return nil }
+
+func (r *ackRecorder) Ack(_ context.Context, ids []backend.AckID) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, append([]backend.AckID(nil), ids...))
+	return nil
+}
+
+func (r *ackRecorder) acked() [][]backend.AckID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]backend.AckID(nil), r.calls...)
+}
+
+// newDispatchTest returns the dispatcher of a consumer of max in flight
+// whose handler is h (AckOnReceive on an at-most-once backend: no lease,
+// no retry), and a maker of deliveries that hold a slot each.
+func newDispatchTest(t *testing.T, max int, h Handler) (*dispatcher, func() *record) {
+	c := newTestConsumer(&ackRecorder{}, consumerConfig{MaxInFlight: max, AckMode: AckOnReceive, Handler: h})
+	return c.disp, func() *record {
+		d, ok := newTestRecord(c, &backend.Message{ID: "m", AckID: "m"})
+		require.True(t, ok, "a free slot for the delivery")
+		return d
 	}
-	require.True(t, ack("a"))
-	require.True(t, ack("b"))
-	assert.Equal(t, 2, p.pendingAcks())
-	assert.Equal(t, []backend.AckID{"a", "b"}, p.swapAcks(nil))
-	assert.Zero(t, p.pendingAcks(), "taking empties the buffer")
-	require.True(t, ack("c"))
-	p.acker.closed.Store(true) // as acker.close does
-	assert.False(t, ack("d"), "refused after close")
-	assert.Equal(t, []backend.AckID{"c"}, p.swapAcks(nil), "what was buffered before close is still flushed")
 }
 
 // The stall check gives every queued delivery a worker when the workers
@@ -39,11 +82,11 @@ func TestDispatcherBuffersWorkerAcksUntilClosed(t *testing.T) {
 func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 	release := make(chan struct{})
 	var running atomic.Int32
-	p := newDispatcher(8, func(*Delivery[struct{}], *workerSlot[struct{}]) bool {
+	p, rec := newDispatchTest(t, 8, func(context.Context, *Delivery) error {
 		running.Add(1)
 		<-release
-		return false
-	}, func(int) {}, newAcker[struct{}](nil, 2, time.Millisecond))
+		return nil
+	})
 	p.stallAfter = time.Hour // the test calls checkStall itself
 	p.procs = 2
 	defer func() {
@@ -67,7 +110,7 @@ func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 
 	p.mu.Lock()
 	for range 5 {
-		p.queue = append(p.queue, &Delivery[struct{}]{})
+		p.queue = append(p.queue, rec())
 	}
 	p.takenAtArm = 7
 	p.mu.Unlock()
@@ -90,20 +133,19 @@ func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 // three samples.
 func TestHandlerDurationSamplesAreCapped(t *testing.T) {
 	var slow atomic.Bool
-	p := newDispatcher(8, func(*Delivery[struct{}], *workerSlot[struct{}]) bool {
+	p, rec := newDispatchTest(t, 8, func(context.Context, *Delivery) error {
 		if slow.Load() {
 			time.Sleep(5 * time.Millisecond) // the handler's own work
 		}
-		return false
-	}, func(int) {}, newAcker[struct{}](nil, 2, time.Millisecond))
-	w := &workerSlot[struct{}]{}
-	d := &Delivery[struct{}]{}
+		return nil
+	})
+	w := &workerSlot{acks: p.acker.newBuf()}
 	runSampled := func(slowSample bool) {
 		for range 15 {
-			p.runOne(d, w)
+			p.runOne(rec(), w)
 		}
 		slow.Store(slowSample)
-		p.runOne(d, w) // the 16th is timed
+		p.runOne(rec(), w) // the 16th is timed
 		slow.Store(false)
 	}
 	runSampled(true)

@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// keyLines sequences the deliveries of each key (Config.KeyOf): of the
+// keyLines sequences the deliveries of each key (WithKeyOrdering: deliveries with the same Key): of the
 // deliveries whose key is equal and non-empty, one at a time reaches a
 // worker, in the order the backend handed them out; deliveries of other
 // keys, and those without a key, run in parallel as usual.
@@ -26,23 +26,23 @@ import (
 //
 // Waiting is not running. A head holds an in-flight slot, also while it
 // waits for its retry. The deliveries behind a head hold a unit of the
-// subscription's waiting set (Config.MaxWaiting) instead, marked
+// subscription's waiting set (consumerConfig.MaxWaiting) instead, marked
 // stateWaiting: every fetched delivery comes with a slot and a unit
-// (Sub.take), and admit gives back the kind each does not use. When a
+// (consumer.take), and admit gives back the kind each does not use. When a
 // head is done, its slot goes on to the next delivery of its key, which
 // gives back its unit (done): a key's turn never waits for a free slot,
 // and a long backlog of one key, or a retrying head with deliveries
 // behind it, leaves the other slots to the other keys. Only a full
 // waiting set holds back fetching, never an unbounded buffer.
-type keyLines[P any] struct {
-	s *Sub[P]
+type keyLines struct {
+	s *consumer
 
 	mu     sync.Mutex
-	lines  map[string]*keyLine[P]
+	lines  map[string]*keyLine
 	closed bool
 	// drain: after close, the deliveries waiting behind a head still run
 	// in turn instead of going back, until the shutdown is forced (a
-	// subscription with a group lock, see Sub.shutdown and draining).
+	// subscription with a group lock, see consumer.shutdown and draining).
 	drain bool
 	// prevs counts the lines whose retry waits for a nacking handler
 	// (keyLine.prev), so that a handler's return looks only when one does.
@@ -51,14 +51,14 @@ type keyLines[P any] struct {
 
 // keyLine is one key's head (running, or waiting for its retry) and the
 // deliveries behind it.
-type keyLine[P any] struct {
-	head    *Delivery[P]
-	waiting []*Delivery[P]
+type keyLine struct {
+	head    *record
+	waiting []*record
 	retry   *time.Timer // set while head waits for its retry
 	due     time.Time   // when the retry runs
 	// prev is the delivery head retries while its handler still runs (a
 	// Nack from inside an AckManual handler): the retry waits for it.
-	prev  *Delivery[P]
+	prev  *record
 	ready bool // the retry's delay is over; it waits for prev
 	// snoozed: the retry is a snooze, which does not count an attempt.
 	snoozed bool
@@ -69,10 +69,10 @@ type keyLine[P any] struct {
 // (the ctx of a Close ended). From then on they go back to the group, in
 // order, instead of reaching handlers whose ctx is cancelled and whose
 // acks the closing subscription may no longer flush.
-func (k *keyLines[P]) draining() bool { return k.drain && k.s.force.Err() == nil }
+func (k *keyLines) draining() bool { return k.drain && k.s.force.Err() == nil }
 
-func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
-	return &keyLines[P]{s: s, lines: map[string]*keyLine[P]{}}
+func newKeyLines(s *consumer) *keyLines {
+	return &keyLines{s: s, lines: map[string]*keyLine{}}
 }
 
 // admit returns the deliveries of ds to run now, and how many of the
@@ -82,13 +82,13 @@ func newKeyLines[P any](s *Sub[P]) *keyLines[P] {
 // head, to go back to the group after it, or goes back at once. In
 // AckOnReceive a delivery is acked when it is admitted, so that one
 // waiting for its key does not outlive its lease unacked.
-func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
+func (k *keyLines) admit(ds []*record) ([]*record, int) {
 	waiting := 0
-	run := make([]*Delivery[P], 0, len(ds))
-	var back, keyed []*Delivery[P]
+	run := make([]*record, 0, len(ds))
+	var back, keyed []*record
 	k.mu.Lock()
 	for _, d := range ds {
-		key := k.s.cfg.KeyOf(&d.Pub)
+		key := d.pub.Key
 		if key != "" {
 			keyed = append(keyed, d)
 		}
@@ -106,7 +106,7 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
 		default:
 			// Also while draining: a delivery the last fetch brought
 			// is handled, not given back.
-			k.lines[key] = &keyLine[P]{head: d}
+			k.lines[key] = &keyLine{head: d}
 			run = append(run, d)
 		}
 	}
@@ -124,8 +124,8 @@ func (k *keyLines[P]) admit(ds []*Delivery[P]) ([]*Delivery[P], int) {
 
 // line locks k.mu and returns d's key and line when the line's field
 // picked by of is d; otherwise it returns a nil line with k.mu released.
-func (k *keyLines[P]) line(d *Delivery[P], of func(*keyLine[P]) *Delivery[P]) (string, *keyLine[P]) {
-	key := k.s.cfg.KeyOf(&d.Pub)
+func (k *keyLines) line(d *record, of func(*keyLine) *record) (string, *keyLine) {
+	key := d.pub.Key
 	if key == "" {
 		return "", nil
 	}
@@ -137,8 +137,8 @@ func (k *keyLines[P]) line(d *Delivery[P], of func(*keyLine[P]) *Delivery[P]) (s
 	return "", nil
 }
 
-func lineHead[P any](l *keyLine[P]) *Delivery[P] { return l.head }
-func linePrev[P any](l *keyLine[P]) *Delivery[P] { return l.prev }
+func lineHead(l *keyLine) *record { return l.head }
+func linePrev(l *keyLine) *record { return l.prev }
 
 // done is called once d is settled and its handler has returned: the
 // next delivery of its key, if any, goes to a worker, and takes over d's
@@ -146,8 +146,8 @@ func linePrev[P any](l *keyLine[P]) *Delivery[P] { return l.prev }
 // whether the slot went on; else the caller frees it. Pushes happen
 // under k.mu, so none comes after close (which precedes the dispatcher's
 // stop).
-func (k *keyLines[P]) done(d *Delivery[P]) bool {
-	key, l := k.line(d, lineHead[P])
+func (k *keyLines) done(d *record) bool {
+	key, l := k.line(d, lineHead)
 	if l == nil {
 		// Not a head: no key, given back at close, or retried in its
 		// place.
@@ -169,7 +169,7 @@ func (k *keyLines[P]) done(d *Delivery[P]) bool {
 	next.state.And(^stateWaiting)
 	k.s.waits.Release(1)
 	if !k.s.leaseLost(next) {
-		k.s.disp.push([]*Delivery[P]{next})
+		k.s.disp.push([]*record{next})
 		k.mu.Unlock()
 		return true
 	}
@@ -188,8 +188,8 @@ func (k *keyLines[P]) done(d *Delivery[P]) bool {
 // reports false, and does nothing, when d does not hold a key here (no
 // key, or given back at close): the caller nacks it through the backend.
 // After close, d goes back to the group at once, its key behind it.
-func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration, counted bool) bool {
-	key, l := k.line(d, lineHead[P])
+func (k *keyLines) retry(d *record, delay time.Duration, counted bool) bool {
+	key, l := k.line(d, lineHead)
 	if l == nil {
 		return false
 	}
@@ -224,8 +224,8 @@ func (k *keyLines[P]) retry(d *Delivery[P], delay time.Duration, counted bool) b
 
 // run starts a retry whose delay is over. After close it hands the
 // message back to the backend instead.
-func (k *keyLines[P]) run(r *Delivery[P]) {
-	key, l := k.line(r, lineHead[P])
+func (k *keyLines) run(r *record) {
+	key, l := k.line(r, lineHead)
 	if l == nil {
 		return
 	}
@@ -241,7 +241,7 @@ func (k *keyLines[P]) run(r *Delivery[P]) {
 
 // start runs the retry r of line l, or hands it back after close, or
 // gives it up when its lease was lost. k.mu is held; start releases it.
-func (k *keyLines[P]) start(key string, l *keyLine[P], r *Delivery[P]) {
+func (k *keyLines) start(key string, l *keyLine, r *record) {
 	switch {
 	case k.closed:
 		back := l.waiting
@@ -254,18 +254,18 @@ func (k *keyLines[P]) start(key string, l *keyLine[P], r *Delivery[P]) {
 		k.mu.Unlock()
 		k.s.giveUp(r)
 	default:
-		k.s.disp.push([]*Delivery[P]{r})
+		k.s.disp.push([]*record{r})
 		k.mu.Unlock()
 	}
 }
 
 // handlerReturned is called when d's handler returns: a retry of d whose
 // delay is over and that waited for it starts now.
-func (k *keyLines[P]) handlerReturned(d *Delivery[P]) {
+func (k *keyLines) handlerReturned(d *record) {
 	if k.prevs.Load() == 0 {
 		return // the common case: no retry waits for a handler
 	}
-	key, l := k.line(d, linePrev[P])
+	key, l := k.line(d, linePrev)
 	if l == nil {
 		return
 	}
@@ -281,7 +281,7 @@ func (k *keyLines[P]) handlerReturned(d *Delivery[P]) {
 
 // held appends the deliveries that wait here, behind their head or for
 // their retry, for the lease keeper.
-func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
+func (k *keyLines) held(ds []*record) []*record {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, l := range k.lines {
@@ -294,7 +294,7 @@ func (k *keyLines[P]) held(ds []*Delivery[P]) []*Delivery[P] {
 }
 
 // waitingNow counts the deliveries waiting behind their key's head.
-func (k *keyLines[P]) waitingNow() int {
+func (k *keyLines) waitingNow() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n := 0
@@ -306,7 +306,7 @@ func (k *keyLines[P]) waitingNow() int {
 
 // Waiting counts the deliveries that wait for their key now (behind a
 // head that runs or waits for its retry); 0 without key ordering.
-func (s *Sub[P]) Waiting() int {
+func (s *consumer) Waiting() int {
 	if s.keys == nil {
 		return 0
 	}
@@ -319,10 +319,10 @@ func (s *Sub[P]) Waiting() int {
 // deliveries behind it go back after it without counting an attempt. A
 // running head finishes as the shutdown lets it; then the deliveries
 // behind it go back the same way (done).
-func (k *keyLines[P]) close(ctx context.Context) {
+func (k *keyLines) close(ctx context.Context) {
 	type line struct {
-		head    *Delivery[P]
-		back    []*Delivery[P]
+		head    *record
+		back    []*record
 		counted bool
 	}
 	var retries []line
@@ -347,7 +347,7 @@ func (k *keyLines[P]) close(ctx context.Context) {
 // the failure it follows (a nack) unless it is a snooze, then the
 // deliveries behind it, not counted (a release); both are redelivered at
 // once, the retry first.
-func (k *keyLines[P]) handBack(ctx context.Context, retry *Delivery[P], back []*Delivery[P], counted bool) {
+func (k *keyLines) handBack(ctx context.Context, retry *record, back []*record, counted bool) {
 	if retry.claim() {
 		k.s.backNow(ctx, retry, counted)
 	}
@@ -357,7 +357,7 @@ func (k *keyLines[P]) handBack(ctx context.Context, retry *Delivery[P], back []*
 
 // backNow gives a claimed delivery back to the group at once: a nack when
 // counted, else a release.
-func (s *Sub[P]) backNow(ctx context.Context, d *Delivery[P], counted bool) {
+func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 	if counted {
 		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, 0))
 		return
@@ -368,7 +368,7 @@ func (s *Sub[P]) backNow(ctx context.Context, d *Delivery[P], counted bool) {
 // giveBack hands deliveries that never reached their handler back to the
 // group without counting an attempt, and frees their slots (or units of
 // the waiting set).
-func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
+func (k *keyLines) giveBack(ds []*record) {
 	if len(ds) == 0 {
 		return
 	}
@@ -385,12 +385,14 @@ func (k *keyLines[P]) giveBack(ds []*Delivery[P]) {
 // successor is a new delivery of d's message with Attempt+1 (the same
 // Attempt when not counted), holding d's lease: same AckID, same lease
 // start and renewals.
-func (s *Sub[P]) successor(d *Delivery[P], counted bool) *Delivery[P] {
-	r := &Delivery[P]{sub: s, ackID: d.ackID, received: d.received, attempt: d.attempt}
+func (s *consumer) successor(d *record, counted bool) *record {
+	r := &record{sub: s, ackID: d.ackID, received: d.received, attempt: d.attempt}
 	if counted {
 		r.attempt++
 	}
-	s.cfg.Refill(r, &d.Pub, int(r.attempt))
+	r.pub = d.pub
+	r.pub.Attempt = int(r.attempt)
+	r.pub.rec = r
 	s.mu.Lock()
 	if x := d.ext.Load(); x != nil {
 		r.extLocked().kept.renewed = x.kept.renewed
@@ -401,7 +403,7 @@ func (s *Sub[P]) successor(d *Delivery[P], counted bool) *Delivery[P] {
 
 // leaseLost reports whether the lease keeper gave up d's lease while d
 // waited.
-func (s *Sub[P]) leaseLost(d *Delivery[P]) bool {
+func (s *consumer) leaseLost(d *record) bool {
 	if d.ext.Load() == nil {
 		return false
 	}
@@ -414,12 +416,12 @@ func (s *Sub[P]) leaseLost(d *Delivery[P]) bool {
 // backend delivers it again. One given up because the group lock passed
 // on (fenced) goes back to the group at once, uncounted, after the
 // deliveries of its key before it.
-func (s *Sub[P]) giveUp(d *Delivery[P]) {
+func (s *consumer) giveUp(d *record) {
 	if d.claim() {
 		if s.fencedOut(d) {
 			s.releaseNow(d)
 		} else {
-			d.finish(OutcomeExpired, nil)
+			d.finish(OutcomeLeaseLost, nil)
 		}
 	}
 	s.handlerNeverRan(d)
@@ -428,8 +430,8 @@ func (s *Sub[P]) giveUp(d *Delivery[P]) {
 // handlerNeverRan marks the handler of a delivery that never reached it
 // as done, freeing its slot (or unit of the waiting set) once it is
 // settled.
-func (s *Sub[P]) handlerNeverRan(d *Delivery[P]) {
-	(*handlerCtx[P])(d).end()
+func (s *consumer) handlerNeverRan(d *record) {
+	(*handlerCtx)(d).end()
 	if d.handlerDone() {
 		s.free(d)
 	}

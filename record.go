@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -12,16 +12,18 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Delivery is the engine's record of one delivery. Pub is the public face
-// handed to the handler; the rest is the engine's. The settlement methods
+// record is the bus's record of one delivery: the public Delivery handed
+// to the handler, inline, and the state of the delivery's life (see the
+// package doc's diagram). The handler's Delivery points back at it, so a
+// copy of the Delivery settles the same record. The settlement methods
 // are safe for concurrent use; the first settlement wins.
-type Delivery[P any] struct {
-	Pub P
+type record struct {
+	pub Delivery
 
-	// The fields below are kept few and small: a Delivery is allocated
-	// per message, and the garbage collector pays for every byte.
+	// The fields below are kept few and small: a record is allocated per
+	// message, and the garbage collector pays for every byte.
 
-	sub   *Sub[P]
+	sub   *consumer
 	ackID backend.AckID
 	// received is when the delivery's batch came from the backend, the
 	// start of its lease, on the monoNow clock.
@@ -38,7 +40,7 @@ type Delivery[P any] struct {
 }
 
 // deliveryExt holds the state few deliveries need, so the common one
-// stays small. Guarded by Sub.mu.
+// stays small. Guarded by consumer.mu.
 type deliveryExt struct {
 	dlqCode backend.DeadLetterCode // why it was dead-lettered or dropped
 	hooks   []func(Outcome, error)
@@ -68,34 +70,8 @@ const (
 	outcomeShift = 8
 )
 
-// Outcome is how a delivery was settled.
-type Outcome int
-
-const (
-	OutcomePending Outcome = iota
-	OutcomeAcked
-	OutcomeNacked
-	OutcomeDeadLettered
-	OutcomeDropped
-	OutcomeExpired
-)
-
-var outcomeNames = [...]string{"pending", "ack", "nack", "dead_letter", "dropped", "expired"}
-
-// String returns "ack", "nack", "dead_letter", "dropped", "expired" or
-// "pending".
-func (o Outcome) String() string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// Attempt is the delivery's attempt number (1 on the first delivery).
-func (d *Delivery[P]) Attempt() int { return int(d.attempt) }
-
 // extLocked returns d.ext, allocating it; sub.mu must be held.
-func (d *Delivery[P]) extLocked() *deliveryExt {
+func (d *record) extLocked() *deliveryExt {
 	x := d.ext.Load()
 	if x == nil {
 		x = &deliveryExt{}
@@ -104,21 +80,16 @@ func (d *Delivery[P]) extLocked() *deliveryExt {
 	return x
 }
 
-// id is the message ID, for errors and events.
-func (d *Delivery[P]) id() string { return d.sub.cfg.Info(&d.Pub).ID }
-
-// Ack settles the delivery as done. Acks are batched; a failed flush is
-// reported to the observer and the message is redelivered after its lease.
-func (d *Delivery[P]) Ack(ctx context.Context) error {
+// ack is Delivery.Ack.
+func (d *record) ack(ctx context.Context) error {
 	if !d.claim() {
 		return d.alreadySettled("ack")
 	}
 	return d.doAck()
 }
 
-// Nack hands the delivery back for redelivery after delay (0 = at once),
-// with Attempt+1.
-func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
+// nack is Delivery.Nack.
+func (d *record) nack(ctx context.Context, delay time.Duration) error {
 	if err := d.claimRedelivery("nack", delay); err != nil {
 		return err
 	}
@@ -134,7 +105,7 @@ func (d *Delivery[P]) Nack(ctx context.Context, delay time.Duration) error {
 // delay (a nack, a snooze) and takes the right to settle. A snooze needs
 // a positive delay: one of 0 would give the message back at once without
 // counting an attempt, again and again.
-func (d *Delivery[P]) claimRedelivery(op string, delay time.Duration) error {
+func (d *record) claimRedelivery(op string, delay time.Duration) error {
 	if delay < 0 {
 		return fmt.Errorf("bus: %s: %w: negative delay %v", op, ErrInvalidOption, delay)
 	}
@@ -150,21 +121,19 @@ func (d *Delivery[P]) claimRedelivery(op string, delay time.Duration) error {
 	return nil
 }
 
-// Reject settles the delivery as failed for good: it goes to the
-// dead-letter topic with code rejected, or is dropped with dead-lettering
-// off.
-func (d *Delivery[P]) Reject(ctx context.Context, reason error) error {
+// reject is Delivery.Reject.
+func (d *record) reject(ctx context.Context, reason error) error {
 	if reason == nil {
 		reason = errors.New("rejected")
 	}
 	if !d.claim() {
 		return d.alreadySettled("reject")
 	}
-	return d.doDeadLetter(ctx, WithCode(backend.CodeRejected, reason))
+	return d.doDeadLetter(ctx, withCode(backend.CodeRejected, reason))
 }
 
-// Extend restarts the lease of an unsettled delivery.
-func (d *Delivery[P]) Extend(ctx context.Context) error {
+// extend is Delivery.Extend.
+func (d *record) extend(ctx context.Context) error {
 	if d.state.Load()&stateSettled != 0 {
 		return d.alreadySettled("extend")
 	}
@@ -178,8 +147,8 @@ func (d *Delivery[P]) Extend(ctx context.Context) error {
 }
 
 // extendLease restarts the lease through the backend and moves the
-// engine-side deadline of a manual delivery with it.
-func (d *Delivery[P]) extendLease(ctx context.Context) error {
+// bus-side deadline of a manual delivery with it.
+func (d *record) extendLease(ctx context.Context) error {
 	s := d.sub
 	ext, ok := s.bsub.(backend.Extender)
 	if !ok {
@@ -187,7 +156,7 @@ func (d *Delivery[P]) extendLease(ctx context.Context) error {
 	}
 	start := monoNow()
 	if err := ext.Extend(ctx, d.ackID); err != nil {
-		return fmt.Errorf("bus: extend %q: %w", d.id(), err)
+		return fmt.Errorf("bus: extend %q: %w", d.pub.ID, err)
 	}
 	s.mu.Lock()
 	x := d.extLocked()
@@ -199,16 +168,14 @@ func (d *Delivery[P]) extendLease(ctx context.Context) error {
 	return nil
 }
 
-// OnSettle registers fn to be called once, with the outcome and the error
-// of the settlement, when the delivery is settled (or its lease expires).
-// If it is already settled fn is called at once.
-func (d *Delivery[P]) OnSettle(fn func(Outcome, error)) {
+// onSettle is Delivery.OnSettle.
+func (d *record) onSettle(fn func(Outcome, error)) {
 	s := d.sub
 	s.mu.Lock()
 	// Store ext, then read the outcome; finish stores the outcome, then
 	// reads ext: one of the two sees the other.
 	x := d.extLocked()
-	if o := d.Outcome(); o != OutcomePending {
+	if o := d.outcome(); o != OutcomePending {
 		s.mu.Unlock()
 		fn(o, nil)
 		return
@@ -217,12 +184,11 @@ func (d *Delivery[P]) OnSettle(fn func(Outcome, error)) {
 	s.mu.Unlock()
 }
 
-// Outcome returns how the delivery was settled so far.
-func (d *Delivery[P]) Outcome() Outcome { return Outcome(d.state.Load() >> outcomeShift) }
+// outcome is Delivery.Outcome.
+func (d *record) outcome() Outcome { return Outcome(d.state.Load() >> outcomeShift) }
 
-// DeadLetterCode is the reason code of a delivery that was dead-lettered
-// (or dropped with dead-lettering off), and "" otherwise.
-func (d *Delivery[P]) DeadLetterCode() backend.DeadLetterCode {
+// deadLetterCode is Delivery.DeadLetterCode.
+func (d *record) deadLetterCode() backend.DeadLetterCode {
 	if d.ext.Load() == nil {
 		return ""
 	}
@@ -231,14 +197,14 @@ func (d *Delivery[P]) DeadLetterCode() backend.DeadLetterCode {
 	return d.ext.Load().dlqCode
 }
 
-func (d *Delivery[P]) setDeadLetterCode(c backend.DeadLetterCode) {
+func (d *record) setDeadLetterCode(c backend.DeadLetterCode) {
 	d.sub.mu.Lock()
 	d.extLocked().dlqCode = c
 	d.sub.mu.Unlock()
 }
 
 // claim takes the right to settle. It fails if another settlement won.
-func (d *Delivery[P]) claim() bool {
+func (d *record) claim() bool {
 	for {
 		s := d.state.Load()
 		if s&stateSettled != 0 {
@@ -250,11 +216,11 @@ func (d *Delivery[P]) claim() bool {
 	}
 }
 
-func (d *Delivery[P]) alreadySettled(op string) error {
-	return fmt.Errorf("bus: %s %q: %w (%s)", op, d.id(), ErrAlreadySettled, d.Outcome())
+func (d *record) alreadySettled(op string) error {
+	return fmt.Errorf("bus: %s %q: %w (%s)", op, d.pub.ID, ErrAlreadySettled, d.outcome())
 }
 
-func (d *Delivery[P]) doAck() error {
+func (d *record) doAck() error {
 	err := d.sub.acks.add(d.ackID)
 	if err != nil {
 		err = d.ackErr(err)
@@ -264,18 +230,18 @@ func (d *Delivery[P]) doAck() error {
 }
 
 // ackErr is the error of an ack of d the acker refused.
-func (d *Delivery[P]) ackErr(err error) error {
-	return fmt.Errorf("bus: ack %q: %w", d.id(), err)
+func (d *record) ackErr(err error) error {
+	return fmt.Errorf("bus: ack %q: %w", d.pub.ID, err)
 }
 
 // capDelay is delay cut to backend.MaxDelay: a longer delay waits
 // MaxDelay, so that no due time overflows what a broker carries.
 func capDelay(delay time.Duration) time.Duration { return min(delay, backend.MaxDelay) }
 
-func (d *Delivery[P]) doNack(ctx context.Context, delay time.Duration) error {
+func (d *record) doNack(ctx context.Context, delay time.Duration) error {
 	err := d.sub.bsub.Nack(ctx, d.ackID, delay)
 	if err != nil {
-		err = fmt.Errorf("bus: nack %q: %w", d.id(), err)
+		err = fmt.Errorf("bus: nack %q: %w", d.pub.ID, err)
 	}
 	d.finish(OutcomeNacked, err)
 	return err
@@ -283,10 +249,10 @@ func (d *Delivery[P]) doNack(ctx context.Context, delay time.Duration) error {
 
 // doDeadLetter moves the message to the dead-letter topic, or drops it
 // when dead-lettering is off; either is reported once, with its code.
-func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
+func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 	s := d.sub
 	topic := s.cfg.DeadLetter
-	code := ReasonCode(reason)
+	code := reasonCode(reason)
 	d.setDeadLetterCode(code)
 	at := monoNow()
 	if topic == "" {
@@ -302,11 +268,11 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 	var err error
 	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
 		err = dl.DeadLetter(ctx, d.ackID, topic, cp)
-	} else if err = s.cfg.Publish(ctx, topic, []*backend.Message{cp}); err == nil {
+	} else if err = s.bus.be.Publish(ctx, topic, []*backend.Message{cp}); err == nil {
 		err = s.acks.add(d.ackID)
 	}
 	if err != nil {
-		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.id(), topic, err)
+		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.pub.ID, topic, err)
 	} else {
 		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
 		if s.cfg.Event != nil {
@@ -317,8 +283,8 @@ func (d *Delivery[P]) doDeadLetter(ctx context.Context, reason error) error {
 	return err
 }
 
-func (d *Delivery[P]) deadLetterCopy(code backend.DeadLetterCode, reason error) *backend.Message {
-	m := d.sub.cfg.Info(&d.Pub)
+func (d *record) deadLetterCopy(code backend.DeadLetterCode, reason error) *backend.Message {
+	m := d.message()
 	return backend.NewDeadLetter(&m, backend.DeadLetterInfo{
 		Topic: d.sub.cfg.Topic, Group: d.sub.cfg.Group, Attempt: int(d.attempt), Code: code, Reason: reason.Error(),
 	})
@@ -326,7 +292,7 @@ func (d *Delivery[P]) deadLetterCopy(code backend.DeadLetterCode, reason error) 
 
 // finish records the outcome, runs the hooks and frees the slot if the
 // handler is done too.
-func (d *Delivery[P]) finish(o Outcome, err error) {
+func (d *record) finish(o Outcome, err error) {
 	d.state.Or(uint32(o) << outcomeShift)
 	if x := d.ext.Load(); x != nil {
 		s := d.sub
@@ -347,9 +313,9 @@ func (d *Delivery[P]) finish(o Outcome, err error) {
 
 // handlerDone marks the handler as returned. It reports whether the
 // delivery is settled too: its slot is then the caller's to give back
-// (Sub.free; Sub.releaseDone for a delivery that ran, which a dispatcher
+// (consumer.free; consumer.releaseDone for a delivery that ran, which a dispatcher
 // worker does in batches).
-func (d *Delivery[P]) handlerDone() bool {
+func (d *record) handlerDone() bool {
 	d.state.Or(stateHandlerDone)
 	if k := d.sub.keys; k != nil {
 		k.handlerReturned(d)
@@ -359,7 +325,7 @@ func (d *Delivery[P]) handlerDone() bool {
 
 // maybeRelease frees the in-flight slot (or waiting unit) once the
 // handler has returned and the delivery is settled, exactly once.
-func (d *Delivery[P]) maybeRelease() {
+func (d *record) maybeRelease() {
 	if d.takeRelease() {
 		d.sub.free(d)
 	}
@@ -369,7 +335,7 @@ func (d *Delivery[P]) maybeRelease() {
 // the delivery is settled: the caller then frees its slot. It reports
 // false when the slot went on to the next delivery of d's key instead
 // (keyLines.done).
-func (d *Delivery[P]) takeRelease() bool {
+func (d *record) takeRelease() bool {
 	for {
 		s := d.state.Load()
 		if s&(stateFinished|stateHandlerDone) != stateFinished|stateHandlerDone || s&stateReleased != 0 {
@@ -385,18 +351,18 @@ func (d *Delivery[P]) takeRelease() bool {
 	}
 }
 
-// armLease starts the engine-side lease for a delivery whose handler
+// armLease starts the bus-side lease for a delivery whose handler
 // returned unsettled (AckManual): when it runs out the slot is freed and
 // the backend redelivers. It reports false when the subscription has
 // given up its manual deliveries (Close ran out of time); the caller
 // expires d.
-func (d *Delivery[P]) armLease() bool {
+func (d *record) armLease() bool {
 	s := d.sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Store ext, then read the outcome (see OnSettle).
+	// Store ext, then read the outcome (see onSettle).
 	x := d.extLocked()
-	if d.Outcome() != OutcomePending {
+	if d.outcome() != OutcomePending {
 		return true
 	}
 	if x.leaseEnd == 0 {
@@ -405,24 +371,17 @@ func (d *Delivery[P]) armLease() bool {
 	return s.manual.addLocked(d, x, x.leaseEnd)
 }
 
-func (d *Delivery[P]) expire() {
+func (d *record) expire() {
 	if !d.claim() {
 		return
 	}
 	s := d.sub
 	s.report(d, observer.ScopeLease, fmt.Errorf("lease of %v expired unsettled; the message will be redelivered", s.cfg.AckTimeout))
-	d.finish(OutcomeExpired, nil)
+	d.finish(OutcomeLeaseLost, nil)
 }
 
-// Settled is what middleware reads of a delivery's settlement.
-type Settled interface {
-	OnSettle(fn func(Outcome, error))
-	Outcome() Outcome
-	DeadLetterCode() backend.DeadLetterCode
+// message is the SPI message of d, for dead-letter copies.
+func (d *record) message() backend.Message {
+	p := &d.pub
+	return backend.Message{ID: p.ID, Key: p.Key, Headers: p.Headers, Payload: p.Payload, Attempt: int(d.attempt), PublishedAt: p.PublishedAt}
 }
-
-// SettledOf returns the record behind a public delivery, or nil for one
-// that did not come from a subscription. The root package sets it when it
-// is initialised, so that the middleware package reaches the record
-// without the public Delivery exporting it.
-var SettledOf = func(any) Settled { return nil }

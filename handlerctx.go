@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 )
 
 // handlerCtx is a Delivery seen as the ctx of its handler call, when the
-// handler runs under a lease: (*handlerCtx[P])(d). It behaves as
+// handler runs under a lease: (*handlerCtx)(d). It behaves as
 // context.WithCancelCause(s.handlerCtx) cancelled when the handler
 // returns, or with cause ErrLeaseLost when the lease cannot be kept, and
 // it ends when the subscription cancels its handlers (cause ErrClosing).
@@ -20,7 +20,7 @@ import (
 // cancellation with a cause. A quick handler that never waits on its ctx
 // runs without any of them. It is safe for concurrent use, without a
 // lock: the real ctx is installed with a compare-and-swap.
-type handlerCtx[P any] Delivery[P]
+type handlerCtx record
 
 // cancelCause is a handler ctx once made.
 type cancelCause struct {
@@ -28,15 +28,15 @@ type cancelCause struct {
 	cancel context.CancelCauseFunc
 }
 
-func (c *handlerCtx[P]) parent() context.Context { return c.sub.handlerCtx }
+func (c *handlerCtx) parent() context.Context { return c.sub.handlerCtx }
 
-func (c *handlerCtx[P]) ended() bool { return c.state.Load()&stateCtxEnded != 0 }
+func (c *handlerCtx) ended() bool { return c.state.Load()&stateCtxEnded != 0 }
 
 // Deadline implements context.Context: the parent's.
-func (c *handlerCtx[P]) Deadline() (time.Time, bool) { return c.parent().Deadline() }
+func (c *handlerCtx) Deadline() (time.Time, bool) { return c.parent().Deadline() }
 
 // Done implements context.Context.
-func (c *handlerCtx[P]) Done() <-chan struct{} {
+func (c *handlerCtx) Done() <-chan struct{} {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Done()
 	}
@@ -44,7 +44,7 @@ func (c *handlerCtx[P]) Done() <-chan struct{} {
 }
 
 // Err implements context.Context.
-func (c *handlerCtx[P]) Err() error {
+func (c *handlerCtx) Err() error {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Err()
 	}
@@ -59,7 +59,7 @@ func (c *handlerCtx[P]) Err() error {
 // that the ctx was not cancelled with a cause of its own, and Cause falls
 // back to the parent's, or to Err: what it returns for a cancelCtx
 // cancelled without a cause.
-func (c *handlerCtx[P]) Value(key any) any {
+func (c *handlerCtx) Value(key any) any {
 	if in := c.ctx.Load(); in != nil {
 		return in.ctx.Value(key)
 	}
@@ -67,13 +67,13 @@ func (c *handlerCtx[P]) Value(key any) any {
 }
 
 // String names the ctx, as the context package's do.
-func (c *handlerCtx[P]) String() string { return "bus.handlerCtx" }
+func (c *handlerCtx) String() string { return "bus.handlerCtx" }
 
 // make makes the real cancelCtx, cancelled at once when the handler has
 // returned. Of two concurrent calls one installs its ctx; the other
 // cancels its own (which unregisters it from the parent) and uses the
 // installed one.
-func (c *handlerCtx[P]) make() *cancelCause {
+func (c *handlerCtx) make() *cancelCause {
 	if in := c.ctx.Load(); in != nil {
 		return in
 	}
@@ -92,7 +92,7 @@ func (c *handlerCtx[P]) make() *cancelCause {
 }
 
 // end cancels the ctx because the handler returned.
-func (c *handlerCtx[P]) end() {
+func (c *handlerCtx) end() {
 	c.state.Or(stateCtxEnded)
 	if in := c.ctx.Load(); in != nil {
 		in.cancel(nil)
@@ -101,7 +101,7 @@ func (c *handlerCtx[P]) end() {
 
 // lose cancels the ctx with cause while the handler runs. It reports
 // false, and does nothing, when the handler has already returned.
-func (c *handlerCtx[P]) lose(cause error) bool {
+func (c *handlerCtx) lose(cause error) bool {
 	if c.ended() {
 		return false
 	}

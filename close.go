@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -7,28 +7,29 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/shutdown"
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Close stops the subscription (see the root package's Subscription.Close
+// Close stops the subscription (see Subscription.Close
 // for the contract): it stops fetching, lets handlers finish until the
 // ctx of any Close ends, then cancels them with cause ErrClosing, flushes
 // settlements and returns by its ctx plus a short grace.
-func (s *Sub[P]) Close(ctx context.Context) error { return s.close(ctx, false) }
+func (s *consumer) Close(ctx context.Context) error { return s.close(ctx, false) }
 
 // close is Close; background says that no caller waits for the result of
 // this call (closeInBackground), so the shutdown's error stays for a
 // Close that waits for it.
-func (s *Sub[P]) close(ctx context.Context, background bool) error {
+func (s *consumer) close(ctx context.Context, background bool) error {
 	// Any Close whose ctx ends forces the shutdown under way.
 	stop := context.AfterFunc(ctx, func() { s.Force(context.Cause(ctx)) })
 	defer stop()
 	if s.startClose() {
 		return s.shutdown(!background)
 	}
-	hard, cancel := WithGrace(ctx)
+	hard, cancel := shutdown.WithGrace(ctx)
 	defer cancel()
-	if !WaitOrDone(hard, s.done) {
+	if !shutdown.WaitOrDone(hard, s.done) {
 		return fmt.Errorf("bus: close subscription %q: %d handler(s) still running: %w", s.cfg.Topic, s.disp.inHandler(), ctx.Err())
 	}
 	s.closeMu.Lock()
@@ -46,11 +47,11 @@ func (s *Sub[P]) close(ctx context.Context, background bool) error {
 // Force makes the shutdown stop waiting for the running handlers (at
 // once if it has not started yet): their ctx is cancelled with cause
 // ErrClosing.
-func (s *Sub[P]) Force(cause error) { s.forceStop(cause) }
+func (s *consumer) Force(cause error) { s.forceStop(cause) }
 
 // startClose reports whether the caller is the first to close s: it then
 // runs the shutdown. A later caller is counted as waiting for its result.
-func (s *Sub[P]) startClose() bool {
+func (s *consumer) startClose() bool {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	first := !s.closeStarted
@@ -64,7 +65,7 @@ func (s *Sub[P]) startClose() bool {
 // errToReport reports whether the error of a shutdown that the Subscribe
 // ctx or a backend failure started still needs reporting: not when a
 // Close waits for it (that Close returns it).
-func (s *Sub[P]) errToReport() bool {
+func (s *consumer) errToReport() bool {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.waiting {
@@ -77,8 +78,8 @@ func (s *Sub[P]) errToReport() bool {
 // shutdown runs the steps of Close once, bounded by s.force (the ctx of
 // every Close) plus the grace; taken says that its caller returns the
 // error, so no later Close does.
-func (s *Sub[P]) shutdown(taken bool) error {
-	hard, cancel := WithGrace(s.force)
+func (s *consumer) shutdown(taken bool) error {
+	hard, cancel := shutdown.WithGrace(s.force)
 	defer cancel()
 	s.stopAfter()
 	s.stopFetch()
@@ -114,10 +115,10 @@ func (s *Sub[P]) shutdown(taken bool) error {
 		// Drained and flushed: the next member may take over.
 		s.owner.close(hard)
 	}
-	if err := CloseBounded(hard, s.bsub.Close); err != nil {
+	if err := shutdown.CloseBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
 	}
-	s.cfg.Ended()
+	s.ended()
 	var err error
 	if len(errs) > 0 {
 		err = fmt.Errorf("bus: close subscription %q: %w", s.cfg.Topic, errors.Join(errs...))
@@ -138,7 +139,7 @@ func (s *Sub[P]) shutdown(taken bool) error {
 // cancelled. Manual deliveries whose handler returned unsettled keep their
 // lease; they are waited for until the shutdown is forced, then given back
 // (dropLeases).
-func (s *Sub[P]) waitHandlers(drained <-chan struct{}) int64 {
+func (s *consumer) waitHandlers(drained <-chan struct{}) int64 {
 	cancelled := int64(0)
 	select {
 	case <-drained:
@@ -162,11 +163,11 @@ func (s *Sub[P]) waitHandlers(drained <-chan struct{}) int64 {
 
 // collect waits, until hard ends, for the handlers and the fetch loop to
 // return, and says what did not.
-func (s *Sub[P]) collect(hard context.Context, drained <-chan struct{}, cancelled int64) []error {
+func (s *consumer) collect(hard context.Context, drained <-chan struct{}, cancelled int64) []error {
 	var errs []error
 	cause := context.Cause(s.force)
-	clean := WaitOrDone(hard, drained)
-	if !WaitOrDone(hard, s.fetchDone) {
+	clean := shutdown.WaitOrDone(hard, drained)
+	if !shutdown.WaitOrDone(hard, s.fetchDone) {
 		// A backend whose Receive ignores ctx breaks its contract; do not
 		// let it hang Close past the caller's deadline.
 		errs = append(errs, fmt.Errorf("backend Receive did not return after cancellation: %w", cause))
@@ -185,13 +186,13 @@ func (s *Sub[P]) collect(hard context.Context, drained <-chan struct{}, cancelle
 // settlement when Close runs out of time, or when it ends: their slots are
 // freed, and they are released to the group (without counting an attempt)
 // while hard lasts, or else redelivered when their lease ends there.
-func (s *Sub[P]) dropLeases(hard context.Context) {
+func (s *consumer) dropLeases(hard context.Context) {
 	for _, d := range s.manual.drain() {
 		if !d.claim() {
 			continue
 		}
 		if hard.Err() != nil {
-			d.finish(OutcomeExpired, ErrClosed)
+			d.finish(OutcomeLeaseLost, ErrClosed)
 			continue
 		}
 		s.release(hard, d)
@@ -201,14 +202,14 @@ func (s *Sub[P]) dropLeases(hard context.Context) {
 // finishClose closes Done once the last handler and the subscription's
 // own goroutines have returned: now, or in the background after
 // stragglers that ignore their ctx.
-func (s *Sub[P]) finishClose(hard context.Context, drained <-chan struct{}) {
+func (s *consumer) finishClose(hard context.Context, drained <-chan struct{}) {
 	finished := make(chan struct{})
 	go func() {
 		<-drained
 		s.workers.Wait()
 		close(finished)
 	}()
-	if WaitOrDone(hard, finished) {
+	if shutdown.WaitOrDone(hard, finished) {
 		close(s.done)
 	} else {
 		go func() {
@@ -226,7 +227,7 @@ const backgroundCloseTimeout = 30 * time.Second
 // closeInBackground closes the subscription when no caller waits for the
 // result (its ctx ended, or the backend failed); a close error goes to the
 // observer.
-func (s *Sub[P]) closeInBackground() {
+func (s *consumer) closeInBackground() {
 	ctx, cancel := context.WithTimeout(context.Background(), backgroundCloseTimeout)
 	defer cancel()
 	if err := s.close(ctx, true); err != nil && s.errToReport() {
@@ -235,12 +236,42 @@ func (s *Sub[P]) closeInBackground() {
 }
 
 // fail ends the subscription because the backend failed for good.
-func (s *Sub[P]) fail(err error) {
+func (s *consumer) fail(err error) {
 	s.closeMu.Lock()
 	if s.err == nil {
 		s.err = err
 	}
 	s.closeMu.Unlock()
 	s.stopFetch()
-	s.cfg.Go(s.closeInBackground)
+	s.goCloseInBackground()
+}
+
+// goCloseInBackground runs closeInBackground on a goroutine the bus's
+// Close waits for; once the bus is closing it does nothing (the bus's
+// Close closes the consumer itself).
+func (s *consumer) goCloseInBackground() {
+	b := s.bus
+	if !b.ops.enter() {
+		return
+	}
+	go func() {
+		defer b.ops.leave()
+		s.closeInBackground()
+	}()
+}
+
+// ended tells the bus that the consumer's shutdown is done: its events
+// sink is released, and an unpartitioned subscription's autoscale
+// controller stopped and the subscription forgotten (a partitioned one's
+// manager does both).
+func (s *consumer) ended() {
+	if s.sub != nil {
+		if s.cfg.Autoscale != nil {
+			s.cfg.Autoscale.Stop()
+		}
+		s.bus.forget(s.sub)
+	}
+	if s.cfg.Event != nil {
+		s.cfg.Event.Release()
+	}
 }

@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"math/rand/v2"
@@ -11,14 +11,14 @@ import (
 // adds, moves and removals, and checks after each step that every queued
 // delivery knows its index and that fire would take the earliest first.
 func TestManualLeasesHeapStaysOrderedAndIndexed(t *testing.T) {
-	m := &manualLeases[struct{}]{s: &Sub[struct{}]{}, timerAt: 1} // a timer "set" far back: no real timer is started
+	m := &manualLeases{s: &consumer{}, timerAt: 1} // a timer "set" far back: no real timer is started
 	r := rand.New(rand.NewPCG(1, 2))
-	var queued []*Delivery[struct{}]
-	ext := func(d *Delivery[struct{}]) *deliveryExt { return d.ext.Load() }
+	var queued []*record
+	ext := func(d *record) *deliveryExt { return d.ext.Load() }
 	for step := range 5000 {
 		switch op := r.IntN(3); {
 		case op == 0 || len(queued) == 0:
-			d := &Delivery[struct{}]{}
+			d := &record{}
 			d.ext.Store(&deliveryExt{})
 			require.True(t, m.addLocked(d, ext(d), r.Int64N(1000)+2), "add")
 			queued = append(queued, d)
@@ -49,5 +49,5 @@ func TestManualLeasesHeapStaysOrderedAndIndexed(t *testing.T) {
 	for _, d := range ds {
 		require.Zero(t, ext(d).leaseIdx, "a drained delivery is not indexed")
 	}
-	require.False(t, m.addLocked(&Delivery[struct{}]{}, &deliveryExt{}, 5), "add after drain")
+	require.False(t, m.addLocked(&record{}, &deliveryExt{}, 5), "add after drain")
 }

@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"runtime"
@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/lifecycle"
 )
 
@@ -25,13 +24,11 @@ import (
 // is not stalled, and neither is one whose woken workers wait for a
 // processor (on a saturated machine more goroutines would only wait with
 // them).
-type dispatcher[P any] struct {
-	// run handles a delivery on worker w and reports whether its slot
-	// is to be given back; workers give slots back through free in
-	// batches.
-	run   func(d *Delivery[P], w *workerSlot[P]) bool
-	free  func(n int)
-	acker *acker[P]
+type dispatcher struct {
+	// c runs the deliveries (consumer.process) and takes their slots back
+	// (consumer.releaseDone), which workers give back in batches.
+	c     *consumer
+	acker *acker
 	batch int // slots a worker gives back at once
 	max   int
 	procs int // GOMAXPROCS when the subscription started
@@ -41,7 +38,7 @@ type dispatcher[P any] struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	queue   []*Delivery[P]
+	queue   []*record
 	head    int
 	workers int
 	idle    int
@@ -54,25 +51,20 @@ type dispatcher[P any] struct {
 	takenAtArm uint64
 	// slots holds, per worker, the delivery it runs now, for the lease
 	// keeper to walk without a registration per message.
-	slots []*workerSlot[P]
-	// acks holds the acks that workers made when a handler returned
-	// (AckOnSuccess). A worker adds its ack in the critical section in
-	// which it takes its next delivery, so acking costs no lock of its
-	// own; the acker takes them from here (swapAcks).
-	acks []backend.AckID
+	slots []*workerSlot
 
 	slowNanos atomic.Int64 // moving average of handler duration
 	wg        sync.WaitGroup
 }
 
 // workerSlot is the delivery a worker runs now (nil between handlers).
-type workerSlot[P any] struct {
-	cur   atomic.Pointer[Delivery[P]]
+type workerSlot struct {
+	cur   atomic.Pointer[record]
 	n     uint32 // deliveries run, for sampling their duration
 	freed int    // slots to give back
-	// ack is the delivery the worker acks once its handler has returned
-	// (see Sub.ackAfterHandler); only the worker touches it.
-	ack *Delivery[P]
+	// acks buffers the acks of the handlers the worker ran (see
+	// consumer.ackAfterHandler), for the acker.
+	acks *ackBuf
 	// events stages the lifecycle events of the worker's handlers (nil
 	// until the first); the worker flushes it before it waits for work,
 	// and releases it when it ends.
@@ -95,18 +87,18 @@ const (
 	slowSampleCap = 2 * slowHandler
 )
 
-// newDispatcher returns a dispatcher of at most max workers. A worker
-// gives the slots of the deliveries run returns true for back through
-// free, a batch at a time (an eighth of max), and all of them before it
-// waits for work: a slot is never held by a worker with nothing to do.
-func newDispatcher[P any](max int, run func(*Delivery[P], *workerSlot[P]) bool, free func(n int), a *acker[P]) *dispatcher[P] {
-	d := &dispatcher[P]{run: run, free: free, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*Delivery[P], 0, max)}
+// newDispatcher returns a dispatcher of at most max workers for c. A
+// worker gives the slots of the deliveries whose process reports true
+// back to c, a batch at a time (an eighth of max), and all of them before
+// it waits for work: a slot is never held by a worker with nothing to do.
+func newDispatcher(c *consumer, max int, a *acker) *dispatcher {
+	d := &dispatcher{c: c, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*record, 0, max)}
 	d.cond.L = &d.mu
 	return d
 }
 
 // push queues a batch; the caller holds a slot for each delivery.
-func (p *dispatcher[P]) push(ds []*Delivery[P]) {
+func (p *dispatcher) push(ds []*record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, ds...)
 	want := len(ds)
@@ -125,7 +117,7 @@ func (p *dispatcher[P]) push(ds []*Delivery[P]) {
 }
 
 // armLocked starts the stall check.
-func (p *dispatcher[P]) armLocked() {
+func (p *dispatcher) armLocked() {
 	p.armed = true
 	p.takenAtArm = p.taken
 	if p.stall == nil {
@@ -135,11 +127,11 @@ func (p *dispatcher[P]) armLocked() {
 	}
 }
 
-func (p *dispatcher[P]) queued() int { return len(p.queue) - p.head }
+func (p *dispatcher) queued() int { return len(p.queue) - p.head }
 
 // wakeLocked makes sure n more deliveries have a worker: it signals idle
 // workers and starts new ones while under max.
-func (p *dispatcher[P]) wakeLocked(n int) {
+func (p *dispatcher) wakeLocked(n int) {
 	n = min(n, p.queued())
 	for i := 0; i < n && i < p.idle; i++ {
 		p.cond.Signal()
@@ -147,13 +139,13 @@ func (p *dispatcher[P]) wakeLocked(n int) {
 	for extra := n - p.idle; extra > 0 && p.workers < p.max; extra-- {
 		p.workers++
 		p.wg.Add(1)
-		w := &workerSlot[P]{}
+		w := &workerSlot{acks: p.acker.newBuf()}
 		p.slots = append(p.slots, w)
 		go p.work(w)
 	}
 }
 
-func (p *dispatcher[P]) checkStall() {
+func (p *dispatcher) checkStall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.armed = false
@@ -174,9 +166,10 @@ func (p *dispatcher[P]) checkStall() {
 	p.wakeLocked(p.queued())
 }
 
-func (p *dispatcher[P]) work(w *workerSlot[P]) {
+func (p *dispatcher) work(w *workerSlot) {
 	defer p.wg.Done()
 	defer func() {
+		p.acker.dropBuf(w.acks)
 		if w.events != nil {
 			w.events.Release()
 		}
@@ -191,14 +184,6 @@ func (p *dispatcher[P]) work(w *workerSlot[P]) {
 		p.mu.Unlock()
 		p.runOne(d, w)
 		p.mu.Lock()
-		if d := w.ack; d != nil {
-			w.ack = nil
-			if !p.ackLocked(d.ackID) {
-				p.mu.Unlock()
-				p.acker.dropped(d)
-				p.mu.Lock()
-			}
-		}
 		p.busy--
 		if p.stopped && p.busy == 0 && p.queued() == 0 {
 			p.cond.Broadcast()
@@ -210,7 +195,7 @@ func (p *dispatcher[P]) work(w *workerSlot[P]) {
 // nil when the dispatcher has stopped and the worker must end. A worker
 // gives back the slots it collected before it waits. p.mu is held (and
 // released while waiting or giving slots back).
-func (p *dispatcher[P]) nextLocked(w *workerSlot[P]) *Delivery[P] {
+func (p *dispatcher) nextLocked(w *workerSlot) *record {
 	for p.queued() == 0 {
 		if w.events != nil && w.events.Pending() {
 			p.mu.Unlock()
@@ -222,7 +207,7 @@ func (p *dispatcher[P]) nextLocked(w *workerSlot[P]) *Delivery[P] {
 			n := w.freed
 			w.freed = 0
 			p.mu.Unlock()
-			p.free(n)
+			p.c.releaseDone(n)
 			p.mu.Lock()
 			continue
 		}
@@ -250,59 +235,30 @@ func (p *dispatcher[P]) nextLocked(w *workerSlot[P]) *Delivery[P] {
 
 // runOne runs d on w, samples the handler duration every 16th delivery,
 // and collects d's slot when it is the worker's to give back.
-func (p *dispatcher[P]) runOne(d *Delivery[P], w *workerSlot[P]) {
+func (p *dispatcher) runOne(d *record, w *workerSlot) {
 	w.cur.Store(d)
 	var freed bool
 	if w.n++; w.n&15 == 0 {
 		start := time.Now()
-		freed = p.run(d, w)
+		freed = p.c.process(d, w)
 		el := min(int64(time.Since(start)), int64(slowSampleCap))
 		avg := p.slowNanos.Load()
 		p.slowNanos.Store(avg + (el-avg)/4)
 	} else {
-		freed = p.run(d, w)
+		freed = p.c.process(d, w)
 	}
 	w.cur.Store(nil)
 	if freed {
 		if w.freed++; w.freed >= p.batch {
-			p.free(w.freed)
+			p.c.releaseDone(w.freed)
 			w.freed = 0
 		}
 	}
 }
 
-// ackLocked buffers an ack for the acker; it reports false when the acker
-// is closed. The acker's final flush swaps the buffer under p.mu after it
-// was closed, so an ack this accepts is always flushed.
-func (p *dispatcher[P]) ackLocked(id backend.AckID) bool {
-	if p.acker.isClosed() {
-		return false
-	}
-	p.acks = append(p.acks, id)
-	p.acker.buffered(len(p.acks))
-	return true
-}
-
-// swapAcks returns the buffered acks and buffers into spare (emptied)
-// from now on: the lock is held for a swap, not for a copy.
-func (p *dispatcher[P]) swapAcks(spare []backend.AckID) []backend.AckID {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ids := p.acks
-	p.acks = spare[:0]
-	return ids
-}
-
-// pendingAcks counts the buffered acks.
-func (p *dispatcher[P]) pendingAcks() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.acks)
-}
-
 // running appends to ds the deliveries whose handler runs now, or that
 // just returned.
-func (p *dispatcher[P]) running(ds []*Delivery[P]) []*Delivery[P] {
+func (p *dispatcher) running(ds []*record) []*record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, w := range p.slots {
@@ -314,7 +270,7 @@ func (p *dispatcher[P]) running(ds []*Delivery[P]) []*Delivery[P] {
 }
 
 // inHandler counts the deliveries whose handler runs now.
-func (p *dispatcher[P]) inHandler() int64 {
+func (p *dispatcher) inHandler() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := int64(0)
@@ -328,7 +284,7 @@ func (p *dispatcher[P]) inHandler() int64 {
 
 // stop waits for queued and running deliveries to finish, then ends the
 // workers. New pushes must have stopped.
-func (p *dispatcher[P]) stop() {
+func (p *dispatcher) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.wakeLocked(p.queued())

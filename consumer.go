@@ -1,32 +1,43 @@
-package engine
+package bus
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/autoscale"
 	"github.com/eventbus-go/bus/internal/lifecycle"
+	"github.com/eventbus-go/bus/internal/slots"
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Sub is one running subscription: its fetch loop, its workers, its
+// consumer is one running subscription to one stored topic (a
+// partition's, for a partitioned topic): its fetch loop, its workers, its
 // acker and lease keeper, and its shutdown. It is safe for concurrent use.
-type Sub[P any] struct {
-	cfg  Config[P]
+type consumer struct {
+	cfg  consumerConfig
+	bus  *Bus
 	bsub backend.Subscription
+	// sub is the public subscription of an unpartitioned topic, which the
+	// consumer's end removes from the bus; nil for a partition, whose
+	// manager does.
+	sub *Subscription
 
-	slots *Slots // max in flight: handlers running at once
-	// waits is the room of the waiting set (Config.MaxWaiting): the
-	// deliveries that wait for their key hold a unit of it instead of an
-	// in-flight slot. nil without key ordering.
-	waits *Slots
-	acks  *acker[P]
-	disp  *dispatcher[P]
+	slots *slots.Pool // max in flight: handlers running at once
+	// waits is the room of the waiting set (consumerConfig.MaxWaiting):
+	// the deliveries that wait for their key hold a unit of it instead
+	// of an in-flight slot. nil without key ordering.
+	waits *slots.Pool
+	acks  *acker
+	disp  *dispatcher
 
 	fetchCtx      context.Context // ends when fetching must stop
 	stopFetch     context.CancelFunc
@@ -39,16 +50,16 @@ type Sub[P any] struct {
 	stopAfter func() bool
 
 	fetchDone chan struct{}
-	unsettled sync.WaitGroup  // delivered but not yet released
-	keeper    *leaseKeeper[P] // nil when no handler runs under a lease
-	keys      *keyLines[P]    // nil without key ordering
-	owner     *owner[P]       // nil without a group lock
-	workers   sync.WaitGroup  // the fetch, ack and keeper goroutines
+	unsettled sync.WaitGroup // delivered but not yet released
+	keeper    *leaseKeeper   // nil when no handler runs under a lease
+	keys      *keyLines      // nil without key ordering
+	owner     *groupLock     // nil without a group lock
+	workers   sync.WaitGroup // the fetch, ack, keeper and group lock goroutines
 
 	// mu guards the extension state of the deliveries (their deliveryExt),
 	// the manual heap and the lease keeper's records; see the package doc.
 	mu     sync.Mutex
-	manual manualLeases[P] // AckManual deliveries waiting for settlement
+	manual manualLeases // AckManual deliveries waiting for settlement
 
 	closeMu      sync.Mutex // guards the fields below
 	closeStarted bool
@@ -61,37 +72,92 @@ type Sub[P any] struct {
 
 	// dispatchBuf holds the pointers of the batch being dispatched; the
 	// fetch loop reuses it.
-	dispatchBuf []*Delivery[P]
-	// slab is how many Deliveries dispatch allocates at once (slabLen).
+	dispatchBuf []*record
+	// slab is how many records dispatch allocates at once (slabLen).
 	slab int
 }
 
-// New returns the subscription of cfg over bsub, not yet running. Fetching
-// stops as soon as ctx ends; handlers keep their own ctx, which the
-// shutdown cancels only when its ctx runs out.
-func New[P any](ctx context.Context, cfg Config[P], bsub backend.Subscription) *Sub[P] {
-	s := &Sub[P]{cfg: cfg, bsub: bsub, slots: NewSlots(cfg.MaxInFlight), slab: slabLen(unsafe.Sizeof(Delivery[P]{})),
+// consumerConfig is what a consumer runs with: data, built from the
+// options by Bus.consumerConfig, every field set (defaults applied).
+type consumerConfig struct {
+	// Topic is the stored topic (a partition's); PubTopic the one the
+	// user subscribed to, which the Deliveries name.
+	Topic, PubTopic, Group string
+	AckMode                AckMode
+	MaxInFlight            int
+	Limiter                Limiter // shared limiter, or nil
+	// Feedback are told each handler's latency and error: a limiter
+	// that has a Feedback method, and the autoscale controller.
+	Feedback       []feedbacker
+	AckTimeout     time.Duration
+	MaxExtension   time.Duration
+	HandlerTimeout time.Duration // 0: none
+	MaxDeliveries  int
+	DeadLetter     string // "": dead-lettering off
+	NewBackOff     func() backoff.BackOff
+	MaxPayload     int
+	AckBatch       int
+	AckInterval    time.Duration
+	Caps           backend.Capabilities
+	Observer       observer.Observer
+	Logger         *slog.Logger
+	// Handler runs a delivery: the user's, inside its middleware.
+	Handler Handler
+	// KeyOrdering sequences the deliveries of each key (see keyLines);
+	// MaxWaiting bounds those that wait for their key: they hold no
+	// in-flight slot, and fetching pauses only while this many wait.
+	KeyOrdering bool
+	MaxWaiting  int
+	// Locker, when set, is the group lock the consumer must hold to fetch
+	// (see groupLock), taken as LockHolder, unique to the subscription.
+	Locker     backend.GroupLocker
+	LockHolder string
+	// Event, when set, receives a lifecycle event at each step of a
+	// delivery, and never blocks; nil turns events off.
+	Event *lifecycle.Sink
+	// Autoscale, when set, is the controller the consumer stops when it
+	// ends (an unpartitioned subscription's; a partitioned one's manager
+	// stops its own).
+	Autoscale *autoscale.Controller
+}
+
+// feedbacker is told each handler's latency and error (an adaptive
+// limiter, the autoscale controller).
+type feedbacker interface {
+	Feedback(latency time.Duration, err error)
+}
+
+// newConsumer returns the consumer of cfg over bsub for b, not yet
+// running; sub is the public subscription when the topic is not
+// partitioned. Fetching stops as soon as ctx ends; handlers keep their own
+// ctx, which the shutdown cancels only when its ctx runs out.
+func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerConfig, bsub backend.Subscription) *consumer {
+	s := &consumer{cfg: cfg, bus: b, sub: sub, bsub: bsub, slots: slots.New(cfg.MaxInFlight), slab: slabLen(unsafe.Sizeof(record{})),
 		fetchDone: make(chan struct{}), done: make(chan struct{})}
 	s.manual.s = s
-	s.acks = newAcker(s, cfg.AckBatch, cfg.AckInterval)
-	s.disp = newDispatcher(cfg.MaxInFlight, s.process, s.releaseDone, s.acks)
+	s.acks = newAcker(bsub, cfg.Observer, cfg.Topic, cfg.Group, cfg.AckBatch, cfg.AckInterval)
+	s.disp = newDispatcher(s, cfg.MaxInFlight, s.acks)
 	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
 	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))
 	s.force, s.forceStop = context.WithCancelCause(context.Background())
 	s.keeper = newLeaseKeeper(s)
-	if cfg.KeyOf != nil {
+	if cfg.KeyOrdering {
 		s.keys = newKeyLines(s)
-		s.waits = NewSlots(max(cfg.MaxWaiting, 1))
+		s.waits = slots.New(max(cfg.MaxWaiting, 1))
 	}
 	if cfg.Locker != nil {
-		s.owner = newOwner(s, cfg.Locker)
+		s.owner = newGroupLock(s, cfg.Locker)
 	}
-	s.stopAfter = context.AfterFunc(ctx, func() { cfg.Go(s.closeInBackground) })
+	s.stopAfter = context.AfterFunc(ctx, s.goCloseInBackground)
 	return s
 }
 
-// Start runs the subscription's goroutines.
-func (s *Sub[P]) Start() {
+// Start runs the consumer's goroutines, and the autoscale controller of
+// an unpartitioned subscription.
+func (s *consumer) Start() {
+	if s.sub != nil && s.cfg.Autoscale != nil {
+		s.cfg.Autoscale.Start()
+	}
 	s.workers.Add(2)
 	go func() { defer s.workers.Done(); s.acks.run() }()
 	go func() { defer s.workers.Done(); s.fetch() }()
@@ -105,31 +171,33 @@ func (s *Sub[P]) Start() {
 	}
 }
 
-// Discard gives up a subscription that New made and that never started.
-func (s *Sub[P]) Discard() {
+// Discard gives up a consumer that newConsumer made and that never
+// started, and closes its backend subscription.
+func (s *consumer) Discard() {
 	s.stopAfter()
 	s.stopFetch()
 	s.cancelHandler(ErrClosed)
 	s.forceStop(ErrClosed)
 	close(s.fetchDone)
+	_ = s.bsub.Close()
 }
 
 // Done is closed when the subscription has fully stopped.
-func (s *Sub[P]) Done() <-chan struct{} { return s.done }
+func (s *consumer) Done() <-chan struct{} { return s.done }
 
 // Err returns the error that ended the subscription: nil while it runs and
 // after a clean Close, otherwise why it stopped.
-func (s *Sub[P]) Err() error {
+func (s *consumer) Err() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	return s.err
 }
 
-func (s *Sub[P]) observe(e observer.Event) { s.cfg.Observer.Observe(context.Background(), e) }
+func (s *consumer) observe(e observer.Event) { s.cfg.Observer.Observe(context.Background(), e) }
 
 // event is an event about d.
-func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer.Event {
-	return observer.Event{Scope: scope, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: d.id(), Attempt: int(d.attempt), Err: err}
+func (s *consumer) event(d *record, scope observer.Scope, err error) observer.Event {
+	return observer.Event{Scope: scope, Topic: s.cfg.Topic, Group: s.cfg.Group, MessageID: d.pub.ID, Attempt: int(d.attempt), Err: err}
 }
 
 // lifecycleEvent is the lifecycle event of kind about d at mono (a
@@ -139,14 +207,13 @@ func (s *Sub[P]) event(d *Delivery[P], scope observer.Scope, err error) observer
 // backend (the nack, the snooze, the move to the dead-letter topic), so
 // that what others do once they see it (a redelivery, a replay) is
 // stamped later.
-func (s *Sub[P]) lifecycleEvent(d *Delivery[P], kind lifecycle.Kind, mono int64) lifecycle.Event {
-	m := s.cfg.Info(&d.Pub)
-	return lifecycle.Event{Kind: kind, Mono: mono, MessageID: m.ID, Key: m.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
+func (s *consumer) lifecycleEvent(d *record, kind lifecycle.Kind, mono int64) lifecycle.Event {
+	return lifecycle.Event{Kind: kind, Mono: mono, MessageID: d.pub.ID, Key: d.pub.Key, Topic: s.cfg.Topic, Group: s.cfg.Group, Attempt: int(d.attempt)}
 }
 
 // emitDelay emits a lifecycle event of kind about d with a delay, when
 // events are on.
-func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Duration) {
+func (s *consumer) emitDelay(d *record, kind lifecycle.Kind, delay time.Duration) {
 	if s.cfg.Event != nil {
 		e := s.lifecycleEvent(d, kind, monoNow())
 		e.Delay = delay
@@ -158,7 +225,7 @@ func (s *Sub[P]) emitDelay(d *Delivery[P], kind lifecycle.Kind, delay time.Durat
 // dropped when topic is empty) at mono, preceded by an expired event when
 // it expired. mono is read before the move, so that the event is older
 // than anything done to the dead letter once it is visible (a replay).
-func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, topic string, reason error, mono int64) {
+func (s *consumer) emitDeadLetter(d *record, code backend.DeadLetterCode, topic string, reason error, mono int64) {
 	e := s.lifecycleEvent(d, lifecycle.Expired, mono)
 	e.Code, e.Error = string(code), lifecycle.CutError(reason.Error())
 	if code == backend.CodeExpired {
@@ -168,13 +235,13 @@ func (s *Sub[P]) emitDeadLetter(d *Delivery[P], code backend.DeadLetterCode, top
 	s.cfg.Event.Emit(&e)
 }
 
-func (s *Sub[P]) report(d *Delivery[P], scope observer.Scope, err error) {
+func (s *consumer) report(d *record, scope observer.Scope, err error) {
 	s.observe(s.event(d, scope, err))
 }
 
 // reportDeadLetter tells the observer that d was dead-lettered or dropped,
 // and why: one event per message, with its code.
-func (s *Sub[P]) reportDeadLetter(d *Delivery[P], code backend.DeadLetterCode, reason error) {
+func (s *consumer) reportDeadLetter(d *record, code backend.DeadLetterCode, reason error) {
 	e := s.event(d, observer.ScopeDeadLetter, reason)
 	e.Code = string(code)
 	s.observe(e)
@@ -188,7 +255,7 @@ const (
 
 // fetch is the receive loop: take capacity, ask the backend for at most
 // that many messages, start a handler per message.
-func (s *Sub[P]) fetch() {
+func (s *consumer) fetch() {
 	defer close(s.fetchDone)
 	var f fetchState
 	// sharedWant bounds what is taken from a shared limiter: an idle
@@ -243,7 +310,7 @@ type fetchState struct {
 // waiting set, since each delivery fetched may run or wait for its key
 // (dispatch gives back the kind it does not use). It reports false when
 // fetching must stop.
-func (s *Sub[P]) take(sharedWant int) (int, bool) {
+func (s *consumer) take(sharedWant int) (int, bool) {
 	most := s.cfg.MaxInFlight
 	if s.waits != nil {
 		// Only a full waiting set pauses fetching.
@@ -280,7 +347,7 @@ func (s *Sub[P]) take(sharedWant int) (int, bool) {
 }
 
 // releaseWaits gives back n units of the waiting set, if there is one.
-func (s *Sub[P]) releaseWaits(n int) {
+func (s *consumer) releaseWaits(n int) {
 	if s.waits != nil {
 		s.waits.Release(n)
 	}
@@ -289,7 +356,7 @@ func (s *Sub[P]) releaseWaits(n int) {
 // afterReceive handles the error of a Receive: it backs off after a
 // failure that a retry may fix, and ends the subscription after one that
 // none fixes. It reports false when fetching must stop.
-func (s *Sub[P]) afterReceive(f *fetchState, err error) bool {
+func (s *consumer) afterReceive(f *fetchState, err error) bool {
 	base := observer.Event{Scope: observer.ScopeReceive, Topic: s.cfg.Topic, Group: s.cfg.Group}
 	if err == nil {
 		if f.failures > 0 {
@@ -323,14 +390,14 @@ func (s *Sub[P]) afterReceive(f *fetchState, err error) bool {
 
 // releaseSlots gives back n slots taken for a Receive that did not fill
 // them, with their units of the waiting set.
-func (s *Sub[P]) releaseSlots(n int) {
+func (s *consumer) releaseSlots(n int) {
 	s.releaseRunning(n)
 	s.releaseWaits(n)
 }
 
 // releaseRunning gives back n in-flight slots and their units of the
 // shared limiter.
-func (s *Sub[P]) releaseRunning(n int) {
+func (s *consumer) releaseRunning(n int) {
 	if n <= 0 {
 		return
 	}
@@ -348,7 +415,7 @@ const fetchLinger = 2 * time.Millisecond
 // When every slot is busy it waits for a quarter of them (briefly), so
 // that a saturated subscription fetches in batches rather than one
 // message per freed slot.
-func (s *Sub[P]) acquire(most int) (int, error) {
+func (s *consumer) acquire(most int) (int, error) {
 	need := s.cfg.MaxInFlight / 4
 	if n := s.slots.TryAcquire(need, most); n > 0 {
 		return n, nil
@@ -361,7 +428,7 @@ func (s *Sub[P]) acquire(most int) (int, error) {
 // returnExcess handles a backend that broke the contract by returning more
 // than it was asked for: the extra messages are handed back at once, never
 // run without capacity, and the breach is reported.
-func (s *Sub[P]) returnExcess(msgs []*backend.Message, n int) []*backend.Message {
+func (s *consumer) returnExcess(msgs []*backend.Message, n int) []*backend.Message {
 	extra := msgs[n:]
 	s.observe(observer.Event{Scope: observer.ScopeReceive, Topic: s.cfg.Topic, Group: s.cfg.Group,
 		Err: fmt.Errorf("backend returned %d messages for a Receive of at most %d; handed %d back", len(msgs), n, len(extra))})
@@ -376,17 +443,17 @@ func (s *Sub[P]) returnExcess(msgs []*backend.Message, n int) []*backend.Message
 }
 
 // dispatch turns a batch into deliveries and queues them for the workers.
-// The Deliveries of a batch share allocations of up to s.slab of them
+// The records of a batch share allocations of up to s.slab of them
 // (see slabLen). They are never reused: user code may keep a delivery
 // as long as it likes (to settle it later in AckManual, or to read its
 // fields).
-func (s *Sub[P]) dispatch(msgs []*backend.Message) {
-	var vals []Delivery[P]
+func (s *consumer) dispatch(msgs []*backend.Message) {
+	var vals []record
 	ds := s.dispatchBuf[:0]
 	received := monoNow()
 	for i, m := range msgs {
 		if len(vals) == 0 {
-			vals = make([]Delivery[P], min(len(msgs)-i, s.slab))
+			vals = make([]record, min(len(msgs)-i, s.slab))
 		}
 		d := &vals[0]
 		vals = vals[1:]
@@ -397,7 +464,7 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 		if len(m.Payload) > s.cfg.MaxPayload {
 			d.state.Store(stateOversized)
 		}
-		s.cfg.Fill(d, m)
+		s.fill(d, m)
 		ds = append(ds, d)
 	}
 	s.unsettled.Add(len(ds))
@@ -416,18 +483,41 @@ func (s *Sub[P]) dispatch(msgs []*backend.Message) {
 	s.dispatchBuf = ds[:0]
 }
 
-// deliverySlabBytes is the most bytes of Deliveries allocated at once: a
+// fill sets the public face of d, a record just allocated (zeroed), from
+// m, and makes it lead back to d. Only what is set is written, field by
+// field, as each pointer written while the collector marks costs a write
+// barrier.
+func (s *consumer) fill(d *record, m *backend.Message) {
+	p := &d.pub
+	p.ID = m.ID
+	if m.Key != "" {
+		p.Key = m.Key
+	}
+	if len(m.Headers) > 0 {
+		p.Headers, p.DeliverAt, p.ExpiresAt = takeTimes(m.Headers)
+	} else if m.Headers != nil {
+		p.Headers = m.Headers
+	}
+	p.Payload = m.Payload
+	p.Topic = s.cfg.PubTopic
+	p.Group = s.cfg.Group
+	p.Attempt = int(d.attempt)
+	p.PublishedAt = m.PublishedAt
+	p.rec = d
+}
+
+// deliverySlabBytes is the most bytes of records allocated at once: a
 // size class of the allocator (small objects, cheap to allocate and to
 // free, end at 32 KiB).
 const deliverySlabBytes = 16 << 10
 
-// slabLen is how many Deliveries of size bytes fill deliverySlabBytes,
+// slabLen is how many records of size bytes fill deliverySlabBytes,
 // so that no part of the block is left unused.
 func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
 
 // free frees what the finished delivery d held: its unit of the waiting
 // set when it never left it, else its in-flight slot.
-func (s *Sub[P]) free(d *Delivery[P]) {
+func (s *consumer) free(d *record) {
 	if d.state.Load()&stateWaiting != 0 {
 		s.waits.Release(1)
 		s.unsettled.Add(-1)
@@ -437,7 +527,7 @@ func (s *Sub[P]) free(d *Delivery[P]) {
 }
 
 // releaseDone frees the in-flight slots of n finished deliveries.
-func (s *Sub[P]) releaseDone(n int) {
+func (s *consumer) releaseDone(n int) {
 	s.slots.Release(n)
 	if s.cfg.Limiter != nil {
 		s.cfg.Limiter.Release(n)

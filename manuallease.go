@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import "time"
 
@@ -10,9 +10,9 @@ import "time"
 // once, so a settled delivery is never held until its lease would have
 // ended), when its lease ends, or when Close gives it up. It is guarded by
 // its subscription's mu (the methods named Locked need it held).
-type manualLeases[P any] struct {
-	s       *Sub[P]
-	heap    []leaseEntry[P]
+type manualLeases struct {
+	s       *consumer
+	heap    []leaseEntry
 	timer   *time.Timer // fires at timerAt; nil until the first lease
 	timerAt int64       // monoNow clock; 0 when the timer is not set
 	stopped bool
@@ -20,27 +20,27 @@ type manualLeases[P any] struct {
 
 // leaseEntry is a delivery waiting in manualLeases; its index is kept in
 // the delivery's deliveryExt.leaseIdx.
-type leaseEntry[P any] struct {
+type leaseEntry struct {
 	end int64 // monoNow clock
-	d   *Delivery[P]
+	d   *record
 	x   *deliveryExt
 }
 
 // addLocked queues d, whose lease ends at end; x is d's ext. It reports
 // false, and queues nothing, once drain was called.
-func (m *manualLeases[P]) addLocked(d *Delivery[P], x *deliveryExt, end int64) bool {
+func (m *manualLeases) addLocked(d *record, x *deliveryExt, end int64) bool {
 	if m.stopped {
 		return false
 	}
 	x.leaseIdx = len(m.heap) + 1
-	m.heap = append(m.heap, leaseEntry[P]{end: end, d: d, x: x})
+	m.heap = append(m.heap, leaseEntry{end: end, d: d, x: x})
 	m.up(len(m.heap) - 1)
 	m.armLocked()
 	return true
 }
 
 // moveLocked changes the end of a queued delivery's lease.
-func (m *manualLeases[P]) moveLocked(x *deliveryExt, end int64) {
+func (m *manualLeases) moveLocked(x *deliveryExt, end int64) {
 	if x.leaseIdx == 0 {
 		return
 	}
@@ -53,20 +53,20 @@ func (m *manualLeases[P]) moveLocked(x *deliveryExt, end int64) {
 }
 
 // removeLocked takes a delivery out of the heap, if it is queued.
-func (m *manualLeases[P]) removeLocked(x *deliveryExt) {
+func (m *manualLeases) removeLocked(x *deliveryExt) {
 	if x.leaseIdx == 0 {
 		return
 	}
 	m.removeAt(x.leaseIdx - 1)
 }
 
-func (m *manualLeases[P]) removeAt(i int) {
+func (m *manualLeases) removeAt(i int) {
 	last := len(m.heap) - 1
 	if i != last {
 		m.swap(i, last)
 	}
 	m.heap[last].x.leaseIdx = 0
-	m.heap[last] = leaseEntry[P]{}
+	m.heap[last] = leaseEntry{}
 	m.heap = m.heap[:last]
 	if i != last {
 		if !m.up(i) {
@@ -79,9 +79,9 @@ func (m *manualLeases[P]) removeAt(i int) {
 }
 
 // fire expires the leases that have ended and sets the timer for the next.
-func (m *manualLeases[P]) fire() {
+func (m *manualLeases) fire() {
 	now := monoNow()
-	var due []*Delivery[P]
+	var due []*record
 	m.s.mu.Lock()
 	m.timerAt = 0
 	for len(m.heap) > 0 && m.heap[0].end <= now {
@@ -99,7 +99,7 @@ func (m *manualLeases[P]) fire() {
 
 // armLocked sets the timer for the earliest lease when it is not set for
 // it already.
-func (m *manualLeases[P]) armLocked() {
+func (m *manualLeases) armLocked() {
 	if len(m.heap) == 0 {
 		return
 	}
@@ -118,14 +118,14 @@ func (m *manualLeases[P]) armLocked() {
 
 // drain empties the heap and stops the timer for good; it returns the
 // deliveries that were waiting.
-func (m *manualLeases[P]) drain() []*Delivery[P] {
+func (m *manualLeases) drain() []*record {
 	m.s.mu.Lock()
 	defer m.s.mu.Unlock()
 	m.stopped = true
 	if m.timer != nil {
 		m.timer.Stop()
 	}
-	ds := make([]*Delivery[P], 0, len(m.heap))
+	ds := make([]*record, 0, len(m.heap))
 	for _, e := range m.heap {
 		e.x.leaseIdx = 0
 		ds = append(ds, e.d)
@@ -134,7 +134,7 @@ func (m *manualLeases[P]) drain() []*Delivery[P] {
 	return ds
 }
 
-func (m *manualLeases[P]) swap(i, j int) {
+func (m *manualLeases) swap(i, j int) {
 	h := m.heap
 	h[i], h[j] = h[j], h[i]
 	h[i].x.leaseIdx = i + 1
@@ -142,7 +142,7 @@ func (m *manualLeases[P]) swap(i, j int) {
 }
 
 // up moves entry i towards the root and reports whether it moved.
-func (m *manualLeases[P]) up(i int) bool {
+func (m *manualLeases) up(i int) bool {
 	moved := false
 	for i > 0 {
 		p := (i - 1) / 2
@@ -156,7 +156,7 @@ func (m *manualLeases[P]) up(i int) bool {
 	return moved
 }
 
-func (m *manualLeases[P]) down(i int) {
+func (m *manualLeases) down(i int) {
 	n := len(m.heap)
 	for {
 		c := 2*i + 1

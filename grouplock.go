@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// owner holds the group lock of a key-ordered subscription
+// groupLock holds the group lock of a key-ordered subscription
 // (backend.GroupLocker): the subscription fetches only while it holds the
 // lock, so one member of the group at a time handles the topic's keys.
 // It takes and renews the lock every third of its ttl. A subscription that
@@ -28,8 +28,8 @@ import (
 // key's head returns, without counting an attempt (see leaseKeeper.fence).
 // The next holder waits until nothing is pending, or one ack timeout.
 // Close releases the lock after the subscription drained.
-type owner[P any] struct {
-	s      *Sub[P]
+type groupLock struct {
+	s      *consumer
 	locker backend.GroupLocker
 	holder string
 	ttl    time.Duration
@@ -59,14 +59,14 @@ func ownerTTL(ackTimeout time.Duration) time.Duration {
 	return min(max(ackTimeout/2, time.Second), 15*time.Second)
 }
 
-func newOwner[P any](s *Sub[P], l backend.GroupLocker) *owner[P] {
-	return &owner[P]{s: s, locker: l, holder: s.cfg.LockHolder, ttl: ownerTTL(s.cfg.AckTimeout),
+func newGroupLock(s *consumer, l backend.GroupLocker) *groupLock {
+	return &groupLock{s: s, locker: l, holder: s.cfg.LockHolder, ttl: ownerTTL(s.cfg.AckTimeout),
 		open: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // wait blocks until the lock is held and returns the ctx of a Receive
 // under it; false when ctx ends first.
-func (o *owner[P]) wait(ctx context.Context) (context.Context, bool) {
+func (o *groupLock) wait(ctx context.Context) (context.Context, bool) {
 	for {
 		o.mu.Lock()
 		open, held := o.open, o.held
@@ -85,7 +85,7 @@ func (o *owner[P]) wait(ctx context.Context) (context.Context, bool) {
 // run renews the lock every third of its ttl while it holds it, and
 // tries again every waitPoll while it waits for it (a lock another member
 // releases is taken within that).
-func (o *owner[P]) run() {
+func (o *groupLock) run() {
 	defer close(o.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -135,7 +135,7 @@ const handoverSettle = 1500 * time.Millisecond
 // takeover keeps the lock renewed while it waits its ack timeout. It
 // reports true when the backend has no group lock after all: the gate is
 // open for good.
-func (o *owner[P]) round(r *ownerRound) bool {
+func (o *groupLock) round(r *ownerRound) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
 	held, takeover, err := o.locker.LockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder, o.ttl)
 	cancel()
@@ -190,32 +190,33 @@ func (o *owner[P]) round(r *ownerRound) bool {
 }
 
 // nothingPending reports whether the broker says the group has no
-// unsettled delivery of the topic (Config.Pending).
-func (o *owner[P]) nothingPending() bool {
-	if o.s.cfg.Pending == nil {
+// unsettled delivery of the topic (backend.Inspector).
+func (o *groupLock) nothingPending() bool {
+	in, ok := o.s.bus.be.(backend.Inspector)
+	if !ok {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
 	defer cancel()
-	n, known := o.s.cfg.Pending(ctx)
-	return known && n == 0
+	g, known := groupInfo(ctx, in, o.s.cfg.Topic, o.s.cfg.Group)
+	return known && g.Pending == 0
 }
 
 // fenced reports whether the subscription lost the lock it held (or
 // does not hold it yet): nothing it fetched may be kept alive or started.
-func (o *owner[P]) fenced() bool {
+func (o *groupLock) fenced() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return !o.owning && !o.none
 }
 
-func (o *owner[P]) setLocked(v bool) {
+func (o *groupLock) setLocked(v bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.locked = v
 }
 
-func (o *owner[P]) setOwning(v bool) {
+func (o *groupLock) setOwning(v bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.owning == v {
@@ -242,7 +243,7 @@ const lapseTTL = time.Millisecond
 // started (it waits for the previous holder's unsettled deliveries) lets
 // it lapse instead of releasing it: a release would tell the next member
 // that nothing is left to wait for.
-func (o *owner[P]) close(ctx context.Context) {
+func (o *groupLock) close(ctx context.Context) {
 	close(o.stop)
 	<-o.done
 	o.mu.Lock()

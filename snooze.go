@@ -1,4 +1,4 @@
-package engine
+package bus
 
 import (
 	"context"
@@ -11,18 +11,16 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// SnoozeWindow bounds snoozing: a snooze is free (it does not count an
-// attempt) while the message's next delivery comes at most SnoozeWindow
+// snoozeWindow bounds snoozing: a snooze is free (it does not count an
+// attempt) while the message's next delivery comes at most snoozeWindow
 // after the message was published. Past it a snooze counts like a nack,
 // and the observer is told, so that a message snoozed again and again
 // reaches its max deliveries and the dead-letter topic instead of
 // circling unnoticed.
-const SnoozeWindow = 24 * time.Hour
+const snoozeWindow = 24 * time.Hour
 
-// Snooze gives the delivery back for redelivery after delay without
-// counting an attempt (within SnoozeWindow). On a backend without
-// backend.Snoozer the snooze is a nack and counts.
-func (d *Delivery[P]) Snooze(ctx context.Context, delay time.Duration) error {
+// snooze is Delivery.Snooze.
+func (d *record) snooze(ctx context.Context, delay time.Duration) error {
 	if err := d.claimRedelivery("snooze", delay); err != nil {
 		return err
 	}
@@ -30,18 +28,18 @@ func (d *Delivery[P]) Snooze(ctx context.Context, delay time.Duration) error {
 }
 
 // snooze settles a claimed delivery by snoozing it for delay: past its
-// expiry it is dead-lettered, past SnoozeWindow it counts as an attempt.
-func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration) error {
+// expiry it is dead-lettered, past snoozeWindow it counts as an attempt.
+func (s *consumer) snooze(ctx context.Context, d *record, delay time.Duration) error {
 	delay = capDelay(delay)
 	due := time.Now().Add(delay)
 	if exp, ok := s.expiry(d); ok && !due.Before(exp) {
-		return d.doDeadLetter(ctx, WithCode(backend.CodeExpired, fmt.Errorf("snoozed for %v, past its expiry at %s", delay, exp.UTC().Format(time.RFC3339Nano))))
+		return d.doDeadLetter(ctx, withCode(backend.CodeExpired, fmt.Errorf("snoozed for %v, past its expiry at %s", delay, exp.UTC().Format(time.RFC3339Nano))))
 	}
 	s.emitDelay(d, lifecycle.Snoozed, delay)
 	counted := false
-	if pub := s.cfg.Info(&d.Pub).PublishedAt; pub.IsZero() || due.Sub(pub) > SnoozeWindow {
+	if pub := d.pub.PublishedAt; pub.IsZero() || due.Sub(pub) > snoozeWindow {
 		counted = true
-		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: its next delivery would come more than %v after it was published: the snooze counts as an attempt", d.id(), SnoozeWindow))
+		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: its next delivery would come more than %v after it was published: the snooze counts as an attempt", d.pub.ID, snoozeWindow))
 	}
 	if s.keys != nil && s.keys.retry(d, delay, counted) {
 		return nil
@@ -61,12 +59,9 @@ func (s *Sub[P]) snooze(ctx context.Context, d *Delivery[P], delay time.Duration
 // can (Snoozer), to come back returnLead before it is due and wait the
 // rest here: a broker's redelivery timer is coarser than the promise of
 // DeliverAt.
-func (s *Sub[P]) early(d *Delivery[P]) bool {
-	if s.cfg.DeliverAt == nil || !s.cfg.Caps.Redelivery {
-		return false
-	}
-	at := s.cfg.DeliverAt(&d.Pub)
-	if at.IsZero() {
+func (s *consumer) early(d *record) bool {
+	at := d.pub.DeliverAt
+	if at.IsZero() || !s.cfg.Caps.Redelivery {
 		return false
 	}
 	wait := time.Until(at)
@@ -96,13 +91,13 @@ func (s *Sub[P]) early(d *Delivery[P]) bool {
 		}
 		cancel()
 	}
-	(*handlerCtx[P])(d).end()
+	(*handlerCtx)(d).end()
 	return true
 }
 
 // sleep waits for d, and reports false when the subscription starts
 // closing first.
-func (s *Sub[P]) sleep(d time.Duration) bool {
+func (s *consumer) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -131,17 +126,17 @@ const returnLead = 100 * time.Millisecond
 // giveBackUncounted gives a claimed delivery back to the group after
 // delay through backend.Snoozer, or with a nack (which counts) when the
 // backend cannot leave it uncounted.
-func (s *Sub[P]) giveBackUncounted(ctx context.Context, d *Delivery[P], delay time.Duration) error {
+func (s *consumer) giveBackUncounted(ctx context.Context, d *record, delay time.Duration) error {
 	if sn, ok := s.bsub.(backend.Snoozer); ok {
 		err := sn.Snooze(ctx, d.ackID, delay)
 		if !errors.Is(err, backend.ErrSnoozeLimit) {
 			if err != nil {
-				err = fmt.Errorf("bus: snooze %q: %w", d.id(), err)
+				err = fmt.Errorf("bus: snooze %q: %w", d.pub.ID, err)
 			}
 			d.finish(OutcomeNacked, err)
 			return err
 		}
-		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: the snooze counts as an attempt: %w", d.id(), err))
+		s.report(d, observer.ScopeNack, fmt.Errorf("bus: snooze %q: the snooze counts as an attempt: %w", d.pub.ID, err))
 	}
 	return d.doNack(ctx, delay)
 }

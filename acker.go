@@ -1,0 +1,268 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/shutdown"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// ackFlushTimeout bounds one flush of acks to the backend. Flushes run on
+// a detached ctx so they survive shutdown.
+const ackFlushTimeout = 10 * time.Second
+
+// acker batches the acks of one consumer into few backend calls: a flush
+// happens when size ids wait in one buffer, or interval after the first
+// one arrived, and once more on close. Acks wait in buffers the acker
+// owns: one per dispatcher worker (ackBuf), for the acks a worker makes
+// when a handler returns, and the acker's own, for every other ack. The
+// dispatcher registers its workers' buffers here; the acker never calls
+// back into the dispatcher.
+type acker struct {
+	bsub     backend.Subscription
+	obs      observer.Observer
+	failed   observer.Event // what a failed flush reports, its Err aside
+	size     int
+	interval time.Duration
+
+	// mu guards buf and bufs. closed is set under it, so that add, which
+	// checks it under mu, never buffers after the final flush; an ackBuf
+	// checks it under its own lock for the same reason.
+	mu     sync.Mutex
+	buf    []backend.AckID
+	bufs   []*ackBuf // the workers' buffers
+	closed atomic.Bool
+	// The buffers of the flush in progress and the list of workers'
+	// buffers it visits; only run touches them.
+	flushing []backend.AckID
+	visit    []*ackBuf
+
+	first chan struct{} // a buffer got its first id
+	full  chan struct{} // a buffer holds size ids
+	stop  chan struct{}
+	done  chan struct{}
+
+	// flushCtx bounds the final flush by the Close ctx; set before stop
+	// is closed.
+	flushCtx context.Context
+}
+
+// ackBuf is the ack buffer of one dispatcher worker. Its lock is taken by
+// its worker, once per ack, and by the acker's flush: no lock that every
+// worker shares is taken per message, which on a busy subscription would
+// cost more than its handlers.
+type ackBuf struct {
+	a   *acker
+	mu  sync.Mutex
+	ids []backend.AckID
+}
+
+// newAcker returns the acker of bsub, which flushes in chunks of size ids,
+// interval after the first; failed flushes go to obs as ScopeAck events of
+// topic and group.
+func newAcker(bsub backend.Subscription, obs observer.Observer, topic, group string, size int, interval time.Duration) *acker {
+	return &acker{
+		bsub: bsub, obs: obs, size: size, interval: interval,
+		failed: observer.Event{Scope: observer.ScopeAck, Topic: topic, Group: group},
+		buf:    make([]backend.AckID, 0, size),
+		first:  make(chan struct{}, 1),
+		full:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// newBuf registers and returns the buffer of a new worker.
+func (a *acker) newBuf() *ackBuf {
+	b := &ackBuf{a: a}
+	a.mu.Lock()
+	a.bufs = append(a.bufs, b)
+	a.mu.Unlock()
+	return b
+}
+
+// dropBuf unregisters the buffer of a worker that ends; what it holds
+// moves to the acker's own buffer.
+func (a *acker) dropBuf(b *ackBuf) {
+	b.mu.Lock()
+	ids := b.ids
+	b.ids = nil
+	b.mu.Unlock()
+	a.mu.Lock()
+	for i, x := range a.bufs {
+		if x == b {
+			a.bufs[i] = a.bufs[len(a.bufs)-1]
+			a.bufs[len(a.bufs)-1] = nil
+			a.bufs = a.bufs[:len(a.bufs)-1]
+			break
+		}
+	}
+	a.buf = append(a.buf, ids...)
+	n := len(a.buf)
+	a.mu.Unlock()
+	if len(ids) > 0 {
+		a.buffered(n)
+	}
+}
+
+// add buffers the ack of a delivery the worker ran; it returns ErrClosed
+// once the acker has closed.
+func (b *ackBuf) add(id backend.AckID) error {
+	b.mu.Lock()
+	if b.a.closed.Load() {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.ids = append(b.ids, id)
+	n := len(b.ids)
+	b.mu.Unlock()
+	b.a.buffered(n)
+	return nil
+}
+
+// drain appends the buffered ids to dst and empties the buffer, which
+// keeps its capacity.
+func (b *ackBuf) drain(dst []backend.AckID) []backend.AckID {
+	b.mu.Lock()
+	dst = append(dst, b.ids...)
+	clear(b.ids)
+	b.ids = b.ids[:0]
+	b.mu.Unlock()
+	return dst
+}
+
+func (b *ackBuf) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ids)
+}
+
+// buffered wakes run for a buffer that now holds n ids.
+func (a *acker) buffered(n int) {
+	if n == 1 {
+		signal(a.first)
+	}
+	if n >= a.size {
+		signal(a.full)
+	}
+}
+
+// signal wakes a goroutine waiting on ch, without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// add buffers an ack made outside a worker; it returns ErrClosed once the
+// acker has closed.
+func (a *acker) add(id backend.AckID) error {
+	a.mu.Lock()
+	if a.closed.Load() {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	a.buf = append(a.buf, id)
+	n := len(a.buf)
+	a.mu.Unlock()
+	a.buffered(n)
+	return nil
+}
+
+func (a *acker) run() {
+	defer close(a.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-a.stop:
+			a.flush(a.flushCtx)
+			return
+		case <-a.first:
+		case <-a.full:
+		}
+		if a.pending() < a.size {
+			timer.Reset(a.interval)
+			select {
+			case <-timer.C:
+			case <-a.full:
+				timer.Stop()
+			case <-a.stop:
+				timer.Stop()
+				a.flush(a.flushCtx)
+				return
+			}
+		}
+		a.flush(context.Background())
+	}
+}
+
+// pending counts the ids in the fullest buffer.
+func (a *acker) pending() int {
+	a.mu.Lock()
+	n := len(a.buf)
+	a.visit = append(a.visit[:0], a.bufs...)
+	a.mu.Unlock()
+	for _, b := range a.visit {
+		n = max(n, b.len())
+	}
+	clear(a.visit)
+	return n
+}
+
+// flush sends everything buffered, in chunks of at most size, the acks
+// of every buffer together: a flush is one backend call per chunk,
+// whichever buffer its acks waited in. Each chunk gets ackFlushTimeout,
+// and no more than parent allows.
+func (a *acker) flush(parent context.Context) {
+	for {
+		a.mu.Lock()
+		ids := append(a.flushing[:0], a.buf...)
+		clear(a.buf)
+		a.buf = a.buf[:0]
+		a.visit = append(a.visit[:0], a.bufs...)
+		a.mu.Unlock()
+		for _, b := range a.visit {
+			ids = b.drain(ids)
+		}
+		clear(a.visit)
+		a.flushing = ids
+		if len(ids) == 0 {
+			return
+		}
+		for start := 0; start < len(ids); start += a.size {
+			chunk := ids[start:min(start+a.size, len(ids))]
+			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
+			err := a.bsub.Ack(ctx, chunk)
+			cancel()
+			if err != nil {
+				e := a.failed
+				e.Err = err
+				a.obs.Observe(context.Background(), e)
+			}
+		}
+		clear(ids)
+	}
+}
+
+// close flushes what is buffered and refuses later acks (they return an
+// error wrapping ErrClosed). The flush is bounded by hard, the Close's
+// ctx plus its grace; acks it cannot send are redelivered after their
+// lease.
+func (a *acker) close(hard context.Context) error {
+	a.mu.Lock()
+	a.closed.Store(true)
+	a.mu.Unlock()
+	a.flushCtx = hard
+	close(a.stop)
+	if !shutdown.WaitOrDone(hard, a.done) {
+		return errors.New("ack flush did not finish before the close ctx ended")
+	}
+	return nil
+}
