@@ -27,6 +27,7 @@ import (
 	"github.com/eventbus-go/bus/observer"
 
 	_ "github.com/eventbus-go/bus/nats"        // nats://
+	_ "github.com/eventbus-go/bus/postgres"    // postgres://
 	_ "github.com/eventbus-go/bus/redisstream" // redis://
 )
 
@@ -52,6 +53,7 @@ var durable = []struct {
 }{
 	{"redis", func(t *testing.T) string { return redistest.Start(t).URL() }},
 	{"nats", func(t *testing.T) string { return natstest.Start(t).URL() }},
+	{"postgres", func(t *testing.T) string { return pgtest.Start(t).URL() }},
 }
 
 // consumerOptions are the options of every consumer of the test, the

@@ -29,8 +29,8 @@
 //
 // # Watermill's universal suite
 //
-// The tests run Watermill's tests.TestPubSub on mem://, Redis and NATS
-// JetStream with these features: consumer groups, persistent, order with
+// The tests run Watermill's tests.TestPubSub on mem://, Redis, NATS
+// JetStream and PostgreSQL with these features: consumer groups, persistent, order with
 // a single subscriber, not exactly once. Skipped, and why:
 // TestPublishSubscribeInOrder and TestNoAck need GuaranteedOrder (the
 // members of a group share its messages without an order unless keyed and

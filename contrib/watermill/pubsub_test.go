@@ -12,17 +12,17 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/pgtest"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	_ "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
+	_ "github.com/eventbus-go/bus/postgres"
 	_ "github.com/eventbus-go/bus/redisstream"
 )
 
 // backends are the URLs Watermill's universal suite runs on, each a
 // private server started for the test. A backend is one line here (and
-// the import that registers its scheme), for example
-//
-//	{"postgres", func(t *testing.T) string { return pgtest.Start(t).URL() }},
+// the import that registers its scheme).
 var backends = []struct {
 	name string
 	url  func(t *testing.T) string
@@ -30,6 +30,7 @@ var backends = []struct {
 	{"mem", func(*testing.T) string { return "mem://" }},
 	{"redis", func(t *testing.T) string { return redistest.Start(t).URL() }},
 	{"nats", func(t *testing.T) string { return natstest.Start(t).URL() }},
+	{"postgres", func(t *testing.T) string { return pgtest.Start(t).URL() }},
 }
 
 // features are what the adapter offers on every backend, for Watermill's
