@@ -2,8 +2,6 @@ package bus
 
 import (
 	"fmt"
-	"maps"
-	"strconv"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
@@ -68,22 +66,10 @@ func validateMessage(m *Message, maxPayload int) error {
 }
 
 // withTimes returns m's headers with a DeliverAt still to come (after
-// now) in HeaderDeliverAt and ExpiresAt in HeaderExpiresAt: a copy, the
-// caller's map is its own.
+// now) and ExpiresAt in their headers: a copy, the caller's map is its
+// own.
 func withTimes(m *Message, now time.Time) map[string]string {
-	deliver := !m.DeliverAt.IsZero() && m.DeliverAt.After(now)
-	if !deliver && m.ExpiresAt.IsZero() {
-		return m.Headers
-	}
-	h := make(map[string]string, len(m.Headers)+2)
-	maps.Copy(h, m.Headers)
-	if deliver {
-		h[backend.HeaderDeliverAt] = strconv.FormatInt(m.DeliverAt.UnixMilli(), 10)
-	}
-	if !m.ExpiresAt.IsZero() {
-		h[backend.HeaderExpiresAt] = strconv.FormatInt(m.ExpiresAt.UnixMilli(), 10)
-	}
-	return h
+	return backend.WithTimes(m.Headers, m.DeliverAt, m.ExpiresAt, now)
 }
 
 // takeTimes reads HeaderDeliverAt and HeaderExpiresAt from delivered

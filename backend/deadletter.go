@@ -70,6 +70,28 @@ func DueTimes(msgs []*Message) []int64 {
 	return due
 }
 
+// WithTimes returns h with deliverAt in HeaderDeliverAt when it is after
+// now and expiresAt in HeaderExpiresAt when set (Unix milliseconds): a
+// copy when it adds one, h itself otherwise, so the caller's map is never
+// written. Publish paths that build SPI messages outside a Bus (a
+// publish inside a caller's transaction) encode times with it as the bus
+// does.
+func WithTimes(h map[string]string, deliverAt, expiresAt, now time.Time) map[string]string {
+	deliver := !deliverAt.IsZero() && deliverAt.After(now)
+	if !deliver && expiresAt.IsZero() {
+		return h
+	}
+	out := make(map[string]string, len(h)+2)
+	maps.Copy(out, h)
+	if deliver {
+		out[HeaderDeliverAt] = strconv.FormatInt(deliverAt.UnixMilli(), 10)
+	}
+	if !expiresAt.IsZero() {
+		out[HeaderExpiresAt] = strconv.FormatInt(expiresAt.UnixMilli(), 10)
+	}
+	return out
+}
+
 // HeaderTime returns the time in header key of h (HeaderDeliverAt,
 // HeaderExpiresAt: Unix milliseconds), if it has a valid one.
 func HeaderTime(h map[string]string, key string) (time.Time, bool) {

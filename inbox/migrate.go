@@ -5,11 +5,10 @@ import (
 	"database/sql"
 	_ "embed" // the schema
 	"fmt"
-	"strconv"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/pgexec"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed schema.sql
@@ -32,23 +31,7 @@ type SQLExecer interface {
 }
 
 // SQL adapts a database/sql handle for Migrate.
-func SQL(db SQLExecer) Execer { return sqlExecer{db} }
-
-type sqlExecer struct{ db SQLExecer }
-
-// Exec runs query; the tag it returns carries the rows affected when the
-// driver reports them.
-func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return pgconn.CommandTag{}, nil
-	}
-	return pgconn.NewCommandTag("EXEC " + strconv.FormatInt(n, 10)), nil
-}
+func SQL(db SQLExecer) Execer { return pgexec.SQL(db) }
 
 // Migrate creates the inbox table and its index (see the package doc), or
 // does nothing when they exist. It runs the statements as one batch

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/msgcheck"
 	"github.com/eventbus-go/bus/internal/msgid"
+	"github.com/eventbus-go/bus/internal/pgexec"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Partitions is the number of relay partitions. A message's partition is
@@ -48,23 +48,7 @@ type SQLExecer interface {
 }
 
 // SQL adapts a database/sql transaction for Publish, Migrate and Requeue.
-func SQL(tx SQLExecer) Execer { return sqlExecer{tx} }
-
-type sqlExecer struct{ tx SQLExecer }
-
-// Exec runs query; the tag it returns carries the rows affected when the
-// driver reports them.
-func (s sqlExecer) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	res, err := s.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return pgconn.CommandTag{}, nil
-	}
-	return pgconn.NewCommandTag("EXEC " + strconv.FormatInt(n, 10)), nil
-}
+func SQL(tx SQLExecer) Execer { return pgexec.SQL(tx) }
 
 // Publish writes msgs for topic into the outbox table in tx, the caller's
 // transaction: the relay publishes them once tx commits, and never if it

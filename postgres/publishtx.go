@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,7 +162,7 @@ func validate(topic string, msgs []*bus.Message) ([]*backend.Message, error) {
 			continue
 		}
 		out = append(out, &backend.Message{
-			ID: m.ID, Key: m.Key, Headers: withTimes(m, now), Payload: m.Payload,
+			ID: m.ID, Key: m.Key, Headers: backend.WithTimes(m.Headers, m.DeliverAt, m.ExpiresAt, now), Payload: m.Payload,
 			PublishedAt: now, IDGenerated: generated,
 		})
 	}
@@ -171,24 +170,6 @@ func validate(topic string, msgs []*bus.Message) ([]*backend.Message, error) {
 		return nil, &bus.PublishError{Topic: topic, Failed: failed, Rejected: true}
 	}
 	return out, nil
-}
-
-// withTimes carries DeliverAt (when still to come) and ExpiresAt in their
-// headers, as bus.Publish does: a copy, the caller's map is its own.
-func withTimes(m *bus.Message, now time.Time) map[string]string {
-	deliver := !m.DeliverAt.IsZero() && m.DeliverAt.After(now)
-	if !deliver && m.ExpiresAt.IsZero() {
-		return m.Headers
-	}
-	h := make(map[string]string, len(m.Headers)+2)
-	maps.Copy(h, m.Headers)
-	if deliver {
-		h[backend.HeaderDeliverAt] = strconv.FormatInt(m.DeliverAt.UnixMilli(), 10)
-	}
-	if !m.ExpiresAt.IsZero() {
-		h[backend.HeaderExpiresAt] = strconv.FormatInt(m.ExpiresAt.UnixMilli(), 10)
-	}
-	return h
 }
 
 // insertTx takes topic's shared lock and the locks of the batch's keys
