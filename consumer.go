@@ -378,14 +378,7 @@ func (s *consumer) afterReceive(f *fetchState, err error) bool {
 	f.failures++
 	f.outage.Fail(context.Background(), s.cfg.Observer, base, err)
 	ceiling := min(receiveBackoffBase<<min(f.failures, 20), receiveBackoffMax)
-	t := time.NewTimer(rand.N(ceiling) + time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.fetchCtx.Done():
-		return false
-	}
+	return s.sleep(rand.N(ceiling) + time.Millisecond)
 }
 
 // releaseSlots gives back n slots taken for a Receive that did not fill

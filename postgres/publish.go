@@ -151,29 +151,37 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if !notify {
 		args[9] = ""
 	}
-	batch := &pgx.Batch{}
-	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
-	batch.Queue(plainInsert, args...)
-	br := b.pool.SendBatch(ctx, batch)
-	var n, notified int64
-	var wanted bool
-	_, err := br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&n, &notified, &wanted)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	_, heldBack, err := b.insertLocked(ctx, topic, plainInsert, args)
 	if err != nil {
 		if b.shut.Load() {
 			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 		}
 		return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
 	}
-	if wanted && notified == 0 {
+	if heldBack {
 		b.notes.later(topic)
 	}
 	return nil
+}
+
+// insertLocked runs insert (an insert from arraysSource) under topic's
+// shared lock, in one round trip, and returns how many messages it stored
+// and whether the notification it wanted was held back.
+func (b *Backend) insertLocked(ctx context.Context, topic, insert string, args []any) (n int64, heldBack bool, err error) {
+	batch := &pgx.Batch{}
+	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
+	batch.Queue(insert, args...)
+	br := b.pool.SendBatch(ctx, batch)
+	var notified int64
+	var wanted bool
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&n, &notified, &wanted)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return n, wanted && notified == 0, err
 }
 
 // encodeHeaders writes headers as uvarint-prefixed key and value bytes

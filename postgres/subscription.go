@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -359,20 +357,8 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	}
 	p := publisher{channel: s.b.pub.channel} // no dedup: a message may be dead-lettered again after a replay
 	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n)
-	batch := &pgx.Batch{}
-	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))
-	batch.Queue(insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
-        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10), args...)
-	br := s.b.pool.SendBatch(ctx, batch)
-	var n, notified int64
-	var wanted bool
-	_, err := br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&n, &notified, &wanted)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	n, _, err := s.b.insertLocked(ctx, topic, insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
+        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10), args)
 	if err != nil {
 		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, classify(err))
 	}
