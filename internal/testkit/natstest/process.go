@@ -29,7 +29,7 @@ type Process struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	done <-chan struct{} // closed when cmd has exited
 }
 
 // StartProcess runs a nats-server binary (see EnvServerBinary) with
@@ -50,16 +50,13 @@ func StartProcess(tb testing.TB) *Process {
 	logPath := filepath.Join(p.dir, "nats.log")
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.port), "-js", "-sd", filepath.Join(p.dir, "js"), "-l", logPath)
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	done, err := serverproc.Start(cmd)
+	if err != nil {
 		tb.Fatalf("natstest: start %s: %v", bin, err)
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
+	p.cmd, p.done = cmd, done
 	tb.Cleanup(p.stop)
-	err := serverproc.WaitReady("nats-server on "+p.URL(), readyTimeout, p.done, logPath, func() error {
+	err = serverproc.WaitReady("nats-server on "+p.URL(), readyTimeout, p.done, logPath, func() error {
 		nc, err := natsgo.Connect(p.URL(), natsgo.Timeout(time.Second))
 		if err != nil {
 			return err

@@ -34,7 +34,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	done <-chan struct{} // closed when cmd has exited
 }
 
 // Start creates a database cluster in a temporary directory, starts
@@ -144,14 +144,10 @@ func (s *Server) launch() error {
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = s.attr
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	done, err := serverproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()

@@ -40,7 +40,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	done <-chan struct{} // closed when cmd has exited
 }
 
 // Start launches a private redis-server on a free loopback port, waits until
@@ -162,14 +162,10 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.bin, argv...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	done, err := serverproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()

@@ -1,13 +1,28 @@
-// Package serverproc waits for a server process that a test started
-// (internal/testkit/redistest, internal/testkit/pgtest) to answer, and reads the end of
-// its log for the error when it does not.
+// Package serverproc starts a server process for a test
+// (internal/testkit/redistest, natstest, pgtest), waits for it to answer,
+// and reads the end of its log for the error when it does not.
 package serverproc
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"time"
 )
+
+// Start starts cmd and returns a channel closed when it has exited (its
+// Wait has returned).
+func Start(cmd *exec.Cmd) (<-chan struct{}, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	return done, nil
+}
 
 // WaitReady calls ready every 20 ms until it returns nil, the process
 // exits (done closes) or timeout passes; name names the server in the
