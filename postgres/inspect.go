@@ -57,14 +57,15 @@ ORDER BY t.name COLLATE "C"`)
 	return out, nil
 }
 
-// Groups implements backend.Inspector. Pending counts the leased
-// deliveries, Lag those never delivered; Consumers is Unknown (a member
+// Groups implements backend.Inspector. Pending counts the deliveries
+// received and not settled (leased, given back or with a lease that ran
+// out), Lag those never delivered; Consumers is Unknown (a member
 // is a process's subscription, which the database does not record), and
 // so is OldestPending (left zero): a row keeps when its lease ends, not
 // when it began.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	rows, err := b.pool.Query(ctx, `SELECT g.name,
-    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.leased AND d.visible_at > clock_timestamp()),
+    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n > 0),
     (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n = 0)
 FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
 	if err != nil {
