@@ -9,7 +9,11 @@
 // which is what the tests simulate. The server is stopped in t.Cleanup.
 // [Server.Kill] stops it the way a crash does (an immediate shutdown:
 // no checkpoint, recovery at the next start) and [Server.Restart] starts
-// it again on the same port and data directory.
+// it again on the same port and data directory. [Server.Pause] freezes
+// it (SIGSTOP to the postmaster and to every process under it, found in
+// /proc: each backend is a session of its own, so the postmaster's process
+// group does not reach them) and [Server.Resume] lets it run again
+// (SIGCONT); a frozen server keeps its connections and answers nothing.
 //
 // # Privileges
 //

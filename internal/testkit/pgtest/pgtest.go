@@ -32,9 +32,10 @@ type Server struct {
 	dir  string // owns data/, the socket and postgres.log
 	attr *syscall.SysProcAttr
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done <-chan struct{} // closed when cmd has exited
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   <-chan struct{} // closed when cmd has exited
+	frozen []int           // the processes Pause stopped, postmaster first
 }
 
 // Start creates a database cluster in a temporary directory, starts
@@ -95,6 +96,44 @@ func (s *Server) Restart() {
 	}
 }
 
+// Pause freezes the server (SIGSTOP to the postmaster and every backend
+// and auxiliary process under it): it keeps its connections and its
+// listening socket but answers nothing, and starts no new backend, until
+// Resume. The test is skipped where processes cannot be frozen. Pause may
+// be called from any goroutine; it reports a failure with t.Errorf.
+func (s *Server) Pause() {
+	if !canFreeze {
+		s.t.Skip("pgtest: pause: processes cannot be frozen on this system")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Errorf("pgtest: pause: the server is not running")
+		return
+	}
+	if s.frozen != nil {
+		return
+	}
+	pids, err := freezeTree(s.cmd.Process.Pid)
+	s.frozen = pids
+	if err != nil {
+		s.t.Errorf("pgtest: pause: %v", err)
+	}
+}
+
+// Resume lets a paused server run again (SIGCONT to every process Pause
+// stopped). Resuming a server that is not paused does nothing.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.thawLocked()
+}
+
+func (s *Server) thawLocked() {
+	thaw(s.frozen)
+	s.frozen = nil
+}
+
 func (s *Server) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,6 +146,7 @@ func (s *Server) signalLocked(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
 	}
+	s.thawLocked() // a frozen process acts on no signal but SIGKILL until it runs
 	_ = s.cmd.Process.Signal(sig)
 	select {
 	case <-s.done:

@@ -32,3 +32,47 @@ func TestServerKeepsCommittedDataAcrossKillAndRestart(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM t").Scan(&v))
 	require.Equal(t, 42, v, "the committed row survives an immediate shutdown")
 }
+
+// TestPauseFreezesEveryBackend pauses the server with two connections
+// open: a query on one of them and a new connection both fail with their
+// ctx, so the backends are frozen and not only the postmaster. After
+// Resume the other connection and a new one answer.
+func TestPauseFreezesEveryBackend(t *testing.T) {
+	s := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	busy, err := pgx.Connect(ctx, s.URL())
+	require.NoError(t, err)
+	defer busy.Close(context.Background())
+	idle, err := pgx.Connect(ctx, s.URL())
+	require.NoError(t, err)
+	defer idle.Close(context.Background())
+
+	s.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.Resume()
+		}
+	}()
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	var one int
+	err = busy.QueryRow(short, "SELECT 1").Scan(&one)
+	cancelShort()
+	require.Error(t, err, "a query on an open connection gets no answer while the server is paused")
+	short, cancelShort = context.WithTimeout(ctx, 300*time.Millisecond)
+	c, err := pgx.Connect(short, s.URL())
+	cancelShort()
+	if err == nil {
+		_ = c.Close(context.Background())
+	}
+	require.Error(t, err, "a new connection gets no answer while the server is paused")
+
+	s.Resume()
+	resumed = true
+	require.NoError(t, idle.QueryRow(ctx, "SELECT 1").Scan(&one), "an open connection answers after Resume")
+	c, err = pgx.Connect(ctx, s.URL())
+	require.NoError(t, err, "a new connection is accepted after Resume")
+	require.NoError(t, c.QueryRow(ctx, "SELECT 1").Scan(&one))
+	_ = c.Close(ctx)
+}
