@@ -160,7 +160,22 @@ func testBlackholeLongerThanAckTimeout(e *env) {
 // group gets every message.
 func testBlackholeBoundsEveryCall(e *env) {
 	pubP, subP := e.proxy(), e.proxy()
-	pub, consumer, late := e.bus(pubP), e.bus(subP), e.bus(subP)
+	e.boundsEveryCall(e.bus(pubP), e.bus(subP), e.bus(subP), func() {
+		pubP.Blackhole(true)
+		subP.Blackhole(true)
+	}, func() {
+		pubP.Blackhole(false)
+		subP.Blackhole(false)
+	}, func() *bus.Bus { return e.bus(e.proxy()) })
+}
+
+// boundsEveryCall publishes 50 messages, lets consumer hold 8 of them,
+// applies fault, and checks that calls end with their ctx: the handlers
+// ack (the acks are pending behind the fault), then Publish on pub
+// (200 ms ctx: an error within 300 ms), Subscribe on late (500 ms), and
+// Subscription.Close and Bus.Close of consumer and pub (1 s ctx: back
+// within 1.1 s). After heal, a member on next() gets every message.
+func (e *env) boundsEveryCall(pub, consumer, late *bus.Bus, fault, heal func(), next func() *bus.Bus) {
 	e.publishAll(pub, "m", 50, 50, callTimeout, nil)
 
 	const inFlight = 8
@@ -178,31 +193,35 @@ func testBlackholeBoundsEveryCall(e *env) {
 	require.Eventually(e.t, func() bool { return running.Load() >= inFlight }, recoverWithin, poll,
 		"c1 runs %d handlers", inFlight)
 
-	pubP.Blackhole(true)
-	subP.Blackhole(true)
-	close(release) // the handlers ack: the acks are pending behind the blackhole
+	fault()
+	healed := false
+	defer func() {
+		if !healed {
+			heal()
+		}
+	}()
+	close(release) // the handlers ack: the acks are pending behind the fault
 
-	err := e.calls.timed("Publish(200ms ctx, blackholed)", 200*time.Millisecond, func(ctx context.Context) error {
-		return pub.Publish(ctx, e.topic, messages([]string{"blackholed"})...)
+	err := e.calls.timed("Publish(200ms ctx, fault)", 200*time.Millisecond, func(ctx context.Context) error {
+		return pub.Publish(ctx, e.topic, messages([]string{"during-fault"})...)
 	})
-	e.ledger.Publish([]string{"blackholed"}, err)
-	assert.Error(e.t, err, "Publish over a blackholed link fails when its ctx ends")
+	e.ledger.Publish([]string{"during-fault"}, err)
+	assert.Error(e.t, err, "Publish during the fault fails when its ctx ends")
 
-	_ = e.calls.timed("Subscribe(500ms ctx, blackholed)", 500*time.Millisecond, func(ctx context.Context) error {
+	_ = e.calls.timed("Subscribe(500ms ctx, fault)", 500*time.Millisecond, func(ctx context.Context) error {
 		// A nil error is fine too: the subscription then ends with ctx.
 		_, err := late.Subscribe(ctx, e.topic, func(context.Context, *bus.Delivery) error { return nil },
 			bus.WithGroup("late"), bus.WithAckTimeout(ackTimeout))
 		return err
 	})
-	_ = e.calls.timed("Subscription.Close(1s ctx, blackholed)", time.Second, sub.Close)
-	_ = e.calls.timed("Bus.Close(1s ctx, blackholed consumer)", time.Second, consumer.Close)
-	_ = e.calls.timed("Bus.Close(1s ctx, blackholed publisher)", time.Second, pub.Close)
+	_ = e.calls.timed("Subscription.Close(1s ctx, fault)", time.Second, sub.Close)
+	_ = e.calls.timed("Bus.Close(1s ctx, fault, consumer)", time.Second, consumer.Close)
+	_ = e.calls.timed("Bus.Close(1s ctx, fault, publisher)", time.Second, pub.Close)
 
-	pubP.Blackhole(false)
-	subP.Blackhole(false)
-	next := e.bus(e.proxy())
-	sub2 := e.consume(next, "c2")
-	e.waitNoLoss("a new member after the blackhole")
+	heal()
+	healed = true
+	sub2 := e.consume(next(), "c2")
+	e.waitNoLoss("a new member after the fault")
 	e.finish(sub2)
 }
 

@@ -3,6 +3,7 @@ package faultsuite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,19 +53,20 @@ var pauseFor = []time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 1
 // or counted as a redelivery, and that every message is handled within
 // 10 s of the last Publish, far less than the ack timeout: nothing waits
 // for a lease to run out. The cases: one member; two members; two
-// members sharing four partitions.
+// members sharing four partitions; Harness.PauseCases picks some of them.
 func RunPause(t *testing.T, h Harness) {
 	require.NotEmpty(t, h.Target, "Harness.Target")
 	require.NotNil(t, h.Open, "Harness.Open")
 	require.NotNil(t, h.PauseServer, "Harness.PauseServer")
 	require.NotNil(t, h.ResumeServer, "Harness.ResumeServer")
-	cases := []struct {
-		name                string
-		members, partitions int
-	}{
-		{"OneMember", 1, 1},
-		{"TwoMembers", 2, 1},
-		{"FourPartitions", 2, 4},
+	cases := pauseCases
+	if len(h.PauseCases) > 0 {
+		cases = nil
+		for _, name := range h.PauseCases {
+			i := slices.IndexFunc(pauseCases, func(c pauseCase) bool { return c.name == name })
+			require.GreaterOrEqual(t, i, 0, "Harness.PauseCases: no pause case %q", name)
+			cases = append(cases, pauseCases[i])
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -73,6 +75,36 @@ func RunPause(t *testing.T, h Harness) {
 			p.run(c.members, c.partitions)
 		})
 	}
+}
+
+// RunPauseBounds checks that calls end with their ctx while the server
+// is frozen (Harness.PauseServer), with no proxy: a member holds 8 of 50
+// messages and acks them once the server is frozen, then Publish (200 ms
+// ctx) fails within 300 ms, Subscribe (500 ms) returns within 600 ms, and
+// Subscription.Close and Bus.Close with the acks pending (1 s ctx) return
+// within 1.1 s. After Harness.ResumeServer a new member of the group gets
+// every message.
+func RunPauseBounds(t *testing.T, h Harness) {
+	require.NotEmpty(t, h.Target, "Harness.Target")
+	require.NotNil(t, h.Open, "Harness.Open")
+	require.NotNil(t, h.PauseServer, "Harness.PauseServer")
+	require.NotNil(t, h.ResumeServer, "Harness.ResumeServer")
+	watchdog(t, caseLimit)
+	e := &env{t: t, h: h, ledger: NewLedger(), topic: "pause.bounds"}
+	e.boundsEveryCall(e.busAt(h.Target), e.busAt(h.Target), e.busAt(h.Target), h.PauseServer, h.ResumeServer,
+		func() *bus.Bus { return e.busAt(h.Target) })
+}
+
+// pauseCase is a group shape of RunPause.
+type pauseCase struct {
+	name                string
+	members, partitions int
+}
+
+var pauseCases = []pauseCase{
+	{"OneMember", 1, 1},
+	{"TwoMembers", 2, 1},
+	{"FourPartitions", 2, 4},
 }
 
 // pauseRun is one pause case.

@@ -51,8 +51,12 @@ type Harness struct {
 	// skipped.
 	StopServer, StartServer func()
 	// PauseServer and ResumeServer, if set, freeze the private server
-	// (SIGSTOP) and let it run again (SIGCONT); RunPause needs them.
+	// (SIGSTOP) and let it run again (SIGCONT); RunPause and
+	// RunPauseBounds need them.
 	PauseServer, ResumeServer func()
+	// PauseCases, if set, names the RunPause cases to run (OneMember,
+	// TwoMembers, FourPartitions); all of them when empty.
+	PauseCases []string
 }
 
 // Run runs every case as a subtest of t.
@@ -117,7 +121,14 @@ func (e *env) proxy() *faultproxy.Proxy {
 // the case ends.
 func (e *env) bus(p *faultproxy.Proxy) *bus.Bus {
 	e.t.Helper()
-	b := bus.New(e.h.Open(e.t, p.Addr()), bus.WithObserver(&e.events))
+	return e.busAt(p.Addr())
+}
+
+// busAt opens a backend on addr and returns a bus over it, closed when
+// the case ends.
+func (e *env) busAt(addr string) *bus.Bus {
+	e.t.Helper()
+	b := bus.New(e.h.Open(e.t, addr), bus.WithObserver(&e.events))
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
