@@ -34,13 +34,14 @@ type Backend struct {
 	lis     *listener
 	pub     publisher
 	notes   *notifier
+	members *members
 
 	life   context.Context // ends at Close
 	cancel context.CancelFunc
 	shut   atomic.Bool
 	mu     sync.Mutex
 	trims  map[string]int // subscribed topics, with their subscription count
-	wg     sync.WaitGroup // listener and trimmer
+	wg     sync.WaitGroup // listener, trimmer, notifier and member loop
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -78,10 +79,12 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, own bool, opts *Options
 	b.pub = publisher{channel: o.Channel, dedup: o.DedupWindow}
 	b.lis = newListener(pool.Config().ConnConfig.Copy(), o.Channel)
 	b.notes = newNotifier()
-	b.wg.Add(3)
+	b.members = newMembers()
+	b.wg.Add(4)
 	go func() { defer b.wg.Done(); b.lis.run(life) }()
 	go func() { defer b.wg.Done(); b.trimLoop(life) }()
 	go func() { defer b.wg.Done(); b.notes.run(life, b) }()
+	go func() { defer b.wg.Done(); b.memberLoop(life) }()
 	return b, nil
 }
 
@@ -138,6 +141,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	}
 	b.lis.waitReady(ctx)
 	s := newSubscription(b, topic, gid, cfg)
+	b.join(ctx, s)
 	b.mu.Lock()
 	b.trims[topic]++
 	b.mu.Unlock()
@@ -148,6 +152,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 // forget drops a closed subscription's registrations.
 func (b *Backend) forget(s *subscription) {
 	b.lis.remove(s.topic, s.wake)
+	b.leave(s)
 	b.mu.Lock()
 	if b.trims[s.topic]--; b.trims[s.topic] <= 0 {
 		delete(b.trims, s.topic)

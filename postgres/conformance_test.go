@@ -23,6 +23,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, srv.URL()) })
 	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
+	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })

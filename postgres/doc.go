@@ -37,7 +37,9 @@
 //	                attempt, leased, lease_by (the fetch that leased it)
 //	bus_dedup       caller-set IDs published within the dedup window
 //	bus_locks       group locks (key-ordered groups, partition owners)
-//	bus_members     live members of partitioned groups
+//	bus_members     live members of partitioned groups, and each
+//	                subscription of a process (topic '#' and the group's
+//	                id), renewed every 5 s and counting for 15 s
 //
 // Two partial indexes on bus_deliveries, (group_id, visible_at, seq)
 // where n = 0 and (group_id, visible_at) where n > 0, keep a fetch
@@ -155,8 +157,10 @@
 // Scheduling (DeliverAt is the row's visible_at) are all true. MaxPayload
 // is Options.MaxPayload (64 MiB by default). Subscriptions implement
 // backend.Extender, Releaser, Snoozer and DeadLetterer; the Backend
-// implements Inspector (Consumers is unknown: a member is a process's
-// subscription, which the database does not record), TopicDeleter,
+// implements Inspector (Consumers counts the group's subscriptions whose
+// bus_members row is live: one that closed stops counting at once, one
+// whose process died within 15 s; OldestPending is unknown: a delivery
+// row keeps when its lease ends, not when it began), TopicDeleter,
 // GroupSeeker (in-flight deliveries of a sought group are dropped),
 // GroupLocker and Partitioner.
 package postgres

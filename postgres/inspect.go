@@ -59,10 +59,9 @@ ORDER BY t.name COLLATE "C"`)
 
 // Groups implements backend.Inspector. Pending counts the deliveries
 // received and not settled (leased, given back or with a lease that ran
-// out), Lag those never delivered; Consumers is Unknown (a member
-// is a process's subscription, which the database does not record), and
-// so is OldestPending (left zero): a row keeps when its lease ends, not
-// when it began.
+// out), Lag those never delivered; Consumers counts the live
+// subscriptions (fillConsumers). OldestPending is left zero (unknown): a
+// row keeps when its lease ends, not when it began.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	rows, err := b.pool.Query(ctx, `SELECT g.name,
     (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n > 0),
@@ -84,6 +83,9 @@ FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: groups of %q: %w", topic, err)
+	}
+	if err := b.fillConsumers(ctx, topic, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
