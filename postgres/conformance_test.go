@@ -24,6 +24,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
 	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
+	t.Run("NackNotifiesOtherProcesses", func(t *testing.T) { testNackNotifiesOtherProcesses(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })

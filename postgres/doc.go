@@ -89,8 +89,10 @@
 //     the row is still this delivery (n), leased and within its lease;
 //     otherwise it changes nothing and returns backend.ErrStale. The
 //     subscriptions of the process are woken to re-read the next due time,
-//     so a delay ends on time to a few milliseconds; another process's
-//     nack delay is seen at the next poll at the latest.
+//     and a delay shorter than Options.Block is notified on the topic
+//     after the commit, so members in every process re-read it: a delay
+//     ends on time to a few milliseconds. (A longer one is read by the
+//     next poll, which comes before it ends.)
 //   - Leases are per delivery: a member's ack timeout applies to what it
 //     fetched, and a member never changes another's lease, so members
 //     with different ack timeouts can share a group.

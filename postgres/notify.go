@@ -96,3 +96,16 @@ func (n *notifier) due() ([]string, time.Duration) {
 	}
 	return topics, wait
 }
+
+// dueSoon is called after a settlement committed that makes a delivery
+// of topic due in delay. The subscriptions of this process are woken to
+// re-read their next due time. A member elsewhere waits at most
+// Options.Block for the next due time it last read, so it sees a delay of
+// Block or more on time by itself; a shorter one is notified (as a
+// publish is), waking the topic's members in every process.
+func (b *Backend) dueSoon(topic string, delay time.Duration) {
+	b.lis.wakeTopic(topic)
+	if delay < b.opts.Block {
+		b.notes.later(topic)
+	}
+}

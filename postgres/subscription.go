@@ -326,8 +326,7 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("postgres: %s %q: %w", op, s.topic, backend.ErrStale)
 	}
-	// The subscriptions of this process recompute their next due time.
-	s.b.lis.wakeTopic(s.topic)
+	s.b.dueSoon(s.topic, delay)
 	return nil
 }
 
