@@ -28,6 +28,10 @@ package bench
 //     the window, then wait for the last acks), and report the bus's
 //     ratio to it as bus/raw-window. That pattern gives no caller a
 //     stored-or-error answer, so it is an upper bound, not a peer.
+//   - PublishAsync: one caller, one message per call, confirmed later
+//     within a window of 1000: raw PublishMsgAsync checking the acks as
+//     they come (rawclient.NATSAsyncPublisher), against bus.PublishAsync
+//     checking the results as they come, then Flush.
 //   - ConsumeAck: drain a prefilled stream with a new durable pull
 //     consumer, acking each message; raw Consume with its default 500
 //     message buffer; the bus subscribes with AckOnSuccess and 500 in
@@ -436,6 +440,75 @@ func BenchmarkNATSPublishConcurrent64(b *testing.B) {
 			func() { e.busPublishConcurrent(topic, n, natsCallers) })
 	}
 	r.report(b)
+}
+
+func BenchmarkNATSPublishAsync(b *testing.B) {
+	e := newNATSEnv(b)
+	_, subject := e.rawStream("pub")
+	topic := e.busTopic("pub")
+	e.busPublish(topic, 1, 1) // create the stream outside the timing
+	n := natsRound()
+	var r rates
+	for round := 0; b.Loop(); round++ {
+		both(b, &r, round, n, func() { e.rawPublishAsync(subject, n) }, func() { e.busPublishAsync(topic, n) })
+	}
+	r.report(b)
+}
+
+// rawPublishAsync publishes n messages one per call with PublishMsgAsync,
+// checking the acks as they come, then waits for the rest.
+func (e *natsEnv) rawPublishAsync(subject string, n int) {
+	data := payload()
+	p := rawclient.NewNATSAsyncPublisher(e.js, subject)
+	for range n {
+		if err := p.Publish(data); err != nil {
+			e.b.Fatalf("raw publish: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), natsWait)
+	defer cancel()
+	if failed, err := p.Flush(ctx); err != nil {
+		e.b.Fatalf("raw publish: %d failed: %v", failed, err)
+	}
+}
+
+// busPublishAsync publishes n messages one per PublishAsync call, checking
+// the results already known oldest first, then Flushes.
+func (e *natsEnv) busPublishAsync(topic string, n int) {
+	data := payload()
+	ctx := context.Background()
+	pending := make([]*bus.PublishResult, 0, 2*natsBatch)
+	head := 0
+	check := func(r *bus.PublishResult) {
+		if err := r.Get(ctx); err != nil {
+			e.b.Fatalf("bus publish: %v", err)
+		}
+	}
+	for range n {
+		pending = append(pending, e.bus.PublishAsync(ctx, topic, &bus.Message{Payload: data}))
+		for ; head < len(pending); head++ {
+			select {
+			case <-pending[head].Done():
+				check(pending[head])
+				pending[head] = nil
+				continue
+			default:
+			}
+			break
+		}
+		if head >= len(pending)/2 {
+			pending = pending[:copy(pending, pending[head:])]
+			head = 0
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, natsWait)
+	defer cancel()
+	if err := e.bus.Flush(fctx); err != nil {
+		e.b.Fatalf("bus flush: %v", err)
+	}
+	for _, r := range pending[head:] {
+		check(r)
+	}
 }
 
 func BenchmarkNATSConsumeAck(b *testing.B) {
