@@ -64,6 +64,8 @@ type Backend struct {
 	promoters map[string]*promoter
 	promoWG   sync.WaitGroup // every promoter's goroutine
 	topics    topiccache.Cache[*topicNames]
+	// pubs holds the publishes waiting for their acks (publish.go).
+	pubs pubAcks
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to
@@ -171,6 +173,8 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 		js, err := jetstream.New(nc,
 			jetstream.WithPublishAsyncMaxPending(o.PublishWindow),
 			jetstream.WithPublishAsyncTimeout(o.PublishTimeout),
+			jetstream.WithPublishAsyncAckHandler(b.pubs.acked),
+			jetstream.WithPublishAsyncErrHandler(b.pubs.failed),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("jetstream: %w", err)

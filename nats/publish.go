@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -72,13 +73,11 @@ func (f *failures) result() error {
 // another call's sends (no lock is held while waiting).
 //
 // Per-message work is kept to what the wire needs: the topic's names and
-// its stream's existence are looked up without a lock, futures of small
-// batches live on the stack, and a publish passes no options (each option
-// costs the client library an allocation per message) unless the window
-// stays full, see publishAsync.
-
-// smallBatch is the batch size whose futures need no allocation.
-const smallBatch = 16
+// its stream's existence are looked up without a lock, the acks reach
+// their batch through the context's ack and error handlers (pubAcks), not
+// through a future's channels, and a publish passes no options (each
+// option costs the client library an allocation per message) unless the
+// window stays full, see publishAsync.
 
 // defaultStallWait is how long the client library lets a publish without
 // options wait for a slot in a full window before it fails with
@@ -95,12 +94,7 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 		return err
 	}
 	dl, hasDeadline := ctx.Deadline()
-	var buf [smallBatch]jetstream.PubAckFuture
-	futures := buf[:0]
-	if len(msgs) > len(buf) {
-		futures = make([]jetstream.PubAckFuture, 0, len(msgs))
-	}
-	futures = futures[:len(msgs)]
+	pb := newPubBatch(len(msgs))
 	fs := failures{n: len(msgs)}
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
@@ -112,15 +106,13 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 			fs.add(i, err)
 			continue
 		}
-		f, err := b.publishAsync(ctx, nm, dl, hasDeadline)
-		if err != nil {
+		b.pubs.add(nm, pb, i)
+		if err := b.publishAsync(ctx, nm, dl, hasDeadline); err != nil {
+			b.pubs.drop(nm, pb, i)
 			fs.add(i, err)
-			continue
 		}
-		futures[i] = f
 	}
-	noStream := b.awaitAcks(ctx, tn, topic, msgs, due, futures, &fs)
-	clear(futures)
+	noStream := b.awaitAcks(ctx, tn, topic, msgs, due, pb, &fs)
 	if noStream {
 		// The stream vanished (deleted, or lost with memory storage on a
 		// restart): look it up again on the next publish.
@@ -130,34 +122,161 @@ func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.M
 	return fs.result()
 }
 
-// awaitAcks waits for the server's answer to each publish in futures and
-// adds the failures to fs; a message a clustered stream is still storing
-// under its ID is published again (publishAgain). It reports whether the
-// stream did not answer (it may be gone).
-func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, msgs []*backend.Message, due []int64, futures []jetstream.PubAckFuture, fs *failures) bool {
+// awaitAcks waits for the server's answer to each publish of pb and adds
+// the failures to fs; a message a clustered stream is still storing under
+// its ID is published again (publishAgain). It reports whether the stream
+// did not answer (it may be gone).
+func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, msgs []*backend.Message, due []int64, pb *pubBatch, fs *failures) bool {
+	errs := pb.wait(ctx)
 	noStream := false
-	done := ctx.Done()
-	for i, f := range futures {
-		if f == nil {
+	for i, err := range errs {
+		if err == nil || err == errNotSent {
 			continue
 		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders) {
-				noStream = true
-			}
-			if dupInProcess(err) {
-				if err = b.publishAgain(ctx, tn, topic, msgs[i], dueAt(due, i)); err == nil {
-					continue
-				}
-			}
-			fs.add(i, err)
-		case <-done:
-			fs.add(i, ctx.Err())
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders) {
+			noStream = true
 		}
+		if dupInProcess(err) {
+			if err = b.publishAgain(ctx, tn, topic, msgs[i], dueAt(due, i)); err == nil {
+				continue
+			}
+		}
+		fs.add(i, err)
 	}
 	return noStream
+}
+
+// pubAcks routes the answers to async publishes, which the JetStream
+// context hands to its ack and error handlers with the message published,
+// to the batch waiting for them. It is safe for concurrent use.
+type pubAcks struct {
+	mu      sync.Mutex
+	waiting map[*natsgo.Msg]pubRef
+}
+
+// pubRef is the place of a published message in its batch.
+type pubRef struct {
+	batch *pubBatch
+	i     int
+}
+
+// add registers nm as message i of pb, before it is published: its
+// answer may come before the publish returns.
+func (p *pubAcks) add(nm *natsgo.Msg, pb *pubBatch, i int) {
+	pb.mu.Lock()
+	pb.errs[i] = errUnanswered
+	pb.pending++
+	pb.mu.Unlock()
+	p.mu.Lock()
+	if p.waiting == nil {
+		p.waiting = map[*natsgo.Msg]pubRef{}
+	}
+	p.waiting[nm] = pubRef{pb, i}
+	p.mu.Unlock()
+}
+
+// drop unregisters nm, message i of pb, whose publish failed: the client
+// library gives no answer for it.
+func (p *pubAcks) drop(nm *natsgo.Msg, pb *pubBatch, i int) {
+	p.mu.Lock()
+	delete(p.waiting, nm)
+	p.mu.Unlock()
+	pb.answer(i, errNotSent)
+}
+
+// acked is the JetStream context's ack handler.
+func (p *pubAcks) acked(_ jetstream.JetStream, nm *natsgo.Msg, _ *jetstream.PubAck) {
+	p.answer(nm, nil)
+}
+
+// failed is the JetStream context's error handler.
+func (p *pubAcks) failed(_ jetstream.JetStream, nm *natsgo.Msg, err error) {
+	if err == nil {
+		err = jetstream.ErrInvalidJSAck
+	}
+	p.answer(nm, err)
+}
+
+// answer gives the batch of nm its answer; messages the backend is not
+// waiting for (a schedule's promotion, see promote.go) are ignored.
+func (p *pubAcks) answer(nm *natsgo.Msg, err error) {
+	p.mu.Lock()
+	ref, ok := p.waiting[nm]
+	if ok {
+		delete(p.waiting, nm)
+	}
+	p.mu.Unlock()
+	if ok {
+		ref.batch.answer(ref.i, err)
+	}
+}
+
+// Sentinels of pubBatch.errs: a message whose answer is awaited, and one
+// that was not published (its failure is counted already).
+var (
+	errUnanswered = errors.New("no answer yet")
+	errNotSent    = errors.New("not sent")
+)
+
+// pubBatch is one Publish call's wait for the answers to its messages.
+type pubBatch struct {
+	mu sync.Mutex
+	// errs holds each message's answer: nil when stored, errNotSent when
+	// not published, errUnanswered while waiting.
+	errs []error
+	// pending counts the answers still awaited, plus one while the batch
+	// is being published.
+	pending int
+	done    chan struct{} // closed when pending reaches 0
+	ended   bool          // the caller stopped waiting: answers are dropped
+}
+
+func newPubBatch(n int) *pubBatch {
+	pb := &pubBatch{errs: make([]error, n), pending: 1, done: make(chan struct{})}
+	for i := range pb.errs {
+		pb.errs[i] = errNotSent
+	}
+	return pb
+}
+
+// answer records message i's answer.
+func (pb *pubBatch) answer(i int, err error) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.ended || pb.errs[i] != errUnanswered {
+		return
+	}
+	pb.errs[i] = err
+	pb.settle()
+}
+
+// settle counts one answer, or the end of publishing. pb.mu is held.
+func (pb *pubBatch) settle() {
+	if pb.pending--; pb.pending == 0 {
+		close(pb.done)
+	}
+}
+
+// wait ends publishing and waits for every answer, or until ctx ends;
+// each message not answered then fails with ctx's error. It returns the
+// answers, which change no more.
+func (pb *pubBatch) wait(ctx context.Context) []error {
+	pb.mu.Lock()
+	pb.settle()
+	pb.mu.Unlock()
+	select {
+	case <-pb.done:
+	case <-ctx.Done():
+	}
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	pb.ended = true
+	for i, err := range pb.errs {
+		if err == errUnanswered {
+			pb.errs[i] = ctx.Err()
+		}
+	}
+	return pb.errs
 }
 
 // encodeFor builds the NATS message of m: a schedule when it is due
@@ -231,27 +350,28 @@ func (b *Backend) publishAgain(ctx context.Context, tn *topicNames, topic string
 	}
 }
 
-// publishAsync sends nm within the publish window. While the window has
-// room this passes no options. When the window stays full, the publish
-// waits for a slot until ctx's deadline (measured now: the stream lookup
-// and earlier messages took their share) or, without a deadline, for
-// PublishTimeout.
-func (b *Backend) publishAsync(ctx context.Context, nm *natsgo.Msg, dl time.Time, hasDeadline bool) (jetstream.PubAckFuture, error) {
+// publishAsync sends nm within the publish window; its answer comes to
+// b.pubs. While the window has room this passes no options. When the
+// window stays full, the publish waits for a slot until ctx's deadline
+// (measured now: the stream lookup and earlier messages took their share)
+// or, without a deadline, for PublishTimeout.
+func (b *Backend) publishAsync(ctx context.Context, nm *natsgo.Msg, dl time.Time, hasDeadline bool) error {
 	if !hasDeadline || time.Until(dl) > defaultStallWait {
 		// The library's own wait for a slot ends before the deadline.
-		f, err := b.js.PublishMsgAsync(nm)
+		_, err := b.js.PublishMsgAsync(nm)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return f, err
+			return err
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	wait := b.opts.PublishTimeout - defaultStallWait
 	if hasDeadline {
 		wait = time.Until(dl)
 	}
-	return b.js.PublishMsgAsync(nm, jetstream.WithStallWait(max(wait, time.Millisecond)))
+	_, err := b.js.PublishMsgAsync(nm, jetstream.WithStallWait(max(wait, time.Millisecond)))
+	return err
 }
 
 func sortFailures(f []backend.Failure) {
