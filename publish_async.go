@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
+	"sync/atomic"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
@@ -19,10 +21,15 @@ var ErrPublishPaused = errors.New("publishing of the key is paused after a failu
 // PublishResult is the outcome of one PublishAsync call, known once Done
 // is closed. It is safe for concurrent use.
 type PublishResult struct {
-	done chan struct{}
-	err  error
-	gate *flushGate // the Flush generation that waits for it
-	req  asyncReq   // the message on its way, without publish middleware
+	// known is set once err is; done, made by the first Done or Get
+	// that has to wait, is closed then.
+	known atomic.Bool
+	mu    sync.Mutex
+	done  chan struct{}
+	err   error
+	gate  *flushGate // the Flush generation that waits for it
+	req   asyncReq   // the message on its way, without publish middleware
+	msg   Message    // the bus's copy of the message without middleware, until sent
 }
 
 // closedDone is the Done channel of a result known at once.
@@ -34,11 +41,37 @@ var closedDone = func() chan struct{} {
 
 // failedResult returns a result that carries err at once.
 func failedResult(err error) *PublishResult {
-	return &PublishResult{done: closedDone, err: err}
+	r := &PublishResult{done: closedDone, err: err}
+	r.known.Store(true)
+	return r
+}
+
+// resolve makes r known with err.
+func (r *PublishResult) resolve(err error) {
+	r.err = err
+	r.mu.Lock()
+	r.known.Store(true)
+	if r.done != nil {
+		close(r.done)
+	}
+	r.mu.Unlock()
 }
 
 // Done returns a channel closed when the result is known.
-func (r *PublishResult) Done() <-chan struct{} { return r.done }
+func (r *PublishResult) Done() <-chan struct{} {
+	if r.known.Load() {
+		return closedDone
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.known.Load() {
+		return closedDone
+	}
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	return r.done
+}
 
 // Get waits until the result is known and returns it: nil when the
 // backend stored the message, with the guarantee of a nil error from
@@ -48,13 +81,11 @@ func (r *PublishResult) Done() <-chan struct{} { return r.done }
 // ctx of the PublishAsync call, a backend failure). When ctx ends first,
 // Get returns ctx's error and the result is still to come.
 func (r *PublishResult) Get(ctx context.Context) error {
-	select {
-	case <-r.done:
+	if r.known.Load() {
 		return r.err
-	default:
 	}
 	select {
-	case <-r.done:
+	case <-r.Done():
 		return r.err
 	case <-ctx.Done():
 		return fmt.Errorf("bus: publish result: %w", ctx.Err())
@@ -131,13 +162,18 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 		b.ops.leave()
 		return failedResult(err)
 	}
-	res := &PublishResult{done: make(chan struct{})}
-	cp := copyMessage(msg)
+	res := &PublishResult{}
 	if len(b.opts.publishMW) == 0 {
+		cp := &res.msg
+		copyMessage(cp, msg)
 		res.req = asyncReq{ctx: ctx, topic: topic, key: cp.Key, msg: cp, genID: genID, ready: true, res: res}
 		a.enqueue(&res.req)
 		return res
 	}
+	// The middleware may keep the message it is given: it gets one of its
+	// own.
+	cp := new(Message)
+	copyMessage(cp, msg)
 	a.track(res)
 	// The middleware runs on a goroutine of its own; the message's place
 	// in its key's order is taken now, and filled when the middleware
@@ -178,16 +214,15 @@ func (b *Bus) ResumePublish(topic, key string) {
 	b.asyncState().resume(topic, key)
 }
 
-// copyMessage returns a copy of m that shares no buffer with it.
-func copyMessage(m *Message) *Message {
-	cp := *m
+// copyMessage makes dst a copy of m that shares no buffer with it.
+func copyMessage(dst, m *Message) {
+	*dst = *m
 	if m.Payload != nil {
-		cp.Payload = append(make([]byte, 0, len(m.Payload)), m.Payload...)
+		dst.Payload = append(make([]byte, 0, len(m.Payload)), m.Payload...)
 	}
 	if m.Headers != nil {
-		cp.Headers = maps.Clone(m.Headers)
+		dst.Headers = maps.Clone(m.Headers)
 	}
-	return &cp
 }
 
 // placeholderKey carries, in the ctx a PublishAsync passes its publish

@@ -169,8 +169,7 @@ func (a *asyncPublisher) advance() {
 // finish makes res known with err and gives back its window room and its
 // operation of the bus.
 func (a *asyncPublisher) finish(res *PublishResult, err error) {
-	res.err = err
-	close(res.done)
+	res.resolve(err)
 	a.mu.Lock()
 	res.gate.n--
 	a.advance()
@@ -187,10 +186,10 @@ func (a *asyncPublisher) complete(reqs []*asyncReq) {
 			close(r.wake)
 			continue
 		}
-		r.res.err = r.err
 		// The result may be kept long after: it keeps no message.
 		r.msg, r.ctx = nil, nil
-		close(r.res.done)
+		r.res.msg = Message{}
+		r.res.resolve(r.err)
 		n++
 	}
 	if n == 0 {
