@@ -29,6 +29,7 @@ type asyncPublisher struct {
 	maxMsgs    int
 	maxBytes   int
 	maxBatches int
+	eager      int // batches in flight below which any batch goes at once
 
 	mu     sync.Mutex
 	topics map[string]*asyncTopic
@@ -49,6 +50,7 @@ type flushGate struct {
 type asyncTopic struct {
 	name    string
 	queue   []*asyncReq      // waiting requests, call order
+	bytes   int              // the size of the ready requests in queue
 	running int              // batches in flight
 	busy    map[string]int   // keys of the requests in flight
 	queued  map[string]int   // keys of the waiting requests
@@ -64,6 +66,7 @@ type asyncReq struct {
 	msg   *Message // the bus's copy; nil until ready
 	// genID is the ID PublishAsync generated for the message, if any.
 	genID string
+	size  int // messageSize of msg, once ready and queued
 	// ready is false while the publish middleware has not yet passed the
 	// message on; the request holds its place (and its key) meanwhile.
 	ready   bool
@@ -90,15 +93,17 @@ func (b *Bus) asyncState() *asyncPublisher {
 		window := b.opts.batching.window()
 		// The window, not the coalescer, bounds what is in flight: a
 		// topic keeps up to asyncBatches batches (MaxBatches when more)
-		// of a share of the window each, so the backend holds nearly the
-		// whole window while the producer fills the batch that follows
-		// one that returned.
+		// of a share of the window each, full beyond the first half of
+		// them (see room), so the backend holds nearly the whole window
+		// while the producer fills the batch that follows one that
+		// returned.
 		a.maxMsgs, a.maxBytes = cfg.MaxMessages, cfg.MaxBytes
 		a.maxBatches = max(cfg.MaxBatches, asyncBatches)
 		a.maxMsgs = max(1, min(a.maxMsgs, window/a.maxBatches))
 		if cfg.Disabled {
 			a.maxMsgs, a.maxBatches = 1, window
 		}
+		a.eager = max(1, a.maxBatches/2)
 		a.topics = map[string]*asyncTopic{}
 		a.gates = []*flushGate{{done: make(chan struct{})}}
 		var p Publisher = asyncTerminal{b}
@@ -242,7 +247,7 @@ func (a *asyncPublisher) enqueue(r *asyncReq) {
 		a.complete([]*asyncReq{r})
 		return
 	}
-	if t.running < a.maxBatches && (r.key == "" || t.busy[r.key] == 0 && t.queued[r.key] == 0) {
+	if t.running < a.eager && (r.key == "" || t.busy[r.key] == 0 && t.queued[r.key] == 0) {
 		// Every waiting request is held back (by its key, or by a
 		// message the middleware has not passed on yet): r goes alone.
 		t.running++
@@ -252,7 +257,14 @@ func (a *asyncPublisher) enqueue(r *asyncReq) {
 		return
 	}
 	t.push(r)
+	if !a.room(t) {
+		a.mu.Unlock()
+		return
+	}
+	batches, dropped := a.pump(t)
 	a.mu.Unlock()
+	a.complete(dropped)
+	a.startAll(t, batches)
 }
 
 // reserve queues a placeholder: its message follows when the middleware
@@ -278,7 +290,8 @@ func (a *asyncPublisher) claim(ph *asyncReq) bool {
 func (a *asyncPublisher) fill(ph *asyncReq, m *Message) {
 	a.mu.Lock()
 	t := a.topics[ph.topic] // kept: ph is in its queue
-	ph.msg, ph.ready = m, true
+	ph.msg, ph.ready, ph.size = m, true, messageSize(m)
+	t.bytes += ph.size
 	batches, dropped := a.pump(t)
 	a.mu.Unlock()
 	a.complete(dropped)
@@ -348,7 +361,7 @@ func (a *asyncPublisher) resume(topic, key string) {
 // pump takes batches of t while it has room for them, and returns them
 // with the requests dropped on the way. a.mu is held.
 func (a *asyncPublisher) pump(t *asyncTopic) (batches [][]*asyncReq, dropped []*asyncReq) {
-	for t.running < a.maxBatches && len(t.queue) > 0 {
+	for len(t.queue) > 0 && a.room(t) {
 		batch := a.take(t, &dropped)
 		if batch == nil {
 			break
@@ -357,6 +370,17 @@ func (a *asyncPublisher) pump(t *asyncTopic) (batches [][]*asyncReq, dropped []*
 		batches = append(batches, batch)
 	}
 	return batches, dropped
+}
+
+// room reports whether t may start another batch. While fewer than half
+// of maxBatches are in flight, any batch goes, a single message too, so
+// light load sees no added latency. Beyond, up to maxBatches, a batch
+// goes once the waiting messages fill one, and fewer wait until they do
+// or batches return: the batches in flight stay full, and the messages
+// waiting hold little of the window, so the backend holds nearly all of
+// it. a.mu is held.
+func (a *asyncPublisher) room(t *asyncTopic) bool {
+	return t.running < a.eager || t.running < a.maxBatches && (len(t.queue) >= a.maxMsgs || t.bytes >= a.maxBytes)
 }
 
 // take moves the oldest requests of t that may go, within the batch
@@ -402,7 +426,7 @@ func (a *asyncPublisher) take(t *asyncTopic, dropped *[]*asyncReq) []*asyncReq {
 			keep = append(keep, r)
 			continue
 		}
-		n := messageSize(r.msg)
+		n := r.size
 		if len(batch) > 0 && (len(batch)+1 > a.maxMsgs || size+n > a.maxBytes) {
 			full = true
 			keep = append(keep, r)
@@ -503,13 +527,18 @@ func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
 // push queues r. a.mu is held.
 func (t *asyncTopic) push(r *asyncReq) {
 	t.queue = append(t.queue, r)
+	if r.ready {
+		r.size = messageSize(r.msg)
+		t.bytes += r.size
+	}
 	if r.key != "" {
 		t.queued[r.key]++
 	}
 }
 
-// unqueue uncounts the key of r, which left the queue. a.mu is held.
+// unqueue uncounts r, which left the queue. a.mu is held.
 func (t *asyncTopic) unqueue(r *asyncReq) {
+	t.bytes -= r.size
 	if r.key == "" {
 		return
 	}

@@ -190,7 +190,7 @@ func TestPublishAsyncStoresEachKeyInCallOrder(t *testing.T) {
 
 // PublishAsync keeps up to 8 batches of a topic in flight, more than
 // MaxBatches (2 by default), each of at most Window/8 messages: the
-// backend holds nearly the whole window, not half of it.
+// backend holds nearly the whole window, not a quarter of it.
 func TestPublishAsyncKeepsEightBatchesInFlight(t *testing.T) {
 	g := newGateBackend()
 	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{Window: 64}))
@@ -229,6 +229,58 @@ func TestPublishAsyncKeepsEightBatchesInFlight(t *testing.T) {
 			done = true
 		}
 	}
+	for i, r := range rs {
+		require.NoError(t, get(t, r), "m%d", i)
+	}
+}
+
+// Once half of its 8 batches are in flight, a topic sends only full
+// batches (Window/8 messages), and fewer waiting messages go when fewer
+// than half are in flight: the batches in flight hold the window, not
+// single messages.
+func TestPublishAsyncSendsFullBatchesOnceHalfAreInFlight(t *testing.T) {
+	g := newGateBackend()
+	b := bus.New(g, bus.WithPublishBatching(bus.PublishBatching{Window: 64}))
+	defer closeBus(t, b)
+	bg := context.Background()
+	var rs []*bus.PublishResult
+	for i := range 36 {
+		rs = append(rs, b.PublishAsync(bg, "t", bmsg("m"+strconv.Itoa(i))))
+	}
+	var singles, full []*gateCall
+	for range 8 {
+		c := g.next(t)
+		switch len(c.ids) {
+		case 1:
+			singles = append(singles, c)
+		case 8:
+			full = append(full, c)
+		default:
+			t.Fatalf("a batch of %d messages %v: want 4 single messages, then full batches of Window/8", len(c.ids), c.ids)
+		}
+	}
+	require.Len(t, singles, 4, "single messages go at once while fewer than half of the batches are in flight")
+	require.Len(t, full, 4, "then only full batches go")
+	for i := 36; i < 39; i++ {
+		rs = append(rs, b.PublishAsync(bg, "t", bmsg("m"+strconv.Itoa(i))))
+	}
+	for _, c := range singles {
+		close(c.release)
+	}
+	for i := range 4 {
+		require.NoError(t, get(t, rs[i]), "m%d", i)
+	}
+	g.noCall(t)
+	close(full[0].release)
+	last := g.next(t)
+	assert.Equal(t, []string{"m36", "m37", "m38"}, last.ids, "the waiting messages go once fewer than half of the batches are in flight")
+	close(last.release)
+	for _, c := range full[1:] {
+		close(c.release)
+	}
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.Flush(ctx), "Flush")
 	for i, r := range rs {
 		require.NoError(t, get(t, r), "m%d", i)
 	}
