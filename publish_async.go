@@ -108,12 +108,12 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // full waits for room, until ctx ends (the result then carries ctx's
 // error). Waiting messages of a topic are sent as batches within the
 // bounds of PublishBatching.MaxMessages and MaxBytes and of Window/B
-// messages, up to B batches of a topic in flight, where B is 8, or
-// MaxBatches when larger. While fewer than B/2 are in flight a batch goes
-// at once, of a single message too; beyond, a batch goes once the
-// waiting messages fill one, and fewer wait until they do or fewer than
-// B/2 are in flight: the backend holds nearly the whole window while the
-// producer fills the next batch. These batches go to the backend as
+// messages, up to B batches of a topic in flight, where B is the largest
+// of 8, the backend's Capabilities.AsyncBatches and MaxBatches. While
+// fewer than B/2 are in flight a batch goes at once, of a single message
+// too; beyond, a batch goes once the waiting messages fill one, and fewer
+// wait until they do or fewer than B/2 are in flight: the backend holds
+// nearly the whole window while the producer fills the next batch. These batches go to the backend as
 // they are, not combined with Publish calls; with Disabled each message
 // is a batch of its own, and the window alone bounds them. The messages
 // go through the publish middleware one call per message, on a goroutine

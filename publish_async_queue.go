@@ -80,7 +80,8 @@ type asyncReq struct {
 const keptIdleAsyncTopics = 64
 
 // asyncBatches is how many PublishAsync batches of a topic may be in
-// flight at once, unless PublishBatching.MaxBatches allows more.
+// flight at once, unless the backend's Capabilities.AsyncBatches or
+// PublishBatching.MaxBatches allows more.
 const asyncBatches = 8
 
 // asyncState returns b's PublishAsync state, made on first use.
@@ -92,13 +93,13 @@ func (b *Bus) asyncState() *asyncPublisher {
 		cfg := b.opts.batching.config()
 		window := b.opts.batching.window()
 		// The window, not the coalescer, bounds what is in flight: a
-		// topic keeps up to asyncBatches batches (MaxBatches when more)
-		// of a share of the window each, full beyond the first half of
-		// them (see room), so the backend holds nearly the whole window
+		// topic keeps up to asyncBatches batches (more when the backend or
+		// MaxBatches asks) of a share of the window each, full beyond the
+		// first half of them (see room), so the backend holds nearly the whole window
 		// while the producer fills the batch that follows one that
 		// returned.
 		a.maxMsgs, a.maxBytes = cfg.MaxMessages, cfg.MaxBytes
-		a.maxBatches = max(cfg.MaxBatches, asyncBatches)
+		a.maxBatches = max(cfg.MaxBatches, asyncBatches, b.caps.AsyncBatches)
 		a.maxMsgs = max(1, min(a.maxMsgs, window/a.maxBatches))
 		if cfg.Disabled {
 			a.maxMsgs, a.maxBatches = 1, window

@@ -234,6 +234,55 @@ func TestPublishAsyncKeepsEightBatchesInFlight(t *testing.T) {
 	}
 }
 
+// asyncBatchesBackend is a gate backend whose Capabilities ask for 16
+// PublishAsync batches of a topic in flight.
+type asyncBatchesBackend struct{ *gateBackend }
+
+func (asyncBatchesBackend) Capabilities() bus.Capabilities {
+	return bus.Capabilities{Name: "gate16", AsyncBatches: 16}
+}
+
+// A backend's Capabilities.AsyncBatches raises the batches of a topic in
+// flight above 8, each of at most Window/16 messages.
+func TestPublishAsyncKeepsTheBackendsBatchesInFlight(t *testing.T) {
+	g := newGateBackend()
+	b := bus.New(asyncBatchesBackend{g}, bus.WithPublishBatching(bus.PublishBatching{Window: 64}))
+	defer closeBus(t, b)
+	bg := context.Background()
+	var rs []*bus.PublishResult
+	for i := range 64 {
+		rs = append(rs, b.PublishAsync(bg, "t", bmsg("m"+strconv.Itoa(i))))
+	}
+	var calls []*gateCall
+	for range 16 {
+		c := g.next(t)
+		assert.LessOrEqual(t, len(c.ids), 4, "a batch holds at most Window/16 messages")
+		calls = append(calls, c)
+	}
+	g.noCall(t)
+	for _, c := range calls {
+		close(c.release)
+	}
+	flushed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		flushed <- b.Flush(ctx)
+	}()
+	for done := false; !done; {
+		select {
+		case c := <-g.calls:
+			close(c.release)
+		case err := <-flushed:
+			require.NoError(t, err, "Flush")
+			done = true
+		}
+	}
+	for i, r := range rs {
+		require.NoError(t, get(t, r), "m%d", i)
+	}
+}
+
 // Once half of its 8 batches are in flight, a topic sends only full
 // batches (Window/8 messages), and fewer waiting messages go when fewer
 // than half are in flight: the batches in flight hold the window, not

@@ -274,6 +274,10 @@ type Capabilities struct {
 	// MaxPayload is the largest payload the backend accepts (0 = no limit
 	// of its own). The bus uses the smaller of this and WithMaxPayload.
 	MaxPayload int
+	// AsyncBatches is how many PublishAsync batches of one topic the
+	// backend keeps busy at once: more for a backend that confirms each
+	// message on its own (0: the bus's default, 8).
+	AsyncBatches int
 }
 
 // Failure is one failed message of a batch: its position in the batch,

@@ -191,6 +191,8 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			Extend:         true,
 			Scheduling:     !o.noSchedules && o.Retention != RetentionInterest,
 			MaxPayload:     maxPayload,
+			// JetStream confirms each message of a batch on its own.
+			AsyncBatches: 16,
 		}
 	}
 	b.watchConnection()
