@@ -161,10 +161,11 @@ func (b *Backend) forget(s *subscription) {
 }
 
 // ensureGroup returns the id of group on topic, creating the group when
-// it does not exist. A new group starting from the oldest message gets a
-// delivery row for every retained message. The topic's exclusive lock
-// waits for the writers in flight, whose statements may not have seen
-// the group, and keeps new ones out until the group is committed.
+// it does not exist. A new group starting from the oldest message starts
+// its cursor before every message; one starting from the newest raises
+// the topic's floor and starts its cursor there (startSQL). The topic's
+// exclusive lock waits for the writers in flight and keeps new ones out
+// until the group is committed.
 func (b *Backend) ensureGroup(ctx context.Context, topic, group string, from backend.StartFrom) (int64, error) {
 	var gid int64
 	err := b.pool.QueryRow(ctx, `SELECT id FROM bus_groups WHERE topic = $1 AND name = $2`, topic, group).Scan(&gid)
@@ -185,14 +186,27 @@ func (b *Backend) ensureGroup(ctx context.Context, topic, group string, from bac
 		if errors.Is(err, pgx.ErrNoRows) {
 			return tx.QueryRow(ctx, `SELECT id FROM bus_groups WHERE topic = $1 AND name = $2`, topic, group).Scan(&gid)
 		}
-		if err != nil || from != backend.StartOldest {
+		if err != nil || from == backend.StartOldest {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, visible_at) SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2`, gid, topic)
+		_, err = tx.Exec(ctx, startSQL, topic, gid)
 		return err
 	})
 	return gid, err
 }
+
+// startSQL starts the cursor of group $2 of topic $1 after every message
+// written so far, under the topic's exclusive lock. It raises the
+// topic's floor to the first transaction id not yet assigned (the xmax
+// of the statement's snapshot) and sets the cursor to (floor, 0): every
+// message committed later, even by a transaction whose id is older, is
+// written under the topic's shared lock, after this commit, with an ord
+// of at least the floor, so it lies after the cursor; every message that
+// is visible now has an ord below it.
+const startSQL = `WITH f AS (SELECT pg_snapshot_xmax(pg_current_snapshot()) AS x),
+t AS (INSERT INTO bus_topics (name, floor) SELECT $1, x FROM f
+    ON CONFLICT (name) DO UPDATE SET floor = greatest(bus_topics.floor, excluded.floor))
+UPDATE bus_groups SET cur_ord = (SELECT x FROM f), cur_seq = 0 WHERE id = $2`
 
 // topicLock is the advisory lock key of a topic (or of a key, for
 // PublishTx): its 32-bit FNV-1a hash.
@@ -224,6 +238,11 @@ func (b *Backend) trimLoop(life context.Context) {
 				b.trim(life, topic)
 			}
 		}
+		// A key's order record is spent once every transaction that could
+		// publish the key again has a larger id.
+		ctx, cancel := context.WithTimeout(life, 5*time.Second)
+		_, _ = b.pool.Exec(ctx, `DELETE FROM bus_keyord WHERE ord < pg_snapshot_xmin(pg_current_snapshot())`)
+		cancel()
 		if b.opts.DedupWindow > 0 {
 			ctx, cancel := context.WithTimeout(life, 5*time.Second)
 			_, _ = b.pool.Exec(ctx, `DELETE FROM bus_dedup WHERE at < clock_timestamp() - $1 * interval '1 millisecond'`, b.opts.DedupWindow.Milliseconds())
@@ -232,20 +251,22 @@ func (b *Backend) trimLoop(life context.Context) {
 	}
 }
 
-// trim deletes the messages of topic below the oldest one a group still
-// holds a delivery row for (all of them when every group is done), when
-// the topic has groups. The bound and the delete are one statement, so a
-// message committed meanwhile, with its delivery rows, is seen by both or
-// by neither; the topic's shared lock keeps a new group's backfill out.
+// trim deletes the messages of topic that every group has passed with
+// its cursor and that no group holds a delivery row for, when the topic
+// has groups. A group's cursor only moves in the statement that writes
+// the delivery rows of what it passes, so one snapshot sees a message
+// either before every cursor with its rows or not passed by some group.
+// The topic's shared lock keeps a new group or a seek (which move a
+// cursor back) out.
 func (b *Backend) trim(life context.Context, topic string) {
 	ctx, cancel := context.WithTimeout(life, 5*time.Second)
 	defer cancel()
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
-	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1)
-DELETE FROM bus_messages WHERE topic = $1 AND seq < (SELECT coalesce(
-    (SELECT min((SELECT min(seq) FROM bus_deliveries d WHERE d.group_id = g.id)) FROM g),
-    (SELECT max(seq) + 1 FROM bus_messages WHERE topic = $1))
-  WHERE EXISTS (SELECT 1 FROM g))`, topic)
+	batch.Queue(`WITH g AS (SELECT id, cur_ord, cur_seq FROM bus_groups WHERE topic = $1),
+lo AS (SELECT cur_ord, cur_seq FROM g ORDER BY cur_ord, cur_seq LIMIT 1)
+DELETE FROM bus_messages m USING lo
+WHERE m.topic = $1 AND (m.ord, m.seq) <= (lo.cur_ord, lo.cur_seq)
+  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq = m.seq)`, topic)
 	_ = b.pool.SendBatch(ctx, batch).Close()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,13 +60,15 @@ ORDER BY t.name COLLATE "C"`)
 
 // Groups implements backend.Inspector. Pending counts the deliveries
 // received and not settled (leased, given back or with a lease that ran
-// out), Lag those never delivered; Consumers counts the live
-// subscriptions (fillConsumers). OldestPending is left zero (unknown): a
-// row keeps when its lease ends, not when it began.
+// out), Lag those never delivered (the messages after the group's cursor
+// and the first deliveries waiting for their DeliverAt); Consumers counts
+// the live subscriptions (fillConsumers). OldestPending is left zero
+// (unknown): a row keeps when its lease ends, not when it began.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	rows, err := b.pool.Query(ctx, `SELECT g.name,
     (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n > 0),
     (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n = 0)
+    + (SELECT count(*) FROM bus_messages m WHERE m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq))
 FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: groups of %q: %w", topic, classify(err))
@@ -90,21 +93,25 @@ FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
 	return out, nil
 }
 
-// Peek implements backend.Inspector; the cursor is the next seq.
+// Peek implements backend.Inspector: the messages in the order groups
+// read them, (ord, seq); the cursor is the next message's "ord.seq".
 func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*backend.Message, string, error) {
+	var ord uint64
 	var from int64
 	if cursor != "" {
-		v, err := strconv.ParseInt(cursor, 10, 64)
-		if err != nil || v < 0 {
+		o, q, ok := strings.Cut(cursor, ".")
+		var err1, err2 error
+		ord, err1 = strconv.ParseUint(o, 10, 63)
+		from, err2 = strconv.ParseInt(q, 10, 64)
+		if !ok || err1 != nil || err2 != nil || from < 0 {
 			return nil, "", fmt.Errorf("postgres: peek %q: %w: bad cursor", topic, ErrInvalidOption)
 		}
-		from = v
 	}
 	if n <= 0 {
 		return nil, "", nil
 	}
-	rows, err := b.pool.Query(ctx, `SELECT seq, id, key, headers, payload, published_at FROM bus_messages
-WHERE topic = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, topic, from, n+1)
+	rows, err := b.pool.Query(ctx, `SELECT ord::text, seq, id, key, headers, payload, published_at FROM bus_messages
+WHERE topic = $1 AND (ord, seq) >= ($2::text::xid8, $3) ORDER BY ord, seq LIMIT $4`, topic, strconv.FormatUint(ord, 10), from, n+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("postgres: peek %q: %w", topic, classify(err))
 	}
@@ -113,13 +120,14 @@ WHERE topic = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, topic, from, n+1)
 	next := ""
 	for rows.Next() {
 		var seq int64
+		var o string
 		var m backend.Message
 		var key, headers []byte
-		if err := rows.Scan(&seq, &m.ID, &key, &headers, &m.Payload, &m.PublishedAt); err != nil {
+		if err := rows.Scan(&o, &seq, &m.ID, &key, &headers, &m.Payload, &m.PublishedAt); err != nil {
 			return nil, "", fmt.Errorf("postgres: peek %q: %w", topic, err)
 		}
 		if len(out) == n {
-			next = strconv.FormatInt(seq, 10)
+			next = o + "." + strconv.FormatInt(seq, 10)
 			break
 		}
 		m.Key = string(key)
@@ -164,6 +172,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 			`DELETE FROM bus_groups WHERE topic = $1`,
 			`DELETE FROM bus_messages WHERE topic = $1`,
 			`DELETE FROM bus_dedup WHERE topic = $1`,
+			`DELETE FROM bus_keyord WHERE topic = $1`,
 			`DELETE FROM bus_locks WHERE topic = $1`,
 			`DELETE FROM bus_members WHERE topic = $1`,
 			`DELETE FROM bus_topics WHERE name = $1`,
@@ -180,10 +189,14 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	return nil
 }
 
-// SeekGroup implements backend.GroupSeeker: in one transaction it drops
-// the group's delivery rows (deliveries in flight are dropped: their
-// settlements find nothing, and a Nack or Extend of them is stale) and
-// writes one for each retained message from the target on.
+// SeekGroup implements backend.GroupSeeker: in one transaction, under
+// the topic's exclusive lock, it drops the group's delivery rows
+// (deliveries in flight are dropped: their settlements find nothing, and
+// a Nack or Extend of them is stale) and moves the cursor: before every
+// message for the oldest, after every message for the newest (as a new
+// group starting there). For a time it starts the cursor after every
+// message and writes a waiting delivery row for each retained message
+// published at or after the time.
 func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend.SeekTarget) error {
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockTopic, topicLock(topic)); err != nil {
@@ -200,15 +213,15 @@ func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend
 		if _, err := tx.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1`, gid); err != nil {
 			return err
 		}
-		if to.Newest {
-			return nil
+		if to.Oldest {
+			_, err = tx.Exec(ctx, `UPDATE bus_groups SET cur_ord = '0', cur_seq = 0 WHERE id = $1`, gid)
+			return err
 		}
-		var from *time.Time
-		if !to.Oldest {
-			from = &to.Time
+		if _, err := tx.Exec(ctx, startSQL, topic, gid); err != nil || to.Newest {
+			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, visible_at)
-SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2 AND ($3::timestamptz IS NULL OR published_at >= $3)`, gid, topic, from)
+SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2 AND published_at >= $3`, gid, topic, to.Time)
 		return err
 	})
 	if err != nil {

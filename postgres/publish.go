@@ -20,16 +20,17 @@ type publisher struct {
 }
 
 // insertSQL writes a batch of messages to topic $1 from the source x
-// (columns id, key, headers, payload, published_at, due, dkey, ord), one
-// delivery row per message and group, and notifies the channel $chanP
-// (empty: none) when it wrote a delivery row due now. A message with a
-// dedup key is written only when the key is not in bus_dedup within the
-// window ($dedupP ms) and is recorded there. guard, when not empty, is a CTE
-// named "guard" that must return a row for anything to be written
+// (columns id, key, headers, payload, published_at, due, dkey, ord) and
+// notifies the channel $chanP (empty: none) when the topic has a group.
+// Each message's ord is the writing transaction's id, raised to the
+// topic's floor and, when ordP is not 0, to the xid8 $ordP. A message
+// with a dedup key is written only when the key is not in bus_dedup within
+// the window ($dedupP ms) and is recorded there. guard, when not empty, is
+// a CTE named "guard" that must return a row for anything to be written
 // (dead-lettering settles the original in it). It returns the count of
 // messages written, whether it notified, and whether a notification was
-// due (a delivery row due now was written).
-func insertSQL(guard, x string, dedupP, chanP int) string {
+// due (a message was written to a topic with a group).
+func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	with := "WITH "
 	cond := ""
 	if guard != "" {
@@ -37,22 +38,26 @@ func insertSQL(guard, x string, dedupP, chanP int) string {
 		cond = " AND EXISTS (SELECT 1 FROM guard)"
 	}
 	dedup, channel := "$"+strconv.Itoa(dedupP), "$"+strconv.Itoa(chanP)
+	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM bus_topics WHERE name = $1), '0'::xid8)`
+	if ordP != 0 {
+		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
+	}
+	ord += ")"
 	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1` + whereGuard(guard) + ` ON CONFLICT DO NOTHING),
 x AS (` + x + `),
 d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
         ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
         WHERE bus_dedup.at < excluded.at - ` + dedup + `::bigint * interval '1 millisecond'
         RETURNING dkey),
-m AS (INSERT INTO bus_messages (topic, id, key, headers, payload, published_at, visible_at)
-        SELECT $1, x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
+o AS (SELECT ` + ord + ` AS v),
+m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
+        SELECT $1, (SELECT v FROM o), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
         WHERE (x.dkey IS NULL OR x.dkey IN (SELECT dkey FROM d))` + cond + ` ORDER BY x.ord
-        RETURNING seq, visible_at, visible_at <= clock_timestamp() AS now),
-g AS (INSERT INTO bus_deliveries (group_id, seq, visible_at)
-        SELECT gr.id, m.seq, m.visible_at FROM m CROSS JOIN bus_groups gr WHERE gr.topic = $1
-        RETURNING 1)
+        RETURNING 1),
+g AS (SELECT EXISTS (SELECT 1 FROM m) AND EXISTS (SELECT 1 FROM bus_groups WHERE topic = $1) AS due)
 SELECT (SELECT count(*) FROM m),
-       (SELECT count(pg_notify(` + channel + `, $1)) WHERE ` + channel + ` <> '' AND EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now)),
-       EXISTS (SELECT 1 FROM g) AND EXISTS (SELECT 1 FROM m WHERE m.now)`
+       (SELECT count(pg_notify(` + channel + `, $1)) FROM g WHERE ` + channel + ` <> '' AND g.due),
+       (SELECT due FROM g)`
 }
 
 // arraysSource reads the batch from the arrays $2..$8.
@@ -66,7 +71,7 @@ func whereGuard(guard string) string {
 	return " WHERE EXISTS (SELECT 1 FROM guard)"
 }
 
-var plainInsert = insertSQL("", arraysSource, 9, 10)
+var plainInsert = insertSQL("", arraysSource, 9, 10, 0)
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
 // transaction: writers share it, a new group waits for them.

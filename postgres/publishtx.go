@@ -68,6 +68,8 @@ func PublishSQL(ctx context.Context, tx SQLTx, topic string, msgs ...*bus.Messag
 // txRunner is the caller's transaction, through pgx or database/sql.
 type txRunner interface {
 	exec(ctx context.Context, sql string, args ...any) error
+	// text runs a query that returns one text value.
+	text(ctx context.Context, sql string, args ...any) (string, error)
 	// partitions reads topic's partition count (0 when none).
 	partitions(ctx context.Context, topic string) (int, error)
 }
@@ -81,6 +83,12 @@ func (t pgxTx) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+func (t pgxTx) text(ctx context.Context, sql string, args ...any) (string, error) {
+	var v string
+	err := t.tx.QueryRow(ctx, sql, args...).Scan(&v)
+	return v, err
+}
+
 func (t pgxTx) partitions(ctx context.Context, topic string) (int, error) {
 	var n int
 	err := t.tx.QueryRow(ctx, partitionsSQL, topic).Scan(&n)
@@ -92,6 +100,12 @@ type sqlTx struct{ tx SQLTx }
 func (t sqlTx) exec(ctx context.Context, sql string, args ...any) error {
 	_, err := t.tx.ExecContext(ctx, sql, args...)
 	return err
+}
+
+func (t sqlTx) text(ctx context.Context, sql string, args ...any) (string, error) {
+	var v string
+	err := t.tx.QueryRowContext(ctx, sql, args...).Scan(&v)
+	return v, err
 }
 
 func (t sqlTx) partitions(ctx context.Context, topic string) (int, error) {
@@ -174,8 +188,10 @@ func validate(topic string, msgs []*bus.Message) ([]*backend.Message, error) {
 
 // insertTx takes topic's shared lock and the locks of the batch's keys
 // (ascending, so two calls never wait on each other in a cycle), then
-// writes the batch: every seq and due time is drawn after the locks are
-// held, so a key's order is its transactions' commit order.
+// writes the batch: every seq is drawn after the locks are held, and a
+// batch with keys gets an ord of at least the last one its keys got
+// (keyOrdSQL), so a group reads a key's messages in the order their
+// transactions committed.
 func insertTx(ctx context.Context, tx txRunner, topic string, msgs []*backend.Message) error {
 	var locks []int32
 	for _, m := range msgs {
@@ -185,25 +201,32 @@ func insertTx(ctx context.Context, tx txRunner, topic string, msgs []*backend.Me
 	}
 	slices.Sort(locks)
 	locks = slices.Compact(locks)
-	var q strings.Builder
+	var q, keys strings.Builder
 	q.WriteString("SELECT pg_advisory_xact_lock_shared(" + strconv.Itoa(lockTopic) + ", $1)")
 	if len(locks) > 0 {
-		q.WriteString(", (SELECT count(pg_advisory_xact_lock(" + strconv.Itoa(lockKeys) + ", k)) FROM (SELECT k FROM (VALUES ")
 		for i, l := range locks {
 			if i > 0 {
-				q.WriteString(", ")
+				keys.WriteString(", ")
 			}
-			q.WriteString("(" + strconv.Itoa(int(l)) + ")")
+			keys.WriteString("(" + strconv.Itoa(int(l)) + ")")
 		}
-		q.WriteString(") AS l(k) ORDER BY k) s)")
+		q.WriteString(", (SELECT count(pg_advisory_xact_lock(" + strconv.Itoa(lockKeys) + ", k)) FROM (SELECT k FROM (VALUES " +
+			keys.String() + ") AS l(k) ORDER BY k) s)")
 	}
 	if err := tx.exec(ctx, q.String(), topicLock(topic)); err != nil {
 		return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
 	}
+	ord := "0"
+	if len(locks) > 0 {
+		var err error
+		if ord, err = tx.text(ctx, keyOrdSQL(keys.String()), topic); err != nil {
+			return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
+		}
+	}
 	p := publisher{channel: defaultChannel, dedup: defaultDedupWindow}
 	for start := 0; start < len(msgs); start += maxRowsPerInsert {
 		r := p.rowsOf(msgs[start:min(start+maxRowsPerInsert, len(msgs))], false)
-		query, args := valuesInsert(topic, r, p)
+		query, args := valuesInsert(topic, r, p, ord)
 		if err := tx.exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
 		}
@@ -211,10 +234,27 @@ func insertTx(ctx context.Context, tx txRunner, topic string, msgs []*backend.Me
 	return nil
 }
 
+// keyOrdSQL returns the ord of a batch of topic $1 with the key hashes
+// keys (VALUES rows): the transaction's id, raised to the topic's floor
+// and to the last ord any of the keys got, which it records for every
+// key. It runs once the keys' locks are held: under READ COMMITTED it
+// sees what the key's previous transaction recorded; under REPEATABLE
+// READ or SERIALIZABLE a record written after the snapshot fails the
+// upsert with a serialization error rather than being missed.
+func keyOrdSQL(keys string) string {
+	return `WITH k AS (SELECT k FROM (VALUES ` + keys + `) AS l(k)),
+p AS (SELECT greatest(pg_current_xact_id(),
+        coalesce((SELECT floor FROM bus_topics WHERE name = $1), '0'::xid8),
+        coalesce((SELECT max(o.ord) FROM bus_keyord o WHERE o.topic = $1 AND o.k IN (SELECT k FROM k)), '0'::xid8)) AS v),
+u AS (INSERT INTO bus_keyord (topic, k, ord) SELECT $1, k, (SELECT v FROM p) FROM k
+        ON CONFLICT (topic, k) DO UPDATE SET ord = excluded.ord)
+SELECT v::text FROM p`
+}
+
 // valuesInsert is insertSQL with the batch as VALUES of scalar
 // parameters, which every database/sql driver passes.
-func valuesInsert(topic string, r rows, p publisher) (string, []any) {
-	args := make([]any, 1, 3+7*len(r.ids))
+func valuesInsert(topic string, r rows, p publisher, ord string) (string, []any) {
+	args := make([]any, 1, 4+7*len(r.ids))
 	args[0] = topic
 	var x strings.Builder
 	x.WriteString("SELECT * FROM (VALUES ")
@@ -239,6 +279,6 @@ func valuesInsert(topic string, r rows, p publisher) (string, []any) {
 			n+1, n+2, n+3, n+4, n+5, n+6, n+7, i+1)
 	}
 	x.WriteString(") AS x(id, key, headers, payload, published_at, due, dkey, ord)")
-	args = append(args, p.dedup.Milliseconds(), p.channel)
-	return insertSQL("", x.String(), len(args)-1, len(args)), args
+	args = append(args, p.dedup.Milliseconds(), p.channel, ord)
+	return insertSQL("", x.String(), len(args)-2, len(args)-1, len(args)), args
 }

@@ -61,28 +61,51 @@ func (s *subscription) errClosed(op string) error {
 }
 
 // fetchSQL leases up to $2 due deliveries of group $1 for $3 ms, tagged
-// $4: redeliveries first (a head whose member died comes back before
-// what follows it), then first deliveries in due order; it returns them
-// with their messages, in seq order within each kind. A delivery whose
-// message is gone (deleted) comes back with a NULL id.
-const fetchSQL = `WITH r AS (
-    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n > 0 AND visible_at <= statement_timestamp()
+// $4, in one statement. It locks the group's row (its cursor) first, so
+// the fetches of a group take turns at the cursor. Redeliveries come
+// first (a head whose member died comes back before what follows it),
+// then waiting first deliveries that came due (a DeliverAt, a seek), then
+// the messages after the cursor in (ord, seq) order whose ord is below
+// the xmin of the statement's snapshot: every transaction below it has
+// ended, so no message can still commit behind the cursor. Each message
+// the cursor passes gets a delivery row: leased when it is due, waiting
+// (n = 0) until its DeliverAt otherwise. It returns the deliveries with
+// their messages, in delivery order. A delivery whose message is gone
+// (deleted) comes back with a NULL id.
+const fetchSQL = `WITH g AS (
+    SELECT id, topic, cur_ord, cur_seq FROM bus_groups WHERE id = $1 FOR UPDATE),
+r AS (
+    SELECT seq FROM bus_deliveries WHERE group_id = (SELECT id FROM g) AND n > 0 AND visible_at <= statement_timestamp()
     ORDER BY visible_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-f AS (
-    SELECT seq FROM bus_deliveries WHERE group_id = $1 AND n = 0 AND visible_at <= statement_timestamp()
+w AS (
+    SELECT seq FROM bus_deliveries WHERE group_id = (SELECT id FROM g) AND n = 0 AND visible_at <= statement_timestamp()
     ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED),
+a AS (
+    SELECT seq FROM (SELECT seq, 0 AS k FROM r UNION ALL SELECT seq, 1 FROM w) a ORDER BY k, seq LIMIT $2),
 u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
         visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(
-        SELECT seq FROM (SELECT seq, 0 AS k FROM r UNION ALL SELECT seq, 1 FROM f) a ORDER BY k, seq LIMIT $2))
+    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(SELECT seq FROM a))
     RETURNING d.seq, d.n, d.attempt),
-m AS (
-    SELECT seq, id, key, headers, payload, published_at FROM bus_messages
-    WHERE seq = ANY(ARRAY(SELECT seq FROM u)))
-SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM u LEFT JOIN m ON m.seq = u.seq
-ORDER BY u.n = 1, u.seq`
+c AS (
+    SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due FROM g JOIN bus_messages m
+        ON m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq) AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0)),
+i AS (
+    INSERT INTO bus_deliveries (group_id, seq, visible_at, n, attempt, leased, lease_by)
+    SELECT $1, c.seq, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
+        c.due::int, c.due::int, c.due, CASE WHEN c.due THEN $4 ELSE 0 END
+    FROM c ORDER BY c.ord, c.seq
+    ON CONFLICT DO NOTHING
+    RETURNING seq, n, attempt),
+v AS (
+    UPDATE bus_groups SET cur_ord = l.ord, cur_seq = l.seq
+    FROM (SELECT ord, seq FROM c ORDER BY ord DESC, seq DESC LIMIT 1) l WHERE id = $1),
+d AS (
+    SELECT seq, n, attempt, 0 AS k FROM u UNION ALL SELECT seq, n, attempt, 1 FROM i WHERE n > 0)
+SELECT d.seq, d.n, d.attempt, m.id, m.key, m.headers, m.payload, m.published_at
+FROM d LEFT JOIN bus_messages m ON m.seq = d.seq
+ORDER BY d.n = 1, d.k, m.ord, d.seq`
 
 // recoverSQL hands out again, with a new lease, what the fetch tagged $3
 // leased and never delivered. The attempt the lost fetch counted is this
@@ -99,12 +122,22 @@ SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
 FROM u LEFT JOIN m ON m.seq = u.seq
 ORDER BY u.seq`
 
-// nextDueSQL returns how many ms until the next delivery of group $1
-// becomes due (a first delivery, a lease that ends, a nack's delay); NULL
-// when the group has none.
+// nextDueSQL returns how many ms until the next delivery row of group
+// $1 becomes due (a waiting first delivery, a lease that ends, a nack's
+// delay; NULL when the group has none), and whether a message lies after
+// the group's cursor (one that a fetch could not take yet: its writer's
+// transaction id is not below every running one's).
 const nextDueSQL = `SELECT extract(epoch FROM least(
     (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n = 0),
-    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0)) - clock_timestamp()) * 1000`
+    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0)) - clock_timestamp()) * 1000,
+    EXISTS (SELECT 1 FROM bus_groups g JOIN bus_messages m ON m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq) WHERE g.id = $1)`
+
+// Bounds of the wait for a message held back behind a running
+// transaction: it starts at heldFirst and doubles up to heldMost.
+const (
+	heldFirst = time.Millisecond
+	heldMost  = 32 * time.Millisecond
+)
 
 // Receive leases up to max due deliveries. With none due it waits for a
 // notification of the topic, for the next due time, or for the block
@@ -131,6 +164,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 	}
 	deadline := time.Now().Add(s.b.opts.Block)
+	held := heldFirst
 	for {
 		// Drain a stale signal: this fetch sees what it announced.
 		select {
@@ -151,11 +185,18 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return nil, nil
 		}
 		var due *float64
-		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid).Scan(&due); err != nil {
+		var behind bool
+		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid).Scan(&due, &behind); err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
 		if due != nil {
 			wait = min(wait, time.Duration(*due*float64(time.Millisecond))+time.Millisecond)
+		}
+		if behind {
+			// A message waits for a transaction to end: look again soon,
+			// less often the longer it takes.
+			wait = min(wait, held)
+			held = min(2*held, heldMost)
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -357,7 +398,7 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	p := publisher{channel: s.b.pub.channel} // no dedup: a message may be dead-lettered again after a replay
 	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n)
 	n, _, err := s.b.insertLocked(ctx, topic, insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
-        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10), args)
+        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10, 0), args)
 	if err != nil {
 		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, classify(err))
 	}
