@@ -43,7 +43,8 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
 	}
 	ord += ")"
-	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1` + whereGuard(guard) + ` ON CONFLICT DO NOTHING),
+	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM bus_topics WHERE name = $1)` +
+		andGuard(guard) + ` ON CONFLICT DO NOTHING),
 x AS (` + x + `),
 d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
         ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
@@ -64,11 +65,11 @@ SELECT (SELECT count(*) FROM m),
 const arraysSource = `SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[], $8::text[])
         WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, dkey, ord)`
 
-func whereGuard(guard string) string {
+func andGuard(guard string) string {
 	if guard == "" {
 		return ""
 	}
-	return " WHERE EXISTS (SELECT 1 FROM guard)"
+	return " AND EXISTS (SELECT 1 FROM guard)"
 }
 
 var plainInsert = insertSQL("", arraysSource, 9, 10, 0)

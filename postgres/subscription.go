@@ -88,24 +88,28 @@ u AS (
     WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(SELECT seq FROM a))
     RETURNING d.seq, d.n, d.attempt),
 c AS (
-    SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due FROM g JOIN bus_messages m
-        ON m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq) AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
+    SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due,
+        m.id, m.key, m.headers, m.payload, m.published_at FROM bus_messages m
+    WHERE m.topic = (SELECT topic FROM g) AND ROW(m.ord, m.seq) > ROW((SELECT cur_ord FROM g), (SELECT cur_seq FROM g))
+        AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
     ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0)),
 i AS (
     INSERT INTO bus_deliveries (group_id, seq, visible_at, n, attempt, leased, lease_by)
     SELECT $1, c.seq, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
         c.due::int, c.due::int, c.due, CASE WHEN c.due THEN $4 ELSE 0 END
     FROM c ORDER BY c.ord, c.seq
-    ON CONFLICT DO NOTHING
     RETURNING seq, n, attempt),
 v AS (
     UPDATE bus_groups SET cur_ord = l.ord, cur_seq = l.seq
     FROM (SELECT ord, seq FROM c ORDER BY ord DESC, seq DESC LIMIT 1) l WHERE id = $1),
 d AS (
-    SELECT seq, n, attempt, 0 AS k FROM u UNION ALL SELECT seq, n, attempt, 1 FROM i WHERE n > 0)
-SELECT d.seq, d.n, d.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM d LEFT JOIN bus_messages m ON m.seq = d.seq
-ORDER BY d.n = 1, d.k, m.ord, d.seq`
+    SELECT u.seq, u.n, u.attempt, 0 AS k, m.ord, m.id, m.key, m.headers, m.payload, m.published_at
+    FROM u LEFT JOIN bus_messages m ON m.seq = u.seq
+    UNION ALL
+    SELECT i.seq, i.n, i.attempt, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at
+    FROM i JOIN c ON c.seq = i.seq WHERE i.n > 0)
+SELECT seq, n, attempt, id, key, headers, payload, published_at FROM d
+ORDER BY n = 1, k, ord, seq`
 
 // recoverSQL hands out again, with a new lease, what the fetch tagged $3
 // leased and never delivered. The attempt the lost fetch counted is this
@@ -124,13 +128,21 @@ ORDER BY u.seq`
 
 // nextDueSQL returns how many ms until the next delivery row of group
 // $1 becomes due (a waiting first delivery, a lease that ends, a nack's
-// delay; NULL when the group has none), and whether a message lies after
-// the group's cursor (one that a fetch could not take yet: its writer's
-// transaction id is not below every running one's).
-const nextDueSQL = `SELECT extract(epoch FROM least(
-    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n = 0),
-    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0)) - clock_timestamp()) * 1000,
-    EXISTS (SELECT 1 FROM bus_groups g JOIN bus_messages m ON m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq) WHERE g.id = $1)`
+// delay) within the next $2 ms (NULL when none does), and whether a
+// message lies after the group's cursor (one that a fetch could not take
+// yet: its writer's transaction id is not below every running one's).
+// It reads the rows due from a second ago to $2 ms ahead only: the
+// fetch just took what was due, and a wider range would step over the
+// index entries of every delivery settled since the last vacuum.
+const nextDueSQL = `WITH w AS (SELECT clock_timestamp() - interval '1 second' AS lo, clock_timestamp() + $2::bigint * interval '1 millisecond' AS hi)
+SELECT extract(epoch FROM least(
+    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n = 0
+        AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w)),
+    (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0
+        AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w))) - clock_timestamp()) * 1000,
+    (SELECT true FROM bus_messages m WHERE m.topic = (SELECT topic FROM bus_groups WHERE id = $1)
+        AND ROW(m.ord, m.seq) > ROW((SELECT cur_ord FROM bus_groups WHERE id = $1), (SELECT cur_seq FROM bus_groups WHERE id = $1))
+        ORDER BY m.ord, m.seq LIMIT 1) IS NOT NULL`
 
 // Bounds of the wait for a message held back behind a running
 // transaction: it starts at heldFirst and doubles up to heldMost.
@@ -186,7 +198,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		var due *float64
 		var behind bool
-		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid).Scan(&due, &behind); err != nil {
+		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid, wait.Milliseconds()+1).Scan(&due, &behind); err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
 		if due != nil {
