@@ -25,6 +25,8 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
 	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
 	t.Run("NackNotifiesOtherProcesses", func(t *testing.T) { testNackNotifiesOtherProcesses(t, srv.URL()) })
+	t.Run("PublishTxLateCommit", func(t *testing.T) { testPublishTxLateCommit(t, srv.URL()) })
+	t.Run("MigrateRefusesV1", func(t *testing.T) { testMigrateRefusesV1(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })

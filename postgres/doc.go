@@ -23,30 +23,59 @@
 //
 // # Tables
 //
-// Every table is named bus_*; [Schema] returns the SQL.
+// Every table is named bus_*; [Schema] returns the SQL. Migrate refuses a
+// database that holds the first layout (schema v1) with [ErrOldSchema].
 //
-//	bus_topics      one row per topic: its partition count
-//	bus_messages    the log of every topic: (topic, seq) is the key, seq
-//	                one identity for all topics; id, key, headers, payload,
-//	                published_at, and visible_at (the DeliverAt, or when
-//	                the row was written)
+//	bus_topics      one row per topic: its partition count and its floor
+//	                (the least ord a message written to it gets)
+//	bus_messages    the log of every topic: seq one identity for all
+//	                topics (it alone names a message), ord the writing
+//	                transaction's id (xid8, raised to the topic's floor),
+//	                id, key, headers, payload, published_at, and
+//	                visible_at (the DeliverAt, or when the row was written)
 //	bus_groups      one row per consumer group (topic, name) with an id
-//	bus_deliveries  one row per message a group has not settled:
-//	                (group_id, seq), visible_at (when a member may fetch
-//	                it), n (deliveries so far: names the current one),
+//	                and its cursor (cur_ord, cur_seq): the last message of
+//	                the log the group has passed
+//	bus_deliveries  one row per message a group has passed and not
+//	                settled: (group_id, seq), visible_at (when a member
+//	                may fetch it), n (deliveries so far: names the current
+//	                one; 0 for a first delivery waiting for its DeliverAt),
 //	                attempt, leased, lease_by (the fetch that leased it)
+//	bus_keyord      per topic and key hash, the ord PublishTx last gave
+//	                the key
 //	bus_dedup       caller-set IDs published within the dedup window
 //	bus_locks       group locks (key-ordered groups, partition owners)
 //	bus_members     live members of partitioned groups, and each
 //	                subscription of a process (topic '#' and the group's
 //	                id), renewed every 5 s and counting for 15 s
 //
-// Two partial indexes on bus_deliveries, (group_id, visible_at, seq)
-// where n = 0 and (group_id, visible_at) where n > 0, keep a fetch
-// O(batch): it reads the first due rows of each and never walks past
-// leased rows or messages held for later. Delayed messages, nacked ones
-// and leased ones wait in the same rows, apart from the due ones by their
-// visible_at.
+// A group reads the log through its cursor: the index (topic, ord, seq)
+// of bus_messages takes a fetch straight to the messages after it. A
+// publish writes the message rows only; delivery rows exist only for what
+// is leased, given back or waiting for its DeliverAt, so they are few and
+// short-lived. Two partial indexes on bus_deliveries, (group_id,
+// visible_at, seq) where n = 0 and (group_id, visible_at) where n > 0,
+// find the waiting rows and the redeliveries that came due.
+//
+// # Commit order
+//
+// seq is drawn when a row is written, and transactions commit in another
+// order, so a cursor over seq would pass a message whose transaction
+// commits late (PublishTx holds the caller's transaction open as long as
+// the caller likes). The cursor runs over (ord, seq) instead, and a fetch
+// takes only messages whose ord is below the xmin of its snapshot
+// (pg_snapshot_xmin(pg_current_snapshot())): every transaction with a
+// smaller id has ended, so no message can commit behind the cursor later,
+// and every message of such a transaction that committed is visible.
+// ord is never below the writer's own transaction id; raising it (to the
+// topic's floor, to a key's last ord) keeps that true.
+//
+// The cost is liveness: a transaction that holds a transaction id (one
+// that has written anything) anywhere in the cluster holds back the
+// delivery of every message written after it started, on every topic,
+// until it ends. Keep writing transactions short (an application's own,
+// PublishTx's included); a consumer whose messages wait behind one polls
+// every few to 32 milliseconds until they are released.
 //
 // # Delivery semantics
 //
@@ -54,28 +83,36 @@
 //
 //   - Publish is one round trip: a pipelined transaction that takes the
 //     topic's shared advisory lock and then, in one INSERT with CTEs,
-//     writes the messages (unnest of arrays), one bus_deliveries row per
-//     message and group, the caller-set IDs into bus_dedup, and
-//     pg_notify(channel, topic) when a row is due now. Concurrent
-//     publishers share the lock; a new group takes it exclusively, so it
-//     sees every message whose writer did not see it.
-//   - Subscribe creates the group when missing (StartOldest: with a
-//     delivery row for every retained message) and joins it. It waits
-//     (at most 2s, and within its ctx) until the Backend's listener
-//     listens, so that what is published right after it starts is
-//     notified to it.
-//   - Receive leases up to max due rows in one statement: SELECT ... FOR
-//     UPDATE SKIP LOCKED from the redeliveries first (n > 0, so the head
-//     of a key whose member died comes back before what follows it), then
-//     the first deliveries in due order; UPDATE n, attempt, leased,
-//     visible_at = now + ack timeout; join the messages. Members never
-//     wait on each other's rows. With nothing due it waits for a
-//     notification of the topic (one LISTEN connection per Backend,
-//     outside the pool), for the group's next due row, or for Options.Block
-//     (1s), whichever comes first: an idle consumer gets a new message a
-//     few milliseconds after its commit, and polls once a Block when
-//     notifications are lost (the listener reconnects with backoff and
-//     wakes every subscription when it does).
+//     writes the messages (unnest of arrays) with the transaction's id
+//     (raised to the topic's floor) as their ord, the caller-set IDs
+//     into bus_dedup, and pg_notify(channel, topic) when the topic has a
+//     group. Concurrent publishers share the lock; a new group takes it
+//     exclusively, so it sees every message whose writer did not see it.
+//   - Subscribe creates the group when missing and joins it. StartOldest
+//     starts its cursor before every message. StartNewest raises the
+//     topic's floor to the first transaction id not yet assigned (the
+//     xmax of its snapshot, under the topic's exclusive lock) and starts
+//     the cursor there: what commits later gets an ord at or above the
+//     floor, even from a transaction that started earlier. It waits (at
+//     most 2s, and within its ctx) until the Backend's listener listens,
+//     so that what is published right after it starts is notified to it.
+//   - Receive leases up to max messages in one statement. It locks the
+//     group's row (the fetches of a group take turns at its cursor),
+//     takes the redeliveries that came due first (n > 0, so the head of
+//     a key whose member died comes back before what follows it), then
+//     the waiting first deliveries that came due, both FOR UPDATE SKIP
+//     LOCKED, then the messages after the cursor in (ord, seq) order that
+//     the snapshot admits; it writes a leased delivery row for each (a
+//     waiting row, n = 0, for a message whose DeliverAt is ahead), moves
+//     the cursor past them, updates the redeliveries (n, attempt, leased,
+//     visible_at = now + ack timeout) and returns them all with their
+//     messages. Members never wait on each other's rows. With nothing
+//     due it waits for a notification of the topic (one LISTEN
+//     connection per Backend, outside the pool), for the group's next due
+//     row, or for Options.Block (1s), whichever comes first: an idle
+//     consumer gets a new message a few milliseconds after its commit,
+//     and polls once a Block when notifications are lost (the listener
+//     reconnects with backoff and wakes every subscription when it does).
 //   - A fetch whose reply was lost (a cancelled ctx, a dead connection)
 //     may have committed. Each fetch tags the rows it leases with a random
 //     lease_by; after a failed fetch the next Receive first hands out the
@@ -93,6 +130,10 @@
 //     after the commit, so members in every process re-read it: a delay
 //     ends on time to a few milliseconds. (A longer one is read by the
 //     next poll, which comes before it ends.)
+//   - Scheduling: a message whose DeliverAt is ahead gets, when a group's
+//     cursor passes it, a waiting delivery row due at its DeliverAt; a
+//     publish notifies for it too, so an idle group passes it at once and
+//     wakes when it is due.
 //   - Leases are per delivery: a member's ack timeout applies to what it
 //     fetched, and a member never changes another's lease, so members
 //     with different ack timeouts can share a group.
@@ -120,9 +161,10 @@
 // # Retention
 //
 // RetainSettled (the default) deletes, every Options.TrimInterval, the
-// messages of each subscribed topic below the lowest seq any group still
-// holds a delivery row for, in one statement (so a message committed
-// meanwhile is seen with its delivery rows or not at all), and only on
+// messages of each subscribed topic that every group's cursor has passed
+// and that no group holds a delivery row for, in one statement (a
+// cursor moves only together with the delivery rows of what it passes,
+// so one snapshot never sees a passed message without them), and only on
 // topics with groups: a message some group has not settled is never
 // deleted, and a topic nobody consumes (a dead-letter topic) keeps
 // everything. RetainAll never deletes.
@@ -133,9 +175,16 @@
 // INSERT ... ON CONFLICT DO UPDATE WHERE the holder is the caller or the
 // lock ran out (the server's clock); backend.Partitioner keeps the count
 // in bus_topics (set once, by the first caller) and the live members in
-// bus_members. PublishTx takes a transaction lock on each key's hash, so
-// a key's messages get their seq and due time in the order their
-// transactions commit.
+// bus_members. A key's messages from one publisher reach a group in
+// publish order: a Publish that starts after another returned has a
+// larger transaction id and seq. PublishTx takes a transaction lock on
+// each key's hash and then raises its messages' ord to the last ord the
+// key got (bus_keyord, which it updates), so a group reads a key's
+// messages in the order their transactions committed, whatever order
+// their transaction ids were assigned in. Under REPEATABLE READ or
+// SERIALIZABLE a key record written after the transaction's snapshot
+// fails PublishTx with a serialization error (retry the transaction)
+// rather than being missed.
 //
 // # Deadlines
 //
@@ -163,6 +212,8 @@
 // bus_members row is live: one that closed stops counting at once, one
 // whose process died within 15 s; OldestPending is unknown: a delivery
 // row keeps when its lease ends, not when it began), TopicDeleter,
-// GroupSeeker (in-flight deliveries of a sought group are dropped),
+// GroupSeeker (in-flight deliveries of a sought group are dropped; a
+// seek to a time writes a waiting delivery row per retained message from
+// that time on and starts the cursor after the newest),
 // GroupLocker and Partitioner.
 package postgres

@@ -39,7 +39,11 @@ const maxRowsPerInsert = 4000
 // does not deadlock with the application's own locks. The topic's shared
 // lock is held until tx ends too: a new consumer group of the topic waits
 // for it. In a REPEATABLE READ or SERIALIZABLE transaction the messages go
-// to the groups that existed when the transaction took its snapshot.
+// to the groups that existed when the transaction took its snapshot, and
+// a key that another transaction published after the snapshot fails the
+// call with a serialization error (retry the transaction). Subscribers
+// receive nothing written after tx began writing until tx ends (see the
+// package doc, Commit order): keep tx short.
 //
 // Notifications go to the default channel ("bus"); backends opened with
 // another channel find the messages by their poll.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"sync"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ type failingTx struct{ pgx.Tx }
 
 // testPublishTxCommitOrder writes
 // a key in two transactions that commit in the opposite order of their
-// start: the group receives the key in commit order; a rolled-back
+// start (and of their transaction ids): the group receives the key in commit order; a rolled-back
 // PublishTx (pgx and database/sql) is never delivered.
 func testPublishTxCommitOrder(t *testing.T, url string) {
 	defer watchdog(t, time.Minute)()
@@ -112,9 +113,12 @@ func testPublishTxCommitOrder(t *testing.T, url string) {
 	require.NoError(t, err)
 	defer conn2.Close(context.Background())
 
-	// tx1 starts first; tx2 publishes the same key first, so tx1 waits
-	// for tx2's commit and comes after it.
+	// tx1 starts first and takes its transaction id first; tx2 publishes
+	// the same key first, so tx1 waits for tx2's commit and comes after
+	// it, although its id is the smaller.
 	tx1, err := conn1.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx1.Exec(ctx, `SELECT pg_current_xact_id()`)
 	require.NoError(t, err)
 	tx2, err := conn2.Begin(ctx)
 	require.NoError(t, err)
@@ -155,6 +159,89 @@ func testPublishTxCommitOrder(t *testing.T, url string) {
 }
 
 var _ = stdlib.GetDefaultDriver
+
+// testPublishTxLateCommit holds a PublishTx transaction open while other
+// messages are published and delivered around it, then commits it: the
+// group's cursor has not passed its message, which arrives once, as does
+// everything published meanwhile. The transaction takes its id before a
+// group starting at the newest message is created, and publishes after:
+// that group receives its message too, but not what came before it.
+func testPublishTxLateCommit(t *testing.T, url string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := openBus(t, url)
+	topic := "tx.late"
+	old := collect(t, b, topic, "old")
+	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "before", Payload: []byte("x")}))
+	require.Eventually(t, func() bool { return old.has("before") }, 10*time.Second, 5*time.Millisecond, "the first message arrives")
+
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
+	newest := &collector{got: map[string]int{}}
+	_, err = b.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		newest.mu.Lock()
+		newest.ids = append(newest.ids, d.ID)
+		newest.got[d.ID]++
+		newest.mu.Unlock()
+		return nil
+	}, bus.WithGroup("newest"), bus.WithStartFrom(bus.StartNewest))
+	require.NoError(t, err)
+	require.NoError(t, postgres.PublishTx(ctx, tx, topic, &bus.Message{ID: "late", Payload: []byte("x")}))
+	for i := range 20 {
+		require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: fmt.Sprintf("around-%d", i), Payload: []byte("x")}))
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "after", Payload: []byte("x")}))
+
+	all := func(c *collector) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.got["late"] > 0 && c.got["around-19"] > 0 && c.got["after"] > 0
+	}
+	require.Eventually(t, func() bool { return all(old) && all(newest) }, 10*time.Second, 5*time.Millisecond,
+		"the late commit and everything around it arrive")
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	assert.Len(t, old.got, 23, "the old group receives every message")
+	for id, n := range old.got {
+		assert.Equal(t, 1, n, "%s is delivered once", id)
+	}
+	newest.mu.Lock()
+	defer newest.mu.Unlock()
+	assert.Len(t, newest.got, 22, "the newest group receives what was published after it started")
+	assert.NotContains(t, newest.got, "before", "a group starting at the newest message skips what came before it")
+}
+
+// testMigrateRefusesV1 checks that Migrate refuses a database holding the
+// first layout of the tables, before changing anything.
+func testMigrateRefusesV1(t *testing.T, url string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	_, err = admin.Exec(ctx, `CREATE DATABASE bus_v1`)
+	require.NoError(t, err)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	u.Path = "/bus_v1"
+	conn, err := pgx.Connect(ctx, u.String())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `CREATE TABLE bus_topics (name text PRIMARY KEY); COMMENT ON TABLE bus_topics IS 'bus postgres schema v1'`)
+	require.NoError(t, err)
+	err = postgres.Migrate(ctx, conn)
+	require.ErrorIs(t, err, postgres.ErrOldSchema)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'bus_messages'`).Scan(&n))
+	assert.Zero(t, n, "nothing is created")
+}
 
 // testPublishTxThroughKills runs a publisher that
 // commits and rolls back PublishTx transactions and a consumer, SIGKILLs
