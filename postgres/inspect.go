@@ -220,8 +220,8 @@ func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend
 		if _, err := tx.Exec(ctx, startSQL, topic, gid); err != nil || to.Newest {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, visible_at)
-SELECT $1, seq, visible_at FROM bus_messages WHERE topic = $2 AND published_at >= $3`, gid, topic, to.Time)
+		_, err = tx.Exec(ctx, `INSERT INTO bus_deliveries (group_id, seq, ord, visible_at)
+SELECT $1, seq, ord, visible_at FROM bus_messages WHERE topic = $2 AND published_at >= $3`, gid, topic, to.Time)
 		return err
 	})
 	if err != nil {

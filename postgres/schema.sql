@@ -17,9 +17,8 @@ CREATE TABLE IF NOT EXISTS bus_topics (
 );
 
 -- bus_messages is the log of every topic: seq is the order of writing
--- (one sequence for every topic, so it alone names a message: a fetch
--- reads its messages by the primary key alone), visible_at when the
--- message is due (its DeliverAt, or when it was written). ord is the id
+-- (one sequence for every topic, so it alone names a message), visible_at
+-- when the message is due (its DeliverAt, or when it was written). ord is the id
 -- of the writing transaction (pg_current_xact_id()), raised to the
 -- topic's floor and, for PublishTx, to the last ord of the message's
 -- key: a group reads the log in (ord, seq) order, and only the rows whose
@@ -36,9 +35,8 @@ CREATE TABLE IF NOT EXISTS bus_messages (
     payload      bytea NOT NULL,
     published_at timestamptz NOT NULL,
     visible_at   timestamptz NOT NULL,
-    PRIMARY KEY (seq)
+    PRIMARY KEY (topic, ord, seq)
 );
-CREATE INDEX IF NOT EXISTS bus_messages_log ON bus_messages (topic, ord, seq);
 
 -- bus_groups holds the consumer groups; id names the group in
 -- bus_deliveries. (cur_ord, cur_seq) is the group's cursor: the last
@@ -59,14 +57,16 @@ CREATE TABLE IF NOT EXISTS bus_groups (
 -- cursor and not settled: leased, given back, or held until its
 -- DeliverAt (a first delivery waiting: n = 0). visible_at is when a
 -- member may fetch it: when it is due, when its lease ends (leased), or
--- when a nack's delay ends. n counts the
--- deliveries and names the current one (an AckID carries it); attempt is
--- n less the deliveries given back uncounted (Release, Snooze). lease_by
+-- when a nack's delay ends. ord is the message's, so that the row finds
+-- its message by the log's key. n counts the deliveries and names the
+-- current one (an AckID carries it); attempt is n less the deliveries
+-- given back uncounted (Release, Snooze). lease_by
 -- names the fetch that leased the row, so that a subscription can take
 -- back what a fetch whose reply it lost handed out.
 CREATE TABLE IF NOT EXISTS bus_deliveries (
     group_id   bigint NOT NULL,
     seq        bigint NOT NULL,
+    ord        xid8 NOT NULL,
     visible_at timestamptz NOT NULL,
     n          integer NOT NULL DEFAULT 0,
     attempt    integer NOT NULL DEFAULT 0,

@@ -85,8 +85,8 @@ a AS (
 u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
         visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(SELECT seq FROM a))
-    RETURNING d.seq, d.n, d.attempt),
+    FROM a WHERE d.group_id = $1 AND d.seq = a.seq
+    RETURNING d.seq, d.ord, d.n, d.attempt),
 c AS (
     SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due,
         m.id, m.key, m.headers, m.payload, m.published_at FROM bus_messages m
@@ -94,8 +94,8 @@ c AS (
         AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
     ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0)),
 i AS (
-    INSERT INTO bus_deliveries (group_id, seq, visible_at, n, attempt, leased, lease_by)
-    SELECT $1, c.seq, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
+    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
+    SELECT $1, c.seq, c.ord, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
         c.due::int, c.due::int, c.due, CASE WHEN c.due THEN $4 ELSE 0 END
     FROM c ORDER BY c.ord, c.seq
     RETURNING seq, n, attempt),
@@ -104,7 +104,7 @@ v AS (
     FROM (SELECT ord, seq FROM c ORDER BY ord DESC, seq DESC LIMIT 1) l WHERE id = $1),
 d AS (
     SELECT u.seq, u.n, u.attempt, 0 AS k, m.ord, m.id, m.key, m.headers, m.payload, m.published_at
-    FROM u LEFT JOIN bus_messages m ON m.seq = u.seq
+    FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM g) AND m.ord = u.ord AND m.seq = u.seq
     UNION ALL
     SELECT i.seq, i.n, i.attempt, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at
     FROM i JOIN c ON c.seq = i.seq WHERE i.n > 0)
@@ -118,12 +118,9 @@ const recoverSQL = `WITH u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, lease_by = 0,
         visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
     WHERE d.group_id = $1 AND d.lease_by = $3 AND d.leased
-    RETURNING d.seq, d.n, d.attempt),
-m AS (
-    SELECT seq, id, key, headers, payload, published_at FROM bus_messages
-    WHERE seq = ANY(ARRAY(SELECT seq FROM u)))
+    RETURNING d.seq, d.ord, d.n, d.attempt)
 SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM u LEFT JOIN m ON m.seq = u.seq
+FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM bus_groups WHERE id = $1) AND m.ord = u.ord AND m.seq = u.seq
 ORDER BY u.seq`
 
 // nextDueSQL returns how many ms until the next delivery row of group
