@@ -49,8 +49,9 @@
 //	                subscription of a process (topic '#' and the group's
 //	                id), renewed every 5 s and counting for 15 s
 //
-// A group reads the log through its cursor: the index (topic, ord, seq)
-// of bus_messages takes a fetch straight to the messages after it. A
+// A group reads the log through its cursor: the primary key (topic, ord,
+// seq) of bus_messages takes a fetch straight to the messages after it,
+// and a delivery row (which carries the message's ord) to its message. A
 // publish writes the message rows only; delivery rows exist only for what
 // is leased, given back or waiting for its DeliverAt, so they are few and
 // short-lived. Two partial indexes on bus_deliveries, (group_id,
