@@ -227,16 +227,19 @@ func (b *Backend) trimLoop(life context.Context) {
 			return
 		case <-t.C:
 		}
+		b.mu.Lock()
+		topics := make([]string, 0, len(b.trims))
+		for topic := range b.trims {
+			topics = append(topics, topic)
+		}
+		b.mu.Unlock()
 		if b.opts.Retention == RetainSettled {
-			b.mu.Lock()
-			topics := make([]string, 0, len(b.trims))
-			for topic := range b.trims {
-				topics = append(topics, topic)
-			}
-			b.mu.Unlock()
 			for _, topic := range topics {
 				b.trim(life, topic)
 			}
+		}
+		if len(topics) > 0 {
+			b.vacuum(life)
 		}
 		// A key's order record is spent once every transaction that could
 		// publish the key again has a larger id.
@@ -249,6 +252,21 @@ func (b *Backend) trimLoop(life context.Context) {
 			cancel()
 		}
 	}
+}
+
+// vacuum vacuums bus_deliveries, whose rows live for a lease and are
+// deleted by the acks: until a vacuum removes them, their index entries
+// lie in the path of the fetches and of the planner's estimates, and
+// autovacuum visits a table at most once a naptime (a minute by
+// default). The table holds only what is in flight, so a vacuum is
+// short; SKIP_LOCKED leaves it to the next round when another process's
+// vacuum runs, and TRUNCATE false keeps it from taking the table's
+// exclusive lock to give back its empty pages. A role that does not own
+// the table gets a warning and no vacuum.
+func (b *Backend) vacuum(life context.Context) {
+	ctx, cancel := context.WithTimeout(life, 5*time.Second)
+	defer cancel()
+	_, _ = b.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) bus_deliveries`)
 }
 
 // trim deletes the messages of topic that every group has passed with
