@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,6 +222,7 @@ func topicLock(s string) int32 {
 func (b *Backend) trimLoop(life context.Context) {
 	t := time.NewTicker(b.opts.TrimInterval)
 	defer t.Stop()
+	trimmed := map[string]trimPos{} // where each topic's next trim starts
 	for {
 		select {
 		case <-life.Done():
@@ -235,7 +237,16 @@ func (b *Backend) trimLoop(life context.Context) {
 		b.mu.Unlock()
 		if b.opts.Retention == RetainSettled {
 			for _, topic := range topics {
-				b.trim(life, topic)
+				from, ok := trimmed[topic]
+				if !ok {
+					from = trimPos{ord: "0"}
+				}
+				trimmed[topic] = b.trim(life, topic, from)
+			}
+			for topic := range trimmed {
+				if !slices.Contains(topics, topic) {
+					delete(trimmed, topic)
+				}
 			}
 		}
 		if len(topics) > 0 {
@@ -275,16 +286,44 @@ func (b *Backend) vacuum(life context.Context) {
 // the delivery rows of what it passes, so one snapshot sees a message
 // either before every cursor with its rows or not passed by some group.
 // The topic's shared lock keeps a new group or a seek (which move a
-// cursor back) out.
-func (b *Backend) trim(life context.Context, topic string) {
+// cursor back) out. The delete starts at from, where the last trim of
+// this Backend stopped: the first message it kept, or the slowest cursor
+// when it kept none. Every message before from is deleted, and none can
+// be written there (a new message lies after every cursor, and what lies
+// before a cursor is committed), so a trim does not step over what
+// earlier trims deleted. It returns where the next trim starts.
+func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos {
 	ctx, cancel := context.WithTimeout(life, 5*time.Second)
 	defer cancel()
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
-	batch.Queue(`WITH g AS (SELECT id, cur_ord, cur_seq FROM bus_groups WHERE topic = $1),
-lo AS (SELECT cur_ord, cur_seq FROM g ORDER BY cur_ord, cur_seq LIMIT 1)
-DELETE FROM bus_messages m USING lo
-WHERE m.topic = $1 AND (m.ord, m.seq) <= (lo.cur_ord, lo.cur_seq)
-  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq = m.seq)`, topic)
-	_ = b.pool.SendBatch(ctx, batch).Close()
+	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
+lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1)
+DELETE FROM bus_messages m
+WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
+  AND ROW(m.ord, m.seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo))
+  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq = m.seq)`, topic, from.ord, from.seq)
+	batch.Queue(`WITH lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
+k AS (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
+    AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT 1)
+SELECT ord::text, seq FROM k UNION ALL SELECT cur_ord::text, cur_seq FROM lo WHERE NOT EXISTS (SELECT 1 FROM k)`, topic, from.ord, from.seq)
+	br := b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return from
+	}
+	if _, err := br.Exec(); err != nil {
+		return from
+	}
+	next := from
+	if err := br.QueryRow().Scan(&next.ord, &next.seq); err != nil {
+		return from
+	}
+	return next
+}
+
+// trimPos is a position in a topic's log: (ord, seq), ord as text.
+type trimPos struct {
+	ord string
+	seq int64
 }
