@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -295,14 +296,35 @@ func (b *Backend) vacuum(life context.Context) {
 func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos {
 	ctx, cancel := context.WithTimeout(life, 5*time.Second)
 	defer cancel()
+	for range trimRounds {
+		next, deleted, err := b.trimOnce(ctx, topic, from)
+		if err != nil {
+			return from
+		}
+		from = next
+		if deleted < trimBatch {
+			break
+		}
+	}
+	return from
+}
+
+// trimOnce deletes what trim may of the first trimBatch messages from
+// from up to the slowest cursor, in a transaction of its own, and
+// returns where the next batch starts and how many it deleted.
+func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (trimPos, int64, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
 	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
-lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1)
+lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
+r AS MATERIALIZED (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
+    AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT `+strconv.Itoa(trimBatch)+`),
+hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1)
 DELETE FROM bus_messages m
 WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
-  AND ROW(m.ord, m.seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo))
-  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq = m.seq)`, topic, from.ord, from.seq)
+  AND ROW(m.ord, m.seq) <= ROW((SELECT ord FROM hi), (SELECT seq FROM hi))
+  AND m.seq NOT IN (SELECT d.seq FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq IN (SELECT seq FROM r))`,
+		topic, from.ord, from.seq)
 	batch.Queue(`WITH lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 k AS (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
     AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT 1)
@@ -310,17 +332,26 @@ SELECT ord::text, seq FROM k UNION ALL SELECT cur_ord::text, cur_seq FROM lo WHE
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return from
+		return from, 0, err
 	}
-	if _, err := br.Exec(); err != nil {
-		return from
+	tag, err := br.Exec()
+	if err != nil {
+		return from, 0, err
 	}
 	next := from
-	if err := br.QueryRow().Scan(&next.ord, &next.seq); err != nil {
-		return from
+	if err := br.QueryRow().Scan(&next.ord, &next.seq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return from, 0, err
 	}
-	return next
+	return next, tag.RowsAffected(), nil
 }
+
+// A trim of a topic deletes in batches of trimBatch messages, each a
+// short transaction of its own (a transaction holds back every group's
+// deliveries while it runs), at most trimRounds of them a round.
+const (
+	trimBatch  = 5000
+	trimRounds = 20
+)
 
 // trimPos is a position in a topic's log: (ord, seq), ord as text.
 type trimPos struct {
