@@ -349,8 +349,8 @@ SELECT ord::text, seq FROM k UNION ALL SELECT cur_ord::text, cur_seq FROM lo WHE
 // short transaction of its own (a transaction holds back every group's
 // deliveries while it runs), at most trimRounds of them a round.
 const (
-	trimBatch  = 5000
-	trimRounds = 20
+	trimBatch  = 1000
+	trimRounds = 50
 )
 
 // trimPos is a position in a topic's log: (ord, seq), ord as text.
