@@ -70,9 +70,9 @@ type consumer struct {
 	err          error // why the subscription ended, if not by Close
 	done         chan struct{}
 
-	// dispatchBuf holds the pointers of the batch being dispatched; the
-	// fetch loop reuses it.
-	dispatchBuf []*record
+	// dispatchBuf holds the runs of records of the batch being
+	// dispatched; the fetch loop reuses it.
+	dispatchBuf [][]record
 	// slab is how many records dispatch allocates at once (slabLen).
 	slab int
 }
@@ -437,43 +437,53 @@ func (s *consumer) returnExcess(msgs []*backend.Message, n int) []*backend.Messa
 
 // dispatch turns a batch into deliveries and queues them for the workers.
 // The records of a batch share allocations of up to s.slab of them
-// (see slabLen). They are never reused: user code may keep a delivery
-// as long as it likes (to settle it later in AckManual, or to read its
-// fields).
+// (see slabLen), which the workers take as runs. They are never reused:
+// user code may keep a delivery as long as it likes (to settle it later
+// in AckManual, or to read its fields).
 func (s *consumer) dispatch(msgs []*backend.Message) {
-	var vals []record
-	ds := s.dispatchBuf[:0]
+	runs := s.dispatchBuf[:0]
 	received := monoNow()
-	for i, m := range msgs {
-		if len(vals) == 0 {
-			vals = make([]record, min(len(msgs)-i, s.slab))
+	for i := 0; i < len(msgs); {
+		run := make([]record, min(len(msgs)-i, s.slab))
+		for j := range run {
+			d, m := &run[j], msgs[i+j]
+			d.sub = s
+			d.ackID = m.AckID
+			d.received = received
+			d.attempt = int32(max(m.Attempt, 1))
+			if len(m.Payload) > s.cfg.MaxPayload {
+				d.state.Store(stateOversized)
+			}
+			s.fill(d, m)
 		}
-		d := &vals[0]
-		vals = vals[1:]
-		d.sub = s
-		d.ackID = m.AckID
-		d.received = received
-		d.attempt = int32(max(m.Attempt, 1))
-		if len(m.Payload) > s.cfg.MaxPayload {
-			d.state.Store(stateOversized)
+		runs = append(runs, run)
+		i += len(run)
+	}
+	s.unsettled.Add(len(msgs))
+	if s.keys == nil {
+		s.disp.pushRuns(runs, len(msgs))
+	} else {
+		s.dispatchKeyed(runs, len(msgs))
+	}
+	clear(runs)
+	s.dispatchBuf = runs[:0]
+}
+
+// dispatchKeyed queues the n deliveries of runs that do not wait for
+// their key. Each came with an in-flight slot and a unit of the waiting
+// set: those that run give back the unit, those that wait for their key
+// the slot.
+func (s *consumer) dispatchKeyed(runs [][]record, n int) {
+	ds := make([]*record, 0, n)
+	for _, run := range runs {
+		for i := range run {
+			ds = append(ds, &run[i])
 		}
-		s.fill(d, m)
-		ds = append(ds, d)
 	}
-	s.unsettled.Add(len(ds))
-	run := ds
-	if s.keys != nil {
-		// Each delivery came with an in-flight slot and a unit of the
-		// waiting set: those that run give back the unit, those that
-		// wait for their key the slot.
-		var waiting int
-		run, waiting = s.keys.admit(ds)
-		s.releaseWaits(len(ds) - waiting)
-		s.releaseRunning(waiting)
-	}
+	run, waiting := s.keys.admit(ds)
+	s.releaseWaits(n - waiting)
+	s.releaseRunning(waiting)
 	s.disp.push(run)
-	clear(ds)
-	s.dispatchBuf = ds[:0]
 }
 
 // fill sets the public face of d, a record just allocated (zeroed), from

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/eventbus-go/bus/internal/lifecycle"
 )
@@ -36,10 +37,17 @@ type dispatcher struct {
 	// their own).
 	stallAfter time.Duration
 
-	mu      sync.Mutex
-	cond    sync.Cond
-	queue   []*record
+	mu   sync.Mutex
+	cond sync.Cond
+	// queue holds the queued deliveries as runs of records allocated
+	// together (see consumer.dispatch), oldest first: queue[head][next]
+	// is the next to run, and n counts those queued. A batch is queued
+	// with a pointer per run rather than per delivery, as each pointer
+	// written while the collector marks costs a write barrier.
+	queue   [][]record
 	head    int
+	next    int
+	n       int
 	workers int
 	idle    int
 	busy    int
@@ -57,7 +65,8 @@ type dispatcher struct {
 	wg        sync.WaitGroup
 }
 
-// workerSlot is the delivery a worker runs now (nil between handlers).
+// workerSlot is the delivery a worker runs now, or ran last (nil while
+// the worker waits for work).
 type workerSlot struct {
 	cur   atomic.Pointer[record]
 	n     uint32 // deliveries run, for sampling their duration
@@ -92,16 +101,35 @@ const (
 // back to c, a batch at a time (an eighth of max), and all of them before
 // it waits for work: a slot is never held by a worker with nothing to do.
 func newDispatcher(c *consumer, max int, a *acker) *dispatcher {
-	d := &dispatcher{c: c, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck, queue: make([]*record, 0, max)}
+	d := &dispatcher{c: c, acker: a, batch: (max + 7) / 8, max: max, procs: runtime.GOMAXPROCS(0), stallAfter: stallCheck}
 	d.cond.L = &d.mu
 	return d
 }
 
-// push queues a batch; the caller holds a slot for each delivery.
+// push queues deliveries one by one; the caller holds a slot for each.
 func (p *dispatcher) push(ds []*record) {
 	p.mu.Lock()
-	p.queue = append(p.queue, ds...)
-	want := len(ds)
+	for _, d := range ds {
+		p.queue = append(p.queue, unsafe.Slice(d, 1))
+	}
+	p.queuedLocked(len(ds))
+	p.mu.Unlock()
+}
+
+// pushRuns queues the n deliveries of runs, a batch of records allocated
+// together (consumer.dispatch); the caller holds a slot for each.
+func (p *dispatcher) pushRuns(runs [][]record, n int) {
+	p.mu.Lock()
+	p.queue = append(p.queue, runs...)
+	p.queuedLocked(n)
+	p.mu.Unlock()
+}
+
+// queuedLocked counts n deliveries just queued and wakes workers for
+// them.
+func (p *dispatcher) queuedLocked(n int) {
+	p.n += n
+	want := n
 	if time.Duration(p.slowNanos.Load()) < slowHandler {
 		// Quick handlers: a worker that is running will take the batch
 		// when it is done, and one more worker per core is plenty.
@@ -113,7 +141,6 @@ func (p *dispatcher) push(ds []*record) {
 	if !p.armed && p.queued() > 0 {
 		p.armLocked()
 	}
-	p.mu.Unlock()
 }
 
 // armLocked starts the stall check.
@@ -127,7 +154,7 @@ func (p *dispatcher) armLocked() {
 	}
 }
 
-func (p *dispatcher) queued() int { return len(p.queue) - p.head }
+func (p *dispatcher) queued() int { return p.n }
 
 // wakeLocked makes sure n more deliveries have a worker: it signals idle
 // workers and starts new ones while under max.
@@ -203,6 +230,11 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 			p.mu.Lock()
 			continue
 		}
+		if w.cur.Load() != nil {
+			// The worker's last delivery stays in its slot while it
+			// takes the next one at once (runOne); not while it waits.
+			w.cur.Store(nil)
+		}
 		if w.freed > 0 {
 			n := w.freed
 			w.freed = 0
@@ -222,19 +254,27 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 		p.cond.Wait()
 		p.idle--
 	}
-	d := p.queue[p.head]
-	p.queue[p.head] = nil
-	p.head++
-	p.taken++
-	if p.head == len(p.queue) {
-		p.queue, p.head = p.queue[:0], 0
+	run := p.queue[p.head]
+	d := &run[p.next]
+	if p.next++; p.next == len(run) {
+		p.queue[p.head] = nil
+		p.head++
+		p.next = 0
+		if p.head == len(p.queue) {
+			p.queue, p.head = p.queue[:0], 0
+		}
 	}
+	p.n--
+	p.taken++
 	p.busy++
 	return d
 }
 
 // runOne runs d on w, samples the handler duration every 16th delivery,
-// and collects d's slot when it is the worker's to give back.
+// and collects d's slot when it is the worker's to give back. d stays in
+// the worker's slot once it returned, until the worker runs the next or
+// waits for work (nextLocked): the lease keeper skips a delivery whose
+// handler returned.
 func (p *dispatcher) runOne(d *record, w *workerSlot) {
 	w.cur.Store(d)
 	var freed bool
@@ -247,7 +287,6 @@ func (p *dispatcher) runOne(d *record, w *workerSlot) {
 	} else {
 		freed = p.c.process(d, w)
 	}
-	w.cur.Store(nil)
 	if freed {
 		if w.freed++; w.freed >= p.batch {
 			p.c.releaseDone(w.freed)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,7 +111,8 @@ func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 
 	p.mu.Lock()
 	for range 5 {
-		p.queue = append(p.queue, rec())
+		p.queue = append(p.queue, unsafe.Slice(rec(), 1))
+		p.n++
 	}
 	p.takenAtArm = 7
 	p.mu.Unlock()
