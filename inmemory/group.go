@@ -24,9 +24,8 @@ const (
 // lease is one delivery of an entry to a member of a group. *lease is the
 // AckID the backend hands out: each delivery gets a lease of its own, so
 // an id from an earlier delivery of the same entry is recognised as stale.
-// Its fields are guarded by the topic lock.
+// Its fields are guarded by the topic lock. Its group is q's.
 type lease struct {
-	g        *group
 	e        *entry
 	q        *leaseQueue
 	deadline int64 // broker clock
@@ -38,6 +37,9 @@ type lease struct {
 	chain *leaseChain
 }
 
+// group is the group the lease was granted for.
+func (l *lease) group() *group { return l.q.g }
+
 // leaseChain is what the deliveries of one entry to one group share once a
 // lease has expired: whether the message is settled for the group, and the
 // newest delivery.
@@ -46,20 +48,36 @@ type leaseChain struct {
 	cur     *lease
 }
 
-// leaseRec is a lease as queued for expiry. It is stale when the lease was
-// settled or extended (its deadline moved) since it was queued.
+// leaseRec is a run of leases granted together with one deadline (those
+// of one take, or one extended lease), as queued for expiry: one record
+// per Receive rather than one per lease. A lease of the run is stale when
+// it was settled or extended (its deadline moved) since it was queued,
+// and stays so: next is the first of the run not yet found stale.
 type leaseRec struct {
-	l        *lease
+	ls       []lease
 	deadline int64
+	next     int
 }
 
-func (r *leaseRec) stale() bool { return r.l.state != leaseActive || r.l.deadline != r.deadline }
+func (r *leaseRec) stale(l *lease) bool { return l.state != leaseActive || l.deadline != r.deadline }
+
+// live returns the first lease of the run that is not stale, passing the
+// stale ones for good, or nil when every one is.
+func (r *leaseRec) live() *lease {
+	for ; r.next < len(r.ls); r.next++ {
+		if l := &r.ls[r.next]; !r.stale(l) {
+			return l
+		}
+	}
+	return nil
+}
 
 // leaseQueue holds the leases a group granted with one ack timeout. As the
 // broker clock only moves forward, the deadlines are queued in order and
 // the next one to expire is always at the front: no timer per message and
 // no heap on the hot path.
 type leaseQueue struct {
+	g       *group
 	timeout time.Duration
 	recs    fifo[leaseRec]
 }
@@ -106,7 +124,7 @@ func (g *group) queue(timeout time.Duration) *leaseQueue {
 			return q
 		}
 	}
-	q := &leaseQueue{timeout: timeout}
+	q := &leaseQueue{g: g, timeout: timeout}
 	g.queues = append(g.queues, q)
 	return q
 }
@@ -143,10 +161,10 @@ func (g *group) waitCh(at, now int64) <-chan struct{} {
 	return g.wakeCh
 }
 
-// trim drops settled and extended lease records from the queue fronts.
+// trim drops settled and extended leases from the queue fronts.
 func (g *group) trim() {
 	for _, q := range g.queues {
-		for q.recs.len() > 0 && q.recs.front().stale() {
+		for q.recs.len() > 0 && q.recs.front().live() == nil {
 			q.recs.pop()
 		}
 	}
@@ -161,15 +179,15 @@ func (g *group) reap(now int64) {
 	for _, q := range g.queues {
 		for q.recs.len() > 0 {
 			r := q.recs.front()
-			if !r.stale() {
-				if r.deadline > now {
-					break
+			for l := r.live(); l != nil && r.deadline <= now; l = r.live() {
+				l.state = leaseExpired
+				if l.chain == nil {
+					l.chain = &leaseChain{}
 				}
-				r.l.state = leaseExpired
-				if r.l.chain == nil {
-					r.l.chain = &leaseChain{}
-				}
-				expired = append(expired, redo{e: r.l.e, attempt: r.l.attempt + 1, chain: r.l.chain})
+				expired = append(expired, redo{e: l.e, attempt: l.attempt + 1, chain: l.chain})
+			}
+			if r.next < len(r.ls) {
+				break // a lease not due yet
 			}
 			q.recs.pop()
 		}
@@ -226,8 +244,7 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 	deliver := func(e *entry, attempt int32) {
 		i := len(out)
 		l := &leases[i]
-		l.g, l.e, l.q, l.deadline, l.attempt = g, e, q, deadline, attempt
-		q.recs.push(leaseRec{l: l, deadline: deadline})
+		l.e, l.q, l.deadline, l.attempt = e, q, deadline, attempt
 		var h map[string]string
 		if len(e.headers) > 0 {
 			h = maps.Clone(e.headers)
@@ -268,6 +285,7 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		deliver(e, 1)
 	}
 	if len(out) > 0 {
+		q.recs.push(leaseRec{ls: leases[:len(out)], deadline: deadline})
 		g.notifyBefore(deadline)
 	}
 	if g.pending() {

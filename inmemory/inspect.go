@@ -92,12 +92,14 @@ func (g *group) info() backend.GroupInfo {
 	for _, q := range g.queues {
 		for i := range q.recs.n {
 			r := &q.recs.buf[(q.recs.head+i)&(len(q.recs.buf)-1)]
-			if r.stale() {
-				continue
-			}
-			pending++
-			if at := r.deadline - int64(q.timeout); oldest < 0 || at < oldest {
-				oldest = at
+			for j := r.next; j < len(r.ls); j++ {
+				if r.stale(&r.ls[j]) {
+					continue
+				}
+				pending++
+				if at := r.deadline - int64(q.timeout); oldest < 0 || at < oldest {
+					oldest = at
+				}
 			}
 		}
 	}

@@ -68,11 +68,12 @@ func (g *group) dropOutstanding() {
 	}
 	for _, q := range g.queues {
 		for q.recs.len() > 0 {
-			r := q.recs.pop()
-			if !r.stale() {
-				r.l.state = leaseNacked
-				t.settle(r.l.e)
+			r := q.recs.front()
+			for l := r.live(); l != nil; l = r.live() {
+				l.state = leaseNacked
+				t.settle(l.e)
 			}
+			q.recs.pop()
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/recvbuf"
@@ -109,7 +110,7 @@ func (s *Subscription) leaseOf(id backend.AckID) *lease {
 // state.
 func (s *Subscription) anyLease(id backend.AckID) *lease {
 	l, ok := id.(*lease)
-	if !ok || l == nil || l.g.t != s.t {
+	if !ok || l == nil || l.q.g.t != s.t {
 		return nil
 	}
 	return l
@@ -156,8 +157,8 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 			continue
 		}
 		t.settle(l.e)
-		if l.g != s.g {
-			other = l.g
+		if g := l.group(); g != s.g {
+			other = g
 		}
 	}
 	s.g.trim()
@@ -191,7 +192,7 @@ func (s *Subscription) giveBack(op string, id backend.AckID, delay time.Duration
 		return s.staleErr(op, id)
 	}
 	l.state = leaseNacked
-	g := l.g
+	g := l.group()
 	if delay <= 0 {
 		g.ready.push(redo{e: l.e, attempt: l.attempt + count, chain: l.chain})
 		g.notify()
@@ -218,8 +219,8 @@ func (s *Subscription) Extend(ctx context.Context, id backend.AckID) error {
 		return s.staleErr("extend", id)
 	}
 	l.deadline = t.b.now() + int64(l.q.timeout)
-	l.q.recs.push(leaseRec{l: l, deadline: l.deadline})
-	l.g.trim()
+	l.q.recs.push(leaseRec{ls: unsafe.Slice(l, 1), deadline: l.deadline})
+	l.group().trim()
 	return nil
 }
 
@@ -260,7 +261,7 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 				l.chain.settled = true
 			}
 			t.settle(l.e)
-			l.g.trim()
+			l.group().trim()
 			unlock()
 			return nil
 		case opts.BacklogPolicy == BacklogError:
