@@ -188,8 +188,13 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, ge
 		return nil
 	}
 	var failed []backend.Failure
+	at := 0
 	for i, m := range msgs {
-		if err := b.checkMessage(m); err != nil {
+		var g bool
+		if m != nil {
+			g, at = gen.has(m.ID, at)
+		}
+		if err := b.checkMessageGen(m, g); err != nil {
 			id := ""
 			if m != nil {
 				id = m.ID
@@ -204,8 +209,12 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, ge
 }
 
 // checkMessage validates one message of a Publish to this bus.
-func (b *Bus) checkMessage(m *Message) error {
-	err := validateMessage(m, b.opts.maxPayload)
+func (b *Bus) checkMessage(m *Message) error { return b.checkMessageGen(m, false) }
+
+// checkMessageGen is checkMessage for a message whose ID, when generated
+// is set, is one that Publish generated for it (generatedIDs.has).
+func (b *Bus) checkMessageGen(m *Message, generated bool) error {
+	err := validateMessageGen(m, b.opts.maxPayload, generated)
 	if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
 		err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)
 	}
@@ -225,7 +234,9 @@ func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, g
 		var g bool
 		g, at = gen.has(m.ID, at)
 		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
-		buf.ptrs[i] = &buf.vals[i]
+		if buf.ptrs[i] != &buf.vals[i] { // a reused buffer has it already
+			buf.ptrs[i] = &buf.vals[i]
+		}
 	}
 	n, err := b.partitionsOf(ctx, topic)
 	if err != nil {

@@ -56,11 +56,18 @@ type Message struct {
 // validateMessage checks one message against the content rule and the
 // limits (internal/msgcheck, shared with the outbox).
 func validateMessage(m *Message, maxPayload int) error {
+	return validateMessageGen(m, maxPayload, false)
+}
+
+// validateMessageGen is validateMessage for a message whose ID, when
+// generated is set, is one the bus generated for it: that ID is valid by
+// construction.
+func validateMessageGen(m *Message, maxPayload int, generated bool) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
 	return msgcheck.Check(msgcheck.Fields{
-		ID: m.ID, Key: m.Key, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload,
+		ID: m.ID, Key: m.Key, IDGenerated: generated, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload,
 		DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
 	})
 }

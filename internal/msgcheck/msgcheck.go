@@ -26,7 +26,10 @@ var ErrPayloadTooLarge = errors.New("payload too large")
 
 // Fields are the parts of a message the content rule bounds.
 type Fields struct {
-	ID, Key              string
+	ID, Key string
+	// IDGenerated says that ID is one the bus generated for the message
+	// (msgid): valid by construction, it is not looked at.
+	IDGenerated          bool
 	Headers              map[string]string
 	PayloadLen           int
 	MaxPayload           int
@@ -36,8 +39,10 @@ type Fields struct {
 // Check checks one message against the content rule and the limits. The
 // error wraps ErrInvalidMessage or ErrPayloadTooLarge.
 func Check(m Fields) error {
-	if err := validateID(m.ID); err != nil {
-		return err
+	if !m.IDGenerated {
+		if err := validateID(m.ID); err != nil {
+			return err
+		}
 	}
 	if len(m.Key) > backend.MaxKeyLen {
 		return fmt.Errorf("%w: key is %d bytes, more than %d", ErrInvalidMessage, len(m.Key), backend.MaxKeyLen)
@@ -48,10 +53,14 @@ func Check(m Fields) error {
 	if m.PayloadLen > m.MaxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, m.PayloadLen, m.MaxPayload)
 	}
-	if err := validateTimes(m.DeliverAt, m.ExpiresAt); err != nil {
-		return err
+	maxHeaders := backend.MaxHeaders
+	if !m.DeliverAt.IsZero() || !m.ExpiresAt.IsZero() {
+		if err := validateTimes(m.DeliverAt, m.ExpiresAt); err != nil {
+			return err
+		}
+		maxHeaders -= timeHeaders(m.DeliverAt, m.ExpiresAt)
 	}
-	if maxHeaders := backend.MaxHeaders - timeHeaders(m.DeliverAt, m.ExpiresAt); len(m.Headers) > maxHeaders {
+	if len(m.Headers) > maxHeaders {
 		return fmt.Errorf("%w: %d headers, more than %d", ErrInvalidMessage, len(m.Headers), maxHeaders)
 	}
 	if len(m.Headers) == 0 {
