@@ -68,9 +68,13 @@ type dispatcher struct {
 // workerSlot is the delivery a worker runs now, or ran last (nil while
 // the worker waits for work).
 type workerSlot struct {
-	cur   atomic.Pointer[record]
-	n     uint32 // deliveries run, for sampling their duration
-	freed int    // slots to give back
+	cur atomic.Pointer[record]
+	n   uint32 // deliveries run, for sampling their duration
+	// timed says that the handler of the delivery the worker runs is
+	// timed; took is how long it ran (-1: it did not run).
+	timed bool
+	took  int64
+	freed int // slots to give back
 	// acks buffers the acks of the handlers the worker ran (see
 	// consumer.ackAfterHandler), for the acker.
 	acks *ackBuf
@@ -270,22 +274,24 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 	return d
 }
 
-// runOne runs d on w, samples the handler duration every 16th delivery,
-// and collects d's slot when it is the worker's to give back. d stays in
-// the worker's slot once it returned, until the worker runs the next or
-// waits for work (nextLocked): the lease keeper skips a delivery whose
-// handler returned.
+// runOne runs d on w, samples the duration of the handler of every 16th
+// delivery (the handler alone: the bus's own work on a delivery is work
+// for a processor, which more workers would not do sooner), and collects
+// d's slot when it is the worker's to give back. d stays in the worker's
+// slot once it returned, until the worker runs the next or waits for
+// work (nextLocked): the lease keeper skips a delivery whose handler
+// returned.
 func (p *dispatcher) runOne(d *record, w *workerSlot) {
 	w.cur.Store(d)
-	var freed bool
-	if w.n++; w.n&15 == 0 {
-		start := time.Now()
-		freed = p.c.process(d, w)
-		el := min(int64(time.Since(start)), int64(slowSampleCap))
+	w.n++
+	if w.timed = w.n&15 == 0; w.timed {
+		w.took = -1
+	}
+	freed := p.c.process(d, w)
+	if w.timed && w.took >= 0 {
+		el := min(w.took, int64(slowSampleCap))
 		avg := p.slowNanos.Load()
 		p.slowNanos.Store(avg + (el-avg)/4)
-	} else {
-		freed = p.c.process(d, w)
 	}
 	if freed {
 		if w.freed++; w.freed >= p.batch {

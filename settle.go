@@ -52,11 +52,17 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 }
 
 // callObserved calls the handler on worker w, timing it for the
-// feedback and emitting its lifecycle events, through the worker's
-// stage, when either is on.
+// feedback and for the worker (workerSlot.timed) and emitting its
+// lifecycle events, through the worker's stage, when either is on.
 func (s *consumer) callObserved(d *record, w *workerSlot) error {
 	if s.cfg.Feedback == nil && s.cfg.Event == nil {
-		return s.call(d)
+		if !w.timed {
+			return s.call(d)
+		}
+		start := monoNow()
+		err := s.call(d)
+		w.took = monoNow() - start
+		return err
 	}
 	var st *lifecycle.Stage
 	if s.cfg.Event != nil {
@@ -68,7 +74,10 @@ func (s *consumer) callObserved(d *record, w *workerSlot) error {
 	var ev lifecycle.Event
 	start := s.started(d, st, &ev)
 	err := s.call(d)
-	s.handled(st, &ev, start, err)
+	took := s.handled(st, &ev, start, err)
+	if w.timed {
+		w.took = int64(took)
+	}
 	return err
 }
 
@@ -87,24 +96,26 @@ func (s *consumer) started(d *record, st *lifecycle.Stage, ev *lifecycle.Event) 
 // handled gives the handler's latency and error to the feedback, and
 // emits d's succeeded or failed event to st (nil: events are off), made
 // from its received event ev; a snooze and a shutdown's cancellation are
-// neither. The clock is read once, for the latency and the event's time.
-func (s *consumer) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, err error) {
+// neither. The clock is read once, for the latency and the event's time,
+// and the latency is returned.
+func (s *consumer) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64, err error) time.Duration {
 	now := monoNow()
 	took := time.Duration(now - start)
 	for _, f := range s.cfg.Feedback {
 		f.Feedback(took, err)
 	}
 	if st == nil {
-		return
+		return took
 	}
 	ev.Kind, ev.Mono, ev.Duration = lifecycle.Succeeded, now, took
 	if err != nil {
 		if _, snoozed := backend.SnoozeOf(err); snoozed && s.cfg.Caps.Redelivery || s.shutdownCancelled(err) {
-			return
+			return took
 		}
 		ev.Kind, ev.Error = lifecycle.Failed, lifecycle.CutError(err.Error())
 	}
 	st.Emit(ev)
+	return took
 }
 
 // refuse returns why d must not reach the handler, or nil.
