@@ -48,6 +48,21 @@ func TestAPublisherYieldsWhileItIsAheadOfTheGroups(t *testing.T) {
 	assert.Equal(t, int64(2), yields.Load(), "no yield once the group keeps up")
 }
 
+// However large MaxBacklog is, a publisher yields once the backlog is past
+// yieldEntries entries.
+func TestAPublisherYieldsPastAThousandEntriesWhateverTheLimit(t *testing.T) {
+	ctx := context.Background()
+	be := newTestBackend(t, nil) // MaxBacklog 50,000: an eighth is 6,250
+	yields := countYields(be)
+	subscribeGroup(t, be, "many", "g")
+	for i := 0; i < yieldEntries; i += 64 {
+		require.NoError(t, be.Publish(ctx, "many", batch("m", i, 64)))
+	}
+	assert.Zero(t, yields.Load(), "1,024 entries are not past the cap")
+	require.NoError(t, be.Publish(ctx, "many", batch("m", yieldEntries, 1)))
+	assert.Equal(t, int64(1), yields.Load(), "1,025 are")
+}
+
 // The byte limit counts as well: a few large messages past an eighth of
 // MaxBacklogBytes make the publisher yield.
 func TestAPublisherYieldsPastAnEighthOfTheByteLimit(t *testing.T) {
