@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/coalesce"
@@ -172,7 +173,7 @@ func (g generatedIDs) has(id string, at int) (bool, int) {
 	if len(id) != 36 || len(g) == 0 {
 		return false, at
 	}
-	if at+36 <= len(g) && string(g[at:at+36]) == id {
+	if at+36 <= len(g) && (unsafe.StringData(id) == unsafe.StringData(string(g[at:])) || string(g[at:at+36]) == id) {
 		return true, at + 36
 	}
 	n := len(g) / 36

@@ -187,30 +187,35 @@ func (s *consumer) fencedOut(d *record) bool {
 // returns.
 func (s *consumer) call(d *record) (err error) {
 	d.state.Or(stateInHandler)
-	defer d.state.And(^stateInHandler)
 	var ctx context.Context = s.handlerCtx
+	hc := (*handlerCtx)(d)
 	if s.keeper != nil {
-		hc := (*handlerCtx)(d)
 		if s.leaseLost(d) {
 			// Its lease was given up before it started (fenced): the
 			// handler never sees it.
 			err := context.Cause(hc)
 			hc.end()
+			d.state.And(^stateInHandler)
 			return err
 		}
 		ctx = hc
-		defer hc.end()
 	}
+	// One deferred call for the three steps every return takes: turn a
+	// panic into an error, end the handler's ctx, mark the handler out.
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{Value: r, Stack: debug.Stack()}
+		}
+		if s.keeper != nil {
+			hc.end()
+		}
+		d.state.And(^stateInHandler)
+	}()
 	if s.cfg.HandlerTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.HandlerTimeout)
 		defer cancel()
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
 	err = s.cfg.Handler(ctx, &d.pub)
 	if err == nil && s.cfg.HandlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("handler timed out after %v: %w", s.cfg.HandlerTimeout, ctx.Err())
