@@ -63,21 +63,34 @@ func Batch(n int) string {
 			continue
 		}
 		// Same millisecond: only the sequence bits (bytes 6 to 8, text
-		// positions 14-15, 16-17 and 19-20) differ from the previous ID.
-		copy(cur, b[36*i-36:36*i])
+		// positions 14-15, 16-17 and 19-20) differ from the previous ID,
+		// which is copied a word at a time.
+		prev := b[36*i-36 : 36*i]
+		le.PutUint64(cur[0:], le.Uint64(prev[0:]))
+		le.PutUint64(cur[8:], le.Uint64(prev[8:]))
+		le.PutUint64(cur[16:], le.Uint64(prev[16:]))
+		le.PutUint64(cur[24:], le.Uint64(prev[24:]))
+		le.PutUint32(cur[32:], le.Uint32(prev[32:]))
 		sq := v & 0xffff
-		putHex(cur[14:], 0x70|byte(sq>>12)&0x0f)
-		putHex(cur[16:], byte(sq>>4))
-		putHex(cur[19:], 0x80|byte(sq&0x0f)<<2|random[0]&0x03)
+		le.PutUint16(cur[14:], hexPairs[0x70|byte(sq>>12)&0x0f])
+		le.PutUint16(cur[16:], hexPairs[byte(sq>>4)])
+		le.PutUint16(cur[19:], hexPairs[0x80|byte(sq&0x0f)<<2|random[0]&0x03])
 	}
 	// b is never written again: the string shares its bytes.
 	return unsafe.String(&b[0], len(b))
 }
 
-func putHex(b []byte, c byte) {
-	b[0] = hexDigits[c>>4]
-	b[1] = hexDigits[c&0x0f]
-}
+// le reads and writes the words Batch copies.
+var le = binary.LittleEndian
+
+// hexPairs holds the two hex digits of each byte value, as the
+// little-endian uint16 that stores them in text order.
+var hexPairs = func() (t [256]uint16) {
+	for i := range t {
+		t[i] = uint16(hexDigits[i>>4]) | uint16(hexDigits[i&0x0f])<<8
+	}
+	return t
+}()
 
 // reserve takes n consecutive (millisecond << 16 | sequence) values and
 // returns the first. A sequence that overflows borrows the next

@@ -1,16 +1,28 @@
 package msgid
 
-// tail is the text of every ID this process makes from position 21 on
-// (the random bytes 9 to 15: "-" after 2 digits, then 12), and its
-// position.
-var tail string
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// The text of every ID this process makes from position tailAt on (the
+// random bytes 9 to 15: "-" after 2 digits, then 12) is the same: tailLo
+// and tailHi are its bytes 21-28 and 28-35 as little-endian words, which
+// framed compares.
+var tailLo, tailHi uint64
 
 const tailAt = 21
 
 func init() {
 	var u [16]byte
 	fill(&u, 0)
-	tail = Format(u)[tailAt:]
+	id := Format(u)
+	tailLo, tailHi = word(id, tailAt), word(id, 28)
+}
+
+// word is id[at:at+8] as a little-endian word.
+func word(id string, at int) uint64 {
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(id[at:at+8]), 8))
 }
 
 // Parse reports whether id is exactly an ID that this process's generator
@@ -36,7 +48,7 @@ func Parse(id string) (uint64, bool) {
 // framed reports whether id has the length, the dashes and the random
 // tail of this process's IDs.
 func framed(id string) bool {
-	return len(id) == 36 && id[tailAt:] == tail && id[8] == '-' && id[13] == '-' && id[18] == '-'
+	return len(id) == 36 && word(id, tailAt) == tailLo && word(id, 28) == tailHi && id[8] == '-' && id[13] == '-' && id[18] == '-'
 }
 
 // parseMS reads bytes 0 to 5 of a framed ID: 48 bits of milliseconds.
