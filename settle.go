@@ -18,10 +18,10 @@ import (
 // whether the delivery's slot is the worker's to give back (see
 // handlerDone).
 func (s *consumer) process(d *record, w *workerSlot) bool {
-	if s.early(d) {
+	if d.special() && s.early(d) {
 		return d.handlerDone()
 	}
-	if reason := s.refuse(d); reason != nil {
+	if reason := s.refuseSpecial(d); reason != nil {
 		// The handler never sees it: dead-letter it at once.
 		d.claim()
 		s.deadLetter(d, reason)
@@ -118,6 +118,22 @@ func (s *consumer) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64
 	return took
 }
 
+// refuseSpecial is refuse, which has nothing to say of a delivery that
+// is not special.
+func (s *consumer) refuseSpecial(d *record) error {
+	if !d.special() {
+		return nil
+	}
+	return s.refuse(d)
+}
+
+// special reports whether d may be early (a DeliverAt), expired (an
+// ExpiresAt), past its max deliveries (a redelivery) or oversized: what
+// a delivery must be for early or refuse to hold it back.
+func (d *record) special() bool {
+	return !d.pub.DeliverAt.IsZero() || !d.pub.ExpiresAt.IsZero() || d.attempt > 1 || d.state.Load()&stateOversized != 0
+}
+
 // refuse returns why d must not reach the handler, or nil.
 func (s *consumer) refuse(d *record) error {
 	if s.cfg.AckMode != AckOnReceive && s.cfg.Caps.Redelivery && int(d.attempt) > s.cfg.MaxDeliveries {
@@ -139,6 +155,14 @@ func (s *consumer) refuse(d *record) error {
 // error: ack, retry or dead-letter; a delivery whose handler the shutdown
 // cancelled is released without counting an attempt.
 func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
+	if err == nil && d.ext.Load() == nil {
+		// The common case: neither fenced out (see fencedOut) nor a
+		// shutdown's cancellation, a snooze or a failure.
+		if d.claim() {
+			s.ackAfterHandler(d, w)
+		}
+		return
+	}
 	if s.fencedOut(d) || s.shutdownCancelled(err) {
 		// The group lock passed on, or the shutdown cancelled the
 		// handler: not a failure of the message.
