@@ -95,9 +95,10 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	if d.window == 0 {
 		return es, bytes
 	}
-	if d.order == nil {
+	if d.seed == (maphash.Seed{}) {
+		// The ring and its index wait for the first ID that is not a
+		// generated one (record grows them).
 		d.seed = maphash.MakeSeed()
-		d.grow()
 	}
 	d.kept = d.kept[:0]
 	if d.large = len(es) > 32; d.large {

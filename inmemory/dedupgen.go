@@ -17,12 +17,16 @@ import (
 // latest of its IDs was published; an ID may so be remembered longer
 // than the window, never shorter (unless over max).
 type genIDs struct {
-	blocks map[uint64]*genBlock
-	order  fifo[*genBlock] // by first ID, the oldest at the front
-	n      int             // IDs remembered
-	// last is the block that has or add found last: the IDs of a batch
-	// mostly share one.
-	last *genBlock
+	// blocks maps a block (value >> 6) to its sequence number in order;
+	// neither holds a pointer, so the collector does not walk them.
+	blocks map[uint64]uint64
+	order  fifo[genBlock] // by first ID, the oldest at the front
+	first  uint64         // the sequence number of order's front
+	n      int            // IDs remembered
+	// last is the sequence number of the block that has or add found
+	// last (valid when hasLast): the IDs of a batch mostly share one.
+	last    uint64
+	hasLast bool
 }
 
 type genBlock struct {
@@ -44,12 +48,13 @@ func (g *genIDs) add(v uint64, until int64) {
 	b := g.block(v)
 	if b == nil {
 		if g.blocks == nil {
-			g.blocks = map[uint64]*genBlock{}
+			g.blocks = map[uint64]uint64{}
 		}
-		b = &genBlock{at: v >> 6, first: until}
-		g.blocks[b.at] = b
-		g.order.push(b)
-		g.last = b
+		seq := g.first + uint64(g.order.len())
+		g.order.push(genBlock{at: v >> 6, first: until})
+		g.blocks[v>>6] = seq
+		g.last, g.hasLast = seq, true
+		b = g.at(seq)
 	}
 	if bit := uint64(1) << (v & 63); b.bits&bit == 0 {
 		b.bits |= bit
@@ -58,21 +63,31 @@ func (g *genIDs) add(v uint64, until int64) {
 	b.until = until
 }
 
+// at returns the block of sequence number seq, which order holds; the
+// pointer is valid until order changes.
+func (g *genIDs) at(seq uint64) *genBlock {
+	q := &g.order
+	return &q.buf[(q.head+int(seq-g.first))&(len(q.buf)-1)]
+}
+
 // block returns the block of value v, or nil.
 func (g *genIDs) block(v uint64) *genBlock {
-	if g.last != nil && g.last.at == v>>6 {
-		return g.last
+	if g.hasLast {
+		if b := g.at(g.last); b.at == v>>6 {
+			return b
+		}
 	}
-	b := g.blocks[v>>6]
-	if b != nil {
-		g.last = b
+	seq, ok := g.blocks[v>>6]
+	if !ok {
+		return nil
 	}
-	return b
+	g.last, g.hasLast = seq, true
+	return g.at(seq)
 }
 
 // expire forgets the oldest blocks whose IDs are all past their window.
 func (g *genIDs) expire(now int64) {
-	for g.order.len() > 0 && (*g.order.front()).until <= now {
+	for g.order.len() > 0 && g.order.front().until <= now {
 		g.pop()
 	}
 }
@@ -84,15 +99,16 @@ func (g *genIDs) oldest() int64 {
 	if g.order.len() == 0 {
 		return math.MaxInt64
 	}
-	return (*g.order.front()).first
+	return g.order.front().first
 }
 
 // pop forgets the oldest block.
 func (g *genIDs) pop() {
 	b := g.order.pop()
 	delete(g.blocks, b.at)
-	if g.last == b {
-		g.last = nil
+	if g.hasLast && g.last == g.first {
+		g.hasLast = false
 	}
+	g.first++
 	g.n -= bits.OnesCount64(b.bits)
 }
