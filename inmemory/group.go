@@ -261,7 +261,9 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 			m.Headers = h
 		}
 		m.PublishedAt, m.Attempt = time.Unix(0, e.published), int(attempt)
-		out = append(out, m)
+		if out = out[:i+1]; out[i] != m { // a reused buffer has it already
+			out[i] = m
+		}
 	}
 	for len(out) < n && g.ready.len() > 0 {
 		r := g.ready.pop()
