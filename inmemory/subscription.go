@@ -137,6 +137,7 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	t := s.t
 	t.lock()
 	var other *group
+	atBase := false // an entry at base was freed: advance
 	for _, id := range ids {
 		l := s.anyLease(id)
 		if l == nil {
@@ -156,10 +157,15 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 		default:
 			continue
 		}
-		t.settle(l.e)
+		if t.settleAt(l.e) {
+			atBase = true
+		}
 		if g := l.group(); g != s.g {
 			other = g
 		}
+	}
+	if atBase {
+		t.advance()
 	}
 	s.g.trim()
 	if other != nil {

@@ -372,18 +372,25 @@ func (t *topic) dropFront() {
 // settle takes one group's reference off e and frees it when it was the
 // last.
 func (t *topic) settle(e *entry) {
+	if t.settleAt(e) {
+		t.advance()
+	}
+}
+
+// settleAt is settle without moving base: it reports whether it freed the
+// entry at base, after which the caller must call advance (once for a
+// run of settles, as an Ack of many does).
+func (t *topic) settleAt(e *entry) bool {
 	e.refs--
 	if e.refs > 0 {
-		return
+		return false
 	}
 	e.release()
 	t.unlive(e)
 	if e.off >= t.base && e.off < t.head {
 		t.ring[e.off&t.mask()] = nil
 	}
-	if e.off == t.base {
-		t.advance()
-	}
+	return e.off == t.base
 }
 
 // unlive takes the freed entry e off the backlog counts when mu is let
@@ -439,7 +446,10 @@ func (t *topic) advance() {
 	// backlog that swings between full and nearly empty does not
 	// reallocate its ring on every swing.
 	if n := len(t.ring); n > minRing && int(t.head-t.base) < n/16 {
-		t.resize(max(minRing, n/4))
+		for n > minRing && int(t.head-t.base) < n/16 {
+			n = max(minRing, n/4)
+		}
+		t.resize(n)
 	}
 }
 
