@@ -12,19 +12,20 @@ import (
 )
 
 // dispatcher runs deliveries on a pool of worker goroutines that grows on
-// demand up to max in flight. Waking a parked goroutine costs more than
-// handling a cheap message, so a batch wakes only as many workers as it
-// needs: all of them while handlers are slow (they block on I/O), at most
-// GOMAXPROCS while handlers are quick. A stall check runs every
-// stallCheck while deliveries are queued. When fewer were taken since the
-// last check than are queued now while every processor's worth of
-// workers is in a handler, the running workers would not drain the queue
-// by the next one, and every queued delivery gets a worker: a handler
-// that turns slow never leaves deliveries waiting for long. Workers that
-// keep up are left alone; a queue that is refilled as fast as it drains
-// is not stalled, and neither is one whose woken workers wait for a
-// processor (on a saturated machine more goroutines would only wait with
-// them).
+// demand up to max in flight; at most a processor's worth of them
+// (GOMAXPROCS) waits for work, and one more that runs out of work ends.
+// Waking a parked goroutine costs more than handling a cheap message, so
+// a batch wakes only as many workers as it needs: all of them while
+// handlers are slow (they block on I/O), at most GOMAXPROCS while
+// handlers are quick. A stall check runs every stallCheck while
+// deliveries are queued. When fewer were taken since the last check than
+// are queued now while every processor's worth of workers is in a
+// handler, the running workers would not drain the queue by the next
+// one, and every queued delivery gets a worker: a handler that turns slow
+// never leaves deliveries waiting for long. Workers that keep up are left
+// alone; a queue that is refilled as fast as it drains is not stalled,
+// and neither is one whose woken workers wait for a processor (on a
+// saturated machine more goroutines would only wait with them).
 type dispatcher struct {
 	// c runs the deliveries (consumer.process) and takes their slots back
 	// (consumer.releaseDone), which workers give back in batches.
@@ -247,7 +248,9 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 			p.mu.Lock()
 			continue
 		}
-		if p.stopped {
+		if p.stopped || p.idle >= p.procs {
+			// Stopped, or a processor's worth of workers waits for
+			// work already: this one ends rather than wait with them.
 			p.workers--
 			if i := slices.Index(p.slots, w); i >= 0 {
 				p.slots = slices.Delete(p.slots, i, i+1)

@@ -130,6 +130,34 @@ func TestStallCheckWakesWorkersOnlyWhenTheQueueIsNotDraining(t *testing.T) {
 	require.Eventually(t, func() bool { return running.Load() == 5 }, 5*time.Second, time.Millisecond, "the woken workers run the queued deliveries")
 }
 
+// Workers that run out of work end, but for a processor's worth that
+// waits for the next.
+func TestIdleWorkersBeyondAProcessorsWorthEnd(t *testing.T) {
+	release := make(chan struct{})
+	p, rec := newDispatchTest(t, 8, func(context.Context, *Delivery) error {
+		<-release
+		return nil
+	})
+	p.stallAfter = time.Hour
+	p.procs = 2
+	defer p.stop()
+	p.mu.Lock()
+	for range 5 {
+		p.queue = append(p.queue, unsafe.Slice(rec(), 1))
+		p.n++
+	}
+	p.wakeLocked(5)
+	workers := p.workers
+	p.mu.Unlock()
+	require.Equal(t, 5, workers, "a worker per queued delivery")
+	close(release)
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.workers == 2 && p.idle == 2
+	}, 5*time.Second, time.Millisecond, "three of the five end once the queue is empty")
+}
+
 // One sampled handler that took long (its worker waited for a processor)
 // does not make the average slow; handlers slow every time do, after
 // three samples.
