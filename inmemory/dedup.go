@@ -52,8 +52,8 @@ type dedup struct {
 	genHigh uint64
 }
 
-// keyHash is a kept key and its hash, or, for a generated ID (gen), its
-// value.
+// keyHash is a kept key and its hash, or, for a generated ID (gen), only
+// its value.
 type keyHash struct {
 	key string
 	h   uint64
@@ -113,14 +113,18 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 		}
 		if gen && h > d.genHigh {
 			d.genHigh = h // new: neither remembered nor kept before
-		} else if gen && d.gens.has(h, now) || !gen && d.has(k, h, now) || d.repeats(k, h) {
+		} else if gen && d.gens.has(h, now) || !gen && d.has(k, h, now) || d.repeats(k, h, gen) {
 			bytes -= int64(es[i].size)
 			continue
 		}
 		if d.large {
-			d.batch[d.batchFind(k, h)] = int32(len(d.kept) + 1)
+			d.batch[d.batchFind(k, h, gen)] = int32(len(d.kept) + 1)
 		}
-		d.kept = append(d.kept, keyHash{k, h, gen})
+		kh := keyHash{h: h, gen: gen}
+		if !gen {
+			kh.key = k // a generated ID is known by its value alone
+		}
+		d.kept = append(d.kept, kh)
 		if n != i {
 			es[n] = es[i] // a repeat was dropped before
 		}
@@ -130,19 +134,26 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 	return es[:n], bytes
 }
 
-// repeats reports whether key (of hash h) is among the kept keys of the
-// batch: a scan of a small batch, a lookup in the batch index for a large
-// one.
-func (d *dedup) repeats(key string, h uint64) bool {
+// repeats reports whether key (of hash h, generated or not) is among the
+// kept keys of the batch: a scan of a small batch, a lookup in the batch
+// index for a large one.
+func (d *dedup) repeats(key string, h uint64, gen bool) bool {
 	if d.large {
-		return d.batch[d.batchFind(key, h)] != 0
+		return d.batch[d.batchFind(key, h, gen)] != 0
 	}
-	for _, k := range d.kept {
-		if k.h == h && k.key == key {
+	for i := range d.kept {
+		if d.kept[i].is(key, h, gen) {
 			return true
 		}
 	}
 	return false
+}
+
+// is reports whether k is key, of hash h, generated or not. Two generated
+// IDs with one value are the same string (msgid.Parse), and whether an
+// ID is generated depends on the ID alone.
+func (k *keyHash) is(key string, h uint64, gen bool) bool {
+	return k.h == h && k.gen == gen && (gen || k.key == key)
 }
 
 // resetBatch empties the batch index and sizes it for n keys, at most
@@ -160,12 +171,12 @@ func (d *dedup) resetBatch(n int) {
 }
 
 // batchFind returns the slot of the batch index that holds key (of hash
-// h), or the empty slot where it goes.
-func (d *dedup) batchFind(key string, h uint64) int {
+// h, generated or not), or the empty slot where it goes.
+func (d *dedup) batchFind(key string, h uint64, gen bool) int {
 	mask := len(d.batch) - 1
 	i := int(h) & mask
 	for d.batch[i] != 0 {
-		if k := d.kept[d.batch[i]-1]; k.h == h && k.key == key {
+		if d.kept[d.batch[i]-1].is(key, h, gen) {
 			return i
 		}
 		i = (i + 1) & mask
