@@ -43,7 +43,7 @@ type Backend struct {
 	shut   atomic.Bool
 	mu     sync.Mutex
 	trims  map[string]int // subscribed topics, with their subscription count
-	wg     sync.WaitGroup // listener, trimmer, notifier and member loop
+	wg     sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -115,7 +115,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // network too. Subscriptions still open end: their Receive returns an
 // error wrapping backend.ErrClosed.
 func (b *Backend) Close() error {
-	if b.shut.Swap(true) {
+	b.mu.Lock() // no giveBackLost starts after this
+	closed := b.shut.Swap(true)
+	b.mu.Unlock()
+	if closed {
 		return fmt.Errorf("postgres: close: %w", backend.ErrClosed)
 	}
 	b.cancel()

@@ -17,7 +17,7 @@ import (
 // TestOnOneServer runs the package's tests that need a server on one
 // private server, one after another: the conformance suite (each case
 // opens a backend and a pool of its own on it), then the PublishTx cases,
-// then the fault cases, which restart and freeze it.
+// then the lost-fetch and fault cases, which restart and freeze it.
 func TestOnOneServer(t *testing.T) {
 	srv := pgtest.Start(t)
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, srv.URL()) })
@@ -28,6 +28,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("PublishTxLateCommit", func(t *testing.T) { testPublishTxLateCommit(t, srv.URL()) })
 	t.Run("MigrateRefusesV1", func(t *testing.T) { testMigrateRefusesV1(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
+	t.Run("LostFetch", func(t *testing.T) { testLostFetch(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })
 	t.Run("FaultBrokerPause", func(t *testing.T) { testFaultBrokerPause(t, srv) })

@@ -115,10 +115,17 @@
 //     and polls once a Block when notifications are lost (the listener
 //     reconnects with backoff and wakes every subscription when it does).
 //   - A fetch whose reply was lost (a cancelled ctx, a dead connection)
-//     may have committed. Each fetch tags the rows it leases with a random
-//     lease_by; after a failed fetch the next Receive first hands out the
+//     may have committed, or may still run at the server and commit
+//     later. Each fetch tags the rows it leases with a random lease_by;
+//     after a failed fetch the next Receive waits until the fetch's
+//     server process is gone when the client closed its connection
+//     (pg_stat_activity, at most one lease), then first hands out the
 //     rows still leased under that tag, with their attempt unchanged,
-//     before anything newer.
+//     before anything newer. When the subscription closes instead, the
+//     same wait runs in the background and the rows are given back
+//     uncounted and due at once (a first delivery as a waiting one, not
+//     pending), so that the member that takes the group or the
+//     partition over does not wait an ack timeout for them.
 //   - Ack deletes the group's rows (DELETE ... seq = ANY($ids)): one
 //     statement per flush. A stale Ack still settles.
 //   - Nack, Release and Snooze set visible_at = now + delay and leased =

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
@@ -32,10 +35,24 @@ type subscription struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 
+	// mu guards lost against Close, which gives back what a lost fetch
+	// leased when no Receive comes after it.
+	mu   sync.Mutex
+	lost lostFetch // a fetch whose reply never came; tag 0: none
+
 	// Receive's own state.
-	lost int64 // lease_by of a fetch whose reply never came; 0: none
 	vals []backend.Message
 	out  []*backend.Message
+}
+
+// lostFetch is a fetch whose reply never came: it may have committed,
+// leasing rows under its tag, or it may still run at the server.
+type lostFetch struct {
+	tag int64 // its lease_by
+	// pid is the server process of its connection when the client
+	// closed that connection with the statement maybe still running; 0
+	// when the statement has ended.
+	pid uint32
 }
 
 var (
@@ -113,7 +130,8 @@ ORDER BY n = 1, k, ord, seq`
 
 // recoverSQL hands out again, with a new lease, what the fetch tagged $3
 // leased and never delivered. The attempt the lost fetch counted is this
-// delivery's: no handler saw the lost one.
+// delivery's: no handler saw the lost one. It runs once the lost fetch
+// has ended (see lostEnded).
 const recoverSQL = `WITH u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, lease_by = 0,
         visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
@@ -122,6 +140,88 @@ const recoverSQL = `WITH u AS (
 SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
 FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM bus_groups WHERE id = $1) AND m.ord = u.ord AND m.seq = u.seq
 ORDER BY u.seq`
+
+// giveBackSQL returns to the group what the fetch tagged $2 leased and
+// never delivered, due at once and uncounted, as Release does: a first
+// delivery becomes a waiting one again (n = 0, not pending: the member
+// that takes the group over next does not wait for it, and fetches it
+// before anything after the cursor), a redelivery is given back. It runs
+// once the lost fetch has ended (see lostEnded).
+const giveBackSQL = `UPDATE bus_deliveries SET n = CASE WHEN n = 1 THEN 0 ELSE n END, attempt = attempt - 1,
+    leased = false, lease_by = 0, visible_at = clock_timestamp()
+WHERE group_id = $1 AND lease_by = $2 AND leased`
+
+// lostEndedSQL reports whether the server process $1 is gone: its
+// transaction, a lost fetch's among them, has ended (committed or
+// rolled back). The client closed its connection, so the process exits
+// when the statement it runs ends.
+const lostEndedSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`
+
+// Bounds of the wait for a lost fetch's server process to end: it
+// polls every lostPollFirst, doubling up to lostPollMost.
+const (
+	lostPollFirst = 2 * time.Millisecond
+	lostPollMost  = 64 * time.Millisecond
+)
+
+// lostEnded waits until the lost fetch l has ended at the server, within
+// ctx: until then it may still lease rows under its tag, after a recovery
+// or a give-back looked for them. It waits at most lease: a fetch still
+// running then (or a process that took the pid over) is waited for no
+// longer, since what it leases is due again by then anyway.
+func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duration) error {
+	if l.pid == 0 {
+		return nil
+	}
+	giveUp := time.NewTimer(lease)
+	defer giveUp.Stop()
+	for poll := lostPollFirst; ; poll = min(2*poll, lostPollMost) {
+		var gone bool
+		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid).Scan(&gone); err != nil {
+			return err
+		}
+		if gone {
+			return nil
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-t.C:
+		case <-giveUp.C:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// giveBackLost gives back, in the background, what the lost fetch l of
+// a closed subscription leased: no Receive of it comes to recover them,
+// and a member that takes the group (or its partition) over would wait
+// for their lease to run out. It waits for the fetch to end first (see
+// lostEnded), while the backend is open.
+func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.Duration) {
+	b.mu.Lock()
+	if b.shut.Load() {
+		b.mu.Unlock()
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(b.life, lease+closeBound)
+		defer cancel()
+		if err := b.lostEnded(ctx, l, lease); err != nil {
+			return // the rows come back after their lease
+		}
+		tag, err := b.pool.Exec(ctx, giveBackSQL, gid, l.tag)
+		if err == nil && tag.RowsAffected() > 0 {
+			b.dueSoon(topic, 0)
+		}
+	}()
+}
 
 // nextDueSQL returns how many ms until the next delivery row of group
 // $1 becomes due (a waiting first delivery, a lease that ends, a nack's
@@ -162,12 +262,18 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	defer cancel()
 	stop := context.AfterFunc(s.life, cancel)
 	defer stop()
-	if s.lost != 0 {
-		msgs, err := s.query(ctx, recoverSQL, s.gid, s.lease, s.lost)
+	s.mu.Lock()
+	lost := s.lost
+	s.mu.Unlock()
+	if lost.tag != 0 {
+		if err := s.b.lostEnded(ctx, lost, time.Duration(s.lease)*time.Millisecond); err != nil {
+			return nil, s.receiveErr(ctx, err)
+		}
+		msgs, err := s.query(ctx, nil, recoverSQL, s.gid, s.lease, lost.tag)
 		if err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
-		s.lost = 0
+		s.setLost(lostFetch{})
 		if len(msgs) > 0 {
 			return msgs, nil
 		}
@@ -181,9 +287,12 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		default:
 		}
 		tag := rand.Int64N(1<<62) + 1
-		msgs, err := s.query(ctx, fetchSQL, s.gid, max, s.lease, tag)
+		var pid uint32
+		msgs, err := s.query(ctx, &pid, fetchSQL, s.gid, max, s.lease, tag)
+		if len(msgs) > 0 {
+		}
 		if err != nil {
-			s.lost = tag
+			s.setLost(lostFetch{tag: tag, pid: pid})
 			return nil, s.receiveErr(ctx, err)
 		}
 		if len(msgs) > 0 {
@@ -234,10 +343,41 @@ func (s *subscription) receiveErr(ctx context.Context, err error) error {
 	return fmt.Errorf("postgres: receive %q: %w", s.topic, classify(err))
 }
 
+// setLost records the lost fetch l (tag 0: none). After Close, no
+// Receive comes to recover what it leased: it is given back instead.
+func (s *subscription) setLost(l lostFetch) {
+	s.mu.Lock()
+	closed := s.closed.Load()
+	if !closed {
+		s.lost = l
+	}
+	s.mu.Unlock()
+	if closed && l.tag != 0 {
+		s.b.giveBackLost(s.topic, s.gid, l, time.Duration(s.lease)*time.Millisecond)
+	}
+}
+
 // query runs a fetch and returns its messages; deliveries whose message
-// is gone or does not decode are settled (and dead-lettered) here.
-func (s *subscription) query(ctx context.Context, sql string, args ...any) ([]*backend.Message, error) {
-	rows, err := s.b.pool.Query(ctx, sql, args...)
+// is gone or does not decode are settled (and dead-lettered) here. When
+// it fails with its connection closed by the client, the statement may
+// still run at the server: *running (when not nil) is then set to the
+// server process of the connection (see lostFetch).
+func (s *subscription) query(ctx context.Context, running *uint32, sql string, args ...any) ([]*backend.Message, error) {
+	conn, err := s.b.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err // nothing was sent
+	}
+	defer conn.Release()
+	msgs, err := s.read(ctx, conn, sql, args...)
+	if err != nil && running != nil && conn.Conn().PgConn().IsClosed() {
+		*running = conn.Conn().PgConn().PID()
+	}
+	return msgs, err
+}
+
+// read runs query sql on conn; see query.
+func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string, args ...any) ([]*backend.Message, error) {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -421,10 +561,18 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 // wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
 // back after their lease. It does no I/O.
 func (s *subscription) Close() error {
+	s.mu.Lock()
 	if s.closed.Swap(true) {
+		s.mu.Unlock()
 		return nil
 	}
+	lost := s.lost
+	s.lost = lostFetch{}
+	s.mu.Unlock()
 	s.cancel()
 	s.b.forget(s)
+	if lost.tag != 0 {
+		s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
+	}
 	return nil
 }
