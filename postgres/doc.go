@@ -117,8 +117,9 @@
 //   - A fetch whose reply was lost (a cancelled ctx, a dead connection)
 //     may have committed, or may still run at the server and commit
 //     later. Each fetch tags the rows it leases with a random lease_by;
-//     after a failed fetch the next Receive waits until the fetch's
-//     server process is gone when the client closed its connection
+//     after a failed fetch whose connection the client closed, the next
+//     Receive ends that connection's server process
+//     (pg_terminate_backend, the role's own) and waits until it is gone
 //     (pg_stat_activity, at most one lease), then first hands out the
 //     rows still leased under that tag, with their attempt unchanged,
 //     before anything newer. When the subscription closes instead, the

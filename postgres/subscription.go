@@ -151,10 +151,19 @@ const giveBackSQL = `UPDATE bus_deliveries SET n = CASE WHEN n = 1 THEN 0 ELSE n
     leased = false, lease_by = 0, visible_at = clock_timestamp()
 WHERE group_id = $1 AND lease_by = $2 AND leased`
 
+// endLostSQL ends the server process $1 of a connection the client
+// closed (one of this role's: the pool's own): whether its statement, a
+// lost fetch, committed or not, it runs no longer once the process is
+// gone. Without it the process lingers as long as the server does not
+// see the connection end (a network partition, a proxy that keeps it).
+// It reports whether the process is gone already.
+const endLostSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1),
+    (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE pid = $1 AND usename = current_user AND backend_type = 'client backend')`
+
 // lostEndedSQL reports whether the server process $1 is gone: its
 // transaction, a lost fetch's among them, has ended (committed or
-// rolled back). The client closed its connection, so the process exits
-// when the statement it runs ends.
+// rolled back).
 const lostEndedSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`
 
 // Bounds of the wait for a lost fetch's server process to end: it
@@ -164,25 +173,26 @@ const (
 	lostPollMost  = 64 * time.Millisecond
 )
 
-// lostEnded waits until the lost fetch l has ended at the server, within
-// ctx: until then it may still lease rows under its tag, after a recovery
-// or a give-back looked for them. It waits at most lease: a fetch still
-// running then (or a process that took the pid over) is waited for no
-// longer, since what it leases is due again by then anyway.
+// lostEnded ends the server process of the lost fetch l and waits until
+// it is gone, within ctx: until then the fetch may still lease rows under
+// its tag, after a recovery or a give-back looked for them. It waits at
+// most lease: a process still there then is waited for no longer, since
+// what the fetch leased is due again by then anyway.
 func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duration) error {
 	if l.pid == 0 {
 		return nil
 	}
 	giveUp := time.NewTimer(lease)
 	defer giveUp.Stop()
-	for poll := lostPollFirst; ; poll = min(2*poll, lostPollMost) {
-		var gone bool
-		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid).Scan(&gone); err != nil {
-			return err
+	var gone bool
+	var ended *bool
+	if err := b.pool.QueryRow(ctx, endLostSQL, l.pid).Scan(&gone, &ended); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		if gone {
-			return nil
-		}
+		gone = false // not allowed to end it (a role's rights): wait for it
+	}
+	for poll := lostPollFirst; !gone; poll = min(2*poll, lostPollMost) {
 		t := time.NewTimer(poll)
 		select {
 		case <-t.C:
@@ -193,7 +203,11 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 			t.Stop()
 			return ctx.Err()
 		}
+		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid).Scan(&gone); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // giveBackLost gives back, in the background, what the lost fetch l of
