@@ -573,7 +573,8 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 
 // Close ends the member at once: a Receive in progress returns an error
 // wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
-// back after their lease. It does no I/O.
+// back after their lease; what a fetch whose reply was lost leased is
+// given back in the background (giveBackLost). It does no I/O itself.
 func (s *subscription) Close() error {
 	s.mu.Lock()
 	if s.closed.Swap(true) {
