@@ -146,9 +146,11 @@ ORDER BY u.seq`
 // delivery becomes a waiting one again (n = 0, not pending: the member
 // that takes the group over next does not wait for it, and fetches it
 // before anything after the cursor), a redelivery is given back. It runs
-// once the lost fetch has ended (see lostEnded).
+// once the lost fetch has ended (see lostEnded). Every row gets the same
+// visible_at (now(), not clock_timestamp(), which moves from row to row),
+// so a fetch takes them back in seq order.
 const giveBackSQL = `UPDATE bus_deliveries SET n = CASE WHEN n = 1 THEN 0 ELSE n END, attempt = attempt - 1,
-    leased = false, lease_by = 0, visible_at = clock_timestamp()
+    leased = false, lease_by = 0, visible_at = now()
 WHERE group_id = $1 AND lease_by = $2 AND leased`
 
 // endLostSQL ends the server process $1 of a connection the client
