@@ -140,10 +140,21 @@ func receiveN(t *testing.T, sub backend.Subscription, n int) []*backend.Message 
 	for len(got) < n && time.Now().Before(deadline) {
 		msgs, err := sub.Receive(context.Background(), n-len(got))
 		require.NoError(t, err)
-		got = append(got, msgs...)
+		got = append(got, kept(msgs)...)
 	}
 	require.Len(t, got, n, "received messages")
 	return got
+}
+
+// kept copies the messages a Receive returned: the next Receive may reuse
+// them (only their AckIDs stay valid until settled).
+func kept(msgs []*backend.Message) []*backend.Message {
+	out := make([]*backend.Message, len(msgs))
+	for i, m := range msgs {
+		c := *m
+		out[i] = &c
+	}
+	return out
 }
 
 func ids(msgs []*backend.Message) []string {

@@ -60,12 +60,6 @@ func (a *jsAckID) renew(ackWait time.Duration) {
 	a.deadline.Store(time.Now().Add(ackWait - leaseMargin(ackWait)).UnixNano())
 }
 
-// jsDelivery is a received message and its AckID in one allocation.
-type jsDelivery struct {
-	msg backend.Message
-	ack jsAckID
-}
-
 func (a *jsAckID) stale() bool { return time.Now().UnixNano() > a.deadline.Load() }
 
 // jsSub is one member of a group: a durable pull consumer read through a
@@ -85,9 +79,17 @@ type jsSub struct {
 	// which alone reads sub otherwise) with Close.
 	subMu sync.Mutex
 
-	seq     uint64       // pull request counter; Receive's goroutine only
-	lastSeq uint64       // highest stream sequence received; Receive's goroutine only
-	spare   []jsDelivery // allocated for deliveries to come; Receive's goroutine only
+	seq     uint64    // pull request counter; Receive's goroutine only
+	lastSeq uint64    // highest stream sequence received; Receive's goroutine only
+	spare   []jsAckID // allocated for deliveries to come; Receive's goroutine only
+	// msgs holds the messages of the last Receive, which the next one
+	// reuses, as the SPI allows; handed of them are in use, and out is
+	// the slice the last Receive returned. Only the AckIDs, which live
+	// until settled, are allocated per delivery. Receive's goroutine
+	// only.
+	msgs   []backend.Message
+	handed int
+	out    []*backend.Message
 	// excess are deliveries beyond what Receive may return, handed back
 	// before it returns (handBackExcess); Receive's goroutine only.
 	excess []*natsgo.Msg
@@ -135,7 +137,16 @@ func (s *jsSub) isClosed() bool { return isDone(s.closed) }
 // Receive implements backend.Subscription. The Attempt of a redelivery
 // has the releases of the message taken off (see Release).
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	out, err := s.receive(ctx, max)
+	last, lastHanded := s.out, s.handed
+	s.handed = 0
+	out, err := s.receive(ctx, max, last[:0])
+	// Drop the references of the last Receive's messages beyond this
+	// one's, so that the collector can take their payloads.
+	if s.handed < lastHanded {
+		clear(s.msgs[s.handed:min(lastHanded, len(s.msgs))])
+	}
+	clear(last[min(len(out), len(last)):])
+	s.out = out
 	if len(s.excess) > 0 {
 		s.handBackExcess(ctx)
 	}
@@ -145,14 +156,13 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 	return out, err
 }
 
-func (s *jsSub) receive(ctx context.Context, max int) ([]*backend.Message, error) {
+func (s *jsSub) receive(ctx context.Context, max int, out []*backend.Message) ([]*backend.Message, error) {
 	if s.isClosed() || s.b.closed.Load() {
-		return nil, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
+		return out, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
 	if max < 1 {
 		max = 1
 	}
-	out := make([]*backend.Message, 0, min(max, deliveryChunk))
 	// Messages of an abandoned request that arrived since the last call.
 	out = s.drain(out, max)
 	if len(out) > 0 {
@@ -456,14 +466,14 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 	if meta.streamSeq > s.lastSeq {
 		s.lastSeq = meta.streamSeq
 	}
-	d := s.newDelivery(coming)
-	d.ack.reply = msg.Reply
-	d.ack.renew(s.cfg.AckTimeout)
-	m := &d.msg
+	a := s.newAckID(coming)
+	a.reply = msg.Reply
+	a.renew(s.cfg.AckTimeout)
+	m := s.nextMessage()
 	*m = backend.Message{
 		Payload:     msg.Data,
 		PublishedAt: meta.timestamp,
-		AckID:       &d.ack,
+		AckID:       a,
 		Attempt:     meta.delivered,
 	}
 	decodeHeaders(msg.Header, m, s.idScope)
@@ -523,19 +533,33 @@ func (s *jsSub) handBackExcess(ctx context.Context) {
 	}
 }
 
-// deliveryChunk bounds how many deliveries share one allocation; one
-// that is still unsettled keeps its chunk in memory.
+// deliveryChunk bounds how many AckIDs share one allocation; one that is
+// still unsettled keeps its chunk in memory.
 const deliveryChunk = 32
 
-// newDelivery returns a zero delivery. Deliveries are allocated in chunks
-// sized by how many more the current request may bring (coming).
-func (s *jsSub) newDelivery(coming int) *jsDelivery {
+// newAckID returns a zero AckID. AckIDs are allocated in chunks sized by
+// how many more the current request may bring (coming).
+func (s *jsSub) newAckID(coming int) *jsAckID {
 	if len(s.spare) == 0 {
-		s.spare = make([]jsDelivery, min(max(coming, 1), deliveryChunk))
+		s.spare = make([]jsAckID, min(max(coming, 1), deliveryChunk))
 	}
-	d := &s.spare[0]
+	a := &s.spare[0]
 	s.spare = s.spare[1:]
-	return d
+	return a
+}
+
+// nextMessage returns the next message struct of this Receive, to be
+// assigned whole. When the structs of the last Receive run out, the
+// member moves to a larger array, which the next Receive reuses; the
+// messages already handed out stay where they are.
+func (s *jsSub) nextMessage() *backend.Message {
+	if s.handed == len(s.msgs) {
+		s.msgs = make([]backend.Message, max(2*len(s.msgs), deliveryChunk))
+		s.handed = 0
+	}
+	m := &s.msgs[s.handed]
+	s.handed++
+	return m
 }
 
 func (s *jsSub) ackID(id backend.AckID) (*jsAckID, error) {
