@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,14 +311,40 @@ func (t *topic) at(off uint64) *entry {
 }
 
 // resize moves the window [base, head) into a ring of n slots (a power of
-// two at least head-base).
+// two at least head-base). The old ring, emptied, goes back to ringPools.
 func (t *topic) resize(n int) {
-	r := make([]*entry, n)
-	m := uint64(n - 1)
+	r := getRing(n)
+	m, om := uint64(n-1), t.mask()
+	old := t.ring
 	for off := t.base; off < t.head; off++ {
-		r[off&m] = t.ring[off&t.mask()]
+		r[off&m] = old[off&om]
+		old[off&om] = nil
 	}
 	t.ring = r
+	putRing(old)
+}
+
+// ringPools holds emptied rings by size (ringPools[i] those of 1<<i
+// slots), so that a backlog that swings between nearly empty and a few
+// thousand entries, growing and shrinking its ring each time, reuses the
+// rings of the last swing instead of allocating new ones. A ring in a
+// pool is freed by the garbage collector within two cycles when nothing
+// takes it, so a ring shrunk after a spike gives its memory back.
+var ringPools [32]sync.Pool
+
+// getRing returns a ring of n slots (a power of two), every slot nil.
+func getRing(n int) []*entry {
+	if r, ok := ringPools[bits.TrailingZeros(uint(n))].Get().(*[]*entry); ok {
+		return *r
+	}
+	return make([]*entry, n)
+}
+
+// putRing gives r, every slot nil, back to ringPools.
+func putRing(r []*entry) {
+	if i := bits.TrailingZeros(uint(len(r))); i < len(ringPools) {
+		ringPools[i].Put(&r)
+	}
 }
 
 // insert adds the admitted batch es to the log and hands one reference to
@@ -473,7 +500,8 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 				t.dropFront()
 			}
 			if len(t.ring) > minRing {
-				t.ring = make([]*entry, minRing)
+				putRing(t.ring)
+				t.ring = getRing(minRing)
 			}
 		}
 	}
