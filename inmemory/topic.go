@@ -17,16 +17,39 @@ import (
 // once by Publish and then only read, except refs and the release of the
 // message data, which happen under the topic lock.
 type entry struct {
-	off       uint64
-	id        string
-	key       string
-	headers   map[string]string
+	off uint64
+	id  string
+	// meta holds the key and the headers; nil when the message has
+	// neither, as most have: the entry stays small.
+	meta      *entryMeta
 	payload   []byte
 	published int64 // Unix nanoseconds
 	// refs counts the groups that have not settled the entry yet.
 	refs int32
 	// size is what the entry counts against MaxBacklogBytes.
 	size int32
+}
+
+// entryMeta is the key and the headers of an entry that has either.
+type entryMeta struct {
+	key     string
+	headers map[string]string
+}
+
+// key is e's key.
+func (e *entry) key() string {
+	if e.meta == nil {
+		return ""
+	}
+	return e.meta.key
+}
+
+// headers is e's headers, nil when it has none.
+func (e *entry) headers() map[string]string {
+	if e.meta == nil {
+		return nil
+	}
+	return e.meta.headers
 }
 
 // entryOverhead is what an entry counts against MaxBacklogBytes on top of
@@ -39,11 +62,8 @@ const entryOverhead = 256
 // cleared while the collector marks costs a write barrier.
 func (e *entry) release() {
 	e.id, e.payload = "", nil
-	if e.key != "" {
-		e.key = ""
-	}
-	if e.headers != nil {
-		e.headers = nil
+	if e.meta != nil {
+		e.meta = nil
 	}
 }
 
@@ -526,15 +546,15 @@ func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 	for i, m := range msgs {
 		e := &es[i]
 		e.id = m.ID
-		if m.Key != "" {
-			e.key = m.Key
-		}
 		size := entryOverhead + len(m.Payload) + len(m.ID) + len(m.Key)
-		if len(m.Headers) > 0 {
-			e.headers = maps.Clone(m.Headers)
-			for k, v := range m.Headers {
-				size += len(k) + len(v) + 32
+		if m.Key != "" || len(m.Headers) > 0 {
+			e.meta = &entryMeta{key: m.Key}
+			if len(m.Headers) > 0 {
+				e.meta.headers = maps.Clone(m.Headers)
 			}
+		}
+		for k, v := range m.Headers {
+			size += len(k) + len(v) + 32
 		}
 		e.size = int32(min(size, math.MaxInt32))
 		total += int64(e.size)
