@@ -174,10 +174,16 @@ func (t *topic) fullError() error {
 
 // yieldAhead is the share of a backlog limit (one part in yieldAhead)
 // past which a publisher yields its processor after each Publish (see
-// yieldIfAhead); past yieldEntries entries it yields whatever the limits.
+// yieldIfAhead); past yieldEntries entries it yields whatever the limits,
+// past yieldEntriesOneProc when the process runs on a single processor
+// (GOMAXPROCS 1 when the broker is made): the groups then run only while
+// the publisher yields, never alongside it, so a lead past about one
+// Receive keeps none of them busier and only adds to what the collector
+// marks.
 const (
-	yieldAhead   = 8
-	yieldEntries = 1024
+	yieldAhead          = 8
+	yieldEntries        = 1024
+	yieldEntriesOneProc = 256
 )
 
 // yieldIfAhead lets the consumers run when the publishers are ahead of
@@ -202,7 +208,7 @@ func (t *topic) yieldIfAhead() {
 		return
 	}
 	o := t.b.opts
-	if t.live.Load() > int64(min(o.MaxBacklog/yieldAhead, yieldEntries)) || t.liveBytes.Load() > o.MaxBacklogBytes/yieldAhead {
+	if t.live.Load() > int64(min(o.MaxBacklog/yieldAhead, t.b.aheadMax)) || t.liveBytes.Load() > o.MaxBacklogBytes/yieldAhead {
 		t.b.yield()
 	}
 }
