@@ -37,9 +37,14 @@ type acker struct {
 	buf    []backend.AckID
 	bufs   []*ackBuf // the workers' buffers
 	closed atomic.Bool
-	// The buffers of the flush in progress and the list of workers'
-	// buffers it visits; only run touches them.
+	// Only run touches these: the ids of the flush in progress when they
+	// came from more than one buffer, the buffers a flush took whole
+	// (each swapped for an empty one, so most acks are never copied),
+	// the emptied buffers that replace them, and the list of workers'
+	// buffers a flush visits.
 	flushing []backend.AckID
+	taken    [][]backend.AckID
+	spares   [][]backend.AckID
 	visit    []*ackBuf
 
 	first chan struct{} // a buffer got its first id
@@ -125,15 +130,18 @@ func (b *ackBuf) add(id backend.AckID) error {
 	return nil
 }
 
-// drain appends the buffered ids to dst and empties the buffer, which
-// keeps its capacity.
-func (b *ackBuf) drain(dst []backend.AckID) []backend.AckID {
+// swap returns the buffered ids and puts empty, an empty buffer, in their
+// place; it returns nil, keeping empty out, when no id is buffered.
+func (b *ackBuf) swap(empty []backend.AckID) []backend.AckID {
 	b.mu.Lock()
-	dst = append(dst, b.ids...)
-	clear(b.ids)
-	b.ids = b.ids[:0]
+	ids := b.ids
+	if len(ids) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	b.ids = empty
 	b.mu.Unlock()
-	return dst
+	return ids
 }
 
 func (b *ackBuf) len() int {
@@ -223,18 +231,33 @@ func (a *acker) pending() int {
 func (a *acker) flush(parent context.Context) {
 	for {
 		a.mu.Lock()
-		ids := append(a.flushing[:0], a.buf...)
-		clear(a.buf)
-		a.buf = a.buf[:0]
+		if len(a.buf) > 0 {
+			a.taken = append(a.taken, a.buf)
+			a.buf = a.spare()
+		}
 		a.visit = append(a.visit[:0], a.bufs...)
 		a.mu.Unlock()
 		for _, b := range a.visit {
-			ids = b.drain(ids)
+			empty := a.spare()
+			if ids := b.swap(empty); ids != nil {
+				a.taken = append(a.taken, ids)
+			} else if empty != nil {
+				a.spares = append(a.spares, empty)
+			}
 		}
 		clear(a.visit)
-		a.flushing = ids
-		if len(ids) == 0 {
+		var ids []backend.AckID
+		switch len(a.taken) {
+		case 0:
 			return
+		case 1:
+			ids = a.taken[0]
+		default:
+			ids = a.flushing[:0]
+			for _, t := range a.taken {
+				ids = append(ids, t...)
+			}
+			a.flushing = ids
 		}
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
@@ -247,8 +270,28 @@ func (a *acker) flush(parent context.Context) {
 				a.obs.Observe(context.Background(), e)
 			}
 		}
-		clear(ids)
+		if len(a.taken) > 1 {
+			clear(ids)
+		}
+		for _, t := range a.taken {
+			clear(t)
+			a.spares = append(a.spares, t[:0])
+		}
+		clear(a.taken)
+		a.taken = a.taken[:0]
 	}
+}
+
+// spare takes an emptied buffer out of spares, nil when there is none.
+func (a *acker) spare() []backend.AckID {
+	n := len(a.spares)
+	if n == 0 {
+		return nil
+	}
+	b := a.spares[n-1]
+	a.spares[n-1] = nil
+	a.spares = a.spares[:n-1]
+	return b
 }
 
 // close flushes what is buffered and refuses later acks (they return an

@@ -26,13 +26,20 @@ type broker struct {
 	// yield gives up the processor (see topic.yieldIfAhead); tests
 	// replace it to count the calls.
 	yield func()
+	// aheadMax is the backlog in entries past which a publisher yields
+	// whatever the limits (see topic.yieldIfAhead).
+	aheadMax int
 
 	locks groupLocks
 	parts partitions
 }
 
 func newBroker(opts Options) *broker {
-	return &broker{opts: opts, epoch: time.Now(), topics: map[string]*topic{}, yield: runtime.Gosched}
+	br := &broker{opts: opts, epoch: time.Now(), topics: map[string]*topic{}, yield: runtime.Gosched, aheadMax: yieldEntries}
+	if runtime.GOMAXPROCS(0) == 1 {
+		br.aheadMax = yieldEntriesOneProc
+	}
+	return br
 }
 
 // now is the broker clock: monotonic nanoseconds since the broker started.

@@ -114,10 +114,10 @@
 // the backlog, or that goes to a topic without a group, waits for the
 // lock and is stored under it, as every batch is when the lock is free.
 // A publisher that is ahead of a topic's groups (its backlog is past an
-// eighth of either limit, or past 1,024 entries) yields its processor
-// once after each Publish,
-// so that on a busy machine the subscriptions get to run before it
-// publishes more.
+// eighth of either limit, or past 1,024 entries, 256 when the process
+// runs on a single processor) yields its processor once after each
+// Publish, so that on a busy machine the subscriptions get to run before
+// it publishes more.
 // Close makes blocked Receive and Publish calls return, and later calls
 // return errors wrapping backend.ErrClosed.
 package inmemory

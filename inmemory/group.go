@@ -246,16 +246,16 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		l := &leases[i]
 		l.e, l.q, l.deadline, l.attempt = e, q, deadline, attempt
 		var h map[string]string
-		if len(e.headers) > 0 {
-			h = maps.Clone(e.headers)
+		if len(e.headers()) > 0 {
+			h = maps.Clone(e.headers())
 		}
 		// Field by field rather than ms[i] = backend.Message{...}: while
 		// the collector marks, a whole-struct copy runs the write barrier
 		// over every pointer word, the zero ones included.
 		m := &ms[i]
 		m.ID, m.Payload, m.AckID = e.id, e.payload, l
-		if m.Key != "" || e.key != "" {
-			m.Key = e.key
+		if k := e.key(); m.Key != "" || k != "" {
+			m.Key = k
 		}
 		if m.Headers != nil || h != nil {
 			m.Headers = h

@@ -149,7 +149,7 @@ func (b *Backend) Peek(ctx context.Context, name, cursor string, n int) ([]*back
 			continue
 		}
 		out = append(out, &backend.Message{
-			ID: e.id, Key: e.key, Headers: maps.Clone(e.headers), Payload: slices.Clone(e.payload),
+			ID: e.id, Key: e.key(), Headers: maps.Clone(e.headers()), Payload: slices.Clone(e.payload),
 			PublishedAt: time.Unix(0, e.published),
 		})
 	}

@@ -67,7 +67,7 @@ func TestSettledEntriesDropTheirMessageData(t *testing.T) {
 	settle(b)
 	tp.lock()
 	assert.Nil(t, e.payload, "payload released")
-	assert.Nil(t, e.headers, "headers released")
+	assert.Nil(t, e.meta, "key and headers released")
 	assert.Empty(t, e.id, "id released")
 	assert.Nil(t, tp.at(0), "ring slot cleared")
 	for _, g := range tp.glist {

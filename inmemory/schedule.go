@@ -65,7 +65,7 @@ func (t *topic) hold(es []entry) {
 
 // dueOf is e's DeliverAt in Unix ms (0: none).
 func dueOf(e *entry) int64 {
-	if at, ok := backend.HeaderTime(e.headers, backend.HeaderDeliverAt); ok {
+	if at, ok := backend.HeaderTime(e.headers(), backend.HeaderDeliverAt); ok {
 		return at.UnixMilli()
 	}
 	return 0

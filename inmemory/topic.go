@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,16 +17,39 @@ import (
 // once by Publish and then only read, except refs and the release of the
 // message data, which happen under the topic lock.
 type entry struct {
-	off       uint64
-	id        string
-	key       string
-	headers   map[string]string
+	off uint64
+	id  string
+	// meta holds the key and the headers; nil when the message has
+	// neither, as most have: the entry stays small.
+	meta      *entryMeta
 	payload   []byte
 	published int64 // Unix nanoseconds
 	// refs counts the groups that have not settled the entry yet.
 	refs int32
 	// size is what the entry counts against MaxBacklogBytes.
 	size int32
+}
+
+// entryMeta is the key and the headers of an entry that has either.
+type entryMeta struct {
+	key     string
+	headers map[string]string
+}
+
+// key is e's key.
+func (e *entry) key() string {
+	if e.meta == nil {
+		return ""
+	}
+	return e.meta.key
+}
+
+// headers is e's headers, nil when it has none.
+func (e *entry) headers() map[string]string {
+	if e.meta == nil {
+		return nil
+	}
+	return e.meta.headers
 }
 
 // entryOverhead is what an entry counts against MaxBacklogBytes on top of
@@ -38,11 +62,8 @@ const entryOverhead = 256
 // cleared while the collector marks costs a write barrier.
 func (e *entry) release() {
 	e.id, e.payload = "", nil
-	if e.key != "" {
-		e.key = ""
-	}
-	if e.headers != nil {
-		e.headers = nil
+	if e.meta != nil {
+		e.meta = nil
 	}
 }
 
@@ -153,10 +174,16 @@ func (t *topic) fullError() error {
 
 // yieldAhead is the share of a backlog limit (one part in yieldAhead)
 // past which a publisher yields its processor after each Publish (see
-// yieldIfAhead); past yieldEntries entries it yields whatever the limits.
+// yieldIfAhead); past yieldEntries entries it yields whatever the limits,
+// past yieldEntriesOneProc when the process runs on a single processor
+// (GOMAXPROCS 1 when the broker is made): the groups then run only while
+// the publisher yields, never alongside it, so a lead past about one
+// Receive keeps none of them busier and only adds to what the collector
+// marks.
 const (
-	yieldAhead   = 8
-	yieldEntries = 1024
+	yieldAhead          = 8
+	yieldEntries        = 1024
+	yieldEntriesOneProc = 256
 )
 
 // yieldIfAhead lets the consumers run when the publishers are ahead of
@@ -181,7 +208,7 @@ func (t *topic) yieldIfAhead() {
 		return
 	}
 	o := t.b.opts
-	if t.live.Load() > int64(min(o.MaxBacklog/yieldAhead, yieldEntries)) || t.liveBytes.Load() > o.MaxBacklogBytes/yieldAhead {
+	if t.live.Load() > int64(min(o.MaxBacklog/yieldAhead, t.b.aheadMax)) || t.liveBytes.Load() > o.MaxBacklogBytes/yieldAhead {
 		t.b.yield()
 	}
 }
@@ -310,14 +337,40 @@ func (t *topic) at(off uint64) *entry {
 }
 
 // resize moves the window [base, head) into a ring of n slots (a power of
-// two at least head-base).
+// two at least head-base). The old ring, emptied, goes back to ringPools.
 func (t *topic) resize(n int) {
-	r := make([]*entry, n)
-	m := uint64(n - 1)
+	r := getRing(n)
+	m, om := uint64(n-1), t.mask()
+	old := t.ring
 	for off := t.base; off < t.head; off++ {
-		r[off&m] = t.ring[off&t.mask()]
+		r[off&m] = old[off&om]
+		old[off&om] = nil
 	}
 	t.ring = r
+	putRing(old)
+}
+
+// ringPools holds emptied rings by size (ringPools[i] those of 1<<i
+// slots), so that a backlog that swings between nearly empty and a few
+// thousand entries, growing and shrinking its ring each time, reuses the
+// rings of the last swing instead of allocating new ones. A ring in a
+// pool is freed by the garbage collector within two cycles when nothing
+// takes it, so a ring shrunk after a spike gives its memory back.
+var ringPools [32]sync.Pool
+
+// getRing returns a ring of n slots (a power of two), every slot nil.
+func getRing(n int) []*entry {
+	if r, ok := ringPools[bits.TrailingZeros(uint(n))].Get().(*[]*entry); ok {
+		return *r
+	}
+	return make([]*entry, n)
+}
+
+// putRing gives r, every slot nil, back to ringPools.
+func putRing(r []*entry) {
+	if i := bits.TrailingZeros(uint(len(r))); i < len(ringPools) {
+		ringPools[i].Put(&r)
+	}
 }
 
 // insert adds the admitted batch es to the log and hands one reference to
@@ -473,7 +526,8 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 				t.dropFront()
 			}
 			if len(t.ring) > minRing {
-				t.ring = make([]*entry, minRing)
+				putRing(t.ring)
+				t.ring = getRing(minRing)
 			}
 		}
 	}
@@ -498,15 +552,15 @@ func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 	for i, m := range msgs {
 		e := &es[i]
 		e.id = m.ID
-		if m.Key != "" {
-			e.key = m.Key
-		}
 		size := entryOverhead + len(m.Payload) + len(m.ID) + len(m.Key)
-		if len(m.Headers) > 0 {
-			e.headers = maps.Clone(m.Headers)
-			for k, v := range m.Headers {
-				size += len(k) + len(v) + 32
+		if m.Key != "" || len(m.Headers) > 0 {
+			e.meta = &entryMeta{key: m.Key}
+			if len(m.Headers) > 0 {
+				e.meta.headers = maps.Clone(m.Headers)
 			}
+		}
+		for k, v := range m.Headers {
+			size += len(k) + len(v) + 32
 		}
 		e.size = int32(min(size, math.MaxInt32))
 		total += int64(e.size)

@@ -3,6 +3,7 @@ package inmemory
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -49,18 +50,37 @@ func TestAPublisherYieldsWhileItIsAheadOfTheGroups(t *testing.T) {
 }
 
 // However large MaxBacklog is, a publisher yields once the backlog is past
-// yieldEntries entries.
+// yieldEntries entries (yieldEntriesOneProc on a single processor).
 func TestAPublisherYieldsPastAThousandEntriesWhateverTheLimit(t *testing.T) {
 	ctx := context.Background()
 	be := newTestBackend(t, nil) // MaxBacklog 50,000: an eighth is 6,250
 	yields := countYields(be)
 	subscribeGroup(t, be, "many", "g")
-	for i := 0; i < yieldEntries; i += 64 {
+	ahead := be.br.aheadMax
+	want := yieldEntries
+	if runtime.GOMAXPROCS(0) == 1 {
+		want = yieldEntriesOneProc
+	}
+	require.Equal(t, want, ahead)
+	for i := 0; i < ahead; i += 64 {
 		require.NoError(t, be.Publish(ctx, "many", batch("m", i, 64)))
 	}
-	assert.Zero(t, yields.Load(), "1,024 entries are not past the cap")
-	require.NoError(t, be.Publish(ctx, "many", batch("m", yieldEntries, 1)))
-	assert.Equal(t, int64(1), yields.Load(), "1,025 are")
+	assert.Zero(t, yields.Load(), "%d entries are not past the cap", ahead)
+	require.NoError(t, be.Publish(ctx, "many", batch("m", ahead, 1)))
+	assert.Equal(t, int64(1), yields.Load(), "%d are", ahead+1)
+}
+
+// On a single processor the cap is yieldEntriesOneProc.
+func TestAPublisherOnOneProcessorYieldsPastAQuarterOfTheCap(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	be := newTestBackend(t, nil)
+	yields := countYields(be)
+	subscribeGroup(t, be, "one", "g")
+	require.NoError(t, be.Publish(ctx, "one", batch("m", 0, yieldEntriesOneProc)))
+	assert.Zero(t, yields.Load(), "%d entries are not past the cap", yieldEntriesOneProc)
+	require.NoError(t, be.Publish(ctx, "one", batch("m", yieldEntriesOneProc, 1)))
+	assert.Equal(t, int64(1), yields.Load(), "%d are", yieldEntriesOneProc+1)
 }
 
 // The byte limit counts as well: a few large messages past an eighth of
