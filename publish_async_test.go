@@ -213,25 +213,7 @@ func TestPublishAsyncKeepsEightBatchesInFlight(t *testing.T) {
 	for _, c := range calls[1:] {
 		close(c.release)
 	}
-	flushed := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		defer cancel()
-		flushed <- b.Flush(ctx)
-	}()
-	for done := false; !done; {
-		select {
-		case c := <-g.calls:
-			assert.LessOrEqual(t, len(c.ids), 8, "a batch holds at most Window/8 messages")
-			close(c.release)
-		case err := <-flushed:
-			require.NoError(t, err, "Flush")
-			done = true
-		}
-	}
-	for i, r := range rs {
-		require.NoError(t, get(t, r), "m%d", i)
-	}
+	flushReleasing(t, g, b, 8, rs)
 }
 
 // asyncBatchesBackend is a gate backend whose Capabilities ask for 16
@@ -263,15 +245,24 @@ func TestPublishAsyncKeepsTheBackendsBatchesInFlight(t *testing.T) {
 	for _, c := range calls {
 		close(c.release)
 	}
+	flushReleasing(t, g, b, 4, rs)
+}
+
+// flushReleasing flushes b while it lets through every batch g receives,
+// each of at most maxBatch messages, and checks that every result in rs
+// succeeded.
+func flushReleasing(t *testing.T, g *gateBackend, b *bus.Bus, maxBatch int, rs []*bus.PublishResult) {
+	t.Helper()
 	flushed := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		flushed <- b.Flush(ctx)
 	}()
 	for done := false; !done; {
 		select {
 		case c := <-g.calls:
+			assert.LessOrEqual(t, len(c.ids), maxBatch, "a batch holds at most %d messages", maxBatch)
 			close(c.release)
 		case err := <-flushed:
 			require.NoError(t, err, "Flush")
