@@ -72,10 +72,8 @@ func PublishSQL(ctx context.Context, tx SQLTx, topic string, msgs ...*bus.Messag
 // txRunner is the caller's transaction, through pgx or database/sql.
 type txRunner interface {
 	exec(ctx context.Context, sql string, args ...any) error
-	// text runs a query that returns one text value.
-	text(ctx context.Context, sql string, args ...any) (string, error)
-	// partitions reads topic's partition count (0 when none).
-	partitions(ctx context.Context, topic string) (int, error)
+	// scan runs a query that returns one row and scans it into dst.
+	scan(ctx context.Context, dst any, sql string, args ...any) error
 }
 
 const partitionsSQL = `SELECT coalesce((SELECT partitions FROM bus_topics WHERE name = $1), 0)`
@@ -87,16 +85,8 @@ func (t pgxTx) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-func (t pgxTx) text(ctx context.Context, sql string, args ...any) (string, error) {
-	var v string
-	err := t.tx.QueryRow(ctx, sql, args...).Scan(&v)
-	return v, err
-}
-
-func (t pgxTx) partitions(ctx context.Context, topic string) (int, error) {
-	var n int
-	err := t.tx.QueryRow(ctx, partitionsSQL, topic).Scan(&n)
-	return n, err
+func (t pgxTx) scan(ctx context.Context, dst any, sql string, args ...any) error {
+	return t.tx.QueryRow(ctx, sql, args...).Scan(dst)
 }
 
 type sqlTx struct{ tx SQLTx }
@@ -106,16 +96,8 @@ func (t sqlTx) exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-func (t sqlTx) text(ctx context.Context, sql string, args ...any) (string, error) {
-	var v string
-	err := t.tx.QueryRowContext(ctx, sql, args...).Scan(&v)
-	return v, err
-}
-
-func (t sqlTx) partitions(ctx context.Context, topic string) (int, error) {
-	var n int
-	err := t.tx.QueryRowContext(ctx, partitionsSQL, topic).Scan(&n)
-	return n, err
+func (t sqlTx) scan(ctx context.Context, dst any, sql string, args ...any) error {
+	return t.tx.QueryRowContext(ctx, sql, args...).Scan(dst)
 }
 
 func publishTx(ctx context.Context, tx txRunner, topic string, msgs []*bus.Message) error {
@@ -123,8 +105,8 @@ func publishTx(ctx context.Context, tx txRunner, topic string, msgs []*bus.Messa
 	if err != nil || len(ms) == 0 {
 		return err
 	}
-	n, err := tx.partitions(ctx, topic)
-	if err != nil {
+	var n int
+	if err := tx.scan(ctx, &n, partitionsSQL, topic); err != nil {
 		return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
 	}
 	if n <= 1 {
@@ -222,8 +204,7 @@ func insertTx(ctx context.Context, tx txRunner, topic string, msgs []*backend.Me
 	}
 	ord := "0"
 	if len(locks) > 0 {
-		var err error
-		if ord, err = tx.text(ctx, keyOrdSQL(keys.String()), topic); err != nil {
+		if err := tx.scan(ctx, &ord, keyOrdSQL(keys.String()), topic); err != nil {
 			return fmt.Errorf("postgres: publish %q: %w", topic, classify(err))
 		}
 	}
