@@ -305,8 +305,6 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		tag := rand.Int64N(1<<62) + 1
 		var pid uint32
 		msgs, err := s.query(ctx, &pid, fetchSQL, s.gid, max, s.lease, tag)
-		if len(msgs) > 0 {
-		}
 		if err != nil {
 			s.setLost(lostFetch{tag: tag, pid: pid})
 			return nil, s.receiveErr(ctx, err)
