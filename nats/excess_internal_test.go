@@ -20,24 +20,14 @@ import (
 func TestDeliveriesBeyondMaxComeBackFirstWithTheirAttempt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := Connect(ctx, natstest.URL(t), nil)
-	require.NoError(t, err, "connect")
-	t.Cleanup(func() { _ = b.Close() })
-	topic := "excess-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	bsub, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
-		Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 5,
-		StartFrom: backend.StartOldest, Observer: observer.Nop(),
-	})
-	require.NoError(t, err, "subscribe")
-	s := bsub.(*jsSub)
-	t.Cleanup(func() { _ = s.Close() })
+	b, s, topic := newInternalSub(ctx, t, "excess")
 	for i := range 4 {
 		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
 	}
 
 	// A request for three whose end the member never waited for: its
 	// deliveries land in the inbox.
-	_, err = s.request(3, pullNoWait)
+	_, err := s.request(3, pullNoWait)
 	require.NoError(t, err, "the request given up on")
 	require.Eventually(t, func() bool {
 		n, _, _ := s.sub.Pending()
@@ -60,4 +50,23 @@ func TestDeliveriesBeyondMaxComeBackFirstWithTheirAttempt(t *testing.T) {
 		return len(ids) >= 3
 	}, 10*time.Second, time.Millisecond, "the rest arrives")
 	assert.Equal(t, []string{"m-1", "m-2", "m-3"}, ids, "what was handed back comes before what follows it")
+}
+
+// newInternalSub connects a Backend to the test server and subscribes
+// group "g" of a new topic named after prefix from its oldest message,
+// with a 30s ack timeout, 10 in flight and 5 deliveries at most.
+func newInternalSub(ctx context.Context, t *testing.T, prefix string) (*Backend, *jsSub, string) {
+	t.Helper()
+	b, err := Connect(ctx, natstest.URL(t), nil)
+	require.NoError(t, err, "connect")
+	t.Cleanup(func() { _ = b.Close() })
+	topic := prefix + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	bsub, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
+		Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 5,
+		StartFrom: backend.StartOldest, Observer: observer.Nop(),
+	})
+	require.NoError(t, err, "subscribe")
+	s := bsub.(*jsSub)
+	t.Cleanup(func() { _ = s.Close() })
+	return b, s, topic
 }

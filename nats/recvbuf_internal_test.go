@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/testkit/natstest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // A Receive reuses the message structs of the last one, as the SPI
@@ -20,17 +18,7 @@ import (
 func TestReceiveReusesTheLastReceivesMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := Connect(ctx, natstest.URL(t), nil)
-	require.NoError(t, err, "connect")
-	t.Cleanup(func() { _ = b.Close() })
-	topic := "reuse-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	bsub, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
-		Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 5,
-		StartFrom: backend.StartOldest, Observer: observer.Nop(),
-	})
-	require.NoError(t, err, "subscribe")
-	s := bsub.(*jsSub)
-	t.Cleanup(func() { _ = s.Close() })
+	b, s, topic := newInternalSub(ctx, t, "reuse")
 	for i := range 4 {
 		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Key: "k", Headers: map[string]string{"h": strconv.Itoa(i)}, Payload: []byte("x" + strconv.Itoa(i))}}), "publish")
 	}
