@@ -326,7 +326,7 @@ hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1)
 DELETE FROM bus_messages m
 WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
   AND ROW(m.ord, m.seq) <= ROW((SELECT ord FROM hi), (SELECT seq FROM hi))
-  AND m.seq NOT IN (SELECT d.seq FROM bus_deliveries d WHERE d.group_id IN (SELECT id FROM g) AND d.seq IN (SELECT seq FROM r))`,
+  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g)) AND d.seq = m.seq)`,
 		topic, from.ord, from.seq)
 	batch.Queue(`WITH lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 k AS (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)

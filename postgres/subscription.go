@@ -88,7 +88,12 @@ func (s *subscription) errClosed(op string) error {
 // the cursor passes gets a delivery row: leased when it is due, waiting
 // (n = 0) until its DeliverAt otherwise. It returns the deliveries with
 // their messages, in delivery order. A delivery whose message is gone
-// (deleted) comes back with a NULL id.
+// (deleted) comes back with a NULL id. The first deliveries it returns
+// are read from c, not joined back from the rows it inserts (a
+// data-modifying CTE runs to completion whether it is read or not), and
+// the redeliveries it updates are picked by seq = ANY(array): the
+// planner cannot estimate how many rows a CTE holds, and joins two CTEs
+// by comparing every row of one with every row of the other.
 const fetchSQL = `WITH g AS (
     SELECT id, topic, cur_ord, cur_seq FROM bus_groups WHERE id = $1 FOR UPDATE),
 r AS (
@@ -102,7 +107,7 @@ a AS (
 u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
         visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-    FROM a WHERE d.group_id = $1 AND d.seq = a.seq
+    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(SELECT seq FROM a))
     RETURNING d.seq, d.ord, d.n, d.attempt),
 c AS (
     SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due,
@@ -114,8 +119,7 @@ i AS (
     INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
     SELECT $1, c.seq, c.ord, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
         c.due::int, c.due::int, c.due, CASE WHEN c.due THEN $4 ELSE 0 END
-    FROM c ORDER BY c.ord, c.seq
-    RETURNING seq, n, attempt),
+    FROM c ORDER BY c.ord, c.seq),
 v AS (
     UPDATE bus_groups SET cur_ord = l.ord, cur_seq = l.seq
     FROM (SELECT ord, seq FROM c ORDER BY ord DESC, seq DESC LIMIT 1) l WHERE id = $1),
@@ -123,8 +127,7 @@ d AS (
     SELECT u.seq, u.n, u.attempt, 0 AS k, m.ord, m.id, m.key, m.headers, m.payload, m.published_at
     FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM g) AND m.ord = u.ord AND m.seq = u.seq
     UNION ALL
-    SELECT i.seq, i.n, i.attempt, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at
-    FROM i JOIN c ON c.seq = i.seq WHERE i.n > 0)
+    SELECT c.seq, 1, 1, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at FROM c WHERE c.due)
 SELECT seq, n, attempt, id, key, headers, payload, published_at FROM d
 ORDER BY n = 1, k, ord, seq`
 
