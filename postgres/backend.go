@@ -314,7 +314,10 @@ func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos
 
 // trimOnce deletes what trim may of the first trimBatch messages from
 // from up to the slowest cursor, in a transaction of its own, and
-// returns where the next batch starts and how many it deleted.
+// returns where the next batch starts and how many it deleted. It reads
+// the delivery rows that hold the batch's messages once, by a range of
+// the key (the groups' ids, the least to the greatest seq of the batch;
+// see ackSQL), rather than probing them message by message.
 func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (trimPos, int64, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
@@ -322,11 +325,13 @@ func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (tri
 lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 r AS MATERIALIZED (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
     AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT `+strconv.Itoa(trimBatch)+`),
-hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1)
+hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1),
+held AS (SELECT d.seq FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g))
+    AND d.seq BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
 DELETE FROM bus_messages m
 WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
   AND ROW(m.ord, m.seq) <= ROW((SELECT ord FROM hi), (SELECT seq FROM hi))
-  AND NOT EXISTS (SELECT 1 FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g)) AND d.seq = m.seq)`,
+  AND m.seq NOT IN (SELECT seq FROM held)`,
 		topic, from.ord, from.seq)
 	batch.Queue(`WITH lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 k AS (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)

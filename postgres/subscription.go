@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,9 +92,10 @@ func (s *subscription) errClosed(op string) error {
 // (deleted) comes back with a NULL id. The first deliveries it returns
 // are read from c, not joined back from the rows it inserts (a
 // data-modifying CTE runs to completion whether it is read or not), and
-// the redeliveries it updates are picked by seq = ANY(array): the
-// planner cannot estimate how many rows a CTE holds, and joins two CTEs
-// by comparing every row of one with every row of the other.
+// the redeliveries it updates are picked by seq = ANY(array) within
+// their least and greatest seq (see ackSQL): the planner cannot estimate
+// how many rows a CTE holds, and joins two CTEs by comparing every row of
+// one with every row of the other.
 const fetchSQL = `WITH g AS (
     SELECT id, topic, cur_ord, cur_seq FROM bus_groups WHERE id = $1 FOR UPDATE),
 r AS (
@@ -107,7 +109,8 @@ a AS (
 u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, attempt = d.attempt + 1, leased = true, lease_by = $4,
         visible_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-    WHERE d.group_id = $1 AND d.seq = ANY(ARRAY(SELECT seq FROM a))
+    WHERE d.group_id = $1 AND d.seq BETWEEN (SELECT min(seq) FROM a) AND (SELECT max(seq) FROM a)
+        AND d.seq = ANY(ARRAY(SELECT seq FROM a))
     RETURNING d.seq, d.ord, d.n, d.attempt),
 c AS (
     SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due,
@@ -453,7 +456,7 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string,
 // settleGone deletes the delivery rows of messages deleted while the group
 // held them, and reports them.
 func (s *subscription) settleGone(ctx context.Context, seqs []int64) {
-	if _, err := s.b.pool.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq = ANY($2)`, s.gid, seqs); err != nil {
+	if _, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs); err != nil {
 		return // they come back after their lease
 	}
 	s.cfg.Observer.Observe(ctx, observer.Event{
@@ -478,6 +481,13 @@ func (s *subscription) deadLetterMalformed(ctx context.Context, id ackID, m *bac
 	_ = s.Ack(ctx, []backend.AckID{id})
 }
 
+// ackSQL deletes group $1's delivery rows of the seqs $4, whose least is
+// $2 and greatest $3. The bounds make the key's range the index search:
+// PostgreSQL before 17 may search (group_id, seq) by group_id alone and
+// test seq = ANY as a filter, reading every row of the group, the
+// settled ones that no vacuum has removed yet among them.
+const ackSQL = `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq BETWEEN $2 AND $3 AND seq = ANY($4)`
+
 // Ack deletes the delivery rows: the group has settled the messages.
 func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	if len(ids) == 0 {
@@ -491,7 +501,7 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 		}
 		seqs = append(seqs, a.seq)
 	}
-	if _, err := s.b.pool.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq = ANY($2)`, s.gid, seqs); err != nil {
+	if _, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs); err != nil {
 		return fmt.Errorf("postgres: ack %q: %w", s.topic, classify(err))
 	}
 	return nil
