@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,7 +26,8 @@ type publisher struct {
 // Each message's ord is the writing transaction's id, raised to the
 // topic's floor and, when ordP is not 0, to the xid8 $ordP. A message
 // with a dedup key is written only when the key is not in bus_dedup within
-// the window ($dedupP ms) and is recorded there. guard, when not empty, is
+// the window ($dedupP ms) and is recorded there; with dedupP 0 the
+// statement has no dedup step, and x no dkey column. guard, when not empty, is
 // a CTE named "guard" that must return a row for anything to be written
 // (dead-lettering settles the original in it). It returns the count of
 // messages written, whether it notified, and whether a notification was
@@ -37,7 +39,18 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 		with = "WITH guard AS (" + guard + "), "
 		cond = " AND EXISTS (SELECT 1 FROM guard)"
 	}
-	dedup, channel := "$"+strconv.Itoa(dedupP), "$"+strconv.Itoa(chanP)
+	channel := "$" + strconv.Itoa(chanP)
+	d, keep := "", ""
+	if dedupP != 0 {
+		d = `d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
+        ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
+        WHERE bus_dedup.at < excluded.at - $` + strconv.Itoa(dedupP) + `::bigint * interval '1 millisecond'
+        RETURNING dkey),
+`
+		keep = "(x.dkey IS NULL OR x.dkey IN (SELECT dkey FROM d))"
+	} else {
+		keep = "true"
+	}
 	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM bus_topics WHERE name = $1), '0'::xid8)`
 	if ordP != 0 {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
@@ -46,14 +59,10 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM bus_topics WHERE name = $1)` +
 		andGuard(guard) + ` ON CONFLICT DO NOTHING),
 x AS (` + x + `),
-d AS (INSERT INTO bus_dedup (topic, dkey, at) SELECT $1, x.dkey, clock_timestamp() FROM x WHERE x.dkey IS NOT NULL` + cond + `
-        ON CONFLICT (topic, dkey) DO UPDATE SET at = excluded.at
-        WHERE bus_dedup.at < excluded.at - ` + dedup + `::bigint * interval '1 millisecond'
-        RETURNING dkey),
-o AS (SELECT ` + ord + ` AS v),
+` + d + `o AS (SELECT ` + ord + ` AS v),
 m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
         SELECT $1, (SELECT v FROM o), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
-        WHERE (x.dkey IS NULL OR x.dkey IN (SELECT dkey FROM d))` + cond + ` ORDER BY x.ord
+        WHERE ` + keep + cond + ` ORDER BY x.ord
         RETURNING 1),
 g AS (SELECT EXISTS (SELECT 1 FROM m) AND EXISTS (SELECT 1 FROM bus_groups WHERE topic = $1) AS due)
 SELECT (SELECT count(*) FROM m),
@@ -73,6 +82,15 @@ func andGuard(guard string) string {
 }
 
 var plainInsert = insertSQL("", arraysSource, 9, 10, 0)
+
+// undupSource reads a batch without dedup keys from the arrays $2..$7.
+const undupSource = `SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[])
+        WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, ord)`
+
+// undupInsert writes a batch none of whose messages has a dedup key (the
+// bus generated their IDs, or the window is off): without the dedup step
+// the statement neither reads nor locks bus_dedup and its indexes.
+var undupInsert = insertSQL("", undupSource, 0, 8, 0)
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
 // transaction: writers share it, a new group waits for them.
@@ -152,12 +170,14 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
 	r := b.pub.rowsOf(msgs, false)
-	args := b.pub.args(topic, r)
-	notify := b.notes.claim(topic)
-	if !notify {
-		args[9] = ""
+	insert, args := plainInsert, b.pub.args(topic, r)
+	if !slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }) {
+		insert, args = undupInsert, append(args[:7:7], args[9])
 	}
-	_, heldBack, err := b.insertLocked(ctx, topic, plainInsert, args)
+	if !b.notes.claim(topic) {
+		args[len(args)-1] = ""
+	}
+	_, heldBack, err := b.insertLocked(ctx, topic, insert, args)
 	if err != nil {
 		if b.shut.Load() {
 			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
