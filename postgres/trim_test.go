@@ -1,0 +1,87 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
+	"github.com/eventbus-go/bus/postgres"
+)
+
+// testTrimKeepsHeld publishes 40 messages to a topic with two groups and
+// a trim every 20ms. Group g settles all but three (two leased, one
+// nacked for an hour), group h all but one. The trim deletes the 36
+// messages both groups settled and keeps the four some group holds;
+// once g acks its two leased ones, the trim deletes them and keeps the
+// other two.
+func testTrimKeepsHeld(t *testing.T, rawURL string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	u, err := url.Parse(rawURL + "&trim_interval=20ms")
+	require.NoError(t, err)
+	be, err := postgres.OpenURL(ctx, u)
+	require.NoError(t, err)
+	defer func() { _ = be.Close() }()
+	const topic = "trim.held"
+	sub := func(group string) backend.Subscription {
+		s, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: group, StartFrom: backend.StartOldest, AckTimeout: time.Minute, Observer: observer.Nop()})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	g, h := sub("g"), sub("h")
+	for b := range 4 {
+		msgs := make([]*backend.Message, 10)
+		for i := range msgs {
+			msgs[i] = &backend.Message{ID: fmt.Sprintf("m-%02d", 10*b+i), Payload: []byte("x")}
+		}
+		require.NoError(t, be.Publish(ctx, topic, msgs))
+	}
+	receiveAll := func(s backend.Subscription) map[string]backend.AckID {
+		ids := map[string]backend.AckID{}
+		for len(ids) < 40 {
+			msgs, err := s.Receive(ctx, 64)
+			require.NoError(t, err)
+			for _, m := range msgs {
+				ids[m.ID] = m.AckID
+			}
+		}
+		return ids
+	}
+	settle := func(s backend.Subscription, ids map[string]backend.AckID, keep ...string) {
+		var acks []backend.AckID
+		for id, a := range ids {
+			if !slices.Contains(keep, id) {
+				acks = append(acks, a)
+			}
+		}
+		require.NoError(t, s.Ack(ctx, acks))
+	}
+	gIDs, hIDs := receiveAll(g), receiveAll(h)
+	require.NoError(t, g.Nack(ctx, gIDs["m-17"], time.Hour))
+	settle(g, gIDs, "m-05", "m-17", "m-39")
+	settle(h, hIDs, "m-30")
+
+	stored := func() []string {
+		rows, err := be.Pool().Query(ctx, `SELECT id FROM bus_messages WHERE topic = $1 ORDER BY id`, topic)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Eventually(t, func() bool { return len(stored()) <= 4 }, 10*time.Second, 5*time.Millisecond, "the trim deletes what both groups settled")
+	require.Equal(t, []string{"m-05", "m-17", "m-30", "m-39"}, stored(), "the trim keeps what a group holds")
+
+	settle(g, map[string]backend.AckID{"m-05": gIDs["m-05"], "m-39": gIDs["m-39"]})
+	require.Eventually(t, func() bool { return len(stored()) <= 2 }, 10*time.Second, 5*time.Millisecond, "the trim deletes what g acked")
+	require.Equal(t, []string{"m-17", "m-30"}, stored(), "the trim keeps the nacked message and h's leased one")
+}
