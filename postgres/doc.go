@@ -86,8 +86,8 @@
 //     topic's shared advisory lock and then, in one INSERT with CTEs,
 //     writes the messages (unnest of arrays) with the transaction's id
 //     (raised to the topic's floor) as their ord, the caller-set IDs
-//     into bus_dedup, and pg_notify(channel, topic) when the topic has a
-//     group. Concurrent publishers share the lock; a new group takes it
+//     into bus_dedup (a batch without any leaves that step out), and
+//     pg_notify(channel, topic) when the topic has a group. Concurrent publishers share the lock; a new group takes it
 //     exclusively, so it sees every message whose writer did not see it.
 //   - Subscribe creates the group when missing and joins it. StartOldest
 //     starts its cursor before every message. StartNewest raises the
@@ -127,8 +127,10 @@
 //     uncounted and due at once (a first delivery as a waiting one, not
 //     pending), so that the member that takes the group or the
 //     partition over does not wait an ack timeout for them.
-//   - Ack deletes the group's rows (DELETE ... seq = ANY($ids)): one
-//     statement per flush. A stale Ack still settles.
+//   - Ack deletes the group's rows (DELETE ... seq BETWEEN the least
+//     and greatest of the ids AND seq = ANY($ids), so that the index
+//     search is a range of the key): one statement per flush. A stale
+//     Ack still settles.
 //   - Nack, Release and Snooze set visible_at = now + delay and leased =
 //     false (Release and Snooze also take one off attempt: not counted);
 //     Extend sets visible_at = now + ack timeout. Each acts only while
