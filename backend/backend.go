@@ -237,6 +237,29 @@ type Snoozer interface {
 	Snooze(ctx context.Context, id AckID, delay time.Duration) error
 }
 
+// EachPublisher is implemented by backends that confirm each message of a
+// batch on its own (NATS JetStream acks each publish). The bus uses it for
+// PublishAsync: a message's result, and its room in the publish window,
+// are given back when its confirmation arrives, not when the last of its
+// batch does.
+type EachPublisher interface {
+	// PublishEach stores the messages of the batch as Publish does, and
+	// reports the outcome of message i by calling report(i, err) once for
+	// every i: nil once it is stored, with the guarantee of a nil error
+	// from Publish, or the error Publish would list for it in a
+	// BatchError. Calls may come before PublishEach returns, from any
+	// goroutine, concurrently, in any order (as with Publish, a later
+	// message may be stored while an earlier one fails); report must not
+	// block on the backend. PublishEach returns once every report call has
+	// returned. A non-nil error is the outcome of every message not
+	// reported: a backend may return one for the whole batch (it is
+	// closed, the topic cannot be set up) instead of reporting each
+	// message. msgs belong to the backend until PublishEach
+	// returns. The rest of Publish's contract applies: no retry, return by
+	// ctx's deadline, ErrClosed after Close, concurrent calls.
+	PublishEach(ctx context.Context, topic string, msgs []*Message, report func(i int, err error)) error
+}
+
 // MaxDelay is the longest delay the bus asks of a backend (Nack, Snooze):
 // a longer retry, snooze or nack delay waits MaxDelay. It keeps every
 // due time within what the brokers carry (nats-server keeps redelivery

@@ -49,6 +49,9 @@
 //     with cause bus.ErrLeaseLost, before the lease runs out.
 //   - DeadLetterer: store a dead-letter copy and settle the original
 //     atomically.
+//   - EachPublisher: publish a batch and report each message's outcome
+//     as it arrives; PublishAsync then completes a message (and frees its
+//     window room) on its own outcome, not its batch's.
 //   - Inspector: list topics and groups with their figures, peek at and
 //     delete retained messages (dead-letter list, replay and purge, and
 //     the bus command). A figure the backend cannot know is Unknown.

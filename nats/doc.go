@@ -57,6 +57,9 @@
 // calls overlap on the wire), and every message carries Nats-Msg-Id = Message.ID, so the server drops a
 // republished duplicate within the stream's duplicates window. Headers
 // with the Nats- prefix are refused: the server would act on them.
+// PublishEach (backend.EachPublisher, used by bus.PublishAsync) reports
+// each message stored as soon as its ack arrives, and the failures once
+// the batch's wait ends.
 //
 // Each bus group is a durable pull consumer with explicit acks, AckWait =
 // the longest ack timeout its members asked for (a member with a shorter

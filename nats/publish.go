@@ -32,7 +32,16 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if b.opts.CoreNATS {
 		err = b.publishCore(ctx, topic, msgs)
 	} else {
-		err = b.publishJS(ctx, topic, msgs)
+		var errs []error
+		if errs, err = b.publishJS(ctx, topic, msgs, nil); err == nil {
+			fs := failures{n: len(msgs)}
+			for i, e := range errs {
+				if e != nil {
+					fs.add(i, e)
+				}
+			}
+			err = fs.result()
+		}
 	}
 	if err != nil {
 		var be *backend.BatchError
@@ -40,6 +49,50 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 			return err
 		}
 		return fmt.Errorf("nats: publish %q: %w", topic, err)
+	}
+	return nil
+}
+
+// PublishEach implements backend.EachPublisher. In JetStream mode a
+// message is reported stored as soon as the server acknowledged it; a
+// failure is reported once the batch's wait ends, as Publish would list
+// it. In core mode every message is reported once the batch is flushed.
+func (b *Backend) PublishEach(ctx context.Context, topic string, msgs []*backend.Message, report func(i int, err error)) error {
+	if b.closed.Load() {
+		return fmt.Errorf("nats: publish %q: %w", topic, backend.ErrClosed)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if b.opts.CoreNATS {
+		err := b.publishCore(ctx, topic, msgs)
+		var be *backend.BatchError
+		if err != nil && !errors.As(err, &be) {
+			return fmt.Errorf("nats: publish %q: %w", topic, err)
+		}
+		next := 0
+		if be != nil {
+			for _, f := range be.Failed {
+				for ; next < f.Index; next++ {
+					report(next, nil)
+				}
+				report(f.Index, f.Err)
+				next = f.Index + 1
+			}
+		}
+		for ; next < len(msgs); next++ {
+			report(next, nil)
+		}
+		return nil
+	}
+	errs, err := b.publishJS(ctx, topic, msgs, report)
+	if err != nil {
+		return fmt.Errorf("nats: publish %q: %w", topic, err)
+	}
+	for i, e := range errs {
+		if e != errReported {
+			report(i, e)
+		}
 	}
 	return nil
 }
@@ -84,64 +137,66 @@ func (f *failures) result() error {
 // ErrTooManyStalledMsgs (its defaultAsyncStallWait).
 const defaultStallWait = 200 * time.Millisecond
 
-func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message) error {
+// publishJS publishes msgs and returns the outcome of each (nil: stored),
+// or an error before anything was sent. With report, a message is
+// reported as soon as the server stored it, and its outcome is
+// errReported.
+func (b *Backend) publishJS(ctx context.Context, topic string, msgs []*backend.Message, report func(int, error)) ([]error, error) {
 	due := backend.DueTimes(msgs)
 	if err := b.checkDue(due); err != nil {
-		return err
+		return nil, err
 	}
 	tn, err := b.ensureStream(ctx, topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dl, hasDeadline := ctx.Deadline()
-	pb := newPubBatch(len(msgs))
-	fs := failures{n: len(msgs)}
+	pb := newPubBatch(len(msgs), report)
+	var unsent failures
 	for i, m := range msgs {
 		if err := ctx.Err(); err != nil {
-			fs.add(i, err)
+			unsent.add(i, err)
 			continue
 		}
 		nm, err := b.encodeFor(ctx, tn, topic, m, dueAt(due, i))
 		if err != nil {
-			fs.add(i, err)
+			unsent.add(i, err)
 			continue
 		}
 		b.pubs.add(nm, pb, i)
 		if err := b.publishAsync(ctx, nm, dl, hasDeadline); err != nil {
 			b.pubs.drop(nm, pb, i)
-			fs.add(i, err)
+			unsent.add(i, err)
 		}
 	}
-	noStream := b.awaitAcks(ctx, tn, topic, msgs, due, pb, &fs)
-	if noStream {
+	errs := pb.wait(ctx)
+	if b.awaitAcks(ctx, tn, topic, msgs, due, errs) {
 		// The stream vanished (deleted, or lost with memory storage on a
 		// restart): look it up again on the next publish.
 		b.forgetStream(tn.stream)
 	}
-	sortFailures(fs.failed)
-	return fs.result()
+	for _, f := range unsent.failed {
+		errs[f.Index] = f.Err
+	}
+	return errs, nil
 }
 
-// awaitAcks waits for the server's answer to each publish of pb and adds
-// the failures to fs; a message a clustered stream is still storing under
-// its ID is published again (publishAgain). It reports whether the stream
-// did not answer (it may be gone).
-func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, msgs []*backend.Message, due []int64, pb *pubBatch, fs *failures) bool {
-	errs := pb.wait(ctx)
+// awaitAcks goes through the answers to the publishes of a batch: a
+// message a clustered stream is still storing under its ID is published
+// again (publishAgain), and its answer replaced. It reports whether the
+// stream did not answer (it may be gone).
+func (b *Backend) awaitAcks(ctx context.Context, tn *topicNames, topic string, msgs []*backend.Message, due []int64, errs []error) bool {
 	noStream := false
 	for i, err := range errs {
-		if err == nil || err == errNotSent {
+		if err == nil || err == errNotSent || err == errReported {
 			continue
 		}
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders) {
 			noStream = true
 		}
 		if dupInProcess(err) {
-			if err = b.publishAgain(ctx, tn, topic, msgs[i], dueAt(due, i)); err == nil {
-				continue
-			}
+			errs[i] = b.publishAgain(ctx, tn, topic, msgs[i], dueAt(due, i))
 		}
-		fs.add(i, err)
 	}
 	return noStream
 }
@@ -211,43 +266,61 @@ func (p *pubAcks) answer(nm *natsgo.Msg, err error) {
 	}
 }
 
-// Sentinels of pubBatch.errs: a message whose answer is awaited, and one
-// that was not published (its failure is counted already).
+// Sentinels of pubBatch.errs: a message whose answer is awaited, one
+// that was not published (its failure is counted already), and one
+// stored and reported at once.
 var (
 	errUnanswered = errors.New("no answer yet")
 	errNotSent    = errors.New("not sent")
+	errReported   = errors.New("stored and reported")
 )
 
 // pubBatch is one Publish call's wait for the answers to its messages.
 type pubBatch struct {
 	mu sync.Mutex
-	// errs holds each message's answer: nil when stored, errNotSent when
-	// not published, errUnanswered while waiting.
+	// errs holds each message's answer: nil when stored (errReported once
+	// reported), errNotSent when not published, errUnanswered while
+	// waiting.
 	errs []error
 	// pending counts the answers still awaited, plus one while the batch
 	// is being published.
 	pending int
 	done    chan struct{} // closed when pending reaches 0
 	ended   bool          // the caller stopped waiting: answers are dropped
+	// report, when set, is given each stored message at once; reporting
+	// counts the calls in progress, which wait lets return.
+	report    func(int, error)
+	reporting sync.WaitGroup
 }
 
-func newPubBatch(n int) *pubBatch {
-	pb := &pubBatch{errs: make([]error, n), pending: 1, done: make(chan struct{})}
+func newPubBatch(n int, report func(int, error)) *pubBatch {
+	pb := &pubBatch{errs: make([]error, n), pending: 1, done: make(chan struct{}), report: report}
 	for i := range pb.errs {
 		pb.errs[i] = errNotSent
 	}
 	return pb
 }
 
-// answer records message i's answer.
+// answer records message i's answer; with report, a stored message is
+// reported now, outside the lock.
 func (pb *pubBatch) answer(i int, err error) {
 	pb.mu.Lock()
-	defer pb.mu.Unlock()
 	if pb.ended || pb.errs[i] != errUnanswered {
+		pb.mu.Unlock()
 		return
+	}
+	now := err == nil && pb.report != nil
+	if now {
+		err = errReported
+		pb.reporting.Add(1)
 	}
 	pb.errs[i] = err
 	pb.settle()
+	pb.mu.Unlock()
+	if now {
+		pb.report(i, nil)
+		pb.reporting.Done()
+	}
 }
 
 // settle counts one answer, or the end of publishing. pb.mu is held.
@@ -269,13 +342,14 @@ func (pb *pubBatch) wait(ctx context.Context) []error {
 	case <-ctx.Done():
 	}
 	pb.mu.Lock()
-	defer pb.mu.Unlock()
 	pb.ended = true
 	for i, err := range pb.errs {
 		if err == errUnanswered {
 			pb.errs[i] = ctx.Err()
 		}
 	}
+	pb.mu.Unlock()
+	pb.reporting.Wait()
 	return pb.errs
 }
 
@@ -372,15 +446,6 @@ func (b *Backend) publishAsync(ctx context.Context, nm *natsgo.Msg, dl time.Time
 	}
 	_, err := b.js.PublishMsgAsync(nm, jetstream.WithStallWait(max(wait, time.Millisecond)))
 	return err
-}
-
-func sortFailures(f []backend.Failure) {
-	// Failures are added in two passes, each in index order; merge them.
-	for i := 1; i < len(f); i++ {
-		for j := i; j > 0 && f[j].Index < f[j-1].Index; j-- {
-			f[j], f[j-1] = f[j-1], f[j]
-		}
-	}
 }
 
 func (b *Backend) publishCore(ctx context.Context, topic string, msgs []*backend.Message) error {

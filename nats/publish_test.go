@@ -94,3 +94,74 @@ func TestPublishOnAFullWindowEndsByTheDeadline(t *testing.T) {
 	assert.Len(t, bErr.Failed, len(msgs), "no message is known to be stored")
 	assert.Less(t, elapsed, deadline+time.Second, "Publish returns by its deadline (plus scheduling slack), not after the 4s round trip")
 }
+
+// eachReports publishes msgs with PublishEach and returns each message's
+// reports, checking that none comes after PublishEach returned.
+func eachReports(t *testing.T, be *busnats.Backend, ctx context.Context, topic string, msgs []*backend.Message) ([][]error, error) {
+	t.Helper()
+	var mu sync.Mutex
+	reports := make([][]error, len(msgs))
+	returned := false
+	err := be.PublishEach(ctx, topic, msgs, func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		assert.False(t, returned, "message %d reported after PublishEach returned", i)
+		reports[i] = append(reports[i], err)
+	})
+	mu.Lock()
+	returned = true
+	mu.Unlock()
+	return reports, err
+}
+
+func TestPublishEachReportsEveryMessageOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	be := connect(t, srv.URL(), busnats.Options{})
+	t.Cleanup(func() { _ = be.Close() })
+	msgs := make([]*backend.Message, 50)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: fmt.Sprintf("each-%d", i), Key: fmt.Sprintf("k%d", i%3), Payload: []byte("p")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reports, err := eachReports(t, be, ctx, "each.ok", msgs)
+	require.NoError(t, err, "PublishEach")
+	for i, r := range reports {
+		require.Equal(t, []error{nil}, r, "message %d is reported stored, once", i)
+	}
+}
+
+func TestPublishEachReportsUnansweredMessagesWithTheCtxError(t *testing.T) {
+	const topic = "each.slow"
+	be := slowLink(t, topic, 100, 300*time.Millisecond)
+	msgs := make([]*backend.Message, 5)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: fmt.Sprintf("slow-%d", i), Payload: []byte("p")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	reports, err := eachReports(t, be, ctx, topic, msgs)
+	require.NoError(t, err, "PublishEach reports the failures one by one")
+	assert.Less(t, time.Since(start), 2*time.Second, "PublishEach returns by its ctx's deadline")
+	for i, r := range reports {
+		require.Len(t, r, 1, "message %d is reported once", i)
+		require.ErrorIs(t, r[0], context.DeadlineExceeded, "message %d, unanswered, fails with the ctx's error", i)
+	}
+	reports, err = eachReports(t, be, ctx, topic, msgs)
+	require.NoError(t, err, "PublishEach with a ctx that ended")
+	for i, r := range reports {
+		require.Len(t, r, 1, "message %d is reported once", i)
+		require.ErrorIs(t, r[0], context.DeadlineExceeded, "message %d is not sent once the ctx ended", i)
+	}
+}
+
+func TestPublishEachAfterCloseFailsWithErrClosed(t *testing.T) {
+	srv := natstest.Start(t)
+	be := connect(t, srv.URL(), busnats.Options{})
+	require.NoError(t, be.Close())
+	called := false
+	err := be.PublishEach(context.Background(), "each.closed", []*backend.Message{{ID: "x", Payload: []byte("p")}}, func(int, error) { called = true })
+	require.ErrorIs(t, err, backend.ErrClosed, "PublishEach after Close")
+	assert.False(t, called, "no message is reported when the whole batch fails")
+}
