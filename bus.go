@@ -227,18 +227,8 @@ func (b *Bus) checkMessageGen(m *Message, generated bool) error {
 // whose ID is one of gen's. A failure of some messages is a
 // *PublishError.
 func (b *Bus) publishValid(ctx context.Context, topic string, msgs []*Message, gen generatedIDs, direct bool) error {
-	now := time.Now()
-	buf := getPublishBuf(len(msgs))
+	buf := spiBatch(msgs, gen)
 	defer putPublishBuf(buf)
-	at := 0
-	for i, m := range msgs {
-		var g bool
-		g, at = gen.has(m.ID, at)
-		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
-		if buf.ptrs[i] != &buf.vals[i] { // a reused buffer has it already
-			buf.ptrs[i] = &buf.vals[i]
-		}
-	}
 	n, err := b.partitionsOf(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("bus: publish %q: %w", topic, err)
@@ -282,6 +272,23 @@ func (b *Bus) sendBatch(ctx context.Context, topic string, msgs []*backend.Messa
 type publishBuf struct {
 	vals []backend.Message
 	ptrs []*backend.Message
+}
+
+// spiBatch returns the SPI copies of msgs in a buffer to put back
+// (putPublishBuf) once the backend returned.
+func spiBatch(msgs []*Message, gen generatedIDs) *publishBuf {
+	now := time.Now()
+	buf := getPublishBuf(len(msgs))
+	at := 0
+	for i, m := range msgs {
+		var g bool
+		g, at = gen.has(m.ID, at)
+		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
+		if buf.ptrs[i] != &buf.vals[i] { // a reused buffer has it already
+			buf.ptrs[i] = &buf.vals[i]
+		}
+	}
+	return buf
 }
 
 // setMessage makes v, a reused SPI message, a message to publish. It

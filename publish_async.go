@@ -106,14 +106,19 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // Messages wait in a window of PublishBatching.Window messages (default
 // 1,000) per Bus until their result is known; a PublishAsync that finds it
 // full waits for room, until ctx ends (the result then carries ctx's
-// error). Waiting messages of a topic are sent as batches within the
+// error), and goes on once a quarter of a batch (below) is free. Waiting messages of a topic are sent as batches within the
 // bounds of PublishBatching.MaxMessages and MaxBytes and of Window/B
 // messages, up to B batches of a topic in flight, where B is the largest
 // of 8, the backend's Capabilities.AsyncBatches and MaxBatches. While
 // fewer than B/2 are in flight a batch goes at once, of a single message
 // too; beyond, a batch goes once the waiting messages fill one, and fewer
 // wait until they do or fewer than B/2 are in flight: the backend holds
-// nearly the whole window while the producer fills the next batch. These batches go to the backend as
+// nearly the whole window while the producer fills the next batch. A
+// message's result, and its room in the window, come when its batch
+// returns, or, on a backend that reports each message's outcome as it
+// arrives (backend.EachPublisher), when its own outcome does, after those
+// of the earlier messages of its key in the batch; such a backend may
+// have 2*B batches of a topic in flight. These batches go to the backend as
 // they are, not combined with Publish calls; with Disabled each message
 // is a batch of its own, and the window alone bounds them. The messages
 // go through the publish middleware one call per message, on a goroutine

@@ -21,15 +21,22 @@ import (
 type asyncPublisher struct {
 	once sync.Once
 	b    *Bus
-	// window holds a token per accepted message whose result is not
+	// window holds a slot per accepted message whose result is not
 	// known yet.
-	window chan struct{}
+	window *asyncWindow
 	// chain is the publish middleware over asyncTerminal.
 	chain      Publisher
 	maxMsgs    int
 	maxBytes   int
 	maxBatches int
 	eager      int // batches in flight below which any batch goes at once
+	// each is the backend when it reports each message's outcome: a
+	// message then completes when its outcome is known, not when its
+	// batch's is.
+	each backend.EachPublisher
+	// maxRunning bounds the batches of a topic in flight: maxBatches, or
+	// twice as many with each (see asyncState).
+	maxRunning int
 
 	mu     sync.Mutex
 	topics map[string]*asyncTopic
@@ -70,10 +77,16 @@ type asyncReq struct {
 	// ready is false while the publish middleware has not yet passed the
 	// message on; the request holds its place (and its key) meanwhile.
 	ready   bool
-	claimed bool           // the middleware passed it on, or returned without
-	res     *PublishResult // known with err, without middleware
-	wake    chan struct{}  // closed once err is set, with middleware
-	err     error
+	claimed bool // the middleware passed it on, or returned without
+	// reported and settled follow a request sent through each: its
+	// outcome is known, and it completed (its result, its key and its
+	// window room are given back), which waits for the earlier requests
+	// of its key in its batch.
+	reported bool
+	settled  bool
+	res      *PublishResult // known with err, without middleware
+	wake     chan struct{}  // closed once err is set, with middleware
+	err      error
 }
 
 // keptIdleAsyncTopics is how many idle topics keep their state.
@@ -89,7 +102,6 @@ func (b *Bus) asyncState() *asyncPublisher {
 	a := &b.async
 	a.once.Do(func() {
 		a.b = b
-		a.window = make(chan struct{}, b.opts.batching.window())
 		cfg := b.opts.batching.config()
 		window := b.opts.batching.window()
 		// The window, not the coalescer, bounds what is in flight: a
@@ -105,6 +117,17 @@ func (b *Bus) asyncState() *asyncPublisher {
 			a.maxMsgs, a.maxBatches = 1, window
 		}
 		a.eager = max(1, a.maxBatches/2)
+		// A waiting producer is woken when a quarter batch is free.
+		a.window = newAsyncWindow(window, a.maxMsgs/4)
+		a.maxRunning = a.maxBatches
+		if each, ok := b.be.(backend.EachPublisher); ok {
+			a.each = each
+			// A batch in flight holds its slot until its last message
+			// completes, while the window room of its first ones already
+			// carries later messages: without more slots these would
+			// wait for one in the queue.
+			a.maxRunning = 2 * a.maxBatches
+		}
 		a.topics = map[string]*asyncTopic{}
 		a.gates = []*flushGate{{done: make(chan struct{})}}
 		var p Publisher = asyncTerminal{b}
@@ -121,17 +144,7 @@ func (b *Bus) asyncState() *asyncPublisher {
 // acquire takes room for one message in the window, waiting until ctx
 // ends.
 func (a *asyncPublisher) acquire(ctx context.Context) error {
-	select {
-	case a.window <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case a.window <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return a.window.acquire(ctx)
 }
 
 // track counts res in the current Flush generation.
@@ -180,23 +193,17 @@ func (a *asyncPublisher) finish(res *PublishResult, err error) {
 	res.gate.n--
 	a.advance()
 	a.mu.Unlock()
-	<-a.window
+	a.window.release(1)
 	a.b.ops.leave()
 }
 
-// complete makes the results of reqs known.
+// complete makes the results of reqs known. The results are made known
+// before a.mu is taken: a batch's many results do not hold up the
+// queues.
 func (a *asyncPublisher) complete(reqs []*asyncReq) {
 	n := 0
 	for _, r := range reqs {
-		if r.res == nil {
-			close(r.wake)
-			continue
-		}
-		// The result may be kept long after: it keeps no message.
-		r.msg, r.ctx = nil, nil
-		r.res.msg = Message{}
-		r.res.resolve(r.err)
-		n++
+		n += r.resolve()
 	}
 	if n == 0 {
 		return
@@ -209,10 +216,47 @@ func (a *asyncPublisher) complete(reqs []*asyncReq) {
 	}
 	a.advance()
 	a.mu.Unlock()
-	for range n {
-		<-a.window
+	a.release(n)
+}
+
+// completeLocked is complete for a few requests, with a.mu held; it
+// returns how many results it made known, whose window room and
+// operations are to be released.
+func (a *asyncPublisher) completeLocked(reqs []*asyncReq) int {
+	n := 0
+	for _, r := range reqs {
+		if r.resolve() == 1 {
+			r.res.gate.n--
+			n++
+		}
 	}
-	a.b.ops.leaveN(n)
+	if n > 0 {
+		a.advance()
+	}
+	return n
+}
+
+// resolve makes r's result known, or wakes the middleware waiting for
+// it, and returns 1 when r had a result.
+func (r *asyncReq) resolve() int {
+	if r.res == nil {
+		close(r.wake)
+		return 0
+	}
+	// The result may be kept long after: it keeps no message.
+	r.msg, r.ctx = nil, nil
+	r.res.msg = Message{}
+	r.res.resolve(r.err)
+	return 1
+}
+
+// release gives back the window room and the operations of n results
+// made known.
+func (a *asyncPublisher) release(n int) {
+	if n > 0 {
+		a.window.release(n)
+		a.b.ops.leaveN(n)
+	}
 }
 
 // topic returns the state of name, made when missing. a.mu is held.
@@ -381,7 +425,7 @@ func (a *asyncPublisher) pump(t *asyncTopic) (batches [][]*asyncReq, dropped []*
 // waiting hold little of the window, so the backend holds nearly all of
 // it. a.mu is held.
 func (a *asyncPublisher) room(t *asyncTopic) bool {
-	return t.running < a.eager || t.running < a.maxBatches && (len(t.queue) >= a.maxMsgs || t.bytes >= a.maxBytes)
+	return t.running < a.eager || t.running < a.maxRunning && (len(t.queue) >= a.maxMsgs || t.bytes >= a.maxBytes)
 }
 
 // take moves the oldest requests of t that may go, within the batch
@@ -463,25 +507,33 @@ func (a *asyncPublisher) startAll(t *asyncTopic, batches [][]*asyncReq) {
 func (a *asyncPublisher) sendLoop(t *asyncTopic, batch []*asyncReq) {
 	defer a.b.ops.leave()
 	for batch != nil {
-		errs := a.send(t.name, batch)
+		each := a.each != nil && a.sendEach(t, batch)
+		var errs []error
+		if !each {
+			errs = a.send(t.name, batch)
+		}
 		a.mu.Lock()
 		t.running--
-		paused := false
-		for i, r := range batch {
-			t.unbusy(r)
-			r.err = errs[i]
-			if r.err != nil && t.pause(r.key, r.err) {
-				paused = true
-			}
-		}
 		var swept []*asyncReq
-		if paused {
-			swept = t.sweep()
+		if !each {
+			paused := false
+			for i, r := range batch {
+				t.unbusy(r)
+				r.err = errs[i]
+				if r.err != nil && t.pause(r.key, r.err) {
+					paused = true
+				}
+			}
+			if paused {
+				swept = t.sweep()
+			}
 		}
 		batches, dropped := a.pump(t)
 		a.idle(t)
 		a.mu.Unlock()
-		a.complete(batch)
+		if !each {
+			a.complete(batch)
+		}
 		a.complete(swept)
 		a.complete(dropped)
 		batch = nil
@@ -523,6 +575,95 @@ func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
 		}
 	}
 	return errs
+}
+
+// sendEach sends batch through the backend's EachPublisher, completing
+// each request as its outcome is reported, and reports whether it did:
+// a partitioned topic's batch goes through send.
+func (a *asyncPublisher) sendEach(t *asyncTopic, batch []*asyncReq) bool {
+	msgs := make([]*Message, len(batch))
+	ctxs := make([]context.Context, len(batch))
+	var gen []byte
+	for i, r := range batch {
+		msgs[i], ctxs[i] = r.msg, r.ctx
+		gen = append(gen, r.genID...)
+	}
+	ctx, stop := coalesce.Context(ctxs)
+	defer stop()
+	n, err := a.b.partitionsOf(ctx, t.name)
+	if err == nil && n > 1 {
+		return false
+	}
+	if err == nil {
+		buf := spiBatch(msgs, generatedIDs(gen))
+		err = a.each.PublishEach(ctx, t.name, buf.ptrs, func(i int, err error) {
+			a.settle(t, batch, i, err, false)
+		})
+		putPublishBuf(buf)
+	}
+	if err == nil {
+		err = errors.New("the backend reported no outcome")
+	}
+	err = fmt.Errorf("bus: publish %q: %w", t.name, err)
+	for i := range batch {
+		a.settle(t, batch, i, err, true)
+	}
+	return true
+}
+
+// settle records err as the outcome of batch[i], sent through each, unless
+// it has one (a backend's report is ignored then, and so is a whole
+// batch's error, which is final). It completes the request, and the
+// later ones of its key in batch that were held back by it, unless an
+// earlier request of its key in batch did not complete yet: a key's
+// results complete in call order. A backend's failure is the message's
+// PublishError, a failure of the whole batch is err as it is.
+func (a *asyncPublisher) settle(t *asyncTopic, batch []*asyncReq, i int, err error, whole bool) {
+	a.mu.Lock()
+	r := batch[i]
+	if r.reported {
+		a.mu.Unlock()
+		return
+	}
+	if err != nil && !whole {
+		err = &PublishError{Topic: t.name, Failed: []backend.Failure{{ID: r.msg.ID, Err: err}}}
+	}
+	r.err, r.reported = err, true
+	if r.key != "" {
+		for _, q := range batch[:i] {
+			if q.key == r.key && !q.settled {
+				a.mu.Unlock()
+				return
+			}
+		}
+	}
+	var done [1]*asyncReq
+	out := append(done[:0], r)
+	if r.key != "" {
+		for _, q := range batch[i+1:] {
+			if q.key != r.key {
+				continue
+			}
+			if !q.reported {
+				break
+			}
+			out = append(out, q)
+		}
+	}
+	paused := false
+	for _, q := range out {
+		q.settled = true
+		t.unbusy(q)
+		if q.err != nil && t.pause(q.key, q.err) {
+			paused = true
+		}
+	}
+	n := a.completeLocked(out)
+	if paused {
+		n += a.completeLocked(t.sweep())
+	}
+	a.mu.Unlock()
+	a.release(n)
 }
 
 // push queues r. a.mu is held.
