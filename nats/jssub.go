@@ -45,7 +45,7 @@ var (
 // is still pending.
 type jsAckID struct {
 	reply    string
-	deadline atomic.Int64 // Unix nanoseconds
+	deadline atomic.Int64 // monoNow nanoseconds
 	// released is the key of this message's release record (see
 	// release.go) when it had one: settling the message deletes it.
 	released string
@@ -57,10 +57,17 @@ func leaseMargin(ackWait time.Duration) time.Duration {
 }
 
 func (a *jsAckID) renew(ackWait time.Duration) {
-	a.deadline.Store(time.Now().Add(ackWait - leaseMargin(ackWait)).UnixNano())
+	a.deadline.Store(monoNow() + int64(ackWait-leaseMargin(ackWait)))
 }
 
-func (a *jsAckID) stale() bool { return time.Now().UnixNano() > a.deadline.Load() }
+func (a *jsAckID) stale() bool { return monoNow() > a.deadline.Load() }
+
+// monoEpoch is the origin of monoNow.
+var monoEpoch = time.Now()
+
+// monoNow reads the monotonic clock alone, which is cheaper than time.Now:
+// nanoseconds since monoEpoch.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
 // jsSub is one member of a group: a durable pull consumer read through a
 // private inbox, one pull request at a time, each asking for no more

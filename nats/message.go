@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,13 @@ type wireMsg struct {
 // out from the NATS headers, removing idScope from the ID and undoing the
 // wire encoding.
 func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
+	if len(h) == 1 {
+		// Most messages carry their ID alone.
+		if vs := h[hdrMsgID]; len(vs) > 0 {
+			out.ID = wireID(vs[0], idScope)
+			return
+		}
+	}
 	var encoded map[string]bool
 	if list := h[hdrEncoded]; len(list) > 0 && list[0] != "" {
 		encoded = make(map[string]bool)
@@ -177,13 +185,7 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 		}
 		switch {
 		case k == hdrMsgID:
-			out.ID = vs[0]
-			if idScope != "" {
-				out.ID = strings.TrimPrefix(out.ID, idScope)
-			}
-			if i := strings.Index(out.ID, "#replay-"); i >= 0 {
-				out.ID = out.ID[:i]
-			}
+			out.ID = wireID(vs[0], idScope)
 		case k == hdrKey:
 			out.Key = value(k, vs[0])
 		case k == hdrID:
@@ -210,6 +212,19 @@ func decodeHeaders(h natsgo.Header, out *backend.Message, idScope string) {
 	}
 }
 
+// wireID is the message ID in Nats-Msg-Id value v: without idScope and
+// without the replay suffix of a replayed dead letter.
+func wireID(v, idScope string) string {
+	v = strings.TrimPrefix(v, idScope)
+	if strings.IndexByte(v, '#') < 0 {
+		return v
+	}
+	if i := strings.Index(v, "#replay-"); i >= 0 {
+		v = v[:i]
+	}
+	return v
+}
+
 // isJSDelivery reports whether msg is a message stored in a stream: only
 // those carry a JetStream ack subject as their reply. Server status
 // messages (no messages, timeouts, heartbeats) do not, whatever their
@@ -234,32 +249,64 @@ func parseAckSubject(reply string) (ackMeta, error) {
 	if !ok {
 		return ackMeta{}, errors.New("its reply subject is not a JetStream ack subject")
 	}
-	// Split without allocating: this runs once per delivered message.
-	var toks [12]string
-	n := 0
-	for n < len(toks) {
-		i := strings.IndexByte(rest, '.')
+	// Find the dots that end the first eight tokens, without allocating:
+	// this runs once per delivered message. Six dots make the first
+	// form, eight or more the second.
+	var dots [8]int
+	k := 0
+	for off := 0; k < len(dots); k++ {
+		i := strings.IndexByte(rest[off:], '.')
 		if i < 0 {
-			toks[n] = rest
-			n++
 			break
 		}
-		toks[n], rest = rest[:i], rest[i+1:]
-		n++
+		dots[k] = off + i
+		off += i + 1
 	}
-	t := toks[:n]
+	first := 0 // the index of the stream's token
 	switch {
-	case n == 7:
-	case n >= 9:
-		t = t[2:]
+	case k == 6:
+	case k == 8:
+		first = 2
 	default:
-		return ackMeta{}, fmt.Errorf("its ack subject has %d tokens", n+2)
+		return ackMeta{}, fmt.Errorf("its ack subject has %d tokens", k+3)
 	}
-	delivered, err1 := strconv.Atoi(t[2])
-	sseq, err2 := strconv.ParseUint(t[3], 10, 64)
-	ts, err3 := strconv.ParseInt(t[5], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	tok := func(i int) string {
+		start := 0
+		if i > 0 {
+			start = dots[i-1] + 1
+		}
+		if i < k {
+			return rest[start:dots[i]]
+		}
+		return rest[start:]
+	}
+	delivered, ok1 := decimal(tok(first+2), math.MaxInt)
+	sseq, ok2 := decimal(tok(first+3), math.MaxUint64)
+	ts, ok3 := decimal(tok(first+5), math.MaxInt64)
+	if !ok1 || !ok2 || !ok3 {
 		return ackMeta{}, errors.New("its ack subject has malformed numbers")
 	}
-	return ackMeta{stream: t[0], delivered: delivered, streamSeq: sseq, timestamp: time.Unix(0, ts)}, nil
+	return ackMeta{stream: tok(first), delivered: int(delivered), streamSeq: sseq, timestamp: time.Unix(0, int64(ts))}, nil
+}
+
+// decimal parses s, 1 to 20 decimal digits without a sign, as a number
+// of at most limit.
+func decimal(s string, limit uint64) (uint64, bool) {
+	if len(s) == 0 || len(s) > 20 {
+		return 0, false
+	}
+	if len(s) == 20 {
+		// Beyond what 19 digits hold, and may overflow.
+		v, err := strconv.ParseUint(s, 10, 64)
+		return v, err == nil && s[0] != '+' && v <= limit
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i] - '0'
+		if c > 9 {
+			return 0, false
+		}
+		v = v*10 + uint64(c)
+	}
+	return v, v <= limit
 }
