@@ -30,8 +30,7 @@ func TestDeliveriesBeyondMaxComeBackFirstWithTheirAttempt(t *testing.T) {
 	_, err := s.request(3, pullNoWait)
 	require.NoError(t, err, "the request given up on")
 	require.Eventually(t, func() bool {
-		n, _, _ := s.sub.Pending()
-		return n >= 3
+		return len(s.in.ch) >= 3
 	}, 5*time.Second, 5*time.Millisecond, "the request's deliveries reach the inbox")
 
 	first, err := s.Receive(ctx, 1)

@@ -81,10 +81,13 @@ type jsSub struct {
 	nextSubj string
 	inbox    string // "<inbox>." ; request n replies to inbox+n
 	idScope  string // prefix of Nats-Msg-Id in this topic's stream
-	sub      *natsgo.Subscription
-	// subMu orders moveInbox's swap of sub (on Receive's goroutine,
-	// which alone reads sub otherwise) with Close.
+	in       *inboxSub
+	// subMu orders moveInbox's swap of in (on Receive's goroutine,
+	// which alone reads in otherwise) with Close.
 	subMu sync.Mutex
+	// inboxLen is the room of the inbox's channel and maxBatch the most
+	// messages a pull asks for (see inboxRoom).
+	inboxLen, maxBatch int
 
 	seq     uint64    // pull request counter; Receive's goroutine only
 	lastSeq uint64    // highest stream sequence received; Receive's goroutine only
@@ -118,18 +121,12 @@ func (b *Backend) subscribeJS(ctx context.Context, topic string, cfg backend.Sub
 		closed:   make(chan struct{}),
 	}
 	s.nextSubj = "$JS.API.CONSUMER.MSG.NEXT." + s.stream + "." + s.consumer
-	sub, err := b.nc.SubscribeSync(s.inbox + "*")
+	s.inboxLen, s.maxBatch = inboxRoom(cfg.MaxInFlight)
+	in, err := subscribeInbox(b.nc, s.inbox+"*", s.inboxLen)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe inbox: %w", err)
 	}
-	// Pulls never ask for more than the bus's capacity, so the inbox
-	// holds at most one batch; the limits only guard against a broken
-	// server.
-	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("subscribe inbox: %w", err)
-	}
-	s.sub = sub
+	s.in = in
 	b.track(s)
 	b.startPromoter(topic, cfg.Observer)
 	return s, nil
@@ -163,10 +160,11 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 	return out, err
 }
 
-func (s *jsSub) receive(ctx context.Context, max int, out []*backend.Message) ([]*backend.Message, error) {
+func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*backend.Message, error) {
 	if s.isClosed() || s.b.closed.Load() {
 		return out, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
+	max := min(n, s.maxBatch)
 	if max < 1 {
 		max = 1
 	}
@@ -222,8 +220,8 @@ func (s *jsSub) wrap(err error) error {
 // drain takes messages already waiting in the inbox, up to max.
 func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 	for {
-		msg, err := s.sub.NextMsg(0)
-		if err != nil {
+		msg, ok := s.in.poll()
+		if !ok {
 			return out
 		}
 		if !isJSDelivery(msg) {
@@ -247,7 +245,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	defer cancel()
 	got := 0
 	for got < n {
-		msg, err := s.sub.NextMsgWithContext(wctx)
+		msg, err := s.in.next(wctx)
 		if err != nil {
 			if ctx.Err() != nil && !s.isClosed() {
 				out = s.abandon(out, max, reply, n-got)
@@ -292,7 +290,7 @@ func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming in
 	wait, cancel := context.WithTimeout(context.Background(), abandonWait)
 	ended := false
 	for !ended {
-		msg, err := s.sub.NextMsgWithContext(wait)
+		msg, err := s.in.next(wait)
 		if err != nil {
 			break
 		}
@@ -318,32 +316,28 @@ func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming in
 // unsubscribe, and what it delivered before arrives before the drain's
 // flush returns. It waits at most responseGrace.
 func (s *jsSub) moveInbox(back []*natsgo.Msg) []*natsgo.Msg {
-	inbox := s.b.nc.NewInbox() + "."
-	sub, err := s.b.nc.SubscribeSync(inbox + "*")
+	prefix := s.b.nc.NewInbox() + "."
+	in, err := subscribeInbox(s.b.nc, prefix+"*", s.inboxLen)
 	if err != nil {
 		return back // the next Receive drains the old inbox instead
-	}
-	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
-		_ = sub.Unsubscribe()
-		return back
 	}
 	s.subMu.Lock()
 	if s.isClosed() {
 		s.subMu.Unlock()
-		_ = sub.Unsubscribe()
+		_ = in.sub.Unsubscribe()
 		return back
 	}
-	old := s.sub
-	s.sub, s.inbox = sub, inbox
+	old := s.in
+	s.in, s.inbox = in, prefix
 	s.subMu.Unlock()
-	defer func() { _ = old.Unsubscribe() }()
-	if err := old.Drain(); err != nil {
+	defer func() { _ = old.sub.Unsubscribe() }()
+	if err := old.sub.Drain(); err != nil {
 		return back
 	}
 	wait, cancel := context.WithTimeout(context.Background(), responseGrace)
 	defer cancel()
 	for {
-		msg, err := old.NextMsgWithContext(wait)
+		msg, err := old.next(wait)
 		if err != nil {
 			return back // drained, or out of time
 		}
@@ -677,5 +671,79 @@ func (s *jsSub) Close() error {
 	if !s.isClosed() {
 		s.b.stopPromoter(s.topic)
 	}
-	return s.b.closeSub(s, &s.closeOnce, s.closed, s.sub, s.topic)
+	return s.b.closeSub(s, &s.closeOnce, s.closed, s.in.sub, s.topic)
+}
+
+// inboxSub is a subscription to a member's inbox subjects with a channel of
+// its own, sized for the member's pulls (inboxRoom): a subscription of
+// the client library's own (SubscribeSync) has a channel of 65,536
+// messages, which the garbage collector scans whole in every cycle.
+type inboxSub struct {
+	nc  *natsgo.Conn
+	sub *natsgo.Subscription
+	ch  chan *natsgo.Msg
+	// gone is closed once the subscription has ended (unsubscribed,
+	// drained, or its connection closed): the client library then
+	// sends nothing more to ch.
+	gone chan struct{}
+}
+
+// inboxRoom returns the room of a member's inbox for at most maxInFlight
+// deliveries at once, and the most messages one pull asks for: the
+// inbox holds the deliveries of sixteen such pulls, left by requests
+// the member gave up on (their messages come later) next to the current
+// one. The client library drops what does not fit (the server then
+// delivers it again after its AckWait).
+func inboxRoom(maxInFlight int) (room, batch int) {
+	room = min(max(16*maxInFlight, 4096), 65536)
+	return room, room / 16
+}
+
+func subscribeInbox(nc *natsgo.Conn, subject string, room int) (*inboxSub, error) {
+	in := &inboxSub{nc: nc, ch: make(chan *natsgo.Msg, room), gone: make(chan struct{})}
+	sub, err := nc.ChanSubscribe(subject, in.ch)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	sub.SetClosedHandler(func(string) { once.Do(func() { close(in.gone) }) })
+	if !sub.IsValid() {
+		// Ended before the handler was set.
+		once.Do(func() { close(in.gone) })
+	}
+	in.sub = sub
+	return in, nil
+}
+
+// poll returns a message already in the inbox, if there is one.
+func (in *inboxSub) poll() (*natsgo.Msg, bool) {
+	select {
+	case msg := <-in.ch:
+		return msg, true
+	default:
+		return nil, false
+	}
+}
+
+// next waits for the next message, until ctx ends or the subscription
+// has ended and its messages were taken: the errors are those of the
+// client library's NextMsgWithContext.
+func (in *inboxSub) next(ctx context.Context) (*natsgo.Msg, error) {
+	if msg, ok := in.poll(); ok {
+		return msg, nil
+	}
+	select {
+	case msg := <-in.ch:
+		return msg, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-in.gone:
+		if msg, ok := in.poll(); ok {
+			return msg, nil
+		}
+		if in.nc.IsClosed() {
+			return nil, natsgo.ErrConnectionClosed
+		}
+		return nil, natsgo.ErrBadSubscription
+	}
 }
