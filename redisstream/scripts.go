@@ -87,10 +87,12 @@ return 1
 // hold it looks the entry up in the group's pending list: a settled entry
 // drops the hold; an entry due within its ack timeout gets the idle time
 // that makes it claimable exactly at its due time and the hold is dropped;
-// any other entry has its idle time reset when it has used half its ack
-// timeout, so no reclaimer takes it early. An entry whose delivery count
-// moved since the nack (it was handed out anyway, say while no promoter
-// ran) drops the hold and is left to its new owner.
+// any other entry has its idle time reset when it has used a quarter of
+// its ack timeout, so no reclaimer takes it early (the promoter runs
+// every quarter of the ack timeout and may be late by up to half of it).
+// An entry whose delivery count moved since the nack (it was handed out
+// anyway, say while no promoter ran) drops the hold and is left to its
+// new owner.
 //
 // KEYS[1] stream, KEYS[2] hold ZSET. ARGV[1] now in ms, ARGV[2] rank of the
 // first hold to visit, ARGV[3] max holds to visit. Members are
@@ -122,7 +124,7 @@ for i = 1, #items, 2 do
       redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'IDLE', at - left, 'JUSTID')
       redis.call('ZREM', KEYS[2], m)
       removed = removed + 1
-    elseif p[1][3] * 2 >= at then
+    elseif p[1][3] * 4 >= at then
       redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'JUSTID')
     end
   end
