@@ -544,19 +544,27 @@ func (a *asyncPublisher) sendLoop(t *asyncTopic, batch []*asyncReq) {
 	}
 }
 
+// batchOf returns the messages of batch, their generated IDs, and a
+// context that ends when every request's context has ended; stop
+// releases it.
+func batchOf(batch []*asyncReq) (msgs []*Message, gen generatedIDs, ctx context.Context, stop func()) {
+	msgs = make([]*Message, len(batch))
+	ctxs := make([]context.Context, len(batch))
+	var ids []byte
+	for i, r := range batch {
+		msgs[i], ctxs[i] = r.msg, r.ctx
+		ids = append(ids, r.genID...)
+	}
+	ctx, stop = coalesce.Context(ctxs)
+	return msgs, generatedIDs(ids), ctx, stop
+}
+
 // send publishes the messages of batch as one batch and returns each
 // request's error, as Publish would have returned it for that message
 // alone.
 func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
-	msgs := make([]*Message, len(batch))
-	ctxs := make([]context.Context, len(batch))
-	var gen []byte
-	for i, r := range batch {
-		msgs[i], ctxs[i] = r.msg, r.ctx
-		gen = append(gen, r.genID...)
-	}
-	ctx, stop := coalesce.Context(ctxs)
-	err := a.b.publishValid(ctx, topic, msgs, generatedIDs(gen), true)
+	msgs, gen, ctx, stop := batchOf(batch)
+	err := a.b.publishValid(ctx, topic, msgs, gen, true)
 	stop()
 	errs := make([]error, len(batch))
 	if err == nil {
@@ -581,21 +589,14 @@ func (a *asyncPublisher) send(topic string, batch []*asyncReq) []error {
 // each request as its outcome is reported, and reports whether it did:
 // a partitioned topic's batch goes through send.
 func (a *asyncPublisher) sendEach(t *asyncTopic, batch []*asyncReq) bool {
-	msgs := make([]*Message, len(batch))
-	ctxs := make([]context.Context, len(batch))
-	var gen []byte
-	for i, r := range batch {
-		msgs[i], ctxs[i] = r.msg, r.ctx
-		gen = append(gen, r.genID...)
-	}
-	ctx, stop := coalesce.Context(ctxs)
+	msgs, gen, ctx, stop := batchOf(batch)
 	defer stop()
 	n, err := a.b.partitionsOf(ctx, t.name)
 	if err == nil && n > 1 {
 		return false
 	}
 	if err == nil {
-		buf := spiBatch(msgs, generatedIDs(gen))
+		buf := spiBatch(msgs, gen)
 		err = a.each.PublishEach(ctx, t.name, buf.ptrs, func(i int, err error) {
 			a.settle(t, batch, i, err, false)
 		})
