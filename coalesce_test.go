@@ -60,13 +60,7 @@ func (g *gateBackend) Publish(ctx context.Context, _ string, msgs []*bus.Backend
 // next waits for the next backend call.
 func (g *gateBackend) next(t *testing.T) *gateCall {
 	t.Helper()
-	select {
-	case c := <-g.calls:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatal("no backend Publish call within 10s")
-		return nil
-	}
+	return within(t, g.calls, "backend Publish call")
 }
 
 // noCall checks that no backend call is waiting.
@@ -93,13 +87,7 @@ func publishAsync(ctx context.Context, b *bus.Bus, msgs ...*bus.Message) <-chan 
 
 func result(t *testing.T, ch <-chan error) error {
 	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("Publish did not return within 10s")
-		return nil
-	}
+	return within(t, ch, "return of Publish")
 }
 
 // waitQueued waits until n calls wait behind the batches in flight, as

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/eventbus-go/bus"
@@ -151,4 +152,18 @@ func (s *fakeSub) Close() error {
 	s.f.closedSub = true
 	s.f.ackedAtClose = len(s.f.acked)
 	return nil
+}
+
+// within returns the next value of ch, failing the test with "no WHAT
+// within 10s" when none comes by then.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+		var zero T
+		return zero
+	}
 }

@@ -87,13 +87,7 @@ func (e *eachBackend) Publish(_ context.Context, _ string, msgs []*bus.BackendMe
 // 10 s.
 func (e *eachBackend) next(t *testing.T) *eachCall {
 	t.Helper()
-	select {
-	case c := <-e.calls:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatal("no publish call within 10s")
-		return nil
-	}
+	return within(t, e.calls, "publish call")
 }
 
 // reportOne gives message i its outcome.
