@@ -25,7 +25,7 @@ import (
 var aclCommands = []string{
 	"+xadd", "+xreadgroup", "+xack", "+xautoclaim", "+xpending", "+xclaim",
 	"+xgroup|create", "+xgroup|createconsumer", "+xgroup|delconsumer", "+xinfo|groups", "+xtrim",
-	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+hget", "+hset", "+xrange", "+xdel", "+set", "+get",
+	"+zadd", "+zrange", "+zrangebyscore", "+zrem", "+zscore", "+hget", "+hset", "+hdel", "+xrange", "+xdel", "+set", "+get",
 	"+evalsha", "+eval", "+time", "+del", "+pexpire",
 	"+client|id", "+client|unblock", "+client|kill",
 	"+ping",

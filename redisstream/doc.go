@@ -32,6 +32,8 @@
 //	bus:{orders}          stream of topic "orders"
 //	bus:{orders}.dlq      stream of topic "orders.dlq" (same slot)
 //	bus:{orders}#hold     ZSET of nacks whose delay outlasts the ack timeout
+//	bus:{orders}#held     HASH of those holds by group and entry ID, with the
+//	                      entry's owner; the reclaim looks claimed entries up
 //	bus:{orders}#lease    HASH of each group's lease: the longest ack timeout
 //	                      of its members, in ms; the group reclaims by it
 //	bus:{orders}#sched    stream of the messages held until their DeliverAt
@@ -140,12 +142,19 @@
 //     a Lua script sets its idle time so that it becomes claimable when
 //     the delay ends (rounded up to the millisecond, and one more: Redis
 //     counts idle time in whole milliseconds), never before. A delay
-//     longer than the ack timeout also records a hold in the topic's hold
-//     ZSET; the promoter (one per topic in a Backend) keeps the entry's
-//     idle time fresh until it is due. Holds live in Redis, so they
-//     survive process restarts; a new subscription runs a promoter pass
-//     before its first reclaim. Since the entry never leaves the pending
-//     list, no crash can lose it or duplicate it.
+//     longer than the ack timeout also records a hold, due by the
+//     server's clock, in the topic's hold ZSET and hold index; the
+//     promoter (one per topic in a Backend) keeps the entry's idle time
+//     fresh until it is due, and makes it claimable at its due time. A
+//     held entry is never handed out before its due time, whatever the
+//     promoter's timing (a late pass, a stalled or vanished process): the
+//     reclaim script looks each entry it claims up in the hold index and,
+//     while the hold's due time is ahead, puts it back in the same atomic
+//     step, to the same owner and with the same delivery count, so no
+//     delivery is counted. Holds live in Redis, so they survive process
+//     restarts; a new subscription runs a promoter pass before its first
+//     reclaim. Since the entry never leaves the pending list, no crash can
+//     lose it or duplicate it.
 //   - Delays end on time: a Backend keeps the due times of the entries
 //     its subscriptions gave back (Nack, a retry, Snooze), and when one
 //     comes it ends the blocked XREADGROUP of a subscription of that group
@@ -233,7 +242,8 @@
 //	    +xadd +xreadgroup +xack +xautoclaim +xpending +xclaim
 //	    +xgroup|create +xgroup|createconsumer +xgroup|delconsumer
 //	    +xinfo|groups +xtrim
-//	    +zadd +zrange +zrangebyscore +zrem +hget +hset +xrange +xdel +set +get
+//	    +zadd +zrange +zrangebyscore +zrem +zscore +hget +hset +hdel
+//	    +xrange +xdel +set +get
 //	    +evalsha +eval +time +del +pexpire
 //	    +client|id +client|unblock +client|kill
 //	    +ping

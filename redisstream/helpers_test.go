@@ -35,7 +35,7 @@ func uniqueTopic(t testing.TB) string {
 			c := redis.NewClient(opts)
 			defer c.Close()
 			stream := "bus:{" + topic + "}"
-			c.Del(context.Background(), stream, stream+"#hold", stream+".dlq", stream+".dlq#hold")
+			c.Del(context.Background(), stream, stream+"#hold", stream+"#held", stream+".dlq", stream+".dlq#hold", stream+".dlq#held")
 		})
 	}
 	return topic

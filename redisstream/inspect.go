@@ -298,7 +298,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, backend.ErrClosed)
 	}
 	k := newKeys(b.opts.Prefix, topic)
-	del := []string{k.stream, k.locks, k.hold, k.lease, k.sched, k.due, k.ids[0], k.ids[1], b.partsKey(topic)}
+	del := []string{k.stream, k.locks, k.hold, k.held, k.lease, k.sched, k.due, k.ids[0], k.ids[1], b.partsKey(topic)}
 	err := b.call(ctx, func(ctx context.Context) error { return deleteTopicScript.Run(ctx, b.client, del).Err() })
 	if err != nil {
 		return fmt.Errorf("redisstream: delete topic %q: %w", topic, err)

@@ -67,6 +67,9 @@ func TestDeleteTopicRemovesEveryKeyOfTheTopic(t *testing.T) {
 			require.NoError(t, admin.XGroupCreate(ctx, "deltest:{"+topic+"}", group, "0").Err())
 		}
 		require.NoError(t, admin.Set(ctx, "deltest:{"+topic+"}#lockby:old", "holder-0", 0).Err())
+		// A delayed nack's hold and its index entry.
+		require.NoError(t, admin.ZAdd(ctx, "deltest:{"+topic+"}#hold", redis.Z{Score: 1, Member: "g\x001-0\x001000\x001"}).Err())
+		require.NoError(t, admin.HSet(ctx, "deltest:{"+topic+"}#held", "g\x001-0", "1000\x001\x00c").Err())
 	}
 	keysOf := func(topic string) []string {
 		keys, err := admin.Keys(ctx, "deltest:{"+topic+"}*").Result()
@@ -77,6 +80,7 @@ func TestDeleteTopicRemovesEveryKeyOfTheTopic(t *testing.T) {
 	require.Subset(t, keysOf("doomed"), []string{
 		"deltest:{doomed}", "deltest:{doomed}#locks", "deltest:{doomed}#lock:g", "deltest:{doomed}#lockby:g",
 		"deltest:{doomed}#lock:nogroup", "deltest:{doomed}#lockby:nogroup", "deltest:{doomed}#lockby:old",
+		"deltest:{doomed}#hold", "deltest:{doomed}#held",
 	})
 	scans := commandCalls(t, admin, "scan")
 	sent.reset()

@@ -8,9 +8,13 @@ import "strings"
 type keys struct {
 	stream string // the entries
 	hold   string // ZSET of nacks whose delay outlasts the ack timeout
-	lease  string // HASH of each group's lease: its longest member's ack timeout in ms
-	sched  string // stream of the messages held until their DeliverAt
-	due    string // ZSET of sched's entries by due time
+	// held is a HASH of the holds by entry: field "<group>\0<entry id>",
+	// value "<ack timeout ms>\0<delivery count>\0<owner>", so the field,
+	// "\0" and the value up to its second "\0" are the hold's member.
+	held  string
+	lease string // HASH of each group's lease: its longest member's ack timeout in ms
+	sched string // stream of the messages held until their DeliverAt
+	due   string // ZSET of sched's entries by due time
 	// ids are the HASHes of the caller-set IDs published within the
 	// dedup window: one per time bucket of the window's length, even
 	// buckets in ids[0] and odd ones in ids[1].
@@ -46,7 +50,7 @@ func streamKey(prefix, topic string) string {
 
 func newKeys(prefix, topic string) keys {
 	s := streamKey(prefix, topic)
-	return keys{stream: s, hold: s + "#hold", lease: s + "#lease", sched: s + "#sched", due: s + "#due", ids: [2]string{s + "#ids:0", s + "#ids:1"}, locks: s + "#locks"}
+	return keys{stream: s, hold: s + "#hold", held: s + "#held", lease: s + "#lease", sched: s + "#sched", due: s + "#due", ids: [2]string{s + "#ids:0", s + "#ids:1"}, locks: s + "#locks"}
 }
 
 // slotOf returns the Redis Cluster slot of key (CRC16 of its hash tag).

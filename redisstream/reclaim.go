@@ -271,7 +271,7 @@ func (s *subscription) autoclaim(ctx context.Context, limit int) ([]claimed, err
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error
 		var reply []any
-		reply, err = autoclaimScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.lease},
+		reply, err = autoclaimScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.lease, s.keys.hold, s.keys.held},
 			s.cfg.Group, s.consumer, s.cfg.AckTimeout.Milliseconds(), start, limit).Slice()
 		if err == nil && len(reply) == 3 {
 			if lease, ok := reply[0].(int64); ok {

@@ -13,18 +13,23 @@ import "github.com/redis/go-redis/v9"
 // its idle time, without counting a delivery; the reclaimer hands it out
 // (counting the delivery) once it has been idle for the ack timeout. For a
 // delay longer than the ack timeout the entry's idle time is reset and a
-// hold is recorded in the topic's hold ZSET, which the promoter keeps fresh
-// until the due time comes near. With ARGV[8] = "1" (a release or a
+// hold is recorded: in the topic's hold ZSET, scored by its due time (the
+// server's clock, rounded up to the millisecond and one more, since the
+// server counts whole milliseconds), and in the hold index, which names
+// the hold by entry with the entry's owner. The promoter keeps the idle
+// time fresh until the due time comes near, and the reclaim puts back a
+// held entry it took before the due time (autoclaimScript). A new hold
+// replaces the entry's earlier one. With ARGV[8] = "1" (a release or a
 // snooze, which do not count) it also sets the entry's delivery counter
 // one lower, so that the reclaim that hands it out again (and counts a
 // delivery) brings it back to this delivery's count.
 //
-// KEYS[1] stream, KEYS[2] hold ZSET.
+// KEYS[1] stream, KEYS[2] hold ZSET, KEYS[3] hold index.
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry id, ARGV[4] idle ms,
-// ARGV[5] hold due time in ms ("0" = no hold), ARGV[6] hold member
-// without its last part (the script appends the delivery count),
-// ARGV[7] the delivery count of the nacked delivery ("0" = unknown),
-// ARGV[8] "1" to leave the delivery uncounted (needs a known count).
+// ARGV[5] hold delay in ms ("0" = no hold), ARGV[6] the ack timeout in ms
+// the hold records, ARGV[7] the delivery count of the nacked delivery
+// ("0" = unknown), ARGV[8] "1" to leave the delivery uncounted (needs a
+// known count).
 // Returns 1 when nacked, 0 when the entry is no longer pending, -1 when
 // it was delivered again since (another consumer owns it, or its delivery
 // count moved).
@@ -35,7 +40,20 @@ if p[1][2] ~= ARGV[2] then return -1 end
 if ARGV[7] ~= '0' and p[1][4] ~= tonumber(ARGV[7]) then return -1 end
 local n = p[1][4]
 if ARGV[8] == '1' then n = n - 1 end
-if ARGV[5] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\0' .. n) end
+if ARGV[5] ~= '0' then
+  local t = redis.call('TIME')
+  local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5]) + 1
+  local f = ARGV[1] .. '\0' .. ARGV[3]
+  local tail = ARGV[6] .. '\0' .. n
+  local old = redis.call('HGET', KEYS[3], f)
+  if old then
+    local a = string.find(old, '\0', 1, true)
+    local b = string.find(old, '\0', a + 1, true)
+    redis.call('ZREM', KEYS[2], f .. '\0' .. string.sub(old, 1, b - 1))
+  end
+  redis.call('ZADD', KEYS[2], string.format('%d', due), f .. '\0' .. tail)
+  redis.call('HSET', KEYS[3], f, tail .. '\0' .. ARGV[2])
+end
 if ARGV[8] == '1' then
   redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n, 'JUSTID')
 else
@@ -88,20 +106,22 @@ return 1
 // drops the hold; an entry due within its ack timeout gets the idle time
 // that makes it claimable exactly at its due time and the hold is dropped;
 // any other entry has its idle time reset when it has used a quarter of
-// its ack timeout, so no reclaimer takes it early (the promoter runs
-// every quarter of the ack timeout and may be late by up to half of it).
-// An entry whose delivery count moved since the nack (it was handed out
-// anyway, say while no promoter ran) drops the hold and is left to its
-// new owner.
+// its ack timeout, so that it is rarely idle long enough for a reclaim to
+// take it (which would put it back: see autoclaimScript). An entry whose
+// delivery count moved since the nack (it was handed out anyway) drops
+// the hold and is left to its new owner. Dropping a hold drops its entry
+// in the hold index when the index names that hold; a kept hold the index
+// lacks is added to it, with the entry's owner.
 //
-// KEYS[1] stream, KEYS[2] hold ZSET. ARGV[1] now in ms, ARGV[2] rank of the
-// first hold to visit, ARGV[3] max holds to visit. Members are
+// KEYS[1] stream, KEYS[2] hold ZSET, KEYS[3] hold index. ARGV[1] rank of
+// the first hold to visit, ARGV[2] max holds to visit. Members are
 // "<group>\0<entry id>\0<ack timeout ms>\0<delivery count at the nack>".
 // Returns {visited, removed}.
 var holdScript = redis.NewScript(`
-local now = tonumber(ARGV[1])
-local off = tonumber(ARGV[2])
-local items = redis.call('ZRANGE', KEYS[2], off, off + tonumber(ARGV[3]) - 1, 'WITHSCORES')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local off = tonumber(ARGV[1])
+local items = redis.call('ZRANGE', KEYS[2], off, off + tonumber(ARGV[2]) - 1, 'WITHSCORES')
 local removed = 0
 for i = 1, #items, 2 do
   local m = items[i]
@@ -113,20 +133,28 @@ for i = 1, #items, 2 do
   local c = string.find(m, '\0', b + 1, true)
   local at = tonumber(string.sub(m, b + 1, c - 1))
   local count = tonumber(string.sub(m, c + 1))
+  local f = string.sub(m, 1, b - 1)
+  local tail = string.sub(m, b + 1) .. '\0'
+  local ix = redis.call('HGET', KEYS[3], f)
   local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], group, id, id, 1)
-  if not ok or #p == 0 or p[1][4] ~= count then
-    redis.call('ZREM', KEYS[2], m)
-    removed = removed + 1
-  else
+  local drop = not ok or #p == 0 or p[1][4] ~= count
+  if not drop then
     local left = due - now
     if left <= at then
       if left < 0 then left = 0 end
       redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'IDLE', at - left, 'JUSTID')
-      redis.call('ZREM', KEYS[2], m)
-      removed = removed + 1
-    elseif p[1][3] * 4 >= at then
-      redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'JUSTID')
+      drop = true
+    else
+      if p[1][3] * 4 >= at then
+        redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'JUSTID')
+      end
+      if not ix then redis.call('HSET', KEYS[3], f, tail .. p[1][2]) end
     end
+  end
+  if drop then
+    if ix and string.sub(ix, 1, #tail) == tail then redis.call('HDEL', KEYS[3], f) end
+    redis.call('ZREM', KEYS[2], m)
+    removed = removed + 1
   end
 end
 return {#items / 2, removed}
@@ -281,18 +309,67 @@ return cur
 // timeout. It also reads the delivery count of each claimed entry
 // (XPENDING), so a reclaim is one round trip.
 //
-// KEYS[1] stream, KEYS[2] lease HASH. ARGV[1] group, ARGV[2] consumer,
-// ARGV[3] the caller's ack timeout in ms, ARGV[4] start id, ARGV[5]
-// COUNT. Returns {lease ms, XAUTOCLAIM reply, delivery count of each
+// A held entry is never handed out before its due time, whatever the
+// promoter's timing: a claimed entry the hold index names, with the
+// delivery count its hold recorded (plus the one XAUTOCLAIM counted), is
+// put back in the same step while its due time (the server's clock) is
+// ahead. It returns to the owner the hold recorded with that delivery
+// count (XCLAIM ... RETRYCOUNT ... JUSTID), so that no delivery is
+// counted and the hold stays valid, with the idle time that makes it
+// claimable at its due time when that comes within the lease (the hold
+// is then dropped, as the promoter drops it) and otherwise none; it is
+// not returned. A claimed entry whose hold is due, or stale (its count
+// moved since the nack), drops the hold and is handed out. The cursor
+// moves past put-back entries, so they never stall a scan pass.
+//
+// KEYS[1] stream, KEYS[2] lease HASH, KEYS[3] hold ZSET, KEYS[4] hold
+// index. ARGV[1] group, ARGV[2] consumer, ARGV[3] the caller's ack
+// timeout in ms, ARGV[4] start id, ARGV[5] COUNT. Returns {lease ms,
+// XAUTOCLAIM reply without the entries put back, delivery count of each
 // claimed entry (0: unknown)}.
 var autoclaimScript = redis.NewScript(`
 local lease = math.max(tonumber(ARGV[3]), tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0'))
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], lease, ARGV[4], 'COUNT', ARGV[5])
-local counts = {}
-for i, e in ipairs(r[2]) do
+local now
+local kept, counts = {}, {}
+for _, e in ipairs(r[2]) do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
-  if #p > 0 then counts[i] = p[1][4] else counts[i] = 0 end
+  local n = 0
+  if #p > 0 then n = p[1][4] end
+  local back = false
+  local f = ARGV[1] .. '\0' .. e[1]
+  local ix = redis.call('HGET', KEYS[4], f)
+  if ix then
+    local a = string.find(ix, '\0', 1, true)
+    local b = string.find(ix, '\0', a + 1, true)
+    local m = f .. '\0' .. string.sub(ix, 1, b - 1)
+    local count = tonumber(string.sub(ix, a + 1, b - 1))
+    local due = redis.call('ZSCORE', KEYS[3], m)
+    local left = 0
+    if due and n == count + 1 then
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      left = tonumber(due) - now
+    end
+    if left > 0 then
+      back = true
+      local idle = 0
+      if left <= lease then idle = lease - left end
+      redis.call('XCLAIM', KEYS[1], ARGV[1], string.sub(ix, b + 1), 0, e[1], 'IDLE', idle, 'RETRYCOUNT', count, 'JUSTID')
+    end
+    if left <= lease then
+      redis.call('HDEL', KEYS[4], f)
+      if due then redis.call('ZREM', KEYS[3], m) end
+    end
+  end
+  if not back then
+    kept[#kept + 1] = e
+    counts[#kept] = n
+  end
 end
+r[2] = kept
 return {lease, r, counts}
 `)
 

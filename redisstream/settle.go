@@ -60,7 +60,7 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 	// claimable is how long after the script's reply the entry is
 	// claimable at the latest.
 	claimable := time.Duration(0)
-	hold, member := "0", ""
+	hold := int64(0)
 	switch {
 	case delay <= 0:
 	case delay < at:
@@ -71,23 +71,18 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 		idle = max(at.Milliseconds()-ceilMs(delay)-1, 0)
 		claimable = at - time.Duration(idle)*time.Millisecond
 	default:
-		// The promoter makes it claimable at the hold's time: the due
-		// time rounded up to the millisecond, and one more as above.
+		// Held: the script records the due time by the server's clock,
+		// rounded up the same way; the promoter makes the entry
+		// claimable then, and the reclaim never takes it before.
 		idle = 0
-		due := time.Now().Add(delay)
-		ms := due.UnixMilli()
-		if due.Nanosecond()%int(time.Millisecond) != 0 {
-			ms++
-		}
-		hold = strconv.FormatInt(ms+1, 10)
-		member = s.cfg.Group + "\x00" + e.id + "\x00" + strconv.FormatInt(at.Milliseconds(), 10)
+		hold = ceilMs(delay)
 		claimable = delay + 2*time.Millisecond
 	}
 	var r int64
 	err := s.b.call(ctx, func(ctx context.Context) error {
 		var err error
-		r, err = nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold},
-			s.cfg.Group, s.consumer, e.id, idle, hold, member, e.count, uncount).Int64()
+		r, err = nackScript.Run(ctx, s.b.client, []string{s.keys.stream, s.keys.hold, s.keys.held},
+			s.cfg.Group, s.consumer, e.id, idle, hold, at.Milliseconds(), e.count, uncount).Int64()
 		return err
 	})
 	if err != nil {
@@ -96,7 +91,7 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 	if err := staleErr(e, r); err != nil {
 		return s.errf(op, err)
 	}
-	if hold != "0" {
+	if hold != 0 {
 		s.ts.wake()
 	}
 	s.rc.dueAt(time.Now().Add(claimable))

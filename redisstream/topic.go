@@ -143,8 +143,7 @@ func (t *topicState) promote(ctx context.Context) error {
 	}
 	off := 0
 	for {
-		now := time.Now().UnixMilli()
-		res, err := holdScript.Run(ctx, t.b.client, []string{t.keys.stream, t.keys.hold}, now, off, holdBatch).Int64Slice()
+		res, err := holdScript.Run(ctx, t.b.client, []string{t.keys.stream, t.keys.hold, t.keys.held}, off, holdBatch).Int64Slice()
 		if err != nil {
 			return err
 		}
