@@ -105,13 +105,13 @@ return 1
 // hold it looks the entry up in the group's pending list: a settled entry
 // drops the hold; an entry due within its ack timeout gets the idle time
 // that makes it claimable exactly at its due time and the hold is dropped;
-// any other entry has its idle time reset when it has used a quarter of
-// its ack timeout, so that it is rarely idle long enough for a reclaim to
-// take it (which would put it back: see autoclaimScript). An entry whose
-// delivery count moved since the nack (it was handed out anyway) drops
-// the hold and is left to its new owner. Dropping a hold drops its entry
-// in the hold index when the index names that hold; a kept hold the index
-// lacks is added to it, with the entry's owner.
+// any other entry has its idle time reset when it has used half its ack
+// timeout, so that it is rarely idle long enough for a reclaim to take it
+// (which would put it back: see autoclaimScript). An entry whose delivery
+// count moved since the nack (it was handed out anyway) drops the hold and
+// is left to its new owner. Dropping a hold drops its entry in the hold
+// index when the index names that hold; a kept hold the index lacks is
+// added to it, with the entry's owner.
 //
 // KEYS[1] stream, KEYS[2] hold ZSET, KEYS[3] hold index. ARGV[1] rank of
 // the first hold to visit, ARGV[2] max holds to visit. Members are
@@ -145,7 +145,7 @@ for i = 1, #items, 2 do
       redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'IDLE', at - left, 'JUSTID')
       drop = true
     else
-      if p[1][3] * 4 >= at then
+      if p[1][3] * 2 >= at then
         redis.call('XCLAIM', KEYS[1], group, p[1][2], 0, id, 'JUSTID')
       end
       if not ix then redis.call('HSET', KEYS[3], f, tail .. p[1][2]) end
