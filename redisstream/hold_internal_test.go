@@ -12,7 +12,6 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // holdFixture is a topic with a group "g" on a server, driven through the
@@ -255,24 +254,8 @@ func TestStaleHoldsLeaveTheIndex(t *testing.T) {
 // far past the ack timeout and idle past its lease is not reclaimed, and
 // is reclaimed with Attempt 2 once its hold is due.
 func TestReclaimWithoutPromoterNeverHandsOutAHeldNackEarly(t *testing.T) {
-	client := redis.NewClient(redistest.Options(t))
-	t.Cleanup(func() { _ = client.Close() })
-	b, err := New(client, nil)
-	require.NoError(t, err, "new backend")
-	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	topic := "hold-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	bsub, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
-		Group: "g", AckTimeout: 200 * time.Millisecond, MaxInFlight: 10, MaxDeliveries: 5,
-		StartFrom: backend.StartOldest, Observer: observer.Nop(),
-	})
-	require.NoError(t, err, "subscribe")
-	s := bsub.(*subscription)
-	t.Cleanup(func() { _ = s.Close() })
-	t.Cleanup(func() {
-		_ = client.Del(context.Background(), s.keys.stream, s.keys.hold, s.keys.held, s.keys.lease).Err()
-	})
+	is := newInternalSub(t, "hold", 200*time.Millisecond, 5)
+	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
 	b.mu.Lock()
 	s.ts.stop() // no promoter pass from here on
 	b.mu.Unlock()
@@ -280,6 +263,7 @@ func TestReclaimWithoutPromoterNeverHandsOutAHeldNackEarly(t *testing.T) {
 	require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m", Payload: []byte("x")}}))
 	var msgs []*backend.Message
 	for len(msgs) == 0 {
+		var err error
 		msgs, err = s.Receive(ctx, 10)
 		require.NoError(t, err)
 	}

@@ -1,7 +1,6 @@
 package redisstream
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/testkit/redistest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // A read whose reply is lost leaves its entries pending to the consumer.
@@ -20,21 +17,8 @@ import (
 // those entries (not the ones in flight), as first deliveries whose
 // settlements are not stale, before it reads anything new.
 func TestReceiveAfterALostReadHandsOutWhatItTookFirstAsFirstDeliveries(t *testing.T) {
-	client := redis.NewClient(redistest.Options(t))
-	t.Cleanup(func() { _ = client.Close() })
-	b, err := New(client, nil)
-	require.NoError(t, err, "new backend")
-	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	topic := "recover-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	bsub, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
-		Group: "g", AckTimeout: 30 * time.Second, MaxInFlight: 10, MaxDeliveries: 3,
-		StartFrom: backend.StartOldest, Observer: observer.Nop(),
-	})
-	require.NoError(t, err, "subscribe")
-	s := bsub.(*subscription)
-	t.Cleanup(func() { _ = client.Del(context.Background(), s.keys.stream).Err() })
+	is := newInternalSub(t, "recover", 30*time.Second, 3)
+	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
 
 	for i := range 5 {
 		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
