@@ -56,8 +56,12 @@ func leaseMargin(ackWait time.Duration) time.Duration {
 	return min(ackWait/10, 250*time.Millisecond)
 }
 
-func (a *jsAckID) renew(ackWait time.Duration) {
-	a.deadline.Store(monoNow() + int64(ackWait-leaseMargin(ackWait)))
+func (a *jsAckID) renew(ackWait time.Duration) { a.renewFrom(monoNow(), ackWait) }
+
+// renewFrom starts the lease at now, a monoNow reading taken no later
+// than when the member took the delivery from its inbox.
+func (a *jsAckID) renewFrom(now int64, ackWait time.Duration) {
+	a.deadline.Store(now + int64(ackWait-leaseMargin(ackWait)))
 }
 
 func (a *jsAckID) stale() bool { return monoNow() > a.deadline.Load() }
@@ -219,6 +223,7 @@ func (s *jsSub) wrap(err error) error {
 
 // drain takes messages already waiting in the inbox, up to max.
 func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
+	now := monoNow()
 	for {
 		msg, ok := s.in.poll()
 		if !ok {
@@ -227,7 +232,7 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 		if !isJSDelivery(msg) {
 			continue // the end of an abandoned request
 		}
-		out = s.accept(out, max, msg, 1)
+		out = s.accept(out, max, msg, 1, now)
 	}
 }
 
@@ -244,8 +249,17 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	wctx, cancel := context.WithTimeout(ctx, longPoll+responseGrace)
 	defer cancel()
 	got := 0
+	// now is read when a wait for the next message ends: the deliveries
+	// already in the inbox then share it, a reading taken after they
+	// arrived.
+	now := monoNow()
 	for got < n {
-		msg, err := s.in.next(wctx)
+		msg, ok := s.in.poll()
+		var err error
+		if !ok {
+			msg, err = s.in.next(wctx)
+			now = monoNow()
+		}
 		if err != nil {
 			if ctx.Err() != nil && !s.isClosed() {
 				out = s.abandon(out, max, reply, n-got)
@@ -253,7 +267,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 			return out, s.waitErr(ctx, wctx, err)
 		}
 		if isJSDelivery(msg) {
-			out = s.accept(out, max, msg, n-got)
+			out = s.accept(out, max, msg, n-got, now)
 			got++
 			continue
 		}
@@ -287,6 +301,7 @@ const abandonWait = 50 * time.Millisecond
 // sends after the unsubscribe goes back to the group by itself).
 func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming int) []*backend.Message {
 	var got []*natsgo.Msg
+	now := monoNow()
 	wait, cancel := context.WithTimeout(context.Background(), abandonWait)
 	ended := false
 	for !ended {
@@ -306,7 +321,7 @@ func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming in
 		got = s.moveInbox(got)
 	}
 	for _, msg := range got {
-		out = s.accept(out, max, msg, 1)
+		out = s.accept(out, max, msg, 1, now)
 	}
 	return out
 }
@@ -448,10 +463,12 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 	return nil
 }
 
-// accept turns a delivered message into a backend message. Deliveries
+// accept turns a delivered message into a backend message whose lease
+// this member assumes to start at now (monoNow): when the member took
+// the message from its inbox, or earlier. Deliveries
 // beyond max (only possible after an abandoned request) are kept for
 // handBackExcess; entries that are not JetStream deliveries are reported.
-func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming int) []*backend.Message {
+func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming int, now int64) []*backend.Message {
 	meta, err := parseAckSubject(msg.Reply)
 	if err != nil {
 		s.cfg.Observer.Observe(context.Background(), observer.Event{
@@ -469,7 +486,7 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 	}
 	a := s.newAckID(coming)
 	a.reply = msg.Reply
-	a.renew(s.cfg.AckTimeout)
+	a.renewFrom(now, s.cfg.AckTimeout)
 	m := s.nextMessage()
 	*m = backend.Message{
 		Payload:     msg.Data,

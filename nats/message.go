@@ -249,9 +249,17 @@ func parseAckSubject(reply string) (ackMeta, error) {
 	if !ok {
 		return ackMeta{}, errors.New("its reply subject is not a JetStream ack subject")
 	}
-	// Find the dots that end the first eight tokens, without allocating:
-	// this runs once per delivered message. Six dots make the first
-	// form, eight or more the second.
+	if m, ok := parseAckV1(rest); ok {
+		return m, nil
+	}
+	return parseAckTokens(rest)
+}
+
+// parseAckTokens parses rest, an ack subject after "$JS.ACK.", in either
+// form, token by token.
+func parseAckTokens(rest string) (ackMeta, error) {
+	// Find the dots that end the first eight tokens, without allocating.
+	// Six dots make the first form, eight or more the second.
 	var dots [8]int
 	k := 0
 	for off := 0; k < len(dots); k++ {
@@ -287,6 +295,46 @@ func parseAckSubject(reply string) (ackMeta, error) {
 		return ackMeta{}, errors.New("its ack subject has malformed numbers")
 	}
 	return ackMeta{stream: tok(first), delivered: int(delivered), streamSeq: sseq, timestamp: time.Unix(0, int64(ts))}, nil
+}
+
+// parseAckV1 parses rest, an ack subject after "$JS.ACK.", in the first
+// form, <stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>,
+// which is what servers send a consumer of their own account, in one
+// pass over the numbers. It reports false for anything else (the second
+// form, malformed or 20-digit numbers), which parseAckSubject then reads
+// token by token.
+func parseAckV1(rest string) (ackMeta, bool) {
+	if strings.Count(rest, ".") != 6 {
+		return ackMeta{}, false
+	}
+	stream := strings.IndexByte(rest, '.')
+	consumer := stream + 1 + strings.IndexByte(rest[stream+1:], '.')
+	i := consumer + 1
+	delivered, i, ok1 := ackNumber(rest, i)
+	sseq, i, ok2 := ackNumber(rest, i)
+	_, i, ok3 := ackNumber(rest, i) // cseq
+	ts, _, ok4 := ackNumber(rest, i)
+	if !ok1 || !ok2 || !ok3 || !ok4 || delivered > math.MaxInt || ts > math.MaxInt64 {
+		return ackMeta{}, false
+	}
+	return ackMeta{stream: rest[:stream], delivered: int(delivered), streamSeq: sseq, timestamp: time.Unix(0, int64(ts))}, true
+}
+
+// ackNumber reads the token of 1 to 19 decimal digits at s[i:], which
+// ends at a dot, and returns it with the index past that dot.
+func ackNumber(s string, i int) (v uint64, next int, ok bool) {
+	start := i
+	for ; i < len(s); i++ {
+		c := s[i] - '0'
+		if c > 9 {
+			break
+		}
+		v = v*10 + uint64(c)
+	}
+	if n := i - start; n == 0 || n > 19 || i >= len(s) || s[i] != '.' {
+		return 0, 0, false
+	}
+	return v, i + 1, true
 }
 
 // decimal parses s, 1 to 20 decimal digits without a sign, as a number

@@ -145,11 +145,23 @@ func FuzzParseAckSubject(f *testing.F) {
 	f.Add("$JS.ACK.ORDERS.workers.1.2.3.1700000000000000000.0")
 	f.Add("$JS.ACK.hub.acc.ORDERS.workers.2.10.9.1700000000000000000.5.token")
 	f.Add("$JS.ACK.ORDERS.workers.x.2.3.4.0")
+	f.Add("$JS.ACK.ORDERS.workers.1.2.x.9300000000000000000.0")
+	f.Add("$JS.ACK.ORDERS.workers.1.18446744073709551615.3.4.0")
 	f.Add("$JS.ACK.....")
 	f.Add("_INBOX.abc")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, reply string) {
 		meta, err := parseAckSubject(reply)
+		if rest, ok := strings.CutPrefix(reply, "$JS.ACK."); ok {
+			// The one-pass reading of the first form agrees with the
+			// token by token one whenever it takes a subject.
+			if fast, ok := parseAckV1(rest); ok {
+				slow, err := parseAckTokens(rest)
+				if err != nil || slow != fast {
+					t.Fatalf("%q: one pass %+v, token by token %+v (%v)", reply, fast, slow, err)
+				}
+			}
+		}
 		if err != nil {
 			return
 		}
