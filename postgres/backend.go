@@ -269,8 +269,8 @@ func (b *Backend) trimLoop(life context.Context) {
 	}
 }
 
-// vacuum vacuums bus_deliveries, whose rows live for a lease and are
-// deleted by the acks: until a vacuum removes them, their index entries
+// vacuum vacuums bus_deliveries and bus_leases, whose rows live for a
+// lease and are deleted by the acks: until a vacuum removes them, their index entries
 // lie in the path of the fetches and of the planner's estimates, and
 // autovacuum visits a table at most once a naptime (a minute by
 // default). The table holds only what is in flight, so a vacuum is
@@ -281,14 +281,16 @@ func (b *Backend) trimLoop(life context.Context) {
 func (b *Backend) vacuum(life context.Context) {
 	ctx, cancel := context.WithTimeout(life, 5*time.Second)
 	defer cancel()
-	_, _ = b.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) bus_deliveries`)
+	_, _ = b.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) bus_deliveries, bus_leases`)
 }
 
 // trim deletes the messages of topic that every group has passed with
-// its cursor and that no group holds a delivery row for, when the topic
-// has groups. A group's cursor only moves in the statement that writes
-// the delivery rows of what it passes, so one snapshot sees a message
-// either before every cursor with its rows or not passed by some group.
+// its cursor and that no group holds (a delivery row, or pending in a
+// lease), when the topic has groups. A group's cursor only moves in the
+// statement that writes the delivery rows and the lease of what it
+// passes, and a message moves from a lease to a delivery row in one
+// statement, so one snapshot sees a message either before every cursor
+// with what holds it or not passed by some group.
 // The topic's shared lock keeps a new group or a seek (which move a
 // cursor back) out. The delete starts at from, where the last trim of
 // this Backend stopped: the first message it kept, or the slowest cursor
@@ -317,7 +319,8 @@ func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos
 // returns where the next batch starts and how many it deleted. It reads
 // the delivery rows that hold the batch's messages once, by a range of
 // the key (the groups' ids, the least to the greatest seq of the batch;
-// see ackSQL), rather than probing them message by message.
+// see ackSQL), rather than probing them message by message, and the
+// pending seqs of the groups' leases (one row per fetch in flight).
 func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (trimPos, int64, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
@@ -327,7 +330,10 @@ r AS MATERIALIZED (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(or
     AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT `+strconv.Itoa(trimBatch)+`),
 hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1),
 held AS (SELECT d.seq FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g))
-    AND d.seq BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
+    AND d.seq BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r)
+    UNION ALL
+    SELECT p FROM bus_leases l CROSS JOIN LATERAL unnest(l.pending) AS p WHERE l.group_id = ANY(ARRAY(SELECT id FROM g))
+    AND p BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
 DELETE FROM bus_messages m
 WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
   AND ROW(m.ord, m.seq) <= ROW((SELECT ord FROM hi), (SELECT seq FROM hi))

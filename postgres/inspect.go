@@ -60,13 +60,14 @@ ORDER BY t.name COLLATE "C"`)
 
 // Groups implements backend.Inspector. Pending counts the deliveries
 // received and not settled (leased, given back or with a lease that ran
-// out), Lag those never delivered (the messages after the group's cursor
+// out: delivery rows with n > 0 and the seqs pending in leases), Lag those never delivered (the messages after the group's cursor
 // and the first deliveries waiting for their DeliverAt); Consumers counts
 // the live subscriptions (fillConsumers). OldestPending is left zero
 // (unknown): a row keeps when its lease ends, not when it began.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	rows, err := b.pool.Query(ctx, `SELECT g.name,
-    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n > 0),
+    (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n > 0)
+    + (SELECT coalesce(sum(cardinality(l.pending)), 0) FROM bus_leases l WHERE l.group_id = g.id),
     (SELECT count(*) FROM bus_deliveries d WHERE d.group_id = g.id AND d.n = 0)
     + (SELECT count(*) FROM bus_messages m WHERE m.topic = g.topic AND (m.ord, m.seq) > (g.cur_ord, g.cur_seq))
 FROM bus_groups g WHERE g.topic = $1 ORDER BY g.name COLLATE "C"`, topic)
@@ -142,15 +143,18 @@ WHERE topic = $1 AND (ord, seq) >= ($2::text::xid8, $3) ORDER BY ord, seq LIMIT 
 	return out, next, nil
 }
 
-// Delete implements backend.Inspector: the messages and every group's
-// delivery rows of them go in one statement.
+// Delete implements backend.Inspector: the messages, every group's
+// delivery rows of them and their seqs pending in the groups' leases go
+// in one statement.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	var n int
 	err := b.pool.QueryRow(ctx, `WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND id = ANY($2) RETURNING seq),
-d AS (DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND seq IN (SELECT seq FROM m))
+d AS (DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND seq IN (SELECT seq FROM m)),
+l AS (UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p NOT IN (SELECT seq FROM m))
+    WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND pending && ARRAY(SELECT seq FROM m))
 SELECT count(*) FROM m`, topic, ids).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: delete from %q: %w", topic, classify(err))
@@ -169,6 +173,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		}
 		for _, q := range []string{
 			`DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1)`,
+			`DELETE FROM bus_leases WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1)`,
 			`DELETE FROM bus_groups WHERE topic = $1`,
 			`DELETE FROM bus_messages WHERE topic = $1`,
 			`DELETE FROM bus_dedup WHERE topic = $1`,
@@ -190,7 +195,8 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 }
 
 // SeekGroup implements backend.GroupSeeker: in one transaction, under
-// the topic's exclusive lock, it drops the group's delivery rows
+// the topic's exclusive lock, it drops the group's delivery rows and
+// leases
 // (deliveries in flight are dropped: their settlements find nothing, and
 // a Nack or Extend of them is stale) and moves the cursor: before every
 // message for the oldest, after every message for the newest (as a new
@@ -211,6 +217,9 @@ func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM bus_deliveries WHERE group_id = $1`, gid); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM bus_leases WHERE group_id = $1`, gid); err != nil {
 			return err
 		}
 		if to.Oldest {

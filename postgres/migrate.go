@@ -23,9 +23,11 @@ type Execer interface {
 }
 
 // schemaMark is the comment the last statement of schema.sql sets;
-// oldMark is the one of the first layout, which Migrate refuses.
+// oldMark is the one of the first layout, which Migrate refuses. A
+// database of schema v2 is brought to v3 by running schema.sql again: v3
+// adds bus_leases, and the rows of v2 keep their meaning.
 const (
-	schemaMark = "bus postgres schema v2"
+	schemaMark = "bus postgres schema v3"
 	oldMark    = "bus postgres schema v1"
 )
 
@@ -36,13 +38,14 @@ WHERE c.oid = to_regclass('bus_topics') AND d.objsubid = 0), '')`
 
 // ErrOldSchema is what Migrate (and New, OpenURL) return for a database
 // that holds the first layout of the tables (schema v1): its delivery
-// rows cannot be carried into the cursors of v2. Drain its groups, then
+// rows cannot be carried into the cursors of v2 and later. Drain its groups, then
 // drop the bus_* tables (or point the backend at another database) and
 // migrate again.
-var ErrOldSchema = errors.New("the database holds bus postgres schema v1; drain it and drop the bus_* tables to migrate to v2")
+var ErrOldSchema = errors.New("the database holds bus postgres schema v1; drain it and drop the bus_* tables to migrate to v3")
 
 // Migrate creates the backend's tables and indexes, or does nothing when
-// they exist. It first looks for the schema's mark, without taking a lock
+// they exist; it brings a database of schema v2 to v3 (it adds
+// bus_leases). It first looks for the schema's mark, without taking a lock
 // on the tables (creating an index that exists, or setting a table's
 // storage parameters, would wait for the writers of the table and make
 // them wait). Otherwise it runs the schema as one batch without

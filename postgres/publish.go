@@ -27,16 +27,17 @@ type publisher struct {
 // topic's floor and, when ordP is not 0, to the xid8 $ordP. A message
 // with a dedup key is written only when the key is not in bus_dedup within
 // the window ($dedupP ms) and is recorded there; with dedupP 0 the
-// statement has no dedup step, and x no dkey column. guard, when not empty, is
-// a CTE named "guard" that must return a row for anything to be written
-// (dead-lettering settles the original in it). It returns the count of
+// statement has no dedup step, and x no dkey column. guard, when not
+// empty, is a list of CTEs, the last named "guard", that must return a
+// row for anything to be written (dead-lettering settles the original in
+// them). It returns the count of
 // messages written, whether it notified, and whether a notification was
 // due (a message was written to a topic with a group).
 func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	with := "WITH "
 	cond := ""
 	if guard != "" {
-		with = "WITH guard AS (" + guard + "), "
+		with = "WITH " + guard + ", "
 		cond = " AND EXISTS (SELECT 1 FROM guard)"
 	}
 	channel := "$" + strconv.Itoa(chanP)

@@ -1,4 +1,4 @@
--- The bus PostgreSQL backend schema (version 2). Applied by Migrate, by
+-- The bus PostgreSQL backend schema (version 3: version 2 and bus_leases). Applied by Migrate, by
 -- New and OpenURL unless told not to, or by `bus postgres migrate`; every
 -- statement is idempotent, and a transaction advisory lock keeps two
 -- migrations from running at once.
@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS bus_messages (
 -- bus_deliveries. (cur_ord, cur_seq) is the group's cursor: the last
 -- message of the log it has passed. A fetch locks the row, takes the
 -- messages after it and moves it; every message at or before it either
--- has a delivery row of the group or is settled.
+-- has a delivery row of the group, is pending in a lease of the group
+-- (bus_leases) or is settled.
 CREATE TABLE IF NOT EXISTS bus_groups (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     topic      text NOT NULL,
@@ -54,8 +55,9 @@ CREATE TABLE IF NOT EXISTS bus_groups (
 ) WITH (fillfactor = 50);
 
 -- bus_deliveries holds one row per message a group has passed with its
--- cursor and not settled: leased, given back, or held until its
--- DeliverAt (a first delivery waiting: n = 0). visible_at is when a
+-- cursor and not settled, but for the first deliveries pending in a
+-- lease of bus_leases: leased, given back, or held until its DeliverAt
+-- (a first delivery waiting: n = 0). visible_at is when a
 -- member may fetch it: when it is due, when its lease ends (leased), or
 -- when a nack's delay ends. ord is the message's, so that the row finds
 -- its message by the log's key. n counts the deliveries and names the
@@ -74,6 +76,33 @@ CREATE TABLE IF NOT EXISTS bus_deliveries (
     lease_by   bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (group_id, seq)
 );
+-- bus_leases holds one row per fetch that leased first deliveries: the
+-- messages a fetch takes after the group's cursor, due, are leased
+-- together (n = 1, attempt 1) until visible_at, under the fetch's tag
+-- lease_by. fetched lists their seqs in delivery order and ords their
+-- messages' ords (one each, in the same order); pending lists the seqs
+-- not yet settled. An ack removes its seqs from pending (and deletes the
+-- row when nothing is left); a Nack, Release, Snooze, Extend or
+-- DeadLetter of one of them moves it out into a bus_deliveries row; a
+-- fetch turns each lease that ran out into bus_deliveries rows (leased,
+-- n = 1, their lease over), which come back as redeliveries. A message
+-- is pending in at most one of bus_leases and bus_deliveries per group.
+CREATE TABLE IF NOT EXISTS bus_leases (
+    group_id   bigint NOT NULL,
+    lease_by   bigint NOT NULL,
+    visible_at timestamptz NOT NULL,
+    fetched    bigint[] NOT NULL,
+    ords       xid8[] NOT NULL,
+    pending    bigint[] NOT NULL,
+    PRIMARY KEY (group_id, lease_by)
+) WITH (fillfactor = 50);
+CREATE INDEX IF NOT EXISTS bus_leases_due ON bus_leases (group_id, visible_at);
+-- Keep a lease's arrays in its row (compressed) rather than out of line,
+-- where every ack would write them again.
+ALTER TABLE bus_leases ALTER COLUMN fetched SET STORAGE MAIN, ALTER COLUMN ords SET STORAGE MAIN,
+    ALTER COLUMN pending SET STORAGE MAIN;
+ALTER TABLE bus_leases SET (toast_tuple_target = 8160, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
 -- Waiting first deliveries are fetched in due order, redeliveries (n > 0) first.
 CREATE INDEX IF NOT EXISTS bus_deliveries_fresh ON bus_deliveries (group_id, visible_at, seq) WHERE n = 0;
 CREATE INDEX IF NOT EXISTS bus_deliveries_again ON bus_deliveries (group_id, visible_at) WHERE n > 0;
@@ -127,4 +156,4 @@ CREATE TABLE IF NOT EXISTS bus_members (
 -- The mark Migrate looks for first: the schema is in place (the file is
 -- applied atomically), so a process that starts does not take the
 -- tables' locks again while others write.
-COMMENT ON TABLE bus_topics IS 'bus postgres schema v2';
+COMMENT ON TABLE bus_topics IS 'bus postgres schema v3';

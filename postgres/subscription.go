@@ -9,17 +9,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
-// ackID names one delivery: the message's seq and the row's delivery
-// count when it was handed out.
+// ackID names one delivery: the message's seq, the row's delivery
+// count when it was handed out, and the tag of the fetch whose lease
+// (bus_leases) holds it, 0 when a row of bus_deliveries does.
 type ackID struct {
 	seq int64
 	n   int32
+	tag int64
 }
 
 // subscription is one member of a group. Receive runs on one goroutine;
@@ -85,13 +88,15 @@ func (s *subscription) errClosed(op string) error {
 // then waiting first deliveries that came due (a DeliverAt, a seek), then
 // the messages after the cursor in (ord, seq) order whose ord is below
 // the xmin of the statement's snapshot: every transaction below it has
-// ended, so no message can still commit behind the cursor. Each message
-// the cursor passes gets a delivery row: leased when it is due, waiting
-// (n = 0) until its DeliverAt otherwise. It returns the deliveries with
-// their messages, in delivery order. A delivery whose message is gone
-// (deleted) comes back with a NULL id. The first deliveries it returns
-// are read from c, not joined back from the rows it inserts (a
-// data-modifying CTE runs to completion whether it is read or not), and
+// ended, so no message can still commit behind the cursor. The messages
+// the cursor passes that are due are leased together by one row of
+// bus_leases (tagged $4), the others get a waiting delivery row (n = 0)
+// due at their DeliverAt. It returns the deliveries with their messages
+// and the tag of the lease that holds them (0: a delivery row), in
+// delivery order. A delivery whose message is gone (deleted) comes back
+// with a NULL id. The first deliveries it returns are read from c, not
+// joined back from the rows it writes (a data-modifying CTE runs to
+// completion whether it is read or not), and
 // the redeliveries it updates are picked by seq = ANY(array) within
 // their least and greatest seq (see ackSQL): the planner cannot estimate
 // how many rows a CTE holds, and joins two CTEs by comparing every row of
@@ -119,33 +124,57 @@ c AS (
         AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
     ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0)),
 i AS (
-    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
-    SELECT $1, c.seq, c.ord, CASE WHEN c.due THEN clock_timestamp() + $3::bigint * interval '1 millisecond' ELSE c.visible_at END,
-        c.due::int, c.due::int, c.due, CASE WHEN c.due THEN $4 ELSE 0 END
-    FROM c ORDER BY c.ord, c.seq),
+    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at)
+    SELECT $1, c.seq, c.ord, c.visible_at FROM c WHERE NOT c.due ORDER BY c.ord, c.seq),
+l AS (
+    INSERT INTO bus_leases (group_id, lease_by, visible_at, fetched, ords, pending)
+    SELECT $1, $4, clock_timestamp() + $3::bigint * interval '1 millisecond', f.s, f.o, f.s
+    FROM (SELECT array_agg(c.seq ORDER BY c.ord, c.seq) AS s, array_agg(c.ord ORDER BY c.ord, c.seq) AS o FROM c WHERE c.due) f
+    WHERE f.s IS NOT NULL),
 v AS (
     UPDATE bus_groups SET cur_ord = l.ord, cur_seq = l.seq
     FROM (SELECT ord, seq FROM c ORDER BY ord DESC, seq DESC LIMIT 1) l WHERE id = $1),
 d AS (
-    SELECT u.seq, u.n, u.attempt, 0 AS k, m.ord, m.id, m.key, m.headers, m.payload, m.published_at
+    SELECT u.seq, u.n, u.attempt, 0::bigint AS tag, 0 AS k, m.ord, m.id, m.key, m.headers, m.payload, m.published_at
     FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM g) AND m.ord = u.ord AND m.seq = u.seq
     UNION ALL
-    SELECT c.seq, 1, 1, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at FROM c WHERE c.due)
-SELECT seq, n, attempt, id, key, headers, payload, published_at FROM d
+    SELECT c.seq, 1, 1, $4, 1, c.ord, c.id, c.key, c.headers, c.payload, c.published_at FROM c WHERE c.due)
+SELECT seq, n, attempt, tag, id, key, headers, payload, published_at FROM d
 ORDER BY n = 1, k, ord, seq`
 
+// expireSQL turns the leases of group $1 that ran out into delivery
+// rows: each message still pending in one gets a row leased (n = 1,
+// attempt 1) under the lease's tag, its lease over, so that it comes
+// back as a redelivery, counted, as a leased row whose lease ran out
+// does. A fetch runs it first, in its transaction.
+const expireSQL = `WITH e AS (
+    DELETE FROM bus_leases WHERE group_id = $1 AND visible_at <= statement_timestamp()
+    RETURNING lease_by, visible_at, fetched, ords, pending)
+INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
+SELECT $1, x.seq, x.ord, e.visible_at, 1, 1, true, e.lease_by
+FROM e CROSS JOIN LATERAL unnest(e.fetched, e.ords) AS x(seq, ord) WHERE x.seq = ANY(e.pending)`
+
 // recoverSQL hands out again, with a new lease, what the fetch tagged $3
-// leased and never delivered. The attempt the lost fetch counted is this
-// delivery's: no handler saw the lost one. It runs once the lost fetch
-// has ended (see lostEnded).
+// leased and never delivered: its delivery rows, and what is pending in
+// its lease (which is still the fetch's: the lease restarts). The attempt
+// the lost fetch counted is this delivery's: no handler saw the lost one.
+// It runs once the lost fetch has ended (see lostEnded).
 const recoverSQL = `WITH u AS (
     UPDATE bus_deliveries d SET n = d.n + 1, lease_by = 0,
         visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
     WHERE d.group_id = $1 AND d.lease_by = $3 AND d.leased
-    RETURNING d.seq, d.ord, d.n, d.attempt)
-SELECT u.seq, u.n, u.attempt, m.id, m.key, m.headers, m.payload, m.published_at
-FROM u LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM bus_groups WHERE id = $1) AND m.ord = u.ord AND m.seq = u.seq
-ORDER BY u.seq`
+    RETURNING d.seq, d.ord, d.n, d.attempt),
+l AS (
+    UPDATE bus_leases SET visible_at = clock_timestamp() + $2::bigint * interval '1 millisecond'
+    WHERE group_id = $1 AND lease_by = $3
+    RETURNING fetched, ords, pending),
+d AS (
+    SELECT u.seq, u.n, u.attempt, 0::bigint AS tag, u.ord FROM u
+    UNION ALL
+    SELECT x.seq, 1, 1, $3, x.ord FROM l CROSS JOIN LATERAL unnest(l.fetched, l.ords) AS x(seq, ord) WHERE x.seq = ANY(l.pending))
+SELECT d.seq, d.n, d.attempt, d.tag, m.id, m.key, m.headers, m.payload, m.published_at
+FROM d LEFT JOIN bus_messages m ON m.topic = (SELECT topic FROM bus_groups WHERE id = $1) AND m.ord = d.ord AND m.seq = d.seq
+ORDER BY d.seq`
 
 // giveBackSQL returns to the group what the fetch tagged $2 leased and
 // never delivered, due at once and uncounted, as Release does: a first
@@ -154,10 +183,20 @@ ORDER BY u.seq`
 // before anything after the cursor), a redelivery is given back. It runs
 // once the lost fetch has ended (see lostEnded). Every row gets the same
 // visible_at (now(), not clock_timestamp(), which moves from row to row),
-// so a fetch takes them back in seq order.
-const giveBackSQL = `UPDATE bus_deliveries SET n = CASE WHEN n = 1 THEN 0 ELSE n END, attempt = attempt - 1,
-    leased = false, lease_by = 0, visible_at = now()
-WHERE group_id = $1 AND lease_by = $2 AND leased`
+// so a fetch takes them back in seq order. The fetch's lease becomes a
+// waiting delivery row (n = 0) for each message pending in it. It
+// returns how many deliveries it gave back.
+const giveBackSQL = `WITH l AS (
+    DELETE FROM bus_leases WHERE group_id = $1 AND lease_by = $2 RETURNING fetched, ords, pending),
+i AS (
+    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at)
+    SELECT $1, x.seq, x.ord, now() FROM l CROSS JOIN LATERAL unnest(l.fetched, l.ords) AS x(seq, ord)
+    WHERE x.seq = ANY(l.pending) RETURNING 1),
+u AS (
+    UPDATE bus_deliveries SET n = CASE WHEN n = 1 THEN 0 ELSE n END, attempt = attempt - 1,
+        leased = false, lease_by = 0, visible_at = now()
+    WHERE group_id = $1 AND lease_by = $2 AND leased RETURNING 1)
+SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM u)`
 
 // endLostSQL ends the server process $1 of a connection the client
 // closed (one of this role's: the pool's own): whether its statement, a
@@ -238,16 +277,17 @@ func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.
 		if err := b.lostEnded(ctx, l, lease); err != nil {
 			return // the rows come back after their lease
 		}
-		tag, err := b.pool.Exec(ctx, giveBackSQL, gid, l.tag)
-		if err == nil && tag.RowsAffected() > 0 {
+		var n int64
+		err := b.pool.QueryRow(ctx, giveBackSQL, gid, l.tag).Scan(&n)
+		if err == nil && n > 0 {
 			b.dueSoon(topic, 0)
 		}
 	}()
 }
 
-// nextDueSQL returns how many ms until the next delivery row of group
-// $1 becomes due (a waiting first delivery, a lease that ends, a nack's
-// delay) within the next $2 ms (NULL when none does), and whether a
+// nextDueSQL returns how many ms until the next delivery row or lease of
+// group $1 becomes due (a waiting first delivery, a lease that ends, a
+// nack's delay) within the next $2 ms (NULL when none does), and whether a
 // message lies after the group's cursor (one that a fetch could not take
 // yet: its writer's transaction id is not below every running one's).
 // It reads the rows due from a second ago to $2 ms ahead only: the
@@ -258,6 +298,8 @@ SELECT extract(epoch FROM least(
     (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n = 0
         AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w)),
     (SELECT min(visible_at) FROM bus_deliveries WHERE group_id = $1 AND n > 0
+        AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w)),
+    (SELECT min(visible_at) FROM bus_leases WHERE group_id = $1
         AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w))) - clock_timestamp()) * 1000,
     (SELECT true FROM bus_messages m WHERE m.topic = (SELECT topic FROM bus_groups WHERE id = $1)
         AND ROW(m.ord, m.seq) > ROW((SELECT cur_ord FROM bus_groups WHERE id = $1), (SELECT cur_seq FROM bus_groups WHERE id = $1))
@@ -291,7 +333,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		if err := s.b.lostEnded(ctx, lost, time.Duration(s.lease)*time.Millisecond); err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
-		msgs, err := s.query(ctx, nil, recoverSQL, s.gid, s.lease, lost.tag)
+		msgs, err := s.query(ctx, nil, false, recoverSQL, s.gid, s.lease, lost.tag)
 		if err != nil {
 			return nil, s.receiveErr(ctx, err)
 		}
@@ -310,7 +352,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		tag := rand.Int64N(1<<62) + 1
 		var pid uint32
-		msgs, err := s.query(ctx, &pid, fetchSQL, s.gid, max, s.lease, tag)
+		msgs, err := s.query(ctx, &pid, true, fetchSQL, s.gid, max, s.lease, tag)
 		if err != nil {
 			s.setLost(lostFetch{tag: tag, pid: pid})
 			return nil, s.receiveErr(ctx, err)
@@ -378,17 +420,18 @@ func (s *subscription) setLost(l lostFetch) {
 }
 
 // query runs a fetch and returns its messages; deliveries whose message
-// is gone or does not decode are settled (and dead-lettered) here. When
-// it fails with its connection closed by the client, the statement may
-// still run at the server: *running (when not nil) is then set to the
-// server process of the connection (see lostFetch).
-func (s *subscription) query(ctx context.Context, running *uint32, sql string, args ...any) ([]*backend.Message, error) {
+// is gone or does not decode are settled (and dead-lettered) here. With
+// expire, expireSQL runs first, in the same transaction. When it fails
+// with its connection closed by the client, the statement may still run
+// at the server: *running (when not nil) is then set to the server
+// process of the connection (see lostFetch).
+func (s *subscription) query(ctx context.Context, running *uint32, expire bool, sql string, args ...any) ([]*backend.Message, error) {
 	conn, err := s.b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err // nothing was sent
 	}
 	defer conn.Release()
-	msgs, err := s.read(ctx, conn, sql, args...)
+	msgs, err := s.read(ctx, conn, expire, sql, args...)
 	if err != nil && running != nil && conn.Conn().PgConn().IsClosed() {
 		*running = conn.Conn().PgConn().PID()
 	}
@@ -396,14 +439,31 @@ func (s *subscription) query(ctx context.Context, running *uint32, sql string, a
 }
 
 // read runs query sql on conn; see query.
-func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string, args ...any) ([]*backend.Message, error) {
-	rows, err := conn.Query(ctx, sql, args...)
+func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, expire bool, sql string, args ...any) ([]*backend.Message, error) {
+	var rows pgx.Rows
+	var err error
+	var br pgx.BatchResults
+	if expire {
+		// One transaction, which commits when the batch is read to its
+		// end (br.Close): what is settled below sees what it leased.
+		batch := &pgx.Batch{}
+		batch.Queue(expireSQL, s.gid)
+		batch.Queue(sql, args...)
+		br = conn.SendBatch(ctx, batch)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+		rows, err = br.Query()
+	} else {
+		rows, err = conn.Query(ctx, sql, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	s.vals = s.vals[:0]
-	var gone []int64
+	var gone []ackID
 	type bad struct {
 		id  ackID
 		msg backend.Message
@@ -413,25 +473,27 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string,
 		var (
 			seq          int64
 			n, attempt   int32
+			tag          int64
 			id           *string
 			key, headers []byte
 			payload      []byte
 			at           *time.Time
 		)
-		if err := rows.Scan(&seq, &n, &attempt, &id, &key, &headers, &payload, &at); err != nil {
+		if err := rows.Scan(&seq, &n, &attempt, &tag, &id, &key, &headers, &payload, &at); err != nil {
 			return nil, err
 		}
+		a := ackID{seq: seq, n: n, tag: tag}
 		if id == nil {
-			gone = append(gone, seq)
+			gone = append(gone, a)
 			continue
 		}
-		m := backend.Message{ID: *id, Key: string(key), Payload: payload, AckID: ackID{seq: seq, n: n}, Attempt: int(max(attempt, 1))}
+		m := backend.Message{ID: *id, Key: string(key), Payload: payload, AckID: a, Attempt: int(max(attempt, 1))}
 		if at != nil {
 			m.PublishedAt = *at
 		}
 		h, err := decodeHeaders(headers)
 		if err != nil {
-			malformed = append(malformed, bad{ackID{seq, n}, m})
+			malformed = append(malformed, bad{a, m})
 			continue
 		}
 		m.Headers = h
@@ -439,6 +501,12 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string,
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	rows.Close()
+	if br != nil {
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
 	}
 	if len(gone) > 0 {
 		s.settleGone(ctx, gone)
@@ -453,15 +521,15 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, sql string,
 	return s.out, nil
 }
 
-// settleGone deletes the delivery rows of messages deleted while the group
+// settleGone settles the deliveries of messages deleted while the group
 // held them, and reports them.
-func (s *subscription) settleGone(ctx context.Context, seqs []int64) {
-	if _, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs); err != nil {
+func (s *subscription) settleGone(ctx context.Context, ids []ackID) {
+	if err := s.ack(ctx, ids); err != nil {
 		return // they come back after their lease
 	}
 	s.cfg.Observer.Observe(ctx, observer.Event{
 		Scope: observer.ScopeReclaim, Topic: s.topic, Group: s.cfg.Group,
-		Err: fmt.Errorf("postgres: %d message(s) of %q were deleted before the group settled them", len(seqs), s.topic),
+		Err: fmt.Errorf("postgres: %d message(s) of %q were deleted before the group settled them", len(ids), s.topic),
 	})
 }
 
@@ -481,35 +549,102 @@ func (s *subscription) deadLetterMalformed(ctx context.Context, id ackID, m *bac
 	_ = s.Ack(ctx, []backend.AckID{id})
 }
 
-// ackSQL deletes group $1's delivery rows of the seqs $4, whose least is
-// $2 and greatest $3. The bounds make the key's range the index search:
+// ackSQL settles group $1's seqs $4, whose least is $2 and greatest $3:
+// it takes them out of the pending seqs of the group's leases tagged $5
+// (deleting a lease left with none, updating the others) and deletes
+// their delivery rows. The bounds make the key's range the index search:
 // PostgreSQL before 17 may search (group_id, seq) by group_id alone and
 // test seq = ANY as a filter, reading every row of the group, the
-// settled ones that no vacuum has removed yet among them.
-const ackSQL = `DELETE FROM bus_deliveries WHERE group_id = $1 AND seq BETWEEN $2 AND $3 AND seq = ANY($4)`
+// settled ones that no vacuum has removed yet among them. The delivery
+// rows go whatever the ids' tags: a stale Ack (of a lease that ran out
+// and became delivery rows) still settles. A lease the snapshot shows
+// with nothing pending but the acked seqs is deleted, every other one
+// updated (the update's condition holds for a newer version of the row
+// too, so a concurrent settlement of the same lease cannot make the ack
+// skip it; the lease is then left empty until it runs out).
+const ackSQL = `WITH x AS (
+    DELETE FROM bus_leases WHERE group_id = $1 AND lease_by = ANY($5) AND pending <@ $4 RETURNING lease_by),
+y AS (
+    UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p <> ALL($4))
+    WHERE group_id = $1 AND lease_by = ANY($5) AND lease_by <> ALL(ARRAY(SELECT lease_by FROM x)) AND pending && $4 RETURNING 1)
+DELETE FROM bus_deliveries WHERE group_id = $1 AND seq BETWEEN $2 AND $3 AND seq = ANY($4)`
 
-// Ack deletes the delivery rows: the group has settled the messages.
+// Ack settles the deliveries: the group is done with the messages.
 func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	seqs := make([]int64, 0, len(ids))
+	as := make([]ackID, 0, len(ids))
 	for _, id := range ids {
 		a, ok := id.(ackID)
 		if !ok {
 			return fmt.Errorf("postgres: ack %q: foreign AckID %T", s.topic, id)
 		}
-		seqs = append(seqs, a.seq)
+		as = append(as, a)
 	}
-	if _, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs); err != nil {
+	if err := s.ack(ctx, as); err != nil {
 		return fmt.Errorf("postgres: ack %q: %w", s.topic, classify(err))
 	}
 	return nil
 }
 
+// ack runs ackSQL for ids.
+func (s *subscription) ack(ctx context.Context, ids []ackID) error {
+	seqs := make([]int64, 0, len(ids))
+	var tags []int64
+	for _, a := range ids {
+		seqs = append(seqs, a.seq)
+		if a.tag != 0 && !slices.Contains(tags, a.tag) {
+			tags = append(tags, a.tag)
+		}
+	}
+	if tags == nil {
+		tags = []int64{}
+	}
+	_, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs, tags)
+	return err
+}
+
 // leasedSQL is the condition every settlement but Ack checks: the row is
 // still this delivery ($3: its count), leased, within its lease.
 const leasedSQL = `group_id = $1 AND seq = $2 AND n = $3 AND leased AND visible_at > clock_timestamp()`
+
+// splitSQL is the CTE every settlement but Ack starts with: it takes seq
+// $2 out of the pending seqs of group $1's lease tagged $tagP when the
+// delivery ($3) is the lease's first one and the lease has not run out,
+// and returns the message's ord. The settlement writes the message's
+// delivery row from it, in the same statement; otherwise it acts on the
+// delivery row (leasedSQL), which the delivery has when an Extend moved
+// it out of its lease.
+func splitSQL(tagP string) string {
+	return `l AS (
+    UPDATE bus_leases SET pending = array_remove(pending, $2::bigint)
+    WHERE group_id = $1 AND lease_by = ` + tagP + ` AND $3 = 1 AND pending @> ARRAY[$2::bigint] AND visible_at > clock_timestamp()
+    RETURNING ords[array_position(fetched, $2::bigint)] AS ord)`
+}
+
+// giveBackOneSQL ends the lease of delivery ($2, $3), tagged $6: the
+// message is due after $4 µs, and its attempt drops by $5. It returns
+// how many deliveries it changed (0: stale).
+var giveBackOneSQL = `WITH ` + splitSQL("$6") + `,
+i AS (
+    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
+    SELECT $1, $2, l.ord, clock_timestamp() + $4::bigint * interval '1 microsecond', 1, 1 - $5, false, 0 FROM l RETURNING 1),
+u AS (
+    UPDATE bus_deliveries SET leased = false, lease_by = 0, attempt = attempt - $5,
+        visible_at = clock_timestamp() + $4::bigint * interval '1 microsecond' WHERE ` + leasedSQL + ` RETURNING 1)
+SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM u)`
+
+// extendSQL restarts the lease of delivery ($2, $3), tagged $5, for $4
+// ms; a delivery of a lease moves out of it into a leased delivery row.
+// It returns how many deliveries it changed (0: stale).
+var extendSQL = `WITH ` + splitSQL("$5") + `,
+i AS (
+    INSERT INTO bus_deliveries (group_id, seq, ord, visible_at, n, attempt, leased, lease_by)
+    SELECT $1, $2, l.ord, clock_timestamp() + $4::bigint * interval '1 millisecond', 1, 1, true, 0 FROM l RETURNING 1),
+u AS (
+    UPDATE bus_deliveries SET visible_at = clock_timestamp() + $4::bigint * interval '1 millisecond' WHERE ` + leasedSQL + ` RETURNING 1)
+SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM u)`
 
 // Nack makes the message due again after delay, counted.
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
@@ -534,13 +669,12 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 		return fmt.Errorf("postgres: %s %q: foreign AckID %T", op, s.topic, id)
 	}
 	delay = min(max(delay, 0), backend.MaxDelay)
-	tag, err := s.b.pool.Exec(ctx, `UPDATE bus_deliveries SET leased = false, lease_by = 0, attempt = attempt - $5,
-    visible_at = clock_timestamp() + $4::bigint * interval '1 microsecond' WHERE `+leasedSQL,
-		s.gid, a.seq, a.n, delay.Microseconds(), uncount)
+	var n int64
+	err := s.b.pool.QueryRow(ctx, giveBackOneSQL, s.gid, a.seq, a.n, delay.Microseconds(), uncount, a.tag).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("postgres: %s %q: %w", op, s.topic, classify(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("postgres: %s %q: %w", op, s.topic, backend.ErrStale)
 	}
 	s.b.dueSoon(s.topic, delay)
@@ -553,28 +687,28 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 	if !ok {
 		return fmt.Errorf("postgres: extend %q: foreign AckID %T", s.topic, id)
 	}
-	tag, err := s.b.pool.Exec(ctx, `UPDATE bus_deliveries SET visible_at = clock_timestamp() + $4::bigint * interval '1 millisecond' WHERE `+leasedSQL,
-		s.gid, a.seq, a.n, s.lease)
+	var n int64
+	err := s.b.pool.QueryRow(ctx, extendSQL, s.gid, a.seq, a.n, s.lease, a.tag).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("postgres: extend %q: %w", s.topic, classify(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("postgres: extend %q: %w", s.topic, backend.ErrStale)
 	}
 	return nil
 }
 
-// DeadLetter deletes the delivery row and writes msg to topic in one
-// transaction; a stale id writes nothing.
+// DeadLetter settles the delivery (its delivery row, or its place in
+// its lease) and writes msg to topic in one transaction; a stale id
+// writes nothing.
 func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
 	a, ok := id.(ackID)
 	if !ok {
 		return fmt.Errorf("postgres: dead-letter %q: foreign AckID %T", s.topic, id)
 	}
 	p := publisher{channel: s.b.pub.channel} // no dedup: a message may be dead-lettered again after a replay
-	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n)
-	n, _, err := s.b.insertLocked(ctx, topic, insertSQL(`DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
-        AND visible_at > clock_timestamp() RETURNING 1`, arraysSource, 9, 10, 0), args)
+	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n, a.tag)
+	n, _, err := s.b.insertLocked(ctx, topic, deadLetterSQL, args)
 	if err != nil {
 		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, classify(err))
 	}
@@ -583,6 +717,17 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	}
 	return nil
 }
+
+// deadLetterSQL writes a message from arraysSource once it settled
+// delivery ($12, $13) of group $11, tagged $14.
+var deadLetterSQL = insertSQL(`gl AS (
+    UPDATE bus_leases SET pending = array_remove(pending, $12::bigint)
+    WHERE group_id = $11 AND lease_by = $14 AND $13 = 1 AND pending @> ARRAY[$12::bigint] AND visible_at > clock_timestamp()
+    RETURNING 1),
+gd AS (
+    DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
+        AND visible_at > clock_timestamp() RETURNING 1),
+guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0)
 
 // Close ends the member at once: a Receive in progress returns an error
 // wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
