@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/eventbus-go/bus/backend"
 )
@@ -52,12 +54,13 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	} else {
 		keep = "true"
 	}
-	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM bus_topics WHERE name = $1), '0'::xid8)`
+	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM f), '0'::xid8)`
 	if ordP != 0 {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
 	}
 	ord += ")"
-	return with + `t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM bus_topics WHERE name = $1)` +
+	return with + `f AS (SELECT floor FROM bus_topics WHERE name = $1),
+t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM f)` +
 		andGuard(guard) + ` ON CONFLICT DO NOTHING),
 x AS (` + x + `),
 ` + d + `o AS (SELECT ` + ord + ` AS v),
@@ -84,14 +87,71 @@ func andGuard(guard string) string {
 
 var plainInsert = insertSQL("", arraysSource, 9, 10, 0)
 
-// undupSource reads a batch without dedup keys from the arrays $2..$7.
-const undupSource = `SELECT * FROM unnest($2::text[], $3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::timestamptz[])
-        WITH ORDINALITY AS x(id, key, headers, payload, published_at, due, ord)`
+// Columns a batch without dedup keys sends only when some message of it
+// needs them: left out, every message has an empty key, no headers and is
+// due when written.
+const (
+	colKey = 1 << iota
+	colHeaders
+	colDue
+	colAll = colKey | colHeaders | colDue
+)
 
-// undupInsert writes a batch none of whose messages has a dedup key (the
-// bus generated their IDs, or the window is off): without the dedup step
-// the statement neither reads nor locks bus_dedup and its indexes.
-var undupInsert = insertSQL("", undupSource, 0, 8, 0)
+// undupInserts[cols] writes a batch none of whose messages has a dedup key
+// (the bus generated their IDs, or the window is off): without the dedup
+// step the statement neither reads nor locks bus_dedup and its indexes. It
+// reads the arrays $2 (ids), $3 (payloads), $4 (publish times) and then,
+// in this order, those of the keys, headers and due times that cols names;
+// the channel comes last. Each array left out is one the client need not
+// encode nor the server decode.
+var undupInserts = func() (q [colAll + 1]string) {
+	for cols := range q {
+		q[cols] = insertSQL("", undupSource(cols), 0, 5+bits.OnesCount(uint(cols)), 0)
+	}
+	return q
+}()
+
+// undupSource is the source of undupInserts[cols].
+func undupSource(cols int) string {
+	arrays, names := "$2::text[], $3::bytea[], $4::timestamptz[]", "id, payload, published_at"
+	key, headers, due := "''::bytea", "NULL::bytea", "NULL::timestamptz"
+	p := 5
+	for _, c := range []struct {
+		col       int
+		typ, name string
+		expr      *string
+	}{{colKey, "bytea", "key", &key}, {colHeaders, "bytea", "headers", &headers}, {colDue, "timestamptz", "due", &due}} {
+		if cols&c.col != 0 {
+			arrays += ", $" + strconv.Itoa(p) + "::" + c.typ + "[]"
+			names += ", " + c.name
+			*c.expr = "u." + c.name
+			p++
+		}
+	}
+	return `SELECT u.id, ` + key + ` AS key, ` + headers + ` AS headers, u.payload, u.published_at, ` + due + ` AS due, u.ord
+        FROM unnest(` + arrays + `) WITH ORDINALITY AS u(` + names + `, ord)`
+}
+
+// undupArgs returns the statement and parameters that write r (without
+// dedup keys) to topic, notifying channel.
+func (r rows) undupArgs(topic, channel string) (string, []any) {
+	args := make([]any, 0, 8)
+	args = append(args, topic, pgtype.FlatArray[string](r.ids), pgtype.FlatArray[[]byte](r.payloads), pgtype.FlatArray[time.Time](r.at))
+	cols := 0
+	if slices.ContainsFunc(r.keys, func(k []byte) bool { return len(k) > 0 }) {
+		cols |= colKey
+		args = append(args, pgtype.FlatArray[[]byte](r.keys))
+	}
+	if slices.ContainsFunc(r.headers, func(h []byte) bool { return h != nil }) {
+		cols |= colHeaders
+		args = append(args, pgtype.FlatArray[[]byte](r.headers))
+	}
+	if slices.ContainsFunc(r.due, func(d *time.Time) bool { return d != nil }) {
+		cols |= colDue
+		args = append(args, pgtype.FlatArray[*time.Time](r.due))
+	}
+	return undupInserts[cols], append(args, channel)
+}
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
 // transaction: writers share it, a new group waits for them.
@@ -171,9 +231,12 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
 	r := b.pub.rowsOf(msgs, false)
-	insert, args := plainInsert, b.pub.args(topic, r)
-	if !slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }) {
-		insert, args = undupInsert, append(args[:7:7], args[9])
+	var insert string
+	var args []any
+	if slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }) {
+		insert, args = plainInsert, b.pub.args(topic, r)
+	} else {
+		insert, args = r.undupArgs(topic, b.pub.channel)
 	}
 	if !b.notes.claim(topic) {
 		args[len(args)-1] = ""
