@@ -23,8 +23,12 @@
 //
 // # Tables
 //
-// Every table is named bus_*; [Schema] returns the SQL. Migrate refuses a
-// database that holds the first layout (schema v1) with [ErrOldSchema].
+// Every table is named bus_*; [Schema] returns the SQL (schema v3).
+// Migrate brings a database of schema v2 to v3 (it adds bus_leases; the
+// rows of v2 keep their meaning) and refuses one that holds the first
+// layout (schema v1) with [ErrOldSchema]. Stop every process of an older
+// release before the first process of this one migrates: an older
+// trimmer does not see what bus_leases holds.
 //
 //	bus_topics      one row per topic: its partition count and its floor
 //	                (the least ord a message written to it gets)
@@ -36,10 +40,16 @@
 //	bus_groups      one row per consumer group (topic, name) with an id
 //	                and its cursor (cur_ord, cur_seq): the last message of
 //	                the log the group has passed
+//	bus_leases      one row per fetch that leased first deliveries:
+//	                (group_id, lease_by: the fetch's tag), visible_at
+//	                (when the lease ends), fetched (the seqs, in delivery
+//	                order), ords (their messages' ords), pending (the
+//	                seqs not settled yet)
 //	bus_deliveries  one row per message a group has passed and not
-//	                settled: (group_id, seq), visible_at (when a member
-//	                may fetch it), n (deliveries so far: names the current
-//	                one; 0 for a first delivery waiting for its DeliverAt),
+//	                settled, but for those pending in a lease:
+//	                (group_id, seq), visible_at (when a member may fetch
+//	                it), n (deliveries so far: names the current one; 0
+//	                for a first delivery waiting for its DeliverAt),
 //	                attempt, leased, lease_by (the fetch that leased it)
 //	bus_keyord      per topic and key hash, the ord PublishTx last gave
 //	                the key
@@ -51,12 +61,16 @@
 //
 // A group reads the log through its cursor: the primary key (topic, ord,
 // seq) of bus_messages takes a fetch straight to the messages after it,
-// and a delivery row (which carries the message's ord) to its message. A
-// publish writes the message rows only; delivery rows exist only for what
-// is leased, given back or waiting for its DeliverAt, so they are few and
+// and a delivery row (which carries the message's ord) or a lease (which
+// carries its messages' ords) to its messages. A publish writes the
+// message rows only. A fetch leases the first deliveries it takes with
+// one bus_leases row, whatever their number; delivery rows exist only for
+// what is redelivered, given back, moved out of a lease by a settlement
+// other than Ack, or waiting for its DeliverAt, so they are few and
 // short-lived. Two partial indexes on bus_deliveries, (group_id,
 // visible_at, seq) where n = 0 and (group_id, visible_at) where n > 0,
-// find the waiting rows and the redeliveries that came due.
+// find the waiting rows and the redeliveries that came due; one on
+// bus_leases, (group_id, visible_at), the leases that ran out.
 //
 // # Commit order
 //
@@ -84,7 +98,9 @@
 //
 //   - Publish is one round trip: a pipelined transaction that takes the
 //     topic's shared advisory lock and then, in one INSERT with CTEs,
-//     writes the messages (unnest of arrays) with the transaction's id
+//     writes the messages (unnest of arrays; the keys, headers and due
+//     times only when some message of the batch has one) with the
+//     transaction's id
 //     (raised to the topic's floor) as their ord, the caller-set IDs
 //     into bus_dedup (a batch without any leaves that step out), and
 //     pg_notify(channel, topic) when the topic has a group. Concurrent publishers share the lock; a new group takes it
@@ -97,17 +113,23 @@
 //     floor, even from a transaction that started earlier. It waits (at
 //     most 2s, and within its ctx) until the Backend's listener listens,
 //     so that what is published right after it starts is notified to it.
-//   - Receive leases up to max messages in one statement. It locks the
-//     group's row (the fetches of a group take turns at its cursor),
+//   - Receive leases up to max messages in one round trip: a pipelined
+//     transaction of two statements. The first turns the group's leases
+//     that ran out into delivery rows (DELETE ... RETURNING feeding an
+//     INSERT: one leased row per seq still pending, n = 1, its lease
+//     over), so that they come back as redeliveries. The second locks
+//     the group's row (the fetches of a group take turns at its cursor),
 //     takes the redeliveries that came due first (n > 0, so the head of
 //     a key whose member died comes back before what follows it), then
 //     the waiting first deliveries that came due, both FOR UPDATE SKIP
 //     LOCKED, then the messages after the cursor in (ord, seq) order that
-//     the snapshot admits; it writes a leased delivery row for each (a
-//     waiting row, n = 0, for a message whose DeliverAt is ahead), moves
-//     the cursor past them, updates the redeliveries (n, attempt, leased,
+//     the snapshot admits; it leases those that are due with one
+//     bus_leases row tagged by the fetch (until now + ack timeout), writes
+//     a waiting row (n = 0) for each whose DeliverAt is ahead, moves the
+//     cursor past them, updates the redeliveries (n, attempt, leased,
 //     visible_at = now + ack timeout) and returns them all with their
-//     messages. Members never wait on each other's rows. With nothing
+//     messages; an AckID carries the lease's tag (0 for a delivery row).
+//     Members never wait on each other's rows. With nothing
 //     due it waits for a notification of the topic (one LISTEN
 //     connection per Backend, outside the pool), for the group's next due
 //     row, or for Options.Block (1s), whichever comes first: an idle
@@ -116,26 +138,34 @@
 //     reconnects with backoff and wakes every subscription when it does).
 //   - A fetch whose reply was lost (a cancelled ctx, a dead connection)
 //     may have committed, or may still run at the server and commit
-//     later. Each fetch tags the rows it leases with a random lease_by;
+//     later. Each fetch tags the rows and the lease it writes with a
+//     random lease_by;
 //     after a failed fetch whose connection the client closed, the next
 //     Receive ends that connection's server process
 //     (pg_terminate_backend, the role's own) and waits until it is gone
 //     (pg_stat_activity, at most one lease), then first hands out the
-//     rows still leased under that tag, with their attempt unchanged,
-//     before anything newer. When the subscription closes instead, the
-//     same wait runs in the background and the rows are given back
-//     uncounted and due at once (a first delivery as a waiting one, not
+//     rows still leased under that tag and what is pending in its lease
+//     (restarted), with their attempt unchanged, before anything newer.
+//     When the subscription closes instead, the same wait runs in the
+//     background and the deliveries are given back uncounted and due at
+//     once (a first delivery, of the lease or not, as a waiting row, not
 //     pending), so that the member that takes the group or the
 //     partition over does not wait an ack timeout for them.
-//   - Ack deletes the group's rows (DELETE ... seq BETWEEN the least
-//     and greatest of the ids AND seq = ANY($ids), so that the index
-//     search is a range of the key): one statement per flush. A stale
-//     Ack still settles.
+//   - Ack is one statement per flush: it takes the seqs out of the
+//     pending seqs of the leases the ids name (deleting a lease left
+//     with none) and deletes the group's delivery rows of them (DELETE
+//     ... seq BETWEEN the least and greatest of the ids AND seq =
+//     ANY($ids), so that the index search is a range of the key). A
+//     stale Ack still settles.
 //   - Nack, Release and Snooze set visible_at = now + delay and leased =
 //     false (Release and Snooze also take one off attempt: not counted);
 //     Extend sets visible_at = now + ack timeout. Each acts only while
 //     the row is still this delivery (n), leased and within its lease;
-//     otherwise it changes nothing and returns backend.ErrStale. The
+//     otherwise it changes nothing and returns backend.ErrStale. A first
+//     delivery still pending in its lease (which has not run out) is
+//     taken out of it, in the same statement, into a delivery row with
+//     what the settlement sets (n = 1), so the rest of the lease is
+//     untouched. The
 //     subscriptions of the process are woken to re-read the next due time,
 //     and a delay shorter than Options.Block is notified on the topic
 //     after the commit, so members in every process re-read it: a delay
@@ -148,8 +178,9 @@
 //   - Leases are per delivery: a member's ack timeout applies to what it
 //     fetched, and a member never changes another's lease, so members
 //     with different ack timeouts can share a group.
-//   - DeadLetter deletes the delivery row and writes the copy to the
-//     dead-letter topic in one transaction: a stale id writes nothing.
+//   - DeadLetter deletes the delivery row (or takes the seq out of its
+//     lease) and writes the copy to the dead-letter topic in one
+//     transaction: a stale id writes nothing.
 //   - A message deleted while a group held it (Inspector.Delete,
 //     DeleteTopic) is settled and reported with observer.ScopeReclaim; a
 //     row whose headers do not decode is dead-lettered (or acked without
@@ -173,9 +204,11 @@
 //
 // RetainSettled (the default) deletes, every Options.TrimInterval, the
 // messages of each subscribed topic that every group's cursor has passed
-// and that no group holds a delivery row for, in one statement (a
-// cursor moves only together with the delivery rows of what it passes,
-// so one snapshot never sees a passed message without them), and only on
+// and that no group holds (a delivery row, or pending in a lease), in one
+// statement (a cursor moves only together with the delivery rows and the
+// lease of what it passes, and a message moves between a lease and a
+// delivery row in one statement, so one snapshot never sees a passed
+// message without what holds it), and only on
 // topics with groups: a message some group has not settled is never
 // deleted, and a topic nobody consumes (a dead-letter topic) keeps
 // everything. RetainAll never deletes.
@@ -221,9 +254,11 @@
 // backend.Extender, Releaser, Snoozer and DeadLetterer; the Backend
 // implements Inspector (Consumers counts the group's subscriptions whose
 // bus_members row is live: one that closed stops counting at once, one
-// whose process died within 15 s; OldestPending is unknown: a delivery
-// row keeps when its lease ends, not when it began), TopicDeleter,
-// GroupSeeker (in-flight deliveries of a sought group are dropped; a
+// whose process died within 15 s; Pending counts delivery rows with n >
+// 0 and the seqs pending in leases; OldestPending is unknown: a delivery
+// row or a lease keeps when its lease ends, not when it began),
+// TopicDeleter, GroupSeeker (in-flight deliveries and leases of a sought
+// group are dropped; a
 // seek to a time writes a waiting delivery row per retained message from
 // that time on and starts the cursor after the newest),
 // GroupLocker and Partitioner.
