@@ -34,7 +34,9 @@ type publisher struct {
 // row for anything to be written (dead-lettering settles the original in
 // them). It returns the count of
 // messages written, whether it notified, and whether a notification was
-// due (a message was written to a topic with a group).
+// due (a message was written to a topic with a group). Without dedup
+// step and guard every message of x is written (x has as many rows as
+// the array $2): the insert returns nothing, and the count is $2's.
 func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	with := "WITH "
 	cond := ""
@@ -59,6 +61,10 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
 	}
 	ord += ")"
+	returning, written := "\n        RETURNING 1", "(SELECT count(*) FROM m)"
+	if dedupP == 0 && guard == "" {
+		returning, written = "", "cardinality($2::text[])::bigint"
+	}
 	return with + `f AS (SELECT floor FROM bus_topics WHERE name = $1),
 t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM f)` +
 		andGuard(guard) + ` ON CONFLICT DO NOTHING),
@@ -66,10 +72,9 @@ x AS (` + x + `),
 ` + d + `o AS (SELECT ` + ord + ` AS v),
 m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
         SELECT $1, (SELECT v FROM o), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
-        WHERE ` + keep + cond + ` ORDER BY x.ord
-        RETURNING 1),
-g AS (SELECT EXISTS (SELECT 1 FROM m) AND EXISTS (SELECT 1 FROM bus_groups WHERE topic = $1) AS due)
-SELECT (SELECT count(*) FROM m),
+        WHERE ` + keep + cond + ` ORDER BY x.ord` + returning + `),
+g AS (SELECT ` + written + ` > 0 AND EXISTS (SELECT 1 FROM bus_groups WHERE topic = $1) AS due)
+SELECT ` + written + `,
        (SELECT count(pg_notify(` + channel + `, $1)) FROM g WHERE ` + channel + ` <> '' AND g.due),
        (SELECT due FROM g)`
 }
