@@ -28,7 +28,7 @@ func postgresMigrateCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	rawURL := fs.String("url", defaultURL(), "postgres:// URL of the database (default $BUS_URL)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: bus postgres migrate --url URL\n\nCreates the backend's tables (bus_topics, bus_messages, bus_groups,\nbus_deliveries, bus_keyord, bus_dedup, bus_locks, bus_members) and their\nindexes; does nothing when they exist.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: bus postgres migrate --url URL\n\nCreates the backend's tables (bus_topics, bus_messages, bus_groups,\nbus_leases, bus_deliveries, bus_keyord, bus_dedup, bus_locks, bus_members)\nand their indexes, or brings a database of schema v2 to v3; does nothing\nwhen they exist.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
