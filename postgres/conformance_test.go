@@ -31,6 +31,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("TrimKeepsHeld", func(t *testing.T) { testTrimKeepsHeld(t, srv.URL()) })
 	t.Run("LeasePartialAckExpiry", func(t *testing.T) { testLeasePartialAckExpiry(t, srv.URL()) })
 	t.Run("LeaseSettleOne", func(t *testing.T) { testLeaseSettleOne(t, srv.URL()) })
+	t.Run("LeaseConcurrentSettlements", func(t *testing.T) { testLeaseConcurrentSettlements(t, srv.URL()) })
 	t.Run("MigrateV2ToV3", func(t *testing.T) { testMigrateV2ToV3(t, srv.URL()) })
 	t.Run("LostFetch", func(t *testing.T) { testLostFetch(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })

@@ -237,3 +237,55 @@ INSERT INTO bus_messages (topic, ord, id, key, payload, published_at, visible_at
 	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM bus_deliveries) + (SELECT count(*) FROM bus_leases)`).Scan(&left))
 	assert.Zero(t, left, "everything settled")
 }
+
+// testLeaseConcurrentSettlements fetches 40 messages in one lease and
+// settles them from two goroutines at once, one statement each: acks of
+// the even ones, nacks of the odd ones. Exactly the odd ones come back,
+// as their second attempt; no acked one does.
+func testLeaseConcurrentSettlements(t *testing.T, rawURL string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	const topic, n = "lease.concurrent", 40
+	be, s := leaseFixture(t, ctx, rawURL, topic, time.Minute, n)
+	first := receiveN(t, ctx, s, n, 5*time.Second)
+	rows, _ := leases(t, ctx, be, topic)
+	require.Equal(t, 1, rows, "one lease for the fetch")
+	var nacked []string
+	errs := make(chan error, 2)
+	go func() {
+		for i := 0; i < n; i += 2 {
+			if err := s.Ack(ctx, []backend.AckID{first[i].AckID}); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for i := 1; i < n; i += 2 {
+			if err := s.Nack(ctx, first[i].AckID, 0); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	for i := 1; i < n; i += 2 {
+		nacked = append(nacked, first[i].ID)
+	}
+	_, pending := leases(t, ctx, be, topic)
+	assert.Zero(t, pending, "nothing is left pending in the lease")
+	again := receiveN(t, ctx, s, n/2, 5*time.Second)
+	sort.Strings(nacked)
+	assert.Equal(t, nacked, idsOf(again), "exactly the nacked ones come back")
+	acks := make([]backend.AckID, 0, len(again))
+	for _, m := range again {
+		assert.Equal(t, 2, m.Attempt, m.ID)
+		acks = append(acks, m.AckID)
+	}
+	require.NoError(t, s.Ack(ctx, acks))
+	assert.Zero(t, pendingOf(t, ctx, be, topic))
+}
