@@ -561,12 +561,17 @@ func (s *subscription) deadLetterMalformed(ctx context.Context, id ackID, m *bac
 // with nothing pending but the acked seqs is deleted, every other one
 // updated (the update's condition holds for a newer version of the row
 // too, so a concurrent settlement of the same lease cannot make the ack
-// skip it; the lease is then left empty until it runs out).
-const ackSQL = `WITH x AS (
-    DELETE FROM bus_leases WHERE group_id = $1 AND lease_by = ANY($5) AND pending <@ $4 RETURNING lease_by),
+// skip it; the lease is then left empty until it runs out). The seqs
+// are matched through a hashed subplan of a, not with array operators,
+// which compare every element of one array with every one of the other.
+const ackSQL = `WITH a AS MATERIALIZED (SELECT unnest($4::bigint[]) AS seq),
+x AS (
+    DELETE FROM bus_leases WHERE group_id = $1 AND lease_by = ANY($5)
+        AND NOT EXISTS (SELECT 1 FROM unnest(pending) AS p WHERE p NOT IN (SELECT seq FROM a)) RETURNING lease_by),
 y AS (
-    UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p <> ALL($4))
-    WHERE group_id = $1 AND lease_by = ANY($5) AND lease_by <> ALL(ARRAY(SELECT lease_by FROM x)) AND pending && $4 RETURNING 1)
+    UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p NOT IN (SELECT seq FROM a))
+    WHERE group_id = $1 AND lease_by = ANY($5) AND lease_by <> ALL(ARRAY(SELECT lease_by FROM x))
+        AND EXISTS (SELECT 1 FROM unnest(pending) AS p WHERE p IN (SELECT seq FROM a)) RETURNING 1)
 DELETE FROM bus_deliveries WHERE group_id = $1 AND seq BETWEEN $2 AND $3 AND seq = ANY($4)`
 
 // Ack settles the deliveries: the group is done with the messages.
