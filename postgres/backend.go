@@ -25,6 +25,10 @@ const (
 	lockKeys    = 1651864326 // "bus\x06": a key's hash, taken by PublishTx until the commit
 )
 
+// allowDelete is the call that lets the transaction it runs in delete
+// from bus_messages (see bus_messages_guard in schema.sql).
+const allowDelete = `set_config('bus.schema', '3', true)`
+
 // closeBound bounds what Close waits for the backend's own I/O.
 const closeBound = 2 * time.Second
 
@@ -323,7 +327,7 @@ func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos
 // pending seqs of the groups' leases (one row per fetch in flight).
 func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (trimPos, int64, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2)`, lockTopic, topicLock(topic))
+	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2), `+allowDelete, lockTopic, topicLock(topic))
 	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
 lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 r AS MATERIALIZED (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)

@@ -26,9 +26,13 @@
 // Every table is named bus_*; [Schema] returns the SQL (schema v3).
 // Migrate brings a database of schema v2 to v3 (it adds bus_leases; the
 // rows of v2 keep their meaning) and refuses one that holds the first
-// layout (schema v1) with [ErrOldSchema]. Stop every process of an older
-// release before the first process of this one migrates: an older
-// trimmer does not see what bus_leases holds.
+// layout (schema v1) with [ErrOldSchema]. An older process does not see
+// what bus_leases holds, so a trigger on bus_messages refuses any delete
+// whose transaction did not set bus.schema to 3 (every delete of this
+// package does): an older process left running publishes and consumes
+// (a lease that runs out comes back through a process of this release),
+// but its trim and deletes fail with an error instead of dropping a
+// leased message. Stop the older processes to let their errors end.
 //
 //	bus_topics      one row per topic: its partition count and its floor
 //	                (the least ord a message written to it gets)

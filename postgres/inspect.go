@@ -145,17 +145,27 @@ WHERE topic = $1 AND (ord, seq) >= ($2::text::xid8, $3) ORDER BY ord, seq LIMIT 
 
 // Delete implements backend.Inspector: the messages, every group's
 // delivery rows of them and their seqs pending in the groups' leases go
-// in one statement.
+// in one statement, in a transaction that allows deletes (allowDelete).
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
 	var n int
-	err := b.pool.QueryRow(ctx, `WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND id = ANY($2) RETURNING seq),
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT ` + allowDelete)
+	batch.Queue(`WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND id = ANY($2) RETURNING seq),
 d AS (DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND seq IN (SELECT seq FROM m)),
 l AS (UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p NOT IN (SELECT seq FROM m))
     WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND pending && ARRAY(SELECT seq FROM m))
-SELECT count(*) FROM m`, topic, ids).Scan(&n)
+SELECT count(*) FROM m`, topic, ids)
+	br := b.pool.SendBatch(ctx, batch)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&n)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return 0, fmt.Errorf("postgres: delete from %q: %w", topic, classify(err))
 	}
@@ -168,7 +178,7 @@ SELECT count(*) FROM m`, topic, ids).Scan(&n)
 // nothing more (its group is gone) until it subscribes again.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockTopic, topicLock(topic)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2), `+allowDelete, lockTopic, topicLock(topic)); err != nil {
 			return err
 		}
 		for _, q := range []string{

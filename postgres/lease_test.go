@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -231,6 +232,17 @@ INSERT INTO bus_messages (topic, ord, id, key, payload, published_at, visible_at
 		acks = append(acks, m.AckID)
 	}
 	assert.Equal(t, map[string]int{"v2-leased": 2, "v2-waiting": 1, "v2-new": 1}, attempts)
+
+	// The trim of a process of schema v2 sees only bus_deliveries: the
+	// guard makes it fail rather than delete what the leases hold.
+	_, err = conn.Exec(ctx, `DELETE FROM bus_messages m WHERE m.topic = $1 AND m.seq NOT IN (SELECT seq FROM bus_deliveries)`, topic)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "a delete without bus.schema = 3 fails")
+	assert.Equal(t, "55000", pgErr.Code)
+	var msgs int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM bus_messages WHERE topic = $1`, topic).Scan(&msgs))
+	assert.Equal(t, 3, msgs, "and deletes nothing")
+
 	require.NoError(t, s.Ack(ctx, acks))
 	assert.Zero(t, pendingOf(t, ctx, be, topic))
 	var left int

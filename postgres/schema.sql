@@ -113,6 +113,26 @@ ALTER TABLE bus_deliveries SET (autovacuum_vacuum_scale_factor = 0, autovacuum_v
 ALTER TABLE bus_messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000,
     autovacuum_vacuum_cost_delay = 0, autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 5000);
 
+-- A process of schema v2 does not know bus_leases: its trim would delete
+-- messages still pending in a lease. A delete from bus_messages
+-- therefore fails unless its transaction set bus.schema to 3, as every
+-- delete of this schema does (set_config('bus.schema', '3', true)): an
+-- older process left running gets an error from its trim, not a loss.
+CREATE OR REPLACE FUNCTION bus_messages_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('bus.schema', true) IS DISTINCT FROM '3' THEN
+        RAISE EXCEPTION 'bus: a delete from bus_messages needs bus.schema = 3: is a process of an older bus release running?'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN NULL;
+END $$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'bus_messages_guard' AND tgrelid = 'bus_messages'::regclass) THEN
+        CREATE TRIGGER bus_messages_guard BEFORE DELETE ON bus_messages FOR EACH STATEMENT EXECUTE FUNCTION bus_messages_guard();
+    END IF;
+END $$;
+
 -- bus_dedup records the caller-set IDs published to a topic within the
 -- dedup window (dkey is the ID, with the replay time of a replayed dead
 -- letter appended).
