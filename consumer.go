@@ -254,49 +254,109 @@ const (
 )
 
 // fetch is the receive loop: take capacity, ask the backend for at most
-// that many messages, start a handler per message.
+// that many messages, start a handler per message. With a
+// backend.PartialReceiver it keeps the capacity of the messages still
+// coming (held), and the next Receive collects them with what else is
+// free (takeMore).
 func (s *consumer) fetch() {
 	defer close(s.fetchDone)
 	var f fetchState
+	partial, _ := s.bsub.(backend.PartialReceiver)
 	// sharedWant bounds what is taken from a shared limiter: an idle
 	// subscription blocked in Receive holds a single unit, so it does not
 	// starve the others; the amount doubles while messages flow.
 	sharedWant := 1
+	// held is the capacity kept for the messages coming, and pulled what
+	// the Receives since the last that left nothing coming returned.
+	held, pulled := 0, 0
+	rctx := s.fetchCtx
 	for {
-		rctx := s.fetchCtx
-		if s.owner != nil {
+		if held > 0 && rctx.Err() != nil {
+			// Fetching stops, or the group lock was lost, while messages
+			// are coming: see endComing.
+			s.endComing(rctx, held)
+			held = 0
+		}
+		n := held
+		if held > 0 {
+			n += s.takeMore(held)
+		} else {
+			rctx = s.fetchCtx
+			if s.owner != nil {
+				var ok bool
+				if rctx, ok = s.owner.wait(s.fetchCtx); !ok {
+					return
+				}
+			}
 			var ok bool
-			if rctx, ok = s.owner.wait(s.fetchCtx); !ok {
+			if n, ok = s.take(sharedWant); !ok {
 				return
 			}
 		}
-		n, ok := s.take(sharedWant)
-		if !ok {
-			return
-		}
-		msgs, err := s.bsub.Receive(rctx, n)
-		if len(msgs) > n {
-			msgs = s.returnExcess(msgs, n)
-		}
-		if s.owner != nil && rctx.Err() != nil && s.fetchCtx.Err() == nil {
-			// The group lock was lost during the Receive (see owner): what
-			// it was handed lapses back to the group, after what this
-			// member held, which it gives back now.
-			msgs, err = nil, nil
-		}
-		if unused := n - len(msgs); unused > 0 {
-			s.releaseSlots(unused)
-		}
-		if len(msgs) > 0 {
-			s.dispatch(msgs)
-			sharedWant = min(2*len(msgs), s.cfg.MaxInFlight)
-		} else {
-			sharedWant = 1
+		var got int
+		var err error
+		held, got, err = s.receive(rctx, n, partial)
+		if pulled += got; held == 0 {
+			sharedWant = max(1, min(2*pulled, s.cfg.MaxInFlight))
+			pulled = 0
 		}
 		if !s.afterReceive(&f, err) {
+			if held > 0 {
+				s.endComing(rctx, held)
+			}
 			return
 		}
 	}
+}
+
+// endComing ends what is coming (held, with its capacity) when fetching
+// stops or the group lock is lost: a last Receive, with an ended ctx,
+// returns it (the bus handles it as it handles the messages of any Receive
+// cut short) or leaves it to its lease, and the capacity it does not use
+// is given back.
+func (s *consumer) endComing(rctx context.Context, held int) {
+	ctx, cancel := context.WithCancel(rctx)
+	cancel()
+	_, _, _ = s.receive(ctx, held, nil)
+}
+
+// receive runs one Receive with the capacity of n messages, dispatches
+// what it returns (got) and gives back the capacity it did not use but
+// for what is still coming (held), which partial, when not nil, reports.
+// A Receive whose ctx has ended leaves nothing held.
+func (s *consumer) receive(rctx context.Context, n int, partial backend.PartialReceiver) (held, got int, err error) {
+	msgs, err := s.bsub.Receive(rctx, n)
+	if len(msgs) > n {
+		msgs = s.returnExcess(msgs, n)
+	}
+	if partial != nil && rctx.Err() == nil {
+		held = min(partial.Coming(), n-len(msgs))
+	}
+	if s.owner != nil && rctx.Err() != nil && s.fetchCtx.Err() == nil {
+		// The group lock was lost during the Receive (see owner): what
+		// it was handed lapses back to the group, after what this
+		// member held, which it gives back now.
+		msgs, err = nil, nil
+	}
+	if unused := n - len(msgs) - held; unused > 0 {
+		s.releaseSlots(unused)
+	}
+	if len(msgs) > 0 {
+		s.dispatch(msgs)
+	}
+	return held, len(msgs), err
+}
+
+// takeMore takes, without waiting, the free in-flight slots beyond the
+// held ones kept for messages coming, when at least a quarter of
+// MaxInFlight is free: the backend may ask for them before what is
+// coming has arrived. A subscription with a shared limiter or a waiting
+// set takes none (their capacity is taken by take alone).
+func (s *consumer) takeMore(held int) int {
+	if s.cfg.Limiter != nil || s.waits != nil {
+		return 0
+	}
+	return s.slots.TryAcquire(s.cfg.MaxInFlight/4, s.cfg.MaxInFlight-held)
 }
 
 // fetchState is what the fetch loop knows of failing Receives.

@@ -237,6 +237,25 @@ type Snoozer interface {
 	Snooze(ctx context.Context, id AckID, delay time.Duration) error
 }
 
+// PartialReceiver is implemented by subscriptions whose Receive may
+// return before everything it asked the broker for has arrived (a NATS
+// pull request for a batch delivers its messages one by one). The bus
+// keeps capacity for the rest, so that what arrives later never runs
+// without it.
+type PartialReceiver interface {
+	// Coming reports, after a Receive returned, how many messages that
+	// Receive or an earlier one asked the broker for and has not returned
+	// yet: they arrive later, and a later Receive returns them. The bus
+	// keeps that many units of the capacity of the Receive that asked for
+	// them, and passes a max of at least Coming to the next Receive. A
+	// Receive whose ctx has ended returns what is coming or leaves it to
+	// its lease, as it does the messages of a request cut short, so that
+	// Coming is 0 after it; the bus calls one such Receive before it
+	// stops fetching while messages are coming. Coming is called from the
+	// goroutine that calls Receive.
+	Coming() int
+}
+
 // EachPublisher is implemented by backends that confirm each message of a
 // batch on its own (NATS JetStream acks each publish). The bus uses it for
 // PublishAsync: a message's result, and its room in the publish window,

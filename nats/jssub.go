@@ -18,7 +18,10 @@ import (
 // Pull timing. Receive sends one request that the server holds up to
 // longPoll for the first message and ends as soon as it has delivered what
 // the stream holds, up to the batch ("no_wait" with "expires"): one round
-// trip whether messages wait or not. A request whose end the server does
+// trip whether messages wait or not. Receive returns once it has taken a
+// message and the inbox is momentarily empty: the rest of the request is
+// coming (see Coming), and the next Receive collects it before it sends
+// another request. A request whose end the server does
 // not confirm within its wait plus responseGrace is abandoned (the
 // connection is probably down).
 const (
@@ -73,6 +76,18 @@ var monoEpoch = time.Now()
 // nanoseconds since monoEpoch.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
+// openPull is a pull request that has not ended: reply is the subject
+// its end arrives on, left how many messages it may still bring, got how
+// many it brought, and until when the server answers it. An extra one
+// was sent while an older request was open.
+type openPull struct {
+	reply     string
+	kind      pullKind
+	left, got int
+	until     time.Time
+	extra     bool
+}
+
 // jsSub is one member of a group: a durable pull consumer read through a
 // private inbox, one pull request at a time, each asking for no more
 // messages than the capacity the bus reserved.
@@ -107,6 +122,11 @@ type jsSub struct {
 	// excess are deliveries beyond what Receive may return, handed back
 	// before it returns (handBackExcess); Receive's goroutine only.
 	excess []*natsgo.Msg
+	// open are the pull requests that have not ended, oldest first, at
+	// most two (in openBuf): the server serves them in that order.
+	// Receive's goroutine only.
+	open    []openPull
+	openBuf [2]openPull
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -166,11 +186,21 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 
 func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*backend.Message, error) {
 	if s.isClosed() || s.b.closed.Load() {
+		s.open = s.open[:0] // what is coming is left to its lease
 		return out, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
 	max := min(n, s.maxBatch)
 	if max < 1 {
 		max = 1
+	}
+	if len(s.open) > 0 {
+		// Messages are coming: collect them, after asking for more when
+		// the capacity beyond them is worth a request.
+		if more := min(n-s.Coming(), s.maxBatch); len(s.open) == 1 && more > 0 && more >= s.maxBatch/4 {
+			_ = s.openRequest(more, pullUntilFirst, true) // on failure, the open one goes on
+		}
+		out, err := s.collect(ctx, out, n, true)
+		return out, s.wrap(err)
 	}
 	// Messages of an abandoned request that arrived since the last call.
 	out = s.drain(out, max)
@@ -190,6 +220,35 @@ func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*
 	}
 	out, err = s.pull(ctx, out, max, max-len(out), pullNoWait)
 	return out, s.wrap(err)
+}
+
+// Coming implements backend.PartialReceiver: the messages the open pull
+// request may still bring.
+func (s *jsSub) Coming() int {
+	n := 0
+	for i := range s.open {
+		n += s.open[i].left
+	}
+	return n
+}
+
+// openRequest sends a pull request of kind for n messages and adds it to
+// the open ones.
+func (s *jsSub) openRequest(n int, kind pullKind, extra bool) error {
+	reply, err := s.request(n, kind)
+	if err != nil {
+		return err
+	}
+	if len(s.open) == 0 {
+		s.open = s.openBuf[:0]
+	}
+	s.open = append(s.open, openPull{reply: reply, kind: kind, left: n, until: time.Now().Add(longPoll + responseGrace), extra: extra})
+	return nil
+}
+
+// closeRequest forgets the open request i, which has ended.
+func (s *jsSub) closeRequest(i int) {
+	s.open = append(s.open[:i], s.open[i+1:]...)
 }
 
 // Kinds of pull request.
@@ -237,49 +296,96 @@ func (s *jsSub) drain(out []*backend.Message, max int) []*backend.Message {
 }
 
 // pull sends one pull request of kind for n messages and collects its
-// messages into out (never beyond max). A request the server neither
-// fills nor ends in time is abandoned with an error: the connection is
-// down or the server is overloaded (this is the pull's heartbeat: the
-// server always answers a live request).
+// messages into out (never beyond max). A pullUntilFirst request
+// returns once it has taken a message and the inbox is momentarily
+// empty: the rest of the request is coming (see Coming), and the next
+// Receive collects it.
 func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, kind pullKind) ([]*backend.Message, error) {
-	reply, err := s.request(n, kind)
-	if err != nil {
+	if err := s.openRequest(n, kind, false); err != nil {
 		return out, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, longPoll+responseGrace)
-	defer cancel()
-	got := 0
+	return s.collect(ctx, out, max, kind == pullUntilFirst)
+}
+
+// collect takes the messages of the open requests into out (never beyond
+// max), until they end, or, when early, until the inbox is empty after
+// at least one message (the requests stay open). A request the server
+// neither fills nor ends in time is abandoned with an error: the
+// connection is down or the server is overloaded (this is the pull's
+// heartbeat: the server always answers a live request).
+func (s *jsSub) collect(ctx context.Context, out []*backend.Message, max int, early bool) ([]*backend.Message, error) {
+	var wctx context.Context // made when collect first waits
+	took := 0
 	// now is read when a wait for the next message ends: the deliveries
 	// already in the inbox then share it, a reading taken after they
 	// arrived.
 	now := monoNow()
-	for got < n {
+	for len(s.open) > 0 {
 		msg, ok := s.in.poll()
 		var err error
 		if !ok {
+			if early && took > 0 && ctx.Err() == nil {
+				return out, nil
+			}
+			if wctx == nil {
+				var cancel context.CancelFunc
+				wctx, cancel = context.WithDeadline(ctx, s.open[len(s.open)-1].until)
+				defer cancel()
+			}
 			msg, err = s.in.next(wctx)
 			now = monoNow()
 		}
 		if err != nil {
 			if ctx.Err() != nil && !s.isClosed() {
-				out = s.abandon(out, max, reply, n-got)
+				out = s.abandon(out, max, s.open[len(s.open)-1].reply, s.Coming())
 			}
+			s.open = s.open[:0]
 			return out, s.waitErr(ctx, wctx, err)
 		}
 		if isJSDelivery(msg) {
-			out = s.accept(out, max, msg, n-got, now)
-			got++
+			// A delivery does not name its request: the server fills
+			// the oldest first, and one of an older, abandoned request
+			// counts against it too.
+			p := &s.open[0]
+			out = s.accept(out, max, msg, p.left, now)
+			p.left--
+			p.got++
+			took++
+			if p.left == 0 {
+				s.closeRequest(0) // full
+			}
 			continue
 		}
-		if msg.Subject != reply {
+		i := s.openIndex(msg.Subject)
+		if i < 0 {
 			continue // the end of an older, abandoned request
 		}
-		done, err := s.status(ctx, msg, got, kind)
-		if done || err != nil {
+		done, err := s.status(ctx, msg, s.open[i].got, s.open[i].kind)
+		if s.open[i].extra && errors.Is(err, errRequestsPending) {
+			// The server refused the extra request: the older one
+			// takes what the stream holds.
+			done, err = true, nil
+		}
+		if err != nil {
+			s.open = s.open[:0]
 			return out, err
+		}
+		if done {
+			s.closeRequest(i)
 		}
 	}
 	return out, nil
+}
+
+// openIndex returns the index of the open request answered on reply, or
+// -1.
+func (s *jsSub) openIndex(reply string) int {
+	for i := range s.open {
+		if s.open[i].reply == reply {
+			return i
+		}
+	}
+	return -1
 }
 
 // abandonWait bounds how long abandon waits for the end of a request cut
