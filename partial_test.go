@@ -155,6 +155,37 @@ func TestPartialReceiveKeepsCapacityForMessagesComing(t *testing.T) {
 	assert.LessOrEqual(t, overrun, limit, "handlers running plus messages coming never exceed MaxInFlight")
 }
 
+// With messages arriving one at a time while slow handlers hold their
+// slots, a Receive keeps returning messages its request asked for before:
+// without the capacity kept for them, more handlers than MaxInFlight run.
+func TestPartialReceiveNeverRunsMoreThanMaxInFlight(t *testing.T) {
+	const limit, total = 4, 60
+	p := newPartialBackend(true)
+	var most atomic.Int32
+	b := bus.New(p, bus.WithAckBatch(4, time.Millisecond))
+	_, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
+		n := p.running.Add(1)
+		defer p.running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond) // the handler's work, which holds its slot
+		return nil
+	}, bus.WithMaxInFlight(limit))
+	require.NoError(t, err)
+	s := within(t, p.sub, "subscription")
+	for i := range total {
+		p.push(msg(strconv.Itoa(i), 1))
+		require.Eventually(t, func() bool { return p.queued() == 0 }, waitFor, 100*time.Microsecond, "message %d taken", i)
+	}
+	require.Eventually(t, func() bool { acked, _, _ := p.snapshot(); return len(acked) == total }, waitFor, time.Millisecond,
+		"every message is handled")
+	require.NoError(t, b.Close(context.Background()))
+	tooSmall, overrun, _, _ := s.counts()
+	assert.Zero(t, tooSmall, "each Receive is asked for at least what is coming")
+	assert.LessOrEqual(t, int(most.Load()), limit, "never more handlers running than MaxInFlight")
+	assert.LessOrEqual(t, overrun, limit, "handlers running plus messages coming never exceed MaxInFlight")
+}
+
 func TestCloseWithMessagesComingCollectsThem(t *testing.T) {
 	p := newPartialBackend(true)
 	b := bus.New(p, bus.WithAckBatch(1, time.Millisecond))
@@ -173,4 +204,11 @@ func TestCloseWithMessagesComingCollectsThem(t *testing.T) {
 	_, _, ended, coming := s.counts()
 	assert.Positive(t, ended, "Close ends the open request with a Receive whose ctx has ended")
 	assert.Zero(t, coming, "nothing is coming once the subscription stopped")
+}
+
+// queued is how many pushed messages no Receive has taken yet.
+func (p *partialBackend) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
 }
