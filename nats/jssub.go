@@ -312,7 +312,9 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 // at least one message (the requests stay open). A request the server
 // neither fills nor ends in time is abandoned with an error: the
 // connection is down or the server is overloaded (this is the pull's
-// heartbeat: the server always answers a live request).
+// heartbeat: the server always answers a live request). When ctx has
+// ended, collect returns its error with what it took, also when the
+// requests ended full before it noticed.
 func (s *jsSub) collect(ctx context.Context, out []*backend.Message, max int, early bool) ([]*backend.Message, error) {
 	var wctx context.Context // made when collect first waits
 	took := 0
@@ -374,7 +376,9 @@ func (s *jsSub) collect(ctx context.Context, out []*backend.Message, max int, ea
 			s.closeRequest(i)
 		}
 	}
-	return out, nil
+	// The requests ended with everything they asked for: a Receive whose
+	// ctx ended meanwhile still reports it, with what they delivered.
+	return out, ctx.Err()
 }
 
 // openIndex returns the index of the open request answered on reply, or
