@@ -70,6 +70,12 @@ type consumer struct {
 	err          error // why the subscription ended, if not by Close
 	done         chan struct{}
 
+	// extraWant is how many deliveries a key-ordered fetch asks for
+	// beyond its free in-flight slots, holding a unit of the waiting set
+	// alone (see take); batchWaiting counts those of the last batch that
+	// wait for their key. The fetch loop's own.
+	extraWant, batchWaiting int
+
 	// dispatchBuf holds the runs of records of the batch being
 	// dispatched; the fetch loop reuses it.
 	dispatchBuf [][]record
@@ -266,20 +272,25 @@ func (s *consumer) fetch() {
 	// subscription blocked in Receive holds a single unit, so it does not
 	// starve the others; the amount doubles while messages flow.
 	sharedWant := 1
-	// held is the capacity kept for the messages coming, and pulled what
-	// the Receives since the last that left nothing coming returned.
-	held, pulled := 0, 0
+	// held is the capacity kept for the messages coming (heldSlots of
+	// it with an in-flight slot), and pulled what the Receives since the
+	// last that left nothing coming returned.
+	held, heldSlots, pulled := 0, 0, 0
 	rctx := s.fetchCtx
 	for {
 		if held > 0 && rctx.Err() != nil {
 			// Fetching stops, or the group lock was lost, while messages
 			// are coming: see endComing.
-			s.endComing(rctx, held)
-			held = 0
+			s.endComing(rctx, held, heldSlots)
+			held, heldSlots = 0, 0
 		}
-		n := held
+		if s.keys != nil && !s.runPending(held == 0) {
+			return
+		}
+		n, slots := held, heldSlots
 		if held > 0 {
-			n += s.takeMore(held)
+			more := s.takeMore(held)
+			n, slots = n+more, slots+more
 		} else {
 			rctx = s.fetchCtx
 			if s.owner != nil {
@@ -289,22 +300,55 @@ func (s *consumer) fetch() {
 				}
 			}
 			var ok bool
-			if n, ok = s.take(sharedWant); !ok {
+			if n, slots, ok = s.take(sharedWant); !ok {
 				return
 			}
 		}
 		var got int
 		var err error
-		held, got, err = s.receive(rctx, n, partial)
+		held, heldSlots, got, err = s.receive(rctx, n, slots, partial)
 		if pulled += got; held == 0 {
 			sharedWant = max(1, min(2*pulled, s.cfg.MaxInFlight))
 			pulled = 0
 		}
+		if s.waits != nil && s.cfg.Limiter == nil && got > 0 {
+			// A batch whose deliveries wait for their key (behind a busy
+			// or retrying head) makes the next fetch ask for twice as
+			// many beyond its free slots: a backlog of blocked keys is
+			// passed in a few fetches, not one per free slot.
+			s.extraWant = min(2*s.batchWaiting, s.cfg.MaxWaiting)
+		}
 		if !s.afterReceive(&f, err) {
 			if held > 0 {
-				s.endComing(rctx, held)
+				s.endComing(rctx, held, heldSlots)
 			}
 			return
+		}
+	}
+}
+
+// runPending runs the deliveries fetched beyond the free in-flight slots
+// (see keyLines.admit) as slots free up, oldest first, before anything
+// more is fetched: with wait set it waits for slots until none is left
+// pending, else it takes only the free ones. It reports false when
+// fetching must stop.
+func (s *consumer) runPending(wait bool) bool {
+	for {
+		n := s.keys.pendingNow()
+		if n == 0 {
+			return true
+		}
+		var got int
+		if wait {
+			var err error
+			if got, err = s.acquire(n); err != nil {
+				return false
+			}
+		} else if got = s.slots.TryAcquire(1, n); got == 0 {
+			return true
+		}
+		if unused := got - s.keys.runPending(got); unused > 0 {
+			s.slots.Release(unused)
 		}
 	}
 }
@@ -314,17 +358,19 @@ func (s *consumer) fetch() {
 // returns it (the bus handles it as it handles the messages of any Receive
 // cut short) or leaves it to its lease, and the capacity it does not use
 // is given back.
-func (s *consumer) endComing(rctx context.Context, held int) {
+func (s *consumer) endComing(rctx context.Context, held, heldSlots int) {
 	ctx, cancel := context.WithCancel(rctx)
 	cancel()
-	_, _, _ = s.receive(ctx, held, nil)
+	_, _, _, _ = s.receive(ctx, held, heldSlots, nil)
 }
 
-// receive runs one Receive with the capacity of n messages, dispatches
-// what it returns (got) and gives back the capacity it did not use but
-// for what is still coming (held), which partial, when not nil, reports.
-// A Receive whose ctx has ended leaves nothing held.
-func (s *consumer) receive(rctx context.Context, n int, partial backend.PartialReceiver) (held, got int, err error) {
+// receive runs one Receive with the capacity of n messages, slots of
+// them with an in-flight slot (with key ordering each has a unit of the
+// waiting set, see take), dispatches what it returns (got) and gives back
+// the capacity it did not use but for what is still coming (held, with
+// heldSlots of the slots left), which partial, when not nil, reports. A
+// Receive whose ctx has ended leaves nothing held.
+func (s *consumer) receive(rctx context.Context, n, slots int, partial backend.PartialReceiver) (held, heldSlots, got int, err error) {
 	msgs, err := s.bsub.Receive(rctx, n)
 	if len(msgs) > n {
 		msgs = s.returnExcess(msgs, n)
@@ -338,13 +384,15 @@ func (s *consumer) receive(rctx context.Context, n int, partial backend.PartialR
 		// member held, which it gives back now.
 		msgs, err = nil, nil
 	}
-	if unused := n - len(msgs) - held; unused > 0 {
-		s.releaseSlots(unused)
-	}
+	used := 0
 	if len(msgs) > 0 {
-		s.dispatch(msgs)
+		used = s.dispatch(msgs, slots)
 	}
-	return held, len(msgs), err
+	free := slots - used
+	heldSlots = min(free, held)
+	s.releaseRunning(free - heldSlots)
+	s.releaseWaits(n - len(msgs) - held)
+	return held, heldSlots, len(msgs), err
 }
 
 // takeMore takes, without waiting, the free in-flight slots beyond the
@@ -365,45 +413,54 @@ type fetchState struct {
 	outage   observer.Outage
 }
 
-// take takes the capacity of the next Receive: in-flight slots, then
-// units of the shared limiter, and with key ordering as many units of the
-// waiting set, since each delivery fetched may run or wait for its key
-// (dispatch gives back the kind it does not use). It reports false when
-// fetching must stop.
-func (s *consumer) take(sharedWant int) (int, bool) {
-	most := s.cfg.MaxInFlight
+// take takes the capacity of the next Receive, n messages: in-flight
+// slots, then units of the shared limiter, and with key ordering as many
+// units of the waiting set, since each delivery fetched may run or wait
+// for its key (dispatch gives back the kind it does not use). With key
+// ordering and no shared limiter it also takes up to extraWant units of
+// the waiting set alone, for deliveries beyond the slots: those that
+// wait for their key need no slot, and those that could run wait for
+// one (keyLines.pending). It returns n and how many of them have a
+// slot, and reports false when fetching must stop.
+func (s *consumer) take(sharedWant int) (n, slots int, ok bool) {
+	units := s.cfg.MaxInFlight
 	if s.waits != nil {
 		// Only a full waiting set pauses fetching.
-		w, err := s.waits.Acquire(s.fetchCtx, 1, most, nil)
+		w, err := s.waits.Acquire(s.fetchCtx, 1, units+s.extraWant, nil)
 		if err != nil {
-			return 0, false
+			return 0, 0, false
 		}
-		most = w
+		units = w
 	}
-	n, err := s.acquire(most)
+	slots, err := s.acquire(min(units, s.cfg.MaxInFlight))
 	if err != nil {
-		s.releaseWaits(most)
-		return 0, false
+		s.releaseWaits(units)
+		return 0, 0, false
 	}
 	if s.cfg.Limiter != nil {
-		m, err := s.cfg.Limiter.Acquire(s.fetchCtx, min(n, sharedWant))
+		m, err := s.cfg.Limiter.Acquire(s.fetchCtx, min(slots, sharedWant))
 		if err != nil {
-			s.slots.Release(n)
-			s.releaseWaits(most)
-			return 0, false
+			s.slots.Release(slots)
+			s.releaseWaits(units)
+			return 0, 0, false
 		}
-		if m < n {
-			s.slots.Release(n - m)
-			n = m
+		if m < slots {
+			s.slots.Release(slots - m)
+			slots = m
 		}
 	}
-	s.releaseWaits(most - n)
+	extra := 0
+	if s.waits != nil && s.cfg.Limiter == nil {
+		extra = min(units-slots, s.extraWant)
+	}
+	s.releaseWaits(units - slots - extra)
 	if s.fetchCtx.Err() != nil {
 		// Cancelled while waiting for capacity: no Receive starts.
-		s.releaseSlots(n)
-		return 0, false
+		s.releaseSlots(slots)
+		s.releaseWaits(extra)
+		return 0, 0, false
 	}
-	return n, true
+	return slots + extra, slots, true
 }
 
 // releaseWaits gives back n units of the waiting set, if there is one.
@@ -495,12 +552,14 @@ func (s *consumer) returnExcess(msgs []*backend.Message, n int) []*backend.Messa
 	return msgs[:n]
 }
 
-// dispatch turns a batch into deliveries and queues them for the workers.
+// dispatch turns a batch into deliveries and queues them for the workers,
+// and returns how many of the in-flight slots of the batch (slots) they
+// took.
 // The records of a batch share allocations of up to s.slab of them
 // (see slabLen), which the workers take as runs. They are never reused:
 // user code may keep a delivery as long as it likes (to settle it later
 // in AckManual, or to read its fields).
-func (s *consumer) dispatch(msgs []*backend.Message) {
+func (s *consumer) dispatch(msgs []*backend.Message, slots int) int {
 	runs := s.dispatchBuf[:0]
 	received := monoNow()
 	for i := 0; i < len(msgs); {
@@ -520,30 +579,34 @@ func (s *consumer) dispatch(msgs []*backend.Message) {
 		i += len(run)
 	}
 	s.unsettled.Add(len(msgs))
+	used := len(msgs)
 	if s.keys == nil {
 		s.disp.pushRuns(runs, len(msgs))
 	} else {
-		s.dispatchKeyed(runs, len(msgs))
+		used = s.dispatchKeyed(runs, len(msgs), slots)
 	}
 	clear(runs)
 	s.dispatchBuf = runs[:0]
+	return used
 }
 
-// dispatchKeyed queues the n deliveries of runs that do not wait for
-// their key. Each came with an in-flight slot and a unit of the waiting
-// set: those that run give back the unit, those that wait for their key
-// the slot.
-func (s *consumer) dispatchKeyed(runs [][]record, n int) {
+// dispatchKeyed queues the n deliveries of runs that do not wait, and
+// returns how many of the batch's slots they took. Each came with a unit
+// of the waiting set, and up to slots of them with an in-flight slot:
+// those that run give back the unit; those that wait for their key, or
+// for a slot (pending), keep it, and the caller gives back the slots left.
+func (s *consumer) dispatchKeyed(runs [][]record, n, slots int) int {
 	ds := make([]*record, 0, n)
 	for _, run := range runs {
 		for i := range run {
 			ds = append(ds, &run[i])
 		}
 	}
-	run, waiting := s.keys.admit(ds)
-	s.releaseWaits(n - waiting)
-	s.releaseRunning(waiting)
+	run, used, waiting := s.keys.admit(ds, slots)
+	s.batchWaiting = waiting
+	s.releaseWaits(used)
 	s.disp.push(run)
+	return used
 }
 
 // fill sets the public face of d, a record just allocated (zeroed), from

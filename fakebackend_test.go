@@ -167,3 +167,10 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// queueLen counts the messages not handed out yet.
+func (f *fakeBackend) queueLen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue)
+}

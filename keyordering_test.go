@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -865,4 +866,145 @@ func TestKeyOrderingForcedCloseGivesTheWaitingBack(t *testing.T) {
 		want[i] = fmt.Sprintf("k/%d#1", i)
 	}
 	assert.Equal(t, want, log.list(), "the whole key once, in order, uncounted")
+}
+
+// keyedBackendMsgs returns n messages of each of keys, the keys
+// interleaved, as a backend hands them out.
+func keyedBackendMsgs(keys []string, n int) []*bus.BackendMessage {
+	var msgs []*bus.BackendMessage
+	for i := range n {
+		for _, k := range keys {
+			id := fmt.Sprintf("%s/%d", k, i)
+			msgs = append(msgs, &bus.BackendMessage{ID: id, Key: k, Payload: []byte(id), PublishedAt: time.Now()})
+		}
+	}
+	return msgs
+}
+
+// seqsInOrder reports whether the payloads of each key ("key/seq#attempt",
+// see orderLog) come in the order of their seq, each once.
+func seqsInOrder(t *testing.T, got []string) {
+	t.Helper()
+	next := map[string]int{}
+	for _, g := range got {
+		var seq int
+		key, rest, _ := strings.Cut(g, "/")
+		_, err := fmt.Sscanf(rest, "%d#", &seq)
+		require.NoError(t, err)
+		assert.Equal(t, next[key], seq, "key %s: %s in its turn", key, g)
+		next[key] = seq + 1
+	}
+}
+
+// A backlog of a blocked key does not hold back the keys behind it for a
+// fetch per free slot: with the head of the hot key running and 299 of
+// its messages queued ahead of the other keys, the subscription reaches
+// the other keys within a few Receives, never runs more than MaxInFlight
+// handlers at once, and handles every key in order.
+func TestKeyOrderingPassesABlockedKeysBacklogInFewFetches(t *testing.T) {
+	const inFlight, hotN, otherKeys, perKey = 4, 300, 16, 5
+	f := newFakeBackend()
+	b := bus.New(f, bus.WithAckBatch(64, time.Millisecond))
+	defer closeBus(t, b)
+	var others []string
+	for i := range otherKeys {
+		others = append(others, fmt.Sprintf("k%d", i))
+	}
+	var log orderLog
+	var running, maxRunning, othersDone atomic.Int64
+	fetchesToOthers := atomic.Int64{}
+	othersHandled := make(chan struct{})
+	_, err := b.Subscribe(context.Background(), "backlog", func(ctx context.Context, d *bus.Delivery) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		raiseTo(&maxRunning, now)
+		log.add(d)
+		switch {
+		case string(d.Payload) == "hot/0":
+			// The head holds its key until the other keys are done.
+			select {
+			case <-othersHandled:
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+		case d.Key != "hot":
+			fetchesToOthers.CompareAndSwap(0, int64(len(f.receiveCalls())))
+			if othersDone.Add(1) == otherKeys*perKey {
+				close(othersHandled)
+			}
+		}
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithMaxInFlight(inFlight))
+	require.NoError(t, err)
+	f.push(keyedBackendMsgs([]string{"hot"}, hotN)...)
+	f.push(keyedBackendMsgs(others, perKey)...)
+	select {
+	case <-othersHandled:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the other keys were not handled while the hot key's head ran (%d of %d)", othersDone.Load(), otherKeys*perKey)
+	}
+	total := hotN + otherKeys*perKey
+	require.Eventually(t, func() bool { a, _, _ := f.snapshot(); return len(a) == total }, 10*time.Second, time.Millisecond,
+		"every message acked")
+	// A fetch per free slot would take (hotN-1)/(inFlight-1) = 100
+	// Receives to reach them.
+	assert.LessOrEqual(t, fetchesToOthers.Load(), int64(12), "Receives before the first other key started")
+	assert.LessOrEqual(t, maxRunning.Load(), int64(inFlight), "handlers running at once")
+	seqsInOrder(t, log.list())
+	assert.Equal(t, total, log.len(), "each message handled once")
+}
+
+// Deliveries fetched beyond the free slots that wait for one go back to
+// the group when the subscription closes, the rest of their key after
+// them: each message is settled once, none lost.
+func TestKeyOrderingCloseGivesPendingDeliveriesBack(t *testing.T) {
+	const inFlight, hotN, otherKeys, perKey = 2, 60, 8, 3
+	f := newFakeBackend()
+	b := bus.New(f, bus.WithAckBatch(64, time.Millisecond), bus.WithObserver(observer.Nop()))
+	defer b.Close(context.Background())
+	var others []string
+	for i := range otherKeys {
+		others = append(others, fmt.Sprintf("k%d", i))
+	}
+	var running, maxRunning atomic.Int64
+	started := make(chan string, hotN+otherKeys*perKey)
+	// Everything is queued before the first fetch, so the fetches pass
+	// the hot key's backlog and reach the other keys before the slots are
+	// full: fetching pauses while a delivery waits for a slot.
+	f.push(keyedBackendMsgs([]string{"hot"}, hotN)...)
+	f.push(keyedBackendMsgs(others, perKey)...)
+	sub, err := b.Subscribe(context.Background(), "pendingclose", func(ctx context.Context, d *bus.Delivery) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		raiseTo(&maxRunning, now)
+		started <- string(d.Payload)
+		// Every handler holds its slot until the close ends it.
+		<-ctx.Done()
+		return ctx.Err()
+	}, bus.WithKeyOrdering(), bus.WithMaxInFlight(inFlight))
+	require.NoError(t, err)
+	total := hotN + otherKeys*perKey
+	for range inFlight {
+		within(t, started, "a handler start")
+	}
+	// Everything is fetched: what does not run waits for its key or a slot.
+	require.Eventually(t, func() bool { return len(f.receiveCalls()) > 0 && f.queueLen() == 0 }, 10*time.Second, time.Millisecond,
+		"every message fetched")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = sub.Close(ctx)
+	acked, nacks, _ := f.snapshot()
+	settled := map[string]int{}
+	for _, id := range acked {
+		settled[id]++
+	}
+	for _, n := range nacks {
+		settled[n.ID]++
+	}
+	assert.Len(t, settled, total, "every message settled")
+	for id, n := range settled {
+		assert.Equal(t, 1, n, "%s settled once", id)
+	}
+	assert.LessOrEqual(t, maxRunning.Load(), int64(inFlight), "handlers running at once")
+	assert.Len(t, started, 0, "no delivery started after the two that held the slots")
 }

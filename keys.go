@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,19 +28,31 @@ import (
 // Waiting is not running. A head holds an in-flight slot, also while it
 // waits for its retry. The deliveries behind a head hold a unit of the
 // subscription's waiting set (consumerConfig.MaxWaiting) instead, marked
-// stateWaiting: every fetched delivery comes with a slot and a unit
-// (consumer.take), and admit gives back the kind each does not use. When a
+// stateWaiting: every fetched delivery comes with a unit, up to the free
+// slots of them also with a slot (consumer.take), and admit gives back
+// the unit of each that takes a slot. When a
 // head is done, its slot goes on to the next delivery of its key, which
 // gives back its unit (done): a key's turn never waits for a free slot,
 // and a long backlog of one key, or a retrying head with deliveries
 // behind it, leaves the other slots to the other keys. Only a full
 // waiting set holds back fetching, never an unbounded buffer.
+//
+// A fetch may ask for more deliveries than it has free slots (see
+// consumer.take), each beyond them holding a unit of the waiting set
+// alone, so that a backlog behind a blocked head is passed in a few
+// fetches. One of those that could run (no key, or the first of its key)
+// waits for a slot instead, pending: it holds its key, if any, as a head
+// that has not started, and the fetch loop runs it, oldest first, when a
+// slot frees up, before it fetches more (consumer.runPending).
 type keyLines struct {
 	s *consumer
 
-	mu     sync.Mutex
-	lines  map[string]*keyLine
-	closed bool
+	mu    sync.Mutex
+	lines map[string]*keyLine
+	// pending holds the deliveries that wait for an in-flight slot,
+	// oldest first, marked stateWaiting.
+	pending []*record
+	closed  bool
 	// drain: after close, the deliveries waiting behind a head still run
 	// in turn instead of going back, until the shutdown is forced (a
 	// subscription with a group lock, see consumer.shutdown and draining).
@@ -75,16 +88,18 @@ func newKeyLines(s *consumer) *keyLines {
 	return &keyLines{s: s, lines: map[string]*keyLine{}}
 }
 
-// admit returns the deliveries of ds to run now, and how many of the
-// others wait behind the head of their key (marked stateWaiting; the
-// caller gives back their in-flight slots, and the units of the waiting
-// set of the others). After close a keyed delivery waits behind its key's
-// head, to go back to the group after it, or goes back at once. In
-// AckOnReceive a delivery is acked when it is admitted, so that one
-// waiting for its key does not outlive its lease unacked.
-func (k *keyLines) admit(ds []*record) ([]*record, int) {
-	waiting := 0
-	run := make([]*record, 0, len(ds))
+// admit returns the deliveries of ds to run now, each taking one of the
+// batch's slots, how many of those slots it used (also by those that go
+// back), and how many of the others wait behind the head of their key.
+// Every delivery that takes no slot is marked stateWaiting and keeps its
+// unit of the waiting set: those behind the head of their key, and those
+// that could run when the slots are used up, which wait for one
+// (pending) or, after close, go back. After close a keyed delivery waits
+// behind its key's head, to go back to the group after it, or goes back
+// at once. In AckOnReceive a delivery is acked when it is admitted, so
+// that one waiting for its key does not outlive its lease unacked.
+func (k *keyLines) admit(ds []*record, slots int) (run []*record, used, waiting int) {
+	run = make([]*record, 0, min(len(ds), slots))
 	var back, keyed []*record
 	k.mu.Lock()
 	for _, d := range ds {
@@ -94,20 +109,33 @@ func (k *keyLines) admit(ds []*record) ([]*record, int) {
 		}
 		l := k.lines[key]
 		switch {
-		case key == "":
-			run = append(run, d)
-		case l != nil:
+		case key != "" && l != nil:
 			// Also after close: it goes back behind the ones before it.
 			d.state.Or(stateWaiting)
 			l.waiting = append(l.waiting, d)
 			waiting++
-		case k.closed && !k.draining():
+		case key != "" && k.closed && !k.draining(), used == slots && k.closed:
+			if used < slots {
+				used++
+			} else {
+				d.state.Or(stateWaiting)
+			}
 			back = append(back, d)
+		case used == slots:
+			// No slot left: it waits for one, holding its key.
+			d.state.Or(stateWaiting)
+			if key != "" {
+				k.lines[key] = &keyLine{head: d}
+			}
+			k.pending = append(k.pending, d)
 		default:
 			// Also while draining: a delivery the last fetch brought
 			// is handled, not given back.
-			k.lines[key] = &keyLine{head: d}
+			if key != "" {
+				k.lines[key] = &keyLine{head: d}
+			}
 			run = append(run, d)
+			used++
 		}
 	}
 	k.mu.Unlock()
@@ -119,7 +147,49 @@ func (k *keyLines) admit(ds []*record) ([]*record, int) {
 		}
 	}
 	k.giveBack(back)
-	return run, waiting
+	return run, used, waiting
+}
+
+// pendingNow counts the deliveries that wait for an in-flight slot.
+func (k *keyLines) pendingNow() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending)
+}
+
+// runPending runs up to n pending deliveries, oldest first, each with an
+// in-flight slot the caller took for it, and returns how many it took
+// (none after close, which gives them back). Each gives back its unit of
+// the waiting set; one whose lease was lost while it waited is given up
+// (the backend delivers it again, and the next of its key, if any, takes
+// its slot).
+func (k *keyLines) runPending(n int) int {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return 0
+	}
+	n = min(n, len(k.pending))
+	ds := slices.Clone(k.pending[:n])
+	clear(k.pending[:n])
+	k.pending = k.pending[n:]
+	run := make([]*record, 0, n)
+	var lost []*record
+	for _, d := range ds {
+		d.state.And(^stateWaiting)
+		if k.s.leaseLost(d) {
+			lost = append(lost, d)
+		} else {
+			run = append(run, d)
+		}
+	}
+	k.s.waits.Release(n)
+	k.s.disp.push(run)
+	k.mu.Unlock()
+	for _, d := range lost {
+		k.s.giveUp(d)
+	}
+	return n
 }
 
 // line locks k.mu and returns d's key and line when the line's field
@@ -290,7 +360,7 @@ func (k *keyLines) held(ds []*record) []*record {
 		}
 		ds = append(ds, l.waiting...)
 	}
-	return ds
+	return append(ds, k.pending...)
 }
 
 // waitingNow counts the deliveries waiting behind their key's head.
@@ -317,8 +387,9 @@ func (s *consumer) Waiting() int {
 // retry goes back to the group at once (its retry comes sooner than its
 // delay asked, as the next member's first delivery of the key), and the
 // deliveries behind it go back after it without counting an attempt. A
-// running head finishes as the shutdown lets it; then the deliveries
-// behind it go back the same way (done).
+// pending delivery goes back the same way, uncounted, the deliveries of
+// its key after it. A running head finishes as the shutdown lets it; then
+// the deliveries behind it go back the same way (done).
 func (k *keyLines) close(ctx context.Context) {
 	type line struct {
 		head    *record
@@ -326,6 +397,7 @@ func (k *keyLines) close(ctx context.Context) {
 		counted bool
 	}
 	var retries []line
+	var back []*record
 	k.mu.Lock()
 	k.closed = true
 	for key, l := range k.lines {
@@ -337,10 +409,19 @@ func (k *keyLines) close(ctx context.Context) {
 			}
 		}
 	}
+	for _, d := range k.pending {
+		back = append(back, d)
+		if l := k.lines[d.pub.Key]; d.pub.Key != "" && l != nil && l.head == d {
+			back = append(back, l.waiting...)
+			delete(k.lines, d.pub.Key)
+		}
+	}
+	k.pending = nil
 	k.mu.Unlock()
 	for _, l := range retries {
 		k.handBack(ctx, l.head, l.back, l.counted)
 	}
+	k.giveBack(back)
 }
 
 // handBack gives a retry that did not run back to the group, counted as

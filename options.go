@@ -347,11 +347,11 @@ func WithKeyOrdering() SubscribeOption {
 
 // WithMaxWaiting bounds the deliveries of a key-ordered subscription
 // (WithKeyOrdering) that wait for their key, behind a head that runs or
-// waits for its retry: 1..1048576, default 1024 or 4 x MaxInFlight,
-// whichever is more. They hold no in-flight slot, so MaxInFlight bounds
-// the handlers running at once; the subscription fetches while the
-// waiting set has room for as many deliveries as it asks for, and pauses
-// while it is full. Each waiting delivery keeps its message in memory and
+// waits for its retry, or, fetched beyond the free in-flight slots, for
+// a slot: 1..1048576, default 1024 or 4 x MaxInFlight, whichever is more.
+// They hold no in-flight slot, so MaxInFlight bounds the handlers running
+// at once; the subscription fetches while the waiting set has room, and
+// pauses while it is full. Each waiting delivery keeps its message in memory and
 // its lease alive. On a topic of N partitions each partition gets
 // 1/N of the bound (at least 1). Giving it without
 // WithKeyOrdering is an error.

@@ -126,6 +126,21 @@ func (s *partialSub) counts() (tooSmall, overrun, endedWithComing, coming int) {
 	return s.tooSmall, s.overrun, s.endedWithComing, s.coming
 }
 
+// handleAll waits until the total messages pushed to p are acked, then
+// closes b.
+func handleAll(t *testing.T, p *partialBackend, b *bus.Bus, total int) {
+	t.Helper()
+	require.Eventually(t, func() bool { acked, _, _ := p.snapshot(); return len(acked) == total }, waitFor, time.Millisecond,
+		"every message is handled")
+	require.NoError(t, b.Close(context.Background()))
+}
+
+// raiseTo raises most to n when n is more.
+func raiseTo(most *atomic.Int64, n int64) {
+	for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+	}
+}
+
 func TestPartialReceiveKeepsCapacityForMessagesComing(t *testing.T) {
 	const limit, total = 4, 200
 	p := newPartialBackend(false)
@@ -141,9 +156,7 @@ func TestPartialReceiveKeepsCapacityForMessagesComing(t *testing.T) {
 	for i := range total {
 		p.push(msg(strconv.Itoa(i), 1))
 	}
-	require.Eventually(t, func() bool { acked, _, _ := p.snapshot(); return len(acked) == total }, waitFor, time.Millisecond,
-		"every message is handled")
-	require.NoError(t, b.Close(context.Background()))
+	handleAll(t, p, b, total)
 	acked, _, _ := p.snapshot()
 	seen := map[string]int{}
 	for _, id := range acked {
@@ -161,13 +174,12 @@ func TestPartialReceiveKeepsCapacityForMessagesComing(t *testing.T) {
 func TestPartialReceiveNeverRunsMoreThanMaxInFlight(t *testing.T) {
 	const limit, total = 4, 60
 	p := newPartialBackend(true)
-	var most atomic.Int32
+	var most atomic.Int64
 	b := bus.New(p, bus.WithAckBatch(4, time.Millisecond))
 	_, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
 		n := p.running.Add(1)
 		defer p.running.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
+		raiseTo(&most, int64(n))
 		time.Sleep(2 * time.Millisecond) // the handler's work, which holds its slot
 		return nil
 	}, bus.WithMaxInFlight(limit))
@@ -177,9 +189,7 @@ func TestPartialReceiveNeverRunsMoreThanMaxInFlight(t *testing.T) {
 		p.push(msg(strconv.Itoa(i), 1))
 		require.Eventually(t, func() bool { return p.queued() == 0 }, waitFor, 100*time.Microsecond, "message %d taken", i)
 	}
-	require.Eventually(t, func() bool { acked, _, _ := p.snapshot(); return len(acked) == total }, waitFor, time.Millisecond,
-		"every message is handled")
-	require.NoError(t, b.Close(context.Background()))
+	handleAll(t, p, b, total)
 	tooSmall, overrun, _, _ := s.counts()
 	assert.Zero(t, tooSmall, "each Receive is asked for at least what is coming")
 	assert.LessOrEqual(t, int(most.Load()), limit, "never more handlers running than MaxInFlight")
