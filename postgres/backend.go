@@ -324,25 +324,19 @@ func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos
 // the delivery rows that hold the batch's messages once, by a range of
 // the key (the groups' ids, the least to the greatest seq of the batch;
 // see ackSQL), rather than probing them message by message, and the
-// pending seqs of the groups' leases (one row per fetch in flight).
+// pending seqs of the groups' leases (one row per fetch in flight). It
+// deletes the batch's rows by the tuple ids it read them at (a message
+// row is never updated, and none of them can be removed and its slot
+// reused while the statement's snapshot holds it), so that the delete
+// is a lookup of each row whatever plan the statement gets: a range of
+// the key bounded by values the planner does not know beforehand is
+// estimated as a large part of the table, and a plan made for the
+// statement's first parameters (as PostgreSQL makes its first five)
+// scans the whole table.
 func (b *Backend) trimOnce(ctx context.Context, topic string, from trimPos) (trimPos, int64, error) {
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT pg_advisory_xact_lock_shared($1, $2), `+allowDelete, lockTopic, topicLock(topic))
-	batch.Queue(`WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
-lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
-r AS MATERIALIZED (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
-    AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT `+strconv.Itoa(trimBatch)+`),
-hi AS (SELECT ord, seq FROM r ORDER BY ord DESC, seq DESC LIMIT 1),
-held AS (SELECT d.seq FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g))
-    AND d.seq BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r)
-    UNION ALL
-    SELECT p FROM bus_leases l CROSS JOIN LATERAL unnest(l.pending) AS p WHERE l.group_id = ANY(ARRAY(SELECT id FROM g))
-    AND p BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
-DELETE FROM bus_messages m
-WHERE m.topic = $1 AND ROW(m.ord, m.seq) >= ROW($2::text::xid8, $3::bigint)
-  AND ROW(m.ord, m.seq) <= ROW((SELECT ord FROM hi), (SELECT seq FROM hi))
-  AND m.seq NOT IN (SELECT seq FROM held)`,
-		topic, from.ord, from.seq)
+	batch.Queue(trimDeleteSQL, topic, from.ord, from.seq)
 	batch.Queue(`WITH lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
 k AS (SELECT ord, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
     AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT 1)
@@ -362,6 +356,20 @@ SELECT ord::text, seq FROM k UNION ALL SELECT cur_ord::text, cur_seq FROM lo WHE
 	}
 	return next, tag.RowsAffected(), nil
 }
+
+// trimDeleteSQL deletes what trim may of the first trimBatch messages of
+// topic $1 from ($2, $3) up to the slowest cursor (see trimOnce).
+var trimDeleteSQL = `WITH g AS (SELECT id FROM bus_groups WHERE topic = $1),
+lo AS (SELECT cur_ord, cur_seq FROM bus_groups WHERE topic = $1 ORDER BY cur_ord, cur_seq LIMIT 1),
+r AS MATERIALIZED (SELECT ctid, seq FROM bus_messages WHERE topic = $1 AND ROW(ord, seq) >= ROW($2::text::xid8, $3::bigint)
+    AND ROW(ord, seq) <= ROW((SELECT cur_ord FROM lo), (SELECT cur_seq FROM lo)) ORDER BY ord, seq LIMIT ` + strconv.Itoa(trimBatch) + `),
+held AS (SELECT d.seq FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT id FROM g))
+    AND d.seq BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r)
+    UNION ALL
+    SELECT p FROM bus_leases l CROSS JOIN LATERAL unnest(l.pending) AS p WHERE l.group_id = ANY(ARRAY(SELECT id FROM g))
+    AND p BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
+DELETE FROM bus_messages m
+WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM r WHERE seq NOT IN (SELECT seq FROM held)))`
 
 // A trim of a topic deletes in batches of trimBatch messages, each a
 // short transaction of its own (a transaction holds back every group's

@@ -26,11 +26,7 @@ var schemaV2 string
 // topic with ackTimeout, and publishes n messages lease-<i> in one batch.
 func leaseFixture(t *testing.T, ctx context.Context, rawURL, topic string, ackTimeout time.Duration, n int) (*postgres.Backend, backend.Subscription) {
 	t.Helper()
-	u, err := url.Parse(rawURL)
-	require.NoError(t, err)
-	be, err := postgres.OpenURL(ctx, u)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = be.Close() })
+	be := openBackend(t, ctx, rawURL)
 	s, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: ackTimeout, Observer: observer.Nop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

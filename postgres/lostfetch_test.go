@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
-	"github.com/eventbus-go/bus/postgres"
 )
 
 // lostFetchAckTimeout is the lease of the lost-fetch cases: far longer
@@ -41,11 +39,7 @@ func testLostFetchCase(t *testing.T, rawURL, topic string, atClose bool) {
 	defer watchdog(t, time.Minute)()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	u, err := url.Parse(rawURL)
-	require.NoError(t, err)
-	be, err := postgres.OpenURL(ctx, u)
-	require.NoError(t, err)
-	defer func() { _ = be.Close() }()
+	be := openBackend(t, ctx, rawURL)
 	cfg := backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: lostFetchAckTimeout, Observer: observer.Nop()}
 	a, err := be.Subscribe(ctx, topic, cfg)
 	require.NoError(t, err)

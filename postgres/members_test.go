@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/observer"
-	"github.com/eventbus-go/bus/postgres"
 )
 
 // testGroupsCountLiveMembers: Groups counts a group's live subscriptions
@@ -59,11 +57,7 @@ SELECT '#' || id, name, 'lapsed', clock_timestamp() - interval '1 second' FROM b
 	require.NoError(t, err)
 	assert.Equal(t, map[string]bus.Figure{"g": 1, "h": 1}, consumers(), "a lapsed row does not count")
 
-	u, err := url.Parse(rawURL)
-	require.NoError(t, err)
-	be, err := postgres.OpenURL(ctx, u)
-	require.NoError(t, err)
-	defer be.Close()
+	be := openBackend(t, ctx, rawURL)
 	ms, err := be.Members(ctx, topic, "g")
 	require.NoError(t, err)
 	assert.Empty(t, ms, "the subscriptions' rows are not members of a partitioned group")

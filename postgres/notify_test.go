@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
-	"github.com/eventbus-go/bus/postgres"
 )
 
 // testNackNotifiesOtherProcesses: a Nack with no delay, after its commit,
@@ -25,15 +23,7 @@ func testNackNotifiesOtherProcesses(t *testing.T, rawURL string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const topic = "notify.nack"
-	u, err := url.Parse(rawURL)
-	require.NoError(t, err)
-	open := func() *postgres.Backend {
-		be, err := postgres.OpenURL(ctx, u)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = be.Close() })
-		return be
-	}
-	a, b := open(), open()
+	a, b := openBackend(t, ctx, rawURL), openBackend(t, ctx, rawURL)
 	cfg := backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()}
 	subA, err := a.Subscribe(ctx, topic, cfg)
 	require.NoError(t, err)

@@ -44,6 +44,17 @@ func openBus(t *testing.T, url string, opts ...bus.Option) *bus.Bus {
 	return b
 }
 
+// openBackend opens the backend on rawURL, closed when the test ends.
+func openBackend(t *testing.T, ctx context.Context, rawURL string) *postgres.Backend {
+	t.Helper()
+	u, err := neturl.Parse(rawURL)
+	require.NoError(t, err)
+	be, err := postgres.OpenURL(ctx, u)
+	require.NoError(t, err, "open the backend")
+	t.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
 // collector records what a subscription received, in order.
 type collector struct {
 	mu  sync.Mutex

@@ -3,8 +3,8 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,11 +26,7 @@ func testTrimKeepsHeld(t *testing.T, rawURL string) {
 	defer watchdog(t, time.Minute)()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	u, err := url.Parse(rawURL + "&trim_interval=20ms")
-	require.NoError(t, err)
-	be, err := postgres.OpenURL(ctx, u)
-	require.NoError(t, err)
-	defer func() { _ = be.Close() }()
+	be := openBackend(t, ctx, rawURL+"&trim_interval=20ms")
 	const topic = "trim.held"
 	sub := func(group string) backend.Subscription {
 		s, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: group, StartFrom: backend.StartOldest, AckTimeout: time.Minute, Observer: observer.Nop()})
@@ -84,4 +80,36 @@ func testTrimKeepsHeld(t *testing.T, rawURL string) {
 	settle(g, map[string]backend.AckID{"m-05": gIDs["m-05"], "m-39": gIDs["m-39"]})
 	require.Eventually(t, func() bool { return len(stored()) <= 2 }, 10*time.Second, 5*time.Millisecond, "the trim deletes what g acked")
 	require.Equal(t, []string{"m-17", "m-30"}, stored(), "the trim keeps the nacked message and h's leased one")
+}
+
+// testTrimDeletesByRow fills a topic with 20000 messages that its group
+// passed and reads the plan of the trim's delete for a first trim of the
+// topic, as PostgreSQL plans a statement's first executions (with the
+// parameters' values): the delete reads the batch by the log's key and
+// deletes its rows by tuple id, rather than scanning the table or a
+// range of it whose size the planner cannot know.
+func testTrimDeletesByRow(t *testing.T, rawURL string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	be := openBackend(t, ctx, rawURL)
+	const topic = "trim.byrow"
+	pool := be.Pool()
+	_, err := pool.Exec(ctx, `INSERT INTO bus_messages (topic, ord, id, key, payload, published_at, visible_at)
+SELECT $1, (1000 + g / 16)::text::xid8, g::text, '', '\x00', now(), now() FROM generate_series(1, 20000) g`, topic)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, be.DeleteTopic(context.Background(), topic)) }()
+	_, err = pool.Exec(ctx, `INSERT INTO bus_groups (topic, name, cur_ord, cur_seq)
+SELECT $1, 'g', max(ord), max(seq) FROM bus_messages WHERE topic = $1`, topic)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE bus_messages`)
+	require.NoError(t, err)
+
+	rows, err := pool.Query(ctx, "EXPLAIN "+postgres.TrimDeleteSQL, topic, "0", int64(0))
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	require.NotContains(t, plan, "Seq Scan on bus_messages", "the plan:\n%s", plan)
+	require.Contains(t, plan, "Tid Scan on bus_messages", "the plan:\n%s", plan)
 }
