@@ -223,7 +223,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	if err := rr.err; err != nil {
 		if woken && errors.Is(err, context.Canceled) {
 			// A reclaim is due: the next Receive runs it.
-			return nil, nil
+			return s.none()
 		}
 		return nil, s.readErr(ctx, err)
 	}
@@ -231,15 +231,24 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		return s.decodeRaw(ctx, rr.raw)
 	}
 	if len(rr.res) == 0 {
-		return nil, nil
+		return s.none()
 	}
 	return s.decodeEntries(ctx, rr.res[0].Messages), nil
+}
+
+// none is what a Receive whose read found nothing returns: nothing, or
+// ErrClosed when the subscription or the backend was closed meanwhile.
+func (s *subscription) none() ([]*backend.Message, error) {
+	if s.ended() {
+		return nil, s.errf("receive", backend.ErrClosed)
+	}
+	return nil, nil
 }
 
 // readErr is what Receive returns for a read that failed.
 func (s *subscription) readErr(ctx context.Context, err error) error {
 	switch {
-	case errors.Is(err, redis.Nil):
+	case errors.Is(err, redis.Nil) && !s.ended():
 		return nil // BLOCK ran out
 	case ctx.Err() != nil:
 		return ctx.Err()
