@@ -100,15 +100,22 @@
 //
 // At-least-once, with every primitive a statement:
 //
-//   - Publish is one round trip: a pipelined transaction that takes the
-//     topic's shared advisory lock and then, in one INSERT with CTEs,
+//   - Publish is one statement, a transaction of its own: an INSERT
+//     with CTEs that takes the topic's shared advisory lock and then
 //     writes the messages (unnest of arrays; the keys, headers and due
 //     times only when some message of the batch has one) with the
 //     transaction's id
 //     (raised to the topic's floor) as their ord, the caller-set IDs
 //     into bus_dedup (a batch without any leaves that step out), and
-//     pg_notify(channel, topic) when the topic has a group. Concurrent publishers share the lock; a new group takes it
-//     exclusively, so it sees every message whose writer did not see it.
+//     pg_notify(channel, topic) when the topic has a group. Every write
+//     of the statement, and the assignment of its transaction's id,
+//     comes after the lock. Concurrent publishers share the lock; a new
+//     group takes it exclusively, so a publish either commits before the
+//     group's snapshot (its messages lie before the group's start) or
+//     gets a transaction id at or above the floor the group set (its
+//     messages lie after it). A publish that waited for a new group may
+//     not see it (its snapshot is older than the lock) and then sends no
+//     notification: the group's members find its messages by their poll.
 //   - Subscribe creates the group when missing and joins it. StartOldest
 //     starts its cursor before every message. StartNewest raises the
 //     topic's floor to the first transaction id not yet assigned (the

@@ -26,7 +26,11 @@ type publisher struct {
 // (columns id, key, headers, payload, published_at, due, dkey, ord) and
 // notifies the channel $chanP (empty: none) when the topic has a group.
 // Each message's ord is the writing transaction's id, raised to the
-// topic's floor and, when ordP is not 0, to the xid8 $ordP. A message
+// topic's floor and, when ordP is not 0, to the xid8 $ordP. When lockP
+// is not 0 the statement first takes the shared lock of the topic whose
+// hash is $lockP (lockTopicSQL), and assigns the transaction's id and
+// writes only after it holds it: every write reads a row of l (see
+// Publish for why that is enough). A message
 // with a dedup key is written only when the key is not in bus_dedup within
 // the window ($dedupP ms) and is recorded there; with dedupP 0 the
 // statement has no dedup step, and x no dkey column. guard, when not
@@ -37,12 +41,18 @@ type publisher struct {
 // due (a message was written to a topic with a group). Without dedup
 // step and guard every message of x is written (x has as many rows as
 // the array $2): the insert returns nothing, and the count is $2's.
-func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
+func insertSQL(guard, x string, dedupP, chanP, ordP, lockP int) string {
 	with := "WITH "
 	cond := ""
 	if guard != "" {
 		with = "WITH " + guard + ", "
 		cond = " AND EXISTS (SELECT 1 FROM guard)"
+	}
+	fromL := ""
+	if lockP != 0 {
+		with += "l AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(" + strconv.Itoa(lockTopic) + ", $" + strconv.Itoa(lockP) + "::integer)),\n"
+		x = "SELECT s.* FROM l, (" + x + ") s"
+		fromL = " FROM l"
 	}
 	channel := "$" + strconv.Itoa(chanP)
 	d, keep := "", ""
@@ -60,16 +70,16 @@ func insertSQL(guard, x string, dedupP, chanP, ordP int) string {
 	if ordP != 0 {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
 	}
-	ord += ")"
+	ord += ") AS v" + fromL
 	returning, written := "\n        RETURNING 1", "(SELECT count(*) FROM m)"
 	if dedupP == 0 && guard == "" {
 		returning, written = "", "cardinality($2::text[])::bigint"
 	}
 	return with + `f AS (SELECT floor FROM bus_topics WHERE name = $1),
-t AS (INSERT INTO bus_topics (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM f)` +
+t AS (INSERT INTO bus_topics (name) SELECT $1` + fromL + ` WHERE NOT EXISTS (SELECT 1 FROM f)` +
 		andGuard(guard) + ` ON CONFLICT DO NOTHING),
 x AS (` + x + `),
-` + d + `o AS (SELECT ` + ord + ` AS v),
+` + d + `o AS (SELECT ` + ord + `),
 m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
         SELECT $1, (SELECT v FROM o), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
         WHERE ` + keep + cond + ` ORDER BY x.ord` + returning + `),
@@ -90,7 +100,10 @@ func andGuard(guard string) string {
 	return " AND EXISTS (SELECT 1 FROM guard)"
 }
 
-var plainInsert = insertSQL("", arraysSource, 9, 10, 0)
+// plainInsert writes a batch with dedup keys: it reads the arrays and
+// the window as arraysSource and args name them, the channel ($10) and
+// the topic's lock ($11).
+var plainInsert = insertSQL("", arraysSource, 9, 10, 0, 11)
 
 // Columns a batch without dedup keys sends only when some message of it
 // needs them: left out, every message has an empty key, no headers and is
@@ -107,11 +120,12 @@ const (
 // step the statement neither reads nor locks bus_dedup and its indexes. It
 // reads the arrays $2 (ids), $3 (payloads), $4 (publish times) and then,
 // in this order, those of the keys, headers and due times that cols names;
-// the channel comes last. Each array left out is one the client need not
-// encode nor the server decode.
+// the channel and the topic's lock come last. Each array left out is one
+// the client need not encode nor the server decode.
 var undupInserts = func() (q [colAll + 1]string) {
 	for cols := range q {
-		q[cols] = insertSQL("", undupSource(cols), 0, 5+bits.OnesCount(uint(cols)), 0)
+		n := bits.OnesCount(uint(cols))
+		q[cols] = insertSQL("", undupSource(cols), 0, 5+n, 0, 6+n)
 	}
 	return q
 }()
@@ -138,9 +152,9 @@ func undupSource(cols int) string {
 }
 
 // undupArgs returns the statement and parameters that write r (without
-// dedup keys) to topic, notifying channel.
+// dedup keys) to topic, notifying channel, under the topic's lock.
 func (r rows) undupArgs(topic, channel string) (string, []any) {
-	args := make([]any, 0, 8)
+	args := make([]any, 0, 9)
 	args = append(args, topic, pgtype.FlatArray[string](r.ids), pgtype.FlatArray[[]byte](r.payloads), pgtype.FlatArray[time.Time](r.at))
 	cols := 0
 	if slices.ContainsFunc(r.keys, func(k []byte) bool { return len(k) > 0 }) {
@@ -155,11 +169,12 @@ func (r rows) undupArgs(topic, channel string) (string, []any) {
 		cols |= colDue
 		args = append(args, pgtype.FlatArray[*time.Time](r.due))
 	}
-	return undupInserts[cols], append(args, channel)
+	return undupInserts[cols], append(args, channel, topicLock(topic))
 }
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
-// transaction: writers share it, a new group waits for them.
+// transaction: writers share it; a new group, a seek and DeleteTopic take
+// it exclusively, and so wait for them.
 const lockTopicSQL = `SELECT pg_advisory_xact_lock_shared($1, $2)`
 
 // rows is a batch of messages as the insert's arrays.
@@ -228,9 +243,23 @@ func (p publisher) args(topic string, r rows) []any {
 	return []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
 }
 
-// Publish writes the batch in one transaction (one round trip): every
+// Publish writes the batch in one statement, its own transaction: every
 // message is stored, or none. A message whose ID the caller set and that
 // topic received within the dedup window is not stored again.
+//
+// The statement takes the topic's shared lock before it assigns the
+// transaction's id (its first write), though its snapshot is older than
+// the lock. That is enough for the cursor of a new group, which raises
+// the floor to the first id not yet assigned while it holds the lock
+// exclusively: a publish that took the lock first has committed before
+// the group's snapshot, and its messages lie before the floor; one that
+// waited for the group gets an id at or above the floor, and its messages
+// lie after the cursor whatever floor its snapshot reads. What the old
+// snapshot may miss is a group (or a topic row) that a transaction
+// committed while the statement waited for the lock: the publish then
+// sends no notification (the group's subscriptions find the messages by
+// their poll, within Options.Block) or leaves the topic's row to the
+// next publish.
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.shut.Load() {
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
@@ -239,14 +268,17 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	var insert string
 	var args []any
 	if slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }) {
-		insert, args = plainInsert, b.pub.args(topic, r)
+		insert, args = plainInsert, append(b.pub.args(topic, r), topicLock(topic))
 	} else {
 		insert, args = r.undupArgs(topic, b.pub.channel)
 	}
 	if !b.notes.claim(topic) {
-		args[len(args)-1] = ""
+		args[len(args)-2] = "" // the channel
 	}
-	_, heldBack, err := b.insertLocked(ctx, topic, insert, args)
+	var n, notified int64
+	var wanted bool
+	err := b.pool.QueryRow(ctx, insert, args...).Scan(&n, &notified, &wanted)
+	heldBack := wanted && notified == 0
 	if err != nil {
 		if b.shut.Load() {
 			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
@@ -259,9 +291,11 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	return nil
 }
 
-// insertLocked runs insert (an insert from arraysSource) under topic's
-// shared lock, in one round trip, and returns how many messages it stored
-// and whether the notification it wanted was held back.
+// insertLocked runs insert (an insert from arraysSource that does not
+// take the lock itself) under topic's shared lock, in one round trip (a
+// pipelined transaction: the insert's snapshot is taken once the lock is
+// held), and returns how many messages it stored and whether the
+// notification it wanted was held back.
 func (b *Backend) insertLocked(ctx context.Context, topic, insert string, args []any) (n int64, heldBack bool, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(lockTopicSQL, lockTopic, topicLock(topic))

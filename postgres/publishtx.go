@@ -265,5 +265,5 @@ func valuesInsert(topic string, r rows, p publisher, ord string) (string, []any)
 	}
 	x.WriteString(") AS x(id, key, headers, payload, published_at, due, dkey, ord)")
 	args = append(args, p.dedup.Milliseconds(), p.channel, ord)
-	return insertSQL("", x.String(), len(args)-2, len(args)-1, len(args)), args
+	return insertSQL("", x.String(), len(args)-2, len(args)-1, len(args), 0), args
 }

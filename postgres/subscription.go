@@ -732,7 +732,7 @@ var deadLetterSQL = insertSQL(`gl AS (
 gd AS (
     DELETE FROM bus_deliveries WHERE group_id = $11 AND seq = $12 AND n = $13 AND leased
         AND visible_at > clock_timestamp() RETURNING 1),
-guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0)
+guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0, 0)
 
 // Close ends the member at once: a Receive in progress returns an error
 // wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
