@@ -140,7 +140,11 @@
 //     cursor past them, updates the redeliveries (n, attempt, leased,
 //     visible_at = now + ack timeout) and returns them all with their
 //     messages; an AckID carries the lease's tag (0 for a delivery row).
-//     Members never wait on each other's rows. With nothing
+//     Members never wait on each other's rows. After a fetch that took
+//     all it found (fewer than the bus asked for), the next one first
+//     waits for a notification of the topic, at most 5ms: a stream of
+//     small publishes is fetched in a few large fetches rather than one
+//     per commit. With nothing
 //     due it waits for a notification of the topic (one LISTEN
 //     connection per Backend, outside the pool), for the group's next due
 //     row, or for Options.Block (1s), whichever comes first: an idle

@@ -47,6 +47,8 @@ type subscription struct {
 	// Receive's own state.
 	vals []backend.Message
 	out  []*backend.Message
+	// drained: the last fetch took all it found, fewer than it could.
+	drained bool
 }
 
 // lostFetch is a fetch whose reply never came: it may have committed,
@@ -312,7 +314,18 @@ const (
 	heldMost  = 32 * time.Millisecond
 )
 
-// Receive leases up to max due deliveries. With none due it waits for a
+// drainedWait bounds the wait of a Receive that follows a fetch that
+// took all it found: it fetches once a notification of the topic came
+// (one follows every commit that publishes to it or gives a delivery
+// back), or after drainedWait for what comes due unannounced (a lease
+// that ends, a DeliverAt, a message held back behind a transaction).
+const drainedWait = 5 * time.Millisecond
+
+// Receive leases up to max due deliveries. After a fetch that took all
+// it found (fewer than it asked for) it waits for a notification of the
+// topic first, at most drainedWait: a stream of small publishes is
+// fetched in fewer, larger fetches, and a consumer that found nothing
+// still fetches at once when notified. With none due it waits for a
 // notification of the topic, for the next due time, or for the block
 // time, whichever comes first, and looks again once.
 func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
@@ -342,6 +355,19 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return msgs, nil
 		}
 	}
+	if s.drained {
+		s.drained = false
+		t := time.NewTimer(drainedWait)
+		select {
+		case <-s.wake:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil, s.receiveErr(ctx, ctx.Err())
+		}
+	}
 	deadline := time.Now().Add(s.b.opts.Block)
 	held := heldFirst
 	for {
@@ -358,6 +384,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return nil, s.receiveErr(ctx, err)
 		}
 		if len(msgs) > 0 {
+			s.drained = len(msgs) < max
 			return msgs, nil
 		}
 		wait := time.Until(deadline)
