@@ -25,6 +25,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
 	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
 	t.Run("ReceiveAfterDrainedFetch", func(t *testing.T) { testReceiveAfterDrainedFetch(t, srv.URL()) })
+	t.Run("AckLeavesPlanCacheMode", func(t *testing.T) { testAckLeavesPlanCacheMode(t, srv.URL()) })
 	t.Run("NackNotifiesOtherProcesses", func(t *testing.T) { testNackNotifiesOtherProcesses(t, srv.URL()) })
 	t.Run("PublishTxLateCommit", func(t *testing.T) { testPublishTxLateCommit(t, srv.URL()) })
 	t.Run("PublishWaitsForNewGroup", func(t *testing.T) { testPublishWaitsForNewGroup(t, srv.URL()) })

@@ -620,7 +620,14 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	return nil
 }
 
-// ack runs ackSQL for ids.
+// genericPlanSQL makes the statements after it in its transaction use
+// their prepared statement's generic plan. ackSQL needs it: its cost
+// estimate for an array of tags of unknown length is higher than for
+// the one or two tags an ack carries, so PostgreSQL would otherwise plan
+// each ack anew (longer than it takes to run), for the same plan.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// ack runs ackSQL for ids, with its generic plan, in one transaction.
 func (s *subscription) ack(ctx context.Context, ids []ackID) error {
 	seqs := make([]int64, 0, len(ids))
 	var tags []int64
@@ -633,8 +640,10 @@ func (s *subscription) ack(ctx context.Context, ids []ackID) error {
 	if tags == nil {
 		tags = []int64{}
 	}
-	_, err := s.b.pool.Exec(ctx, ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs, tags)
-	return err
+	batch := &pgx.Batch{}
+	batch.Queue(genericPlanSQL)
+	batch.Queue(ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs, tags)
+	return s.b.pool.SendBatch(ctx, batch).Close()
 }
 
 // leasedSQL is the condition every settlement but Ack checks: the row is
