@@ -142,7 +142,8 @@
 //     messages; an AckID carries the lease's tag (0 for a delivery row).
 //     Members never wait on each other's rows. After a fetch that took
 //     all it found (fewer than the bus asked for), the next one first
-//     waits for a notification of the topic, at most 5ms: a stream of
+//     waits for a notification of the topic, until 5ms after that fetch
+//     started at most: a stream of
 //     small publishes is fetched in a few large fetches rather than one
 //     per commit. With nothing
 //     due it waits for a notification of the topic (one LISTEN

@@ -47,8 +47,10 @@ type subscription struct {
 	// Receive's own state.
 	vals []backend.Message
 	out  []*backend.Message
-	// drained: the last fetch took all it found, fewer than it could.
-	drained bool
+	// drained is when the last fetch, which took all it found (fewer
+	// than it could), started; zero when it took none or as many as it
+	// could.
+	drained time.Time
 }
 
 // lostFetch is a fetch whose reply never came: it may have committed,
@@ -317,8 +319,9 @@ const (
 // drainedWait bounds the wait of a Receive that follows a fetch that
 // took all it found: it fetches once a notification of the topic came
 // (one follows every commit that publishes to it or gives a delivery
-// back), or after drainedWait for what comes due unannounced (a lease
-// that ends, a DeliverAt, a message held back behind a transaction).
+// back), or drainedWait after that fetch started, for what comes due
+// unannounced (a lease that ends, a DeliverAt, a message held back
+// behind a transaction).
 const drainedWait = 5 * time.Millisecond
 
 // Receive leases up to max due deliveries. After a fetch that took all
@@ -355,9 +358,8 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return msgs, nil
 		}
 	}
-	if s.drained {
-		s.drained = false
-		t := time.NewTimer(drainedWait)
+	if wait := drainedWait - time.Since(s.drained); !s.drained.IsZero() && wait > 0 {
+		t := time.NewTimer(wait)
 		select {
 		case <-s.wake:
 		case <-t.C:
@@ -378,13 +380,17 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 		tag := rand.Int64N(1<<62) + 1
 		var pid uint32
+		start := time.Now()
+		s.drained = time.Time{}
 		msgs, err := s.query(ctx, &pid, true, fetchSQL, s.gid, max, s.lease, tag)
 		if err != nil {
 			s.setLost(lostFetch{tag: tag, pid: pid})
 			return nil, s.receiveErr(ctx, err)
 		}
 		if len(msgs) > 0 {
-			s.drained = len(msgs) < max
+			if len(msgs) < max {
+				s.drained = start
+			}
 			return msgs, nil
 		}
 		wait := time.Until(deadline)
