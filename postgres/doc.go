@@ -143,10 +143,9 @@
 //     Members never wait on each other's rows. After a fetch that took
 //     all it found (fewer than the bus asked for), the next one first
 //     waits for a notification of the topic, until 5ms after that fetch
-//     started at most: a stream of
-//     small publishes is fetched in a few large fetches rather than one
-//     per commit. With nothing
-//     due it waits for a notification of the topic (one LISTEN
+//     started at most: a stream of small publishes is fetched in a few
+//     large fetches rather than one per commit. With nothing due it
+//     waits for a notification of the topic (one LISTEN
 //     connection per Backend, outside the pool), for the group's next due
 //     row, or for Options.Block (1s), whichever comes first: an idle
 //     consumer gets a new message a few milliseconds after its commit,
