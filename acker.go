@@ -17,12 +17,18 @@ import (
 const ackFlushTimeout = 10 * time.Second
 
 // acker batches the acks of one consumer into few backend calls: a flush
-// happens when size ids wait in one buffer, or interval after the first
-// one arrived, and once more on close. Acks wait in buffers the acker
-// owns: one per dispatcher worker (ackBuf), for the acks a worker makes
-// when a handler returns, and the acker's own, for every other ack. The
-// dispatcher registers its workers' buffers here; the acker never calls
-// back into the dispatcher.
+// happens when size ids wait in the buffers together, or interval after
+// the first one arrived, and once more on close. Acks wait in buffers the
+// acker owns: one per dispatcher worker (ackBuf), for the acks a worker
+// makes when a handler returns, and the acker's own, for every other ack.
+// The dispatcher registers its workers' buffers here; the acker never
+// calls back into the dispatcher.
+//
+// The count is of all buffers, not of the fullest: an ack that waits
+// holds its message at the broker (a NATS consumer's MaxAckPending, a
+// Redis pending entry), so what waits is bounded by size however many
+// workers buffer acks, and a flush never waits for one worker's buffer to
+// fill while the others hold more.
 type acker struct {
 	bsub     backend.Subscription
 	obs      observer.Observer
@@ -37,6 +43,11 @@ type acker struct {
 	buf    []backend.AckID
 	bufs   []*ackBuf // the workers' buffers
 	closed atomic.Bool
+	// waiting counts the ids buffered and not yet taken by a flush, over
+	// all buffers: an add counts its id after buffering it, a flush
+	// subtracts what it took, so it may lag what the buffers hold, never
+	// run ahead of it.
+	waiting atomic.Int64
 	// Only run touches these: the ids of the flush in progress when they
 	// came from more than one buffer, the buffers a flush took whole
 	// (each swapped for an empty one, so most acks are never copied),
@@ -47,8 +58,8 @@ type acker struct {
 	spares   [][]backend.AckID
 	visit    []*ackBuf
 
-	first chan struct{} // a buffer got its first id
-	full  chan struct{} // a buffer holds size ids
+	first chan struct{} // the first id waits
+	full  chan struct{} // size ids wait
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -107,12 +118,8 @@ func (a *acker) dropBuf(b *ackBuf) {
 			break
 		}
 	}
-	a.buf = append(a.buf, ids...)
-	n := len(a.buf)
+	a.buf = append(a.buf, ids...) // counted in waiting already
 	a.mu.Unlock()
-	if len(ids) > 0 {
-		a.buffered(n)
-	}
 }
 
 // add buffers the ack of a delivery the worker ran; it returns ErrClosed
@@ -124,9 +131,8 @@ func (b *ackBuf) add(id backend.AckID) error {
 		return ErrClosed
 	}
 	b.ids = append(b.ids, id)
-	n := len(b.ids)
 	b.mu.Unlock()
-	b.a.buffered(n)
+	b.a.buffered()
 	return nil
 }
 
@@ -144,18 +150,14 @@ func (b *ackBuf) swap(empty []backend.AckID) []backend.AckID {
 	return ids
 }
 
-func (b *ackBuf) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.ids)
-}
-
-// buffered wakes run for a buffer that now holds n ids.
-func (a *acker) buffered(n int) {
+// buffered counts an id just buffered, and wakes run for the first id
+// and once size of them wait.
+func (a *acker) buffered() {
+	n := a.waiting.Add(1)
 	if n == 1 {
 		signal(a.first)
 	}
-	if n >= a.size {
+	if n >= int64(a.size) {
 		signal(a.full)
 	}
 }
@@ -177,25 +179,32 @@ func (a *acker) add(id backend.AckID) error {
 		return ErrClosed
 	}
 	a.buf = append(a.buf, id)
-	n := len(a.buf)
 	a.mu.Unlock()
-	a.buffered(n)
+	a.buffered()
 	return nil
 }
 
+// run flushes until close. It waits for a first id unless ids are
+// counted already (added while the last flush ran), then up to interval
+// unless size of them wait.
 func (a *acker) run() {
 	defer close(a.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		select {
-		case <-a.stop:
-			a.flush(a.flushCtx)
-			return
-		case <-a.first:
-		case <-a.full:
+		if a.waiting.Load() <= 0 {
+			// The add that counts the first id signals first, also
+			// when the count lagged a flush that took ids before
+			// their adds counted them.
+			select {
+			case <-a.stop:
+				a.flush(a.flushCtx)
+				return
+			case <-a.first:
+			case <-a.full:
+			}
 		}
-		if a.pending() < a.size {
+		if a.waiting.Load() < int64(a.size) {
 			timer.Reset(a.interval)
 			select {
 			case <-timer.C:
@@ -209,19 +218,6 @@ func (a *acker) run() {
 		}
 		a.flush(context.Background())
 	}
-}
-
-// pending counts the ids in the fullest buffer.
-func (a *acker) pending() int {
-	a.mu.Lock()
-	n := len(a.buf)
-	a.visit = append(a.visit[:0], a.bufs...)
-	a.mu.Unlock()
-	for _, b := range a.visit {
-		n = max(n, b.len())
-	}
-	clear(a.visit)
-	return n
 }
 
 // flush sends everything buffered, in chunks of at most size, the acks
@@ -259,6 +255,10 @@ func (a *acker) flush(parent context.Context) {
 			}
 			a.flushing = ids
 		}
+		// Acks that arrive while this flush waits for the backend count
+		// towards the next one, which starts at once when size of them
+		// wait by then.
+		a.waiting.Add(-int64(len(ids)))
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
 			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // The acks a worker buffers are flushed by the acker in order, with the
@@ -24,13 +25,13 @@ func TestWorkerAcksAreFlushedUntilClosed(t *testing.T) {
 	require.NoError(t, w.add("a"))
 	require.NoError(t, a.add("x"))
 	require.NoError(t, w.add("b"))
-	assert.Equal(t, 2, a.pending(), "the fullest buffer holds two")
+	assert.EqualValues(t, 3, a.waiting.Load(), "the ids of both buffers are counted together")
 	a.flush(context.Background())
 	assert.Equal(t, [][]backend.AckID{{"x", "a", "b"}}, r.acked(), "one backend call for both buffers")
-	assert.Zero(t, a.pending(), "a flush empties the buffers")
+	assert.Zero(t, a.waiting.Load(), "a flush empties the buffers")
 	require.NoError(t, w.add("c"))
 	a.dropBuf(w)
-	assert.Equal(t, 1, a.pending(), "a dropped buffer's acks move to the acker's own")
+	assert.EqualValues(t, 1, a.waiting.Load(), "a dropped buffer's acks move to the acker's own, still counted")
 	w = a.newBuf()
 	require.NoError(t, w.add("d"))
 	a.closed.Store(true) // as acker.close does
@@ -40,10 +41,35 @@ func TestWorkerAcksAreFlushedUntilClosed(t *testing.T) {
 	assert.Equal(t, []backend.AckID{"c", "d"}, r.acked()[1], "what was buffered before close is still flushed")
 }
 
+// Acks spread over several workers' buffers are flushed once size of
+// them wait together, without waiting for the interval or for one
+// buffer to fill: what waits unflushed is bounded by size, however many
+// workers buffer acks.
+func TestAckerFlushesWhenBuffersTogetherHoldABatch(t *testing.T) {
+	r := &ackRecorder{called: make(chan struct{}, 1)}
+	a := newAcker(r, observer.Nop(), "t", "g", 4, time.Hour)
+	done := make(chan struct{})
+	go func() { defer close(done); a.run() }()
+	w1, w2 := a.newBuf(), a.newBuf()
+	require.NoError(t, w1.add("a"))
+	require.NoError(t, w2.add("b"))
+	require.NoError(t, w1.add("c"))
+	require.NoError(t, w2.add("d"))
+	select {
+	case <-r.called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no flush with four acks waiting in two buffers, with a batch of four and an hour's interval")
+	}
+	assert.ElementsMatch(t, []backend.AckID{"a", "b", "c", "d"}, r.acked()[0], "one call with the acks of both buffers")
+	require.NoError(t, a.close(context.Background()))
+	<-done
+}
+
 // ackRecorder is a backend subscription that records its Ack calls.
 type ackRecorder struct {
-	mu    sync.Mutex
-	calls [][]backend.AckID
+	mu     sync.Mutex
+	calls  [][]backend.AckID
+	called chan struct{} // when set, signalled after each call
 }
 
 func (r *ackRecorder) Receive(context.Context, int) ([]*backend.Message, error) { return nil, nil }
@@ -54,6 +80,9 @@ func (r *ackRecorder) Ack(_ context.Context, ids []backend.AckID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, append([]backend.AckID(nil), ids...))
+	if r.called != nil {
+		signal(r.called)
+	}
 	return nil
 }
 
