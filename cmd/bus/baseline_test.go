@@ -148,6 +148,32 @@ func TestBenchBaselineOnNATSJetStream(t *testing.T) {
 	}
 }
 
+// The raw clients name their stream, subject and group as long as the
+// run's topic and group on the bus side, so both sides carry as many
+// bytes of names per message.
+func TestRawNamesAreAsLongAsTheBusSides(t *testing.T) {
+	ctx := context.Background()
+	cfg := testBenchConfig(scenarioConsume)
+	cfg.URL = natstest.Start(t).URL()
+	r := newBenchRun(cfg, "")
+	nt, err := openNATSTarget(ctx, r)
+	require.NoError(t, err)
+	defer nt.close(ctx)
+	n := nt.(*natsTarget)
+	assert.Len(t, n.stream, len(r.topic), "the raw stream's name is as long as the topic")
+	assert.Len(t, n.subject, len(r.topic), "the raw subject is as long as the topic")
+	assert.Len(t, n.durable, len(r.group()), "the raw consumer's name is as long as the group")
+
+	cfg.URL = redistest.URL(t)
+	r = newBenchRun(cfg, "")
+	rt, err := openRedisTarget(ctx, r)
+	require.NoError(t, err)
+	defer rt.close(ctx)
+	rd := rt.(*redisTarget)
+	assert.Len(t, rd.key, len(r.topic), "the raw stream key is as long as the topic")
+	assert.Len(t, rd.group, len(r.group()), "the raw group is as long as the bus's")
+}
+
 func TestBenchBaselineOnCoreNATS(t *testing.T) {
 	cfg := testBenchConfig(scenarioE2E)
 	cfg.URL, cfg.N = natstest.Start(t).URL()+"?jetstream=false", 2000

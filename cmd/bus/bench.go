@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -258,6 +259,18 @@ func newBenchRun(cfg benchConfig, label string) *benchRun {
 		r.topic = fmt.Sprintf("bus-bench.%s.%x", cfg.Scenario, time.Now().UnixNano())
 	}
 	return r
+}
+
+// group is the run's consumer group on the bus.
+func (r *benchRun) group() string { return fmt.Sprintf("bench-%x", r.nonce) }
+
+// rawName returns name, padded with zeros to the length of like when
+// shorter. The raw clients name their stream, subject and group as long
+// as the run's topic and group that the bus side is given, so that both
+// sides carry as many bytes of names per message (a JetStream delivery's
+// subject and ack subject, a Redis read's reply and its XACK).
+func rawName(name, like string) string {
+	return name + strings.Repeat("0", max(0, len(like)-len(name)))
 }
 
 func (r *benchRun) observe(_ context.Context, e observer.Event) {

@@ -33,6 +33,7 @@ type natsTarget struct {
 	storage jetstream.StorageType
 	stream  string
 	subject string
+	durable string
 	cons    jetstream.Consumer
 }
 
@@ -59,8 +60,9 @@ func openNATSTarget(ctx context.Context, r *benchRun) (target, error) {
 	caps := be.Capabilities()
 	t := &natsTarget{
 		r: r, u: u, be: be, core: caps.Name == "nats-core", storage: jetstream.MemoryStorage,
-		stream:  fmt.Sprintf("BUS-BENCH-RAW_%x", r.nonce),
-		subject: fmt.Sprintf("bus-bench-raw.%x", r.nonce),
+		stream:  rawName(fmt.Sprintf("BUS-BENCH-RAW_%x", r.nonce), r.topic),
+		subject: rawName(fmt.Sprintf("bus-bench-raw.%x", r.nonce), r.topic),
+		durable: rawName("raw", r.group()),
 	}
 	if caps.Persistent {
 		t.storage = jetstream.FileStorage
@@ -107,7 +109,7 @@ func (t *natsTarget) prepare(ctx context.Context, scenario string) error {
 		return nil
 	}
 	t.cons, err = t.js.CreateOrUpdateConsumer(ctx, t.stream, jetstream.ConsumerConfig{
-		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable: t.durable, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxAckPending: t.r.cfg.MaxInFlight,
 	})
 	if err != nil {

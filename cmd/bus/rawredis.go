@@ -26,10 +26,11 @@ type redisTarget struct {
 	be  *redisstream.Backend // opened from the URL only for its client
 	rc  redis.UniversalClient
 	key string
+	// group is the raw reader's consumer group.
+	group string
 }
 
 const (
-	redisRawGroup = "raw"
 	// redisRawBlock is the XREADGROUP block of the raw reader; it bounds
 	// how long stopping the reader takes.
 	redisRawBlock = 250 * time.Millisecond
@@ -48,7 +49,7 @@ func openRedisTarget(ctx context.Context, r *benchRun) (target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	return &redisTarget{r: r, u: u, be: be, rc: be.Client(), key: fmt.Sprintf("bus-bench-raw:{%x}", r.nonce)}, nil
+	return &redisTarget{r: r, u: u, be: be, rc: be.Client(), key: rawName(fmt.Sprintf("bus-bench-raw:{%x}", r.nonce), r.topic), group: rawName("raw", r.group())}, nil
 }
 
 func (t *redisTarget) backend() string { return "redis" }
@@ -59,7 +60,7 @@ func (t *redisTarget) prepare(ctx context.Context, scenario string) error {
 	if scenario == scenarioPublish {
 		return nil
 	}
-	if err := t.rc.XGroupCreateMkStream(ctx, t.key, redisRawGroup, "0").Err(); err != nil {
+	if err := t.rc.XGroupCreateMkStream(ctx, t.key, t.group, "0").Err(); err != nil {
 		return fmt.Errorf("baseline: create group: %w", urlopt.RedactError(err, t.u))
 	}
 	return nil
@@ -106,7 +107,7 @@ func (t *redisTarget) subscribe(_ context.Context, h func([]byte)) (consumer, er
 
 // read is the raw reader loop; it returns when ctx ends or a read fails.
 func (t *redisTarget) read(ctx context.Context, h func([]byte)) error {
-	r := rawclient.RedisReader{Client: t.rc, Key: t.key, Group: redisRawGroup, Consumer: "c", Count: t.r.cfg.MaxInFlight, Block: redisRawBlock}
+	r := rawclient.RedisReader{Client: t.rc, Key: t.key, Group: t.group, Consumer: "c", Count: t.r.cfg.MaxInFlight, Block: redisRawBlock}
 	if err := r.Run(ctx, h, nil); err != nil {
 		return fmt.Errorf("baseline: %w", urlopt.RedactError(err, t.u))
 	}

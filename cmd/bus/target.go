@@ -153,7 +153,7 @@ func (t *busTarget) sub(ctx context.Context, h bus.Handler) (*bus.Subscription, 
 }
 
 // group is the run's consumer group.
-func (t *busTarget) group() string { return fmt.Sprintf("bench-%x", t.r.nonce) }
+func (t *busTarget) group() string { return t.r.group() }
 
 // subOn subscribes the run's group on b.
 func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
