@@ -58,12 +58,16 @@ type comparison struct {
 type ratios struct {
 	Throughput     float64
 	P50, P99, P999 float64
+	CPU            float64 // CPU per message, bus over raw; 0 when unknown
 }
 
 func ratioOf(b, raw benchResult) ratios {
 	var r ratios
 	if raw.MsgsPerSec > 0 {
 		r.Throughput = b.MsgsPerSec / raw.MsgsPerSec
+	}
+	if b.CPUPerMsg > 0 && raw.CPUPerMsg > 0 {
+		r.CPU = float64(b.CPUPerMsg) / float64(raw.CPUPerMsg)
 	}
 	if b.Latency != "" && raw.Latency != "" {
 		div := func(x, y time.Duration) float64 {
@@ -124,6 +128,7 @@ rounds:
 		P50:        median(rs, func(r ratios) float64 { return r.P50 }),
 		P99:        median(rs, func(r ratios) float64 { return r.P99 }),
 		P999:       median(rs, func(r ratios) float64 { return r.P999 }),
+		CPU:        median(rs, func(r ratios) float64 { return r.CPU }),
 	}
 	return c, runErr
 }
@@ -154,6 +159,7 @@ func aggregate(rs []benchResult) benchResult {
 	out.P999 = dur(func(r benchResult) time.Duration { return r.P999 })
 	out.SendLateP50 = dur(func(r benchResult) time.Duration { return r.SendLateP50 })
 	out.SendLateP99 = dur(func(r benchResult) time.Duration { return r.SendLateP99 })
+	out.CPUPerMsg = dur(func(r benchResult) time.Duration { return r.CPUPerMsg })
 	out.Errors = 0
 	for _, r := range rs {
 		out.Max = max(out.Max, r.Max)

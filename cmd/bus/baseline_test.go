@@ -47,6 +47,10 @@ func TestBenchBaselineJSONHasTheRawFiguresAndRatios(t *testing.T) {
 	assert.InDelta(t, res.MsgsPerSec/res.Baseline.MsgsPerSec, res.Ratio.MsgsPerSec, 1e-9, "throughput ratio is bus/raw")
 	require.NotNil(t, res.Ratio.P50, "p50 ratio when both sides measured latency")
 	require.NotNil(t, res.Ratio.P99, "p99 ratio when both sides measured latency")
+	if res.CPUUsPerMsg != nil && res.Baseline.CPUUsPerMsg != nil {
+		require.NotNil(t, res.Ratio.CPU, "cpu ratio when both sides measured CPU")
+		assert.InDelta(t, *res.CPUUsPerMsg / *res.Baseline.CPUUsPerMsg, *res.Ratio.CPU, 1e-9, "cpu ratio is bus/raw")
+	}
 }
 
 func TestBenchBaselineConsumeHasNullLatencyRatios(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -186,7 +187,8 @@ type benchResult struct {
 	Early        int64 // delayed: deliveries before their DeliverAt
 	Violations   int64 // keyed: deliveries of a key after a later one of the key
 	PeakHeapMiB  float64
-	Errors       int64 // events the observer received, and raw client errors
+	CPUPerMsg    time.Duration // user and system CPU of the process during the scenario, per message; 0 when unknown
+	Errors       int64         // events the observer received, and raw client errors
 	FirstError   string
 	TimedOut     bool
 
@@ -315,6 +317,7 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 	// garbage left by an earlier one.
 	runtime.GC()
 	sampler := startSampler(r, progress)
+	cpu0 := cputime.Process()
 	var runErr error
 	switch cfg.Scenario {
 	case scenarioPublish:
@@ -323,6 +326,9 @@ func runSide(ctx context.Context, cfg benchConfig, open openTarget, label string
 		runErr = r.runConsume(ctx, &res, sampler)
 	case scenarioE2E, scenarioDelayed, scenarioKeyed, scenarioOutbox:
 		runErr = r.runE2E(ctx, &res)
+	}
+	if cpu := cputime.Process() - cpu0; cpu0 > 0 && cpu > 0 {
+		res.CPUPerMsg = cpu / time.Duration(cfg.N)
 	}
 	res.Early = r.early.Load()
 	if r.order != nil {

@@ -68,7 +68,7 @@ func TestBenchDeliversEveryMessageOnce(t *testing.T) {
 
 // benchJSONKeys are the keys of every bus bench --json line.
 var benchJSONKeys = []string{
-	"achieved_rate", "ack_mode", "backend", "batch", "delivered", "duplicates", "early", "gogc", "late", "latency", "lost",
+	"achieved_rate", "ack_mode", "backend", "batch", "cpu_us_per_msg", "delivered", "duplicates", "early", "gogc", "late", "latency", "lost",
 	"max_in_flight", "msgs_per_sec", "n", "order_violations", "p50_ms", "p999_ms", "p99_ms", "peak_heap_mib", "publishers",
 	"rate", "rate_short", "scenario", "seconds", "send_late_p50_ms", "send_late_p99_ms", "size",
 }

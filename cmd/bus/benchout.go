@@ -50,6 +50,9 @@ type jsonFigures struct {
 	SendLateP50Ms *float64 `json:"send_late_p50_ms"`
 	SendLateP99Ms *float64 `json:"send_late_p99_ms"`
 	PeakHeapMiB   float64  `json:"peak_heap_mib"`
+	// CPUUsPerMsg is the process's CPU time per message, in
+	// microseconds; null when unknown.
+	CPUUsPerMsg *float64 `json:"cpu_us_per_msg"`
 }
 
 // jsonSide is the raw client's figures in a --baseline result.
@@ -66,6 +69,7 @@ func (r *benchResult) figures() jsonFigures {
 		Delivered: r.Delivered, Duplicates: r.Duplicates, Lost: r.Lost, Late: r.Late, Early: r.Early, Violations: r.Violations,
 		AchievedRate: nonZero(r.AchievedRate), RateShort: r.RateShort, PeakHeapMiB: r.PeakHeapMiB,
 		SendLateP50Ms: msIf(r.Paced, r.SendLateP50), SendLateP99Ms: msIf(r.Paced, r.SendLateP99),
+		CPUUsPerMsg: nonZero(float64(r.CPUPerMsg) / float64(time.Microsecond)),
 	}
 }
 
@@ -76,6 +80,7 @@ type jsonRatio struct {
 	P50        *float64 `json:"p50"`
 	P99        *float64 `json:"p99"`
 	P999       *float64 `json:"p999"`
+	CPU        *float64 `json:"cpu_per_msg"`
 }
 
 // msIf is d in milliseconds when the run measured it, else nil (null).
@@ -111,7 +116,7 @@ func (c *comparison) json(cfg benchConfig, gogc int) jsonResult {
 	j := c.Bus.json(cfg, gogc)
 	j.Rounds = c.Rounds
 	j.Baseline = &jsonSide{Client: c.Raw.Client, jsonFigures: c.Raw.figures()}
-	j.Ratio = &jsonRatio{MsgsPerSec: c.Ratio.Throughput, P50: nonZero(c.Ratio.P50), P99: nonZero(c.Ratio.P99), P999: nonZero(c.Ratio.P999)}
+	j.Ratio = &jsonRatio{MsgsPerSec: c.Ratio.Throughput, P50: nonZero(c.Ratio.P50), P99: nonZero(c.Ratio.P99), P999: nonZero(c.Ratio.P999), CPU: nonZero(c.Ratio.CPU)}
 	return j
 }
 
@@ -165,6 +170,7 @@ func writeTable(w io.Writer, cfg benchConfig, gogc int, r *benchResult) {
 		row("foreign", "%d (messages on the topic not published by this run)", r.Foreign)
 	}
 	row("peak live heap", "%.1f MiB", r.PeakHeapMiB)
+	row("cpu per message", "%s (the whole process: client, runtime and bench)", fmtCPU(r.CPUPerMsg))
 	_ = tw.Flush()
 }
 
@@ -222,6 +228,7 @@ func writeComparison(w io.Writer, cfg benchConfig, gogc int, c *comparison) {
 	row("lost", fmt.Sprint(b.Lost), fmt.Sprint(raw.Lost), "")
 	row("late", fmt.Sprint(b.Late), fmt.Sprint(raw.Late), "")
 	row("peak live heap", fmt.Sprintf("%.1f MiB", b.PeakHeapMiB), fmt.Sprintf("%.1f MiB", raw.PeakHeapMiB), "")
+	row("cpu/msg", fmtCPU(b.CPUPerMsg), fmtCPU(raw.CPUPerMsg), fmtRatio(c.Ratio.CPU))
 	_ = tw.Flush()
 	for _, r := range []*benchResult{b, raw} {
 		if r.Foreign > 0 {
@@ -238,6 +245,14 @@ func fmtRatio(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// fmtCPU is a CPU time per message in microseconds, or "-" when unknown.
+func fmtCPU(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f µs", float64(d)/float64(time.Microsecond))
 }
 
 // cellMs is a table cell: d in milliseconds when measured, else "-".

@@ -71,7 +71,9 @@
 // p99_ms, p999_ms, latency (null when none was measured, as in consume),
 // delivered, duplicates, lost, late (not arrived by the end but still
 // held by the broker for the run's group), ack_mode, batch, publishers, max_in_flight,
-// rate, achieved_rate, rate_short, gogc and peak_heap_mib; with --baseline
+// rate, achieved_rate, rate_short, gogc, peak_heap_mib and cpu_us_per_msg
+// (the user and system CPU time of the whole process during the scenario,
+// per message, in microseconds; null when unknown); with --baseline
 // also rounds, baseline (the raw figures) and ratio. The heap figure is
 // repeated on stderr. When stderr is a terminal a progress line is updated
 // five times a second. The command exits with status 1 when a message was
