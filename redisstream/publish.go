@@ -209,8 +209,10 @@ func pubSizes(msgs []*backend.Message, trimArgs int, sh *scriptHead) (nbuf, nstr
 		nargs += 3 + trimArgs + f
 		nstr += f/2 - 1 + len(m.Headers) // meta, key, header names and values
 		nbuf += metaSize(m)
-		for k := range m.Headers {
-			nbuf += len(headerPrefix) + len(k)
+		if len(m.Headers) > 0 { // ranging over an empty map still sets up an iterator
+			for k := range m.Headers {
+				nbuf += len(headerPrefix) + len(k)
+			}
 		}
 		if sh != nil {
 			nstr += 2 // recorded ID, due time
@@ -297,10 +299,12 @@ func (sc *pubScratch) fields(i int, m *backend.Message) {
 	if m.Key != "" {
 		sc.args = append(sc.args, fieldKey, sc.str(m.Key))
 	}
-	for k, v := range m.Headers {
-		at := len(sc.buf)
-		sc.buf = append(append(sc.buf, headerPrefix...), k...)
-		sc.args = append(sc.args, sc.text(at), sc.str(v))
+	if len(m.Headers) > 0 {
+		for k, v := range m.Headers {
+			at := len(sc.buf)
+			sc.buf = append(append(sc.buf, headerPrefix...), k...)
+			sc.args = append(sc.args, sc.text(at), sc.str(v))
+		}
 	}
 	sc.payloads[i] = m.Payload
 	sc.args = append(sc.args, fieldPayload, &sc.payloads[i])
