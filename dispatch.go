@@ -70,9 +70,9 @@ type dispatcher struct {
 // the worker waits for work).
 type workerSlot struct {
 	cur atomic.Pointer[record]
-	n   uint32 // deliveries run, for sampling their duration
 	// timed says that the handler of the delivery the worker runs is
-	// timed; took is how long it ran (-1: it did not run).
+	// timed (nextLocked picks every sampleEvery-th delivery the
+	// dispatcher runs); took is how long it ran (-1: it did not run).
 	timed bool
 	took  int64
 	freed int // slots to give back
@@ -99,6 +99,12 @@ const (
 	// row do, while a handler that is slow every time makes it slow
 	// after three.
 	slowSampleCap = 2 * slowHandler
+	// sampleEvery is how often a handler's duration is sampled: every
+	// sampleEvery-th delivery the dispatcher runs, whichever worker
+	// runs it. While handlers are slow, workers are many and short
+	// lived (most run one delivery, then end), so a count of each
+	// worker's own deliveries would seldom reach it.
+	sampleEvery = 16
 )
 
 // newDispatcher returns a dispatcher of at most max workers for c. A
@@ -274,11 +280,12 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 	p.n--
 	p.taken++
 	p.busy++
+	w.timed = p.taken%sampleEvery == 0
 	return d
 }
 
-// runOne runs d on w, samples the duration of the handler of every 16th
-// delivery (the handler alone: the bus's own work on a delivery is work
+// runOne runs d on w, samples the duration of its handler when w.timed
+// says so (the handler alone: the bus's own work on a delivery is work
 // for a processor, which more workers would not do sooner), and collects
 // d's slot when it is the worker's to give back. d stays in the worker's
 // slot once it returned, until the worker runs the next or waits for
@@ -286,8 +293,7 @@ func (p *dispatcher) nextLocked(w *workerSlot) *record {
 // returned.
 func (p *dispatcher) runOne(d *record, w *workerSlot) {
 	w.cur.Store(d)
-	w.n++
-	if w.timed = w.n&15 == 0; w.timed {
+	if w.timed {
 		w.took = -1
 	}
 	freed := p.c.process(d, w)

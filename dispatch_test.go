@@ -200,11 +200,13 @@ func TestHandlerDurationSamplesAreCapped(t *testing.T) {
 	})
 	w := &workerSlot{acks: p.acker.newBuf()}
 	runSampled := func(slowSample bool) {
-		for range 15 {
+		for range sampleEvery - 1 {
 			p.runOne(rec(), w)
 		}
 		slow.Store(slowSample)
-		p.runOne(rec(), w) // the 16th is timed
+		w.timed = true // as nextLocked marks every sampleEvery-th
+		p.runOne(rec(), w)
+		w.timed = false
 		slow.Store(false)
 	}
 	runSampled(true)
@@ -216,4 +218,56 @@ func TestHandlerDurationSamplesAreCapped(t *testing.T) {
 		runSampled(true)
 	}
 	assert.GreaterOrEqual(t, time.Duration(p.slowNanos.Load()), slowHandler, "three slow samples in a row are")
+}
+
+// Slow handlers are noticed while every queued delivery has a worker of
+// its own (as the stall check gives them) that runs it and ends: their
+// duration is sampled over the dispatcher's deliveries, not over each
+// worker's, so a batch queued after them gets a worker per delivery at
+// once instead of a processor's worth of them.
+func TestSlowHandlersGiveEachDeliveryAWorkerWhenWorkersRunOneEach(t *testing.T) {
+	const batch, rounds = 16, 8
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	var running atomic.Int32
+	p, rec := newDispatchTest(t, batch, func(context.Context, *Delivery) error {
+		running.Add(1)
+		defer running.Add(-1)
+		if gated.Load() {
+			<-gate
+			return nil
+		}
+		time.Sleep(time.Millisecond) // the handler's own work
+		return nil
+	})
+	p.stallAfter = time.Hour // the test wakes the workers as the stall check does
+	p.procs = 2
+	defer func() {
+		close(gate)
+		p.stop()
+	}()
+	idle := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.c.slots.InUse() == 0 && p.workers == p.procs && p.idle == p.procs
+	}
+	for range rounds {
+		p.mu.Lock()
+		for range batch {
+			p.queue = append(p.queue, unsafe.Slice(rec(), 1))
+			p.n++
+		}
+		p.wakeLocked(batch)
+		p.mu.Unlock()
+		require.Eventually(t, idle, 5*time.Second, time.Millisecond,
+			"the round's deliveries run and all but a processor's worth of workers end")
+	}
+	gated.Store(true)
+	ds := make([]*record, batch)
+	for i := range ds {
+		ds[i] = rec()
+	}
+	p.push(ds)
+	require.Eventually(t, func() bool { return running.Load() == batch }, 5*time.Second, time.Millisecond,
+		"after %d slow handlers, each of a batch of %d gets a worker at once", rounds*batch, batch)
 }
