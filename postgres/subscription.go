@@ -359,15 +359,8 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		}
 	}
 	if wait := drainedWait - time.Since(s.drained); !s.drained.IsZero() && wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-s.wake:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-		if ctx.Err() != nil {
-			return nil, s.receiveErr(ctx, ctx.Err())
+		if err := s.await(ctx, wait); err != nil {
+			return nil, s.receiveErr(ctx, err)
 		}
 	}
 	deadline := time.Now().Add(s.b.opts.Block)
@@ -411,19 +404,26 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			wait = min(wait, held)
 			held = min(2*held, heldMost)
 		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-s.wake:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			return nil, s.receiveErr(ctx, ctx.Err())
+		if err := s.await(ctx, wait); err != nil {
+			return nil, s.receiveErr(ctx, err)
 		}
 	}
+}
+
+// await waits for a notification of the topic, for wait (none when it
+// is not positive) or for ctx, whichever comes first, and returns ctx's
+// error when it ended.
+func (s *subscription) await(ctx context.Context, wait time.Duration) error {
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.wake:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return ctx.Err()
 }
 
 // receiveErr is what Receive returns for err: ErrClosed after Close, the
