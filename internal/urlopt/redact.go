@@ -118,6 +118,12 @@ func Secrets(u *url.URL) []string {
 	}
 	if !plainPath(u.Path) {
 		out = append(out, u.Path, u.EscapedPath(), strings.TrimPrefix(u.Path, "/"))
+		if u.RawPath != "" {
+			// The path as the URL wrote it, when no escaping of the path
+			// gives it back (a space or other character url.Parse lets
+			// through unescaped).
+			out = append(out, u.RawPath)
+		}
 	}
 	if u.RawQuery != "" && suspiciousQuery(u.RawQuery) {
 		out = append(out, u.RawQuery)
