@@ -201,6 +201,7 @@ func (b *Backend) ensureGroup(ctx context.Context, topic, group string, from bac
 		_, err = tx.Exec(ctx, startSQL, topic, gid)
 		return err
 	})
+	b.notes.forget(topic)
 	return gid, err
 }
 

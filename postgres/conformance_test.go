@@ -29,6 +29,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("NackNotifiesOtherProcesses", func(t *testing.T) { testNackNotifiesOtherProcesses(t, srv.URL()) })
 	t.Run("PublishTxLateCommit", func(t *testing.T) { testPublishTxLateCommit(t, srv.URL()) })
 	t.Run("PublishWaitsForNewGroup", func(t *testing.T) { testPublishWaitsForNewGroup(t, srv.URL()) })
+	t.Run("LeanPublish", func(t *testing.T) { testLeanPublish(t, srv.URL()) })
 	t.Run("MigrateRefusesV1", func(t *testing.T) { testMigrateRefusesV1(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
 	t.Run("TrimKeepsHeld", func(t *testing.T) { testTrimKeepsHeld(t, srv.URL()) })

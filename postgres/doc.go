@@ -116,6 +116,13 @@
 //     messages lie after it). A publish that waited for a new group may
 //     not see it (its snapshot is older than the lock) and then sends no
 //     notification: the group's members find its messages by their poll.
+//     Only a publish that may send the topic's notification (one per
+//     topic and 2ms in a process) also records the topic in bus_topics
+//     and reads whether it has a group; the others run a lean INSERT
+//     that takes the lock and writes the messages, nothing else (their
+//     ord needs no floor: their id is assigned after the lock), and ask
+//     for a notification after their commit unless the last publish that
+//     read the groups found none.
 //   - Subscribe creates the group when missing and joins it. StartOldest
 //     starts its cursor before every message. StartNewest raises the
 //     topic's floor to the first transaction id not yet assigned (the

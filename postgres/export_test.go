@@ -8,3 +8,13 @@ var TrimDeleteSQL = trimDeleteSQL
 const LockTopic = lockTopic
 
 var TopicLock = topicLock
+
+// ForceClaims makes every Publish of be use the statement that may
+// notify (force 1), or every one to a topic that a publish claimed
+// before (and forget did not reset) the lean one (force -1); 0 restores
+// the default.
+func ForceClaims(be *Backend, force int) {
+	be.notes.mu.Lock()
+	be.notes.force = force
+	be.notes.mu.Unlock()
+}

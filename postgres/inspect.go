@@ -198,6 +198,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		}
 		return nil
 	})
+	b.notes.forget(topic)
 	if err != nil {
 		return fmt.Errorf("postgres: delete topic %q: %w", topic, classify(err))
 	}

@@ -22,11 +22,48 @@ type notifier struct {
 	mu      sync.Mutex
 	last    map[string]time.Time // last notification sent or claimed
 	pending map[string]bool
-	kick    chan struct{}
+	// lone holds the topics that the last publish that claimed a
+	// notification found without a group.
+	lone map[string]bool
+	kick chan struct{}
+	// force, when not 0, makes every publish claim a notification (1),
+	// or every publish to a topic claimed before as if it came within
+	// notifyEvery of that claim (-1): for tests of either statement.
+	force int
 }
 
 func newNotifier() *notifier {
-	return &notifier{last: map[string]time.Time{}, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
+	return &notifier{last: map[string]time.Time{}, pending: map[string]bool{}, lone: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// saw records whether a publish that claimed a notification of topic
+// found a group of it.
+func (n *notifier) saw(topic string, grouped bool) {
+	n.mu.Lock()
+	if grouped {
+		delete(n.lone, topic)
+	} else {
+		n.lone[topic] = true
+	}
+	n.mu.Unlock()
+}
+
+// grouped reports whether topic may have a group: unless the last
+// publish that claimed a notification of it found none.
+func (n *notifier) grouped(topic string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.lone[topic]
+}
+
+// forget makes the next publish to topic claim a notification (and so
+// record the topic's row and read its groups), and drops what is known
+// of its groups: the topic was deleted, or a group of it created.
+func (n *notifier) forget(topic string) {
+	n.mu.Lock()
+	delete(n.last, topic)
+	delete(n.lone, topic)
+	n.mu.Unlock()
 }
 
 // claim reports whether a publish to topic sends the notification in its
@@ -35,7 +72,7 @@ func (n *notifier) claim(topic string) bool {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if now.Sub(n.last[topic]) < notifyEvery {
+	if last, seen := n.last[topic]; n.force < 0 && seen || n.force == 0 && now.Sub(last) < notifyEvery {
 		return false
 	}
 	n.last[topic] = now

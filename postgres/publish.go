@@ -41,7 +41,16 @@ type publisher struct {
 // due (a message was written to a topic with a group). Without dedup
 // step and guard every message of x is written (x has as many rows as
 // the array $2): the insert returns nothing, and the count is $2's.
+//
+// With chanP 0 (a lean insert: lockP not 0, ordP 0, no guard) the
+// statement only writes the messages: it neither records the topic nor
+// reads its floor or groups, and returns the count, 0 and false. Its
+// ord, the transaction's id, needs no floor: the id is assigned after
+// the topic's shared lock is held, so after any new group that raised
+// the floor committed, and the floor is the first id not yet assigned
+// when it did.
 func insertSQL(guard, x string, dedupP, chanP, ordP, lockP int) string {
+	lean := chanP == 0
 	with := "WITH "
 	cond := ""
 	if guard != "" {
@@ -66,15 +75,22 @@ func insertSQL(guard, x string, dedupP, chanP, ordP, lockP int) string {
 	} else {
 		keep = "true"
 	}
+	returning, written := "\n        RETURNING 1", "(SELECT count(*) FROM m)"
+	if dedupP == 0 && guard == "" {
+		returning, written = "", "cardinality($2::text[])::bigint"
+	}
+	if lean {
+		return with + `x AS (` + x + `),
+` + d + `m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
+        SELECT $1, pg_current_xact_id(), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
+        WHERE ` + keep + ` ORDER BY x.ord` + returning + `)
+SELECT ` + written + `, 0::bigint, false`
+	}
 	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM f), '0'::xid8)`
 	if ordP != 0 {
 		ord += ", $" + strconv.Itoa(ordP) + "::text::xid8"
 	}
 	ord += ") AS v" + fromL
-	returning, written := "\n        RETURNING 1", "(SELECT count(*) FROM m)"
-	if dedupP == 0 && guard == "" {
-		returning, written = "", "cardinality($2::text[])::bigint"
-	}
 	return with + `f AS (SELECT floor FROM bus_topics WHERE name = $1),
 t AS (INSERT INTO bus_topics (name) SELECT $1` + fromL + ` WHERE NOT EXISTS (SELECT 1 FROM f)` +
 		andGuard(guard) + ` ON CONFLICT DO NOTHING),
@@ -102,8 +118,12 @@ func andGuard(guard string) string {
 
 // plainInsert writes a batch with dedup keys: it reads the arrays and
 // the window as arraysSource and args name them, the channel ($10) and
-// the topic's lock ($11).
-var plainInsert = insertSQL("", arraysSource, 9, 10, 0, 11)
+// the topic's lock ($11). plainLean is its lean form (see insertSQL),
+// with the topic's lock as $10.
+var (
+	plainInsert = insertSQL("", arraysSource, 9, 10, 0, 11)
+	plainLean   = insertSQL("", arraysSource, 9, 0, 0, 10)
+)
 
 // Columns a batch without dedup keys sends only when some message of it
 // needs them: left out, every message has an empty key, no headers and is
@@ -115,17 +135,19 @@ const (
 	colAll = colKey | colHeaders | colDue
 )
 
-// undupInserts[cols] writes a batch none of whose messages has a dedup key
-// (the bus generated their IDs, or the window is off): without the dedup
-// step the statement neither reads nor locks bus_dedup and its indexes. It
-// reads the arrays $2 (ids), $3 (payloads), $4 (publish times) and then,
-// in this order, those of the keys, headers and due times that cols names;
-// the channel and the topic's lock come last. Each array left out is one
+// undupInserts[lean][cols] writes a batch none of whose messages has a
+// dedup key (the bus generated their IDs, or the window is off): without
+// the dedup step the statement neither reads nor locks bus_dedup and its
+// indexes. It reads the arrays $2 (ids), $3 (payloads), $4 (publish
+// times) and then, in this order, those of the keys, headers and due
+// times that cols names; the channel (left out by the lean form, see
+// insertSQL) and the topic's lock come last. Each array left out is one
 // the client need not encode nor the server decode.
-var undupInserts = func() (q [colAll + 1]string) {
-	for cols := range q {
+var undupInserts = func() (q [2][colAll + 1]string) {
+	for cols := range q[0] {
 		n := bits.OnesCount(uint(cols))
-		q[cols] = insertSQL("", undupSource(cols), 0, 5+n, 0, 6+n)
+		q[0][cols] = insertSQL("", undupSource(cols), 0, 5+n, 0, 6+n)
+		q[1][cols] = insertSQL("", undupSource(cols), 0, 0, 0, 5+n)
 	}
 	return q
 }()
@@ -152,8 +174,9 @@ func undupSource(cols int) string {
 }
 
 // undupArgs returns the statement and parameters that write r (without
-// dedup keys) to topic, notifying channel, under the topic's lock.
-func (r rows) undupArgs(topic, channel string) (string, []any) {
+// dedup keys) to topic under the topic's lock, notifying channel, or
+// with the lean statement when lean.
+func (r rows) undupArgs(topic, channel string, lean bool) (string, []any) {
 	args := make([]any, 0, 9)
 	args = append(args, topic, pgtype.FlatArray[string](r.ids), pgtype.FlatArray[[]byte](r.payloads), pgtype.FlatArray[time.Time](r.at))
 	cols := 0
@@ -169,7 +192,10 @@ func (r rows) undupArgs(topic, channel string) (string, []any) {
 		cols |= colDue
 		args = append(args, pgtype.FlatArray[*time.Time](r.due))
 	}
-	return undupInserts[cols], append(args, channel, topicLock(topic))
+	if lean {
+		return undupInserts[1][cols], append(args, topicLock(topic))
+	}
+	return undupInserts[0][cols], append(args, channel, topicLock(topic))
 }
 
 // lockTopicSQL takes topic $2's shared lock (namespace $1) for the
@@ -238,9 +264,13 @@ func (p publisher) rowsOf(msgs []*backend.Message, dedupAll bool) rows {
 }
 
 // args returns the parameters of an insert from arraysSource: $1..$10
-// (a guard's come after them).
-func (p publisher) args(topic string, r rows) []any {
-	return []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
+// (a guard's come after them); $1..$9 for a lean one.
+func (p publisher) args(topic string, r rows, lean bool) []any {
+	args := []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
+	if lean {
+		return args[:9]
+	}
+	return args
 }
 
 // Publish writes the batch in one statement, its own transaction: every
@@ -260,25 +290,39 @@ func (p publisher) args(topic string, r rows) []any {
 // sends no notification (the group's subscriptions find the messages by
 // their poll, within Options.Block) or leaves the topic's row to the
 // next publish.
+//
+// Only a publish that may notify (one per topic and notifyEvery, see
+// notifier) records the topic's row and reads whether the topic has a
+// group; the others use the lean statement, which writes the messages
+// and nothing else, and ask for a notification after their commit
+// unless the last publish that read the groups found none. A group
+// created since then is notified by the next publish that reads them;
+// until then its members find the messages by their poll.
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.shut.Load() {
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
 	r := b.pub.rowsOf(msgs, false)
+	lean := !b.notes.claim(topic)
 	var insert string
 	var args []any
-	if slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }) {
-		insert, args = plainInsert, append(b.pub.args(topic, r), topicLock(topic))
-	} else {
-		insert, args = r.undupArgs(topic, b.pub.channel)
-	}
-	if !b.notes.claim(topic) {
-		args[len(args)-2] = "" // the channel
+	switch {
+	case !slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }):
+		insert, args = r.undupArgs(topic, b.pub.channel, lean)
+	case lean:
+		insert, args = plainLean, append(b.pub.args(topic, r, true), topicLock(topic))
+	default:
+		insert, args = plainInsert, append(b.pub.args(topic, r, false), topicLock(topic))
 	}
 	var n, notified int64
 	var wanted bool
 	err := b.pool.QueryRow(ctx, insert, args...).Scan(&n, &notified, &wanted)
 	heldBack := wanted && notified == 0
+	if lean {
+		heldBack = b.notes.grouped(topic)
+	} else if err == nil {
+		b.notes.saw(topic, wanted)
+	}
 	if err != nil {
 		if b.shut.Load() {
 			return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/postgres"
 )
 
@@ -18,13 +19,29 @@ import (
 // publish that waited for it writes at or above that floor (so the group
 // receives it), though the publish's statement began before the floor
 // was raised: it takes its transaction's id only once it holds the lock.
+// It runs with the statement that may notify and with the lean one,
+// each with and without the dedup step.
 func testPublishWaitsForNewGroup(t *testing.T, url string) {
+	for _, c := range []struct {
+		name  string
+		force int
+	}{{"Notifying", 1}, {"Lean", -1}} {
+		t.Run(c.name, func(t *testing.T) { testPublishWaitsForNewGroupWith(t, url, c.force) })
+	}
+}
+
+func testPublishWaitsForNewGroupWith(t *testing.T, url string, force int) {
 	defer watchdog(t, time.Minute)()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := openBus(t, url)
-	topic := "pub.waits"
-	require.NoError(t, b.Publish(ctx, topic, &bus.Message{Payload: []byte("before")}))
+	be := openBackend(t, ctx, url)
+	topic := fmt.Sprintf("pub.waits.%d", force+1)
+	publish := func(payload string, callerID bool) error {
+		m := &backend.Message{ID: payload, IDGenerated: !callerID, Payload: []byte(payload), PublishedAt: time.Now()}
+		return be.Publish(ctx, topic, []*backend.Message{m})
+	}
+	require.NoError(t, publish("before", false))
+	postgres.ForceClaims(be, force)
 
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -39,8 +56,8 @@ func testPublishWaitsForNewGroup(t *testing.T, url string) {
 	// One message with an ID the bus assigns, one with the caller's (the
 	// statement with the dedup step).
 	done := make(chan error, 2)
-	go func() { done <- b.Publish(ctx, topic, &bus.Message{Payload: []byte("waited")}) }()
-	go func() { done <- b.Publish(ctx, topic, &bus.Message{ID: "caller-id", Payload: []byte("waited, dedup")}) }()
+	go func() { done <- publish("waited", false) }()
+	go func() { done <- publish("waited, dedup", true) }()
 	require.Eventually(t, func() bool {
 		var n int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
@@ -49,7 +66,11 @@ func testPublishWaitsForNewGroup(t *testing.T, url string) {
 	}, 10*time.Second, 2*time.Millisecond, "both publishes wait for the topic's lock")
 	// A transaction that commits now completes an id above any the waiting
 	// publish could have taken, so the floor below is above such an id.
-	require.NoError(t, b.Publish(ctx, topic+".other", &bus.Message{Payload: []byte("x")}))
+	other, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	_, err = other.Exec(ctx, `SELECT pg_current_xact_id()`)
+	require.NoError(t, err)
 	var floor string
 	require.NoError(t, tx.QueryRow(ctx, `UPDATE bus_topics SET floor = pg_snapshot_xmax(pg_current_snapshot())
     WHERE name = $1 RETURNING floor::text`, topic).Scan(&floor))
