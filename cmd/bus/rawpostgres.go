@@ -13,11 +13,11 @@ import (
 )
 
 // pgTarget is the baseline of postgres:// and postgresql://: pgx on a
-// table of its own (rawclient.PGQueue). Each publisher inserts its batch
-// with one INSERT; one reader leases up to max-in-flight rows with an
-// UPDATE ... FOR UPDATE SKIP LOCKED, handles them and deletes them with
-// one DELETE per fetch, polling every millisecond when the table is
-// empty.
+// table of its own (rawclient.PGQueue). Each publisher inserts its batch,
+// each message with an ID, with one INSERT; one reader leases up to
+// max-in-flight rows with an UPDATE ... FOR UPDATE SKIP LOCKED, handles
+// them and deletes them with one DELETE per fetch, polling every
+// millisecond when the table is empty.
 type pgTarget struct {
 	r  *benchRun
 	u  *url.URL

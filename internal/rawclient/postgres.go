@@ -71,9 +71,11 @@ func (p *PGRedisPublisher) Publish(ctx context.Context, payloads [][]byte) error
 }
 
 // PGQueue is the raw loop the PostgreSQL backend is measured against: a
-// table of its own with a seq, the payload and a lease, fed by one INSERT
-// per batch, read by a leasing UPDATE ... FOR UPDATE SKIP LOCKED of up to
-// Count rows and acked by one DELETE per fetched batch: the work of an
+// table of its own with a seq, a message ID (unique, as the bus stores
+// one, and as a consumer of an at-least-once queue needs to tell a
+// redelivery), the payload and a lease, fed by one INSERT per batch,
+// read by a leasing UPDATE ... FOR UPDATE SKIP LOCKED of up to Count
+// rows and acked by one DELETE per fetched batch: the work of an
 // at-least-once queue, without groups, attempts or notifications (an
 // empty fetch polls again after PollEvery).
 type PGQueue struct {
@@ -93,6 +95,7 @@ type PGPool interface {
 func (q *PGQueue) Create(ctx context.Context) error {
 	_, err := q.Pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q.Table+` (
 	seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id          text NOT NULL,
 	payload     bytea NOT NULL,
 	lease_until timestamptz NOT NULL DEFAULT '-infinity')`)
 	return err
@@ -104,9 +107,13 @@ func (q *PGQueue) Drop(ctx context.Context) error {
 	return err
 }
 
-// Publish inserts payloads with one statement.
+// Publish inserts payloads with one statement, each with a new ID.
 func (q *PGQueue) Publish(ctx context.Context, payloads [][]byte) error {
-	if _, err := q.Pool.Exec(ctx, `INSERT INTO `+q.Table+` (payload) SELECT * FROM unnest($1::bytea[])`, payloads); err != nil {
+	ids := make([]string, len(payloads))
+	for i := range ids {
+		ids[i] = nuid.Next()
+	}
+	if _, err := q.Pool.Exec(ctx, `INSERT INTO `+q.Table+` (id, payload) SELECT * FROM unnest($1::text[], $2::bytea[])`, ids, payloads); err != nil {
 		return fmt.Errorf("insert: %w", err)
 	}
 	return nil
@@ -117,7 +124,7 @@ func (q *PGQueue) Publish(ctx context.Context, payloads [][]byte) error {
 func (q *PGQueue) Run(ctx context.Context, h func([]byte)) error {
 	fetch := `UPDATE ` + q.Table + ` SET lease_until = clock_timestamp() + interval '30 seconds'
 WHERE seq = ANY(ARRAY(SELECT seq FROM ` + q.Table + ` WHERE lease_until <= statement_timestamp() ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED))
-RETURNING seq, payload`
+RETURNING seq, id, payload`
 	ack := `DELETE FROM ` + q.Table + ` WHERE seq = ANY($1)`
 	var seqs []int64
 	for ctx.Err() == nil {
@@ -128,10 +135,15 @@ RETURNING seq, payload`
 		seqs = seqs[:0]
 		for rows.Next() {
 			var seq int64
+			var id string
 			var payload []byte
-			if err := rows.Scan(&seq, &payload); err != nil {
+			if err := rows.Scan(&seq, &id, &payload); err != nil {
 				rows.Close()
 				return fmt.Errorf("fetch: %w", err)
+			}
+			if id == "" {
+				rows.Close()
+				return fmt.Errorf("fetch: row %d has no ID", seq)
 			}
 			seqs = append(seqs, seq)
 			h(payload)
