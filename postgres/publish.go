@@ -314,14 +314,12 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	default:
 		insert, args = plainInsert, append(b.pub.args(topic, r, false), topicLock(topic))
 	}
-	var n, notified int64
-	var wanted bool
-	err := b.pool.QueryRow(ctx, insert, args...).Scan(&n, &notified, &wanted)
-	heldBack := wanted && notified == 0
+	res, err := b.runInsert(ctx, insert, args)
+	heldBack := res.wanted && res.notified == 0
 	if lean {
 		heldBack = b.notes.grouped(topic)
 	} else if err == nil {
-		b.notes.saw(topic, wanted)
+		b.notes.saw(topic, res.wanted)
 	}
 	if err != nil {
 		if b.shut.Load() {
