@@ -67,16 +67,22 @@ func (n *notifier) forget(topic string) {
 }
 
 // claim reports whether a publish to topic sends the notification in its
-// own transaction, and records it when it does.
-func (n *notifier) claim(topic string) bool {
+// own transaction, and records it when it does. The publish then takes
+// over a notification of the topic asked for (later) and not yet sent:
+// the one it sends at its commit comes after the commits that asked for
+// it. covered reports whether there was one; the caller asks for it again
+// when its publish sends none.
+func (n *notifier) claim(topic string) (claimed, covered bool) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if last, seen := n.last[topic]; n.force < 0 && seen || n.force == 0 && now.Sub(last) < notifyEvery {
-		return false
+		return false, false
 	}
 	n.last[topic] = now
-	return true
+	covered = n.pending[topic]
+	delete(n.pending, topic)
+	return true, covered
 }
 
 // later asks for a notification of topic, sent after the caller's commit.

@@ -303,7 +303,8 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
 	r := b.pub.rowsOf(msgs, false)
-	lean := !b.notes.claim(topic)
+	claimed, covered := b.notes.claim(topic)
+	lean := !claimed
 	var insert string
 	var args []any
 	switch {
@@ -320,6 +321,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		heldBack = b.notes.grouped(topic)
 	} else if err == nil {
 		b.notes.saw(topic, res.wanted)
+	}
+	if covered && (err != nil || res.notified == 0) {
+		b.notes.later(topic) // the notification it took over
 	}
 	if err != nil {
 		if b.shut.Load() {
