@@ -86,11 +86,16 @@ func (n *notifier) claim(topic string) (claimed, covered bool) {
 }
 
 // later asks for a notification of topic, sent after the caller's commit.
+// The notifier is woken only for a topic not pending already: it has
+// the others in hand, sent or timed.
 func (n *notifier) later(topic string) {
 	n.mu.Lock()
+	asked := n.pending[topic]
 	n.pending[topic] = true
 	n.mu.Unlock()
-	wake(n.kick)
+	if !asked {
+		wake(n.kick)
+	}
 }
 
 // run sends the notifications asked for until life ends.
