@@ -33,6 +33,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("MigrateRefusesV1", func(t *testing.T) { testMigrateRefusesV1(t, srv.URL()) })
 	t.Run("NewOverACallerPool", func(t *testing.T) { testNewOverACallerPool(t, srv.URL()) })
 	t.Run("PublishEncodings", func(t *testing.T) { testPublishEncodings(t, srv.URL()) })
+	t.Run("ReceiveDecodesBothFormats", func(t *testing.T) { testReceiveDecodesBothFormats(t, srv.URL()) })
 	t.Run("TrimKeepsHeld", func(t *testing.T) { testTrimKeepsHeld(t, srv.URL()) })
 	t.Run("TrimDeletesByRow", func(t *testing.T) { testTrimDeletesByRow(t, srv.URL()) })
 	t.Run("LeasePartialAckExpiry", func(t *testing.T) { testLeasePartialAckExpiry(t, srv.URL()) })

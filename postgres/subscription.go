@@ -18,7 +18,8 @@ import (
 
 // ackID names one delivery: the message's seq, the row's delivery
 // count when it was handed out, and the tag of the fetch whose lease
-// (bus_leases) holds it, 0 when a row of bus_deliveries does.
+// (bus_leases) holds it, 0 when a row of bus_deliveries does. The AckID
+// of a delivery is a *ackID.
 type ackID struct {
 	seq int64
 	n   int32
@@ -45,8 +46,11 @@ type subscription struct {
 	lost lostFetch // a fetch whose reply never came; tag 0: none
 
 	// Receive's own state.
-	vals []backend.Message
-	out  []*backend.Message
+	vals  []backend.Message
+	out   []*backend.Message
+	spans []textSpan // where vals[i]'s ID and Key are in text
+	acks  []ackID    // vals[i]'s
+	text  []byte     // the IDs and keys of the fetch, one after another
 	// drained is when the last fetch, which took all it found (fewer
 	// than it could), started; zero when it took none or as many as it
 	// could.
@@ -501,41 +505,57 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, expire bool
 	}
 	defer rows.Close()
 	s.vals = s.vals[:0]
+	s.spans = s.spans[:0]
+	s.acks = s.acks[:0]
+	s.text = s.text[:0]
 	var gone []ackID
 	type bad struct {
 		id  ackID
 		msg backend.Message
+		sp  textSpan
 	}
 	var malformed []bad
+	dec := newRawDecoder(rows)
+	var arena payloadArena
+	var r fetchRow
 	for rows.Next() {
-		var (
-			seq          int64
-			n, attempt   int32
-			tag          int64
-			id           *string
-			key, headers []byte
-			payload      []byte
-			at           *time.Time
-		)
-		if err := rows.Scan(&seq, &n, &attempt, &tag, &id, &key, &headers, &payload, &at); err != nil {
+		if err := dec.next(rows, &r); err != nil {
 			return nil, err
 		}
-		a := ackID{seq: seq, n: n, tag: tag}
-		if id == nil {
-			gone = append(gone, a)
+		if r.gone {
+			gone = append(gone, r.a)
 			continue
 		}
-		m := backend.Message{ID: *id, Key: string(key), Payload: payload, AckID: a, Attempt: int(max(attempt, 1))}
-		if at != nil {
-			m.PublishedAt = *at
+		sp := textSpan{id: len(s.text)}
+		s.text = append(s.text, r.id...)
+		sp.key = len(s.text)
+		s.text = append(s.text, r.key...)
+		sp.end = len(s.text)
+		m := backend.Message{Payload: arena.copy(r.payload), Attempt: int(max(r.attempt, 1))}
+		if r.hasAt {
+			m.PublishedAt = r.at
 		}
-		h, err := decodeHeaders(headers)
+		h, err := decodeHeaders(r.headers)
 		if err != nil {
-			malformed = append(malformed, bad{a, m})
+			malformed = append(malformed, bad{r.a, m, sp})
 			continue
 		}
 		m.Headers = h
 		s.vals = append(s.vals, m)
+		s.spans = append(s.spans, sp)
+		s.acks = append(s.acks, r.a)
+	}
+	// The IDs and keys are substrings of one string, and the AckIDs
+	// point into one slice, of this fetch's own.
+	text := string(s.text)
+	acks := slices.Clone(s.acks)
+	for i, sp := range s.spans {
+		s.vals[i].ID, s.vals[i].Key = sp.of(text)
+		s.vals[i].AckID = &acks[i]
+	}
+	for i := range malformed {
+		b := &malformed[i]
+		b.msg.ID, b.msg.Key = b.sp.of(text)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -557,6 +577,23 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, expire bool
 		s.out = append(s.out, &s.vals[i])
 	}
 	return s.out, nil
+}
+
+// ackIDOf returns the delivery id names; false when id is not a
+// *ackID.
+func ackIDOf(id backend.AckID) (ackID, bool) {
+	a, ok := id.(*ackID)
+	if !ok || a == nil {
+		return ackID{}, false
+	}
+	return *a, true
+}
+
+// textSpan is where a message's id and key are in the text of a fetch.
+type textSpan struct{ id, key, end int }
+
+func (sp textSpan) of(text string) (id, key string) {
+	return text[sp.id:sp.key], text[sp.key:sp.end]
 }
 
 // settleGone settles the deliveries of messages deleted while the group
@@ -581,10 +618,10 @@ func (s *subscription) deadLetterMalformed(ctx context.Context, id ackID, m *bac
 		dl := backend.NewDeadLetter(m, backend.DeadLetterInfo{
 			Topic: s.topic, Group: s.cfg.Group, Attempt: m.Attempt, Code: backend.CodeMalformed, Reason: err.Error(),
 		})
-		_ = s.DeadLetter(ctx, id, s.cfg.DeadLetterTopic, dl)
+		_ = s.DeadLetter(ctx, &id, s.cfg.DeadLetterTopic, dl)
 		return
 	}
-	_ = s.Ack(ctx, []backend.AckID{id})
+	_ = s.Ack(ctx, []backend.AckID{&id})
 }
 
 // ackSQL settles group $1's seqs $4, whose least is $2 and greatest $3:
@@ -619,7 +656,7 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	}
 	as := make([]ackID, 0, len(ids))
 	for _, id := range ids {
-		a, ok := id.(ackID)
+		a, ok := ackIDOf(id)
 		if !ok {
 			return fmt.Errorf("postgres: ack %q: foreign AckID %T", s.topic, id)
 		}
@@ -716,7 +753,7 @@ func (s *subscription) Snooze(ctx context.Context, id backend.AckID, delay time.
 // giveBack ends the lease of a delivery: the row is due after delay, and
 // its attempt drops by uncount.
 func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID, delay time.Duration, uncount int) error {
-	a, ok := id.(ackID)
+	a, ok := ackIDOf(id)
 	if !ok {
 		return fmt.Errorf("postgres: %s %q: foreign AckID %T", op, s.topic, id)
 	}
@@ -735,7 +772,7 @@ func (s *subscription) giveBack(ctx context.Context, op string, id backend.AckID
 
 // Extend restarts the lease with this subscription's ack timeout.
 func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
-	a, ok := id.(ackID)
+	a, ok := ackIDOf(id)
 	if !ok {
 		return fmt.Errorf("postgres: extend %q: foreign AckID %T", s.topic, id)
 	}
@@ -754,7 +791,7 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 // its lease) and writes msg to topic in one transaction; a stale id
 // writes nothing.
 func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
-	a, ok := id.(ackID)
+	a, ok := ackIDOf(id)
 	if !ok {
 		return fmt.Errorf("postgres: dead-letter %q: foreign AckID %T", s.topic, id)
 	}
