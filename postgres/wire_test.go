@@ -29,7 +29,7 @@ func (c *insertCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.
 
 func (c *insertCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// testPublishEncodings publishes the same batches (keys, headers, a
+// testPublishEncodings publishes the same batches (keys, a header, a
 // DeliverAt, caller-set IDs, an empty payload) through a Backend that
 // encodes its inserts itself and through one over a caller pool with a
 // tracer, whose inserts go through pgx so that the tracer sees them, and
@@ -56,7 +56,7 @@ func testPublishEncodings(t *testing.T, rawURL string) {
 		return [][]*backend.Message{
 			{{ID: prefix + "plain", IDGenerated: true, Payload: []byte("p"), PublishedAt: at}},
 			{{ID: prefix + "keyed", IDGenerated: true, Key: "k ✓", Payload: []byte{}, PublishedAt: at},
-				{ID: prefix + "headers", IDGenerated: true, Headers: map[string]string{"a": "1", "": "ü"}, Payload: []byte{0, 1}, PublishedAt: at}},
+				{ID: prefix + "headers", IDGenerated: true, Headers: map[string]string{"h ✓": "ü"}, Payload: []byte{0, 1}, PublishedAt: at}},
 			{{ID: prefix + "due", IDGenerated: true, Headers: map[string]string{backend.HeaderDeliverAt: strconv.FormatInt(due.UnixMilli(), 10)}, Payload: []byte("d"), PublishedAt: at}},
 			{{ID: prefix + "caller", Payload: []byte("c"), PublishedAt: at}, {ID: prefix + "caller", Payload: []byte("c again"), PublishedAt: at}},
 		}
@@ -92,6 +92,8 @@ func testPublishEncodings(t *testing.T, rawURL string) {
 	mine, theirs := stored("encodings.own"), stored("encodings.traced")
 	require.Len(t, mine, 9, "each batch twice; the caller's ID once")
 	assert.Equal(t, theirs, mine, "both encodings store the same messages")
+	// One header per message: the stored bytes of several follow the
+	// map's order.
 	for _, r := range mine {
 		assert.True(t, r.PublishedAt.Equal(at.Truncate(time.Microsecond)), "%s: published at %v", r.ID, r.PublishedAt)
 		assert.Equal(t, r.ID == "due", r.DueLater, "%s: due later", r.ID)
