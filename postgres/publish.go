@@ -140,17 +140,31 @@ const (
 // the dedup step the statement neither reads nor locks bus_dedup and its
 // indexes. It reads the arrays $2 (ids), $3 (payloads), $4 (publish
 // times) and then, in this order, those of the keys, headers and due
-// times that cols names; the channel (left out by the lean form, see
-// insertSQL) and the topic's lock come last. Each array left out is one
+// times that cols names; the channel (left out by the lean form,
+// leanPlainSQL) and the topic's lock come last. Each array left out is one
 // the client need not encode nor the server decode.
 var undupInserts = func() (q [2][colAll + 1]string) {
 	for cols := range q[0] {
 		n := bits.OnesCount(uint(cols))
 		q[0][cols] = insertSQL("", undupSource(cols), 0, 5+n, 0, 6+n)
-		q[1][cols] = insertSQL("", undupSource(cols), 0, 0, 0, 5+n)
+		q[1][cols] = leanPlainSQL(undupSource(cols), 5+n)
 	}
 	return q
 }()
+
+// leanPlainSQL is the lean insert (see insertSQL) of the rows of x (an
+// undupSource) without a dedup step, as one plain INSERT that returns no
+// row (its command tag counts the messages): the topic's shared lock
+// ($lockP) is a one-time filter, which PostgreSQL evaluates before it
+// produces the first row, so before the first write assigns the
+// transaction's id.
+func leanPlainSQL(x string, lockP int) string {
+	return `INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
+SELECT $1, pg_current_xact_id(), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp())
+FROM (` + x + `) x
+WHERE (SELECT pg_advisory_xact_lock_shared(` + strconv.Itoa(lockTopic) + `, $` + strconv.Itoa(lockP) + `::integer)::text) IS NOT NULL
+ORDER BY x.ord`
+}
 
 // undupSource is the source of undupInserts[cols].
 func undupSource(cols int) string {
@@ -307,15 +321,16 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	lean := !claimed
 	var insert string
 	var args []any
+	dedup := slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil })
 	switch {
-	case !slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil }):
+	case !dedup:
 		insert, args = r.undupArgs(topic, b.pub.channel, lean)
 	case lean:
 		insert, args = plainLean, append(b.pub.args(topic, r, true), topicLock(topic))
 	default:
 		insert, args = plainInsert, append(b.pub.args(topic, r, false), topicLock(topic))
 	}
-	res, err := b.runInsert(ctx, insert, args)
+	res, err := b.runInsert(ctx, insert, lean && !dedup, args)
 	heldBack := res.wanted && res.notified == 0
 	if lean {
 		heldBack = b.notes.grouped(topic)

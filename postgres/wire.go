@@ -27,15 +27,25 @@ type insertResult struct {
 // statement on the connection's pgconn: a batch is copied once, rather
 // than into a fresh buffer grown by pgx for each call. Otherwise it runs
 // the statement through pgx.
-func (b *Backend) runInsert(ctx context.Context, sql string, args []any) (insertResult, error) {
+//
+// A plain statement (an INSERT that returns no row, see leanPlainSQL)
+// has its count of messages written from its command tag.
+func (b *Backend) runInsert(ctx context.Context, sql string, plain bool, args []any) (insertResult, error) {
 	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return insertResult{}, err
 	}
 	defer conn.Release()
+	viaPgx := func() (insertResult, error) {
+		if plain {
+			tag, err := conn.Exec(ctx, sql, args...)
+			return insertResult{n: tag.RowsAffected()}, err
+		}
+		return scanInsert(conn.QueryRow(ctx, sql, args...))
+	}
 	cfg := conn.Conn().Config()
 	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || cfg.Tracer != nil {
-		return scanInsert(conn.QueryRow(ctx, sql, args...))
+		return viaPgx()
 	}
 	sd, err := conn.Conn().Prepare(ctx, sql, sql)
 	if err != nil {
@@ -43,9 +53,18 @@ func (b *Backend) runInsert(ctx context.Context, sql string, args []any) (insert
 	}
 	w := wires.Get().(*wire)
 	defer w.release()
-	if !w.encode(sd.ParamOIDs, args) || len(sd.Fields) != 3 ||
-		sd.Fields[0].DataTypeOID != pgtype.Int8OID || sd.Fields[1].DataTypeOID != pgtype.Int8OID || sd.Fields[2].DataTypeOID != pgtype.BoolOID {
-		return scanInsert(conn.QueryRow(ctx, sql, args...))
+	if !w.encode(sd.ParamOIDs, args) {
+		return viaPgx()
+	}
+	if plain {
+		if len(sd.Fields) != 0 {
+			return viaPgx()
+		}
+		tag, err := conn.Conn().PgConn().ExecStatement(ctx, sd, w.vals, w.formats, nil).Close()
+		return insertResult{n: tag.RowsAffected()}, err
+	}
+	if len(sd.Fields) != 3 || sd.Fields[0].DataTypeOID != pgtype.Int8OID || sd.Fields[1].DataTypeOID != pgtype.Int8OID || sd.Fields[2].DataTypeOID != pgtype.BoolOID {
+		return viaPgx()
 	}
 	rr := conn.Conn().PgConn().ExecStatement(ctx, sd, w.vals, w.formats, insertResultFormats)
 	var res insertResult
