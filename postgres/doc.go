@@ -117,7 +117,7 @@
 //     not see it (its snapshot is older than the lock) and then sends no
 //     notification: the group's members find its messages by their poll.
 //     Only a publish that may send the topic's notification (one per
-//     topic and 2ms in a process) also records the topic in bus_topics
+//     topic and 5ms in a process) also records the topic in bus_topics
 //     and reads whether it has a group; the others run a lean INSERT
 //     that takes the lock and writes the messages, nothing else (their
 //     ord needs no floor: their id is assigned after the lock), and ask

@@ -9,8 +9,11 @@ import (
 // notifyEvery is the least time between two notifications of a topic
 // that Publish sends from one Backend. A notification wakes every idle
 // subscription of the topic, and NOTIFY serialises the commits that send
-// one; a busy topic needs far fewer than one per publish.
-const notifyEvery = 2 * time.Millisecond
+// one; a busy topic needs far fewer than one per publish. It is
+// drainedWait: a member that fetched what there was fetches again at
+// most drainedWait later whether notified or not, so a notification
+// sooner would only make its fetches smaller and more.
+const notifyEvery = drainedWait
 
 // notifier limits the notifications of a Backend's publishes. A publish
 // whose topic was notified less than notifyEvery ago sends none in its
