@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -241,6 +242,37 @@ func (p publisher) rowsOf(msgs []*backend.Message, dedupAll bool) rows {
 		due:      make([]*time.Time, 0, len(msgs)),
 		dkeys:    make([]*string, 0, len(msgs)),
 	}
+	p.fill(&r, msgs, dedupAll)
+	return r
+}
+
+// pooledRows holds the arrays of Publish's batches between calls: a
+// batch's rows are encoded before Publish returns, and nothing keeps
+// them.
+var pooledRows = sync.Pool{New: func() any { return new(rows) }}
+
+// rowsKeep is the most messages a pooled rows keeps arrays for.
+const rowsKeep = 1024
+
+// release drops what r refers to and pools it.
+func (r *rows) release() {
+	if cap(r.ids) > rowsKeep {
+		return
+	}
+	clear(r.ids[:cap(r.ids)])
+	clear(r.keys[:cap(r.keys)])
+	clear(r.headers[:cap(r.headers)])
+	clear(r.payloads[:cap(r.payloads)])
+	clear(r.at[:cap(r.at)])
+	clear(r.due[:cap(r.due)])
+	clear(r.dkeys[:cap(r.dkeys)])
+	pooledRows.Put(r)
+}
+
+// fill sets r to msgs as arrays, as rowsOf returns them.
+func (p publisher) fill(r *rows, msgs []*backend.Message, dedupAll bool) {
+	r.ids, r.keys, r.headers, r.payloads = r.ids[:0], r.keys[:0], r.headers[:0], r.payloads[:0]
+	r.at, r.due, r.dkeys = r.at[:0], r.due[:0], r.dkeys[:0]
 	var seen map[string]bool
 	for _, m := range msgs {
 		var dk *string
@@ -274,7 +306,6 @@ func (p publisher) rowsOf(msgs []*backend.Message, dedupAll bool) rows {
 		r.due = append(r.due, due)
 		r.dkeys = append(r.dkeys, dk)
 	}
-	return r
 }
 
 // args returns the parameters of an insert from arraysSource: $1..$10
@@ -316,7 +347,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if b.shut.Load() {
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
-	r := b.pub.rowsOf(msgs, false)
+	r := pooledRows.Get().(*rows)
+	defer r.release()
+	b.pub.fill(r, msgs, false)
 	claimed, covered := b.notes.claim(topic)
 	lean := !claimed
 	var insert string
@@ -326,9 +359,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	case !dedup:
 		insert, args = r.undupArgs(topic, b.pub.channel, lean)
 	case lean:
-		insert, args = plainLean, append(b.pub.args(topic, r, true), topicLock(topic))
+		insert, args = plainLean, append(b.pub.args(topic, *r, true), topicLock(topic))
 	default:
-		insert, args = plainInsert, append(b.pub.args(topic, r, false), topicLock(topic))
+		insert, args = plainInsert, append(b.pub.args(topic, *r, false), topicLock(topic))
 	}
 	res, err := b.runInsert(ctx, insert, lean && !dedup, args)
 	heldBack := res.wanted && res.notified == 0
