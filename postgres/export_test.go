@@ -1,5 +1,10 @@
 package postgres
 
+import (
+	"context"
+	"time"
+)
+
 // TrimDeleteSQL is the trim's delete, for a test of its plan.
 var TrimDeleteSQL = trimDeleteSQL
 
@@ -17,4 +22,10 @@ func ForceClaims(be *Backend, force int) {
 	be.notes.mu.Lock()
 	be.notes.force = force
 	be.notes.mu.Unlock()
+}
+
+// EndLostFetch ends, as a Receive after a lost fetch does, the fetch
+// that server process pid may still run, and waits until it has ended.
+func EndLostFetch(ctx context.Context, be *Backend, pid uint32) error {
+	return be.lostEnded(ctx, lostFetch{tag: 1, pid: pid}, time.Minute)
 }

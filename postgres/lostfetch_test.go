@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
+	"github.com/eventbus-go/bus/postgres"
 )
 
 // lostFetchAckTimeout is the lease of the lost-fetch cases: far longer
@@ -124,4 +125,42 @@ func testLostFetchCase(t *testing.T, rawURL, topic string, atClose bool) {
 	case err := <-failed:
 		t.Fatalf("the message leased by the lost fetch was not handed out within %v (lease %v): %v", lostFetchWithin, lostFetchAckTimeout, err)
 	}
+}
+
+// testLostFetchSparesOtherProcesses: the server process number of a lost
+// fetch may belong to another process by the time a Receive ends it (the
+// fetch's ended, and the number was given again). Ending a lost fetch
+// whose number is an idle connection's, or one's that runs another
+// statement, leaves that connection alone and returns at once.
+func testLostFetchSparesOtherProcesses(t *testing.T, rawURL string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	be := openBackend(t, ctx, rawURL)
+	idle, err := pgx.Connect(ctx, rawURL)
+	require.NoError(t, err)
+	defer idle.Close(context.Background())
+	busy, err := pgx.Connect(ctx, rawURL)
+	require.NoError(t, err)
+	defer busy.Close(context.Background())
+
+	slept := make(chan error, 1)
+	go func() {
+		_, err := busy.Exec(ctx, `SELECT pg_sleep(1)`)
+		slept <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := idle.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'`, busy.PgConn().PID()).Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, 2*time.Millisecond, "the other statement runs")
+
+	for _, pid := range []uint32{idle.PgConn().PID(), busy.PgConn().PID()} {
+		start := time.Now()
+		require.NoError(t, postgres.EndLostFetch(ctx, be, pid))
+		assert.Less(t, time.Since(start), 500*time.Millisecond, "process %d runs no lost fetch: nothing to wait for", pid)
+	}
+	require.NoError(t, <-slept, "the other statement ran to its end")
+	require.NoError(t, idle.Ping(ctx), "the idle connection is still there")
+	require.NoError(t, busy.Ping(ctx), "the busy connection is still there")
 }

@@ -210,20 +210,31 @@ u AS (
     WHERE group_id = $1 AND lease_by = $2 AND leased RETURNING 1)
 SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM u)`
 
-// endLostSQL ends the server process $1 of a connection the client
-// closed (one of this role's: the pool's own): whether its statement, a
-// lost fetch, committed or not, it runs no longer once the process is
-// gone. Without it the process lingers as long as the server does not
-// see the connection end (a network partition, a proxy that keeps it).
-// It reports whether the process is gone already.
-const endLostSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1),
-    (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-        WHERE pid = $1 AND usename = current_user AND backend_type = 'client backend')`
+// lostRunsSQL is the condition under which pg_stat_activity's row of
+// server process $1 may be a lost fetch that has not ended: the process
+// is in a transaction running the fetch or the expiry before it ($2 and
+// $3; pg_stat_activity may keep only the start of a statement's text),
+// or the server does not say (its activity is not tracked, or not shown
+// to this role). A process that is idle has ended its transaction, and
+// one in another statement is not the fetch's any more: its number went
+// to a process started since.
+const lostRunsSQL = `pid = $1 AND (state IS NULL OR state <> 'idle' AND query <> ''
+    AND (starts_with($2, query) OR starts_with($3, query)))`
 
-// lostEndedSQL reports whether the server process $1 is gone: its
-// transaction, a lost fetch's among them, has ended (committed or
-// rolled back).
-const lostEndedSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`
+// endLostSQL ends the server process $1 of a connection the client
+// closed (one of this role's: the pool's own) while it may still run the
+// lost fetch (lostRunsSQL): whether the fetch commits or not, it runs no
+// longer once the process is gone. Without it the process lingers as
+// long as the server does not see the connection end (a network
+// partition, a proxy that keeps it). It reports whether the fetch has
+// ended already.
+const endLostSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE ` + lostRunsSQL + `),
+    (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE ` + lostRunsSQL + ` AND usename = current_user AND backend_type = 'client backend')`
+
+// lostEndedSQL reports whether the lost fetch of server process $1 has
+// ended (committed or rolled back): see lostRunsSQL.
+const lostEndedSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE ` + lostRunsSQL + `)`
 
 // Bounds of the wait for a lost fetch's server process to end: it
 // polls every lostPollFirst, doubling up to lostPollMost.
@@ -245,7 +256,7 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 	defer giveUp.Stop()
 	var gone bool
 	var ended *bool
-	if err := b.pool.QueryRow(ctx, endLostSQL, l.pid).Scan(&gone, &ended); err != nil {
+	if err := b.pool.QueryRow(ctx, endLostSQL, l.pid, fetchSQL, expireSQL).Scan(&gone, &ended); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -262,7 +273,7 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 			t.Stop()
 			return ctx.Err()
 		}
-		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid).Scan(&gone); err != nil {
+		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid, fetchSQL, expireSQL).Scan(&gone); err != nil {
 			return err
 		}
 	}
