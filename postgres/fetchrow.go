@@ -155,35 +155,12 @@ func scanFetchRow(rows pgx.Rows, r *fetchRow) error {
 	return nil
 }
 
-// payloadArena copies the payloads of one fetch into shared chunks, so
-// that a fetch allocates a chunk per few messages rather than a slice
-// per message. A chunk is never written again once a payload is handed
-// out of it: a new fetch starts a new arena.
-type payloadArena struct {
-	buf []byte
-}
-
-// arenaChunk is the size of a chunk; a payload over a quarter of it has
-// a slice of its own.
-const arenaChunk = 8 << 10
-
-// copy returns a copy of b (nil for nil, empty for empty) whose capacity
-// is its length.
-func (p *payloadArena) copy(b []byte) []byte {
+// copyBytes returns a copy of b of its own (nil for nil, empty for
+// empty): b is the connection's buffer, and a handler may keep a
+// payload as long as it likes.
+func copyBytes(b []byte) []byte {
 	if b == nil {
 		return nil
 	}
-	n := len(b)
-	if n == 0 {
-		return []byte{}
-	}
-	if n > cap(p.buf)-len(p.buf) {
-		if n > arenaChunk/4 {
-			return append(make([]byte, 0, n), b...)
-		}
-		p.buf = make([]byte, 0, arenaChunk)
-	}
-	off := len(p.buf)
-	p.buf = append(p.buf, b...)
-	return p.buf[off : off+n : off+n]
+	return append(make([]byte, 0, len(b)), b...)
 }

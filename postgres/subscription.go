@@ -46,11 +46,9 @@ type subscription struct {
 	lost lostFetch // a fetch whose reply never came; tag 0: none
 
 	// Receive's own state.
-	vals  []backend.Message
-	out   []*backend.Message
-	spans []textSpan // where vals[i]'s ID and Key are in text
-	acks  []ackID    // vals[i]'s
-	text  []byte     // the IDs and keys of the fetch, one after another
+	vals []backend.Message
+	out  []*backend.Message
+	acks []ackID // vals[i]'s
 	// drained is when the last fetch, which took all it found (fewer
 	// than it could), started; zero when it took none or as many as it
 	// could.
@@ -517,18 +515,14 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, expire bool
 	}
 	defer rows.Close()
 	s.vals = s.vals[:0]
-	s.spans = s.spans[:0]
 	s.acks = s.acks[:0]
-	s.text = s.text[:0]
 	var gone []ackID
 	type bad struct {
 		id  ackID
 		msg backend.Message
-		sp  textSpan
 	}
 	var malformed []bad
 	dec := newRawDecoder(rows)
-	var arena payloadArena
 	var r fetchRow
 	for rows.Next() {
 		if err := dec.next(rows, &r); err != nil {
@@ -538,36 +532,23 @@ func (s *subscription) read(ctx context.Context, conn *pgxpool.Conn, expire bool
 			gone = append(gone, r.a)
 			continue
 		}
-		sp := textSpan{id: len(s.text)}
-		s.text = append(s.text, r.id...)
-		sp.key = len(s.text)
-		s.text = append(s.text, r.key...)
-		sp.end = len(s.text)
-		m := backend.Message{Payload: arena.copy(r.payload), Attempt: int(max(r.attempt, 1))}
+		m := backend.Message{ID: string(r.id), Key: string(r.key), Payload: copyBytes(r.payload), Attempt: int(max(r.attempt, 1))}
 		if r.hasAt {
 			m.PublishedAt = r.at
 		}
 		h, err := decodeHeaders(r.headers)
 		if err != nil {
-			malformed = append(malformed, bad{r.a, m, sp})
+			malformed = append(malformed, bad{r.a, m})
 			continue
 		}
 		m.Headers = h
 		s.vals = append(s.vals, m)
-		s.spans = append(s.spans, sp)
 		s.acks = append(s.acks, r.a)
 	}
-	// The IDs and keys are substrings of one string, and the AckIDs
-	// point into one slice, of this fetch's own.
-	text := string(s.text)
+	// The AckIDs point into one slice of this fetch's own.
 	acks := slices.Clone(s.acks)
-	for i, sp := range s.spans {
-		s.vals[i].ID, s.vals[i].Key = sp.of(text)
+	for i := range s.vals {
 		s.vals[i].AckID = &acks[i]
-	}
-	for i := range malformed {
-		b := &malformed[i]
-		b.msg.ID, b.msg.Key = b.sp.of(text)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -599,13 +580,6 @@ func ackIDOf(id backend.AckID) (ackID, bool) {
 		return ackID{}, false
 	}
 	return *a, true
-}
-
-// textSpan is where a message's id and key are in the text of a fetch.
-type textSpan struct{ id, key, end int }
-
-func (sp textSpan) of(text string) (id, key string) {
-	return text[sp.id:sp.key], text[sp.key:sp.end]
 }
 
 // settleGone settles the deliveries of messages deleted while the group
