@@ -117,8 +117,9 @@
 //     not see it (its snapshot is older than the lock) and then sends no
 //     notification: the group's members find its messages by their poll.
 //     Only a publish that may send the topic's notification (one per
-//     topic and 5ms in a process) also records the topic in bus_topics
-//     and reads whether it has a group; the others run a lean INSERT
+//     topic and 5ms in a process), or that has caller-set IDs, also
+//     records the topic in bus_topics and reads whether it has a group;
+//     the others run a lean INSERT
 //     that takes the lock and writes the messages, nothing else (their
 //     ord needs no floor: their id is assigned after the lock), and ask
 //     for a notification after their commit unless the last publish that

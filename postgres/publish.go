@@ -42,16 +42,7 @@ type publisher struct {
 // due (a message was written to a topic with a group). Without dedup
 // step and guard every message of x is written (x has as many rows as
 // the array $2): the insert returns nothing, and the count is $2's.
-//
-// With chanP 0 (a lean insert: lockP not 0, ordP 0, no guard) the
-// statement only writes the messages: it neither records the topic nor
-// reads its floor or groups, and returns the count, 0 and false. Its
-// ord, the transaction's id, needs no floor: the id is assigned after
-// the topic's shared lock is held, so after any new group that raised
-// the floor committed, and the floor is the first id not yet assigned
-// when it did.
 func insertSQL(guard, x string, dedupP, chanP, ordP, lockP int) string {
-	lean := chanP == 0
 	with := "WITH "
 	cond := ""
 	if guard != "" {
@@ -79,13 +70,6 @@ func insertSQL(guard, x string, dedupP, chanP, ordP, lockP int) string {
 	returning, written := "\n        RETURNING 1", "(SELECT count(*) FROM m)"
 	if dedupP == 0 && guard == "" {
 		returning, written = "", "cardinality($2::text[])::bigint"
-	}
-	if lean {
-		return with + `x AS (` + x + `),
-` + d + `m AS (INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
-        SELECT $1, pg_current_xact_id(), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp()) FROM x
-        WHERE ` + keep + ` ORDER BY x.ord` + returning + `)
-SELECT ` + written + `, 0::bigint, false`
 	}
 	ord := `greatest(pg_current_xact_id(), coalesce((SELECT floor FROM f), '0'::xid8)`
 	if ordP != 0 {
@@ -119,12 +103,8 @@ func andGuard(guard string) string {
 
 // plainInsert writes a batch with dedup keys: it reads the arrays and
 // the window as arraysSource and args name them, the channel ($10) and
-// the topic's lock ($11). plainLean is its lean form (see insertSQL),
-// with the topic's lock as $10.
-var (
-	plainInsert = insertSQL("", arraysSource, 9, 10, 0, 11)
-	plainLean   = insertSQL("", arraysSource, 9, 0, 0, 10)
-)
+// the topic's lock ($11).
+var plainInsert = insertSQL("", arraysSource, 9, 10, 0, 11)
 
 // Columns a batch without dedup keys sends only when some message of it
 // needs them: left out, every message has an empty key, no headers and is
@@ -141,7 +121,7 @@ const (
 // the dedup step the statement neither reads nor locks bus_dedup and its
 // indexes. It reads the arrays $2 (ids), $3 (payloads), $4 (publish
 // times) and then, in this order, those of the keys, headers and due
-// times that cols names; the channel (left out by the lean form,
+// times that cols names; the channel (not in the lean form,
 // leanPlainSQL) and the topic's lock come last. Each array left out is one
 // the client need not encode nor the server decode.
 var undupInserts = func() (q [2][colAll + 1]string) {
@@ -153,12 +133,15 @@ var undupInserts = func() (q [2][colAll + 1]string) {
 	return q
 }()
 
-// leanPlainSQL is the lean insert (see insertSQL) of the rows of x (an
-// undupSource) without a dedup step, as one plain INSERT that returns no
-// row (its command tag counts the messages): the topic's shared lock
-// ($lockP) is a one-time filter, which PostgreSQL evaluates before it
-// produces the first row, so before the first write assigns the
-// transaction's id.
+// leanPlainSQL writes the rows of x (an undupSource) and nothing else,
+// in one plain INSERT that returns no row (its command tag counts the
+// messages): it neither records the topic nor reads its floor or
+// groups. The topic's shared lock ($lockP) is a one-time filter, which
+// PostgreSQL evaluates before it produces the first row, so before the
+// first write assigns the transaction's id. That id, each message's
+// ord, needs no floor: it is assigned after any new group that raised
+// the floor committed, and the floor is the first id not yet assigned
+// when it did.
 func leanPlainSQL(x string, lockP int) string {
 	return `INSERT INTO bus_messages (topic, ord, id, key, headers, payload, published_at, visible_at)
 SELECT $1, pg_current_xact_id(), x.id, x.key, x.headers, x.payload, x.published_at, coalesce(x.due, clock_timestamp())
@@ -309,13 +292,9 @@ func (p publisher) fill(r *rows, msgs []*backend.Message, dedupAll bool) {
 }
 
 // args returns the parameters of an insert from arraysSource: $1..$10
-// (a guard's come after them); $1..$9 for a lean one.
-func (p publisher) args(topic string, r rows, lean bool) []any {
-	args := []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
-	if lean {
-		return args[:9]
-	}
-	return args
+// (a guard's come after them).
+func (p publisher) args(topic string, r rows) []any {
+	return []any{topic, r.ids, r.keys, r.headers, r.payloads, r.at, r.due, r.dkeys, p.dedup.Milliseconds(), p.channel}
 }
 
 // Publish writes the batch in one statement, its own transaction: every
@@ -337,12 +316,12 @@ func (p publisher) args(topic string, r rows, lean bool) []any {
 // next publish.
 //
 // Only a publish that may notify (one per topic and notifyEvery, see
-// notifier) records the topic's row and reads whether the topic has a
-// group; the others use the lean statement, which writes the messages
-// and nothing else, and ask for a notification after their commit
-// unless the last publish that read the groups found none. A group
-// created since then is notified by the next publish that reads them;
-// until then its members find the messages by their poll.
+// notifier) or that has dedup keys records the topic's row and reads
+// whether the topic has a group; the others use the lean statement,
+// which writes the messages and nothing else, and ask for a notification
+// after their commit unless the last publish that read the groups found
+// none. A group created since then is notified by the next publish that
+// reads them; until then its members find the messages by their poll.
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.shut.Load() {
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
@@ -351,19 +330,19 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	defer r.release()
 	b.pub.fill(r, msgs, false)
 	claimed, covered := b.notes.claim(topic)
-	lean := !claimed
+	dedup := slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil })
+	lean := !claimed && !dedup
 	var insert string
 	var args []any
-	dedup := slices.ContainsFunc(r.dkeys, func(k *string) bool { return k != nil })
-	switch {
-	case !dedup:
+	if dedup {
+		insert, args = plainInsert, append(b.pub.args(topic, *r), topicLock(topic))
+		if !claimed {
+			args[9] = "" // the channel: no notification in its transaction
+		}
+	} else {
 		insert, args = r.undupArgs(topic, b.pub.channel, lean)
-	case lean:
-		insert, args = plainLean, append(b.pub.args(topic, *r, true), topicLock(topic))
-	default:
-		insert, args = plainInsert, append(b.pub.args(topic, *r, false), topicLock(topic))
 	}
-	res, err := b.runInsert(ctx, insert, lean && !dedup, args)
+	res, err := b.runInsert(ctx, insert, lean, args)
 	heldBack := res.wanted && res.notified == 0
 	if lean {
 		heldBack = b.notes.grouped(topic)

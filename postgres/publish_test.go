@@ -19,8 +19,9 @@ import (
 // publish that waited for it writes at or above that floor (so the group
 // receives it), though the publish's statement began before the floor
 // was raised: it takes its transaction's id only once it holds the lock.
-// It runs with the statement that may notify and with the lean one,
-// each with and without the dedup step.
+// It runs with the statement that may notify and with the lean one; the
+// message with the caller's ID takes the statement with the dedup step
+// in both.
 func testPublishWaitsForNewGroup(t *testing.T, url string) {
 	for _, c := range []struct {
 		name  string

@@ -782,7 +782,7 @@ func (s *subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 		return fmt.Errorf("postgres: dead-letter %q: foreign AckID %T", s.topic, id)
 	}
 	p := publisher{channel: s.b.pub.channel} // no dedup: a message may be dead-lettered again after a replay
-	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false), false), s.gid, a.seq, a.n, a.tag)
+	args := append(p.args(topic, p.rowsOf([]*backend.Message{msg}, false)), s.gid, a.seq, a.n, a.tag)
 	n, _, err := s.b.insertLocked(ctx, topic, deadLetterSQL, args)
 	if err != nil {
 		return fmt.Errorf("postgres: dead-letter %q: %w", s.topic, classify(err))
