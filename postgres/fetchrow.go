@@ -97,7 +97,6 @@ func (d rawDecoder) next(rows pgx.Rows, r *fetchRow) error {
 const (
 	minDecodedMicros = -63082281600 * 1_000_000
 	maxDecodedMicros = 252455615999 * 1_000_000
-	y2kUnix          = 946684800
 )
 
 // decode decodes one row's wire values into r; it reports false, having
@@ -125,7 +124,7 @@ func (d rawDecoder) decode(vals [][]byte, r *fetchRow) bool {
 		if us < minDecodedMicros || us > maxDecodedMicros {
 			return false
 		}
-		r.at = time.Unix(y2kUnix+us/1_000_000, us%1_000_000*1_000)
+		r.at = timeOfMicros(us)
 		if d.loc != nil {
 			r.at = r.at.In(d.loc)
 		}

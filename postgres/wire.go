@@ -253,12 +253,19 @@ func (w *wire) elem(n int) {
 	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(int32(n)))
 }
 
-// y2k is PostgreSQL's epoch for timestamps.
-var y2k = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+// y2kUnix is PostgreSQL's epoch for timestamps, 2000-01-01 UTC, in Unix
+// seconds.
+const y2kUnix = 946684800
 
 // microsSinceY2K is t as a timestamptz in binary: microseconds since
 // 2000-01-01 UTC, the nanoseconds below a microsecond dropped, as pgx
 // encodes it.
 func microsSinceY2K(t time.Time) int64 {
-	return (t.Unix()-y2k)*1_000_000 + int64(t.Nanosecond())/1000
+	return (t.Unix()-y2kUnix)*1_000_000 + int64(t.Nanosecond())/1000
+}
+
+// timeOfMicros is the time of a binary timestamptz: the inverse of
+// microsSinceY2K.
+func timeOfMicros(us int64) time.Time {
+	return time.Unix(y2kUnix+us/1_000_000, us%1_000_000*1_000)
 }

@@ -61,3 +61,19 @@ func TestWireEncodesAsPgx(t *testing.T) {
 	assert.False(t, new(wire).encode([]uint32{pgtype.TextOID}, []any{3.5}), "a type wire does not encode")
 	assert.False(t, new(wire).encode([]uint32{pgtype.TextOID, pgtype.TextOID}, []any{"x"}), "fewer values than parameters")
 }
+
+// TestTimeOfMicrosInvertsMicrosSinceY2K: a binary timestamptz that wire
+// writes reads back as the same instant to the microsecond, before and
+// after 2000 and 1970.
+func TestTimeOfMicrosInvertsMicrosSinceY2K(t *testing.T) {
+	for _, at := range []time.Time{
+		time.Date(2026, 11, 26, 22, 1, 2, 123456789, time.UTC),
+		time.Date(1999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(1969, 7, 20, 20, 17, 40, 1500, time.FixedZone("x", -3600)),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		got := timeOfMicros(microsSinceY2K(at))
+		want := at.Truncate(time.Microsecond)
+		assert.True(t, got.Equal(want), "%v read back as %v", at, got)
+	}
+}
