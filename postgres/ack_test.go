@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // testAckLeavesPlanCacheMode: an ack makes its own statement use its
@@ -17,12 +15,10 @@ import (
 // (the pool's only one) goes back to the pool with plan_cache_mode
 // unchanged, for the caller's statements on a pool of theirs.
 func testAckLeavesPlanCacheMode(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "ack.plan"
 	be := openBackend(t, ctx, withParam(t, rawURL, "pool_max_conns", "1"))
-	s, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()})
+	s, err := be.Subscribe(ctx, topic, groupG)
 	require.NoError(t, err)
 	defer s.Close()
 	var before string

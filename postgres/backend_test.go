@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -44,9 +43,7 @@ func TestOpenRefusesBadParametersBeforeIO(t *testing.T) {
 // good (the table is missing); once Schema() is applied it works, and
 // closing the backend leaves the caller's pool open.
 func testNewOverACallerPool(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	admin, err := pgxpool.New(ctx, rawURL)
 	require.NoError(t, err)
 	defer admin.Close()

@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -21,9 +20,7 @@ import (
 // the same fields, and both dead-letter a message whose stored headers
 // do not decode.
 func testReceiveDecodesBothFormats(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 
 	open := func(mode pgx.QueryExecMode) (*pgxpool.Pool, backend.Backend) {
 		cfg, err := pgxpool.ParseConfig(rawURL)

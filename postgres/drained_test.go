@@ -1,7 +1,6 @@
 package postgres_test
 
 import (
-	"context"
 	"net/url"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/postgres"
 )
 
@@ -19,13 +17,11 @@ import (
 // the block time: a message published without one (on another channel)
 // comes in well within the block time, and a notified one too.
 func testReceiveAfterDrainedFetch(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "drained.fetch"
 	sub := openBackend(t, ctx, withParam(t, rawURL, "block", "1s"))
 	quiet := openBackend(t, ctx, withParam(t, rawURL, "channel", "drained_elsewhere"))
-	s, err := sub.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()})
+	s, err := sub.Subscribe(ctx, topic, groupG)
 	require.NoError(t, err)
 	defer s.Close()
 

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/postgres"
 )
 
@@ -25,12 +24,10 @@ func testLeanPublish(t *testing.T, rawURL string) {
 // group asks for a notification after its commit, which a listener
 // elsewhere receives, and the group receives the message.
 func testLeanPublishNotifiesAfterCommit(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "lean.notifies"
 	be := openBackend(t, ctx, rawURL)
-	sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()})
+	sub, err := be.Subscribe(ctx, topic, groupG)
 	require.NoError(t, err)
 	defer sub.Close()
 
@@ -71,9 +68,7 @@ func testLeanPublishNotifiesAfterCommit(t *testing.T, rawURL string) {
 // Backend deleted a topic records the topic again, however soon it
 // follows the last one that did, so that Topics lists it.
 func testLeanPublishRecordsADeletedTopicAgain(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "lean.deleted"
 	be := openBackend(t, ctx, rawURL)
 	postgres.ForceClaims(be, -1)

@@ -133,9 +133,7 @@ func testLostFetchCase(t *testing.T, rawURL, topic string, atClose bool) {
 // whose number is an idle connection's, or one's that runs another
 // statement, leaves that connection alone and returns at once.
 func testLostFetchSparesOtherProcesses(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	be := openBackend(t, ctx, rawURL)
 	idle, err := pgx.Connect(ctx, rawURL)
 	require.NoError(t, err)

@@ -20,9 +20,7 @@ import (
 // closed Backend's members stop counting, and the rows stay out of the
 // partitioned groups' members.
 func testGroupsCountLiveMembers(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "members.count"
 	nop := func(context.Context, *bus.Delivery) error { return nil }
 	a, b, viewer := openBus(t, rawURL, bus.WithObserver(observer.Nop())), openBus(t, rawURL, bus.WithObserver(observer.Nop())), openBus(t, rawURL)

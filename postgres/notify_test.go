@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // testNackNotifiesOtherProcesses: a Nack with no delay, after its commit,
@@ -19,12 +18,10 @@ import (
 // such a member, on another Backend, then receives the message as its
 // second attempt.
 func testNackNotifiesOtherProcesses(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	const topic = "notify.nack"
 	a, b := openBackend(t, ctx, rawURL), openBackend(t, ctx, rawURL)
-	cfg := backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()}
+	cfg := groupG
 	subA, err := a.Subscribe(ctx, topic, cfg)
 	require.NoError(t, err)
 	defer subA.Close()

@@ -32,9 +32,7 @@ func testPublishWaitsForNewGroup(t *testing.T, url string) {
 }
 
 func testPublishWaitsForNewGroupWith(t *testing.T, url string, force int) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	be := openBackend(t, ctx, url)
 	topic := fmt.Sprintf("pub.waits.%d", force+1)
 	publish := func(payload string, callerID bool) error {

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/postgres"
 )
 
@@ -27,6 +29,23 @@ func watchdog(t *testing.T, d time.Duration) func() {
 		panic(fmt.Sprintf("watchdog: %s did not finish within %v", name, d))
 	})
 	return func() { timer.Stop() }
+}
+
+// groupG is the group most tests subscribe: g, from the oldest message,
+// with a lease of 30 s (far longer than they run) and no events.
+var groupG = backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: 30 * time.Second, Observer: observer.Nop()}
+
+// testCtx starts a watchdog of a minute for t and returns a ctx of 30 s;
+// both end with the test.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	stop := watchdog(t, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(func() {
+		cancel()
+		stop()
+	})
+	return ctx
 }
 
 // openBus opens a bus on url, closed when the test ends.
@@ -110,9 +129,7 @@ type failingTx struct{ pgx.Tx }
 // start (and of their transaction ids): the group receives the key in commit order; a rolled-back
 // PublishTx (pgx and database/sql) is never delivered.
 func testPublishTxCommitOrder(t *testing.T, url string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	b := openBus(t, url)
 	topic := "tx.order"
 	c := collect(t, b, topic, "g")
@@ -178,9 +195,7 @@ var _ = stdlib.GetDefaultDriver
 // group starting at the newest message is created, and publishes after:
 // that group receives its message too, but not what came before it.
 func testPublishTxLateCommit(t *testing.T, url string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	b := openBus(t, url)
 	topic := "tx.late"
 	old := collect(t, b, topic, "old")

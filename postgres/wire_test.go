@@ -35,9 +35,7 @@ func (c *insertCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuery
 // tracer, whose inserts go through pgx so that the tracer sees them, and
 // checks that both store the same messages.
 func testPublishEncodings(t *testing.T, rawURL string) {
-	defer watchdog(t, time.Minute)()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	own := openBackend(t, ctx, rawURL)
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	require.NoError(t, err)
