@@ -499,6 +499,9 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		}
 		o.maxInFlight = o.autoscaleMax
 	}
+	if o.ackMode == AckOnReceive && o.maxDelivSet {
+		errs = append(errs, fmt.Errorf("%w: WithMaxDeliveries bounds redeliveries, and AckOnReceive acks before the handler runs, so nothing is redelivered; drop WithMaxDeliveries, or use AckOnSuccess or AckManual", ErrInvalidOption))
+	}
 	if o.maxWaiting > 0 && !o.keyOrdering {
 		errs = append(errs, fmt.Errorf("%w: WithMaxWaiting bounds the deliveries waiting for their key; it needs WithKeyOrdering", ErrInvalidOption))
 	}

@@ -90,6 +90,8 @@ type subscribeOptions struct {
 	limiter        Limiter
 	ackTimeout     time.Duration
 	maxDeliveries  int
+	maxDelivSet    bool
+	groupSet       bool
 	deadLetter     string
 	deadLetterSet  bool
 	newBackOff     func() backoff.BackOff
@@ -229,13 +231,17 @@ func (m middlewareOption) applySubscribe(s *subscribeOptions) error {
 }
 
 // WithGroup sets the consumer group (default "default"). Subscriptions in
-// one group share the messages; every group gets every message.
+// one group share the messages; every group gets every message. A
+// subscription has one group: giving two different groups is an error.
 func WithGroup(group string) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if err := backend.ValidateTopic(group); err != nil {
 			return fmt.Errorf("%w: group %q: must follow the topic rules", ErrInvalidOption, group)
 		}
-		s.group = group
+		if s.groupSet && s.group != group {
+			return fmt.Errorf("%w: WithGroup given twice (%q, then %q); a subscription has one group: give one WithGroup, or subscribe once per group", ErrInvalidOption, s.group, group)
+		}
+		s.group, s.groupSet = group, true
 		return nil
 	})
 }
@@ -384,13 +390,14 @@ func (o *subscribeOptions) waitingBound() int {
 }
 
 // WithMaxDeliveries sets the attempt after which a failing message is
-// dead-lettered (default 10).
+// dead-lettered (default 10). AckOnReceive redelivers nothing, so giving
+// both is an error.
 func WithMaxDeliveries(n int) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if n < 1 {
 			return fmt.Errorf("%w: max deliveries %d, want >= 1", ErrInvalidOption, n)
 		}
-		s.maxDeliveries = n
+		s.maxDeliveries, s.maxDelivSet = n, true
 		return nil
 	})
 }

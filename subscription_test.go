@@ -413,6 +413,42 @@ func TestSubscribeRejectsInvalidOptions(t *testing.T) {
 	}
 }
 
+func TestSubscribeRejectsContradictoryOptions(t *testing.T) {
+	b := bus.New(newFakeBackend())
+	defer b.Close(context.Background())
+	h := func(context.Context, *bus.Delivery) error { return nil }
+	tests := []struct {
+		name string
+		opts []bus.SubscribeOption
+		want string
+	}{
+		{"ack on receive with max deliveries", []bus.SubscribeOption{bus.WithAckMode(bus.AckOnReceive), bus.WithMaxDeliveries(3)},
+			"WithMaxDeliveries bounds redeliveries, and AckOnReceive acks before the handler runs, so nothing is redelivered; drop WithMaxDeliveries, or use AckOnSuccess or AckManual"},
+		{"max deliveries then ack on receive", []bus.SubscribeOption{bus.WithMaxDeliveries(3), bus.WithAckMode(bus.AckOnReceive)},
+			"nothing is redelivered"},
+		{"two groups", []bus.SubscribeOption{bus.WithGroup("a"), bus.WithGroup("b")},
+			`WithGroup given twice ("a", then "b"); a subscription has one group`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.Subscribe(context.Background(), "orders", h, tt.opts...)
+			require.ErrorIs(t, err, bus.ErrInvalidOption, "contradictory options are refused")
+			assert.Contains(t, err.Error(), tt.want, "the error says what to do")
+		})
+	}
+	// The same group twice, and max deliveries with the other ack modes,
+	// say nothing contradictory.
+	for _, opts := range [][]bus.SubscribeOption{
+		{bus.WithGroup("a"), bus.WithGroup("a")},
+		{bus.WithAckMode(bus.AckManual), bus.WithMaxDeliveries(3)},
+		{bus.WithAckMode(bus.AckOnReceive)},
+	} {
+		s, err := b.Subscribe(context.Background(), "orders", h, opts...)
+		require.NoError(t, err, "consistent options are accepted")
+		require.NoError(t, s.Close(context.Background()))
+	}
+}
+
 func TestLoggerRecordsSubscriptionLifecycleWithoutPayloads(t *testing.T) {
 	var buf safeBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -132,6 +132,34 @@ func testReservedHeaderPrefix(t *testing.T, s *suite) {
 	h.requireNoIO(t)
 }
 
+// testContradictoryOptions: subscribe options that contradict each other
+// are refused with ErrInvalidOption before any I/O, whatever their order.
+func testContradictoryOptions(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic := h.topic("contradict")
+	noop := func(context.Context, *bus.Delivery) error { return nil }
+	tests := []struct {
+		name string
+		opts []bus.SubscribeOption
+		want string
+	}{
+		{"AckOnReceiveWithMaxDeliveries", []bus.SubscribeOption{bus.WithAckMode(bus.AckOnReceive), bus.WithMaxDeliveries(3)}, "WithMaxDeliveries"},
+		{"MaxDeliveriesThenAckOnReceive", []bus.SubscribeOption{bus.WithMaxDeliveries(3), bus.WithAckMode(bus.AckOnReceive)}, "WithMaxDeliveries"},
+		{"TwoGroups", []bus.SubscribeOption{bus.WithGroup("a"), bus.WithGroup("b")}, "WithGroup given twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sub, err := h.bus.Subscribe(context.Background(), topic, noop, tt.opts...)
+			if sub != nil {
+				_ = sub.Close(context.Background())
+			}
+			require.ErrorIs(t, err, bus.ErrInvalidOption, "contradictory options are refused")
+			assert.Contains(t, err.Error(), tt.want, "the error names the option to drop")
+		})
+	}
+	h.requireNoIO(t)
+}
+
 // testOversizedPayload: a payload over the limit is rejected before I/O;
 // one at the limit is published.
 func testOversizedPayload(t *testing.T, s *suite) {

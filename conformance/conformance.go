@@ -170,6 +170,7 @@ var cases = []testCase{
 	{name: "ReservedHeaderPrefixRejected", run: testReservedHeaderPrefix},
 	{name: "OversizedPayloadRejected", run: testOversizedPayload},
 	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
+	{name: "ContradictoryOptionsRejected", run: testContradictoryOptions},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
 
 	// Inspection and dead-letter operations (backends with an Inspector).
