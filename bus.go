@@ -110,8 +110,9 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 func (b *Bus) Capabilities() Capabilities { return b.caps }
 
 // Publish validates msgs, assigns IDs to messages without one, and
-// publishes them to topic as one batch. Invalid input is rejected before
-// any I/O and nothing of the batch is sent. When some messages fail the
+// publishes them to topic as one batch. Invalid input, and a ctx that
+// ended already, are rejected before any I/O and nothing of the batch is
+// sent. When some messages fail the
 // error is a *PublishError listing them. A nil error means every message
 // was accepted by the backend and will be delivered at least once (at most
 // once with AckOnReceive or an at-most-once backend).
@@ -205,6 +206,9 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, ge
 	}
 	if failed != nil {
 		return &PublishError{Topic: topic, Failed: failed, Rejected: true}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bus: publish %q: %w", topic, err)
 	}
 	return b.publishValid(ctx, topic, msgs, gen, false)
 }

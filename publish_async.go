@@ -98,9 +98,11 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // batches of such messages in flight instead of a round trip per call.
 //
 // It assigns msg an ID when it has none and validates it as Publish does,
-// before any I/O: an invalid message or topic, a closed bus or an invalid
-// option make a result that is known at once and carries the error, and
-// nothing is sent. The bus then copies msg (payload and headers), so the
+// before any I/O: an invalid message or topic, a closed bus, an invalid
+// option or a ctx that ended already make a result that is known at once
+// and carries the error (for ctx, wrapping ctx.Err() as Publish does),
+// and nothing is sent; a keyed message refused for its ctx pauses its key
+// (see Order). The bus then copies msg (payload and headers), so the
 // caller may reuse it when PublishAsync returns.
 //
 // Messages wait in a window of PublishBatching.Window messages (default
@@ -164,6 +166,13 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *Pub
 		return failedResult(fmt.Errorf("bus: publish %q: %w", topic, ErrClosed))
 	}
 	a := b.asyncState()
+	if err := ctx.Err(); err != nil {
+		// As Publish: a ctx that ended is the error, before any I/O.
+		err = fmt.Errorf("bus: publish %q: %w", topic, err)
+		a.pauseKey(topic, msg.Key, err)
+		b.ops.leave()
+		return failedResult(err)
+	}
 	if err := a.acquire(ctx); err != nil {
 		err = fmt.Errorf("bus: publish %q: waiting for room in the publish window: %w", topic, err)
 		a.pauseKey(topic, msg.Key, err)

@@ -360,6 +360,27 @@ func TestPublishAsyncRejectsBadInputBeforeIO(t *testing.T) {
 	assert.Zero(t, be.calls, "nothing reached the backend")
 }
 
+func TestPublishAsyncWithEndedCtxFailsAtOnceWithoutIO(t *testing.T) {
+	be := newKeyLogBackend()
+	b := bus.New(be)
+	defer closeBus(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := b.PublishAsync(ctx, "t", keyed("a", 0))
+	require.True(t, known(r), "a call whose ctx ended is known when PublishAsync returns")
+	err := get(t, r)
+	require.ErrorIs(t, err, context.Canceled, "the result carries ctx's error")
+	assert.Equal(t, `bus: publish "t": context canceled`, err.Error(), "the error is Publish's for an ended ctx")
+	perr := b.Publish(ctx, "t", keyed("b", 0))
+	require.ErrorIs(t, perr, context.Canceled, "Publish gives the same class of error")
+	require.ErrorIs(t, get(t, b.PublishAsync(context.Background(), "t", keyed("a", 1))), bus.ErrPublishPaused,
+		"a later message of the key does not overtake the refused one")
+	be.mu.Lock()
+	calls := be.calls
+	be.mu.Unlock()
+	assert.Zero(t, calls, "nothing reached the backend")
+}
+
 func TestPublishAsyncFailurePausesTheKeyUntilResumed(t *testing.T) {
 	errDown := errors.New("injected: store down")
 	be := newKeyLogBackend()
