@@ -103,6 +103,9 @@ func (s *consumer) shutdown(taken bool) error {
 	}()
 	cancelled := s.waitHandlers(drained)
 	errs := s.collect(hard, drained, cancelled)
+	if !shutdown.WaitOrDone(hard, drained) {
+		s.outlived.Store(true)
+	}
 	s.cancelHandler(ErrClosing)
 	s.dropLeases(hard)
 	if s.keeper != nil {
@@ -210,10 +213,12 @@ func (s *consumer) finishClose(hard context.Context, drained <-chan struct{}) {
 		close(finished)
 	}()
 	if shutdown.WaitOrDone(hard, finished) {
+		s.reportLate()
 		close(s.done)
 	} else {
 		go func() {
 			<-finished
+			s.reportLate()
 			close(s.done)
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -60,6 +61,13 @@ type consumer struct {
 	// the manual heap and the lease keeper's records; see the package doc.
 	mu     sync.Mutex
 	manual manualLeases // AckManual deliveries waiting for settlement
+
+	// outlived is set once a shutdown gave up on handlers still running
+	// (a forced Close): the settlements that fail after it are counted in
+	// lateDropped and reported once, when the last of them returned
+	// (reportLate), since Close's error said they would be dropped.
+	outlived    atomic.Bool
+	lateDropped atomic.Int64
 
 	closeMu      sync.Mutex // guards the fields below
 	closeStarted bool
@@ -242,7 +250,27 @@ func (s *consumer) emitDeadLetter(d *record, code backend.DeadLetterCode, topic 
 }
 
 func (s *consumer) report(d *record, scope observer.Scope, err error) {
+	if s.outlived.Load() && lateSettlement(scope) {
+		s.lateDropped.Add(1)
+		return
+	}
 	s.observe(s.event(d, scope, err))
+}
+
+// lateSettlement reports whether a failure of scope is one of a
+// settlement (ack, nack or release, dead-lettering).
+func lateSettlement(scope observer.Scope) bool {
+	return scope == observer.ScopeAck || scope == observer.ScopeNack || scope == observer.ScopeDeadLetter
+}
+
+// reportLate reports, once, the settlements that failed after a forced
+// shutdown (see consumer.outlived): one ScopeLease event with their count,
+// since their messages come back after their lease.
+func (s *consumer) reportLate() {
+	if n := s.lateDropped.Load(); n > 0 {
+		s.observe(observer.Event{Scope: observer.ScopeLease, Topic: s.cfg.PubTopic, Group: s.cfg.Group,
+			Err: fmt.Errorf("bus: %d late settlement(s) of handlers that outlived Close were dropped; their messages are redelivered after the lease", n)})
+	}
 }
 
 // reportDeadLetter tells the observer that d was dead-lettered or dropped,

@@ -66,8 +66,10 @@ func (s *Subscription) Err() error { return s.run.Err() }
 // cancels the running handlers. A delivery whose handler the shutdown
 // cancelled is given back to the group without counting as an attempt
 // (see ErrClosing). Handlers that ignore their cancelled ctx are counted
-// in the error, their late settlements are reported to the observer and
-// dropped, and their messages come back after the lease. Done is closed
+// in the error, their late settlements are dropped, and their messages
+// come back after the lease; the dropped settlements are counted and
+// reported to the observer once, as one ScopeLease event, when the last
+// of those handlers has returned. Done is closed
 // when the last handler has returned. A Close that did not start the
 // shutdown returns nil once Done is closed, or an error when its ctx ends
 // first. A handler must not call Close on its own subscription (Close

@@ -592,6 +592,41 @@ func TestHandlersThatTurnSlowAllGetAWorker(t *testing.T) {
 	require.Eventually(t, func() bool { return handled.Load() == 64+n }, waitFor, time.Millisecond, "and then return")
 }
 
+// After a forced Close, the settlements of handlers that outlived it are
+// dropped, as Close's error says: they are counted and reported once, not
+// as one error each.
+func TestLateSettlementsAfterForcedCloseAreReportedOnce(t *testing.T) {
+	const n = 3
+	f := newFakeBackend()
+	ev := &events{}
+	b := bus.New(f, bus.WithObserver(ev))
+	var started sync.WaitGroup
+	started.Add(n)
+	release := make(chan struct{})
+	s, err := b.Subscribe(context.Background(), "orders", func(context.Context, *bus.Delivery) error {
+		started.Done()
+		<-release // ignores its ctx
+		return nil
+	})
+	require.NoError(t, err)
+	for i := range n {
+		f.push(msg("m-"+strconv.Itoa(i), 1))
+	}
+	started.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	require.ErrorContains(t, s.Close(ctx), "late settlements will be dropped", "Close says the late settlements are dropped")
+	close(release)
+	recvDone(t, s.Done())
+	assert.Empty(t, ev.byScope(observer.ScopeAck), "no error per late settlement")
+	lease := ev.byScope(observer.ScopeLease)
+	require.Len(t, lease, 1, "one event for the late settlements")
+	assert.ErrorContains(t, lease[0].Err, "3 late settlement(s) of handlers that outlived Close were dropped")
+	assert.Equal(t, slog.LevelWarn, observer.Level(lease[0]), "logged once at Warn")
+	assert.Equal(t, "orders", lease[0].Topic)
+	require.NoError(t, b.Close(context.Background()))
+}
+
 // The shutdown's error goes to one caller: when the first Close returns
 // it, a Close after the shutdown returns nil, also when the Closes that
 // waited for it gave up before the shutdown ended.

@@ -33,7 +33,11 @@ const (
 	// ScopePublish: a background publish (for example an async window)
 	// failed after the caller had returned.
 	ScopePublish
-	// ScopeLease: a lease ran out before the message was settled.
+	// ScopeLease: a lease ran out before the message was settled; or,
+	// once per subscription (per partition of a partitioned topic), the
+	// late settlements of handlers that outlived a forced Close were
+	// dropped (Err says how many), so their messages come back after
+	// their lease.
 	ScopeLease
 	// ScopeConnection: the connection to the broker dropped or recovered.
 	ScopeConnection
