@@ -52,6 +52,20 @@ func TestValidateTopicAcceptsAndRejects(t *testing.T) {
 	}
 }
 
+func TestInvalidTopicNamesTheCharacterTypedAndItsPosition(t *testing.T) {
+	tests := []struct{ topic, want string }{
+		{"ördërs", `"ördërs" has character 'ö' at character 1 (allowed: ASCII letters, digits, '.', '_', '-' and ':')`},
+		{"ordërs", `has character 'ë' at character 4`},
+		{"orders created", `has character ' ' at character 7`},
+		{"z\xffx", `has byte 0xff, not UTF-8 text, at character 2`},
+	}
+	for _, tt := range tests {
+		err := bus.ValidateTopic(tt.topic)
+		require.ErrorIs(t, err, bus.ErrInvalidTopic, tt.topic)
+		assert.Contains(t, err.Error(), tt.want, "%q: the error names the character and its position in characters", tt.topic)
+	}
+}
+
 // rejectingBackend fails the test if the bus reaches it: validation must
 // happen before any I/O.
 type countingBackend struct {

@@ -1,6 +1,9 @@
 package backend
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // The content rule: limits the bus applies in Publish before any I/O.
 // What Publish accepts, every backend carries byte-exact (a backend whose wire would alter a value
@@ -51,7 +54,7 @@ func ValidateTopic(topic string) error {
 			continue
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == ':':
 		default:
-			return fmt.Errorf("%w: %q has character %q at %d (allowed: letters, digits, . _ - :)", ErrInvalidTopic, topic, c, i)
+			return badTopicChar(topic, i)
 		}
 		prevDot = false
 	}
@@ -59,4 +62,17 @@ func ValidateTopic(topic string) error {
 		return fmt.Errorf("%w: %q has an empty token", ErrInvalidTopic, topic)
 	}
 	return nil
+}
+
+// badTopicChar is the error of topic's character at byte offset i: it
+// names the character typed (or the byte, in text that is not UTF-8) and
+// its position counted in characters from 1.
+func badTopicChar(topic string, i int) error {
+	const allowed = "allowed: ASCII letters, digits, '.', '_', '-' and ':'"
+	pos := utf8.RuneCountInString(topic[:i]) + 1
+	r, size := utf8.DecodeRuneInString(topic[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Errorf("%w: %q has byte 0x%02x, not UTF-8 text, at character %d (%s)", ErrInvalidTopic, topic, topic[i], pos, allowed)
+	}
+	return fmt.Errorf("%w: %q has character %q at character %d (%s)", ErrInvalidTopic, topic, r, pos, allowed)
 }

@@ -239,8 +239,12 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := parseFlags(a.fs, args); !ok {
 		return code
 	}
-	if *topic == "" || a.fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "bus groups: --topic is required and takes no arguments")
+	if *topic == "" {
+		fmt.Fprintln(stderr, "bus groups: --topic is required, for example: bus groups --url redis://127.0.0.1:6379 --topic orders")
+		return exitUsage
+	}
+	if a.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bus groups: unexpected arguments %q (the topic is given with --topic)\n", a.fs.Args())
 		return exitUsage
 	}
 	if *events != "" && (bus.ValidateTopic(*events) != nil || *eventsLimit < 1) {

@@ -140,6 +140,8 @@ func TestPublishAndTailCommandsValidateFlags(t *testing.T) {
 		{name: "publish without topic", args: []string{"publish", "x"}, want: "--topic is required"},
 		{name: "publish bad header", args: []string{"publish", "--topic", "t", "--header", "novalue", "x"}, want: "want key=value"},
 		{name: "tail without topic", args: []string{"tail"}, want: "--topic is required"},
+		{name: "groups without topic", args: []string{"groups"}, want: "bus groups: --topic is required, for example: bus groups --url redis://127.0.0.1:6379 --topic orders\n"},
+		{name: "groups with an argument", args: []string{"groups", "--topic", "t", "orders"}, want: `unexpected arguments ["orders"]`},
 		{name: "tail bad from", args: []string{"tail", "--topic", "t", "--from", "middle"}, want: "want oldest or newest"},
 		{name: "tail bad ack mode", args: []string{"tail", "--topic", "t", "--ack-mode", "never"}, want: "--ack-mode"},
 	}

@@ -55,11 +55,20 @@ func isTimeout(err error) bool {
 
 // MissingScheme is the error of a URL without "scheme://": it lists the
 // schemes and suggests the URL with the likely one (for "localhost:6379":
-// did you mean "redis://localhost:6379"?). raw is shown only when it holds
-// no credentials ('@').
+// did you mean "redis://localhost:6379"?). A URL that starts with a
+// scheme whose "://" is mistyped ("redis//host:6379", "redis:host:6379")
+// gets that scheme with "://". raw is shown only when it holds no
+// credentials ('@').
 func MissingScheme(raw string, schemes []string) error {
+	scheme, rest := mistypedScheme(raw, schemes)
 	if strings.Contains(raw, "@") {
+		if scheme != "" {
+			return fmt.Errorf("the URL's scheme %q is not followed by \"://\": write it as %s://[user:password@]host:port", scheme, scheme)
+		}
 		return fmt.Errorf("the URL has no scheme: write it as scheme://[user:password@]host:port (schemes: %s)", strings.Join(schemes, ", "))
+	}
+	if scheme != "" {
+		return fmt.Errorf("%q: the scheme %q is not followed by \"://\"; did you mean %q?", raw, scheme, scheme+"://"+rest)
 	}
 	var tries []string
 	_, port, _ := net.SplitHostPort(raw)
@@ -75,4 +84,28 @@ func MissingScheme(raw string, schemes []string) error {
 		tries[i] = strconv.Quote(t)
 	}
 	return fmt.Errorf("%q has no scheme (schemes: %s); did you mean %s?", raw, strings.Join(schemes, ", "), strings.Join(tries, " or "))
+}
+
+// knownSchemes are the schemes of the backends that ship with the bus,
+// recognised in a mistyped URL whether or not their package is linked.
+var knownSchemes = []string{"redis", "rediss", "nats", "postgres", "postgresql", "mem"}
+
+// mistypedScheme returns the scheme raw starts with, followed by ':' or
+// '/' but not by "://", and what follows those characters; "" when raw
+// starts with no scheme of schemes or knownSchemes. The longest scheme
+// wins ("rediss" over "redis").
+func mistypedScheme(raw string, schemes []string) (scheme, rest string) {
+	lower := strings.ToLower(raw)
+	for _, s := range append(append([]string(nil), schemes...), knownSchemes...) {
+		if len(s) <= len(scheme) || !strings.HasPrefix(lower, s) {
+			continue
+		}
+		after := raw[len(s):]
+		trimmed := strings.TrimLeft(after, ":/")
+		if trimmed == after || trimmed == "" {
+			continue
+		}
+		scheme, rest = s, trimmed
+	}
+	return scheme, rest
 }

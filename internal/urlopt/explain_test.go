@@ -50,6 +50,24 @@ func TestMissingSchemeSuggestsTheURLAndNeverMasksAPort(t *testing.T) {
 		assert.Contains(t, err.Error(), tt.want, "%s", tt.raw)
 		assert.Contains(t, err.Error(), tt.raw, "the port is shown, not masked")
 	}
-	err := urlopt.MissingScheme("user:secret@host:6379", schemes)
+	mistyped := []struct{ raw, want string }{
+		{"redis//127.0.0.1:6379", `did you mean "redis://127.0.0.1:6379"`},
+		{"redis:127.0.0.1:6379", `did you mean "redis://127.0.0.1:6379"`},
+		{"redis:/127.0.0.1:6379", `did you mean "redis://127.0.0.1:6379"`},
+		{"rediss//cache:6380", `did you mean "rediss://cache:6380"`},
+		{"nats//127.0.0.1:4222", `did you mean "nats://127.0.0.1:4222"`},
+		{"postgres//db.internal/orders", `did you mean "postgres://db.internal/orders"`},
+	}
+	for _, tt := range mistyped {
+		err := urlopt.MissingScheme(tt.raw, schemes)
+		assert.Contains(t, err.Error(), tt.want, "%s", tt.raw)
+		assert.Contains(t, err.Error(), `is not followed by "://"`, "%s: the error names the mistake", tt.raw)
+		assert.NotContains(t, err.Error(), "nats://redis", "%s: the scheme typed is kept", tt.raw)
+		assert.NotContains(t, err.Error(), "redis://redis", "%s: the scheme is not repeated", tt.raw)
+	}
+	err := urlopt.MissingScheme("redis:user:secret@host:6379", schemes)
+	assert.NotContains(t, err.Error(), "secret", "credentials are never shown")
+	assert.Contains(t, err.Error(), "redis://[user:password@]host:port", "the fix is shown without the credentials")
+	err = urlopt.MissingScheme("user:secret@host:6379", schemes)
 	assert.NotContains(t, err.Error(), "secret", "credentials are never shown")
 }

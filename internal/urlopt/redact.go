@@ -34,9 +34,9 @@ func Redact(u *url.URL) string {
 	if c.RawQuery != "" && suspiciousQuery(c.RawQuery) {
 		c.RawQuery = mask
 	}
-	if !plainPath(c.Path) {
-		// No backend URL has a path beyond a database number; a path
-		// holding anything else may be misplaced credentials.
+	if !plainPath(c.Path) && !databasePath(u) {
+		// No backend URL has a path beyond a database number or name; a
+		// path holding anything else may be misplaced credentials.
 		c.Path, c.RawPath = "/"+mask, ""
 	}
 	if u.User == nil {
@@ -44,11 +44,34 @@ func Redact(u *url.URL) string {
 	}
 	if pw, has := u.User.Password(); has && pw != "" && plainUser(u.User.Username()) {
 		c.User = url.UserPassword(u.User.Username(), mask)
+	} else if !has && namedUser(u) {
+		// A PostgreSQL user given without a password is a role name.
+		c.User = url.User(u.User.Username())
 	} else {
 		// No password, or an empty one: the user part is the secret.
 		c.User = url.User(mask)
 	}
 	return c.String()
+}
+
+// namesDatabase reports whether u is a PostgreSQL URL, whose path names
+// a database and whose user part names a role: neither is a secret, only
+// the password is.
+func namesDatabase(u *url.URL) bool {
+	s := strings.ToLower(u.Scheme)
+	return s == "postgres" || s == "postgresql"
+}
+
+// databasePath reports whether u's path is a plain database name of a
+// PostgreSQL URL ("/orders"), shown as it is.
+func databasePath(u *url.URL) bool {
+	return namesDatabase(u) && u.RawPath == "" && strings.HasPrefix(u.Path, "/") && plainName(u.Path[1:])
+}
+
+// namedUser reports whether u's user part is a plain role name of a
+// PostgreSQL URL, shown as it is.
+func namedUser(u *url.URL) bool {
+	return namesDatabase(u) && u.User != nil && plainName(u.User.Username())
 }
 
 // plainUser reports whether a user name can be shown: it holds none of the
@@ -116,7 +139,7 @@ func Secrets(u *url.URL) []string {
 	if u.Fragment != "" {
 		out = append(out, u.Fragment, u.EscapedFragment())
 	}
-	if !plainPath(u.Path) {
+	if !plainPath(u.Path) && !databasePath(u) {
 		out = append(out, u.Path, u.EscapedPath(), strings.TrimPrefix(u.Path, "/"))
 		if u.RawPath != "" {
 			// The path as the URL wrote it, when no escaping of the path
@@ -142,7 +165,7 @@ func Secrets(u *url.URL) []string {
 		if has && pw != "" {
 			out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
 		}
-		if name := u.User.Username(); name != "" && (!has || pw == "" || !plainUser(name)) {
+		if name := u.User.Username(); name != "" && (!has || pw == "" || !plainUser(name)) && !(!has && namedUser(u)) {
 			out = append(out, name, url.QueryEscape(name), url.PathEscape(name))
 		}
 	}
@@ -183,9 +206,20 @@ var userInfoInText = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^\s"<>]*@`)
 func redactText(msg string, secrets []string) string {
 	var spans [][2]int
 	for _, m := range userInfoInText.FindAllStringSubmatchIndex(msg, -1) {
-		// From after "scheme://" to before the last '@'.
-		if m[3] < m[1]-1 {
-			spans = append(spans, [2]int{m[3], m[1] - 1})
+		// From after "scheme://" to before the last '@'; in a PostgreSQL
+		// URL, only what follows a plain role name and ':'.
+		start := m[3]
+		if scheme := strings.ToLower(msg[m[2] : m[3]-3]); scheme == "postgres" || scheme == "postgresql" {
+			role, _, hasPW := strings.Cut(msg[start:m[1]-1], ":")
+			if plainName(role) {
+				start += len(role)
+				if hasPW {
+					start++
+				}
+			}
+		}
+		if start < m[1]-1 {
+			spans = append(spans, [2]int{start, m[1] - 1})
 		}
 	}
 	for _, sec := range secrets {

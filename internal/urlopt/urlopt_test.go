@@ -34,6 +34,31 @@ func TestRedactMasksOnlySecrets(t *testing.T) {
 	assert.Equal(t, "nats:xxxxx", urlopt.RedactString("nats:user:%zzPW@h"), "an unparsable URL keeps only its scheme")
 }
 
+func TestRedactShowsPostgreSQLDatabaseAndRoleAndMasksThePassword(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ raw, want string }{
+		{"postgres://bus:s3cret@h:5432/orders", "postgres://bus:xxxxx@h:5432/orders"},
+		{"postgresql://bus@h/orders_v2?sslmode=disable", "postgresql://bus@h/orders_v2?sslmode=disable"},
+		{"postgres://bus:s3cret@h/a%20b", "postgres://bus:xxxxx@h/xxxxx"}, // not a plain name
+		{"postgres://b%40d:s3cret@h/db", "postgres://xxxxx@h/db"},         // not a plain role
+	}
+	for _, tt := range tests {
+		u, err := url.Parse(tt.raw)
+		require.NoError(t, err, tt.raw)
+		assert.Equal(t, tt.want, urlopt.Redact(u), "redact %q", tt.raw)
+	}
+	u, _ := url.Parse("postgres://bus:s3cret@h/orders")
+	err := urlopt.RedactError(errors.New(`connect to user=bus database=orders (postgres://bus:s3cret@h/orders): password authentication failed`), u)
+	assert.Equal(t, `connect to user=bus database=orders (postgres://bus:xxxxx@h/orders): password authentication failed`, err.Error(),
+		"only the password is masked: the role and the database name are shown")
+	u, _ = url.Parse("postgres://bus@h/orders")
+	err = urlopt.RedactError(errors.New(`connect to user=bus database=orders`), u)
+	assert.Equal(t, `connect to user=bus database=orders`, err.Error(), "a role without a password is not a secret")
+	// Elsewhere a user part without a password is a token.
+	tok, _ := url.Parse("nats://bus@h")
+	assert.Equal(t, "nats://xxxxx@h", urlopt.Redact(tok))
+}
+
 func TestRedactErrorMasksThePasswordNotTheUser(t *testing.T) {
 	t.Parallel()
 	u, _ := url.Parse("nats://Au:pw@h")
