@@ -90,9 +90,7 @@ func buildBusOptions(opts []Option) (busOptions, error) {
 
 func newBus(be backend.Backend, o busOptions) *Bus {
 	b := &Bus{be: be, caps: be.Capabilities(), opts: o, subs: map[*Subscription]struct{}{}, closed: make(chan struct{})}
-	if b.caps.MaxPayload > 0 && b.caps.MaxPayload < b.opts.maxPayload {
-		b.opts.maxPayload = b.caps.MaxPayload
-	}
+	b.opts.maxPayload, b.opts.payloadLimit = payloadLimit(o.maxPayload, o.maxPayloadSet, b.caps)
 	b.batcher = coalesce.New(be, o.batching.config(), &b.ops)
 	b.publish = corePublisher{b}
 	if o.events != "" {
@@ -108,6 +106,11 @@ func newBus(be backend.Backend, o busOptions) *Bus {
 
 // Capabilities returns what the backend guarantees.
 func (b *Bus) Capabilities() Capabilities { return b.caps }
+
+// MaxPayload returns the largest payload Publish accepts: WithMaxPayload's
+// (default DefaultMaxPayload), or the backend's own limit when that is
+// smaller (see WithMaxPayload).
+func (b *Bus) MaxPayload() int { return b.opts.maxPayload }
 
 // Publish validates msgs, assigns IDs to messages without one, and
 // publishes them to topic as one batch. Invalid input, and a ctx that
@@ -219,7 +222,7 @@ func (b *Bus) checkMessage(m *Message) error { return b.checkMessageGen(m, false
 // checkMessageGen is checkMessage for a message whose ID, when generated
 // is set, is one that Publish generated for it (generatedIDs.has).
 func (b *Bus) checkMessageGen(m *Message, generated bool) error {
-	err := validateMessageGen(m, b.opts.maxPayload, generated)
+	err := validateMessageGen(m, b.opts.maxPayload, b.opts.payloadLimit, generated)
 	if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
 		err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)
 	}

@@ -180,7 +180,7 @@ func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error
 	v := *m
 	v.Headers = maps.Clone(m.Headers)
 	delete(v.Headers, backend.HeaderReplayed)
-	if err := validateMessage(&v, b.opts.maxPayload); err != nil {
+	if err := validateMessage(&v, b.opts.maxPayload, b.opts.payloadLimit); err != nil {
 		return err
 	}
 	return b.be.Publish(ctx, topic, []*backend.Message{{

@@ -54,20 +54,46 @@ type Message struct {
 }
 
 // validateMessage checks one message against the content rule and the
-// limits (internal/msgcheck, shared with the outbox).
-func validateMessage(m *Message, maxPayload int) error {
-	return validateMessageGen(m, maxPayload, false)
+// limits (internal/msgcheck, shared with the outbox); payloadLimit says
+// what sets maxPayload (see payloadLimit).
+func validateMessage(m *Message, maxPayload int, payloadLimit string) error {
+	return validateMessageGen(m, maxPayload, payloadLimit, false)
+}
+
+// payloadLimit returns the largest payload Publish accepts, the smaller
+// of the bus's own (WithMaxPayload's, set says whether it was given)
+// and the backend's, and words that say which of the two it is and how to
+// raise it, for the error of a payload over it.
+func payloadLimit(own int, set bool, caps Capabilities) (int, string) {
+	if caps.MaxPayload > 0 && caps.MaxPayload < own {
+		why := caps.MaxPayloadLimit
+		if why == "" {
+			why = fmt.Sprintf("the %s backend's limit", caps.Name)
+		}
+		if set {
+			why += fmt.Sprintf(" (bus.WithMaxPayload(%d) cannot raise it)", own)
+		}
+		return caps.MaxPayload, why
+	}
+	why := "the bus's limit, bus.DefaultMaxPayload; raise it with bus.WithMaxPayload"
+	if set {
+		why = "the bus's limit, set by bus.WithMaxPayload; raise it there"
+	}
+	if caps.MaxPayload > 0 {
+		why += fmt.Sprintf(" (to at most %d, the %s backend's own limit)", caps.MaxPayload, caps.Name)
+	}
+	return own, why
 }
 
 // validateMessageGen is validateMessage for a message whose ID, when
 // generated is set, is one the bus generated for it: that ID is valid by
 // construction.
-func validateMessageGen(m *Message, maxPayload int, generated bool) error {
+func validateMessageGen(m *Message, maxPayload int, payloadLimit string, generated bool) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
 	return msgcheck.Check(msgcheck.Fields{
-		ID: m.ID, Key: m.Key, IDGenerated: generated, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload,
+		ID: m.ID, Key: m.Key, IDGenerated: generated, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload, PayloadLimit: payloadLimit,
 		DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
 	})
 }

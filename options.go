@@ -69,15 +69,18 @@ const (
 )
 
 type busOptions struct {
-	observer    observer.Observer
-	logger      *slog.Logger
-	middleware  []Middleware
-	publishMW   []PublishMiddleware
-	maxPayload  int
-	ackBatch    int
-	ackInterval time.Duration
-	batching    PublishBatching
-	events      string // the lifecycle events topic; "": events off
+	observer      observer.Observer
+	logger        *slog.Logger
+	middleware    []Middleware
+	publishMW     []PublishMiddleware
+	maxPayload    int
+	maxPayloadSet bool // by WithMaxPayload
+	// payloadLimit says what sets maxPayload and how to raise it.
+	payloadLimit string
+	ackBatch     int
+	ackInterval  time.Duration
+	batching     PublishBatching
+	events       string // the lifecycle events topic; "": events off
 }
 
 type subscribeOptions struct {
@@ -156,14 +159,22 @@ func WithPublishMiddleware(mw ...PublishMiddleware) Option {
 	})
 }
 
-// WithMaxPayload sets the largest payload Publish accepts (default 1 MiB).
-// A backend with a smaller limit of its own lowers it further.
+// WithMaxPayload sets the largest payload Publish accepts (default
+// DefaultMaxPayload, 1 MiB). A backend with a smaller limit of its own
+// (Capabilities.MaxPayload) lowers it, and WithMaxPayload cannot raise
+// it past that: NATS takes its server's max_payload less 64 KiB kept for
+// the message's headers (983,040 bytes with nats-server's default
+// max_payload of 1 MiB); Redis and PostgreSQL take their max_payload URL
+// parameter (64 MiB by default); mem has none. Bus.MaxPayload reports
+// the limit in force, and a payload over it fails with
+// ErrPayloadTooLarge naming the limit that refused it and how to raise
+// it.
 func WithMaxPayload(n int) Option {
 	return busOptionFunc(func(b *busOptions) error {
 		if n <= 0 {
 			return fmt.Errorf("%w: max payload %d, want > 0", ErrInvalidOption, n)
 		}
-		b.maxPayload = n
+		b.maxPayload, b.maxPayloadSet = n, true
 		return nil
 	})
 }

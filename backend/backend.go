@@ -316,6 +316,12 @@ type Capabilities struct {
 	// MaxPayload is the largest payload the backend accepts (0 = no limit
 	// of its own). The bus uses the smaller of this and WithMaxPayload.
 	MaxPayload int
+	// MaxPayloadLimit says what sets MaxPayload and how to raise it, in
+	// words the bus puts in the error of a payload over it: for example
+	// "the NATS server's max_payload (1048576 bytes) less 65536 bytes kept
+	// for headers; raise max_payload in the server's configuration".
+	// Empty: the bus names the backend's limit and no more.
+	MaxPayloadLimit string
 	// AsyncBatches is how many PublishAsync batches of one topic the
 	// backend keeps busy at once: more for a backend that confirms each
 	// message on its own (0: the bus's default, 8).

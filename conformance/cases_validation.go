@@ -1,8 +1,10 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -186,6 +188,56 @@ func testOversizedPayload(t *testing.T, s *suite) {
 	err = d.bus.Publish(ctx, topic, &bus.Message{Payload: make([]byte, def+1)})
 	requireRejected(t, err, bus.ErrPayloadTooLarge)
 	d.requireNoIO(t)
+}
+
+// testDefaultPayloadLimit: the default payload limit is the documented
+// one, DefaultMaxPayload lowered to the backend's own MaxPayload; a
+// payload at it arrives byte-exact, and one byte over is refused before
+// any I/O with an error that names the limit and how to raise it, also
+// when WithMaxPayload asked for more than the backend takes.
+func testDefaultPayloadLimit(t *testing.T, s *suite) {
+	limit, why := backend.DefaultMaxPayload, "bus.WithMaxPayload"
+	if s.caps.MaxPayload > 0 && s.caps.MaxPayload < limit {
+		limit = s.caps.MaxPayload
+		why = s.caps.MaxPayloadLimit
+	}
+	h := s.newHarness(t)
+	require.Equal(t, limit, h.bus.MaxPayload(), "the default limit is DefaultMaxPayload, or the backend's own when smaller")
+	topic, group := h.topic("limit"), h.group("limit")
+	ctx := context.Background()
+
+	err := h.bus.Publish(ctx, topic, &bus.Message{Payload: make([]byte, limit+1)})
+	requireRejected(t, err, bus.ErrPayloadTooLarge)
+	assert.ErrorContains(t, err, strconv.Itoa(limit), "the error gives the limit")
+	assert.ErrorContains(t, err, why, "the error says which limit refused the payload and how to raise it")
+	h.requireNoIO(t)
+	if s.caps.MaxPayload > 0 {
+		// Asking the bus for more than the backend takes does not lift
+		// the backend's limit, and the error says so.
+		const asked = 512 << 20
+		w := s.newHarness(t, bus.WithMaxPayload(asked))
+		require.Equal(t, min(s.caps.MaxPayload, asked), w.bus.MaxPayload(), "WithMaxPayload cannot raise the backend's limit")
+		err := w.bus.Publish(ctx, topic, &bus.Message{Payload: make([]byte, w.bus.MaxPayload()+1)})
+		requireRejected(t, err, bus.ErrPayloadTooLarge)
+		if s.caps.MaxPayloadLimit != "" {
+			assert.ErrorContains(t, err, s.caps.MaxPayloadLimit, "the error names the backend's limit")
+		}
+		assert.ErrorContains(t, err, "cannot raise it", "the error says WithMaxPayload cannot lift the backend's limit")
+		w.requireNoIO(t)
+	}
+
+	in := &inbox{}
+	h.subscribe(ctx, topic, in.handle(nil), bus.WithGroup(group))
+	payload := make([]byte, limit)
+	for i := range payload {
+		payload[i] = byte(i * 7 % 251)
+	}
+	h.publish(topic, &bus.Message{ID: "at-limit", Payload: payload})
+	s.eventually(t, func() bool { return in.distinct() >= 1 }, "the payload at the limit is delivered")
+	got := in.of("at-limit")
+	require.NotEmpty(t, got, "delivered under its own ID")
+	require.Len(t, got[0].Payload, limit, "the whole payload arrives")
+	assert.True(t, bytes.Equal(payload, got[0].Payload), "the payload at the limit arrives byte-exact")
 }
 
 // testBatchWithBadMessage: one bad message fails the whole batch before

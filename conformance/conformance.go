@@ -169,6 +169,7 @@ var cases = []testCase{
 	{name: "InvalidHeaderRejected", run: testInvalidHeader},
 	{name: "ReservedHeaderPrefixRejected", run: testReservedHeaderPrefix},
 	{name: "OversizedPayloadRejected", run: testOversizedPayload},
+	{name: "DefaultPayloadLimit", run: testDefaultPayloadLimit},
 	{name: "BatchWithBadMessage", run: testBatchWithBadMessage},
 	{name: "ContradictoryOptionsRejected", run: testContradictoryOptions},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},

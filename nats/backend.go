@@ -158,16 +158,19 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 		promoters: map[string]*promoter{},
 	}
 	b.v210 = serverAtLeast(nc.ConnectedServerVersion(), 2, 10)
-	maxPayload := 0
+	maxPayload, limit := 0, ""
 	if mp := int(nc.MaxPayload()); mp > 2*headerRoom {
 		maxPayload = mp - headerRoom
+		limit = fmt.Sprintf("the NATS server's max_payload (%d bytes) less %d bytes kept for the message's headers; "+
+			"raise max_payload in the server's configuration", mp, headerRoom)
 	}
 	if o.CoreNATS {
 		b.caps = backend.Capabilities{
-			Name:           "nats-core",
-			ConsumerGroups: true,
-			Ordered:        true,
-			MaxPayload:     maxPayload,
+			Name:            "nats-core",
+			ConsumerGroups:  true,
+			Ordered:         true,
+			MaxPayload:      maxPayload,
+			MaxPayloadLimit: limit,
 		}
 	} else {
 		js, err := jetstream.New(nc,
@@ -181,16 +184,17 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 		}
 		b.js = js
 		b.caps = backend.Capabilities{
-			Name:           "nats",
-			ConsumerGroups: true,
-			Persistent:     o.Storage == StorageFile,
-			Redelivery:     true,
-			NackDelay:      true,
-			Ordered:        true,
-			StartOldest:    true,
-			Extend:         true,
-			Scheduling:     !o.noSchedules && o.Retention != RetentionInterest,
-			MaxPayload:     maxPayload,
+			Name:            "nats",
+			ConsumerGroups:  true,
+			Persistent:      o.Storage == StorageFile,
+			Redelivery:      true,
+			NackDelay:       true,
+			Ordered:         true,
+			StartOldest:     true,
+			Extend:          true,
+			Scheduling:      !o.noSchedules && o.Retention != RetentionInterest,
+			MaxPayload:      maxPayload,
+			MaxPayloadLimit: limit,
 			// JetStream confirms each message of a batch on its own.
 			AsyncBatches: 16,
 		}

@@ -62,6 +62,41 @@ func TestOpenByURLUsesJetStreamOrCore(t *testing.T) {
 	}
 }
 
+// TestPayloadLimitIsTheServersLessHeaderRoom: with nats-server's default
+// max_payload (1 MiB), the bus takes payloads up to 983,040 bytes (64 KiB
+// kept for headers), the figure docs/backends.md gives, and refuses a
+// larger one before any I/O naming the server's max_payload as the limit
+// to raise, however high WithMaxPayload asked; a server configured with
+// a larger max_payload takes larger payloads.
+func TestPayloadLimitIsTheServersLessHeaderRoom(t *testing.T) {
+	tests := []struct {
+		name       string
+		maxPayload int32 // the server's; 0: its default
+		want       int
+	}{
+		{"default max_payload", 0, 983040},
+		{"max_payload 8 MiB", 8 << 20, 8<<20 - 64<<10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := natstest.Start(t, func(o *server.Options) {
+				if tt.maxPayload > 0 {
+					o.MaxPayload = tt.maxPayload
+				}
+			})
+			b, err := bus.Open(context.Background(), srv.URL(), bus.WithMaxPayload(64<<20))
+			require.NoError(t, err)
+			defer func() { require.NoError(t, b.Close(context.Background())) }()
+			assert.Equal(t, tt.want, b.MaxPayload(), "the server's max_payload less 64 KiB, whatever WithMaxPayload asked")
+			err = b.Publish(context.Background(), "big", &bus.Message{Payload: make([]byte, b.MaxPayload()+1)})
+			require.ErrorIs(t, err, bus.ErrPayloadTooLarge)
+			assert.ErrorContains(t, err, "the NATS server's max_payload", "the error names the limit that refused the payload")
+			assert.ErrorContains(t, err, "raise max_payload in the server's configuration", "and how to raise it")
+			assert.ErrorContains(t, err, "bus.WithMaxPayload(67108864) cannot raise it", "and that the bus's option cannot")
+		})
+	}
+}
+
 func TestCredentialsInURLAreRedactedInErrors(t *testing.T) {
 	srv := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "alice", "s3cret-pw" })
 	host := strings.TrimPrefix(srv.URL(), "nats://")

@@ -108,7 +108,7 @@ func validate(topic string, msgs []*bus.Message) error {
 		}
 		err := msgcheck.Check(msgcheck.Fields{
 			ID: m.ID, Key: m.Key, Headers: m.Headers, PayloadLen: len(m.Payload),
-			MaxPayload: bus.DefaultMaxPayload, DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
+			MaxPayload: bus.DefaultMaxPayload, PayloadLimit: "bus.DefaultMaxPayload, the limit of the outbox", DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
 		})
 		if err != nil {
 			failed = append(failed, bus.Failure{Index: i, ID: m.ID, Err: err})

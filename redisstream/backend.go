@@ -27,10 +27,9 @@ type Backend struct {
 	// ctxTimeouts: client applies ctx deadlines to socket I/O
 	// (ContextTimeoutEnabled); otherwise call enforces them.
 	ctxTimeouts bool
-	// socketTimeouts: client bounds each socket read and write by its
-	// own timeouts; Publish then needs no goroutine for a ctx without a
-	// deadline (see callBounded).
-	socketTimeouts bool
+	// pubBound bounds a round trip of a Publish whose ctx has no
+	// deadline (see publishCtx); 0: unbounded.
+	pubBound time.Duration
 	// rawReads: XREADGROUP replies are read raw and parsed by the
 	// backend (see resp.go); it needs a read client whose read timeout
 	// leaves room for BLOCK, which go-redis extends only for its typed
@@ -110,7 +109,7 @@ func New(client redis.UniversalClient, opts *Options) (*Backend, error) {
 	}
 	_, b.cluster = client.(*redis.ClusterClient)
 	b.ctxTimeouts = contextTimeouts(client)
-	b.socketTimeouts = socketTimeouts(client)
+	b.pubBound = publishBound(client)
 	if o.ReadClient != nil {
 		b.read = o.ReadClient
 		b.rawReads = rawReadsOK(o.ReadClient, o.Block)
@@ -182,6 +181,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Extend:         true,
 		Scheduling:     true,
 		MaxPayload:     b.opts.MaxPayload,
+		MaxPayloadLimit: "the redisstream backend's max_payload (URL parameter; Options.MaxPayload); raise it there, " +
+			"within the server's proto-max-bulk-len (512 MB unless configured)",
 	}
 }
 

@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,17 +45,46 @@ func contextTimeouts(c redis.UniversalClient) bool {
 	return false
 }
 
-// socketTimeouts reports whether c bounds every socket read and write by
-// a timeout of its own (go-redis ReadTimeout and WriteTimeout, after its
-// defaults: above zero).
-func socketTimeouts(c redis.UniversalClient) bool {
+// publishBound is how long one attempt of a command on c may take when
+// the caller's ctx sets no deadline: its write timeout, to send the
+// command, plus its read timeout, for the reply (after go-redis's
+// defaults: 5 s each). It is 0 when c leaves either unbounded, or is a
+// client whose options the backend cannot read.
+func publishBound(c redis.UniversalClient) time.Duration {
+	var read, write time.Duration
 	switch c := c.(type) {
 	case *redis.Client:
-		return c.Options().ReadTimeout > 0 && c.Options().WriteTimeout > 0
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
 	case *redis.ClusterClient:
-		return c.Options().ReadTimeout > 0 && c.Options().WriteTimeout > 0
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
 	}
-	return false
+	if read <= 0 || write <= 0 {
+		return 0
+	}
+	return read + write
+}
+
+// publishCtx returns the ctx one round trip of a Publish runs under:
+// ctx, or, when ctx has no deadline and the client has both socket
+// timeouts, ctx with the deadline b.pubBound from now (the client's write
+// timeout plus its read timeout). go-redis retries a command whose reply
+// timed out, each retry on a new connection whose handshake waits for a
+// reply too, so the timeouts alone bound a round trip over a frozen
+// server only by their sum over every attempt and handshake; the
+// deadline ends all of them at once. bounded says the deadline is the
+// backend's, not the caller's.
+func (b *Backend) publishCtx(ctx context.Context) (_ context.Context, cancel context.CancelFunc, bounded bool) {
+	if _, ok := ctx.Deadline(); ok || b.pubBound <= 0 {
+		return ctx, func() {}, false
+	}
+	ctx, cancel = context.WithTimeout(ctx, b.pubBound)
+	return ctx, cancel, true
+}
+
+// boundError is the error of a Publish round trip that ran out the bound
+// publishCtx set: it says which bound that was.
+func (b *Backend) boundError(err error) error {
+	return fmt.Errorf("no reply within %v, the client's write timeout plus its read timeout (the bound of a Publish whose ctx has no deadline): %w", b.pubBound, err)
 }
 
 // call runs fn, which does I/O on the command client, and returns when fn
@@ -66,33 +96,14 @@ func socketTimeouts(c redis.UniversalClient) bool {
 // is discarded. A caller must not read what fn writes once call has
 // returned ctx.Err().
 func (b *Backend) call(ctx context.Context, fn func(context.Context) error) error {
-	return b.run(ctx, fn, false)
-}
-
-// callBounded is call for Publish: a ctx that has no deadline but can be
-// cancelled also runs fn on the caller's goroutine when the client bounds
-// each socket read and write by its own timeouts. A cancel then ends fn
-// once the reply is in, or, over a dead link, within those timeouts
-// rather than at once; in exchange a call costs no goroutine, whose
-// hand-off is a third of a loopback round trip on a busy machine.
-func (b *Backend) callBounded(ctx context.Context, fn func(context.Context) error) error {
-	return b.run(ctx, fn, b.socketTimeouts)
-}
-
-// run is call, and callBounded when cancelInline is set.
-func (b *Backend) run(ctx context.Context, fn func(context.Context) error, cancelInline bool) error {
 	if ctx.Done() == nil {
 		return fn(ctx)
 	}
-	// fn runs inline when something ends it in time: with a deadline, the
-	// socket deadline go-redis sets from it (cancellation before it is
-	// rare on these paths); without one, the client's own timeouts, when
-	// cancelInline says they may.
-	inline := cancelInline
-	if _, ok := ctx.Deadline(); ok {
-		inline = b.ctxTimeouts
-	}
-	if !inline {
+	// fn runs inline when the socket deadline go-redis sets from ctx's
+	// deadline ends it in time (cancellation before it is rare on these
+	// paths).
+	_, ok := ctx.Deadline()
+	if !ok || !b.ctxTimeouts {
 		return b.async(ctx, fn)
 	}
 	if err := ctx.Err(); err != nil {

@@ -425,3 +425,97 @@ func TestCancelledPublishOverBlackholeReturnsWithinSocketTimeouts(t *testing.T) 
 		})
 	}
 }
+
+// TestPublishWithoutDeadlineOnAPausedServerReturnsWithinTheClientTimeouts:
+// a Publish whose ctx has no deadline (context.Background()) returns
+// within the client's write timeout plus its read timeout over a frozen
+// server (SIGSTOP), one message or a batch, though go-redis retries a
+// timed-out command on a new connection whose handshake waits too; with
+// go-redis's default timeouts that is the 10 s docs/backends.md gives.
+// Every Publish that returned nil is stored once the server resumes.
+func TestPublishWithoutDeadlineOnAPausedServerReturnsWithinTheClientTimeouts(t *testing.T) {
+	tests := []struct {
+		name  string
+		query string
+		bound time.Duration
+		batch int
+	}{
+		{"one message with 300ms timeouts", "?read_timeout=300ms&write_timeout=300ms", 600 * time.Millisecond, 1},
+		{"batch with 300ms timeouts", "?read_timeout=300ms&write_timeout=300ms", 600 * time.Millisecond, 8},
+		{"batch with the default timeouts", "", 10 * time.Second, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			b, err := bus.Open(context.Background(), srv.URL()+tt.query)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				srv.Resume()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = b.Close(ctx)
+			})
+			topic := uniqueTopic(t)
+			var (
+				mu     sync.Mutex
+				stored []string // IDs whose Publish returned nil
+			)
+			batch := func(n int) []*bus.Message {
+				msgs := make([]*bus.Message, tt.batch)
+				for i := range msgs {
+					msgs[i] = &bus.Message{ID: fmt.Sprintf("m-%d-%d", n, i), Payload: []byte("x")}
+				}
+				return msgs
+			}
+			publish := func(n int) error {
+				msgs := batch(n)
+				err := b.Publish(context.Background(), topic, msgs...)
+				if err == nil {
+					mu.Lock()
+					for _, m := range msgs {
+						stored = append(stored, m.ID)
+					}
+					mu.Unlock()
+				}
+				return err
+			}
+			for n := range 3 {
+				require.NoError(t, publish(n), "publish to a running server")
+			}
+
+			srv.Pause()
+			var perr error
+			took := within(t, tt.bound+20*time.Second, "a Publish without deadline on a paused server", func() {
+				perr = publish(3)
+			})
+			require.Error(t, perr, "nothing answers a Publish on a paused server")
+			assert.ErrorIs(t, perr, context.DeadlineExceeded, "the error says the bound ran out")
+			assert.ErrorContains(t, perr, "write timeout plus its read timeout", "the error names the bound")
+			assert.Less(t, took, tt.bound+time.Second, "Publish returns within the client's write plus read timeout (%v), with slack", tt.bound)
+			srv.Resume()
+
+			for n := 4; n < 7; n++ {
+				require.NoError(t, publish(n), "publish after the server resumed")
+			}
+			got := map[string]bool{}
+			sub, err := b.Subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
+				mu.Lock()
+				got[d.ID] = true
+				mu.Unlock()
+				return nil
+			}, bus.WithGroup("check"), bus.WithStartFrom(backend.StartOldest))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Close(context.Background()) })
+			require.Eventually(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, id := range stored {
+					if !got[id] {
+						return false
+					}
+				}
+				return true
+			}, 20*time.Second, 20*time.Millisecond, "every message whose Publish returned nil is stored")
+		})
+	}
+}

@@ -113,6 +113,14 @@ func (b *Backend) publishChunks(ctx context.Context, topic string, msgs []*backe
 			continue
 		}
 		last = err
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// The round trip ran out its bound (publishCtx): the server
+			// does not answer, and the calls after it are not sent.
+			for i := off; i < len(msgs); i++ {
+				failed = append(failed, backend.Failure{Index: i, Err: err})
+			}
+			break
+		}
 		var be *backend.BatchError
 		if errors.As(err, &be) {
 			for _, f := range be.Failed {
@@ -135,8 +143,11 @@ func (b *Backend) publishChunks(ctx context.Context, topic string, msgs []*backe
 }
 
 // publishBatch publishes msgs with pipelined XADDs, or with one publish
-// script call when sh is set.
+// script call when sh is set: one round trip, under publishCtx's bound
+// when ctx has no deadline.
 func (b *Backend) publishBatch(ctx context.Context, topic string, msgs []*backend.Message, trim []any, sh *scriptHead) error {
+	ctx, cancel, bounded := b.publishCtx(ctx)
+	defer cancel()
 	pt := b.pubTopicOf(topic)
 	nbuf, nstr, nargs := pubSizes(msgs, len(trim), sh)
 	sc := getPubScratch(nbuf, nstr, nargs, len(msgs))
@@ -151,6 +162,9 @@ func (b *Backend) publishBatch(ctx context.Context, topic string, msgs []*backen
 		// to read; any of the batch may have been stored.
 		if err == nil {
 			return nil
+		}
+		if bounded && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = b.boundError(err)
 		}
 		return fmt.Errorf("redisstream: publish %q: %w", topic, err)
 	}
@@ -328,11 +342,11 @@ func (sc *pubScratch) text(start int) any {
 // send runs the XADDs: one command, or one pipeline for a batch.
 func (b *Backend) send(ctx context.Context, cmds []*redis.StringCmd) error {
 	if len(cmds) == 1 {
-		return b.callBounded(ctx, func(ctx context.Context) error {
+		return b.call(ctx, func(ctx context.Context) error {
 			return b.client.Process(ctx, cmds[0])
 		})
 	}
-	return b.callBounded(ctx, func(ctx context.Context) error {
+	return b.call(ctx, func(ctx context.Context) error {
 		pipe := b.client.Pipeline()
 		for _, c := range cmds {
 			_ = pipe.Process(ctx, c)

@@ -29,10 +29,13 @@ type Fields struct {
 	ID, Key string
 	// IDGenerated says that ID is one the bus generated for the message
 	// (msgid): valid by construction, it is not looked at.
-	IDGenerated          bool
-	Headers              map[string]string
-	PayloadLen           int
-	MaxPayload           int
+	IDGenerated bool
+	Headers     map[string]string
+	PayloadLen  int
+	MaxPayload  int
+	// PayloadLimit says what sets MaxPayload and how to raise it, for
+	// the error of a payload over it ("" says nothing more).
+	PayloadLimit         string
 	DeliverAt, ExpiresAt time.Time
 }
 
@@ -51,7 +54,10 @@ func Check(m Fields) error {
 		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalidMessage)
 	}
 	if m.PayloadLen > m.MaxPayload {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, m.PayloadLen, m.MaxPayload)
+		if m.PayloadLimit == "" {
+			return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, m.PayloadLen, m.MaxPayload)
+		}
+		return fmt.Errorf("%w: %d bytes, over the limit of %d: %s", ErrPayloadTooLarge, m.PayloadLen, m.MaxPayload, m.PayloadLimit)
 	}
 	maxHeaders := backend.MaxHeaders
 	if !m.DeliverAt.IsZero() || !m.ExpiresAt.IsZero() {

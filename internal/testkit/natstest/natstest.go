@@ -32,6 +32,7 @@ type Server struct {
 
 	mu  sync.Mutex
 	srv *server.Server
+	log *warnLogger // the running server's
 }
 
 // Start runs an embedded server with JetStream on a free loopback port and
@@ -66,8 +67,11 @@ func (s *Server) start() error {
 	if err != nil {
 		return err
 	}
+	log := &warnLogger{tb: s.tb}
+	srv.SetLogger(log, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(readyTimeout) {
+		log.stop()
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		return fmt.Errorf("not ready after %v", readyTimeout)
@@ -76,13 +80,14 @@ func (s *Server) start() error {
 		// Pin the port so Restart comes back where clients reconnect.
 		addr, ok := srv.Addr().(*net.TCPAddr)
 		if !ok {
+			log.stop()
 			srv.Shutdown()
 			srv.WaitForShutdown()
 			return fmt.Errorf("unexpected listen address %v", srv.Addr())
 		}
 		s.opts.Port = addr.Port
 	}
-	s.srv = srv
+	s.srv, s.log = srv, log
 	return nil
 }
 
@@ -105,7 +110,8 @@ func (s *Server) stopLocked() {
 	}
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
-	s.srv = nil
+	s.log.stop()
+	s.srv, s.log = nil, nil
 }
 
 // Restart stops the server (if it runs) and starts it again on the same
