@@ -117,6 +117,8 @@ var cases = []testCase{
 	{name: "GroupLock", run: testGroupLock},
 	{name: "KeyOrderOneActiveMember", needs: []capability{capRedelivery}, run: testKeyOrderOneActiveMember},
 	{name: "KeyOrderAcrossClose", needs: []capability{capRedelivery}, run: testKeyOrderAcrossClose},
+	{name: "KeyOrderAcrossLeaveAndJoin", needs: []capability{capRedelivery}, run: testKeyOrderAcrossLeaveAndJoin},
+	{name: "PartitionedKeyOrderAcrossLeaveAndJoin", needs: []capability{capRedelivery}, run: testPartitionedKeyOrderAcrossLeaveAndJoin},
 	{name: "KeyOrderRetryHoldsOnlyItsKey", needs: []capability{capRedelivery}, run: testKeyOrderRetryHoldsOnlyItsKey},
 	{name: "KeyOrderHotKeyLeavesOtherKeysRunning", run: testKeyOrderHotKeyLeavesOtherKeysRunning},
 	{name: "KeyOrderRetryingHeadLeavesOtherKeysRunning", needs: []capability{capRedelivery}, run: testKeyOrderRetryingHeadLeavesOtherKeysRunning},

@@ -282,17 +282,21 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 // a closed subscription leased: no Receive of it comes to recover them,
 // and a member that takes the group (or its partition) over would wait
 // for their lease to run out. It waits for the fetch to end first (see
-// lostEnded), while the backend is open.
-func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.Duration) {
+// lostEnded), while the backend is open. The channel it returns is closed
+// once the give-back has ended (or was not started).
+func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.Duration) <-chan struct{} {
+	done := make(chan struct{})
 	b.mu.Lock()
 	if b.shut.Load() {
 		b.mu.Unlock()
-		return
+		close(done)
+		return done
 	}
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
+		defer close(done)
 		ctx, cancel := context.WithTimeout(b.life, lease+closeBound)
 		defer cancel()
 		if err := b.lostEnded(ctx, l, lease); err != nil {
@@ -304,6 +308,7 @@ func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.
 			b.dueSoon(topic, 0)
 		}
 	}()
+	return done
 }
 
 // nextDueSQL returns how many ms until the next delivery row or lease of
@@ -804,10 +809,15 @@ gd AS (
         AND visible_at > clock_timestamp() RETURNING 1),
 guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0, 0)
 
-// Close ends the member at once: a Receive in progress returns an error
-// wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
-// back after their lease; what a fetch whose reply was lost leased is
-// given back in the background (giveBackLost). It does no I/O itself.
+// Close ends the member: a Receive in progress returns an error wrapping
+// backend.ErrClosed. Unsettled deliveries stay leased and come back after
+// their lease. What a fetch whose reply was lost (one a Close or a
+// cancelled ctx cut short) leased is given back, due at once and
+// uncounted, before Close returns: the member that takes the group (or
+// the partition) over next, once the bus releases the lock after this
+// Close, fetches it before anything after it. Close waits for that
+// give-back at most closeBound; past it the give-back goes on in the
+// background, while the backend is open. Close does no other I/O.
 func (s *subscription) Close() error {
 	s.mu.Lock()
 	if s.closed.Swap(true) {
@@ -820,7 +830,13 @@ func (s *subscription) Close() error {
 	s.cancel()
 	s.b.forget(s)
 	if lost.tag != 0 {
-		s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
+		done := s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
+		t := time.NewTimer(closeBound)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
 	}
 	return nil
 }
