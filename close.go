@@ -114,12 +114,15 @@ func (s *consumer) shutdown(taken bool) error {
 	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
 	}
-	if s.owner != nil {
-		// Drained and flushed: the next member may take over.
-		s.owner.close(hard)
-	}
+	// The backend's subscription closes before the group lock passes:
+	// what it still holds (a fetch that the close cut short) is back with
+	// the group before the next member fetches.
 	if err := shutdown.CloseBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
+	}
+	if s.owner != nil {
+		// Drained, flushed and closed: the next member may take over.
+		s.owner.close(hard)
 	}
 	s.ended()
 	var err error

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/internal/partition"
 	"github.com/eventbus-go/bus/internal/slots"
 	"github.com/eventbus-go/bus/observer"
@@ -164,7 +165,10 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 				return nil, err
 			}
 			cfg := b.consumerConfig(s, ptopic, o, h)
-			cfg.Locker, cfg.LockHolder = locker, member
+			// A holder of the partition's own: a partition handed over
+			// and given back to this member runs again only once the
+			// runner that drains it has released its lock.
+			cfg.Locker, cfg.LockHolder = locker, member+"/"+msgid.New()
 			if cfg.KeyOrdering {
 				cfg.MaxWaiting = max(1, o.waitingBound()/n)
 			}

@@ -16,6 +16,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 )
 
 // keyed returns perKey messages for each of keys, interleaved in publish
@@ -539,4 +540,183 @@ func seqOf(payload string) int {
 	_, seq, _ := strings.Cut(payload, "/")
 	n, _ := strconv.Atoi(seq)
 	return n
+}
+
+// testKeyOrderAcrossLeaveAndJoin: members of a key-ordered group come and
+// go gracefully while messages flow, as in a rolling deploy: the member
+// that handles the messages closes (Subscription.Close, then its Bus's
+// Close) while a new one joins, several times. What a leaving member held
+// is back with the group before the next member fetches: no message of
+// a key is handled before an earlier one of the key completed, none is
+// handled again after a later one completed, and nothing is lost.
+func testKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	h.locker(t)
+	runLeaveJoin(t, s, h, h.topic("leavejoin"), 1)
+}
+
+// testPartitionedKeyOrderAcrossLeaveAndJoin: the same on a topic of 4
+// partitions, whose owners change at every leave and join.
+func testPartitionedKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	p := h.partitioner(t)
+	h.locker(t)
+	topic := h.topic("leavejoinparts")
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
+	}
+	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
+	runLeaveJoin(t, s, h, topic, 4)
+}
+
+// leaveJoinLog checks the per-key order of a run of runLeaveJoin as
+// handlers start and finish. Safe for concurrent use.
+type leaveJoinLog struct {
+	mu         sync.Mutex
+	done       map[string]int          // per key: how many of its first messages completed
+	finished   map[string]map[int]bool // per key: the seqs that completed
+	violations []string
+	handled    atomic.Int64 // distinct messages completed
+	last       atomic.Int64 // the member that started a delivery last
+}
+
+// start checks a delivery of seq of key as its handler starts: every
+// earlier message of the key has completed, and no later one has (the
+// head of a key may run again: a redelivery).
+func (l *leaveJoinLog) start(member int, key string, seq int) {
+	l.last.Store(int64(member))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	done := l.done[key]
+	switch {
+	case seq > done:
+		l.violations = append(l.violations, fmt.Sprintf("%s/%d started by member %d before %s/%d completed", key, seq, member, key, done))
+	case seq < done-1:
+		l.violations = append(l.violations, fmt.Sprintf("%s/%d started again by member %d after %s/%d completed", key, seq, member, key, done-1))
+	}
+}
+
+// end records that seq of key completed.
+func (l *leaveJoinLog) end(key string, seq int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.finished[key]
+	if f == nil {
+		f = map[int]bool{}
+		l.finished[key] = f
+	}
+	if f[seq] {
+		return
+	}
+	f[seq] = true
+	l.handled.Add(1)
+	for f[l.done[key]] {
+		l.done[key]++
+	}
+}
+
+// runLeaveJoin runs the leave-and-join rounds on topic (of partitions
+// partitions): two members at a time, each with a Bus of its own over the
+// harness's backend; a publisher sends a message to every key every few
+// milliseconds; each round closes the member that started a delivery
+// last, once it has handled some, and a new member joins.
+func runLeaveJoin(t *testing.T, s *suite, h *harness, topic string, partitions int) {
+	group := h.group("leavejoin")
+	keys, rounds := 8, count(4, 3)
+	log := &leaveJoinLog{done: map[string]int{}, finished: map[string]map[int]bool{}}
+	log.last.Store(-1)
+	type member struct {
+		b       *bus.Bus
+		sub     *bus.Subscription
+		handled atomic.Int64
+	}
+	var members []*member
+	join := func() {
+		id := len(members)
+		m := &member{b: bus.New(crashtest.New(h.be), bus.WithObserver(h.events))}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
+			defer cancel()
+			_ = m.b.Close(ctx) // a member closed in the run reports ErrClosed
+		})
+		sub, err := m.b.Subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
+			key, seq := d.Key, seqOf(string(d.Payload))
+			log.start(id, key, seq)
+			m.handled.Add(1)
+			log.end(key, seq)
+			return nil
+		}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithAckTimeout(s.ackTimeout()))
+		require.NoError(t, err, "member %d joins", id)
+		m.sub = sub
+		members = append(members, m)
+	}
+	join()
+	join()
+
+	// The publisher sends one message to every key per tick until the
+	// rounds are over.
+	stop := make(chan struct{})
+	published := make(chan int, 1)
+	var perKey int
+	end := sync.OnceFunc(func() {
+		close(stop)
+		perKey = <-published
+	})
+	defer end()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*s.deadline())
+		defer cancel()
+		tick := time.NewTicker(s.cfg.dur(10 * time.Millisecond))
+		defer tick.Stop()
+		n := 0
+		defer func() { published <- n }()
+		for {
+			batch := make([]*bus.Message, 0, keys)
+			for k := range keys {
+				key := fmt.Sprintf("k%d", k)
+				batch = append(batch, &bus.Message{Key: key, Payload: fmt.Appendf(nil, "%s/%d", key, n)})
+			}
+			if err := h.bus.Publish(ctx, topic, batch...); err != nil {
+				t.Errorf("publish %s/%d: %v", "k*", n, err)
+				return
+			}
+			n++
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	closed := map[int]bool{}
+	for round := range rounds {
+		// The member to close is one that handles messages now.
+		var leaving int
+		s.eventually(t, func() bool {
+			leaving = int(log.last.Load())
+			return leaving >= 0 && !closed[leaving] && members[leaving].handled.Load() >= 16
+		}, "round %d: a live member handles messages", round)
+		m := members[leaving]
+		closed[leaving] = true
+		join()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
+		require.NoError(t, m.sub.Close(ctx), "round %d: member %d leaves", round, leaving)
+		require.NoError(t, m.b.Close(ctx), "round %d: member %d's bus closes", round, leaving)
+		cancel()
+	}
+	end()
+	want := int64(keys * perKey)
+	s.eventually(t, func() bool { return log.handled.Load() >= want }, "every message handled")
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		assert.Equal(t, perKey, log.done[key], "key %s: every message handled, in order", key)
+	}
+	assert.Empty(t, log.violations[:min(len(log.violations), 8)], "no message of a key handled out of its publish order across a leave or a join (%d violations, the first shown)", len(log.violations))
+	t.Logf("leave and join: %d keys × %d messages, %d partition(s), %d rounds: %d violation(s)", keys, perKey, partitions, rounds, len(log.violations))
 }

@@ -110,3 +110,46 @@ func testPublishDedup(t *testing.T, s *suite) {
 	requireExactlyOnce(t, in, want, "dedup")
 	assert.Equal(t, []byte("first"), in.of(once.ID)[0].Payload, "the first publish is the one stored")
 }
+
+// testDelayedNeverHoldBackImmediate: messages whose DeliverAt lies ahead
+// never slow the messages published without one: after many delayed
+// messages, a subscription that starts and the messages published right
+// after it arrive as fast as in a topic without delayed messages.
+func testDelayedNeverHoldBackImmediate(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic, group := h.topic("delayed-immediate"), h.group("delayed-immediate")
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithAckTimeout(s.longLease())}
+	// The group exists before the delayed messages: they lie after its
+	// cursor.
+	h.closeSub(h.subscribe(context.Background(), topic, func(context.Context, *bus.Delivery) error { return nil }, opts...))
+
+	at := time.Now().Add(2 * s.longLease())
+	delayed := make([]*bus.Message, count(2000, 500))
+	for i := range delayed {
+		delayed[i] = &bus.Message{Payload: fmt.Appendf(nil, "later-%d", i), DeliverAt: at}
+	}
+	for start := 0; start < len(delayed); start += 250 {
+		h.publish(topic, delayed[start:min(start+250, len(delayed))]...)
+	}
+
+	// measure returns how long the n messages published after a new
+	// subscription of the group took to arrive.
+	in := &inbox{}
+	sub := h.subscribe(context.Background(), topic, in.handle(nil), opts...)
+	start := time.Now()
+	now := numbered("now", 10)
+	h.publish(topic, now...)
+	s.eventually(t, func() bool { return in.distinct() >= len(now) }, "the immediate messages arrive")
+	took := time.Since(start)
+	h.closeSub(sub)
+	for _, m := range now {
+		assert.Len(t, in.of(m.ID), 1, "%s handled once", m.Payload)
+	}
+	t.Logf("%d delayed messages ahead: %d immediate messages arrived in %v", len(delayed), len(now), took.Round(time.Millisecond))
+	assert.Less(t, took, s.cfg.dur(delayedBound), "delayed messages held back the immediate ones")
+}
+
+// delayedBound bounds the arrival of immediate messages behind delayed
+// ones: far above the tens of milliseconds they take, far below the
+// second a backend that waits behind the delayed messages takes.
+const delayedBound = 750 * time.Millisecond

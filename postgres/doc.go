@@ -16,10 +16,16 @@
 // # URL
 //
 // postgres:// and postgresql:// URLs carry user, password, host, port and
-// database as libpq does. Backend parameters are block, dedup_window,
-// max_payload, retention, trim_interval, channel and migrate (see
-// [OpenURL]); every other parameter is pgx's (pool_max_conns, sslmode,
-// application_name ...).
+// database as libpq does; the host and the database are required (libpq's
+// defaults are never assumed). Backend parameters are block, dedup_window,
+// max_payload, retention, trim_interval, channel and migrate; the others
+// are the documented connection and pool parameters of libpq and pgx
+// (pool_max_conns, sslmode, application_name ...), and server settings go
+// in libpq's options parameter (see [OpenURL] for the list). A URL
+// without a host or a database, any other parameter and a value out of
+// range are refused before any I/O. connect_timeout (seconds) bounds each
+// connection, and the open's connection and first answer together: 10 s
+// unless the URL sets it ([DefaultConnectTimeout]), whatever the ctx.
 //
 // # Tables
 //
@@ -172,11 +178,14 @@
 //     the fetch has ended (at most one lease), then first hands out the
 //     rows still leased under that tag and what is pending in its lease
 //     (restarted), with their attempt unchanged, before anything newer.
-//     When the subscription closes instead, the same wait runs in the
-//     background and the deliveries are given back uncounted and due at
-//     once (a first delivery, of the lease or not, as a waiting row, not
-//     pending), so that the member that takes the group or the
-//     partition over does not wait an ack timeout for them.
+//     When the subscription closes instead (a Close cuts the fetch
+//     short), Close runs the same wait and gives the deliveries back
+//     uncounted and due at once (a first delivery, of the lease or not,
+//     as a waiting row, not pending) before it returns (at most 2s, then
+//     in the background): the bus closes the subscription before it
+//     releases the group lock, so the member that takes the group or
+//     the partition over fetches them first, in log order, and does not
+//     wait an ack timeout for them.
 //   - Ack is one statement per flush: it takes the seqs out of the
 //     pending seqs of the leases the ids name (deleting a lease left
 //     with none) and deletes the group's delivery rows of them (DELETE
@@ -200,7 +209,10 @@
 //   - Scheduling: a message whose DeliverAt is ahead gets, when a group's
 //     cursor passes it, a waiting delivery row due at its DeliverAt; a
 //     publish notifies for it too, so an idle group passes it at once and
-//     wakes when it is due.
+//     wakes when it is due. A fetch passes messages until it has found
+//     as many due ones as it has room for; when it found only messages
+//     not due, the next fetch follows at once and may pass up to 1024
+//     more: delayed messages never hold back those after them.
 //   - Leases are per delivery: a member's ack timeout applies to what it
 //     fetched, and a member never changes another's lease, so members
 //     with different ack timeouts can share a group.
@@ -211,9 +223,10 @@
 //     DeleteTopic) is settled and reported with observer.ScopeReclaim; a
 //     row whose headers do not decode is dead-lettered (or acked without
 //     a dead-letter topic) and reported with observer.ScopeDecode.
-//   - Subscription.Close does no I/O: what it holds comes back after its
-//     lease. The bus releases the deliveries whose handlers a shutdown
-//     cancelled first (Release), so they come back at once, uncounted.
+//   - Subscription.Close does no I/O but the give-back of a fetch it cut
+//     short (above): what it holds comes back after its lease. The bus
+//     releases the deliveries whose handlers a shutdown cancelled first
+//     (Release), so they come back at once, uncounted.
 //   - Times are the server's (clock_timestamp()), so processes with
 //     skewed clocks agree on leases, delays and locks.
 //

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"net/url"
 	"time"
 )
 
@@ -28,4 +29,14 @@ func ForceClaims(be *Backend, force int) {
 // that server process pid may still run, and waits until it has ended.
 func EndLostFetch(ctx context.Context, be *Backend, pid uint32) error {
 	return be.lostEnded(ctx, lostFetch{tag: 1, pid: pid}, time.Minute)
+}
+
+// ConnectTimeoutOf returns the connect timeout OpenURL applies to u,
+// reading it without I/O.
+func ConnectTimeoutOf(u *url.URL) (time.Duration, error) {
+	_, cfg, err := parseURL(u)
+	if err != nil {
+		return 0, err
+	}
+	return cfg.ConnConfig.ConnectTimeout, nil
 }

@@ -94,7 +94,10 @@ func (s *subscription) errClosed(op string) error {
 // then waiting first deliveries that came due (a DeliverAt, a seek), then
 // the messages after the cursor in (ord, seq) order whose ord is below
 // the xmin of the statement's snapshot: every transaction below it has
-// ended, so no message can still commit behind the cursor. The messages
+// ended, so no message can still commit behind the cursor. The cursor
+// passes messages until it has passed as many due ones as there is room
+// for, and at most $5 more than that room: messages that are not due
+// yet (a DeliverAt ahead) hold back none after them. The messages
 // the cursor passes that are due are leased together by one row of
 // bus_leases (tagged $4), the others get a waiting delivery row (n = 0)
 // due at their DeliverAt. It returns the deliveries with their messages
@@ -123,12 +126,16 @@ u AS (
     WHERE d.group_id = $1 AND d.seq BETWEEN (SELECT min(seq) FROM a) AND (SELECT max(seq) FROM a)
         AND d.seq = ANY(ARRAY(SELECT seq FROM a))
     RETURNING d.seq, d.ord, d.n, d.attempt),
-c AS (
+cs AS (
     SELECT m.ord, m.seq, m.visible_at, m.visible_at <= statement_timestamp() AS due,
         m.id, m.key, m.headers, m.payload, m.published_at FROM bus_messages m
     WHERE m.topic = (SELECT topic FROM g) AND ROW(m.ord, m.seq) > ROW((SELECT cur_ord FROM g), (SELECT cur_seq FROM g))
         AND m.ord < pg_snapshot_xmin(pg_current_snapshot())
-    ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0)),
+    ORDER BY m.ord, m.seq LIMIT greatest($2 - (SELECT count(*) FROM a), 0) + $5),
+c AS (
+    SELECT x.ord, x.seq, x.visible_at, x.due, x.id, x.key, x.headers, x.payload, x.published_at
+    FROM (SELECT cs.*, count(*) FILTER (WHERE cs.due) OVER (ORDER BY cs.ord, cs.seq) AS nd FROM cs) x
+    WHERE x.nd <= greatest($2 - (SELECT count(*) FROM a), 0)),
 i AS (
     INSERT INTO bus_deliveries (group_id, seq, ord, visible_at)
     SELECT $1, c.seq, c.ord, c.visible_at FROM c WHERE NOT c.due ORDER BY c.ord, c.seq),
@@ -282,17 +289,21 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 // a closed subscription leased: no Receive of it comes to recover them,
 // and a member that takes the group (or its partition) over would wait
 // for their lease to run out. It waits for the fetch to end first (see
-// lostEnded), while the backend is open.
-func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.Duration) {
+// lostEnded), while the backend is open. The channel it returns is closed
+// once the give-back has ended (or was not started).
+func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.Duration) <-chan struct{} {
+	done := make(chan struct{})
 	b.mu.Lock()
 	if b.shut.Load() {
 		b.mu.Unlock()
-		return
+		close(done)
+		return done
 	}
 	b.wg.Add(1)
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
+		defer close(done)
 		ctx, cancel := context.WithTimeout(b.life, lease+closeBound)
 		defer cancel()
 		if err := b.lostEnded(ctx, l, lease); err != nil {
@@ -304,13 +315,17 @@ func (b *Backend) giveBackLost(topic string, gid int64, l lostFetch, lease time.
 			b.dueSoon(topic, 0)
 		}
 	}()
+	return done
 }
 
 // nextDueSQL returns how many ms until the next delivery row or lease of
 // group $1 becomes due (a waiting first delivery, a lease that ends, a
-// nack's delay) within the next $2 ms (NULL when none does), and whether a
-// message lies after the group's cursor (one that a fetch could not take
-// yet: its writer's transaction id is not below every running one's).
+// nack's delay) within the next $2 ms (NULL when none does), whether a
+// message lies after the group's cursor, and whether the first one does
+// below the xmin of the statement's snapshot: a fetch can pass it now
+// (the fetch before passed only messages not due yet, as many as it
+// could); otherwise it waits for its writer's transaction, or one older,
+// to end.
 // It reads the rows due from a second ago to $2 ms ahead only: the
 // fetch just took what was due, and a wider range would step over the
 // index entries of every delivery settled since the last vacuum.
@@ -322,9 +337,15 @@ SELECT extract(epoch FROM least(
         AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w)),
     (SELECT min(visible_at) FROM bus_leases WHERE group_id = $1
         AND visible_at > (SELECT lo FROM w) AND visible_at <= (SELECT hi FROM w))) - clock_timestamp()) * 1000,
-    (SELECT true FROM bus_messages m WHERE m.topic = (SELECT topic FROM bus_groups WHERE id = $1)
+    h.ord IS NOT NULL, coalesce(h.ord < pg_snapshot_xmin(pg_current_snapshot()), false)
+FROM (SELECT (SELECT m.ord FROM bus_messages m WHERE m.topic = (SELECT topic FROM bus_groups WHERE id = $1)
         AND ROW(m.ord, m.seq) > ROW((SELECT cur_ord FROM bus_groups WHERE id = $1), (SELECT cur_seq FROM bus_groups WHERE id = $1))
-        ORDER BY m.ord, m.seq LIMIT 1) IS NOT NULL`
+        ORDER BY m.ord, m.seq LIMIT 1) AS ord) h`
+
+// passAhead is how many messages not due yet a fetch may pass beyond
+// the due ones it has room for, after a fetch that found only such
+// messages: each becomes a waiting delivery row.
+const passAhead = 1024
 
 // Bounds of the wait for a message held back behind a running
 // transaction: it starts at heldFirst and doubles up to heldMost.
@@ -382,6 +403,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	}
 	deadline := time.Now().Add(s.b.opts.Block)
 	held := heldFirst
+	ahead := 0 // how many messages not due a fetch may pass beyond its room
 	for {
 		// Drain a stale signal: this fetch sees what it announced.
 		select {
@@ -392,7 +414,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		var pid uint32
 		start := time.Now()
 		s.drained = time.Time{}
-		msgs, err := s.query(ctx, &pid, true, fetchSQL, s.gid, max, s.lease, tag)
+		msgs, err := s.query(ctx, &pid, true, fetchSQL, s.gid, max, s.lease, tag, ahead)
 		if err != nil {
 			s.setLost(lostFetch{tag: tag, pid: pid})
 			return nil, s.receiveErr(ctx, err)
@@ -408,9 +430,15 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return nil, nil
 		}
 		var due *float64
-		var behind bool
-		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid, wait.Milliseconds()+1).Scan(&due, &behind); err != nil {
+		var behind, ready bool
+		if err := s.b.pool.QueryRow(ctx, nextDueSQL, s.gid, wait.Milliseconds()+1).Scan(&due, &behind, &ready); err != nil {
 			return nil, s.receiveErr(ctx, err)
+		}
+		if ready {
+			// The fetch passed only messages not due yet: pass the
+			// others at once, many at a time.
+			ahead = passAhead
+			continue
 		}
 		if due != nil {
 			wait = min(wait, time.Duration(*due*float64(time.Millisecond))+time.Millisecond)
@@ -804,10 +832,15 @@ gd AS (
         AND visible_at > clock_timestamp() RETURNING 1),
 guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0, 0)
 
-// Close ends the member at once: a Receive in progress returns an error
-// wrapping backend.ErrClosed. Unsettled deliveries stay leased and come
-// back after their lease; what a fetch whose reply was lost leased is
-// given back in the background (giveBackLost). It does no I/O itself.
+// Close ends the member: a Receive in progress returns an error wrapping
+// backend.ErrClosed. Unsettled deliveries stay leased and come back after
+// their lease. What a fetch whose reply was lost (one a Close or a
+// cancelled ctx cut short) leased is given back, due at once and
+// uncounted, before Close returns: the member that takes the group (or
+// the partition) over next, once the bus releases the lock after this
+// Close, fetches it before anything after it. Close waits for that
+// give-back at most closeBound; past it the give-back goes on in the
+// background, while the backend is open. Close does no other I/O.
 func (s *subscription) Close() error {
 	s.mu.Lock()
 	if s.closed.Swap(true) {
@@ -820,7 +853,13 @@ func (s *subscription) Close() error {
 	s.cancel()
 	s.b.forget(s)
 	if lost.tag != 0 {
-		s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
+		done := s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
+		t := time.NewTimer(closeBound)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
 	}
 	return nil
 }
