@@ -51,7 +51,7 @@ type Backend struct {
 	// published holds the topics this backend published to or bounded
 	// (BoundRetention), which the trimmer trims too.
 	published trimset.Set
-	wg     sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
+	wg        sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
 }
 
 var _ backend.Backend = (*Backend)(nil)

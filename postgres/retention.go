@@ -69,7 +69,7 @@ func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic) {
 // It returns how many it deleted.
 func (b *Backend) deleteHead(ctx context.Context, topic string, limit, olderMS int64) (int64, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT `+allowDelete)
+	batch.Queue(`SELECT ` + allowDelete)
 	batch.Queue(deleteHeadSQL, topic, limit, olderMS)
 	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
@@ -96,4 +96,3 @@ held AS (SELECT d.seq FROM bus_deliveries d WHERE d.group_id = ANY(ARRAY(SELECT 
     AND p BETWEEN (SELECT min(seq) FROM r) AND (SELECT max(seq) FROM r))
 DELETE FROM bus_messages m
 WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM r WHERE seq NOT IN (SELECT seq FROM held)))`
-
