@@ -134,3 +134,15 @@ func TestEventsTopicStaysWithinItsBound(t *testing.T) {
 	t.Logf("events topic bounded at %d messages after %d deliveries: %d messages (%d bytes)", bound, n, m, bytes)
 	assert.LessOrEqual(t, m, uint64(bound), "the events stream stays within its bound")
 }
+
+func TestInterestRetentionKeepsNothingOfATopicWithNoGroup(t *testing.T) {
+	ctx := context.Background()
+	url := natstest.Start(t).URL()
+	o := isolated(t, url, busnats.Options{Retention: busnats.RetentionInterest})
+	pub := bus.New(connect(t, url, o))
+	defer pub.Close(ctx)
+	const topic = "retnogroup"
+	publishMsgs(t, pub, topic, 100)
+	m, _ := streamMsgs(t, url, o.StreamPrefix+"_"+topic, "")
+	assert.Zero(t, m, "with retention=interest the server keeps nothing no group is there for")
+}
