@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -30,6 +31,9 @@ type Bus struct {
 	batcher *coalesce.Coalescer
 	// events is the lifecycle events emitter (WithEvents); nil when off.
 	events *lifecycle.Emitter
+	// eventsBounded is set once the backend has taken the events topic's
+	// retention bound (events.go).
+	eventsBounded atomic.Bool
 
 	// ops counts publishes, subscribes being set up and the bus's own
 	// background goroutines; no lock is held across any of them.
@@ -63,7 +67,8 @@ func New(b Backend, opts ...Option) *Bus {
 }
 
 func buildBusOptions(opts []Option) (busOptions, error) {
-	o := busOptions{maxPayload: backend.DefaultMaxPayload, ackBatch: 256, ackInterval: 5 * time.Millisecond}
+	o := busOptions{maxPayload: backend.DefaultMaxPayload, ackBatch: 256, ackInterval: 5 * time.Millisecond,
+		eventsBound: backend.RetentionBound{MaxAge: DefaultEventsMaxAge, MaxLen: DefaultEventsMaxLen}}
 	var errs []error
 	for _, opt := range opts {
 		if opt == nil {

@@ -81,6 +81,7 @@ type busOptions struct {
 	ackInterval  time.Duration
 	batching     PublishBatching
 	events       string // the lifecycle events topic; "": events off
+	eventsBound  backend.RetentionBound
 }
 
 type subscribeOptions struct {
@@ -198,6 +199,25 @@ func WithEvents(topic string) Option {
 			return fmt.Errorf("%w: events topic: %w", ErrInvalidOption, err)
 		}
 		b.events = topic
+		return nil
+	})
+}
+
+// WithEventsRetention caps what the lifecycle events topic (WithEvents)
+// retains, whether or not anything consumes it: events older than maxAge
+// are dropped, and about the newest maxLen messages (each packs up to 256
+// events) are kept. A zero value is no cap of that kind; the defaults are
+// DefaultEventsMaxAge (24h) and DefaultEventsMaxLen (100,000 messages).
+// The backend enforces the cap on its own (backend.RetentionBounder),
+// with no subscriber running; docs/backends.md says how closely on each
+// backend. The cap applies to the events topic only and may drop events
+// a group has not handled.
+func WithEventsRetention(maxAge time.Duration, maxLen int) Option {
+	return busOptionFunc(func(b *busOptions) error {
+		if maxAge < 0 || maxLen < 0 {
+			return fmt.Errorf("%w: events retention %v and %d messages, want >= 0", ErrInvalidOption, maxAge, maxLen)
+		}
+		b.eventsBound = backend.RetentionBound{MaxAge: maxAge, MaxLen: int64(maxLen)}
 		return nil
 	})
 }

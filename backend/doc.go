@@ -60,6 +60,8 @@
 //   - Partitioner: a topic's partition count, stored at the broker, and
 //     the live members of a group; the bus builds partitioned topics out
 //     of ordinary ones (PartitionTopic, PartitionOf, AssignPartitions).
+//   - RetentionBounder: cap a topic's retention by age and length with no
+//     subscriber running (the lifecycle events topic).
 //
 // # Errors
 //

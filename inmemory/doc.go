@@ -80,6 +80,8 @@
 // from the oldest, and drops them when it starts from the newest. The
 // default dead-letter topic usually has no group, so it keeps the newest
 // dead letters within the limits until a group subscribes to it.
+// BoundRetention (the bus's lifecycle events topic) caps a topic with no
+// group further, by length and age, at each publish.
 //
 // An entry stuck unsettled (for instance nacked with a long delay) does
 // not hold memory of the entries after it: settled entries are freed

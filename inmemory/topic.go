@@ -139,6 +139,9 @@ type topic struct {
 
 	// dedup remembers the recently published IDs; guarded by inMu.
 	dedup dedup
+
+	// bound caps the topic while it has no group (BoundRetention).
+	bound backend.RetentionBound
 }
 
 const minRing = 64
@@ -402,6 +405,7 @@ func (t *topic) insert(es []entry) {
 			t.dropFront()
 			t.dropped++
 		}
+		t.dropPastBound()
 	}
 	if len(t.glist) > 0 && t.head-t.base > 2*uint64(t.b.opts.MaxBacklog) {
 		t.advance()

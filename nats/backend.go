@@ -66,6 +66,8 @@ type Backend struct {
 	topics    topiccache.Cache[*topicNames]
 	// pubs holds the publishes waiting for their acks (publish.go).
 	pubs pubAcks
+	// trimmer purges bounded topics of a shared stream (retention.go).
+	trimmer boundTrimmer
 
 	closed atomic.Bool
 	server atomic.Value            // string: redacted URL of the last server connected to
@@ -289,6 +291,7 @@ func (b *Backend) Close() error {
 		return fmt.Errorf("nats: close: %w", backend.ErrClosed)
 	}
 	b.stopPromoters()
+	b.trimmer.close()
 	if b.ownConn {
 		b.nc.Close()
 	}

@@ -34,7 +34,12 @@
 // topic in one stream whose subject is SubjectPrefix + ".>"
 // (StreamShared). Streams are created on first use (file storage, limits
 // retention, one replica unless Options say otherwise) or, with BindOnly,
-// must exist already.
+// must exist already. Limits retention keeps messages until the stream's
+// MaxAge, MaxMsgs or MaxBytes whatever the groups settled; interest
+// retention has the server drop a message once every group acked it,
+// with no subscriber running. BoundRetention (the bus's lifecycle events
+// topic) lowers a per-topic stream's max_age and max_msgs, or purges the
+// topic's subject of a shared stream to its length every second.
 //
 // Stream and consumer names may not contain ".", so topics and groups are
 // escaped injectively: "." becomes "-", "-" becomes "_h", "_" becomes

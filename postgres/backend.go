@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/trimset"
 )
 
 // Advisory lock namespaces (the first of the two int4 keys), next to the
@@ -47,7 +48,10 @@ type Backend struct {
 	shut   atomic.Bool
 	mu     sync.Mutex
 	trims  map[string]int // subscribed topics, with their subscription count
-	wg     sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
+	// published holds the topics this backend published to or bounded
+	// (BoundRetention), which the trimmer trims too.
+	published trimset.Set
+	wg        sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -169,7 +173,18 @@ func (b *Backend) forget(s *subscription) {
 		delete(b.trims, s.topic)
 	}
 	b.mu.Unlock()
+	if b.opts.Retention == RetainSettled {
+		// What the subscription settled last goes with it: a consumer
+		// that exits after settling leaves nothing of it behind.
+		ctx, cancel := context.WithTimeout(b.life, closeTrimTimeout)
+		b.trim(ctx, s.topic, trimPos{ord: "0"})
+		cancel()
+	}
 }
+
+// closeTrimTimeout bounds the trim of its topic that a subscription's
+// Close runs.
+const closeTrimTimeout = 2 * time.Second
 
 // ensureGroup returns the id of group on topic, creating the group when
 // it does not exist. A new group starting from the oldest message starts
@@ -228,8 +243,9 @@ func topicLock(s string) int32 {
 	return int32(h.Sum32())
 }
 
-// trimLoop deletes, every TrimInterval, what the subscribed topics no
-// longer need and the IDs that left the dedup window.
+// trimLoop deletes, every TrimInterval, what the topics this backend
+// subscribes or published to no longer need, what lies past the bounded
+// topics' bounds, and the IDs that left the dedup window.
 func (b *Backend) trimLoop(life context.Context) {
 	t := time.NewTicker(b.opts.TrimInterval)
 	defer t.Stop()
@@ -240,19 +256,16 @@ func (b *Backend) trimLoop(life context.Context) {
 			return
 		case <-t.C:
 		}
-		b.mu.Lock()
-		topics := make([]string, 0, len(b.trims))
-		for topic := range b.trims {
-			topics = append(topics, topic)
-		}
-		b.mu.Unlock()
+		topics, bounded := b.trimTopics()
 		if b.opts.Retention == RetainSettled {
 			for _, topic := range topics {
 				from, ok := trimmed[topic]
 				if !ok {
 					from = trimPos{ord: "0"}
 				}
-				trimmed[topic] = b.trim(life, topic, from)
+				ctx, cancel := context.WithTimeout(life, 5*time.Second)
+				trimmed[topic] = b.trim(ctx, topic, from)
+				cancel()
 			}
 			for topic := range trimmed {
 				if !slices.Contains(topics, topic) {
@@ -260,7 +273,15 @@ func (b *Backend) trimLoop(life context.Context) {
 				}
 			}
 		}
-		if len(topics) > 0 {
+		for _, tp := range bounded {
+			ctx, cancel := context.WithTimeout(life, 5*time.Second)
+			b.trimBound(ctx, tp)
+			cancel()
+		}
+		b.mu.Lock()
+		subscribed := len(b.trims) > 0
+		b.mu.Unlock()
+		if subscribed {
 			b.vacuum(life)
 		}
 		// A key's order record is spent once every transaction that could
@@ -274,6 +295,29 @@ func (b *Backend) trimLoop(life context.Context) {
 			cancel()
 		}
 	}
+}
+
+// trimTopics returns the topics the trimmer trims, subscribed or
+// published to, in name order, and those of them with a retention bound.
+func (b *Backend) trimTopics() ([]string, []trimset.Topic) {
+	pub := b.published.Snapshot()
+	b.mu.Lock()
+	topics := make([]string, 0, len(b.trims)+len(pub))
+	for topic := range b.trims {
+		topics = append(topics, topic)
+	}
+	b.mu.Unlock()
+	var bounded []trimset.Topic
+	for _, tp := range pub {
+		if !slices.Contains(topics, tp.Name) {
+			topics = append(topics, tp.Name)
+		}
+		if tp.Bound != (backend.RetentionBound{}) {
+			bounded = append(bounded, tp)
+		}
+	}
+	slices.Sort(topics)
+	return topics, bounded
 }
 
 // vacuum vacuums bus_deliveries and bus_leases, whose rows live for a
@@ -305,9 +349,7 @@ func (b *Backend) vacuum(life context.Context) {
 // be written there (a new message lies after every cursor, and what lies
 // before a cursor is committed), so a trim does not step over what
 // earlier trims deleted. It returns where the next trim starts.
-func (b *Backend) trim(life context.Context, topic string, from trimPos) trimPos {
-	ctx, cancel := context.WithTimeout(life, 5*time.Second)
-	defer cancel()
+func (b *Backend) trim(ctx context.Context, topic string, from trimPos) trimPos {
 	for range trimRounds {
 		next, deleted, err := b.trimOnce(ctx, topic, from)
 		if err != nil {

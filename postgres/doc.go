@@ -241,8 +241,10 @@
 //
 // # Retention
 //
-// RetainSettled (the default) deletes, every Options.TrimInterval, the
-// messages of each subscribed topic that every group's cursor has passed
+// RetainSettled (the default) deletes, every Options.TrimInterval (1s by
+// default), the messages of each topic the Backend subscribes or
+// published to (so a process that only publishes trims too) that every
+// group's cursor has passed
 // and that no group holds (a delivery row, or pending in a lease), in one
 // statement (a cursor moves only together with the delivery rows and the
 // lease of what it passes, and a message moves between a lease and a
@@ -250,7 +252,11 @@
 // message without what holds it), and only on
 // topics with groups: a message some group has not settled is never
 // deleted, and a topic nobody consumes (a dead-letter topic) keeps
-// everything. RetainAll never deletes.
+// everything. A subscription's Close runs the same delete for its topic,
+// within two seconds, after the bus flushed its settlements, so a
+// consumer that settled everything and exits leaves nothing behind.
+// RetainAll never deletes. BoundRetention (the bus's lifecycle events
+// topic) caps one topic by age and length whatever its groups settled.
 //
 // # Key order and partitions
 //

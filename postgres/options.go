@@ -39,7 +39,8 @@ type Options struct {
 	// Retention is what the trimmer deletes (default RetainSettled).
 	Retention Retention
 	// TrimInterval is how often a process trims each topic it subscribes
-	// to and prunes the dedup window (default 1s).
+	// or published to, enforces BoundRetention and prunes the dedup
+	// window (default 1s).
 	TrimInterval time.Duration
 	// Channel is the LISTEN/NOTIFY channel (default "bus").
 	Channel string

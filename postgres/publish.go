@@ -326,6 +326,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if b.shut.Load() {
 		return fmt.Errorf("postgres: publish %q: %w", topic, backend.ErrClosed)
 	}
+	b.published.Add(topic)
 	r := pooledRows.Get().(*rows)
 	defer r.release()
 	b.pub.fill(r, msgs, false)

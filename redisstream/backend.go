@@ -15,6 +15,7 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/topiccache"
+	"github.com/eventbus-go/bus/internal/trimset"
 )
 
 // Backend is the Redis Streams backend. It is safe for concurrent use.
@@ -46,6 +47,13 @@ type Backend struct {
 	pubs       topiccache.Cache[*pubTopic] // per-topic publish state
 	maxLenArgs []any                       // MAXLEN ~ n of every XADD, boxed; nil without
 	dedupArg   any                         // the dedup window in ms (rounded up) for pubScript, boxed
+
+	// trims holds the topics the backend published to or bounded, which
+	// its trim loop (retention.go) trims; bounded is set once a topic has
+	// a retention bound.
+	trims      trimset.Set
+	trimCancel context.CancelFunc // stops the trim loop; nil until it runs
+	bounded    atomic.Bool
 
 	shut    atomic.Bool // closed, readable without mu
 	mu      sync.Mutex
@@ -278,6 +286,9 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	b.shut.Store(true)
+	if b.trimCancel != nil {
+		b.trimCancel()
+	}
 	for name, ts := range b.topics {
 		ts.stop()
 		delete(b.topics, name)

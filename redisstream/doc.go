@@ -259,14 +259,22 @@
 // # Retention
 //
 // The default, RetainSettled, never trims an entry some group has not yet
-// settled: a trimmer per subscribed topic (every Options.TrimInterval)
-// trims approximately below the oldest entry any group still needs. It is
+// settled, and trims every entry all groups have, whether or not a
+// subscription runs: every Options.TrimInterval (10s by default) a
+// Backend trims each topic it subscribes or published to below the
+// oldest entry any group still needs (XTRIM MINID, whole nodes first,
+// then the entries of the node that holds that oldest entry), and a
+// subscription's Close does so for its topic, within a second, after the
+// bus flushed its settlements. A stream with no group is not trimmed: its
+// entries wait for the first group. It is
 // the default because silently losing unsettled messages is the one thing
 // the bus promises not to do; a stalled group then makes the stream grow,
 // which MaxLen can cap at the cost of that promise. RetainMaxLen (XADD
 // MAXLEN ~) and RetainMaxAge (XADD MINID ~) trim on publish and may trim
 // unsettled entries, which are then reported as above. RetainAll never
-// trims.
+// trims. BoundRetention (the bus's lifecycle events topic) caps one
+// topic by length (XADD MAXLEN ~) and age (XTRIM MINID ~ every
+// TrimInterval) whatever its groups settled.
 //
 // # Capabilities
 //

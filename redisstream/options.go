@@ -93,8 +93,10 @@ type Options struct {
 	MaxLen int64
 	// MaxAge is the age limit of RetainMaxAge.
 	MaxAge time.Duration
-	// TrimInterval is how often RetainSettled trims a subscribed topic
-	// (default 10s).
+	// TrimInterval is how often the Backend trims each topic it
+	// subscribes or published to: what every group settled
+	// (RetainSettled) and what lies past a BoundRetention's age (default
+	// 10s, at least 10ms). URL: ?trim_interval=.
 	TrimInterval time.Duration
 	// MaxPayload is the largest payload accepted (default 64 MiB; Redis
 	// itself refuses values over its proto-max-bulk-len).

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,9 @@ type pubTopic struct {
 	schedArg any
 	dueArg   any
 	idsArgs  [2]any
+	// trim, when set, holds the XADD trim arguments of a topic with a
+	// retention bound (BoundRetention), in place of the backend's.
+	trim atomic.Pointer[[]any]
 }
 
 // pubTopicOf returns the publish state of topic, derived once per topic
@@ -69,7 +73,13 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) == 0 {
 		return nil
 	}
+	b.notePublished(topic)
 	trim := b.trimArgs()
+	if b.bounded.Load() {
+		if a := b.pubTopicOf(topic).trim.Load(); a != nil && *a != nil {
+			trim = *a
+		}
+	}
 	var sh *scriptHead
 	due := backend.DueTimes(msgs)
 	dedup := b.opts.DedupWindow > 0 && callerIDs(msgs)

@@ -188,10 +188,13 @@ func (t *topicState) runTrimmer(ctx context.Context) {
 	}
 }
 
-// trimSettled trims, approximately, the entries of stream that every
-// group has settled: those below the oldest entry some group still needs,
-// that is its oldest pending entry or the entry after its last delivered
-// one. A stream without groups is not trimmed. It returns how many entries
+// trimSettled trims the entries of stream that every group has settled:
+// those below the oldest entry some group still needs, that is its oldest
+// pending entry or the entry after its last delivered one. It frees whole
+// stream nodes first (XTRIM MINID ~, at most trimLimit entries a call)
+// and, once those reach the floor, deletes the settled entries of the
+// node that holds it (an exact XTRIM MINID, which visits that one node).
+// A stream without groups is not trimmed. It returns how many entries
 // were removed.
 func trimSettled(ctx context.Context, c redis.UniversalClient, stream string) (int64, error) {
 	groups, err := c.XInfoGroups(ctx, stream).Result()
@@ -229,7 +232,12 @@ func trimSettled(ctx context.Context, c redis.UniversalClient, stream string) (i
 	if floor == "" || floor == "0-1" {
 		return 0, nil
 	}
-	return c.XTrimMinIDApprox(ctx, stream, floor, 0).Result()
+	n, err := c.XTrimMinIDApprox(ctx, stream, floor, trimLimit).Result()
+	if err != nil || n >= trimLimit {
+		return n, err
+	}
+	m, err := c.XTrimMinID(ctx, stream, floor).Result()
+	return n + m, err
 }
 
 func isNoSuchKey(err error) bool {

@@ -1,0 +1,137 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// closeTrimTimeout bounds the trim a subscription's Close runs of its
+// topic.
+const closeTrimTimeout = time.Second
+
+// trimLimit bounds the entries one approximate XTRIM removes: Redis frees
+// whole nodes of the stream up to it, and the exact trim that follows
+// visits at most one node.
+const trimLimit = 10_000
+
+// notePublished adds topic to the topics the backend trims on its own
+// and starts the trim loop with the first one. It costs a map lookup for
+// a known topic.
+func (b *Backend) notePublished(topic string) {
+	if b.trims.Add(topic) {
+		b.startTrimLoop()
+	}
+}
+
+// startTrimLoop starts the loop that trims the published and bounded
+// topics every TrimInterval, once.
+func (b *Backend) startTrimLoop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.trimCancel != nil || b.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.trimCancel = cancel
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.runTrimLoop(ctx)
+	}()
+}
+
+// runTrimLoop trims, every TrimInterval, each topic the backend published
+// to: what every group settled (RetainSettled) and what lies past the
+// topic's retention bound. A process that only publishes thus keeps its
+// topics trimmed with no subscriber running.
+func (b *Backend) runTrimLoop(ctx context.Context) {
+	ticker := time.NewTicker(b.opts.TrimInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for _, t := range b.trims.Snapshot() {
+			if ctx.Err() != nil {
+				return
+			}
+			// A failed trim is retried on the next tick; the trimmer of a
+			// subscribed topic reports failures to its observer.
+			_ = b.trimTopic(ctx, t.Name, t.Bound)
+		}
+	}
+}
+
+// trimTopic runs one trim of topic, bounded by passTimeout.
+func (b *Backend) trimTopic(ctx context.Context, topic string, bound backend.RetentionBound) error {
+	ctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	stream := newKeys(b.opts.Prefix, topic).stream
+	return b.async(ctx, func(ctx context.Context) error {
+		if b.opts.Retention == RetainSettled {
+			if _, err := trimSettled(ctx, b.client, stream); err != nil {
+				return err
+			}
+		}
+		if bound.MaxAge > 0 {
+			minID := strconv.FormatInt(time.Now().Add(-bound.MaxAge).UnixMilli(), 10)
+			if err := b.client.XTrimMinIDApprox(ctx, stream, minID, trimLimit).Err(); err != nil && !isNoSuchKey(err) {
+				return err
+			}
+		}
+		if bound.MaxLen > 0 {
+			if err := b.client.XTrimMaxLenApprox(ctx, stream, bound.MaxLen, trimLimit).Err(); err != nil && !isNoSuchKey(err) {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// trimOnClose trims what every group settled of topic when a
+// subscription closes, within closeTrimTimeout, so that a consumer that
+// settled everything and exits leaves nothing of it behind.
+func (b *Backend) trimOnClose(topic string) error {
+	if b.opts.Retention != RetainSettled {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTrimTimeout)
+	defer cancel()
+	stream := newKeys(b.opts.Prefix, topic).stream
+	return b.async(ctx, func(ctx context.Context) error {
+		_, err := trimSettled(ctx, b.client, stream)
+		return err
+	})
+}
+
+// BoundRetention caps topic's stream at about bound.MaxLen entries with
+// MAXLEN ~ on every XADD of this Backend (and XTRIM MAXLEN ~ every
+// TrimInterval), and drops the entries older than bound.MaxAge with XTRIM
+// MINID ~ every TrimInterval, whether or not the topic has groups or
+// subscribers. "About" is Redis's approximate trimming: it frees whole
+// stream nodes, so up to one node (stream-node-max-entries, 100 by
+// default) more stays. It implements backend.RetentionBounder and does
+// no I/O.
+func (b *Backend) BoundRetention(_ context.Context, topic string, bound backend.RetentionBound) error {
+	if b.isClosed() {
+		return fmt.Errorf("redisstream: bound retention of %q: %w", topic, backend.ErrClosed)
+	}
+	if bound.MaxLen < 0 || bound.MaxAge < 0 {
+		return fmt.Errorf("redisstream: bound retention of %q: %w: negative bound", topic, ErrInvalidOption)
+	}
+	var args []any
+	if bound.MaxLen > 0 {
+		args = []any{"MAXLEN", "~", bound.MaxLen}
+	}
+	b.trims.SetBound(topic, bound)
+	b.pubTopicOf(topic).trim.Store(&args)
+	b.bounded.Store(true)
+	b.startTrimLoop()
+	return nil
+}
