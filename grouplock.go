@@ -14,20 +14,31 @@ import (
 // groupLock holds the group lock of a key-ordered subscription
 // (backend.GroupLocker): the subscription fetches only while it holds the
 // lock, so one member of the group at a time handles the topic's keys.
-// It takes and renews the lock every third of its ttl. A subscription that
-// takes the lock over from a member that let it lapse (stopped or died),
-// or that held it and released it while this one waited, waits one ack
-// timeout first, so that what that member left unsettled (also a message
-// its last fetch was handed as it closed) is back with the group, and is
-// handed out, before anything after it. A
-// subscription that cannot renew for half the ttl, or finds another holder,
-// stops fetching and fences itself: a Receive under way ends (what it was
-// handed all the same lapses back), the handlers it runs are cancelled with
-// ErrLeaseLost, no lease of its is extended and no handler started any
-// more, and what it held goes back to the group in log order as each
-// key's head returns, without counting an attempt (see leaseKeeper.fence).
-// The next holder waits until nothing is pending, or one ack timeout.
-// Close releases the lock after the subscription drained.
+// It takes and renews the lock every third of its ttl (ownerTTL, a few
+// seconds whatever the ack timeout).
+//
+// A subscription that takes the lock over from a member that let it lapse
+// (it died or hung) starts once a fetch that member may have had under
+// way is over (handoverSettle): when its backend lists the deliveries the
+// group has pending (backend.PendingLister), it holds back the keys of
+// those, each until its pending deliveries have come back (after their
+// leases) and run here, in log order, and runs every other key at once
+// (see inherit and keyLines.hold). Without the list it waits one ack
+// timeout first, so that what that member left unsettled is back with
+// the group, and is handed out, before anything after it. A subscription
+// that takes a lock another member released while this one waited waits
+// the same way (at most one ack timeout, less when nothing is pending):
+// the releasing member's last fetch may have been handed a message as it
+// closed.
+//
+// A subscription that cannot renew for half the ttl, or finds another
+// holder, stops fetching and fences itself: a Receive under way ends
+// (what it was handed all the same lapses back), the handlers it runs
+// are cancelled with ErrLeaseLost, no lease of its is extended and no
+// handler started any more, and what it held goes back to the group in
+// log order as each key's head returns, without counting an attempt (see
+// leaseKeeper.fence). Close releases the lock after the subscription
+// drained.
 type groupLock struct {
 	s      *consumer
 	locker backend.GroupLocker
@@ -54,10 +65,19 @@ type groupLock struct {
 }
 
 // ownerTTL is the ttl of a group lock: half the ack timeout, between 1 s
-// and 15 s.
+// and maxLockTTL. It does not grow with a longer ack timeout: a member
+// that dies stops the group for about this long (see inherit).
 func ownerTTL(ackTimeout time.Duration) time.Duration {
-	return min(max(ackTimeout/2, time.Second), 15*time.Second)
+	return min(max(ackTimeout/2, time.Second), maxLockTTL)
 }
+
+// maxLockTTL is the longest ttl of a group lock, and of a member's place
+// in a partitioned group.
+const maxLockTTL = 3 * time.Second
+
+// maxHolds is the most pending deliveries a takeover holds back (see
+// inherit): with more, it waits one ack timeout instead.
+const maxHolds = 10000
 
 func newGroupLock(s *consumer, l backend.GroupLocker) *groupLock {
 	return &groupLock{s: s, locker: l, holder: s.cfg.LockHolder, ttl: ownerTTL(s.cfg.AckTimeout),
@@ -123,6 +143,11 @@ type ownerRound struct {
 	// settleAt: from then on a takeover may start early when nothing is
 	// pending (see handoverSettle).
 	settleAt time.Time
+	// inherit: the takeover starts at openAt holding back the keys of
+	// what the group has pending then (see inherit); takenAt is when it
+	// took the lock.
+	inherit bool
+	takenAt time.Time
 }
 
 // handoverSettle is how long a member that took a lock waits before it
@@ -158,7 +183,15 @@ func (o *groupLock) round(r *ownerRound) bool {
 	switch {
 	case held:
 		r.lastHeld = now
-		if takeover || r.other && !owning && r.openAt.IsZero() {
+		if takeover && o.inherits() {
+			// From a member that let the lock lapse (it died or hung):
+			// once a fetch it may have had under way at the broker is
+			// over, the keys of what it left unsettled are held back
+			// until that comes back, and the others run at once.
+			r.inherit, r.takenAt = true, now
+			r.openAt = now.Add(handoverSettle)
+			r.settleAt = r.openAt
+		} else if takeover || r.other && !owning && r.openAt.IsZero() {
 			// From a member that let the lock lapse, or that released
 			// it: what it leaves unsettled (a delivery its last fetch
 			// was handed as it closed) comes back within an ack timeout,
@@ -167,6 +200,15 @@ func (o *groupLock) round(r *ownerRound) bool {
 			r.settleAt = now.Add(handoverSettle)
 		}
 		r.other = false
+		if !owning && r.inherit && !now.Before(r.openAt) {
+			r.inherit = false
+			if !o.inherit() {
+				r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+			}
+		}
+		if owning && o.s.keys != nil && o.s.keys.holdsDue(now) {
+			o.recheck(now)
+		}
 		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {
 			r.openAt = now
 		}
@@ -177,16 +219,65 @@ func (o *groupLock) round(r *ownerRound) bool {
 	case err == nil || now.Sub(r.lastHeld) > o.ttl/2:
 		// Another member holds it, or it could not be renewed in time.
 		r.other = r.other || err == nil
-		r.openAt = time.Time{}
+		r.openAt, r.inherit = time.Time{}, false
 		o.setOwning(false)
 		if owning && o.s.keeper != nil {
 			// Within five sixths of the ttl of the last renewal: the
-			// leases given up now lapse before the next holder, which
-			// waits one ack timeout after the ttl, starts.
+			// leases given up now are given back, or lapse, while the
+			// next holder, which starts after the ttl, holds back their
+			// keys (or waits one ack timeout).
 			o.s.keeper.fence()
+		}
+		if owning && o.s.keys != nil {
+			o.s.keys.dropHolds()
 		}
 	}
 	return false
+}
+
+// inherits reports whether a takeover can hold back only the keys of
+// what the group has pending (backend.PendingLister, key ordering).
+func (o *groupLock) inherits() bool {
+	_, ok := o.s.bsub.(backend.PendingLister)
+	return ok && o.s.keys != nil
+}
+
+// inherit holds back the keys of the deliveries the group has pending,
+// those the member before left unsettled, before this one starts
+// fetching: each of those keys runs its pending deliveries first, in log
+// order, as they come back after their leases. It reports false when the
+// backend cannot list them all (an error, or more than maxHolds): the
+// takeover then waits one ack timeout.
+func (o *groupLock) inherit() bool {
+	pl := o.s.bsub.(backend.PendingLister)
+	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+	defer cancel()
+	ps, complete, err := pl.PendingDeliveries(ctx, maxHolds)
+	if err != nil && !errors.Is(err, ErrUnsupported) {
+		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
+			Err: fmt.Errorf("bus: list the deliveries a key-ordered group left pending: %w (waiting one ack timeout instead)", err)})
+	}
+	if err != nil || !complete {
+		return false
+	}
+	o.s.keys.hold(ps)
+	return true
+}
+
+// recheck asks the broker again which held deliveries are pending, when
+// one a key waits for has reached its lease end: those settled meanwhile
+// no longer hold their key (see keyLines.recheck). A failure leaves the
+// holds for the next round.
+func (o *groupLock) recheck(now time.Time) {
+	pl := o.s.bsub.(backend.PendingLister)
+	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+	defer cancel()
+	ps, complete, err := pl.PendingDeliveries(ctx, maxHolds)
+	if err != nil || !complete {
+		return
+	}
+	full := o.s.waits != nil && o.s.waits.InUse() >= o.s.waits.Limit()
+	o.s.keys.recheck(ps, now, full)
 }
 
 // nothingPending reports whether the broker says the group has no

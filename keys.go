@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -75,6 +76,16 @@ type keyLine struct {
 	ready bool // the retry's delay is over; it waits for prev
 	// snoozed: the retry is a snooze, which does not count an attempt.
 	snoozed bool
+	// holds are the IDs of the key's deliveries that the group handed
+	// out before this member took the group lock over and has not
+	// settled, in log order (see keyLines.hold). Each runs before the
+	// deliveries behind it, in that order; while the next one has not
+	// come back the line has no head (an invisible one: nothing of the
+	// key runs).
+	holds []string
+	// holdEnd is when the last of holds may be handed out again; zero
+	// when unknown.
+	holdEnd time.Time
 }
 
 // draining reports whether the deliveries waiting behind a head still
@@ -108,6 +119,12 @@ func (k *keyLines) admit(ds []*record, slots int) (run []*record, used, waiting 
 			keyed = append(keyed, d)
 		}
 		l := k.lines[key]
+		if l != nil && l.head == nil && !k.closed && len(l.holds) > 0 && l.holds[0] == d.pub.ID {
+			// The held delivery the key waits for is back: it runs
+			// (or waits for a slot) as the key's head.
+			l.holds = l.holds[1:]
+			l = nil
+		}
 		switch {
 		case key != "" && l != nil:
 			// Also after close: it goes back behind the ones before it.
@@ -125,14 +142,14 @@ func (k *keyLines) admit(ds []*record, slots int) (run []*record, used, waiting 
 			// No slot left: it waits for one, holding its key.
 			d.state.Or(stateWaiting)
 			if key != "" {
-				k.lines[key] = &keyLine{head: d}
+				k.setHead(key, d)
 			}
 			k.pending = append(k.pending, d)
 		default:
 			// Also while draining: a delivery the last fetch brought
 			// is handled, not given back.
 			if key != "" {
-				k.lines[key] = &keyLine{head: d}
+				k.setHead(key, d)
 			}
 			run = append(run, d)
 			used++
@@ -148,6 +165,16 @@ func (k *keyLines) admit(ds []*record, slots int) (run []*record, used, waiting 
 	}
 	k.giveBack(back)
 	return run, used, waiting
+}
+
+// setHead makes d the head of key's line, keeping the line's holds.
+// k.mu is held.
+func (k *keyLines) setHead(key string, d *record) {
+	if l := k.lines[key]; l != nil {
+		l.head = d
+		return
+	}
+	k.lines[key] = &keyLine{head: d}
 }
 
 // pendingNow counts the deliveries that wait for an in-flight slot.
@@ -207,6 +234,30 @@ func (k *keyLines) line(d *record, of func(*keyLine) *record) (string, *keyLine)
 	return "", nil
 }
 
+// nextIndex returns the index in l.waiting of the delivery to run next:
+// the first of l.holds when it is there, else the first waiting when
+// nothing is held; -1 when there is none.
+func (l *keyLine) nextIndex() int {
+	if len(l.holds) == 0 {
+		if len(l.waiting) == 0 {
+			return -1
+		}
+		return 0
+	}
+	return slices.IndexFunc(l.waiting, func(d *record) bool { return d.pub.ID == l.holds[0] })
+}
+
+// take removes and returns l.waiting[i], dropping its hold if it is the
+// first.
+func (l *keyLine) take(i int) *record {
+	d := l.waiting[i]
+	if len(l.holds) > 0 && l.holds[0] == d.pub.ID {
+		l.holds = l.holds[1:]
+	}
+	l.waiting = slices.Delete(l.waiting, i, i+1)
+	return d
+}
+
 func lineHead(l *keyLine) *record { return l.head }
 func linePrev(l *keyLine) *record { return l.prev }
 
@@ -223,7 +274,15 @@ func (k *keyLines) done(d *record) bool {
 		// place.
 		return false
 	}
-	if len(l.waiting) == 0 || k.closed && !k.draining() {
+	i := l.nextIndex()
+	if i < 0 && len(l.holds) > 0 && !k.closed {
+		// The next of the key is a held delivery that has not come
+		// back yet: the key waits for it.
+		l.head = nil
+		k.mu.Unlock()
+		return false
+	}
+	if i < 0 || k.closed && !k.draining() {
 		// After close the rest of the key goes back to the group, in
 		// order, after its head (unless draining).
 		back := l.waiting
@@ -232,9 +291,7 @@ func (k *keyLines) done(d *record) bool {
 		k.giveBack(back)
 		return false
 	}
-	next := l.waiting[0]
-	l.waiting[0] = nil
-	l.waiting = l.waiting[1:]
+	next := l.take(i)
 	l.head = next
 	next.state.And(^stateWaiting)
 	k.s.waits.Release(1)
@@ -417,6 +474,14 @@ func (k *keyLines) close(ctx context.Context) {
 		}
 	}
 	k.pending = nil
+	for key, l := range k.lines {
+		if l.head == nil {
+			// Waiting for a held delivery: the rest of the key goes
+			// back to the group.
+			back = append(back, l.waiting...)
+			delete(k.lines, key)
+		}
+	}
 	k.mu.Unlock()
 	for _, l := range retries {
 		k.handBack(ctx, l.head, l.back, l.counted)
@@ -516,4 +581,135 @@ func (s *consumer) handlerNeverRan(d *record) {
 	if d.handlerDone() {
 		s.free(d)
 	}
+}
+
+// hold holds back the keys of ps, deliveries the group handed out before
+// this member took the group lock over and has not settled, in log
+// order: each key's held deliveries run first, in that order, as they
+// come back, and the deliveries of the key fetched meanwhile wait behind
+// them. It returns how many keys it holds.
+func (k *keyLines) hold(ps []backend.Pending) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, p := range ps {
+		if p.Key == "" {
+			continue
+		}
+		l := k.lines[p.Key]
+		if l == nil {
+			l = &keyLine{}
+			k.lines[p.Key] = l
+		}
+		if len(l.holds) == 0 {
+			n++
+		}
+		l.holds = append(l.holds, p.ID)
+		if p.LeaseEnd.IsZero() || l.holdEnd.IsZero() && len(l.holds) > 1 {
+			l.holdEnd = time.Time{}
+		} else {
+			l.holdEnd = maxTime(l.holdEnd, p.LeaseEnd)
+		}
+	}
+	return n
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// holdsDue reports whether a key waits for a held delivery whose lease
+// has ended by now (or whose end is unknown): one the group may have
+// settled meanwhile (its member acked it just before it died), which only
+// the group's list of pending deliveries tells (see recheck).
+func (k *keyLines) holdsDue(now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range k.lines {
+		if l.head == nil && len(l.holds) > 0 && !now.Before(l.holdEnd) {
+			return true
+		}
+	}
+	return false
+}
+
+// recheck drops the holds whose deliveries the group no longer lists as
+// pending (ps, complete): they were settled. A key that waited for one
+// runs its next delivery (it waits for an in-flight slot, see
+// runPending); a key left with nothing is free. When full is set (the
+// waiting set is full, so that nothing more is fetched) the deliveries
+// waiting behind a held delivery that is due go back to the group,
+// uncounted, so that the fetch that brings it back can run; they come
+// back behind it.
+func (k *keyLines) recheck(ps []backend.Pending, now time.Time, full bool) {
+	ids := make(map[string]struct{}, len(ps))
+	for _, p := range ps {
+		ids[p.ID] = struct{}{}
+	}
+	var back []*record
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	for key, l := range k.lines {
+		if len(l.holds) == 0 {
+			continue
+		}
+		l.holds = slices.DeleteFunc(l.holds, func(id string) bool { _, ok := ids[id]; return !ok })
+		if l.head != nil {
+			continue
+		}
+		if i := l.nextIndex(); i >= 0 {
+			d := l.take(i)
+			l.head = d
+			k.pending = append(k.pending, d)
+			continue
+		}
+		if len(l.holds) == 0 {
+			delete(k.lines, key)
+			continue
+		}
+		if full && !now.Before(l.holdEnd) {
+			back = append(back, l.waiting...)
+			l.waiting = nil
+		}
+	}
+	k.mu.Unlock()
+	k.giveBack(back)
+}
+
+// dropHolds forgets every hold, when the member loses the group lock: a
+// key that waited for a held delivery gives what waits behind it up (it
+// goes back to the group, see giveUp); the next holder holds what is
+// pending then.
+func (k *keyLines) dropHolds() {
+	var up []*record
+	k.mu.Lock()
+	for key, l := range k.lines {
+		l.holds = nil
+		if l.head == nil {
+			up = append(up, l.waiting...)
+			delete(k.lines, key)
+		}
+	}
+	k.mu.Unlock()
+	for _, d := range up {
+		k.s.giveUp(d)
+	}
+}
+
+// holding reports whether a key waits for a held delivery.
+func (k *keyLines) holding() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, l := range k.lines {
+		if len(l.holds) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -228,10 +228,12 @@ func (ps *partitionShares) of(p int) *slots.Pool {
 }
 
 // partitionTTL is how long a member of a partitioned group stays in it
-// without a heartbeat: half the ack timeout, between 1 s and 15 s (the
-// partitions' group locks have the same).
+// without a heartbeat: half the ack timeout, between 1 s and maxLockTTL
+// (the partitions' group locks have the same). The partitions of a member
+// that died go to the others within about that, and each holds back only
+// the keys the dead member left pending (see groupLock).
 func partitionTTL(ackTimeout time.Duration) time.Duration {
-	return min(max(ackTimeout/2, time.Second), 15*time.Second)
+	return ownerTTL(ackTimeout)
 }
 
 // memberName names a member of a partitioned group for the operators who

@@ -57,6 +57,10 @@
 //     the bus command). A figure the backend cannot know is Unknown.
 //   - GroupLocker: one member of a group at a time consumes a topic
 //     (key-ordered groups, and a partition's owner).
+//   - PendingLister: the deliveries a group handed out and has not
+//     settled, with their keys, in log order: a key-ordered member that
+//     takes the group lock over from a crashed one holds back only the
+//     keys those deliveries carry (see docs/ordering.md).
 //   - Partitioner: a topic's partition count, stored at the broker, and
 //     the live members of a group; the bus builds partitioned topics out
 //     of ordinary ones (PartitionTopic, PartitionOf, AssignPartitions).

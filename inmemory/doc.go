@@ -102,7 +102,9 @@
 //	Extend          true   (Subscription implements backend.Extender)
 //	MaxPayload      0      (no limit of its own)
 //
-// Subscriptions also implement backend.DeadLetterer.
+// Subscriptions also implement backend.DeadLetterer and
+// backend.PendingLister (the group's leases, due redeliveries and delayed
+// nacks, exact, in log order).
 //
 // # Concurrency
 //

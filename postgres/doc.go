@@ -296,7 +296,11 @@
 // receives first deliveries in publish order), StartOldest, Extend and
 // Scheduling (DeliverAt is the row's visible_at) are all true. MaxPayload
 // is Options.MaxPayload (64 MiB by default). Subscriptions implement
-// backend.Extender, Releaser, Snoozer and DeadLetterer; the Backend
+// backend.Extender, Releaser, Snoozer, DeadLetterer and PendingLister
+// (the delivery rows handed out at least once and the seqs pending in
+// leases, with their messages' IDs and keys, in log order, in one
+// statement: a key-ordered member that takes over from a crashed one
+// holds back only those keys); the Backend
 // implements Inspector (Consumers counts the group's subscriptions whose
 // bus_members row is live: one that closed stops counting at once, one
 // whose process died within 15 s; Pending counts delivery rows with n >

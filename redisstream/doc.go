@@ -121,6 +121,12 @@
 //     the same script).
 //   - Extend resets the idle time (XCLAIM ... JUSTID) without counting a
 //     delivery.
+//   - PendingDeliveries (backend.PendingLister: a key-ordered member
+//     taking over from a crashed one holds back only the keys it left)
+//     reads the group's pending entries list with XPENDING and their
+//     message IDs and keys with XRANGE, in one pipeline, up to the count
+//     asked for; a lease end is the group's lease less the entry's idle
+//     time.
 //   - Release (backend.Releaser: a delivery whose handler a shutdown
 //     cancelled) makes the entry claimable at once and lowers its
 //     delivery count by one (XCLAIM ... RETRYCOUNT), in a Lua script with

@@ -32,6 +32,8 @@ type Target interface {
 type Member struct {
 	Target
 	dead atomic.Bool
+	// receiving counts the Receives under way at the target.
+	receiving atomic.Int32
 }
 
 // New returns a live member of t.
@@ -39,6 +41,13 @@ func New(t Target) *Member { return &Member{Target: t} }
 
 // Crash kills the member: every call it makes from now on fails.
 func (m *Member) Crash() { m.dead.Store(true) }
+
+// Fetching reports whether a Receive the member started before it
+// crashed is still under way at the target: as for a fetch a killed
+// process had under way at the broker, what it is handed is leased to
+// the dead member. Once Crash was called and Fetching reports false, the
+// member fetches nothing more.
+func (m *Member) Fetching() bool { return m.receiving.Load() > 0 }
 
 // Dead reports whether Crash was called.
 func (m *Member) Dead() bool { return m.dead.Load() }
@@ -100,6 +109,8 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		<-ctx.Done() // a dead member fetches nothing
 		return nil, ctx.Err()
 	}
+	s.m.receiving.Add(1)
+	defer s.m.receiving.Add(-1)
 	return s.Subscription.Receive(ctx, max)
 }
 
@@ -139,4 +150,16 @@ func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
 		return r.Release(ctx, id)
 	}
 	return s.Subscription.Nack(ctx, id, 0)
+}
+
+// PendingDeliveries forwards to the subscription's PendingLister.
+func (s *subscription) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
+	x, ok := s.Subscription.(backend.PendingLister)
+	switch {
+	case s.m.Dead():
+		return nil, false, ErrCrashed
+	case !ok:
+		return nil, false, fmt.Errorf("crashtest: %w: the subscription is no backend.PendingLister", backend.ErrUnsupported)
+	}
+	return x.PendingDeliveries(ctx, max)
 }

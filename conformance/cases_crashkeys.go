@@ -1,0 +1,138 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/testkit/crashtest"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// crashAckTimeout is the ack timeout of testCrashStallsOnlyItsKeys: long
+// next to the bound within which the other keys resume, so that a member
+// that waits one ack timeout after a takeover fails the case.
+const crashAckTimeout = 20 * time.Second
+
+// crashResumeBound is within how long after a key-ordered member died
+// the group's other keys resume on a backend with backend.PendingLister:
+// the group lock's ttl, the handover settle and the list, with room for
+// a loaded machine (docs/ordering.md states the bound).
+const crashResumeBound = 10 * time.Second
+
+// handledAt is one delivery a surviving member handled.
+type handledAt struct {
+	id      string
+	attempt int
+	at      time.Time
+}
+
+// testCrashStallsOnlyItsKeys: member A of a key-ordered group dies while
+// it handles a-0 (a-1 waiting behind it); member B, waiting for the group
+// lock, takes over. B handles another key's messages, published after
+// the crash, within crashResumeBound, far less than the ack timeout; key
+// a resumes only when a-0's lease ends, a-0 first (redelivered), then
+// a-1. A backend without backend.PendingLister waits one ack timeout:
+// the case is skipped there.
+func testCrashStallsOnlyItsKeys(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	h.locker(t)
+	if !h.probe(func(sub backend.Subscription) bool { _, ok := sub.(backend.PendingLister); return ok }) {
+		t.Skipf("%s subscriptions do not implement backend.PendingLister: a takeover waits one ack timeout", s.caps.Name)
+	}
+	topic, group := h.topic("crashkeys"), h.group("crashkeys")
+	ackTimeout := s.cfg.dur(crashAckTimeout)
+	var mu sync.Mutex
+	var got []handledAt
+	started := make(chan string, 8)
+	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithAckTimeout(ackTimeout), bus.WithMaxInFlight(4)}
+	members := [2]*crashtest.Member{crashtest.New(h.be), crashtest.New(h.be)}
+	subscribe := func(i int) {
+		b := bus.New(members[i], bus.WithObserver(observer.Nop()))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
+			defer cancel()
+			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
+		})
+		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+			if i == 0 {
+				trySend(started, d.ID)
+				<-ctx.Done() // A holds what it is handling until it dies
+				return ctx.Err()
+			}
+			mu.Lock()
+			got = append(got, handledAt{d.ID, d.Attempt, time.Now()})
+			mu.Unlock()
+			return nil
+		}, opts...)
+		require.NoError(t, err)
+	}
+	subscribe(0)
+	h.publish(topic, &bus.Message{ID: "a-0", Key: "a"}, &bus.Message{ID: "a-1", Key: "a"})
+	require.Equal(t, "a-0", recv(t, s, started, "member A handles a-0"))
+	subscribe(1) // B waits for the group lock
+	members[0].Crash()
+	crashed := time.Now()
+	// What A's last fetch is handed is A's: the other keys are published
+	// once it is over, as to a process that is gone.
+	s.eventually(t, func() bool { return !members[0].Fetching() }, "member A's last fetch ends")
+	h.publish(topic, &bus.Message{ID: "b-0", Key: "b"}, &bus.Message{ID: "b-1", Key: "b"}, &bus.Message{ID: "c-0", Key: "c"})
+
+	snapshot := func() []handledAt {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]handledAt(nil), got...)
+	}
+	find := func(hs []handledAt, id string) (handledAt, bool) {
+		for _, x := range hs {
+			if x.id == id {
+				return x, true
+			}
+		}
+		return handledAt{}, false
+	}
+	require.Eventually(t, func() bool {
+		hs := snapshot()
+		_, b1 := find(hs, "b-1")
+		_, c0 := find(hs, "c-0")
+		return b1 && c0
+	}, crashResumeBound+s.deadline(), pollInterval, "member B handles the other keys")
+	hs := snapshot()
+	b1, _ := find(hs, "b-1")
+	c0, _ := find(hs, "c-0")
+	last := b1.at
+	if c0.at.After(last) {
+		last = c0.at
+	}
+	took := last.Sub(crashed)
+	require.Less(t, took, s.cfg.dur(crashResumeBound),
+		"the other keys resumed %v after the crash, with a %v ack timeout: the bound is %v", took, ackTimeout, s.cfg.dur(crashResumeBound))
+	_, a0 := find(hs, "a-0")
+	_, a1 := find(hs, "a-1")
+	require.False(t, a0 || a1, "key a ran before a-0's lease ended: %v", hs)
+	t.Logf("other keys resumed %v after the crash (ack timeout %v)", took.Round(time.Millisecond), ackTimeout)
+	if testing.Short() {
+		return
+	}
+	require.Eventually(t, func() bool {
+		_, ok := find(snapshot(), "a-1")
+		return ok
+	}, ackTimeout+s.deadline(), pollInterval, "key a resumes after a-0's lease")
+	hs = snapshot()
+	var order []string
+	for _, x := range hs {
+		if x.id == "a-0" || x.id == "a-1" {
+			order = append(order, x.id)
+		}
+	}
+	require.Equal(t, []string{"a-0", "a-1"}, order[:2], "key a in order after the crash: %v", hs)
+	a, _ := find(hs, "a-0")
+	require.Equal(t, 2, a.attempt, "a-0 is the dead member's delivery, redelivered")
+	t.Logf("key a resumed %v after the crash, %s", a.at.Sub(crashed).Round(time.Millisecond), fmt.Sprint(order))
+}
