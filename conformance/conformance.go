@@ -180,6 +180,7 @@ var cases = []testCase{
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 	{name: "TypedContentRoundTrip", run: testTypedContentRoundTrip},
 	{name: "TypedUndecodableDeadLettered", run: testTypedUndecodableDeadLettered},
+	{name: "TypedCloudEvents", run: testTypedCloudEvents},
 }
 
 // Run runs every case that the backend's Capabilities allow. Each case is a
