@@ -454,7 +454,7 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
-		Handler: handler,
+		Handler: handler, Decoder: o.decoder,
 	}
 	if b.events != nil && s.topic != b.opts.events {
 		cfg.Event = b.eventHook(s)

@@ -117,6 +117,9 @@ type consumerConfig struct {
 	Logger         *slog.Logger
 	// Handler runs a delivery: the user's, inside its middleware.
 	Handler Handler
+	// Decoder, when set, decodes each delivery before Handler runs (a
+	// typed subscription's; see decoder).
+	Decoder decoder
 	// KeyOrdering sequences the deliveries of each key (see keyLines);
 	// MaxWaiting bounds those that wait for their key: they hold no
 	// in-flight slot, and fetching pauses only while this many wait.

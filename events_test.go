@@ -348,3 +348,19 @@ func TestEventsReceivedIsVisibleWhileASlowHandlerRuns(t *testing.T) {
 	assert.WithinDuration(t, received.Time.Add(succeeded.Duration), succeeded.Time, time.Millisecond,
 		"the two stamps are the handler's duration apart")
 }
+
+func TestEventsOfAnUndecodableMessage(t *testing.T) {
+	defer watchdog(t, time.Minute, t.Name())()
+	b, in := eventsBus(t)
+	ctx := context.Background()
+	topic := bus.NewTopic[map[string]int]("orders")
+	_, err := topic.Subscribe(ctx, b, func(context.Context, map[string]int, *bus.Delivery) error {
+		t.Error("an undecodable message reached the handler")
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1", Payload: []byte("[1, 2")}))
+	h := waitKinds(t, in, "o-1", lifecycle.DeadLettered)
+	assert.Equal(t, string(bus.CodeUndecodable), h.Entries[0].Code, "the dead-letter code")
+	assert.Contains(t, h.Entries[0].Error, "unexpected end of JSON input", "the decode error")
+}

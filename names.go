@@ -61,6 +61,8 @@ const (
 	CodeLeaseLost     = backend.CodeLeaseLost     // "lease_lost": the lease could not be kept
 	CodeMalformed     = backend.CodeMalformed     // "malformed": the backend could not decode the entry
 	CodeOversized     = backend.CodeOversized     // "oversized": the payload was over the max payload
+	CodeUndecodable   = backend.CodeUndecodable   // "undecodable": a typed subscription's codec could not decode the payload or does not read its content type
+	CodeUnknownType   = backend.CodeUnknownType   // "unknown_type": a Router has no handler for the event type
 )
 
 // Headers of a dead-letter copy, set by the bus or the backend that

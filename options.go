@@ -104,7 +104,8 @@ type subscribeOptions struct {
 	middleware     []Middleware
 	maxExtension   time.Duration
 	keyOrdering    bool
-	maxWaiting     int // 0: the default (see WithMaxWaiting)
+	maxWaiting     int     // 0: the default (see WithMaxWaiting)
+	decoder        decoder // a typed subscription's (see Topic.Subscribe), or nil
 }
 
 type busOptionFunc func(*busOptions) error

@@ -37,6 +37,9 @@ type record struct {
 	// outcomeShift on, the Outcome.
 	state   atomic.Uint32
 	attempt int32
+	// val is what the subscription's decoder made of the delivery, for
+	// its handler (Delivery.decoded); nil without a decoder.
+	val any
 }
 
 // deliveryExt holds the state few deliveries need, so the common one

@@ -28,6 +28,10 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 		(*handlerCtx)(d).end()
 		return d.handlerDone()
 	}
+	if s.cfg.Decoder != nil && !s.decode(d) {
+		(*handlerCtx)(d).end()
+		return d.handlerDone()
+	}
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
@@ -49,6 +53,27 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 		}
 	}
 	return d.handlerDone()
+}
+
+// decode runs the subscription's decoder on d and reports whether d goes
+// on to the handler; one that does not is settled here: acked when the
+// decoder skips it, dead-lettered (code undecodable unless the error
+// carries one) when it cannot decode it.
+func (s *consumer) decode(d *record) bool {
+	v, err := s.cfg.Decoder.decode(&d.pub)
+	switch {
+	case err == nil:
+		d.val = v
+		return true
+	case errors.Is(err, errSkip):
+		if d.claim() {
+			s.settleErr(d, observer.ScopeAck, d.doAck())
+		}
+	default:
+		d.claim()
+		s.deadLetter(d, withCode(backend.CodeUndecodable, err))
+	}
+	return false
 }
 
 // callObserved calls the handler on worker w, timing it for the

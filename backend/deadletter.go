@@ -128,6 +128,8 @@ const (
 	CodeLeaseLost     DeadLetterCode = "lease_lost"     // the lease could not be kept for the last attempt
 	CodeExpired       DeadLetterCode = "expired"        // the message reached its ExpiresAt before it was handled
 	CodeTrimmed       DeadLetterCode = "trimmed"        // the broker dropped the entry (retention, MAXLEN) before it was delivered
+	CodeUndecodable   DeadLetterCode = "undecodable"    // a typed subscription's codec could not decode the payload, or does not read its content type
+	CodeUnknownType   DeadLetterCode = "unknown_type"   // a typed router has no handler for the event type
 )
 
 // ParseDeadLetterCode returns the code a dead-letter copy carries in

@@ -184,6 +184,9 @@ var cases = []testCase{
 	{name: "SeekGroup", needs: []capability{capGroups, capRedelivery}, run: testSeekGroup},
 	{name: "DeadLetterReplayRoundTrip", needs: []capability{capRedelivery}, run: testDeadLetterReplayRoundTrip},
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
+	{name: "TypedContentRoundTrip", run: testTypedContentRoundTrip},
+	{name: "TypedUndecodableDeadLettered", run: testTypedUndecodableDeadLettered},
+	{name: "TypedCloudEvents", run: testTypedCloudEvents},
 }
 
 // Run runs every case that the backend's Capabilities allow. Each case is a

@@ -20,6 +20,10 @@
 //     BenchmarkPublishPortableLayer: the portable layer alone, over
 //     backends that do no I/O, with allocations per message (see
 //     portable_test.go).
+//   - BenchmarkTypedPublish and BenchmarkTypedConsume: a typed topic
+//     (bus.Topic, the JSON codec) beside the untyped path with the payload
+//     already encoded and with encoding/json called by hand, over backends
+//     that do no I/O, with allocations per message (see typed_test.go).
 //   - BenchmarkOutboxE2E: the transactional outbox (outbox.Publish, a
 //     relay, the bus on Redis) against the dual write it replaces (an
 //     INSERT, then XADDs), on a private PostgreSQL (see outbox_test.go).

@@ -32,7 +32,8 @@ const (
 	OutcomeKey = attribute.Key("bus.delivery.outcome")
 	// DeadLetterCodeKey labels bus.messages.dead_lettered and
 	// bus.messages.dropped with the reason code (max_deliveries,
-	// rejected, malformed, oversized, lease_lost, expired, trimmed).
+	// rejected, malformed, oversized, lease_lost, expired, trimmed,
+	// undecodable, unknown_type).
 	DeadLetterCodeKey = attribute.Key("bus.dlq.code")
 )
 
