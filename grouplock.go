@@ -201,9 +201,18 @@ func (o *groupLock) round(r *ownerRound) bool {
 		}
 		r.other = false
 		if !owning && r.inherit && !now.Before(r.openAt) {
-			r.inherit = false
-			if !o.inherit() {
+			switch {
+			case !o.s.keys.idle() && now.Before(r.takenAt.Add(o.s.cfg.AckTimeout)):
+				// What this member fetched under an earlier hold of
+				// the lock, fenced, is still going back: the holds
+				// are taken once it has (a record of it would stand
+				// for a held delivery that is yet to come back).
+				r.openAt = now.Add(waitPoll)
+			case !o.s.keys.idle() || !o.inherit():
+				r.inherit = false
 				r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+			default:
+				r.inherit = false
 			}
 		}
 		if owning && o.s.keys != nil && o.s.keys.holdsDue(now) {

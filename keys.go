@@ -713,3 +713,11 @@ func (k *keyLines) holding() bool {
 	}
 	return false
 }
+
+// idle reports whether no delivery is here: none held by its key, none
+// waiting for a slot.
+func (k *keyLines) idle() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.lines) == 0 && len(k.pending) == 0
+}
