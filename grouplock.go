@@ -219,7 +219,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 			o.recheck(now)
 		}
 		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {
-			r.openAt = now
+			r.openAt, r.inherit = now, false
 		}
 		if !owning && !now.Before(r.openAt) {
 			r.openAt = time.Time{}
