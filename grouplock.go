@@ -201,16 +201,25 @@ func (o *groupLock) round(r *ownerRound) bool {
 		}
 		r.other = false
 		if !owning && r.inherit && !now.Before(r.openAt) {
-			r.inherit = false
-			if !o.inherit() {
+			switch {
+			case !o.s.keys.idle() && now.Before(r.takenAt.Add(o.s.cfg.AckTimeout)):
+				// What this member fetched under an earlier hold of
+				// the lock, fenced, is still going back: the holds
+				// are taken once it has (a record of it would stand
+				// for a held delivery that is yet to come back).
+				r.openAt = now.Add(waitPoll)
+			case !o.s.keys.idle() || !o.inherit():
+				r.inherit = false
 				r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+			default:
+				r.inherit = false
 			}
 		}
 		if owning && o.s.keys != nil && o.s.keys.holdsDue(now) {
 			o.recheck(now)
 		}
 		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {
-			r.openAt = now
+			r.openAt, r.inherit = now, false
 		}
 		if !owning && !now.Before(r.openAt) {
 			r.openAt = time.Time{}

@@ -284,9 +284,9 @@ func crashedHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, leas
 }
 
 // A member that takes the group lock over from one that let it lapse (a
-// crashed member) with a delivery unsettled waits one ack timeout before
-// it fetches, so that what the lapsed member left is back with the group
-// first, and handled before what came after it.
+// crashed member) with a delivery unsettled holds that delivery's key
+// until it is back with the group, after its lease: it is handled before
+// what came after it.
 func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
@@ -1007,4 +1007,147 @@ func TestKeyOrderingCloseGivesPendingDeliveriesBack(t *testing.T) {
 	}
 	assert.LessOrEqual(t, maxRunning.Load(), int64(inFlight), "handlers running at once")
 	assert.Len(t, started, 0, "no delivery started after the two that held the slots")
+}
+
+// settlingBackend is an in-memory backend whose subscriptions run
+// afterList once, after their first list of pending deliveries.
+type settlingBackend struct {
+	*inmemory.Backend
+	afterList func()
+}
+
+func (b *settlingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &settlingSub{Subscription: sub.(*inmemory.Subscription), b: b}, nil
+}
+
+type settlingSub struct {
+	*inmemory.Subscription
+	b    *settlingBackend
+	once sync.Once
+}
+
+func (s *settlingSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
+	ps, complete, err := s.Subscription.PendingDeliveries(ctx, max)
+	s.once.Do(s.b.afterList)
+	return ps, complete, err
+}
+
+// A member that takes the group lock over from a crashed one holds the
+// keys of what the group has pending, and runs the other keys at once:
+// the held key's pending delivery comes back after its lease and runs
+// first, then the rest of its key.
+func TestKeyOrderingTakeoverHoldsOnlyThePendingKeys(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
+	ctx := context.Background()
+	require.NoError(t, be.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
+	defer ghost.Close()
+	got := takeOver(t, be, lease, 3)
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
+	assert.Equal(t, "k-0", got[1].id, "the crashed member's delivery comes back first: %v", got)
+	assert.Equal(t, 2, got[1].attempt, "k-0 is a redelivery: %v", got)
+	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
+}
+
+// A held delivery that the crashed member's ack settled after the list
+// (it acked just before it died) never comes back: once its lease has
+// ended the member looks it up again, and its key runs on.
+func TestKeyOrderingHeldDeliverySettledLaterFreesItsKey(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer ghost.Close()
+	taken, err := ghost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+	held, _, err := raw.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+	be := &settlingBackend{Backend: raw, afterList: func() {
+		// The crashed member's ack of k-0 lands after the list.
+		assert.NoError(t, ghost.Ack(ctx, []backend.AckID{taken[0].AckID}))
+	}}
+	got := takeOver(t, be, lease, 2)
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
+	assert.Equal(t, "k-1", got[1].id, "k-0 was settled: its key runs on: %v", got)
+	assert.GreaterOrEqual(t, got[1].at, lease-ghostTTL, "k-1 waited for k-0's lease: %v", got)
+}
+
+// handledAt is a delivery a test's handler saw, and when.
+type handledAt struct {
+	id      string
+	attempt int
+	at      time.Duration
+}
+
+// takeOver subscribes a key-ordered member of group g of "orders" on be
+// (whose lock a crashed member let lapse), publishes k-1 and j-0, and
+// returns the first n deliveries it handles.
+func takeOver(t *testing.T, be backend.Backend, lease time.Duration, n int, opts ...bus.SubscribeOption) []handledAt {
+	t.Helper()
+	return takeOverWith(t, be, lease, n, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "j-0", Key: "j"}}, opts...)
+}
+
+// takeOverWith is takeOver publishing msgs.
+func takeOverWith(t *testing.T, be backend.Backend, lease time.Duration, n int, msgs []*bus.Message, opts ...bus.SubscribeOption) []handledAt {
+	t.Helper()
+	ctx := context.Background()
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	start := time.Now()
+	handled := make(chan handledAt, 8)
+	_, err := b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case handled <- handledAt{d.ID, d.Attempt, time.Since(start)}:
+		default:
+		}
+		return nil
+	}, append([]bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", msgs...))
+	var got []handledAt
+	for len(got) < n {
+		select {
+		case x := <-handled:
+			got = append(got, x)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handled only %v", got)
+		}
+	}
+	return got
+}
+
+// When the deliveries waiting behind a held key fill the waiting set, so
+// that nothing more is fetched, they go back to the group once the held
+// delivery's lease has ended, and the fetch that brings it back runs:
+// the key stays in order, and the other keys run.
+func TestKeyOrderingHeldKeyThatFillsTheWaitingSetGoesBack(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
+	ctx := context.Background()
+	require.NoError(t, be.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
+	defer ghost.Close()
+	got := takeOverWith(t, be, lease, 4, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
+		bus.WithMaxWaiting(2), bus.WithMaxInFlight(1))
+	var ks []string
+	for _, x := range got {
+		if strings.HasPrefix(x.id, "k-") {
+			ks = append(ks, x.id)
+		}
+	}
+	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, ks[:3], "key k in order: %v", got)
 }

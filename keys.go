@@ -702,14 +702,10 @@ func (k *keyLines) dropHolds() {
 	}
 }
 
-// holding reports whether a key waits for a held delivery.
-func (k *keyLines) holding() bool {
+// idle reports whether no delivery is here: none held by its key, none
+// waiting for a slot.
+func (k *keyLines) idle() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, l := range k.lines {
-		if len(l.holds) > 0 {
-			return true
-		}
-	}
-	return false
+	return len(k.lines) == 0 && len(k.pending) == 0
 }

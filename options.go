@@ -370,7 +370,11 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // On a backend with a group lock (backend.GroupLocker: mem, Redis and
 // NATS JetStream) one member of the group consumes at a time; the others
 // take over when it closes or dies, so the order holds across members in
-// one process or many. Elsewhere the order holds within one subscription
+// one process or many. A member that takes over from one that died
+// holds back only the keys the dead member left unsettled, until their
+// leases end, and runs the others within seconds (on a backend with
+// backend.PendingLister; without it, it waits one ack timeout). On a
+// backend without a group lock the order holds within one subscription
 // only: run one member per group. When a subscription
 // closes, the deliveries waiting for their key go back to the group. A
 // delivery whose lease is lost (its member crashed, or the keep-alive

@@ -23,6 +23,13 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, newConformanceBackend)
 }
 
+// TestMeasureCrash measures a kill of a key-ordered member with the
+// default ack timeout (only with BUS_MEASURE_CRASH set).
+func TestMeasureCrash(t *testing.T) {
+	t.Run("Locked", func(t *testing.T) { conformance.MeasureCrash(t, newConformanceBackend, 1) })
+	t.Run("Partitioned", func(t *testing.T) { conformance.MeasureCrash(t, newConformanceBackend, 4) })
+}
+
 func BenchmarkConformance(b *testing.B) {
 	conformance.RunBenchmarks(b, newConformanceBackend)
 }

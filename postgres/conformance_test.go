@@ -21,6 +21,7 @@ import (
 func TestOnOneServer(t *testing.T) {
 	srv := pgtest.Start(t)
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, srv.URL()) })
+	t.Run("MeasureCrash", func(t *testing.T) { testMeasureCrash(t, srv.URL()) })
 	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
 	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
@@ -66,4 +67,20 @@ func testConformance(t *testing.T, rawURL string) {
 		require.NoError(t, err, "open the backend")
 		return b
 	})
+}
+
+// testMeasureCrash measures a kill of a key-ordered member with the
+// default ack timeout (only with BUS_MEASURE_CRASH set).
+func testMeasureCrash(t *testing.T, rawURL string) {
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	nb := func(t testing.TB) backend.Backend {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := postgres.OpenURL(ctx, u)
+		require.NoError(t, err, "open the backend")
+		return b
+	}
+	t.Run("Locked", func(t *testing.T) { conformance.MeasureCrash(t, nb, 1) })
+	t.Run("Partitioned", func(t *testing.T) { conformance.MeasureCrash(t, nb, 4) })
 }

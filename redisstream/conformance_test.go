@@ -3,6 +3,7 @@ package redisstream_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -26,6 +27,20 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, redis.NewClient(opts), nil)
 	})
+}
+
+// TestMeasureCrash measures a kill of a key-ordered member with the
+// default ack timeout (only with BUS_MEASURE_CRASH set).
+func TestMeasureCrash(t *testing.T) {
+	if os.Getenv(conformance.MeasureCrashEnv) == "" {
+		t.Skipf("set %s to measure a crash", conformance.MeasureCrashEnv)
+	}
+	u := redistest.URL(t)
+	opts, err := redis.ParseURL(u)
+	require.NoError(t, err, "parse the test server URL")
+	nb := func(t testing.TB) backend.Backend { return newBackend(t, redis.NewClient(opts), nil) }
+	t.Run("Locked", func(t *testing.T) { conformance.MeasureCrash(t, nb, 1) })
+	t.Run("Partitioned", func(t *testing.T) { conformance.MeasureCrash(t, nb, 4) })
 }
 
 // TestConformanceCluster runs the suite against a private 3-master Redis
