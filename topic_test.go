@@ -301,3 +301,43 @@ type publisherFunc func(ctx context.Context, topic string, msgs ...*bus.Message)
 func (f publisherFunc) Publish(ctx context.Context, topic string, msgs ...*bus.Message) error {
 	return f(ctx, topic, msgs...)
 }
+
+// The JSON column of docs/typed-events.md's schema evolution table.
+func TestJSONSchemaEvolution(t *testing.T) {
+	type v1 struct {
+		OrderID string `json:"order_id"`
+		Cents   int64  `json:"cents"`
+	}
+	type v2 struct {
+		OrderID  string `json:"order_id"`
+		Cents    int64  `json:"cents"`
+		Currency string `json:"currency"`
+	}
+	type v3 struct {
+		OrderID string `json:"order_id"`
+		Cents   string `json:"cents"`
+	}
+	ctx := context.Background()
+	b := openMem(t)
+	dlq := collectDLQ(t, b, "orders.dlq")
+	old := bus.NewTopic[v1]("orders", bus.WithEventType("order.paid"))
+	added := bus.NewTopic[v2]("orders", bus.WithEventType("order.paid"))
+	changed := bus.NewTopic[v3]("orders", bus.WithEventType("order.paid"))
+	got := make(chan v1, 4)
+	_, err := old.Subscribe(ctx, b, func(_ context.Context, v v1, _ *bus.Delivery) error {
+		got <- v
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, added.Publish(ctx, b, v2{"o-1", 5, "EUR"}))
+	assert.Equal(t, v1{"o-1", 5}, recvWhat(t, got, "an event with an added field"), "an old consumer ignores an added field")
+
+	newer, err := added.Decode(&bus.Delivery{Message: bus.Message{Payload: []byte(`{"order_id":"o-2","cents":7}`)}})
+	require.NoError(t, err)
+	assert.Equal(t, v2{"o-2", 7, ""}, newer, "a new consumer reading an old event gets the zero value")
+
+	require.NoError(t, changed.Publish(ctx, b, v3{"o-3", "seven"}, bus.WithID("changed")))
+	dl := recvWhat(t, dlq, "the event whose field changed type")
+	assert.Equal(t, "changed", dl.ID, "dead-lettered")
+	assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "undecodable")
+}
