@@ -76,9 +76,11 @@ func TestTypedRoundTripCarriesValueFieldsAndContentType(t *testing.T) {
 	require.NoError(t, err)
 
 	exp := time.Now().Add(time.Hour)
+	due := time.Now().Add(100 * time.Millisecond)
 	require.NoError(t, topic.Publish(ctx, b, orderPaid{"o-1", 1250},
-		bus.WithID("id-1"), bus.WithKey("customer-7"), bus.WithHeader("tenant", "acme"), bus.WithExpiresAt(exp)))
+		bus.WithID("id-1"), bus.WithKey("customer-7"), bus.WithHeader("tenant", "acme"), bus.WithExpiresAt(exp), bus.WithDeliverAt(due)))
 	g := recvWhat(t, got, "the typed delivery")
+	assert.False(t, time.Now().Before(due.Truncate(time.Millisecond)), "delivered no earlier than DeliverAt")
 	assert.Equal(t, orderPaid{"o-1", 1250}, g.v, "the handler gets the decoded value")
 	assert.Equal(t, "id-1", g.d.ID, "ID")
 	assert.Equal(t, "customer-7", g.d.Key, "Key")
