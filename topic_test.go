@@ -184,13 +184,19 @@ func TestTypedRefusesContentTypeItsCodecDoesNotRead(t *testing.T) {
 		&bus.Message{ID: "xml", Headers: map[string]string{bus.HeaderContentType: "application/xml"}, Payload: []byte(`{"order_id":"x"}`)},
 		&bus.Message{ID: "json-params", Headers: map[string]string{bus.HeaderContentType: "application/json; charset=utf-8"}, Payload: []byte(`{"order_id":"p"}`)},
 		&bus.Message{ID: "none", Payload: []byte(`{"order_id":"n"}`)},
+		&bus.Message{ID: "suffix", Headers: map[string]string{bus.HeaderContentType: "application/vnd.orders+json"}, Payload: []byte(`{"order_id":"s"}`)},
+		&bus.Message{ID: "structured", Headers: map[string]string{bus.HeaderContentType: "application/cloudevents+json"}, Payload: []byte(`{"specversion":"1.0","data":{"order_id":"c"}}`)},
 	))
-	dl := recvWhat(t, dlq, "the dead letter")
-	assert.Equal(t, "xml", dl.ID, "the message in a content type JSON does not read is refused")
-	assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "its code")
-	assert.Contains(t, dl.Headers[bus.HeaderDeadLetterReason], `"application/xml"`, "the reason names the content type")
-	ids := []string{recvWhat(t, got, "first").OrderID, recvWhat(t, got, "second").OrderID}
-	assert.ElementsMatch(t, []string{"p", "n"}, ids, "JSON with parameters and no content type are read")
+	refused := map[string]string{}
+	for range 2 {
+		dl := recvWhat(t, dlq, "a dead letter")
+		assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "%s: its code", dl.ID)
+		refused[dl.ID] = dl.Headers[bus.HeaderDeadLetterReason]
+	}
+	assert.Contains(t, refused["xml"], `"application/xml"`, "a content type JSON does not read is refused, and named")
+	assert.Contains(t, refused["structured"], `"application/cloudevents+json"`, "a structured-mode CloudEvent is refused")
+	ids := []string{recvWhat(t, got, "first").OrderID, recvWhat(t, got, "second").OrderID, recvWhat(t, got, "third").OrderID}
+	assert.ElementsMatch(t, []string{"p", "n", "s"}, ids, "JSON with parameters, +json and no content type are read")
 }
 
 func TestTypedUndecodableCountsInLifecycleEventsAndObserver(t *testing.T) {
