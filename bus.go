@@ -144,15 +144,21 @@ func (b *Bus) Publish(ctx context.Context, topic string, msgs ...*Message) error
 			}
 		}
 	}
+	return b.publishAssigned(ctx, topic, msgs, generatedIDs(gen))
+}
+
+// publishAssigned is Publish once every message has an ID; gen are the
+// IDs the bus generated (msgid.Batch's, in message order).
+func (b *Bus) publishAssigned(ctx context.Context, topic string, msgs []*Message, gen generatedIDs) error {
 	if !b.ops.enter() {
 		return fmt.Errorf("bus: publish %q: %w", topic, ErrClosed)
 	}
 	defer b.ops.leave()
 	if _, ok := b.publish.(corePublisher); ok {
-		return b.publishCore(ctx, topic, msgs, generatedIDs(gen))
+		return b.publishCore(ctx, topic, msgs, gen)
 	}
 	if gen != "" {
-		ctx = context.WithValue(ctx, generatedKey{}, generatedIDs(gen))
+		ctx = context.WithValue(ctx, generatedKey{}, gen)
 	}
 	return b.publish.Publish(ctx, topic, msgs...)
 }

@@ -81,3 +81,21 @@ func TestCloudEventsOptionRefusesBadSettings(t *testing.T) {
 		bus.WithCloudEvents(bus.CloudEvents{Binding: bus.CloudEventsKafka, Source: "/s"})).Publish(ctx, b, nil)
 	assert.ErrorIs(t, err, bus.ErrInvalidOption, "CloudEvents without an event type")
 }
+
+func TestCloudEventsIDsTheTypedLayerAssignsCountAsGenerated(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeBackend()
+	b := bus.New(f, bus.WithPublishBatching(bus.PublishBatching{Disabled: true}))
+	defer b.Close(ctx)
+	topic := bus.NewTopic[orderPaid]("orders", bus.WithEventType("order.paid"),
+		bus.WithCloudEvents(bus.CloudEvents{Binding: bus.CloudEventsNATS, Source: "/s"}))
+	require.NoError(t, topic.Publish(ctx, b, orderPaid{"o-1", 1}))
+	require.NoError(t, topic.PublishEvents(ctx, b, bus.Event[orderPaid]{Value: orderPaid{"o-2", 2}}, bus.Event[orderPaid]{Value: orderPaid{"o-3", 3}, ID: "mine"}))
+	require.NoError(t, topic.PublishAsync(ctx, b, orderPaid{"o-4", 4}).Get(ctx))
+	got := f.publishedTo("orders")
+	require.Len(t, got, 4, "four messages")
+	for _, m := range got {
+		assert.Equal(t, m.ID, m.Headers["ce-id"], "id is the message ID")
+		assert.Equal(t, m.ID != "mine", m.IDGenerated, "%s: an ID the typed layer assigned counts as generated, a caller's does not", m.ID)
+	}
+}

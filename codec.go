@@ -36,7 +36,8 @@ type ContentTypeReader interface {
 // JSON returns the codec of encoding/json, with content type
 // "application/json". It is the default codec of NewTopic. It reads any
 // JSON media type: "application/json" with or without parameters, and
-// "application/<x>+json". A value decodes as json.Unmarshal reads it:
+// "application/<x>+json", except the CloudEvents structured mode's
+// "application/cloudevents+json" (the whole event, not a value). A value decodes as json.Unmarshal reads it:
 // fields the type lacks are ignored, fields the payload lacks keep their
 // zero value.
 func JSON() Codec { return jsonCodec{} }
@@ -54,6 +55,11 @@ func (jsonCodec) ReadsContentType(ct string) bool {
 		return true
 	}
 	mt := mediaType(ct)
+	if strings.HasPrefix(mt, "application/cloudevents") {
+		// A structured-mode CloudEvent: the event's attributes around
+		// its data, not a value of the topic's type.
+		return false
+	}
 	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
 }
 

@@ -27,6 +27,16 @@
 // combined into backend batches while the topic is busy (see
 // PublishBatching); a call alone goes straight to the backend.
 //
+// # Typed topics
+//
+// NewTopic declares a topic once with its Go type and Codec (JSON by
+// default); its Publish, PublishEvents, PublishAsync and Subscribe are a
+// thin layer over the untyped API, and a Router routes several event
+// types of one topic to a handler each. A typed subscription decodes
+// each delivery before its middleware and handler run; one that does not
+// decode is dead-lettered with code undecodable. WithCloudEvents writes
+// and reads CloudEvents attributes in a protocol binding's binary mode.
+//
 // # Errors
 //
 // Errors returned to callers wrap the sentinels in errors.go. Errors with no
@@ -56,6 +66,7 @@
 //	             │ group lock passed on, or Close ─────────► released
 //	             ▼ its turn (dispatch.go: a worker takes it)
 //	           running (settle.go: consumer.process, the handler)
+//	             │ a typed subscription's decode fails ────► dead-lettered
 //	             │ handler verdict or settlement ──────────► settled:
 //	             │     acked | nacked (a keyed head waits for its retry
 //	             │     in its key's line, as a new record) | dead-lettered

@@ -144,17 +144,31 @@ func (r *PublishResult) Get(ctx context.Context) error {
 // flight is abandoned only when the ctx of every message in it has ended. Flush waits for every result; Close
 // waits for them within its ctx.
 func (b *Bus) PublishAsync(ctx context.Context, topic string, msg *Message) *PublishResult {
-	if b.optErr != nil {
-		return failedResult(b.optErr)
-	}
-	if err := backend.ValidateTopic(topic); err != nil {
-		return failedResult(fmt.Errorf("bus: publish: %w", err))
+	if err := b.asyncPrecheck(topic); err != nil {
+		return failedResult(err)
 	}
 	genID := ""
 	if msg != nil && msg.ID == "" {
 		msg.ID = msgid.New()
 		genID = msg.ID
 	}
+	return b.publishAsyncAssigned(ctx, topic, msg, genID)
+}
+
+// asyncPrecheck is what PublishAsync refuses before it assigns an ID.
+func (b *Bus) asyncPrecheck(topic string) error {
+	if b.optErr != nil {
+		return b.optErr
+	}
+	if err := backend.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("bus: publish: %w", err)
+	}
+	return nil
+}
+
+// publishAsyncAssigned is PublishAsync after asyncPrecheck, once msg has
+// an ID; genID is that ID when the bus generated it.
+func (b *Bus) publishAsyncAssigned(ctx context.Context, topic string, msg *Message, genID string) *PublishResult {
 	if err := b.checkMessage(msg); err != nil {
 		id := ""
 		if msg != nil {

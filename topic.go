@@ -210,8 +210,14 @@ func WithExpiresAt(at time.Time) EventOption { return func(m *Message) { m.Expir
 // an untyped path, such as an outbox's publish inside a transaction. An
 // encoding error wraps ErrInvalidMessage.
 func (t *Topic[T]) Message(v T, opts ...EventOption) (*Message, error) {
+	m, _, err := t.message(v, opts)
+	return m, err
+}
+
+// message is Message, and the ID it generated (see assignIDs).
+func (t *Topic[T]) message(v T, opts []EventOption) (*Message, generatedIDs, error) {
 	if t.err != nil {
-		return nil, t.err
+		return nil, "", t.err
 	}
 	m := &Message{}
 	for _, o := range opts {
@@ -219,10 +225,39 @@ func (t *Topic[T]) Message(v T, opts ...EventOption) (*Message, error) {
 			o(m)
 		}
 	}
+	gen := t.assignIDs([]*Message{m})
 	if err := t.fill(m, v); err != nil {
-		return nil, fmt.Errorf("bus: publish %q: %w", t.name, err)
+		return nil, "", fmt.Errorf("bus: publish %q: %w", t.name, err)
 	}
-	return m, nil
+	return m, gen, nil
+}
+
+// assignIDs gives the messages without an ID one, when the topic writes
+// CloudEvents (whose id is the message ID), and returns those IDs in
+// message order, for the bus to know them as its own (publish
+// deduplication costs nothing for them). Without CloudEvents, Publish
+// assigns them.
+func (t *Topic[T]) assignIDs(msgs []*Message) generatedIDs {
+	if t.ce == nil {
+		return ""
+	}
+	missing := 0
+	for _, m := range msgs {
+		if m.ID == "" {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return ""
+	}
+	ids := msgid.Batch(missing)
+	gen := generatedIDs(ids)
+	for _, m := range msgs {
+		if m.ID == "" {
+			m.ID, ids = ids[:36], ids[36:]
+		}
+	}
+	return gen
 }
 
 // fill sets m's payload to v's encoding and adds the typed headers to a
@@ -236,9 +271,6 @@ func (t *Topic[T]) fill(m *Message, v T) error {
 	h := make(map[string]string, len(m.Headers)+7)
 	maps.Copy(h, m.Headers)
 	if t.ce != nil {
-		if m.ID == "" {
-			m.ID = msgid.New()
-		}
 		t.ce.write(h, m.ID, t.eventType, t.codec.ContentType(), time.Now())
 	} else {
 		h[HeaderContentType] = t.codec.ContentType()
@@ -253,11 +285,11 @@ func (t *Topic[T]) fill(m *Message, v T) error {
 // Publish publishes v with the fields the options set, as Bus.Publish
 // does (p is a *Bus, or a Publisher wrapping one).
 func (t *Topic[T]) Publish(ctx context.Context, p Publisher, v T, opts ...EventOption) error {
-	m, err := t.Message(v, opts...)
+	m, gen, err := t.message(v, opts)
 	if err != nil {
 		return err
 	}
-	return t.publish(ctx, p, m)
+	return t.publish(ctx, p, []*Message{m}, gen)
 }
 
 // PublishEvents publishes a batch, as Bus.Publish does: a batch that
@@ -273,17 +305,28 @@ func (t *Topic[T]) PublishEvents(ctx context.Context, p Publisher, evs ...Event[
 		e := &evs[i]
 		m := &backing[i]
 		m.ID, m.Key, m.Headers, m.DeliverAt, m.ExpiresAt = e.ID, e.Key, e.Headers, e.DeliverAt, e.ExpiresAt
-		if err := t.fill(m, e.Value); err != nil {
-			return fmt.Errorf("bus: publish %q: event %d: %w", t.name, i, err)
-		}
 		msgs[i] = m
 	}
-	return t.publish(ctx, p, msgs...)
+	gen := t.assignIDs(msgs)
+	for i := range evs {
+		if err := t.fill(msgs[i], evs[i].Value); err != nil {
+			return fmt.Errorf("bus: publish %q: event %d: %w", t.name, i, err)
+		}
+	}
+	return t.publish(ctx, p, msgs, gen)
 }
 
-func (t *Topic[T]) publish(ctx context.Context, p Publisher, msgs ...*Message) error {
+// publish publishes msgs on p; on a *Bus, the IDs in gen count as the
+// bus's own.
+func (t *Topic[T]) publish(ctx context.Context, p Publisher, msgs []*Message, gen generatedIDs) error {
 	if p == nil {
 		return fmt.Errorf("bus: publish %q: %w: nil publisher", t.name, ErrInvalidOption)
+	}
+	if b, ok := p.(*Bus); ok && gen != "" {
+		if b.optErr != nil {
+			return b.optErr
+		}
+		return b.publishAssigned(ctx, t.name, msgs, gen)
 	}
 	return p.Publish(ctx, t.name, msgs...)
 }
@@ -294,9 +337,15 @@ func (t *Topic[T]) PublishAsync(ctx context.Context, b *Bus, v T, opts ...EventO
 	if b == nil {
 		return failedResult(fmt.Errorf("bus: publish %q: %w: nil bus", t.name, ErrInvalidOption))
 	}
-	m, err := t.Message(v, opts...)
+	m, gen, err := t.message(v, opts)
 	if err != nil {
 		return failedResult(err)
 	}
-	return b.PublishAsync(ctx, t.name, m)
+	if gen == "" {
+		return b.PublishAsync(ctx, t.name, m)
+	}
+	if err := b.asyncPrecheck(t.name); err != nil {
+		return failedResult(err)
+	}
+	return b.publishAsyncAssigned(ctx, t.name, m, string(gen))
 }

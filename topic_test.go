@@ -76,9 +76,11 @@ func TestTypedRoundTripCarriesValueFieldsAndContentType(t *testing.T) {
 	require.NoError(t, err)
 
 	exp := time.Now().Add(time.Hour)
+	due := time.Now().Add(100 * time.Millisecond)
 	require.NoError(t, topic.Publish(ctx, b, orderPaid{"o-1", 1250},
-		bus.WithID("id-1"), bus.WithKey("customer-7"), bus.WithHeader("tenant", "acme"), bus.WithExpiresAt(exp)))
+		bus.WithID("id-1"), bus.WithKey("customer-7"), bus.WithHeader("tenant", "acme"), bus.WithExpiresAt(exp), bus.WithDeliverAt(due)))
 	g := recvWhat(t, got, "the typed delivery")
+	assert.False(t, time.Now().Before(due.Truncate(time.Millisecond)), "delivered no earlier than DeliverAt")
 	assert.Equal(t, orderPaid{"o-1", 1250}, g.v, "the handler gets the decoded value")
 	assert.Equal(t, "id-1", g.d.ID, "ID")
 	assert.Equal(t, "customer-7", g.d.Key, "Key")
@@ -182,13 +184,19 @@ func TestTypedRefusesContentTypeItsCodecDoesNotRead(t *testing.T) {
 		&bus.Message{ID: "xml", Headers: map[string]string{bus.HeaderContentType: "application/xml"}, Payload: []byte(`{"order_id":"x"}`)},
 		&bus.Message{ID: "json-params", Headers: map[string]string{bus.HeaderContentType: "application/json; charset=utf-8"}, Payload: []byte(`{"order_id":"p"}`)},
 		&bus.Message{ID: "none", Payload: []byte(`{"order_id":"n"}`)},
+		&bus.Message{ID: "suffix", Headers: map[string]string{bus.HeaderContentType: "application/vnd.orders+json"}, Payload: []byte(`{"order_id":"s"}`)},
+		&bus.Message{ID: "structured", Headers: map[string]string{bus.HeaderContentType: "application/cloudevents+json"}, Payload: []byte(`{"specversion":"1.0","data":{"order_id":"c"}}`)},
 	))
-	dl := recvWhat(t, dlq, "the dead letter")
-	assert.Equal(t, "xml", dl.ID, "the message in a content type JSON does not read is refused")
-	assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "its code")
-	assert.Contains(t, dl.Headers[bus.HeaderDeadLetterReason], `"application/xml"`, "the reason names the content type")
-	ids := []string{recvWhat(t, got, "first").OrderID, recvWhat(t, got, "second").OrderID}
-	assert.ElementsMatch(t, []string{"p", "n"}, ids, "JSON with parameters and no content type are read")
+	refused := map[string]string{}
+	for range 2 {
+		dl := recvWhat(t, dlq, "a dead letter")
+		assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "%s: its code", dl.ID)
+		refused[dl.ID] = dl.Headers[bus.HeaderDeadLetterReason]
+	}
+	assert.Contains(t, refused["xml"], `"application/xml"`, "a content type JSON does not read is refused, and named")
+	assert.Contains(t, refused["structured"], `"application/cloudevents+json"`, "a structured-mode CloudEvent is refused")
+	ids := []string{recvWhat(t, got, "first").OrderID, recvWhat(t, got, "second").OrderID, recvWhat(t, got, "third").OrderID}
+	assert.ElementsMatch(t, []string{"p", "n", "s"}, ids, "JSON with parameters, +json and no content type are read")
 }
 
 func TestTypedUndecodableCountsInLifecycleEventsAndObserver(t *testing.T) {
@@ -300,4 +308,44 @@ type publisherFunc func(ctx context.Context, topic string, msgs ...*bus.Message)
 
 func (f publisherFunc) Publish(ctx context.Context, topic string, msgs ...*bus.Message) error {
 	return f(ctx, topic, msgs...)
+}
+
+// The JSON column of docs/typed-events.md's schema evolution table.
+func TestJSONSchemaEvolution(t *testing.T) {
+	type v1 struct {
+		OrderID string `json:"order_id"`
+		Cents   int64  `json:"cents"`
+	}
+	type v2 struct {
+		OrderID  string `json:"order_id"`
+		Cents    int64  `json:"cents"`
+		Currency string `json:"currency"`
+	}
+	type v3 struct {
+		OrderID string `json:"order_id"`
+		Cents   string `json:"cents"`
+	}
+	ctx := context.Background()
+	b := openMem(t)
+	dlq := collectDLQ(t, b, "orders.dlq")
+	old := bus.NewTopic[v1]("orders", bus.WithEventType("order.paid"))
+	added := bus.NewTopic[v2]("orders", bus.WithEventType("order.paid"))
+	changed := bus.NewTopic[v3]("orders", bus.WithEventType("order.paid"))
+	got := make(chan v1, 4)
+	_, err := old.Subscribe(ctx, b, func(_ context.Context, v v1, _ *bus.Delivery) error {
+		got <- v
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, added.Publish(ctx, b, v2{"o-1", 5, "EUR"}))
+	assert.Equal(t, v1{"o-1", 5}, recvWhat(t, got, "an event with an added field"), "an old consumer ignores an added field")
+
+	newer, err := added.Decode(&bus.Delivery{Message: bus.Message{Payload: []byte(`{"order_id":"o-2","cents":7}`)}})
+	require.NoError(t, err)
+	assert.Equal(t, v2{"o-2", 7, ""}, newer, "a new consumer reading an old event gets the zero value")
+
+	require.NoError(t, changed.Publish(ctx, b, v3{"o-3", "seven"}, bus.WithID("changed")))
+	dl := recvWhat(t, dlq, "the event whose field changed type")
+	assert.Equal(t, "changed", dl.ID, "dead-lettered")
+	assert.Equal(t, string(bus.CodeUndecodable), dl.Headers[bus.HeaderDeadLetterCode], "undecodable")
 }
