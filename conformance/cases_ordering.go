@@ -617,6 +617,13 @@ func (l *leaveJoinLog) end(key string, seq int) {
 	}
 }
 
+// leaveJoinAckTimeout is the ack timeout of runLeaveJoin's members: no
+// lease runs out while a loaded machine stalls a member (a lease that
+// runs out may legitimately reorder a key), and a held message that
+// comes back only after it still shows as the later messages of its key
+// start before it.
+const leaveJoinAckTimeout = 5 * time.Second
+
 // runLeaveJoin runs the leave-and-join rounds on topic (of partitions
 // partitions): two members at a time, each with a Bus of its own over the
 // harness's backend; a publisher sends a message to every key every few
@@ -647,7 +654,7 @@ func runLeaveJoin(t *testing.T, s *suite, h *harness, topic string, partitions i
 			m.handled.Add(1)
 			log.end(key, seq)
 			return nil
-		}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithAckTimeout(s.ackTimeout()))
+		}, bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(4), bus.WithAckTimeout(s.cfg.dur(leaveJoinAckTimeout)))
 		require.NoError(t, err, "member %d joins", id)
 		m.sub = sub
 		members = append(members, m)
@@ -709,7 +716,7 @@ func runLeaveJoin(t *testing.T, s *suite, h *harness, topic string, partitions i
 	}
 	end()
 	want := int64(keys * perKey)
-	s.eventually(t, func() bool { return log.handled.Load() >= want }, "every message handled")
+	require.Eventually(t, func() bool { return log.handled.Load() >= want }, 2*s.deadline(), pollInterval, "every message handled")
 
 	log.mu.Lock()
 	defer log.mu.Unlock()

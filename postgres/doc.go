@@ -181,8 +181,8 @@
 //     When the subscription closes instead (a Close cuts the fetch
 //     short), Close runs the same wait and gives the deliveries back
 //     uncounted and due at once (a first delivery, of the lease or not,
-//     as a waiting row, not pending) before it returns (at most 2s, then
-//     in the background): the bus closes the subscription before it
+//     as a waiting row, not pending) before it returns (at most one ack
+//     timeout plus 2s, then in the background): the bus closes the subscription before it
 //     releases the group lock, so the member that takes the group or
 //     the partition over fetches them first, in log order, and does not
 //     wait an ack timeout for them.

@@ -839,8 +839,10 @@ guard AS (SELECT 1 FROM gl UNION ALL SELECT 1 FROM gd)`, arraysSource, 9, 10, 0,
 // uncounted, before Close returns: the member that takes the group (or
 // the partition) over next, once the bus releases the lock after this
 // Close, fetches it before anything after it. Close waits for that
-// give-back at most closeBound; past it the give-back goes on in the
-// background, while the backend is open. Close does no other I/O.
+// give-back at most one lease (the ack timeout) plus closeBound, as long
+// as it may take; the bus bounds the wait by the ctx of its Close, past
+// which the give-back goes on in the background while the backend is
+// open. Close does no other I/O.
 func (s *subscription) Close() error {
 	s.mu.Lock()
 	if s.closed.Swap(true) {
@@ -853,8 +855,9 @@ func (s *subscription) Close() error {
 	s.cancel()
 	s.b.forget(s)
 	if lost.tag != 0 {
-		done := s.b.giveBackLost(s.topic, s.gid, lost, time.Duration(s.lease)*time.Millisecond)
-		t := time.NewTimer(closeBound)
+		lease := time.Duration(s.lease) * time.Millisecond
+		done := s.b.giveBackLost(s.topic, s.gid, lost, lease)
+		t := time.NewTimer(lease + closeBound)
 		defer t.Stop()
 		select {
 		case <-done:
