@@ -146,4 +146,3 @@ func (s *Set) Snapshot() []Topic {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
-
