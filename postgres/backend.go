@@ -171,18 +171,7 @@ func (b *Backend) forget(s *subscription) {
 		delete(b.trims, s.topic)
 	}
 	b.mu.Unlock()
-	if b.opts.Retention == RetainSettled {
-		// What the subscription settled last goes with it: a consumer
-		// that exits after settling leaves nothing of it behind.
-		ctx, cancel := context.WithTimeout(b.life, closeTrimTimeout)
-		_, _ = b.trim(ctx, s.topic, trimPos{ord: "0"})
-		cancel()
-	}
 }
-
-// closeTrimTimeout bounds the trim of its topic that a subscription's
-// Close runs.
-const closeTrimTimeout = 2 * time.Second
 
 // ensureGroup returns the id of group on topic, creating the group when
 // it does not exist. A new group starting from the oldest message starts

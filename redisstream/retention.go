@@ -10,10 +10,6 @@ import (
 	"github.com/eventbus-go/bus/backend"
 )
 
-// closeTrimTimeout bounds the trim a subscription's Close runs of its
-// topic.
-const closeTrimTimeout = time.Second
-
 // trimLimit bounds the entries one approximate XTRIM removes: Redis frees
 // whole nodes of the stream up to it, and the exact trim that follows
 // visits at most one node.
@@ -109,20 +105,25 @@ func (b *Backend) trimTopic(ctx context.Context, topic string, bound backend.Ret
 	return removed.Load(), err
 }
 
-// trimOnClose trims what every group settled of topic when a
-// subscription closes, within closeTrimTimeout, so that a consumer that
-// settled everything and exits leaves nothing of it behind.
-func (b *Backend) trimOnClose(topic string) error {
+// TrimSettled trims what every group of topic settled (RetainSettled;
+// other retentions trim nothing), within ctx: the bus calls it when a
+// subscription closes. It implements backend.SettledTrimmer.
+func (b *Backend) TrimSettled(ctx context.Context, topic string) error {
 	if b.opts.Retention != RetainSettled {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTrimTimeout)
-	defer cancel()
+	if b.isClosed() {
+		return fmt.Errorf("redisstream: trim %q: %w", topic, backend.ErrClosed)
+	}
 	stream := newKeys(b.opts.Prefix, topic).stream
-	return b.async(ctx, func(ctx context.Context) error {
+	err := b.async(ctx, func(ctx context.Context) error {
 		_, err := trimSettled(ctx, b.client, stream)
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("redisstream: trim %q: %w", topic, err)
+	}
+	return nil
 }
 
 // BoundRetention caps topic's stream at about bound.MaxLen entries with
