@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/shutdown"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -124,6 +125,7 @@ func (s *consumer) shutdown(taken bool) error {
 		// Drained, flushed and closed: the next member may take over.
 		s.owner.close(hard)
 	}
+	s.trimSettled(hard)
 	s.ended()
 	var err error
 	if len(errs) > 0 {
@@ -138,6 +140,26 @@ func (s *consumer) shutdown(taken bool) error {
 	s.closeMu.Unlock()
 	s.finishClose(hard, drained)
 	return err
+}
+
+// closeTrimTimeout bounds the trim a clean Close runs (trimSettled).
+const closeTrimTimeout = time.Second
+
+// trimSettled has the backend remove what every group of the topic
+// settled, once a shutdown that was not forced has flushed the
+// settlements, within closeTrimTimeout and hard. A failure goes to the
+// observer: the next trim of any publisher or subscriber removes it.
+func (s *consumer) trimSettled(hard context.Context) {
+	t, ok := s.bus.be.(backend.SettledTrimmer)
+	if !ok || s.force.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(hard, closeTrimTimeout)
+	defer cancel()
+	if err := t.TrimSettled(ctx, s.cfg.Topic); err != nil {
+		s.cfg.Observer.Observe(context.Background(), observer.Event{Scope: observer.ScopeShutdown, Topic: s.cfg.Topic, Group: s.cfg.Group,
+			Err: fmt.Errorf("bus: close subscription %q: trim what every group settled: %w", s.cfg.Topic, err)})
+	}
 }
 
 // waitHandlers lets the running handlers finish until the shutdown is

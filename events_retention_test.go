@@ -114,3 +114,64 @@ func TestWithEventsRetentionRefusesNegativeBoundsBeforeIO(t *testing.T) {
 		})
 	}
 }
+
+// trimRecorder is an in-memory backend that records the topics the bus
+// asks it to trim.
+type trimRecorder struct {
+	*inmemory.Backend
+	mu      sync.Mutex
+	trimmed []string
+}
+
+func (r *trimRecorder) TrimSettled(_ context.Context, topic string) error {
+	r.mu.Lock()
+	r.trimmed = append(r.trimmed, topic)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *trimRecorder) topics() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.trimmed...)
+}
+
+func TestCleanCloseTrimsWhatEveryGroupSettled(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	rec := &trimRecorder{Backend: be}
+	b := bus.New(rec, bus.WithObserver(observer.Nop()))
+	ctx := context.Background()
+	defer b.Close(ctx)
+	handled := make(chan struct{}, 1)
+	sub, err := b.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error { handled <- struct{}{}; return nil })
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1"}))
+	<-handled
+	assert.Empty(t, rec.topics(), "nothing trimmed while the subscription runs")
+	require.NoError(t, sub.Close(ctx))
+	assert.Equal(t, []string{"orders"}, rec.topics(), "a clean Close trims its topic once")
+}
+
+func TestForcedCloseDoesNotTrim(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	rec := &trimRecorder{Backend: be}
+	b := bus.New(rec, bus.WithObserver(observer.Nop()))
+	ctx := context.Background()
+	defer b.Close(ctx)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	sub, err := b.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error {
+		close(started)
+		<-release // ignores its ctx
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "o-1"}))
+	<-started
+	closeCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	require.Error(t, sub.Close(closeCtx), "the handler outlives the Close ctx")
+	assert.Empty(t, rec.topics(), "a Close whose ctx ended first spends no more time on a trim")
+}

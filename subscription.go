@@ -60,6 +60,11 @@ func (s *Subscription) Err() error { return s.run.Err() }
 //  4. it returns when no handler of the subscription runs, or when ctx
 //     ends (plus a short grace), whichever comes first.
 //
+// When the handlers finished before ctx ended, Close then has the
+// backend remove what every group of the topic has settled (within a
+// second), so that a consumer that settled everything and exits leaves
+// nothing of it behind; see docs/backends.md, Retention.
+//
 // Close never blocks past ctx, on every path: also when the shutdown was
 // started by the Subscribe ctx ending or by a backend failure, and when
 // Close is called twice or concurrently. Whichever Close's ctx ends first

@@ -66,6 +66,8 @@
 //     of ordinary ones (PartitionTopic, PartitionOf, AssignPartitions).
 //   - RetentionBounder: cap a topic's retention by age and length with no
 //     subscriber running (the lifecycle events topic).
+//   - SettledTrimmer: remove what every group settled when a subscription
+//     closes.
 //
 // # Errors
 //

@@ -30,3 +30,18 @@ type RetentionBound struct {
 type RetentionBounder interface {
 	BoundRetention(ctx context.Context, topic string, b RetentionBound) error
 }
+
+// SettledTrimmer is implemented by backends that keep what every group
+// has settled until a trim removes it (rather than at each settlement).
+// The bus calls TrimSettled when a subscription's Close ran its course
+// (its ctx did not end first), after the subscription's settlements were
+// flushed and its backend Subscription closed, so that a consumer that
+// settled everything and exits leaves nothing of it behind.
+//
+// TrimSettled removes, of topic, what every group of the topic has
+// settled and nothing else, under the backend's retention option (a
+// backend configured to keep everything removes nothing). It returns by
+// ctx's deadline and is safe for concurrent use.
+type SettledTrimmer interface {
+	TrimSettled(ctx context.Context, topic string) error
+}

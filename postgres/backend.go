@@ -173,18 +173,7 @@ func (b *Backend) forget(s *subscription) {
 		delete(b.trims, s.topic)
 	}
 	b.mu.Unlock()
-	if b.opts.Retention == RetainSettled {
-		// What the subscription settled last goes with it: a consumer
-		// that exits after settling leaves nothing of it behind.
-		ctx, cancel := context.WithTimeout(b.life, closeTrimTimeout)
-		b.trim(ctx, s.topic, trimPos{ord: "0"})
-		cancel()
-	}
 }
-
-// closeTrimTimeout bounds the trim of its topic that a subscription's
-// Close runs.
-const closeTrimTimeout = 2 * time.Second
 
 // ensureGroup returns the id of group on topic, creating the group when
 // it does not exist. A new group starting from the oldest message starts
@@ -256,7 +245,7 @@ func (b *Backend) trimLoop(life context.Context) {
 			return
 		case <-t.C:
 		}
-		topics, bounded := b.trimTopics()
+		topics, published, bounded := b.trimTopics()
 		if b.opts.Retention == RetainSettled {
 			for _, topic := range topics {
 				from, ok := trimmed[topic]
@@ -264,11 +253,15 @@ func (b *Backend) trimLoop(life context.Context) {
 					from = trimPos{ord: "0"}
 				}
 				ctx, cancel := context.WithTimeout(life, 5*time.Second)
-				trimmed[topic] = b.trim(ctx, topic, from)
+				var deleted int64
+				trimmed[topic], deleted = b.trim(ctx, topic, from)
 				cancel()
+				if published[topic] {
+					b.published.Trimmed(topic, deleted, max(10*b.opts.TrimInterval, 5*time.Minute))
+				}
 			}
 			for topic := range trimmed {
-				if !slices.Contains(topics, topic) {
+				if _, found := slices.BinarySearch(topics, topic); !found {
 					delete(trimmed, topic)
 				}
 			}
@@ -298,26 +291,30 @@ func (b *Backend) trimLoop(life context.Context) {
 }
 
 // trimTopics returns the topics the trimmer trims, subscribed or
-// published to, in name order, and those of them with a retention bound.
-func (b *Backend) trimTopics() ([]string, []trimset.Topic) {
+// published to, in name order; those of them that are only published to;
+// and those with a retention bound.
+func (b *Backend) trimTopics() (topics []string, published map[string]bool, bounded []trimset.Topic) {
 	pub := b.published.Snapshot()
 	b.mu.Lock()
-	topics := make([]string, 0, len(b.trims)+len(pub))
+	topics = make([]string, 0, len(b.trims)+len(pub))
+	subscribed := make(map[string]bool, len(b.trims))
 	for topic := range b.trims {
 		topics = append(topics, topic)
+		subscribed[topic] = true
 	}
 	b.mu.Unlock()
-	var bounded []trimset.Topic
+	published = map[string]bool{}
 	for _, tp := range pub {
-		if !slices.Contains(topics, tp.Name) {
+		if !subscribed[tp.Name] {
 			topics = append(topics, tp.Name)
+			published[tp.Name] = true
 		}
 		if tp.Bound != (backend.RetentionBound{}) {
 			bounded = append(bounded, tp)
 		}
 	}
 	slices.Sort(topics)
-	return topics, bounded
+	return topics, published, bounded
 }
 
 // vacuum vacuums bus_deliveries and bus_leases, whose rows live for a
@@ -348,19 +345,21 @@ func (b *Backend) vacuum(life context.Context) {
 // when it kept none. Every message before from is deleted, and none can
 // be written there (a new message lies after every cursor, and what lies
 // before a cursor is committed), so a trim does not step over what
-// earlier trims deleted. It returns where the next trim starts.
-func (b *Backend) trim(ctx context.Context, topic string, from trimPos) trimPos {
+// earlier trims deleted. It returns where the next trim starts and how
+// many messages it deleted.
+func (b *Backend) trim(ctx context.Context, topic string, from trimPos) (trimPos, int64) {
+	var total int64
 	for range trimRounds {
 		next, deleted, err := b.trimOnce(ctx, topic, from)
 		if err != nil {
-			return from
+			return from, total
 		}
-		from = next
+		from, total = next, total+deleted
 		if deleted < trimBatch {
 			break
 		}
 	}
-	return from
+	return from, total
 }
 
 // trimOnce deletes what trim may of the first trimBatch messages from

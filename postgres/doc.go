@@ -252,9 +252,10 @@
 // message without what holds it), and only on
 // topics with groups: a message some group has not settled is never
 // deleted, and a topic nobody consumes (a dead-letter topic) keeps
-// everything. A subscription's Close runs the same delete for its topic,
-// within two seconds, after the bus flushed its settlements, so a
-// consumer that settled everything and exits leaves nothing behind.
+// everything. TrimSettled (backend.SettledTrimmer) runs the same delete
+// for one topic: the bus calls it when a subscription closes, after its
+// settlements are flushed, so a consumer that settled everything and
+// exits leaves nothing behind.
 // RetainAll never deletes. BoundRetention (the bus's lifecycle events
 // topic) caps one topic by age and length whatever its groups settled.
 //

@@ -30,6 +30,29 @@ func (b *Backend) BoundRetention(_ context.Context, topic string, bound backend.
 	return nil
 }
 
+// TrimSettled deletes, within ctx, the messages of topic that every group
+// settled (RetainSettled; RetainAll deletes nothing): the bus calls it
+// when a subscription closes. It implements backend.SettledTrimmer.
+func (b *Backend) TrimSettled(ctx context.Context, topic string) error {
+	if b.opts.Retention != RetainSettled {
+		return nil
+	}
+	if b.shut.Load() {
+		return fmt.Errorf("postgres: trim %q: %w", topic, backend.ErrClosed)
+	}
+	from := trimPos{ord: "0"}
+	for range trimRounds {
+		next, n, err := b.trimOnce(ctx, topic, from)
+		if err != nil {
+			return fmt.Errorf("postgres: trim %q: %w", topic, classify(err))
+		}
+		if from = next; n < trimBatch {
+			return nil
+		}
+	}
+	return nil
+}
+
 // trimBound deletes what lies past tp's bound: the oldest messages while
 // they are older than MaxAge, then the oldest past the newest MaxLen. The
 // length is counted only when this Backend published to the topic since

@@ -269,9 +269,10 @@
 // subscription runs: every Options.TrimInterval (10s by default) a
 // Backend trims each topic it subscribes or published to below the
 // oldest entry any group still needs (XTRIM MINID, whole nodes first,
-// then the entries of the node that holds that oldest entry), and a
-// subscription's Close does so for its topic, within a second, after the
-// bus flushed its settlements. A stream with no group is not trimmed: its
+// then the entries of the node that holds that oldest entry), and
+// TrimSettled (backend.SettledTrimmer) does so for one topic: the bus
+// calls it when a subscription closes, after its settlements are
+// flushed. A stream with no group is not trimmed: its
 // entries wait for the first group. It is
 // the default because silently losing unsettled messages is the one thing
 // the bus promises not to do; a stalled group then makes the stream grow,

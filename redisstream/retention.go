@@ -4,19 +4,23 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
 )
 
-// closeTrimTimeout bounds the trim a subscription's Close runs of its
-// topic.
-const closeTrimTimeout = time.Second
-
 // trimLimit bounds the entries one approximate XTRIM removes: Redis frees
 // whole nodes of the stream up to it, and the exact trim that follows
 // visits at most one node.
 const trimLimit = 10_000
+
+// idleAfter is how long a topic the backend published to stays in its
+// trim set with no publish and nothing to trim: ten trim intervals, at
+// least five minutes.
+func idleAfter(interval time.Duration) time.Duration {
+	return max(10*interval, 5*time.Minute)
+}
 
 // notePublished adds topic to the topics the backend trims on its own
 // and starts the trim loop with the first one. It costs a map lookup for
@@ -63,21 +67,27 @@ func (b *Backend) runTrimLoop(ctx context.Context) {
 			}
 			// A failed trim is retried on the next tick; the trimmer of a
 			// subscribed topic reports failures to its observer.
-			_ = b.trimTopic(ctx, t.Name, t.Bound)
+			if n, err := b.trimTopic(ctx, t.Name, t.Bound); err == nil {
+				b.trims.Trimmed(t.Name, n, idleAfter(b.opts.TrimInterval))
+			}
 		}
 	}
 }
 
-// trimTopic runs one trim of topic, bounded by passTimeout.
-func (b *Backend) trimTopic(ctx context.Context, topic string, bound backend.RetentionBound) error {
+// trimTopic runs one trim of topic, bounded by passTimeout, and returns
+// how many settled entries it removed.
+func (b *Backend) trimTopic(ctx context.Context, topic string, bound backend.RetentionBound) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
 	stream := newKeys(b.opts.Prefix, topic).stream
-	return b.async(ctx, func(ctx context.Context) error {
+	var removed atomic.Int64 // written by fn, which may outlive the call
+	err := b.async(ctx, func(ctx context.Context) error {
 		if b.opts.Retention == RetainSettled {
-			if _, err := trimSettled(ctx, b.client, stream); err != nil {
+			n, err := trimSettled(ctx, b.client, stream)
+			if err != nil {
 				return err
 			}
+			removed.Store(n)
 		}
 		if bound.MaxAge > 0 {
 			minID := strconv.FormatInt(time.Now().Add(-bound.MaxAge).UnixMilli(), 10)
@@ -92,22 +102,28 @@ func (b *Backend) trimTopic(ctx context.Context, topic string, bound backend.Ret
 		}
 		return nil
 	})
+	return removed.Load(), err
 }
 
-// trimOnClose trims what every group settled of topic when a
-// subscription closes, within closeTrimTimeout, so that a consumer that
-// settled everything and exits leaves nothing of it behind.
-func (b *Backend) trimOnClose(topic string) error {
+// TrimSettled trims what every group of topic settled (RetainSettled;
+// other retentions trim nothing), within ctx: the bus calls it when a
+// subscription closes. It implements backend.SettledTrimmer.
+func (b *Backend) TrimSettled(ctx context.Context, topic string) error {
 	if b.opts.Retention != RetainSettled {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTrimTimeout)
-	defer cancel()
+	if b.isClosed() {
+		return fmt.Errorf("redisstream: trim %q: %w", topic, backend.ErrClosed)
+	}
 	stream := newKeys(b.opts.Prefix, topic).stream
-	return b.async(ctx, func(ctx context.Context) error {
+	err := b.async(ctx, func(ctx context.Context) error {
 		_, err := trimSettled(ctx, b.client, stream)
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("redisstream: trim %q: %w", topic, err)
+	}
+	return nil
 }
 
 // BoundRetention caps topic's stream at about bound.MaxLen entries with

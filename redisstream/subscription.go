@@ -320,10 +320,6 @@ func (s *subscription) Close() error {
 			err = s.errf("close", e)
 		}
 		s.b.release(s.topic, s.cfg)
-		if e := s.b.trimOnClose(s.topic); e != nil {
-			s.cfg.Observer.Observe(context.Background(), observer.Event{Scope: observer.ScopeShutdown, Topic: s.topic, Group: s.cfg.Group,
-				Err: fmt.Errorf("redisstream: close %q: trim what every group settled: %w", s.topic, e)})
-		}
 	})
 	return err
 }
