@@ -107,7 +107,9 @@ func testConcurrentPublishersNoLoss(t *testing.T, s *suite) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+			// A watchdog, not a figure: a publisher's messages go one
+			// after the other, beside all the others.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*s.deadline())
 			defer cancel()
 			for _, m := range all[p] {
 				if err := h.bus.Publish(ctx, topic, m); err != nil {

@@ -166,7 +166,7 @@ func testCloseBoundedByCtx(t *testing.T, s *suite) {
 	require.Error(t, err, "Close reports the handler it could not wait for")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "1 handler(s) still running", "the error says how many handlers were still running")
-	assert.LessOrEqual(t, elapsed, timeout+100*time.Millisecond, "Close returned %v after a %v ctx", elapsed, timeout)
+	assert.LessOrEqual(t, elapsed, timeout+s.cfg.dur(closeSlack), "Close returned %v after a %v ctx", elapsed, timeout)
 
 	// A second Close is bounded by its own ctx.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -174,7 +174,7 @@ func testCloseBoundedByCtx(t *testing.T, s *suite) {
 	begin = time.Now()
 	err = sub.Close(ctx2)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "the straggler still runs, so the second Close ends with its ctx")
-	assert.LessOrEqual(t, time.Since(begin), 50*time.Millisecond+100*time.Millisecond, "the second Close is bounded by its own ctx")
+	assert.LessOrEqual(t, time.Since(begin), 50*time.Millisecond+s.cfg.dur(closeSlack), "the second Close is bounded by its own ctx")
 }
 
 // testCancelStopsFetching: cancelling the Subscribe ctx stops fetching at

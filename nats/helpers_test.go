@@ -2,18 +2,34 @@ package nats_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
 	busnats "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
+)
+
+// isolatedRun and isolatedSeq make the IDs isolated hands out: random
+// per process, and counted within it, so no two of one process are alike
+// (the lower-cased tail of a NUID, used before, repeated within a few
+// hundred IDs in one process in twenty).
+var (
+	isolatedRun = func() string {
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	isolatedSeq atomic.Uint32
 )
 
 // isolated returns Options whose subjects and streams no other test run
@@ -21,7 +37,7 @@ import (
 // may share a server (BUS_NATS_URL) without seeing each other.
 func isolated(t testing.TB, url string, base busnats.Options) busnats.Options {
 	t.Helper()
-	id := strings.ToLower(nuid.Next()[14:])
+	id := fmt.Sprintf("%s%04x", isolatedRun, isolatedSeq.Add(1)&0xffff)
 	base.SubjectPrefix = "bt" + id
 	base.StreamPrefix = "BT" + id
 	base.StreamName = "BT" + id

@@ -36,15 +36,22 @@ func TestDeliverAtWaitsAsASchedule(t *testing.T) {
 				return nil
 			}, bus.WithGroup("g"))
 			require.NoError(t, err)
-			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(300 * time.Millisecond)}
+			soon := &bus.Message{ID: "soon", Payload: []byte("s"), DeliverAt: time.Now().Add(time.Second)}
 			later := &bus.Message{ID: "later", Payload: []byte("l"), DeliverAt: time.Now().Add(time.Hour)}
 			before := time.Now()
 			require.NoError(t, b.Publish(ctx, "reminders", soon, later))
 			ts, err := b.Topics(ctx)
 			require.NoError(t, err)
 			require.Len(t, ts, 1)
-			assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules")
-			assert.EqualValues(t, 0, ts[0].Messages, "none is the topic's yet")
+			if time.Now().Before(soon.DeliverAt) {
+				assert.EqualValues(t, 2, ts[0].Scheduled, "both wait as schedules")
+				assert.EqualValues(t, 0, ts[0].Messages, "none is the topic's yet")
+			} else {
+				// A loaded machine took longer than soon's delay to
+				// publish and count: soon may be the topic's by now.
+				assert.EqualValues(t, 2, ts[0].Scheduled+ts[0].Messages, "both are counted, as schedules or the topic's")
+				assert.Positive(t, ts[0].Scheduled, "later waits as a schedule")
+			}
 			select {
 			case d := <-got:
 				assert.Equal(t, "soon", d.ID, "the ID survives the schedule")

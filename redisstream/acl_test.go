@@ -109,7 +109,7 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 			nackedAt = time.Now()
 			mu.Unlock()
 			// Longer than the ack timeout: held in the hold ZSET.
-			return d.Nack(ctx, 400*time.Millisecond)
+			return d.Nack(ctx, 2500*time.Millisecond)
 		case d.ID == "nack":
 			err = d.Ack(ctx)
 		case d.ID == "snooze" && snoozes.Add(1) == 1:
@@ -126,7 +126,10 @@ func TestLeastPrivilegeACLSufficesAndConfinesWritesToThePrefix(t *testing.T) {
 			settle(d.ID, "acked")
 		}
 		return err
-	}, bus.WithGroup("g"), bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(200*time.Millisecond),
+	}, bus.WithGroup("g"), bus.WithAckMode(bus.AckManual),
+		// A lease a loaded machine does not let lapse: a lapse cancels
+		// a handler mid-settlement, and the case would wait for it.
+		bus.WithAckTimeout(2*time.Second),
 		bus.WithDeadLetter(topic+".dlq"), bus.WithStartFrom(backend.StartOldest))
 	require.NoError(t, err, "Subscribe with the least-privilege user")
 	for _, id := range []string{"ack", "extend", "nack", "dead", "snooze"} {

@@ -208,12 +208,17 @@
 //     closed. (A ctx with a deadline that is cancelled early ends its I/O
 //     at the deadline.) Enable ContextTimeoutEnabled on clients given to
 //     New: deadlines then cost no goroutine.
-//   - Publish is the exception for a ctx without a deadline when the
-//     client has read and write timeouts (go-redis's default of 5s, or
-//     any above zero): it runs on the caller's goroutine, and a cancel
-//     takes effect when the reply is in or, over a dead link, within
-//     those timeouts. The goroutine's hand-off would cost a third of a
-//     loopback round trip. Give Publish a deadline for a tighter bound.
+//   - A Publish whose ctx has no deadline returns within the client's
+//     write timeout plus its read timeout (go-redis's defaults: 5s each)
+//     when the client has both: each of its round trips runs under that
+//     deadline, which also ends go-redis's retries of a timed-out command
+//     (each on a new connection whose handshake waits for a reply too).
+//     The error of a round trip that ran it out wraps
+//     context.DeadlineExceeded and names the bound; on a client with
+//     ContextTimeoutEnabled the round trip runs on the caller's
+//     goroutine, and a cancel takes effect when the reply is in or, over
+//     a dead link, at the bound. Give Publish a deadline for a tighter
+//     bound.
 //   - A blocked XREADGROUP whose ctx ends is unblocked with CLIENT UNBLOCK
 //     (bounded by 250ms); if the read has not come back by then, Receive
 //     returns and the read is abandoned with its connection. A read never
