@@ -19,8 +19,9 @@ var _ backend.Inspector = (*Backend)(nil)
 
 // Topics implements backend.Inspector: it finds the topic streams under
 // the prefix with SCAN ... TYPE stream (on every master of a cluster) and
-// reads each one's length and first and last entries. Bytes are Unknown:
-// Redis reports memory per key only through MEMORY USAGE, which samples.
+// reads each one's length, entries added (XINFO STREAM) and first and
+// last entries. Bytes are Unknown: Redis reports memory per key only
+// through MEMORY USAGE, which samples.
 func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	if b.isClosed() {
 		return nil, fmt.Errorf("redisstream: topics: %w", backend.ErrClosed)
@@ -35,13 +36,18 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 		if !ok {
 			continue
 		}
-		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown, Scheduled: backend.Unknown}
+		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown, Published: backend.Unknown, Scheduled: backend.Unknown}
 		err := b.call(ctx, func(ctx context.Context) error {
-			n, err := b.client.XLen(ctx, k).Result()
+			info, err := b.client.XInfoStream(ctx, k).Result()
 			if err != nil {
 				return err
 			}
-			ti.Messages = backend.Figure(n)
+			ti.Messages = backend.Figure(info.Length)
+			if info.EntriesAdded >= info.Length {
+				// entries-added (Redis 7): every XADD, also of entries
+				// trimmed or deleted since.
+				ti.Published = backend.Figure(info.EntriesAdded)
+			}
 			first, err := b.client.XRangeN(ctx, k, "-", "+", 1).Result()
 			if err != nil {
 				return err
@@ -139,7 +145,13 @@ func entryTime(id string) time.Time {
 
 // Groups implements backend.Inspector with XINFO GROUPS (lag is Unknown
 // where Redis cannot compute it, for example after entries were deleted)
-// and XPENDING for the age of the oldest pending entry.
+// and XPENDING for the age of the oldest pending entry. Consumers counts
+// the group's consumers (XINFO CONSUMERS) that read or extended a lease
+// within liveConsumerIdle or the group's ack timeout, whichever is
+// longer: a live member reads at least every Block while it has room and
+// extends its leases about every quarter of its ack timeout while it has
+// none, so a consumer idle for longer belongs to a process that died
+// without closing (kill -9) and is not counted.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	if b.isClosed() {
 		return nil, fmt.Errorf("redisstream: groups: %w", backend.ErrClosed)
