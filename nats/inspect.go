@@ -58,8 +58,9 @@ func (b *Backend) sharedTopics(subjects map[string]uint64) []backend.TopicInfo {
 // Topics implements backend.Inspector from the streams' state. In a
 // shared stream the per-topic counts come from the subject state; bytes,
 // times and Published are then unknown. Published is the stream's last
-// sequence, for a stream that holds one topic and no schedules (whose
-// messages would count twice: held, then due); Unknown otherwise.
+// sequence, for a stream that holds one topic and not its schedules
+// (Capabilities.Scheduling, whose messages would count twice: held, then
+// due); Unknown otherwise.
 func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	if err := b.inspectable("topics"); err != nil {
 		return nil, err
