@@ -146,12 +146,13 @@ func entryTime(id string) time.Time {
 // Groups implements backend.Inspector with XINFO GROUPS (lag is Unknown
 // where Redis cannot compute it, for example after entries were deleted)
 // and XPENDING for the age of the oldest pending entry. Consumers counts
-// the group's consumers (XINFO CONSUMERS) that read or extended a lease
-// within liveConsumerIdle or the group's ack timeout, whichever is
-// longer: a live member reads at least every Block while it has room and
+// the group's consumers (XINFO CONSUMERS) seen within a minute, or
+// within the group's ack timeout when it is longer: a live member reads,
+// or tells Redis it is alive, at least every 10 s while it has room, and
 // extends its leases about every quarter of its ack timeout while it has
-// none, so a consumer idle for longer belongs to a process that died
-// without closing (kill -9) and is not counted.
+// none, so a consumer idle for longer is one whose process died without
+// closing (kill -9), and is not counted. (A key-ordered member waiting
+// for the group lock reads nothing, and is not counted either.)
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	if b.isClosed() {
 		return nil, fmt.Errorf("redisstream: groups: %w", backend.ErrClosed)
@@ -168,6 +169,13 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 		}
 		for _, g := range gs {
 			gi := backend.GroupInfo{Name: g.Name, Consumers: backend.Figure(g.Consumers), Pending: backend.Figure(g.Pending), Lag: backend.Unknown}
+			if g.Consumers > 0 {
+				n, err := b.liveConsumers(ctx, topic, g.Name)
+				if err != nil {
+					return err
+				}
+				gi.Consumers = backend.Figure(n)
+			}
 			if g.Lag >= 0 {
 				gi.Lag = backend.Figure(g.Lag)
 			}
@@ -192,6 +200,33 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 		out = []backend.GroupInfo{}
 	}
 	return out, nil
+}
+
+// liveConsumerIdle is the idle time (XINFO CONSUMERS) past which Groups
+// no longer counts a consumer, unless the group's ack timeout is longer.
+var liveConsumerIdle = time.Minute
+
+// liveConsumers counts the consumers of group on topic seen within
+// liveConsumerIdle or the group's lease, whichever is longer (see Groups).
+func (b *Backend) liveConsumers(ctx context.Context, topic, group string) (int, error) {
+	ks := newKeys(b.opts.Prefix, topic)
+	bound := liveConsumerIdle
+	if ms, err := b.client.HGet(ctx, ks.lease, group).Int64(); err == nil {
+		bound = max(bound, time.Duration(ms)*time.Millisecond)
+	} else if !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	cs, err := b.client.XInfoConsumers(ctx, ks.stream, group).Result()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range cs {
+		if c.Idle <= bound {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func isNoKey(err error) bool {
