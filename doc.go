@@ -1,12 +1,12 @@
 // Package bus gives applications one Publisher/Subscriber API over several
 // event backends, chosen by configuration: Redis Streams, NATS (JetStream
-// and core) and an in-process memory backend.
+// and core), PostgreSQL and an in-process memory backend.
 //
 // # Opening a bus
 //
 // Open picks the backend from a URL scheme ("mem://", "redis://",
-// "nats://"); backends register their schemes with Register from init, so
-// a blank import links one in. New wraps a Backend directly.
+// "nats://", "postgres://"); backends register their schemes with Register
+// from init, so a blank import links one in. New wraps a Backend directly.
 //
 // # Semantics
 //

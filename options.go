@@ -367,8 +367,8 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // the other keys while the waiting set has room. Fetching pauses only
 // while the waiting set is full.
 //
-// On a backend with a group lock (backend.GroupLocker: mem, Redis and
-// NATS JetStream) one member of the group consumes at a time; the others
+// On a backend with a group lock (backend.GroupLocker: mem, Redis, NATS
+// JetStream and PostgreSQL) one member of the group consumes at a time; the others
 // take over when it closes or dies, so the order holds across members in
 // one process or many. A member that takes over from one that died
 // holds back only the keys the dead member left unsettled, until their

@@ -26,7 +26,7 @@ func Register(scheme string, open func(ctx context.Context, u *url.URL) (Backend
 }
 
 // Open opens the backend named by rawURL's scheme ("mem://",
-// "redis://...", "nats://...") and returns a Bus over it. Backends other
+// "redis://...", "nats://...", "postgres://...") and returns a Bus over it. Backends other
 // than mem must be linked in, usually with a blank import of their
 // package. The URL is redacted in errors.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Bus, error) {

@@ -87,6 +87,12 @@ type TopicInfo struct {
 	Messages Figure `json:"messages"`
 	// Bytes is the retained size, where the backend knows it.
 	Bytes Figure `json:"bytes"`
+	// Published is how many messages have entered the topic since it was
+	// made (a delayed message when it is due), a count that only grows,
+	// whatever retention removes: the growth of it between two looks is
+	// the topic's publish rate. Unknown where the broker keeps no such
+	// count (a backend sets Unknown rather than leave it 0).
+	Published Figure `json:"published"`
 	// Oldest and Newest are the publish times of the oldest and newest
 	// retained messages; zero when there are none or they are not known.
 	Oldest time.Time `json:"oldest,omitzero"`

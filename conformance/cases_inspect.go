@@ -85,6 +85,9 @@ func testInspectorFigures(t *testing.T, s *suite) {
 	if ti.Messages.Known() {
 		assert.Equal(t, backend.Figure(10), ti.Messages, "the topic retains the 10 messages")
 	}
+	if ti.Published.Known() {
+		assert.Equal(t, backend.Figure(10), ti.Published, "10 messages entered the new topic")
+	}
 	msgs, _, err := in.Peek(ctx, topic, "", 20)
 	require.NoError(t, err)
 	assert.Len(t, msgs, 10, "peek reads the retained messages")

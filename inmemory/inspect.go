@@ -46,7 +46,7 @@ func compareStrings(a, b string) int {
 func (t *topic) info() backend.TopicInfo {
 	t.lock()
 	defer t.unlock()
-	ti := backend.TopicInfo{Name: t.name, Messages: backend.Figure(t.live.Load()), Bytes: backend.Figure(t.liveBytes.Load())}
+	ti := backend.TopicInfo{Name: t.name, Messages: backend.Figure(t.live.Load()), Bytes: backend.Figure(t.liveBytes.Load()), Published: backend.Figure(t.head)}
 	n, next := t.scheduledStats()
 	ti.Scheduled, ti.NextDue = backend.Figure(n), next
 	m := t.mask()

@@ -40,7 +40,7 @@ func (b *Backend) sharedTopics(subjects map[string]uint64) []backend.TopicInfo {
 			}
 			continue
 		}
-		out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Scheduled: backend.Unknown})
+		out = append(out, backend.TopicInfo{Name: strings.TrimPrefix(subj, prefix), Messages: backend.Figure(n), Bytes: backend.Unknown, Published: backend.Unknown, Scheduled: backend.Unknown})
 	}
 	if !b.caps.Scheduling {
 		return out
@@ -50,14 +50,17 @@ func (b *Backend) sharedTopics(subjects map[string]uint64) []backend.TopicInfo {
 		delete(sched, out[i].Name)
 	}
 	for topic, n := range sched { // only scheduled messages so far
-		out = append(out, backend.TopicInfo{Name: topic, Messages: 0, Bytes: backend.Unknown, Scheduled: backend.Figure(n)})
+		out = append(out, backend.TopicInfo{Name: topic, Messages: 0, Bytes: backend.Unknown, Published: backend.Unknown, Scheduled: backend.Figure(n)})
 	}
 	return out
 }
 
 // Topics implements backend.Inspector from the streams' state. In a
-// shared stream the per-topic counts come from the subject state; bytes
-// and times are then unknown.
+// shared stream the per-topic counts come from the subject state; bytes,
+// times and Published are then unknown. Published is the stream's last
+// sequence, for a stream that holds one topic and not its schedules
+// (Capabilities.Scheduling, whose messages would count twice: held, then
+// due); Unknown otherwise.
 func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	if err := b.inspectable("topics"); err != nil {
 		return nil, err
@@ -87,7 +90,12 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 			if !ok {
 				continue
 			}
-			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes), Scheduled: backend.Unknown}
+			ti := backend.TopicInfo{Name: topic, Messages: backend.Figure(info.State.Msgs), Bytes: backend.Figure(info.State.Bytes), Published: backend.Unknown, Scheduled: backend.Unknown}
+			if len(info.Config.Subjects) == 1 {
+				// The stream's sequence counts every message stored in
+				// it, also those removed since.
+				ti.Published = backend.Figure(info.State.LastSeq)
+			}
 			if len(info.Config.Subjects) == 2 {
 				// The second subject holds the topic's schedules: their
 				// messages are not the topic's yet.

@@ -21,7 +21,8 @@ var (
 
 // Topics implements backend.Inspector: the topics of bus_topics with the
 // count, size and publish times of their retained messages and of those
-// held until their DeliverAt.
+// held until their DeliverAt. Published is Unknown: the log's seq is one
+// sequence for every topic, and no count per topic is kept.
 func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	rows, err := b.pool.Query(ctx, `SELECT t.name, s.n, s.bytes, s.oldest, s.newest, s.scheduled, s.next_due
 FROM bus_topics t CROSS JOIN LATERAL (
@@ -36,7 +37,7 @@ ORDER BY t.name COLLATE "C"`)
 	}
 	out := []backend.TopicInfo{}
 	for rows.Next() {
-		var ti backend.TopicInfo
+		ti := backend.TopicInfo{Published: backend.Unknown}
 		var n, bytes, sched int64
 		var oldest, newest, next *time.Time
 		if err := rows.Scan(&ti.Name, &n, &bytes, &oldest, &newest, &sched, &next); err != nil {

@@ -19,8 +19,9 @@ var _ backend.Inspector = (*Backend)(nil)
 
 // Topics implements backend.Inspector: it finds the topic streams under
 // the prefix with SCAN ... TYPE stream (on every master of a cluster) and
-// reads each one's length and first and last entries. Bytes are Unknown:
-// Redis reports memory per key only through MEMORY USAGE, which samples.
+// reads each one's length, entries added (XINFO STREAM) and first and
+// last entries. Bytes are Unknown: Redis reports memory per key only
+// through MEMORY USAGE, which samples.
 func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	if b.isClosed() {
 		return nil, fmt.Errorf("redisstream: topics: %w", backend.ErrClosed)
@@ -35,13 +36,18 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 		if !ok {
 			continue
 		}
-		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown, Scheduled: backend.Unknown}
+		ti := backend.TopicInfo{Name: topic, Messages: backend.Unknown, Bytes: backend.Unknown, Published: backend.Unknown, Scheduled: backend.Unknown}
 		err := b.call(ctx, func(ctx context.Context) error {
-			n, err := b.client.XLen(ctx, k).Result()
+			info, err := b.client.XInfoStream(ctx, k).Result()
 			if err != nil {
 				return err
 			}
-			ti.Messages = backend.Figure(n)
+			ti.Messages = backend.Figure(info.Length)
+			if info.EntriesAdded >= info.Length {
+				// entries-added (Redis 7): every XADD, also of entries
+				// trimmed or deleted since.
+				ti.Published = backend.Figure(info.EntriesAdded)
+			}
 			first, err := b.client.XRangeN(ctx, k, "-", "+", 1).Result()
 			if err != nil {
 				return err
@@ -139,7 +145,14 @@ func entryTime(id string) time.Time {
 
 // Groups implements backend.Inspector with XINFO GROUPS (lag is Unknown
 // where Redis cannot compute it, for example after entries were deleted)
-// and XPENDING for the age of the oldest pending entry.
+// and XPENDING for the age of the oldest pending entry. Consumers counts
+// the group's consumers (XINFO CONSUMERS) seen within a minute, or
+// within the group's ack timeout when it is longer: a live member reads,
+// or tells Redis it is alive, at least every 10 s while it has room, and
+// extends its leases about every quarter of its ack timeout while it has
+// none, so a consumer idle for longer is one whose process died without
+// closing (kill -9), and is not counted. (A key-ordered member waiting
+// for the group lock reads nothing, and is not counted either.)
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
 	if b.isClosed() {
 		return nil, fmt.Errorf("redisstream: groups: %w", backend.ErrClosed)
@@ -156,6 +169,13 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 		}
 		for _, g := range gs {
 			gi := backend.GroupInfo{Name: g.Name, Consumers: backend.Figure(g.Consumers), Pending: backend.Figure(g.Pending), Lag: backend.Unknown}
+			if g.Consumers > 0 {
+				n, err := b.liveConsumers(ctx, topic, g.Name)
+				if err != nil {
+					return err
+				}
+				gi.Consumers = backend.Figure(n)
+			}
 			if g.Lag >= 0 {
 				gi.Lag = backend.Figure(g.Lag)
 			}
@@ -180,6 +200,33 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 		out = []backend.GroupInfo{}
 	}
 	return out, nil
+}
+
+// liveConsumerIdle is the idle time (XINFO CONSUMERS) past which Groups
+// no longer counts a consumer, unless the group's ack timeout is longer.
+var liveConsumerIdle = time.Minute
+
+// liveConsumers counts the consumers of group on topic seen within
+// liveConsumerIdle or the group's lease, whichever is longer (see Groups).
+func (b *Backend) liveConsumers(ctx context.Context, topic, group string) (int, error) {
+	ks := newKeys(b.opts.Prefix, topic)
+	bound := liveConsumerIdle
+	if ms, err := b.client.HGet(ctx, ks.lease, group).Int64(); err == nil {
+		bound = max(bound, time.Duration(ms)*time.Millisecond)
+	} else if !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	cs, err := b.client.XInfoConsumers(ctx, ks.stream, group).Result()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range cs {
+		if c.Idle <= bound {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func isNoKey(err error) bool {

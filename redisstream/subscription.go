@@ -85,6 +85,9 @@ type subscription struct {
 	handed     string
 	recovering bool
 	noFence    bool
+	// touched is when Receive last told Redis the consumer is alive
+	// (touch). Receive's goroutine only.
+	touched time.Time
 }
 
 var (
@@ -203,6 +206,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			return msgs, nil
 		}
 	}
+	s.touch(ctx)
 	now, err := s.linger.beforeRead(ctx, s.b.opts.ReadLinger)
 	if err != nil {
 		return nil, err
@@ -234,6 +238,36 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		return s.none()
 	}
 	return s.decodeEntries(ctx, rr.res[0].Messages), nil
+}
+
+// touchEvery is how often a subscription tells Redis that its consumer
+// is alive while it reads (touch): well within liveConsumerIdle.
+var touchEvery = 10 * time.Second
+
+// touchID is past every entry ID: a history read from it returns nothing.
+const touchID = "18446744073709551615-0"
+
+// touch marks the consumer as seen (XINFO CONSUMERS idle 0) once every
+// touchEvery: a blocked XREADGROUP that finds nothing does not, before
+// Redis 7.2, so a live member of a quiet topic would look like one whose
+// process died (Groups does not count those). The read is of the
+// consumer's own pending entries after touchID, of which there are none:
+// it takes no entry and changes no delivery count or idle time. A
+// failure is left to the read that follows.
+func (s *subscription) touch(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(s.touched) < touchEvery {
+		return
+	}
+	s.touched = now
+	_ = s.b.call(ctx, func(ctx context.Context) error {
+		err := s.b.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: s.cfg.Group, Consumer: s.consumer,
+			Streams: []string{s.keys.stream, touchID}, Count: 1, Block: -1}).Err()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		return err
+	})
 }
 
 // none is what a Receive whose read found nothing returns: nothing, or

@@ -629,8 +629,9 @@ type snapshot struct {
 
 type topicStat struct {
 	bus.TopicInfo
-	// PublishRate is messages per second since the previous snapshot
-	// (null on the first, or when a count is unknown).
+	// PublishRate is messages published per second since the previous
+	// snapshot, from the growth of Published (null on the first, or when
+	// Published is unknown).
 	PublishRate *float64        `json:"publish_rate"`
 	Groups      []bus.GroupInfo `json:"groups"`
 	// Bounds are, by group, the in-flight bounds of its autoscaled
@@ -657,9 +658,10 @@ func takeSnapshot(ctx context.Context, b *bus.Bus) (*snapshot, error) {
 	return s, nil
 }
 
-// withRates fills PublishRate from the growth of Messages since prev. The
-// retained count also shrinks when messages are settled and trimmed, so
-// the rate is the net growth of the topic, floored at zero.
+// withRates fills PublishRate from the growth of Published (the count
+// of messages that entered the topic, which retention does not lower)
+// since prev. Where the backend keeps no such count, or it went down
+// (the topic was deleted and made again), the rate stays unknown (nil).
 func (s *snapshot) withRates(prev *snapshot) *snapshot {
 	if prev == nil {
 		return s
@@ -668,8 +670,8 @@ func (s *snapshot) withRates(prev *snapshot) *snapshot {
 	for i := range s.Topics {
 		t := &s.Topics[i]
 		for _, p := range prev.Topics {
-			if p.Name == t.Name && p.Messages.Known() && t.Messages.Known() && dt > 0 {
-				r := max(float64(t.Messages-p.Messages)/dt, 0)
+			if p.Name == t.Name && p.Published.Known() && t.Published.Known() && t.Published >= p.Published && dt > 0 {
+				r := float64(t.Published-p.Published) / dt
 				t.PublishRate = &r
 			}
 		}
@@ -683,9 +685,12 @@ func writeSnapshot(w io.Writer, s, prev *snapshot) {
 	fmt.Fprintf(tw, "%s\n", s.At.UTC().Format(time.RFC3339))
 	fmt.Fprintln(tw, "TOPIC\tMESSAGES\tRATE/S\tGROUP\tCONSUMERS\tPENDING\tLAG")
 	for _, t := range s.Topics {
-		rate := "-"
-		if t.PublishRate != nil {
+		rate := "-" // the first snapshot has no rate yet
+		switch {
+		case t.PublishRate != nil:
 			rate = fmt.Sprintf("%.1f", *t.PublishRate)
+		case !t.Published.Known():
+			rate = "unknown"
 		}
 		if len(t.Groups) == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\n", t.Name, t.Messages, rate)

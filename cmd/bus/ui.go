@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -298,11 +300,19 @@ func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 		writeAPI(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	dls, err := u.b.DeadLetters(r.Context(), topic, 500)
+	offset, limit, why := dlqPage(r.URL.Query())
+	if why != "" {
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": why})
+		return
+	}
+	// One more than the page says whether a next page exists.
+	dls, err := u.b.DeadLetters(r.Context(), topic, offset+limit+1)
 	if err != nil {
 		writeAPI(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
+	more := len(dls) > offset+limit
+	dls = dls[min(offset, len(dls)):min(offset+limit, len(dls))]
 	out := make([]uiDeadLetter, 0, len(dls))
 	for _, d := range dls {
 		p, truncated := d.Payload, false
@@ -318,7 +328,47 @@ func (u *uiServer) dlq(w http.ResponseWriter, r *http.Request) {
 			Reason: d.Reason, Code: string(d.Code), Topic: d.Topic, Group: d.Group, Attempt: d.Attempt, Time: d.Time,
 		}, Truncated: truncated})
 	}
-	writeAPI(w, http.StatusOK, out)
+	writeAPI(w, http.StatusOK, uiDeadLetterPage{Items: out, Offset: offset, Limit: limit, More: more})
+}
+
+// The dead-letter list's pages: dlqPageSize rows by default, at most
+// dlqMaxPage; a page reads the dead letters before it too, so the offset
+// is bounded by dlqMaxOffset.
+const (
+	dlqPageSize  = 50
+	dlqMaxPage   = 500
+	dlqMaxOffset = 100_000
+)
+
+// uiDeadLetterPage is one page of the dead-letter list, oldest first:
+// Items from Offset, at most Limit of them; More says a next page has
+// some.
+type uiDeadLetterPage struct {
+	Items  []uiDeadLetter `json:"items"`
+	Offset int            `json:"offset"`
+	Limit  int            `json:"limit"`
+	More   bool           `json:"more"`
+}
+
+// dlqPage reads the offset and limit of a dead-letter page request, or
+// says what is wrong with them.
+func dlqPage(q url.Values) (offset, limit int, why string) {
+	offset, limit = 0, dlqPageSize
+	if s := q.Get("offset"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > dlqMaxOffset {
+			return 0, 0, fmt.Sprintf("offset %q: want 0..%d", s, dlqMaxOffset)
+		}
+		offset = n
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > dlqMaxPage {
+			return 0, 0, fmt.Sprintf("limit %q: want 1..%d", s, dlqMaxPage)
+		}
+		limit = n
+	}
+	return offset, limit, ""
 }
 
 // historyTimeout bounds the scan of one history request.

@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
@@ -69,4 +74,56 @@ func newBrowser(t *testing.T, ctx context.Context, path string) context.Context 
 		}
 	})
 	return cctx
+}
+
+// TestDashboardPagerRateAndAlignmentInABrowser: the dead-letter list
+// pages with Next and Previous, the publish rate is a number on a broker
+// that counts publishes, and numeric columns are right-aligned under
+// right-aligned headers.
+func TestDashboardPagerRateAndAlignmentInABrowser(t *testing.T) {
+	browser := chromiumOrSkip(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := seedPagedDeadLetters(t, ctx, "pay", 120)
+	base := serveDashboard(t, ctx, b, uiConfig{interval: 200 * time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cctx := newBrowser(t, ctx, browser)
+
+	var first, pageText, prevDisabled, nextDisabled, lastPage, rate string
+	var aligned []string
+	require.NoError(t, chromedp.Run(cctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(`#dlq tr[data-id="pay-000"]`),
+		chromedp.Text(`#dlq-page`, &pageText),
+		chromedp.Evaluate(`String(document.querySelector("#dlq-prev").disabled)`, &prevDisabled),
+		chromedp.Click(`#dlq-next`),
+		chromedp.WaitVisible(`#dlq tr[data-id="pay-050"]`),
+		chromedp.Text(`#dlq tbody tr:first-child td:first-child`, &first),
+		chromedp.Click(`#dlq-next`),
+		chromedp.WaitVisible(`#dlq tr[data-id="pay-119"]`),
+		chromedp.Text(`#dlq-page`, &lastPage),
+		chromedp.Evaluate(`String(document.querySelector("#dlq-next").disabled)`, &nextDisabled),
+		chromedp.Click(`#dlq-prev`),
+		chromedp.WaitVisible(`#dlq tr[data-id="pay-050"]`),
+		chromedp.Poll(`/^[0-9.]+$/.test(document.querySelector('#topics tr[data-topic="pay"] td.rate').textContent)`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text(`#topics tr[data-topic="pay"] td.rate`, &rate),
+		chromedp.Evaluate(`[...document.querySelectorAll("#topics thead th, #groups thead th")].map((th, i) => {
+			const table = th.closest("table");
+			const td = table.querySelector("tbody tr td:nth-child(" + (th.cellIndex + 1) + ")");
+			return th.textContent + ":" + getComputedStyle(th).textAlign + "/" + (td ? getComputedStyle(td).textAlign : "-");
+		})`, &aligned),
+	), "page through the dead letters")
+	assert.Equal(t, "1–50 of more", pageText, "the first page says where it is")
+	assert.Equal(t, "true", prevDisabled, "no page before the first")
+	assert.Equal(t, "pay-050", first, "Next shows the second page")
+	assert.Equal(t, "101–120", lastPage, "the last page")
+	assert.Equal(t, "true", nextDisabled, "no page after the last")
+	assert.Regexp(t, `^[0-9]+\.[0-9]$`, rate, "mem counts publishes: the rate is a number")
+	for _, a := range aligned {
+		header, cells, _ := strings.Cut(a, ":")
+		th, td, _ := strings.Cut(cells, "/")
+		if td != "-" {
+			assert.Equal(t, td, th, "column %q: the header is aligned as its cells", header)
+		}
+	}
+	assert.Contains(t, aligned, "messages:right/right", "numbers are right-aligned under right-aligned headers")
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -156,4 +158,91 @@ func httptestServer(t *testing.T, u *uiServer) *httptest.Server {
 	srv := httptest.NewServer(u.routes())
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// The publish rate is the growth of the broker's count of messages that
+// entered the topic, not of what it retains: retention that removes
+// messages does not hide publishes, and a count the broker does not keep
+// makes the rate unknown.
+func TestPublishRateComesFromThePublishedCount(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	topic := func(name string, retained, published bus.Figure) topicStat {
+		return topicStat{TopicInfo: bus.TopicInfo{Name: name, Messages: retained, Published: published}, Groups: []bus.GroupInfo{}}
+	}
+	prev := &snapshot{At: at, Topics: []topicStat{topic("orders", 61, 1000), topic("pg", 10, bus.Figure(-1))}}
+	cur := &snapshot{At: at.Add(2 * time.Second), Topics: []topicStat{topic("orders", 0, 1400), topic("pg", 0, bus.Figure(-1))}}
+	cur.withRates(prev)
+	require.NotNil(t, cur.Topics[0].PublishRate, "a rate from the published counts")
+	assert.InDelta(t, 200.0, *cur.Topics[0].PublishRate, 0.001, "400 published in 2 s, though the retained count fell to 0")
+	assert.Nil(t, cur.Topics[1].PublishRate, "no published count: the rate is unknown")
+	var out strings.Builder
+	writeSnapshot(&out, cur, prev)
+	assert.Contains(t, out.String(), "200.0", "the text shows the rate")
+	assert.Regexp(t, `(?m)^pg\s+0\s+unknown`, out.String(), "and unknown where the broker keeps no count")
+}
+
+// The dead-letter list comes in pages: offset and limit, and whether a
+// next page has some.
+func TestDashboardPagesTheDeadLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := seedPagedDeadLetters(t, ctx, "pay", 120)
+	g, err := newGuard(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, "")
+	require.NoError(t, err)
+	u := &uiServer{b: b, guard: g, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv := httptestServer(t, u)
+	get := func(query string) (int, uiDeadLetterPage) {
+		resp, err := srv.Client().Get(srv.URL + "/api/dlq?" + query)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var p uiDeadLetterPage
+		if resp.StatusCode == 200 {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+		}
+		return resp.StatusCode, p
+	}
+	code, p := get("topic=pay.dlq")
+	require.Equal(t, 200, code)
+	assert.Len(t, p.Items, dlqPageSize, "the first page holds the default page size")
+	assert.Equal(t, "pay-000", p.Items[0].ID, "oldest first")
+	assert.True(t, p.More, "more pages follow")
+	code, p = get("topic=pay.dlq&offset=50&limit=50")
+	require.Equal(t, 200, code)
+	assert.Equal(t, "pay-050", p.Items[0].ID, "the second page starts after the first")
+	assert.True(t, p.More)
+	code, p = get("topic=pay.dlq&offset=100&limit=50")
+	require.Equal(t, 200, code)
+	assert.Len(t, p.Items, 20, "the last page holds the rest")
+	assert.Equal(t, "pay-119", p.Items[19].ID)
+	assert.False(t, p.More, "nothing after the last page")
+	code, p = get("topic=pay.dlq&offset=200")
+	require.Equal(t, 200, code)
+	assert.Empty(t, p.Items, "past the end: an empty page")
+	for _, bad := range []string{"offset=-1", "offset=x", "limit=0", "limit=501", "offset=100001"} {
+		code, _ := get("topic=pay.dlq&" + bad)
+		assert.Equal(t, 400, code, "%s is refused", bad)
+	}
+}
+
+// seedPagedDeadLetters opens a private mem bus whose topic rejects its n
+// messages, topic-000 and on, into topic.dlq.
+func seedPagedDeadLetters(t *testing.T, ctx context.Context, topic string, n int) *bus.Bus {
+	t.Helper()
+	b, err := bus.Open(ctx, "mem://")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	_, err = b.Subscribe(ctx, topic, func(context.Context, *bus.Delivery) error {
+		return bus.Reject(errors.New("declined"))
+	}, bus.WithGroup("g"), bus.WithMaxInFlight(1)) // dead-lettered in order
+	require.NoError(t, err)
+	msgs := make([]*bus.Message, n)
+	for i := range msgs {
+		msgs[i] = &bus.Message{ID: fmt.Sprintf("%s-%03d", topic, i), Payload: []byte("x")}
+	}
+	require.NoError(t, b.Publish(ctx, topic, msgs...))
+	require.Eventually(t, func() bool {
+		dls, err := b.DeadLetters(ctx, topic+".dlq", 0)
+		return err == nil && len(dls) == n
+	}, 20*time.Second, 10*time.Millisecond, "the %d messages are dead-lettered", n)
+	return b
 }

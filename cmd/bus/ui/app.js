@@ -5,6 +5,9 @@
 const $ = (sel) => document.querySelector(sel);
 let allowWrites = false;
 let dlqTopic = "";
+// dlqOffset is where the dead-letter page shown starts; dlqLimit its size.
+let dlqOffset = 0;
+const dlqLimit = 50;
 // token is the per-process write token; only this page can read it.
 let token = "";
 // selectedID is the dead letter shown in the detail panel.
@@ -16,7 +19,7 @@ function cell(tr, value, cls) {
   const td = document.createElement("td");
   if (value === null || value === undefined) {
     td.textContent = "unknown";
-    td.className = "unknown";
+    td.className = cls ? cls + " unknown" : "unknown";
   } else {
     td.textContent = String(value);
     if (cls) td.className = cls;
@@ -49,7 +52,12 @@ function render(state) {
     cell(tr, t.name);
     cell(tr, t.messages, "num messages");
     cell(tr, t.bytes, "num");
-    cell(tr, t.publish_rate === null || t.publish_rate === undefined ? null : t.publish_rate.toFixed(1), "num rate");
+    // The rate of publishes, from the broker's count of messages that
+    // entered the topic: unknown where it keeps none, "-" until a second
+    // sample.
+    const known = t.published !== null && t.published !== undefined;
+    const rate = t.publish_rate !== null && t.publish_rate !== undefined ? t.publish_rate.toFixed(1) : (known ? "-" : null);
+    cell(tr, rate, "num rate");
     cell(tr, t.newest ? when(t.newest) : "-");
     cell(tr, t.scheduled, "num scheduled");
     cell(tr, t.next_due ? when(t.next_due) : "-");
@@ -76,6 +84,7 @@ function render(state) {
     sel.replaceChildren(...dlqs.map((n) => new Option(n, n)));
     if (dlqs.length && !dlqs.includes(dlqTopic)) {
       dlqTopic = dlqs[0];
+      dlqOffset = 0;
     }
     sel.value = dlqTopic;
   }
@@ -152,8 +161,18 @@ async function loadDLQ() {
   $("#replay-all").disabled = !allowWrites || !dlqTopic;
   $("#purge-all").disabled = !allowWrites || !dlqTopic;
   if (!dlqTopic) { tbody.replaceChildren(); hideDetail(); return; }
-  const r = await fetch("api/dlq?topic=" + encodeURIComponent(dlqTopic));
-  const list = r.ok ? await r.json() : [];
+  let r = await fetch(dlqURL());
+  let page = r.ok ? await r.json() : { items: [], offset: 0, more: false };
+  if (page.items.length === 0 && dlqOffset > 0) {
+    // The page emptied (replayed or purged): show the last one with rows.
+    dlqOffset = Math.max(0, dlqOffset - dlqLimit);
+    r = await fetch(dlqURL());
+    page = r.ok ? await r.json() : { items: [], offset: 0, more: false };
+  }
+  const list = page.items;
+  $("#dlq-prev").disabled = dlqOffset === 0;
+  $("#dlq-next").disabled = !page.more;
+  $("#dlq-page").textContent = list.length ? (dlqOffset + 1) + "–" + (dlqOffset + list.length) + (page.more ? " of more" : "") : "none";
   rows(tbody, list, (tr, d) => {
     tr.dataset.id = d.id;
     if (d.id === selectedID) tr.classList.add("selected");
@@ -186,6 +205,10 @@ async function loadDLQ() {
   });
   // A message replayed or purged since leaves the detail panel.
   if (selectedID && !list.some((d) => d.id === selectedID)) hideDetail();
+}
+
+function dlqURL() {
+  return "api/dlq?topic=" + encodeURIComponent(dlqTopic) + "&offset=" + dlqOffset + "&limit=" + dlqLimit;
 }
 
 function hideDetail() {
@@ -296,7 +319,9 @@ $("#history-form").addEventListener("submit", (ev) => {
 window.addEventListener("hashchange", historyFromHash);
 historyFromHash();
 $("#result-dismiss").addEventListener("click", () => { $("#result").hidden = true; });
-$("#dlq-topic").addEventListener("change", (e) => { dlqTopic = e.target.value; loadDLQ(); });
+$("#dlq-topic").addEventListener("change", (e) => { dlqTopic = e.target.value; dlqOffset = 0; loadDLQ(); });
+$("#dlq-prev").addEventListener("click", () => { dlqOffset = Math.max(0, dlqOffset - dlqLimit); loadDLQ(); });
+$("#dlq-next").addEventListener("click", () => { dlqOffset += dlqLimit; loadDLQ(); });
 $("#replay-all").addEventListener("click", () => write("replay", { all: true }));
 $("#purge-all").addEventListener("click", () => write("purge", { all: true }));
 refresh();
