@@ -36,7 +36,7 @@ func TestOpenURLRefusesBadURLsBeforeIO(t *testing.T) {
 		{"no database", "postgres://u:pw@" + addr + "/",
 			`postgres: open "postgres://u:xxxxx@` + addr + `/": invalid option: the URL names no database (postgres://host:5432/database): libpq's default is never assumed`},
 		{"no database nor path", "postgres://u@" + addr,
-			`postgres: open "postgres://xxxxx@` + addr + `": invalid option: the URL names no database (postgres://host:5432/database): libpq's default is never assumed`},
+			`postgres: open "postgres://u@` + addr + `": invalid option: the URL names no database (postgres://host:5432/database): libpq's default is never assumed`},
 		{"no host", "postgres:///app",
 			`postgres: open "postgres:///app": invalid option: the URL names no host (postgres://host:5432/database; a Unix socket's directory goes in ?host=): libpq's default is never assumed`},
 		{"no host with credentials", "postgresql://u:pw@/app",
@@ -54,7 +54,7 @@ func TestOpenURLRefusesBadURLsBeforeIO(t *testing.T) {
 		{"opaque", "postgres:u:pw@" + addr + "/app",
 			`postgres: open: invalid option: "postgres:xxxxx" is not of the form postgres://...: a URL without "//" is refused, so that credentials in it are never taken for a host`},
 		{"unknown retention", "postgres://u@" + addr + "/db?retention=sometimes",
-			`postgres: open "postgres://xxxxx@` + addr + `/db?retention=sometimes": invalid option: retention="sometimes": want one of settled, all`},
+			`postgres: open "postgres://u@` + addr + `/db?retention=sometimes": invalid option: retention="sometimes": want one of settled, all`},
 		{"repeated parameter", "postgres://u:pw@" + addr + "/db?block=1s&block=2s",
 			`postgres: open "postgres://u:xxxxx@` + addr + `/db?block=1s&block=2s": invalid option: parameter "block" given 2 times`},
 	}
