@@ -37,8 +37,9 @@ import (
 // are cancelled with ErrLeaseLost, no lease of its is extended and no
 // handler started any more, and what it held goes back to the group in
 // log order as each key's head returns, without counting an attempt (see
-// leaseKeeper.fence). Close releases the lock after the subscription
-// drained.
+// leaseKeeper.fence). When it takes the lock again it does so as a
+// takeover, whatever the broker reports (see ownerRound.lost). Close
+// releases the lock after the subscription drained.
 type groupLock struct {
 	s      *consumer
 	locker backend.GroupLocker
@@ -148,6 +149,13 @@ type ownerRound struct {
 	// took the lock.
 	inherit bool
 	takenAt time.Time
+	// lost: this member held the lock and then stopped holding it (it
+	// could not renew in time, or found another holder). Taking it again
+	// is a takeover even when the broker does not call it one (the lock
+	// never lapsed, or lapsed with this member as its last holder): the
+	// holds it had are dropped and what it held went back, while what the
+	// members before it left unsettled may still be out on its lease.
+	lost bool
 }
 
 // handoverSettle is how long a member that took a lock waits before it
@@ -183,6 +191,8 @@ func (o *groupLock) round(r *ownerRound) bool {
 	switch {
 	case held:
 		r.lastHeld = now
+		takeover = takeover || r.lost && !owning
+		r.lost = false
 		if takeover && o.inherits() {
 			// From a member that let the lock lapse (it died or hung):
 			// once a fetch it may have had under way at the broker is
@@ -228,6 +238,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 	case err == nil || now.Sub(r.lastHeld) > o.ttl/2:
 		// Another member holds it, or it could not be renewed in time.
 		r.other = r.other || err == nil
+		r.lost = r.lost || !r.lastHeld.IsZero()
 		r.openAt, r.inherit = time.Time{}, false
 		o.setOwning(false)
 		if owning && o.s.keeper != nil {

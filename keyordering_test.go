@@ -1151,3 +1151,48 @@ func TestKeyOrderingHeldKeyThatFillsTheWaitingSetGoesBack(t *testing.T) {
 	}
 	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, ks[:3], "key k in order: %v", got)
 }
+
+// flakyLockBackend is a settlingBackend whose group lock fails (as when
+// the broker does not answer in time) for its next fails calls.
+type flakyLockBackend struct {
+	*settlingBackend
+	fails atomic.Int32
+}
+
+func (b *flakyLockBackend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	if b.fails.Add(-1) >= 0 {
+		return false, false, errors.New("lock group: timeout")
+	}
+	return b.settlingBackend.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+// A member that took the group lock over from a crashed one, and then
+// could not renew it in time (so that it fenced itself and dropped its
+// holds), takes it again as a takeover, although the lock never passed to
+// anyone else: it holds the crashed member's pending key again, whose
+// delivery comes back after its lease and runs before the rest of its
+// key.
+func TestKeyOrderingTakeoverThatLosesTheLockHoldsAgain(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 5 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	be := &flakyLockBackend{settlingBackend: &settlingBackend{Backend: raw}}
+	// Once the takeover has listed what is pending (and holds k), two
+	// renewals in a row fail: two thirds of the lock's ttl without one,
+	// more than the half after which the member fences itself.
+	be.afterList = func() { be.fails.Store(2) }
+	got := takeOver(t, be, lease, 3)
+	var ks []handledAt
+	for _, x := range got {
+		if strings.HasPrefix(x.id, "k-") {
+			ks = append(ks, x)
+		}
+	}
+	require.NotEmpty(t, ks, "key k handled: %v", got)
+	assert.Equal(t, "k-0", ks[0].id, "the crashed member's delivery comes back first: %v", got)
+	assert.Equal(t, 2, ks[0].attempt, "k-0 is a redelivery: %v", got)
+}
