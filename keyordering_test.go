@@ -1196,3 +1196,51 @@ func TestKeyOrderingTakeoverThatLosesTheLockHoldsAgain(t *testing.T) {
 	assert.Equal(t, "k-0", ks[0].id, "the crashed member's delivery comes back first: %v", got)
 	assert.Equal(t, 2, ks[0].attempt, "k-0 is a redelivery: %v", got)
 }
+
+// failingListBackend is an in-memory backend whose subscriptions fail
+// their first fails lists of pending deliveries.
+type failingListBackend struct {
+	*inmemory.Backend
+	fails atomic.Int32
+}
+
+func (b *failingListBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &failingListSub{Subscription: sub.(*inmemory.Subscription), b: b}, nil
+}
+
+type failingListSub struct {
+	*inmemory.Subscription
+	b *failingListBackend
+}
+
+func (s *failingListSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
+	if s.b.fails.Add(-1) >= 0 {
+		return nil, false, context.DeadlineExceeded
+	}
+	return s.Subscription.PendingDeliveries(ctx, max)
+}
+
+// A takeover whose list of pending deliveries fails (a slow broker) asks
+// for it again instead of waiting one ack timeout: the other key runs
+// before the crashed member's lease ends, the held one after it.
+func TestKeyOrderingTakeoverAsksAgainForAFailedList(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 4 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	be := &failingListBackend{Backend: raw}
+	be.fails.Store(2)
+	got := takeOver(t, be, lease, 3)
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
+	assert.Equal(t, "k-0", got[1].id, "the crashed member's delivery comes back first: %v", got)
+	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
+	assert.Less(t, be.fails.Load(), int32(0), "the list was asked for again")
+}
