@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1243,4 +1244,59 @@ func TestKeyOrderingTakeoverAsksAgainForAFailedList(t *testing.T) {
 	assert.Equal(t, "k-0", got[1].id, "the crashed member's delivery comes back first: %v", got)
 	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
 	assert.Less(t, be.fails.Load(), int32(0), "the list was asked for again")
+}
+
+// reversingBackend is an in-memory backend whose subscriptions, once
+// they gave a delivery back (Release), hand out each batch in reverse
+// order: what goes back to the group need not come back in log order.
+type reversingBackend struct {
+	*inmemory.Backend
+}
+
+func (b *reversingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &reversingSub{Subscription: sub.(*inmemory.Subscription)}, nil
+}
+
+type reversingSub struct {
+	*inmemory.Subscription
+	released atomic.Bool
+}
+
+func (s *reversingSub) Release(ctx context.Context, id backend.AckID) error {
+	s.released.Store(true)
+	return s.Subscription.Release(ctx, id)
+}
+
+func (s *reversingSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	ms, err := s.Subscription.Receive(ctx, max)
+	if s.released.Load() {
+		slices.Reverse(ms)
+	}
+	return ms, err
+}
+
+// The deliveries waiting behind a held key that go back to the group
+// when they fill the waiting set run in their order when they come back,
+// whatever order the backend hands them out in.
+func TestKeyOrderingHeldKeyGivenBackKeepsItsOrder(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	got := takeOverWith(t, &reversingBackend{Backend: raw}, lease, 5, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
+		bus.WithMaxWaiting(2), bus.WithMaxInFlight(1))
+	var ks []string
+	for _, x := range got {
+		if strings.HasPrefix(x.id, "k-") {
+			ks = append(ks, x.id)
+		}
+	}
+	assert.Equal(t, []string{"k-0", "k-1", "k-2", "k-3"}, ks, "key k in order: %v", got)
 }
