@@ -23,8 +23,8 @@ import (
 // group has pending (backend.PendingLister), it holds back the keys of
 // those, each until its pending deliveries have come back (after their
 // leases) and run here, in log order, and runs every other key at once
-// (see inherit and keyLines.hold). Without the list it waits one ack
-// timeout first, so that what that member left unsettled is back with
+// (see inherit and keyLines.hold); a list that fails is asked for again
+// every round. Without the list it waits one ack timeout first, so that what that member left unsettled is back with
 // the group, and is handed out, before anything after it. A subscription
 // that takes a lock another member released while this one waited waits
 // the same way (at most one ack timeout, less when nothing is pending):
@@ -37,8 +37,9 @@ import (
 // are cancelled with ErrLeaseLost, no lease of its is extended and no
 // handler started any more, and what it held goes back to the group in
 // log order as each key's head returns, without counting an attempt (see
-// leaseKeeper.fence). Close releases the lock after the subscription
-// drained.
+// leaseKeeper.fence). When it takes the lock again it does so as a
+// takeover, whatever the broker reports (see ownerRound.lost). Close
+// releases the lock after the subscription drained.
 type groupLock struct {
 	s      *consumer
 	locker backend.GroupLocker
@@ -148,6 +149,13 @@ type ownerRound struct {
 	// took the lock.
 	inherit bool
 	takenAt time.Time
+	// lost: this member held the lock and then stopped holding it (it
+	// could not renew in time, or found another holder). Taking it again
+	// is a takeover even when the broker does not call it one (the lock
+	// never lapsed, or lapsed with this member as its last holder): the
+	// holds it had are dropped and what it held went back, while what the
+	// members before it left unsettled may still be out on its lease.
+	lost bool
 }
 
 // handoverSettle is how long a member that took a lock waits before it
@@ -183,6 +191,8 @@ func (o *groupLock) round(r *ownerRound) bool {
 	switch {
 	case held:
 		r.lastHeld = now
+		takeover = takeover || r.lost && !owning
+		r.lost = false
 		if takeover && o.inherits() {
 			// From a member that let the lock lapse (it died or hung):
 			// once a fetch it may have had under way at the broker is
@@ -208,11 +218,23 @@ func (o *groupLock) round(r *ownerRound) bool {
 				// are taken once it has (a record of it would stand
 				// for a held delivery that is yet to come back).
 				r.openAt = now.Add(waitPoll)
-			case !o.s.keys.idle() || !o.inherit():
+			case !o.s.keys.idle():
 				r.inherit = false
 				r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
 			default:
-				r.inherit = false
+				listed, again := o.inherit()
+				switch {
+				case listed:
+					r.inherit = false
+				case again && now.Before(r.takenAt.Add(o.s.cfg.AckTimeout)):
+					// The list failed (a slow broker): it is asked
+					// for again next round, until one ack timeout
+					// after the takeover, when the wait is over anyway.
+					r.openAt = now.Add(waitPoll)
+				default:
+					r.inherit = false
+					r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+				}
 			}
 		}
 		if owning && o.s.keys != nil && o.s.keys.holdsDue(now) {
@@ -228,6 +250,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 	case err == nil || now.Sub(r.lastHeld) > o.ttl/2:
 		// Another member holds it, or it could not be renewed in time.
 		r.other = r.other || err == nil
+		r.lost = r.lost || !r.lastHeld.IsZero()
 		r.openAt, r.inherit = time.Time{}, false
 		o.setOwning(false)
 		if owning && o.s.keeper != nil {
@@ -255,22 +278,25 @@ func (o *groupLock) inherits() bool {
 // those the member before left unsettled, before this one starts
 // fetching: each of those keys runs its pending deliveries first, in log
 // order, as they come back after their leases. It reports false when the
-// backend cannot list them all (an error, or more than maxHolds): the
-// takeover then waits one ack timeout.
-func (o *groupLock) inherit() bool {
+// backend cannot list them all (an error, or more than maxHolds), and
+// again when the list failed with an error worth asking again for (the
+// takeover does so, for at most one ack timeout, which it otherwise
+// waits).
+func (o *groupLock) inherit() (listed, again bool) {
 	pl := o.s.bsub.(backend.PendingLister)
 	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
 	defer cancel()
 	ps, complete, err := pl.PendingDeliveries(ctx, maxHolds)
 	if err != nil && !errors.Is(err, ErrUnsupported) {
 		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
-			Err: fmt.Errorf("bus: list the deliveries a key-ordered group left pending: %w (waiting one ack timeout instead)", err)})
+			Err: fmt.Errorf("bus: list the deliveries a key-ordered group left pending: %w (asking again, for at most one ack timeout)", err)})
+		return false, true
 	}
 	if err != nil || !complete {
-		return false
+		return false, false
 	}
 	o.s.keys.hold(ps)
-	return true
+	return true, false
 }
 
 // recheck asks the broker again which held deliveries are pending, when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1150,4 +1151,152 @@ func TestKeyOrderingHeldKeyThatFillsTheWaitingSetGoesBack(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, ks[:3], "key k in order: %v", got)
+}
+
+// flakyLockBackend is a settlingBackend whose group lock fails (as when
+// the broker does not answer in time) for its next fails calls.
+type flakyLockBackend struct {
+	*settlingBackend
+	fails atomic.Int32
+}
+
+func (b *flakyLockBackend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	if b.fails.Add(-1) >= 0 {
+		return false, false, errors.New("lock group: timeout")
+	}
+	return b.settlingBackend.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+// A member that took the group lock over from a crashed one, and then
+// could not renew it in time (so that it fenced itself and dropped its
+// holds), takes it again as a takeover, although the lock never passed to
+// anyone else: it holds the crashed member's pending key again, whose
+// delivery comes back after its lease and runs before the rest of its
+// key.
+func TestKeyOrderingTakeoverThatLosesTheLockHoldsAgain(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 5 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	be := &flakyLockBackend{settlingBackend: &settlingBackend{Backend: raw}}
+	// Once the takeover has listed what is pending (and holds k), two
+	// renewals in a row fail: two thirds of the lock's ttl without one,
+	// more than the half after which the member fences itself.
+	be.afterList = func() { be.fails.Store(2) }
+	got := takeOver(t, be, lease, 3)
+	var ks []handledAt
+	for _, x := range got {
+		if strings.HasPrefix(x.id, "k-") {
+			ks = append(ks, x)
+		}
+	}
+	require.NotEmpty(t, ks, "key k handled: %v", got)
+	assert.Equal(t, "k-0", ks[0].id, "the crashed member's delivery comes back first: %v", got)
+	assert.Equal(t, 2, ks[0].attempt, "k-0 is a redelivery: %v", got)
+}
+
+// failingListBackend is an in-memory backend whose subscriptions fail
+// their first fails lists of pending deliveries.
+type failingListBackend struct {
+	*inmemory.Backend
+	fails atomic.Int32
+}
+
+func (b *failingListBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &failingListSub{Subscription: sub.(*inmemory.Subscription), b: b}, nil
+}
+
+type failingListSub struct {
+	*inmemory.Subscription
+	b *failingListBackend
+}
+
+func (s *failingListSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
+	if s.b.fails.Add(-1) >= 0 {
+		return nil, false, context.DeadlineExceeded
+	}
+	return s.Subscription.PendingDeliveries(ctx, max)
+}
+
+// A takeover whose list of pending deliveries fails (a slow broker) asks
+// for it again instead of waiting one ack timeout: the other key runs
+// before the crashed member's lease ends, the held one after it.
+func TestKeyOrderingTakeoverAsksAgainForAFailedList(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 4 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	be := &failingListBackend{Backend: raw}
+	be.fails.Store(2)
+	got := takeOver(t, be, lease, 3)
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
+	assert.Equal(t, "k-0", got[1].id, "the crashed member's delivery comes back first: %v", got)
+	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
+	assert.Less(t, be.fails.Load(), int32(0), "the list was asked for again")
+}
+
+// reversingBackend is an in-memory backend whose subscriptions, once
+// they gave a delivery back (Release), hand out each batch in reverse
+// order: what goes back to the group need not come back in log order.
+type reversingBackend struct {
+	*inmemory.Backend
+}
+
+func (b *reversingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &reversingSub{Subscription: sub.(*inmemory.Subscription)}, nil
+}
+
+type reversingSub struct {
+	*inmemory.Subscription
+	released atomic.Bool
+}
+
+func (s *reversingSub) Release(ctx context.Context, id backend.AckID) error {
+	s.released.Store(true)
+	return s.Subscription.Release(ctx, id)
+}
+
+func (s *reversingSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	ms, err := s.Subscription.Receive(ctx, max)
+	if s.released.Load() {
+		slices.Reverse(ms)
+	}
+	return ms, err
+}
+
+// The deliveries waiting behind a held key that go back to the group
+// when they fill the waiting set run in their order when they come back,
+// whatever order the backend hands them out in.
+func TestKeyOrderingHeldKeyGivenBackKeepsItsOrder(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
+	defer ghost.Close()
+	got := takeOverWith(t, &reversingBackend{Backend: raw}, lease, 5, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
+		bus.WithMaxWaiting(2), bus.WithMaxInFlight(1))
+	var ks []string
+	for _, x := range got {
+		if strings.HasPrefix(x.id, "k-") {
+			ks = append(ks, x.id)
+		}
+	}
+	assert.Equal(t, []string{"k-0", "k-1", "k-2", "k-3"}, ks, "key k in order: %v", got)
 }

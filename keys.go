@@ -642,8 +642,9 @@ func (k *keyLines) holdsDue(now time.Time) bool {
 // runPending); a key left with nothing is free. When full is set (the
 // waiting set is full, so that nothing more is fetched) the deliveries
 // waiting behind a held delivery that is due go back to the group,
-// uncounted, so that the fetch that brings it back can run; they come
-// back behind it.
+// uncounted, so that the fetch that brings it back can run; they are
+// held in their order behind it (the backend may hand them out again in
+// another).
 func (k *keyLines) recheck(ps []backend.Pending, now time.Time, full bool) {
 	ids := make(map[string]struct{}, len(ps))
 	for _, p := range ps {
@@ -674,6 +675,13 @@ func (k *keyLines) recheck(ps []backend.Pending, now time.Time, full bool) {
 			continue
 		}
 		if full && !now.Before(l.holdEnd) {
+			// They come back after the held delivery, but not
+			// necessarily in their order: each is held in turn.
+			for _, d := range l.waiting {
+				if !slices.Contains(l.holds, d.pub.ID) {
+					l.holds = append(l.holds, d.pub.ID)
+				}
+			}
 			back = append(back, l.waiting...)
 			l.waiting = nil
 		}

@@ -15,8 +15,10 @@ var _ backend.PendingLister = (*subscription)(nil)
 // given back or nacked; a first delivery waiting for its DeliverAt was
 // never handed out), and the seqs still pending in the leases of first
 // deliveries, each with its message's ID and key and when it may be
-// fetched again. $1 group id, $2 topic, $3 limit.
-const pendingSQL = `WITH p AS (
+// fetched again. $1 group id, $2 topic, $3 limit. p is materialized so
+// that each of its rows looks its message up by the primary key: inlined,
+// the planner may scan the topic's messages and run p once for each.
+const pendingSQL = `WITH p AS MATERIALIZED (
 	SELECT d.seq, d.ord, d.visible_at FROM bus_deliveries d
 	WHERE d.group_id = $1 AND (d.n > 0 OR d.leased)
 	UNION ALL
