@@ -135,7 +135,7 @@ var cases = []testCase{
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
 	{name: "DeliverAtRejected", run: testDeliverAtRejected},
-	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery}, run: testPublishDedup},
+	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery, capPublishDedup}, run: testPublishDedup},
 	{name: "SnoozeDoesNotCountAnAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testSnooze},
 	{name: "SnoozeWithoutDelayIsRefused", needs: []capability{capRedelivery}, run: testSnoozeWithoutDelay},
 	{name: "HugeDelaysWait", needs: []capability{capRedelivery, capNackDelay}, run: testHugeDelaysWait},

@@ -188,6 +188,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			NackDelay:      true,
 			Ordered:        true,
 			StartOldest:    true,
+			PublishDedup:   true,
 			Extend:         true,
 			Scheduling:     !o.noSchedules && o.Retention != RetentionInterest,
 			MaxPayload:     maxPayload,
