@@ -318,4 +318,3 @@ func (b *Backend) Close() error {
 	b.pub.close()
 	return nil
 }
-

@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -184,10 +183,4 @@ func closeChannel(ch *amqp.Channel, timeout time.Duration) {
 	case <-done:
 	case <-time.After(timeout):
 	}
-}
-
-// isClosedErr reports whether err says the channel or connection is gone.
-func isClosedErr(err error) bool {
-	var ae *amqp.Error
-	return errors.Is(err, amqp.ErrClosed) || errors.As(err, &ae)
 }

@@ -144,6 +144,9 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
 	dels, gen, err := s.consume(ctx)
 	if err != nil {
+		if s.isClosed() && !errors.Is(err, backend.ErrClosed) {
+			return nil, fmt.Errorf("rabbitmq: receive: %w", backend.ErrClosed)
+		}
 		return nil, err
 	}
 	s.out = s.out[:0]
@@ -472,10 +475,14 @@ func (s *Subscription) Extend(_ context.Context, id backend.AckID) error {
 	return nil
 }
 
+// isClosed reports whether the subscription or its backend is closed.
 func (s *Subscription) isClosed() bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+	closed := s.closed
+	s.mu.Unlock()
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return closed || s.b.closed
 }
 
 // Close cancels the consumer: it waits for the moves in progress
@@ -584,4 +591,6 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 
 // ceilMilli is t in Unix milliseconds, rounded up: a due time never
 // comes before t.
-func ceilMilli(t time.Time) int64 { return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond) }
+func ceilMilli(t time.Time) int64 {
+	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
