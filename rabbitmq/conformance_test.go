@@ -19,6 +19,8 @@ import (
 func TestOnOneNode(t *testing.T) {
 	node := rabbittest.Start(t)
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.URL()) })
+	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
+	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {
