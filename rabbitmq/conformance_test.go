@@ -19,6 +19,8 @@ import (
 func TestOnOneNode(t *testing.T) {
 	node := rabbittest.Start(t)
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.URL()) })
+	t.Run("MalformedEntryDeadLettered", func(t *testing.T) { testMalformedEntryDeadLettered(t, node) })
+	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
 }

@@ -31,7 +31,7 @@ type amqpTarget struct {
 }
 
 // openAMQPTarget dials twice (publishing and consuming apart, as the bus
-// does) and declares the exchange and the queue bound to it.
+// does).
 func openAMQPTarget(ctx context.Context, r *benchRun) (target, error) {
 	u, err := url.Parse(r.cfg.URL)
 	if err != nil {
@@ -56,13 +56,13 @@ func openAMQPTarget(ctx context.Context, r *benchRun) (target, error) {
 	}
 	t := &amqpTarget{r: r, u: u, conn: conn, sub: sub,
 		exchange: fmt.Sprintf("bus-bench-raw-%x", r.nonce), queue: fmt.Sprintf("bus-bench-raw-%x-q", r.nonce)}
-	if err := t.declare(); err != nil {
-		return nil, errors.Join(err, conn.Close(), sub.Close())
-	}
 	return t, nil
 }
 
-func (t *amqpTarget) declare() error {
+// prepare declares the exchange and, but for the publish scenario, the
+// queue bound to it: as on the bus, where the publish scenario has no
+// group, so the broker routes its messages to no queue.
+func (t *amqpTarget) prepare(_ context.Context, scenario string) error {
 	ch, err := t.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
@@ -70,6 +70,9 @@ func (t *amqpTarget) declare() error {
 	defer ch.Close()
 	if err := ch.ExchangeDeclare(t.exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("baseline: declare %s: %w", t.exchange, err)
+	}
+	if scenario == scenarioPublish {
+		return nil
 	}
 	if _, err := ch.QueueDeclare(t.queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return fmt.Errorf("baseline: declare %s: %w", t.queue, err)
@@ -83,9 +86,6 @@ func (t *amqpTarget) declare() error {
 func (t *amqpTarget) backend() string { return "rabbitmq" }
 
 func (t *amqpTarget) client() string { return "amqp091-go" }
-
-// prepare has nothing to do: the queue exists from the start.
-func (t *amqpTarget) prepare(context.Context, string) error { return nil }
 
 type amqpPublisher struct {
 	t  *amqpTarget
