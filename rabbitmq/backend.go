@@ -292,8 +292,9 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 	return errs[0]
 }
 
-// Close closes every subscription still open and both connections,
-// within about Options.CloseTimeout each.
+// Close closes every subscription still open, at once, and then both
+// connections: within about three times Options.CloseTimeout, also on a
+// dead network.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -305,16 +306,15 @@ func (b *Backend) Close() error {
 	for s := range b.subs {
 		subs = append(subs, s)
 	}
-	idle := b.idle
-	b.idle = nil
+	b.idle = nil // closed with their connection
 	b.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, s := range subs {
-		_ = s.Close()
+		wg.Go(func() { _ = s.Close() })
 	}
-	for _, ch := range idle {
-		closeChannel(ch, b.opts.CloseTimeout)
-	}
-	b.sub.close()
-	b.pub.close()
+	wg.Wait()
+	wg.Go(b.sub.close)
+	wg.Go(b.pub.close)
+	wg.Wait()
 	return nil
 }

@@ -81,8 +81,9 @@
 // runs under its caller's ctx; every write to the socket has a deadline
 // (Options.WriteTimeout), and heartbeats (Options.Heartbeat) end a
 // connection whose peer went silent. A connection that died is dialed
-// again by the next call that needs it. Backend.Close and
-// Subscription.Close return within about twice Options.CloseTimeout.
+// again by the next call that needs it. Subscription.Close returns within
+// about twice Options.CloseTimeout, Backend.Close within about three
+// times.
 //
 // # Capabilities
 //
