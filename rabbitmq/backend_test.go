@@ -2,6 +2,8 @@ package rabbitmq_test
 
 import (
 	"context"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +17,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/observer"
-	_ "github.com/eventbus-go/bus/rabbitmq"
+	"github.com/eventbus-go/bus/rabbitmq"
 )
 
 // testMalformedEntryDeadLettered publishes, with a plain AMQP client, a
@@ -103,4 +105,46 @@ func testLongNamesAreHashed(t *testing.T, node *rabbittest.Node) {
 	case <-ctx.Done():
 		t.Fatal("nothing delivered on the hashed queue")
 	}
+}
+
+// testPrefetchFollowsMaxInFlight checks at the broker that a member is
+// never pushed more unsettled messages than its MaxInFlight: with 3 in
+// flight and 10 published, the queue holds 7 ready and 3 unacked, and
+// each ack lets one more through.
+func testPrefetchFollowsMaxInFlight(t *testing.T, node *rabbittest.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	u, err := url.Parse(node.URL())
+	require.NoError(t, err)
+	be, err := rabbitmq.OpenURL(ctx, u)
+	require.NoError(t, err)
+	defer be.Close()
+	sub, err := be.Subscribe(ctx, "prefetch", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 3, MaxDeliveries: 5, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs := make([]*backend.Message, 10)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: "m" + strconv.Itoa(i), Payload: []byte("x"), PublishedAt: time.Now()}
+	}
+	require.NoError(t, be.Publish(ctx, "prefetch", msgs))
+	got, err := sub.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "one message asked for, one returned")
+	first := got[0].AckID
+
+	counts := func() string {
+		out, err := node.Ctl("list_queues", "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged")
+		require.NoError(t, err, out)
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "bus.q.prefetch/g" {
+				return f[1] + " ready, " + f[2] + " unacked"
+			}
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return counts() == "7 ready, 3 unacked" }, 20*time.Second, 100*time.Millisecond,
+		"the broker pushes MaxInFlight and no more (now %s)", counts())
+	require.NoError(t, sub.Ack(ctx, []backend.AckID{first}))
+	require.Eventually(t, func() bool { return counts() == "6 ready, 3 unacked" }, 20*time.Second, 100*time.Millisecond,
+		"an ack lets one more through (now %s)", counts())
 }

@@ -206,7 +206,8 @@ func (n *Node) writeConfig() error {
 		"disk_free_limit.absolute = 1MB\n"+
 		"vm_memory_high_watermark.relative = 0.8\n"+
 		"log.console = false\n"+
-		"log.file.level = warning\n", n.amqp)
+		"log.file.level = warning\n"+
+		"collect_statistics_interval = 500\n", n.amqp)
 	if n.cfg.management {
 		plugins = "[rabbitmq_management]."
 		conf += fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmt)
