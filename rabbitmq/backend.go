@@ -274,10 +274,10 @@ func (b *Backend) declareHold(ctx context.Context, d time.Duration) (string, err
 // hold queue of the delay that fits, carrying due. It returns once the
 // broker confirmed the copy.
 func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, base int, due int64) error {
-	wait := time.Until(time.UnixMilli(due))
+	left := time.Until(time.UnixMilli(due))
 	exchange := ""
-	if due > 0 && wait > 0 {
-		h, err := b.declareHold(ctx, holdFor(wait))
+	if due > 0 && left > 0 {
+		h, err := b.declareHold(ctx, holdFor(left))
 		if err != nil {
 			return err
 		}
@@ -285,11 +285,26 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 	} else {
 		due = 0
 	}
-	errs, err := b.publishConfirmed(ctx, exchange, []string{q}, []amqp.Publishing{encode(m, base, due)})
-	if err != nil {
-		return err
+	pub := []amqp.Publishing{encode(m, base, due)}
+	wait := 20 * time.Millisecond
+	for {
+		errs, err := b.publishConfirmed(ctx, exchange, []string{q}, pub)
+		if err != nil {
+			return err
+		}
+		if !errors.Is(errs[0], errNacked) || wait > time.Second {
+			return errs[0]
+		}
+		// A quorum queue declared a moment ago nacks publishes until its
+		// leader is elected; the copy is not stored, so storing it again
+		// duplicates nothing.
+		select {
+		case <-time.After(wait):
+			wait *= 2
+		case <-ctx.Done():
+			return errs[0]
+		}
 	}
-	return errs[0]
 }
 
 // Close closes every subscription still open, at once, and then both
