@@ -305,6 +305,12 @@ type Capabilities struct {
 	Ordered bool
 	// StartOldest: a new group can start from the oldest retained message.
 	StartOldest bool
+	// PublishDedup: a message whose ID the caller set is stored once
+	// within the backend's dedup window, however often it is published
+	// (Message.IDGenerated). Without it every Publish stores a new copy:
+	// a caller that retries a Publish may cause a duplicate, which the
+	// consumer must tolerate (at-least-once).
+	PublishDedup bool
 	// Extend: subscriptions implement Extender. It must agree with the
 	// type assertion; the conformance suite checks that it does.
 	Extend bool

@@ -12,6 +12,7 @@ const (
 	capOrdered
 	capStartOldest
 	capExtend
+	capPublishDedup
 )
 
 func (c capability) String() string {
@@ -28,6 +29,8 @@ func (c capability) String() string {
 		return "StartOldest"
 	case capExtend:
 		return "Extend"
+	case capPublishDedup:
+		return "PublishDedup"
 	}
 	return "unknown"
 }
@@ -46,6 +49,8 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.StartOldest
 	case capExtend:
 		return caps.Extend
+	case capPublishDedup:
+		return caps.PublishDedup
 	}
 	return false
 }

@@ -139,7 +139,7 @@ var cases = []testCase{
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
 	{name: "DeliverAtRejected", run: testDeliverAtRejected},
 	{name: "DelayedNeverHoldBackImmediate", needs: []capability{capGroups, capRedelivery}, run: testDelayedNeverHoldBackImmediate},
-	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery}, run: testPublishDedup},
+	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery, capPublishDedup}, run: testPublishDedup},
 	{name: "SnoozeDoesNotCountAnAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testSnooze},
 	{name: "SnoozeWithoutDelayIsRefused", needs: []capability{capRedelivery}, run: testSnoozeWithoutDelay},
 	{name: "HugeDelaysWait", needs: []capability{capRedelivery, capNackDelay}, run: testHugeDelaysWait},

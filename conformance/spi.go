@@ -39,8 +39,12 @@ func (e *spiEnv) subscribe(group string, ackTimeout time.Duration) backend.Subsc
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e.s.deadline())
 	defer cancel()
+	start := backend.StartNewest // a backend without StartOldest refuses it
+	if e.s.caps.StartOldest {
+		start = backend.StartOldest
+	}
 	sub, err := e.be.Subscribe(ctx, e.topic, backend.SubscribeConfig{
-		Group: group, StartFrom: backend.StartOldest, AckTimeout: ackTimeout, MaxInFlight: 64,
+		Group: group, StartFrom: start, AckTimeout: ackTimeout, MaxInFlight: 64,
 		MaxDeliveries: 100, Observer: &eventLog{},
 	})
 	require.NoError(e.t, err, "subscribe")

@@ -123,6 +123,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		NackDelay:      true,
 		Ordered:        true,
 		StartOldest:    true,
+		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
 		MaxPayload:     0,

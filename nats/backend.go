@@ -193,6 +193,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			NackDelay:       true,
 			Ordered:         true,
 			StartOldest:     true,
+			PublishDedup:    true,
 			Extend:          true,
 			Scheduling:      !o.noSchedules && o.Retention != RetentionInterest,
 			MaxPayload:      maxPayload,

@@ -112,6 +112,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		NackDelay:      true,
 		Ordered:        true,
 		StartOldest:    true,
+		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
 		MaxPayload:     b.opts.MaxPayload,

@@ -12,6 +12,10 @@
 #     (internal/testkit/pgtest finds them with pg_config --bindir or in
 #     /usr/lib/postgresql/*/bin; they are not on PATH). As root the tests
 #     run them as the user postgres, which the package creates;
+#   - rabbitmq-server (Debian package rabbitmq-server, with Erlang and
+#     epmd): internal/testkit/rabbittest starts private nodes from it, each
+#     with its own epmd, ports and data directory; the service the package
+#     may start is never used by the tests;
 #   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
@@ -70,12 +74,19 @@ find_initdb() {
 	command -v initdb >/dev/null 2>&1
 }
 
+# find_rabbitmq: true when the RabbitMQ server scripts and epmd are
+# installed (Debian puts the scripts the tests run in /usr/lib/rabbitmq/bin).
+find_rabbitmq() {
+	{ [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || find_bin rabbitmq-server; } && command -v epmd >/dev/null 2>&1
+}
+
 packages=()
 find_bin redis-server || packages+=(redis-server)
 find_bin redis-cli || packages+=(redis-tools)
 find_bin nats-server || packages+=(nats-server)
 find_bin chromium || find_bin chromium-browser || packages+=(chromium)
 find_initdb || packages+=(postgresql)
+find_rabbitmq || packages+=(rabbitmq-server)
 if [ "${#packages[@]}" -gt 0 ]; then
 	apt_install "${packages[@]}"
 	# The Debian redis-server package starts a system service; the tests
@@ -85,6 +96,7 @@ for bin in redis-server redis-cli nats-server; do
 	find_bin "$bin" || { log "$bin is still missing after install"; exit 1; }
 done
 find_initdb || { log "initdb is still missing after install"; exit 1; }
+find_rabbitmq || { log "rabbitmq-server is still missing after install"; exit 1; }
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
 	log "running as root, and initdb refuses root: the tests need the user postgres (the postgresql package creates it)"
 	exit 1

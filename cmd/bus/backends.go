@@ -5,5 +5,6 @@ package main
 import (
 	_ "github.com/eventbus-go/bus/nats"        // nats://, tls://, nats+tls://
 	_ "github.com/eventbus-go/bus/postgres"    // postgres://, postgresql://
+	_ "github.com/eventbus-go/bus/rabbitmq"    // amqp://, amqps://
 	_ "github.com/eventbus-go/bus/redisstream" // redis://, rediss://
 )

@@ -21,6 +21,8 @@ var rawClients = map[string]openTarget{
 	"nats+tls":   openNATSTarget,
 	"postgres":   openPGTarget,
 	"postgresql": openPGTarget,
+	"amqp":       openAMQPTarget,
+	"amqps":      openAMQPTarget,
 }
 
 // checkBaselineURL reports, without I/O, whether --baseline has a raw
@@ -31,7 +33,7 @@ func checkBaselineURL(rawURL string) error {
 		return fmt.Errorf("--baseline: %w", urlopt.ParseError(rawURL))
 	}
 	if _, ok := rawClients[u.Scheme]; !ok {
-		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres and postgresql)", u.Scheme)
+		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres, postgresql, amqp and amqps)", u.Scheme)
 	}
 	return nil
 }

@@ -41,6 +41,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"observer", "observer"},
 	{"outbox", "outbox"},
 	{"postgres", "postgres"},
+	{"rabbitmq", "rabbitmq"},
 	{"redisstream", "redisstream"},
 }
 

@@ -19,6 +19,7 @@ const (
 	otel    = "go.opentelemetry.io/"
 	goRedis = "github.com/redis/go-redis/"
 	natsGo  = "github.com/nats-io/"
+	amqpGo  = "github.com/rabbitmq/amqp091-go"
 	testify = "github.com/stretchr/testify"
 )
 
@@ -36,12 +37,13 @@ func TestImportRules(t *testing.T) {
 		{pkg: "backend", stdlibOnly: true},
 		{pkg: "observer", stdlibOnly: true},
 		{pkg: "inmemory", stdlibOnly: true},
-		{pkg: "", refused: []string{otel, goRedis, natsGo, testify}},
-		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, testify}},
-		{pkg: "conformance", refused: []string{otel, goRedis, natsGo}},
-		{pkg: "redisstream", refused: []string{otel, natsGo, testify}},
-		{pkg: "nats", refused: []string{otel, goRedis, testify}},
-		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, testify}},
+		{pkg: "", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
+		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
+		{pkg: "conformance", refused: []string{otel, goRedis, natsGo, amqpGo}},
+		{pkg: "redisstream", refused: []string{otel, natsGo, amqpGo, testify}},
+		{pkg: "nats", refused: []string{otel, goRedis, amqpGo, testify}},
+		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
+		{pkg: "rabbitmq", refused: []string{otel, goRedis, natsGo, testify}},
 		// What package bus shares with its internal packages (capacity,
 		// the close budget) needs nothing else.
 		{pkg: "internal/slots", stdlibOnly: true, refusedExact: []string{module}},

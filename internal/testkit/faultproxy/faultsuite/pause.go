@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	bus "github.com/eventbus-go/bus"
-	"github.com/eventbus-go/bus/backend"
 )
 
 // Timings of the pause cases.
@@ -91,6 +90,7 @@ func RunPauseBounds(t *testing.T, h Harness) {
 	require.NotNil(t, h.ResumeServer, "Harness.ResumeServer")
 	watchdog(t, caseLimit)
 	e := &env{t: t, h: h, ledger: NewLedger(), topic: "pause.bounds"}
+	e.createGroup()
 	e.boundsEveryCall(e.busAt(h.Target), e.busAt(h.Target), e.busAt(h.Target), h.PauseServer, h.ResumeServer,
 		func() *bus.Bus { return e.busAt(h.Target) })
 }
@@ -158,7 +158,8 @@ func (p *pauseRun) run(members, partitions int) {
 	var subs []*bus.Subscription
 	for i := range members {
 		consumer := "member-" + strconv.Itoa(i)
-		sub, err := p.open().Subscribe(context.Background(), p.topic, func(ctx context.Context, d *bus.Delivery) error {
+		member := p.open()
+		sub, err := member.Subscribe(context.Background(), p.topic, func(ctx context.Context, d *bus.Delivery) error {
 			p.ledger.Deliver(consumer, d.ID, d.Attempt)
 			seq, err := strconv.Atoi(strings.TrimPrefix(d.ID, "m-"))
 			if err != nil {
@@ -168,7 +169,7 @@ func (p *pauseRun) run(members, partitions int) {
 			p.handled(d.Key, seq)
 			return nil
 		}, bus.WithGroup("workers"), bus.WithKeyOrdering(), bus.WithMaxInFlight(4),
-			bus.WithAckTimeout(pauseAckTimeout), bus.WithStartFrom(backend.StartOldest))
+			bus.WithAckTimeout(pauseAckTimeout), startFrom(member))
 		require.NoError(t, err, "subscribe %s", consumer)
 		subs = append(subs, sub)
 	}

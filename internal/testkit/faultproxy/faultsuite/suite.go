@@ -57,6 +57,9 @@ type Harness struct {
 	// PauseCases, if set, names the RunPause cases to run (OneMember,
 	// TwoMembers, FourPartitions); all of them when empty.
 	PauseCases []string
+	// Skip names Run's cases that the backend documents as different,
+	// with the reason (the subtest is skipped with it).
+	Skip map[string]string
 }
 
 // Run runs every case as a subtest of t.
@@ -78,8 +81,12 @@ func Run(t *testing.T, h Harness) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if reason, ok := h.Skip[c.name]; ok {
+				t.Skip(reason)
+			}
 			watchdog(t, caseLimit)
 			e := &env{t: t, h: h, ledger: NewLedger(), topic: "fault." + strings.ToLower(c.name)}
+			e.createGroup()
 			c.run(e)
 		})
 	}
@@ -137,6 +144,39 @@ func (e *env) busAt(addr string) *bus.Bus {
 	return b
 }
 
+// createGroup creates the case's group "workers" before the case
+// publishes, on a backend whose groups start with the messages published
+// after they were created (no StartOldest): a member joins it and leaves.
+// Elsewhere the members start from the oldest message.
+func (e *env) createGroup() {
+	e.t.Helper()
+	b := bus.New(e.h.Open(e.t, e.h.Target))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		_ = b.Close(ctx)
+	}()
+	if b.Capabilities().StartOldest {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	sub, err := b.Subscribe(ctx, e.topic, func(context.Context, *bus.Delivery) error { return nil },
+		bus.WithGroup("workers"), bus.WithStartFrom(backend.StartNewest))
+	require.NoError(e.t, err, "create the group before the case publishes")
+	require.NoError(e.t, sub.Close(ctx), "leave the group")
+}
+
+// startFrom starts a new group from the oldest message where the backend
+// can (a member that subscribes after a publish still gets it), and from
+// the newest elsewhere: the cases subscribe before they publish.
+func startFrom(b *bus.Bus) bus.SubscribeOption {
+	if b.Capabilities().StartOldest {
+		return bus.WithStartFrom(backend.StartOldest)
+	}
+	return bus.WithStartFrom(backend.StartNewest)
+}
+
 // consume subscribes consumer to the case's topic in group "workers",
 // recording every delivery in the ledger.
 func (e *env) consume(b *bus.Bus, consumer string, opts ...bus.SubscribeOption) *bus.Subscription {
@@ -149,7 +189,7 @@ func (e *env) consume(b *bus.Bus, consumer string, opts ...bus.SubscribeOption) 
 func (e *env) consumeWith(b *bus.Bus, consumer string, work bus.Handler, opts ...bus.SubscribeOption) *bus.Subscription {
 	e.t.Helper()
 	base := []bus.SubscribeOption{
-		bus.WithGroup("workers"), bus.WithAckTimeout(ackTimeout), bus.WithStartFrom(backend.StartOldest),
+		bus.WithGroup("workers"), bus.WithAckTimeout(ackTimeout), startFrom(b),
 	}
 	sub, err := b.Subscribe(context.Background(), e.topic, func(ctx context.Context, d *bus.Delivery) error {
 		e.ledger.Deliver(consumer, d.ID, d.Attempt)

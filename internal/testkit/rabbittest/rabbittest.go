@@ -1,0 +1,343 @@
+package rabbittest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
+)
+
+// startTimeout bounds how long a node may take to accept AMQP
+// connections; a node boots in about ten seconds on a quiet machine.
+const startTimeout = 90 * time.Second
+
+// stopTimeout bounds a graceful stop before the node is killed.
+const stopTimeout = 15 * time.Second
+
+// Option configures a node.
+type Option func(*config)
+
+type config struct {
+	management bool
+}
+
+// WithManagement enables the management plugin on a free loopback port
+// (Node.ManagementURL).
+func WithManagement() Option { return func(c *config) { c.management = true } }
+
+// Node is a private RabbitMQ node owned by one test. Its methods are safe
+// for concurrent use.
+type Node struct {
+	t    testing.TB
+	cfg  config
+	dir  string
+	name string
+	amqp int
+	dist int
+	epmd int
+	mgmt int
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     <-chan struct{}
+	epmdCmd  *exec.Cmd
+	epmdDone <-chan struct{}
+	paused   bool
+}
+
+var seq atomic.Int64
+
+// Start starts a node and waits until it accepts AMQP connections (and,
+// with WithManagement, answers HTTP); it is stopped, and its directory
+// removed, when the test ends.
+func Start(t testing.TB, opts ...Option) *Node {
+	t.Helper()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	dir, err := os.MkdirTemp("", "rabbittest-")
+	if err != nil {
+		t.Fatalf("rabbittest: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	n := &Node{
+		t: t, cfg: cfg, dir: dir,
+		name: fmt.Sprintf("bustest%d_%d@localhost", os.Getpid(), seq.Add(1)),
+		amqp: freePort(t), dist: freePort(t), epmd: freePort(t),
+	}
+	if cfg.management {
+		n.mgmt = freePort(t)
+	}
+	if err := n.writeConfig(); err != nil {
+		t.Fatalf("rabbittest: %v", err)
+	}
+	t.Cleanup(n.stop)
+	if err := n.launch(); err != nil {
+		t.Fatalf("rabbittest: %v", err)
+	}
+	return n
+}
+
+// URL returns the amqp:// URL of the node's default virtual host, as the
+// user guest.
+func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
+
+// Addr returns the node's AMQP host:port.
+func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.amqp)) }
+
+// ManagementURL returns the http:// URL of the management API's root (with
+// the guest credentials in it), or "" without WithManagement.
+func (n *Node) ManagementURL() string {
+	if n.mgmt == 0 {
+		return ""
+	}
+	return "http://guest:guest@" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.mgmt))
+}
+
+// Kill stops the node as a crash does (SIGKILL) and waits until it is
+// gone; its data stays for Restart.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.signalLocked(syscall.SIGKILL)
+}
+
+// Restart starts the node again with its data, killing it first if it is
+// still running, and waits until it accepts connections.
+func (n *Node) Restart() {
+	n.t.Helper()
+	n.Kill()
+	if err := n.launch(); err != nil {
+		n.t.Fatalf("rabbittest: restart: %v", err)
+	}
+}
+
+// Pause freezes the node (SIGSTOP to its process group): it keeps its
+// connections and listening socket but answers nothing until Resume.
+func (n *Node) Pause() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.paused {
+		return
+	}
+	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		n.t.Errorf("rabbittest: pause: %v", err)
+		return
+	}
+	n.paused = true
+}
+
+// Resume lets a paused node run again. Resuming a node that is not paused
+// does nothing.
+func (n *Node) Resume() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.resumeLocked()
+}
+
+func (n *Node) resumeLocked() {
+	if n.cmd != nil && n.paused {
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGCONT)
+	}
+	n.paused = false
+}
+
+// Ctl runs rabbitmqctl with args against the node and returns its
+// combined output.
+func (n *Node) Ctl(args ...string) (string, error) {
+	cmd := exec.Command(n.sbin("rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
+	cmd.Env = n.env()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (n *Node) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.signalLocked(syscall.SIGTERM)
+	if n.epmdCmd != nil {
+		_ = n.epmdCmd.Process.Kill()
+		<-n.epmdDone
+		n.epmdCmd = nil
+	}
+}
+
+// signalLocked sends sig to the node's process group and waits for the
+// node to exit, killing the group when it has not within stopTimeout.
+func (n *Node) signalLocked(sig syscall.Signal) {
+	if n.cmd == nil {
+		return
+	}
+	n.resumeLocked() // a stopped process acts on no signal but SIGKILL until it runs
+	pgid := n.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, sig)
+	select {
+	case <-n.done:
+	case <-time.After(stopTimeout):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-n.done
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // helpers of the VM (erl_child_setup) that outlived it
+	n.cmd = nil
+}
+
+func (n *Node) writeConfig() error {
+	for _, d := range []string{"mnesia", "log", "home"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	plugins := "[]."
+	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n"+
+		"loopback_users = none\n"+
+		"disk_free_limit.absolute = 1MB\n"+
+		"vm_memory_high_watermark.relative = 0.8\n"+
+		"log.console = false\n"+
+		"log.file.level = warning\n"+
+		"collect_statistics_interval = 500\n", n.amqp)
+	if n.cfg.management {
+		plugins = "[rabbitmq_management]."
+		conf += fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmt)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "enabled_plugins"), []byte(plugins+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(n.dir, "rabbitmq.conf"), []byte(conf), 0o600)
+}
+
+// env is the environment of the node and of rabbitmqctl: everything in
+// the temporary directory, nothing from the machine's configuration.
+func (n *Node) env() []string {
+	return append(os.Environ(),
+		"HOME="+filepath.Join(n.dir, "home"),
+		"RABBITMQ_NODENAME="+n.name,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.amqp),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(n.dist),
+		"ERL_EPMD_PORT="+strconv.Itoa(n.epmd),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(n.dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "enabled_plugins"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(n.dir, "rabbitmq"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(n.dir, "advanced.config"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(n.dir, "rabbitmq-env.conf"),
+		"RABBITMQ_PID_FILE="+filepath.Join(n.dir, "rabbitmq.pid"),
+		// exec the VM in place of the script, so that the process
+		// group and the parent-death signal reach it.
+		"RUNNING_UNDER_SYSTEMD=1",
+	)
+}
+
+func (n *Node) launch() error {
+	if err := n.startEpmd(); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(n.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(n.sbin("rabbitmq-server"))
+	cmd.Dir = n.dir
+	cmd.Env = n.env()
+	cmd.SysProcAttr = procAttr()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	done, err := serverproc.Start(cmd)
+	if err != nil {
+		return fmt.Errorf("start rabbitmq-server: %w", err)
+	}
+	n.mu.Lock()
+	n.cmd, n.done = cmd, done
+	n.mu.Unlock()
+	return serverproc.WaitReady("rabbitmq on "+n.Addr(), startTimeout, done, filepath.Join(n.dir, "server.log"), n.ready)
+}
+
+// startEpmd starts the node's epmd once; it outlives restarts of the node.
+func (n *Node) startEpmd() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.epmdCmd != nil {
+		return nil
+	}
+	bin, err := exec.LookPath("epmd")
+	if err != nil {
+		return fmt.Errorf("epmd not found on PATH (Debian package erlang-base); run `make test`, which installs rabbitmq-server: %w", err)
+	}
+	cmd := exec.Command(bin, "-port", strconv.Itoa(n.epmd), "-address", "127.0.0.1")
+	cmd.Env = n.env()
+	cmd.SysProcAttr = procAttr()
+	done, err := serverproc.Start(cmd)
+	if err != nil {
+		return fmt.Errorf("start epmd: %w", err)
+	}
+	n.epmdCmd, n.epmdDone = cmd, done
+	return nil
+}
+
+// ready reports whether the node accepts an AMQP connection and, with the
+// management plugin, answers its API.
+func (n *Node) ready() error {
+	c, err := amqp.DialConfig(n.URL(), amqp.Config{Dial: amqp.DefaultDial(time.Second)})
+	if err != nil {
+		return err
+	}
+	_ = c.Close()
+	if n.mgmt == 0 {
+		return nil
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(n.mgmt)+"/api/overview", nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth("guest", "guest")
+	cl := http.Client{Timeout: time.Second}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("management API: %s", resp.Status)
+	}
+	return nil
+}
+
+// sbin finds one of RabbitMQ's scripts.
+func (n *Node) sbin(name string) string {
+	for _, dir := range []string{"/usr/lib/rabbitmq/bin", "/usr/local/lib/rabbitmq/bin", "/usr/local/sbin", "/usr/sbin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	n.t.Fatalf("rabbittest: %s not found (/usr/lib/rabbitmq/bin, PATH); run `make test`, which installs rabbitmq-server", name)
+	return ""
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("rabbittest: find free port: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port
+}

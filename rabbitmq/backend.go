@@ -1,0 +1,335 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Backend is the RabbitMQ backend. It is safe for concurrent use.
+type Backend struct {
+	url  string
+	opts Options
+	pub  *link // publishing, declaring and moving copies
+	sub  *link // the subscriptions' channels
+
+	mu       sync.Mutex
+	idle     []*amqp.Channel // confirm-mode channels of pub, free for a publish
+	declared map[string]bool // exchanges and queues declared on this backend
+	subs     map[*Subscription]struct{}
+	closed   bool
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Releaser = (*Subscription)(nil)
+	_ backend.Snoozer  = (*Subscription)(nil)
+	_ backend.Extender = (*Subscription)(nil)
+)
+
+// New connects to the broker at amqpURL (amqp:// or amqps://, without
+// backend parameters; see OpenURL) and returns a backend. It dials before
+// it returns, bounded by ctx.
+func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
+	opts, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: %w", err)
+	}
+	if _, err := amqp.ParseURI(amqpURL); err != nil {
+		return nil, fmt.Errorf("rabbitmq: %w: the URL does not parse", backend.ErrInvalidOption)
+	}
+	b := &Backend{url: amqpURL, opts: opts, declared: map[string]bool{}, subs: map[*Subscription]struct{}{}}
+	b.pub = &link{b: b, name: "publish"}
+	b.sub = &link{b: b, name: "consume"}
+	if _, err := b.pub.get(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Capabilities: see the package doc.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name:           "rabbitmq",
+		ConsumerGroups: true,
+		Persistent:     true,
+		Redelivery:     true,
+		NackDelay:      true,
+		Ordered:        true,
+		Extend:         true,
+	}
+}
+
+// Publish stores msgs on topic's exchange, with publisher confirms: every
+// message of the batch is written, then every confirm awaited.
+func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ex := b.exchangeName(topic)
+	if err := b.declareExchange(ctx, ex); err != nil {
+		return fmt.Errorf("rabbitmq: publish %q: %w", topic, err)
+	}
+	pubs := make([]amqp.Publishing, len(msgs))
+	for i, m := range msgs {
+		pubs[i] = encode(m, 0, 0)
+	}
+	errs, err := b.publishConfirmed(ctx, ex, nil, pubs)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish %q: %w", topic, err)
+	}
+	var be backend.BatchError
+	for i, e := range errs {
+		if e != nil {
+			be.Failed = append(be.Failed, backend.Failure{Index: i, ID: msgs[i].ID, Err: e})
+		}
+	}
+	if len(be.Failed) > 0 {
+		return &be
+	}
+	return nil
+}
+
+// errNacked is the error of a message the broker refused to store.
+var errNacked = errors.New("rabbitmq: the broker nacked the message")
+
+// publishConfirmed publishes pubs to exchange (with routing key keys[i],
+// or "" when keys is nil) on a confirm-mode channel and waits for every
+// confirm. It returns each message's error (nil: stored), or an error for
+// the whole batch when none is known to be stored.
+func (b *Backend) publishConfirmed(ctx context.Context, exchange string, keys []string, pubs []amqp.Publishing) ([]error, error) {
+	ch, err := b.confirmChannel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		b.putChannel(ch)
+		return nil, err
+	}
+	confs := make([]*amqp.DeferredConfirmation, len(pubs))
+	for i := range pubs {
+		key := ""
+		if keys != nil {
+			key = keys[i]
+		}
+		c, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, pubs[i])
+		if err != nil {
+			closeChannel(ch, b.opts.CloseTimeout)
+			return nil, err
+		}
+		confs[i] = c
+	}
+	errs := make([]error, len(pubs))
+	for i, c := range confs {
+		ok, err := c.WaitContext(ctx)
+		if err != nil {
+			// The rest is unknown: the channel cannot be reused, since
+			// its confirms would arrive for a later batch.
+			go closeChannel(ch, b.opts.CloseTimeout)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if !ok {
+			errs[i] = errNacked
+		}
+	}
+	b.putChannel(ch)
+	return errs, nil
+}
+
+// confirmChannel returns an idle confirm-mode channel or opens one.
+func (b *Backend) confirmChannel(ctx context.Context) (*amqp.Channel, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	for len(b.idle) > 0 {
+		ch := b.idle[len(b.idle)-1]
+		b.idle = b.idle[:len(b.idle)-1]
+		if !ch.IsClosed() {
+			b.mu.Unlock()
+			return ch, nil
+		}
+	}
+	b.mu.Unlock()
+	ch, err := b.pub.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := callCtx(ctx, func() error { return ch.Confirm(false) }); err != nil {
+		closeChannel(ch, b.opts.CloseTimeout)
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	return ch, nil
+}
+
+// putChannel gives ch back to the idle list.
+func (b *Backend) putChannel(ch *amqp.Channel) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || ch.IsClosed() || len(b.idle) >= 16 {
+		go closeChannel(ch, b.opts.CloseTimeout)
+		return
+	}
+	b.idle = append(b.idle, ch)
+}
+
+// callCtx runs a synchronous AMQP method in a goroutine and returns when
+// it does or when ctx ends (the method then finishes, or fails when its
+// connection dies, on its own).
+func callCtx(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// declare runs one declaration on a fresh channel of pub, once per
+// backend for each name.
+func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Channel) error) error {
+	b.mu.Lock()
+	done := b.declared[name]
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	ch, err := b.pub.channel(ctx)
+	if err != nil {
+		return err
+	}
+	err = callCtx(ctx, func() error { return f(ch) })
+	go closeChannel(ch, b.opts.CloseTimeout)
+	if err != nil {
+		return fmt.Errorf("declare %q: %w", name, err)
+	}
+	b.mu.Lock()
+	b.declared[name] = true
+	b.mu.Unlock()
+	return nil
+}
+
+// declareExchange declares topic's durable fanout exchange.
+func (b *Backend) declareExchange(ctx context.Context, ex string) error {
+	return b.declare(ctx, ex, func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclare(ex, amqp.ExchangeFanout, true, false, false, false, nil)
+	})
+}
+
+// declareGroup declares the group's durable quorum queue and binds it to
+// the topic's exchange.
+func (b *Backend) declareGroup(ctx context.Context, topic, group string) (string, error) {
+	ex, q := b.exchangeName(topic), b.queueName(topic, group)
+	if err := b.declareExchange(ctx, ex); err != nil {
+		return "", err
+	}
+	err := b.declare(ctx, q, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			return err
+		}
+		return ch.QueueBind(q, "", ex, false, nil)
+	})
+	return q, err
+}
+
+// declareHold declares the hold exchange and quorum queue of delay d:
+// messages wait d in the queue, then are dead-lettered (at least once)
+// through the default exchange with their routing key, the queue of the
+// group they came from.
+func (b *Backend) declareHold(ctx context.Context, d time.Duration) (string, error) {
+	name := b.holdName(d)
+	err := b.declare(ctx, name, func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return err
+		}
+		_, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+			"x-queue-type":           "quorum",
+			"x-message-ttl":          d.Milliseconds(),
+			"x-dead-letter-exchange": "",
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		})
+		if err != nil {
+			return err
+		}
+		return ch.QueueBind(name, "", name, false, nil)
+	})
+	return name, err
+}
+
+// storeCopy stores a copy of m with base attempts before it for the group
+// queue q: at once in q, or, when due (Unix ms) is still to come, in the
+// hold queue of the delay that fits, carrying due. It returns once the
+// broker confirmed the copy.
+func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, base int, due int64) error {
+	left := time.Until(time.UnixMilli(due))
+	exchange := ""
+	if due > 0 && left > 0 {
+		h, err := b.declareHold(ctx, holdFor(left))
+		if err != nil {
+			return err
+		}
+		exchange = h
+	} else {
+		due = 0
+	}
+	pub := []amqp.Publishing{encode(m, base, due)}
+	wait := 20 * time.Millisecond
+	for {
+		errs, err := b.publishConfirmed(ctx, exchange, []string{q}, pub)
+		if err != nil {
+			return err
+		}
+		if !errors.Is(errs[0], errNacked) || wait > time.Second {
+			return errs[0]
+		}
+		// A quorum queue declared a moment ago nacks publishes until its
+		// leader is elected; the copy is not stored, so storing it again
+		// duplicates nothing.
+		select {
+		case <-time.After(wait):
+			wait *= 2
+		case <-ctx.Done():
+			return errs[0]
+		}
+	}
+}
+
+// Close closes every subscription still open, at once, and then both
+// connections: within about three times Options.CloseTimeout, also on a
+// dead network.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := make([]*Subscription, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.idle = nil // closed with their connection
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		wg.Go(func() { _ = s.Close() })
+	}
+	wg.Wait()
+	wg.Go(b.sub.close)
+	wg.Go(b.pub.close)
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,39 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/conformance"
+	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
+	"github.com/eventbus-go/bus/rabbitmq"
+)
+
+// TestOnOneNode runs the package's tests that need a broker on one
+// private RabbitMQ node, one after another.
+func TestOnOneNode(t *testing.T) {
+	node := rabbittest.Start(t)
+	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.URL()) })
+	t.Run("MalformedEntryDeadLettered", func(t *testing.T) { testMalformedEntryDeadLettered(t, node) })
+	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
+	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
+	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
+	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
+}
+
+func testConformance(t *testing.T, rawURL string) {
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	conformance.Run(t, func(t testing.TB) backend.Backend {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := rabbitmq.OpenURL(ctx, u)
+		require.NoError(t, err, "open the backend")
+		return b
+	})
+}

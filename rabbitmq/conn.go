@@ -1,0 +1,186 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/urlopt"
+)
+
+// link is one AMQP connection, dialed again when it has died (on the next
+// call that needs it). Its methods are safe for concurrent use.
+type link struct {
+	b    *Backend
+	name string // "publish" or "consume", for the connection name
+
+	mu     sync.Mutex
+	conn   *amqp.Connection
+	sock   *socket
+	closed bool
+}
+
+// get returns the live connection, dialing a new one when there is none.
+// The dial is bounded by ctx and by Options.DialTimeout.
+func (l *link) get(ctx context.Context) (*amqp.Connection, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("rabbitmq: %w", backend.ErrClosed)
+	}
+	if l.conn != nil && !l.conn.IsClosed() {
+		return l.conn, nil
+	}
+	if l.sock != nil {
+		_ = l.sock.Close()
+	}
+	conn, sock, err := l.b.dial(ctx, l.name)
+	if err != nil {
+		return nil, err
+	}
+	l.conn, l.sock = conn, sock
+	return conn, nil
+}
+
+// channel opens a channel on the live connection, bounded by ctx: opening
+// a channel waits for the broker's reply, which never comes on a dead
+// network.
+func (l *link) channel(ctx context.Context) (*amqp.Channel, error) {
+	conn, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		ch  *amqp.Channel
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ch, err := conn.Channel()
+		res <- result{ch, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
+		}
+		return r.ch, nil
+	case <-ctx.Done():
+		l.breakConn(conn) // the reply may never come: start over
+		<-res
+		return nil, ctx.Err()
+	}
+}
+
+// breakConn closes the socket of conn when it is still the live one, so
+// that every call waiting on it returns and the next call dials again.
+func (l *link) breakConn(conn *amqp.Connection) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == conn && l.sock != nil {
+		_ = l.sock.Close()
+	}
+}
+
+// close closes the connection, with the AMQP goodbye when it comes within
+// the close timeout, and the socket in any case.
+func (l *link) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.conn != nil {
+		_ = l.conn.CloseDeadline(time.Now().Add(l.b.opts.CloseTimeout))
+		_ = l.sock.Close()
+		l.conn = nil
+	}
+}
+
+// dial opens an AMQP connection to the backend's URL.
+func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, *socket, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.DialTimeout)
+	defer cancel()
+	var sock *socket
+	cfg := amqp.Config{
+		Heartbeat:       b.opts.Heartbeat,
+		TLSClientConfig: b.opts.TLS,
+		Properties:      amqp.Table{"connection_name": "bus " + name},
+		Dial: func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			dl, _ := ctx.Deadline()
+			if err := c.SetDeadline(dl); err != nil { // the handshake; amqp091 clears it once open
+				_ = c.Close()
+				return nil, err
+			}
+			sock = &socket{Conn: c, writeTimeout: b.opts.WriteTimeout}
+			return sock, nil
+		},
+	}
+	type result struct {
+		conn *amqp.Connection
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := amqp.DialConfig(b.url, cfg)
+		res <- result{c, err}
+	}()
+	var r result
+	select {
+	case r = <-res:
+	case <-ctx.Done():
+		// The socket's deadline is the ctx's: the handshake ends soon.
+		r = <-res
+		if r.err == nil {
+			_ = r.conn.Close()
+		}
+		r.err = ctx.Err()
+	}
+	if r.err != nil {
+		host := ""
+		if u, err := url.Parse(b.url); err == nil {
+			host = u.Host
+		}
+		return nil, nil, fmt.Errorf("rabbitmq: dial: %w", urlopt.Explain(r.err, "RabbitMQ", host))
+	}
+	return r.conn, sock, nil
+}
+
+// socket is the connection's net.Conn: every write has a deadline, so a
+// write on a dead network fails (and closes the connection) instead of
+// blocking.
+type socket struct {
+	net.Conn
+	writeTimeout time.Duration
+}
+
+func (s *socket) Write(p []byte) (int, error) {
+	if err := s.Conn.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
+		return 0, err
+	}
+	return s.Conn.Write(p)
+}
+
+// closeChannel closes ch, bounded by timeout: on a dead network the
+// broker's close-ok never comes, and the connection's heartbeat or
+// Close ends the wait.
+func closeChannel(ch *amqp.Channel, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		_ = ch.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+}

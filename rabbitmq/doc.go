@@ -1,0 +1,102 @@
+// Package rabbitmq is the RabbitMQ backend of the bus, built on
+// github.com/rabbitmq/amqp091-go. It needs quorum queues with message
+// TTL and at-least-once dead-lettering: RabbitMQ 3.10 is the floor.
+//
+// Link it in and open it by URL:
+//
+//	import _ "github.com/eventbus-go/bus/rabbitmq"
+//
+//	b, err := bus.Open(ctx, "amqp://user:secret@127.0.0.1:5672/vhost")
+//
+// or with [New] and an [Options] struct.
+//
+// # URL
+//
+// amqp:// and amqps:// URLs carry user, password, host, port and virtual
+// host as RabbitMQ reads them. Backend parameters are prefix, heartbeat,
+// dial_timeout, write_timeout and close_timeout (see [Options]); an
+// unknown parameter is an error.
+//
+// # Broker layout
+//
+//	bus.t.<topic>          durable fanout exchange of a topic
+//	bus.q.<topic>/<group>  durable quorum queue of a group, bound to it
+//	                       (bus.q.<sha256> when longer than 255 bytes)
+//	bus.hold.<ms>          fanout exchange and quorum queue of one fixed
+//	                       delay (10 ms to 12 h), shared by every group
+//
+// "bus" is Options.Prefix. A hold queue has x-message-ttl of its delay and
+// dead-letters (x-dead-letter-strategy at-least-once) through the default
+// exchange with the message's routing key, the queue of the group it
+// came from. A message's ID, key, publish time and headers travel in the
+// AMQP headers bus-id, bus-key, bus-at and bus-headers (the user headers
+// packed in one byte array, so that no user header meets a header the
+// broker sets, and every key and value arrives byte-exact); the payload
+// is the body.
+//
+// # Delivery semantics
+//
+// At-least-once. Publish writes a batch on a confirm-mode channel and
+// returns once the broker confirmed every message (a message the broker
+// nacks is listed in a backend.BatchError). A message published to a
+// topic reaches the groups whose queues exist then: a group starts with
+// the messages published after it was created.
+//
+//   - Receive consumes from the group's queue with a prefetch of
+//     MaxInFlight, so the broker never pushes a subscription more
+//     unsettled messages than it may run at once, and returns what has
+//     arrived, waiting up to a second for the first.
+//   - Leases are timers the backend keeps: a delivery not settled within
+//     its ack timeout is nacked with requeue, and the broker counts it.
+//     Extend restarts the timer. The broker's consumer_timeout is only
+//     the safety net for a hung process.
+//   - Attempt is 1 + x-delivery-count (the quorum queue's count of
+//     earlier deliveries: nacks, leases that ran out, channels closed)
+//   - bus-base, the attempts a republished copy carries.
+//   - Nack without a delay is a nack with requeue. Nack with a delay,
+//     Snooze and Release store a confirmed copy (in the hold queue of the
+//     longest fixed delay not past the wait, carrying its due time in
+//     bus-due, or at the tail of the group's queue) and then ack the
+//     original: a crash in between may duplicate a message, never lose
+//     it. A copy that comes back before its due time goes to a hold
+//     queue again, so a delay is never cut short and ends at most the
+//     shortest hold (10 ms) plus a delivery late. Snooze and Release
+//     carry the attempt count, so they do not count one.
+//   - An Ack of a delivery whose lease ran out settles the message's newer
+//     delivery when this member holds it, or when it comes to this member
+//     within ten minutes; a newer delivery on another member is handled
+//     again there.
+//   - Subscription.Close cancels the consumer and gives what it holds back
+//     to the group without counting an attempt (the deliveries the broker
+//     pushed but Receive did not return, and those still unsettled), as
+//     confirmed copies, then closes the channel.
+//   - Dead letters are published by the bus (a confirmed copy to the
+//     dead-letter topic, then the ack). An entry without bus-id (a
+//     foreign producer) is malformed: it is dead-lettered when the
+//     subscription has a dead-letter topic, acked and reported.
+//
+// # Deadlines
+//
+// Every synchronous AMQP method (opening a channel, declaring, consuming)
+// runs under its caller's ctx; every write to the socket has a deadline
+// (Options.WriteTimeout), and heartbeats (Options.Heartbeat) end a
+// connection whose peer went silent. A connection that died is dialed
+// again by the next call that needs it. Subscription.Close returns within
+// about twice Options.CloseTimeout, Backend.Close within about three
+// times.
+//
+// # Capabilities
+//
+// ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
+// receives first deliveries in publish order) and Extend are true.
+// StartOldest is false (a group's queue holds only what was published
+// after it was declared; Subscribe refuses StartOldest), PublishDedup is
+// false (RabbitMQ keeps no record of message IDs: a retried Publish may
+// store a message twice) and Scheduling is false (the bus gives a
+// delivery that comes before its DeliverAt back with Snooze, which holds
+// it in a hold queue). Subscriptions implement backend.Extender,
+// Releaser and Snoozer. The backend has no Inspector, GroupLocker,
+// Partitioner or GroupSeeker yet: key order holds within one
+// subscription only, and the conformance cases of those interfaces are
+// skipped.
+package rabbitmq
