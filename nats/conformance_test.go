@@ -24,19 +24,6 @@ func runConformance(t *testing.T, url string, o busnats.Options, opts ...conform
 	}, opts...)
 }
 
-// TestMeasureCrash measures a kill of a key-ordered member with the
-// default ack timeout (only with BUS_MEASURE_CRASH set).
-func TestMeasureCrash(t *testing.T) {
-	if os.Getenv(conformance.MeasureCrashEnv) == "" {
-		t.Skipf("set %s to measure a crash", conformance.MeasureCrashEnv)
-	}
-	url := natstest.Start(t).URL()
-	o := isolated(t, url, busnats.Options{})
-	nb := func(t testing.TB) backend.Backend { return connect(t, url, o) }
-	t.Run("Locked", func(t *testing.T) { conformance.MeasureCrash(t, nb, 1) })
-	t.Run("Partitioned", func(t *testing.T) { conformance.MeasureCrash(t, nb, 4) })
-}
-
 // The JetStream runs are parallel: each has a server of its own, and
 // their cases mostly wait on leases, so together they take about as long
 // as the cluster run alone.

@@ -127,7 +127,10 @@
 // for 100 released deliveries of one message. Acks are not confirmed
 // by the server: a lost ack means a redelivery, never a loss. A member
 // that crashes leaves its deliveries pending; the server redelivers them
-// to another member after AckWait.
+// to another member after AckWait. Subscriptions do not implement
+// backend.PendingLister (JetStream does not tell which deliveries after
+// a consumer's ack floor were acked): a key-ordered member that takes the
+// group lock over from a crashed one waits one ack timeout.
 //
 // Core NATS mode (Options.CoreNATS, ?jetstream=false) is at-most-once.
 // Groups are queue groups: every group gets each message, one member of
