@@ -240,6 +240,7 @@ func (b *Backend) trimLoop(life context.Context) {
 	t := time.NewTicker(b.opts.TrimInterval)
 	defer t.Stop()
 	trimmed := map[string]trimPos{} // where each topic's next trim starts
+	over := map[string]bool{}       // bounded topics a pass left over their length
 	for {
 		select {
 		case <-life.Done():
@@ -269,7 +270,7 @@ func (b *Backend) trimLoop(life context.Context) {
 		}
 		for _, tp := range bounded {
 			ctx, cancel := context.WithTimeout(life, 5*time.Second)
-			b.trimBound(ctx, tp)
+			over[tp.Name] = b.trimBound(ctx, tp, over[tp.Name])
 			cancel()
 		}
 		b.mu.Lock()

@@ -56,8 +56,10 @@ func (b *Backend) TrimSettled(ctx context.Context, topic string) error {
 // trimBound deletes what lies past tp's bound: the oldest messages while
 // they are older than MaxAge, then the oldest past the newest MaxLen. The
 // length is counted only when this Backend published to the topic since
-// the last pass.
-func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic) {
+// the last pass or over is set (the last pass left the topic over its
+// length, or failed); it reports whether the topic may still be over its
+// length.
+func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic, over bool) bool {
 	if tp.Bound.MaxAge > 0 {
 		for range trimRounds {
 			n, err := b.deleteHead(ctx, tp.Name, trimBatch, tp.Bound.MaxAge.Milliseconds())
@@ -66,24 +68,26 @@ func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic) {
 			}
 		}
 	}
-	if tp.Bound.MaxLen <= 0 || !tp.Published {
-		return
+	if tp.Bound.MaxLen <= 0 || !tp.Published && !over {
+		return false
 	}
 	var count int64
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bus_messages WHERE topic = $1`, tp.Name).Scan(&count); err != nil {
-		return
+		return true
 	}
-	over := count - tp.Bound.MaxLen
+	excess := count - tp.Bound.MaxLen
 	for range trimRounds {
-		if over <= 0 {
-			return
+		if excess <= 0 {
+			return false
 		}
-		n, err := b.deleteHead(ctx, tp.Name, min(over, trimBatch), -1)
+		n, err := b.deleteHead(ctx, tp.Name, min(excess, trimBatch), -1)
 		if err != nil || n == 0 {
-			return
+			// n == 0: what is left past the bound is held by a group.
+			return err != nil
 		}
-		over -= n
+		excess -= n
 	}
+	return excess > 0
 }
 
 // deleteHead deletes, in a transaction of its own, the first limit

@@ -34,6 +34,10 @@ func publishRows(t *testing.T, ctx context.Context, be backend.Backend, topic st
 	}
 }
 
+// runTopic returns name made unique to this run, so that runs on one
+// server (-count) do not meet each other's messages and groups.
+func runTopic(name string) string { return fmt.Sprintf("%s.%d", name, time.Now().UnixNano()) }
+
 // ackIDs returns the AckIDs of msgs.
 func ackIDs(msgs []*backend.Message) []backend.AckID {
 	ids := make([]backend.AckID, len(msgs))
@@ -50,7 +54,8 @@ func testPublisherTrimsSettled(t *testing.T, rawURL string) {
 	defer watchdog(t, time.Minute)()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	const topic, n = "retention.publisher", 500
+	const n = 500
+	topic := runTopic("retention.publisher")
 	cons := openBackend(t, ctx, rawURL+"&trim_interval=1h")
 	pub := openBackend(t, ctx, rawURL+"&trim_interval=20ms")
 	s, err := cons.Subscribe(ctx, topic, groupG)
@@ -72,7 +77,8 @@ func testCloseTrimsSettled(t *testing.T, rawURL string) {
 	defer watchdog(t, time.Minute)()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	const topic, n = "retention.close", 400
+	const n = 400
+	topic := runTopic("retention.close")
 	cons := bus.New(openBackend(t, ctx, rawURL+"&trim_interval=1h"))
 	defer cons.Close(ctx)
 	pub := openBackend(t, ctx, rawURL+"&trim_interval=1h")
@@ -96,7 +102,8 @@ func testBoundRetention(t *testing.T, rawURL string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	be := openBackend(t, ctx, rawURL+"&trim_interval=20ms")
-	const byLen, byAge, bound = "retention.len", "retention.age", 300
+	const bound = 300
+	byLen, byAge := runTopic("retention.len"), runTopic("retention.age")
 	require.NoError(t, be.BoundRetention(ctx, byLen, backend.RetentionBound{MaxLen: bound}))
 	require.NoError(t, be.BoundRetention(ctx, byAge, backend.RetentionBound{MaxAge: 100 * time.Millisecond}))
 	publishRows(t, ctx, be, byLen, 3000)
@@ -116,7 +123,8 @@ func testEventsTopicBounded(t *testing.T, rawURL string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	be := openBackend(t, ctx, rawURL+"&trim_interval=20ms")
-	const topic, events, bound, n = "retention.work", "retention.events", 20, 2000
+	const bound, n = 20, 2000
+	topic, events := runTopic("retention.work"), runTopic("retention.events")
 	b := bus.New(be, bus.WithEvents(events), bus.WithEventsRetention(time.Hour, bound))
 	defer b.Close(ctx)
 	var handled atomic.Int64

@@ -23,9 +23,13 @@ func idleAfter(interval time.Duration) time.Duration {
 }
 
 // notePublished adds topic to the topics the backend trims on its own
-// and starts the trim loop with the first one. It costs a map lookup for
-// a known topic.
+// (under RetainSettled; bounded topics are in the set already) and
+// starts the trim loop with the first one. It costs a map lookup for a
+// known topic.
 func (b *Backend) notePublished(topic string) {
+	if b.opts.Retention != RetainSettled {
+		return
+	}
 	if b.trims.Add(topic) {
 		b.startTrimLoop()
 	}
