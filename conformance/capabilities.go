@@ -13,6 +13,7 @@ const (
 	capStartOldest
 	capExtend
 	capPublishDedup
+	capScheduling
 )
 
 func (c capability) String() string {
@@ -31,6 +32,8 @@ func (c capability) String() string {
 		return "Extend"
 	case capPublishDedup:
 		return "PublishDedup"
+	case capScheduling:
+		return "Scheduling"
 	}
 	return "unknown"
 }
@@ -51,6 +54,8 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.Extend
 	case capPublishDedup:
 		return caps.PublishDedup
+	case capScheduling:
+		return caps.Scheduling
 	}
 	return false
 }

@@ -138,7 +138,7 @@ var cases = []testCase{
 	{name: "ExpiresAtDeadLettersExpiredMessages", run: testExpiresAt},
 	{name: "DeliverAtNeverEarly", needs: []capability{capRedelivery}, run: testDeliverAt},
 	{name: "DeliverAtRejected", run: testDeliverAtRejected},
-	{name: "DelayedNeverHoldBackImmediate", needs: []capability{capGroups, capRedelivery}, run: testDelayedNeverHoldBackImmediate},
+	{name: "DelayedNeverHoldBackImmediate", needs: []capability{capGroups, capRedelivery, capScheduling}, run: testDelayedNeverHoldBackImmediate},
 	{name: "PublishDedupWithinTheWindow", needs: []capability{capRedelivery, capPublishDedup}, run: testPublishDedup},
 	{name: "SnoozeDoesNotCountAnAttempt", needs: []capability{capRedelivery, capNackDelay}, run: testSnooze},
 	{name: "SnoozeWithoutDelayIsRefused", needs: []capability{capRedelivery}, run: testSnoozeWithoutDelay},

@@ -94,7 +94,9 @@
 // false (RabbitMQ keeps no record of message IDs: a retried Publish may
 // store a message twice) and Scheduling is false (the bus gives a
 // delivery that comes before its DeliverAt back with Snooze, which holds
-// it in a hold queue). Subscriptions implement backend.Extender,
+// it in a hold queue, so a burst of delayed messages is fetched and moved
+// before the immediate ones published after it; the conformance case
+// DelayedNeverHoldBackImmediate is skipped). Subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend has no Inspector, GroupLocker,
 // Partitioner or GroupSeeker yet: key order holds within one
 // subscription only, and the conformance cases of those interfaces are
