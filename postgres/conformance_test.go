@@ -47,6 +47,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("MigrateV2ToV3", func(t *testing.T) { testMigrateV2ToV3(t, srv.URL()) })
 	t.Run("LostFetch", func(t *testing.T) { testLostFetch(t, srv.URL()) })
 	t.Run("LostFetchSparesOtherProcesses", func(t *testing.T) { testLostFetchSparesOtherProcesses(t, srv.URL()) })
+	t.Run("LostFetchEndsIdleProcess", func(t *testing.T) { testLostFetchEndsIdleProcess(t, srv.URL()) })
 	t.Run("TerminatedConnections", func(t *testing.T) { testTerminatedConnections(t, srv.URL()) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, srv) })
 	t.Run("FaultBrokerPause", func(t *testing.T) { testFaultBrokerPause(t, srv) })

@@ -170,12 +170,12 @@
 //     later. Each fetch tags the rows and the lease it writes with a
 //     random lease_by;
 //     after a failed fetch whose connection the client closed, the next
-//     Receive ends that connection's server process while it still runs
-//     the fetch (pg_terminate_backend, the role's own; pg_stat_activity
-//     shows it in a transaction, in the fetch's statement: a process
-//     that is idle, or in another statement, is left alone, since its
-//     number may have gone to a process started since) and waits until
-//     the fetch has ended (at most one lease), then first hands out the
+//     Receive ends that connection's server process, in whatever state
+//     (pg_terminate_backend, the role's own; an idle one may not have
+//     read the fetch yet, and would commit it once it does; a process of
+//     that number started after the client closed the connection is
+//     another's and is left alone) and waits until it is gone (at most
+//     one lease), then first hands out the
 //     rows still leased under that tag and what is pending in its lease
 //     (restarted), with their attempt unchanged, before anything newer.
 //     When the subscription closes instead (a Close cuts the fetch

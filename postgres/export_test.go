@@ -26,9 +26,10 @@ func ForceClaims(be *Backend, force int) {
 }
 
 // EndLostFetch ends, as a Receive after a lost fetch does, the fetch
-// that server process pid may still run, and waits until it has ended.
-func EndLostFetch(ctx context.Context, be *Backend, pid uint32) error {
-	return be.lostEnded(ctx, lostFetch{tag: 1, pid: pid}, time.Minute)
+// that server process pid may still run on a connection the client
+// closed at lostAt, and waits until it has ended.
+func EndLostFetch(ctx context.Context, be *Backend, pid uint32, lostAt time.Time) error {
+	return be.lostEnded(ctx, lostFetch{tag: 1, pid: pid, at: lostAt}, time.Minute)
 }
 
 // ConnectTimeoutOf returns the connect timeout OpenURL applies to u,

@@ -130,11 +130,13 @@ func testLostFetchCase(t *testing.T, rawURL, topic string, atClose bool) {
 // testLostFetchSparesOtherProcesses: the server process number of a lost
 // fetch may belong to another process by the time a Receive ends it (the
 // fetch's ended, and the number was given again). Ending a lost fetch
-// whose number is an idle connection's, or one's that runs another
-// statement, leaves that connection alone and returns at once.
+// whose number is that of an idle connection, or of one that runs
+// another statement, opened after the loss leaves that connection alone
+// and returns at once.
 func testLostFetchSparesOtherProcesses(t *testing.T, rawURL string) {
 	ctx := testCtx(t)
 	be := openBackend(t, ctx, rawURL)
+	lostAt := time.Now()
 	idle, err := pgx.Connect(ctx, rawURL)
 	require.NoError(t, err)
 	defer idle.Close(context.Background())
@@ -155,10 +157,32 @@ func testLostFetchSparesOtherProcesses(t *testing.T, rawURL string) {
 
 	for _, pid := range []uint32{idle.PgConn().PID(), busy.PgConn().PID()} {
 		start := time.Now()
-		require.NoError(t, postgres.EndLostFetch(ctx, be, pid))
+		require.NoError(t, postgres.EndLostFetch(ctx, be, pid, lostAt))
 		assert.Less(t, time.Since(start), 500*time.Millisecond, "process %d runs no lost fetch: nothing to wait for", pid)
 	}
 	require.NoError(t, <-slept, "the other statement ran to its end")
 	require.NoError(t, idle.Ping(ctx), "the idle connection is still there")
 	require.NoError(t, busy.Ping(ctx), "the busy connection is still there")
+}
+
+// testLostFetchEndsIdleProcess: the server process of a lost fetch may be
+// idle when a Receive or a Close ends it, the fetch the client sent
+// before it gave up still unread (it commits once read). Ending a lost
+// fetch of a connection opened before the loss ends that process, idle
+// or not, and returns once it is gone: a give-back after it finds what
+// the fetch leased.
+func testLostFetchEndsIdleProcess(t *testing.T, rawURL string) {
+	ctx := testCtx(t)
+	be := openBackend(t, ctx, rawURL)
+	idle, err := pgx.Connect(ctx, rawURL)
+	require.NoError(t, err)
+	defer idle.Close(context.Background())
+	pid := idle.PgConn().PID()
+	lostAt := time.Now().Add(time.Second)
+
+	require.NoError(t, postgres.EndLostFetch(ctx, be, pid, lostAt))
+	var gone bool
+	require.NoError(t, be.Pool().QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&gone))
+	assert.True(t, gone, "the idle process of the lost connection is gone")
+	assert.Error(t, idle.Ping(ctx), "the lost connection is ended")
 }

@@ -63,6 +63,7 @@ type lostFetch struct {
 	// closed that connection with the statement maybe still running; 0
 	// when the statement has ended.
 	pid uint32
+	at  time.Time // when the client found that connection closed
 }
 
 var (
@@ -216,23 +217,22 @@ u AS (
 SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM u)`
 
 // lostRunsSQL is the condition under which pg_stat_activity's row of
-// server process $1 may be a lost fetch that has not ended: the process
-// is in a transaction running the fetch or the expiry before it ($2 and
-// $3; pg_stat_activity may keep only the start of a statement's text),
-// or the server does not say (its activity is not tracked, or not shown
-// to this role). A process that is idle has ended its transaction, and
-// one in another statement is not the fetch's any more: its number went
-// to a process started since.
-const lostRunsSQL = `pid = $1 AND (state IS NULL OR state <> 'idle' AND query <> ''
-    AND (starts_with($2, query) OR starts_with($3, query)))`
+// server process $1 is the one of a lost fetch's connection, which the
+// client closed at $2: a process of that number that started before
+// then (or whose start the server does not show). Whatever its state,
+// it may still run the fetch: an idle one may not have read the fetch
+// yet, which the client sent before it gave up, and commits it when it
+// does (a cancel request that comes first is ignored). It has ended once
+// it is gone. A process of that number that started since is another
+// connection's: its number was given again.
+const lostRunsSQL = `pid = $1 AND (backend_start IS NULL OR backend_start < $2)`
 
 // endLostSQL ends the server process $1 of a connection the client
-// closed (one of this role's: the pool's own) while it may still run the
-// lost fetch (lostRunsSQL): whether the fetch commits or not, it runs no
-// longer once the process is gone. Without it the process lingers as
-// long as the server does not see the connection end (a network
-// partition, a proxy that keeps it). It reports whether the fetch has
-// ended already.
+// closed at $2 while it may still run the lost fetch (lostRunsSQL):
+// whether the fetch commits or not, it runs no longer once the process
+// is gone. Without it the process lingers as long as the server does not
+// see the connection end (a network partition, a proxy that keeps it).
+// It reports whether the process has ended already.
 const endLostSQL = `SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE ` + lostRunsSQL + `),
     (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
         WHERE ` + lostRunsSQL + ` AND usename = current_user AND backend_type = 'client backend')`
@@ -261,7 +261,7 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 	defer giveUp.Stop()
 	var gone bool
 	var ended *bool
-	if err := b.pool.QueryRow(ctx, endLostSQL, l.pid, fetchSQL, expireSQL).Scan(&gone, &ended); err != nil {
+	if err := b.pool.QueryRow(ctx, endLostSQL, l.pid, l.at).Scan(&gone, &ended); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -278,7 +278,7 @@ func (b *Backend) lostEnded(ctx context.Context, l lostFetch, lease time.Duratio
 			t.Stop()
 			return ctx.Err()
 		}
-		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid, fetchSQL, expireSQL).Scan(&gone); err != nil {
+		if err := b.pool.QueryRow(ctx, lostEndedSQL, l.pid, l.at).Scan(&gone); err != nil {
 			return err
 		}
 	}
@@ -416,7 +416,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		s.drained = time.Time{}
 		msgs, err := s.query(ctx, &pid, true, fetchSQL, s.gid, max, s.lease, tag, ahead)
 		if err != nil {
-			s.setLost(lostFetch{tag: tag, pid: pid})
+			s.setLost(lostFetch{tag: tag, pid: pid, at: time.Now()})
 			return nil, s.receiveErr(ctx, err)
 		}
 		if len(msgs) > 0 {
