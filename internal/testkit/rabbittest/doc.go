@@ -8,9 +8,7 @@
 // file, configuration file and HOME (which holds the Erlang cookie), so a
 // test never touches a node the machine runs. The harness starts the epmd
 // the node registers with, on a free port of its own (ERL_EPMD_PORT), and
-// stops it with the node. With [WithManagement] the management plugin
-// listens on another free loopback port. The node is stopped in
-// t.Cleanup. [Node.Kill] stops it as a crash does (SIGKILL) and
+// stops it with the node. The node is stopped in t.Cleanup. [Node.Kill] stops it as a crash does (SIGKILL) and
 // [Node.Restart] starts it again with its data; [Node.Pause] freezes it
 // (SIGSTOP to its process group) and [Node.Resume] lets it run again.
 //

@@ -3,7 +3,6 @@ package rabbittest
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,28 +25,15 @@ const startTimeout = 90 * time.Second
 // stopTimeout bounds a graceful stop before the node is killed.
 const stopTimeout = 15 * time.Second
 
-// Option configures a node.
-type Option func(*config)
-
-type config struct {
-	management bool
-}
-
-// WithManagement enables the management plugin on a free loopback port
-// (Node.ManagementURL).
-func WithManagement() Option { return func(c *config) { c.management = true } }
-
 // Node is a private RabbitMQ node owned by one test. Its methods are safe
 // for concurrent use.
 type Node struct {
 	t    testing.TB
-	cfg  config
 	dir  string
 	name string
 	amqp int
 	dist int
 	epmd int
-	mgmt int
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -59,27 +45,19 @@ type Node struct {
 
 var seq atomic.Int64
 
-// Start starts a node and waits until it accepts AMQP connections (and,
-// with WithManagement, answers HTTP); it is stopped, and its directory
-// removed, when the test ends.
-func Start(t testing.TB, opts ...Option) *Node {
+// Start starts a node and waits until it accepts AMQP connections; it is
+// stopped, and its directory removed, when the test ends.
+func Start(t testing.TB) *Node {
 	t.Helper()
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
 	dir, err := os.MkdirTemp("", "rabbittest-")
 	if err != nil {
 		t.Fatalf("rabbittest: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := &Node{
-		t: t, cfg: cfg, dir: dir,
+		t: t, dir: dir,
 		name: fmt.Sprintf("bustest%d_%d@localhost", os.Getpid(), seq.Add(1)),
 		amqp: freePort(t), dist: freePort(t), epmd: freePort(t),
-	}
-	if cfg.management {
-		n.mgmt = freePort(t)
 	}
 	if err := n.writeConfig(); err != nil {
 		t.Fatalf("rabbittest: %v", err)
@@ -97,15 +75,6 @@ func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
 
 // Addr returns the node's AMQP host:port.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.amqp)) }
-
-// ManagementURL returns the http:// URL of the management API's root (with
-// the guest credentials in it), or "" without WithManagement.
-func (n *Node) ManagementURL() string {
-	if n.mgmt == 0 {
-		return ""
-	}
-	return "http://guest:guest@" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.mgmt))
-}
 
 // Kill stops the node as a crash does (SIGKILL) and waits until it is
 // gone; its data stays for Restart.
@@ -208,10 +177,6 @@ func (n *Node) writeConfig() error {
 		"log.console = false\n"+
 		"log.file.level = warning\n"+
 		"collect_statistics_interval = 500\n", n.amqp)
-	if n.cfg.management {
-		plugins = "[rabbitmq_management]."
-		conf += fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmt)
-	}
 	if err := os.WriteFile(filepath.Join(n.dir, "enabled_plugins"), []byte(plugins+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -288,31 +253,13 @@ func (n *Node) startEpmd() error {
 	return nil
 }
 
-// ready reports whether the node accepts an AMQP connection and, with the
-// management plugin, answers its API.
+// ready reports whether the node accepts an AMQP connection.
 func (n *Node) ready() error {
 	c, err := amqp.DialConfig(n.URL(), amqp.Config{Dial: amqp.DefaultDial(time.Second)})
 	if err != nil {
 		return err
 	}
 	_ = c.Close()
-	if n.mgmt == 0 {
-		return nil
-	}
-	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(n.mgmt)+"/api/overview", nil)
-	if err != nil {
-		return err
-	}
-	req.SetBasicAuth("guest", "guest")
-	cl := http.Client{Timeout: time.Second}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("management API: %s", resp.Status)
-	}
 	return nil
 }
 
