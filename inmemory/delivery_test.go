@@ -19,7 +19,7 @@ func TestCapabilities(t *testing.T) {
 	be := newBackend(t, nil)
 	require.Equal(t, backend.Capabilities{
 		Name: "mem", ConsumerGroups: true, Redelivery: true, NackDelay: true,
-		Ordered: true, StartOldest: true, Extend: true, Scheduling: true,
+		Ordered: true, StartOldest: true, PublishDedup: true, Extend: true, Scheduling: true,
 	}, be.Capabilities(), "capabilities")
 }
 
