@@ -14,7 +14,7 @@ import (
 // groupLock holds the group lock of a key-ordered subscription
 // (backend.GroupLocker): the subscription fetches only while it holds the
 // lock, so one member of the group at a time handles the topic's keys.
-// It takes and renews the lock every third of its ttl (ownerTTL, a few
+// It takes and renews the lock every sixth of its ttl (ownerTTL, a few
 // seconds whatever the ack timeout).
 //
 // A subscription that takes the lock over from a member that let it lapse
@@ -123,13 +123,20 @@ func (o *groupLock) run() {
 		o.mu.Lock()
 		owning := o.owning
 		o.mu.Unlock()
-		next := o.ttl / 3
+		next := o.renewEvery()
 		if !owning {
 			next = min(next, waitPoll)
 		}
 		t.Reset(next)
 	}
 }
+
+// renewEvery is how often the lock is taken or renewed, and how long one
+// attempt may take: a sixth of the ttl, so that a broker that stops
+// answering for up to about a third of the ttl (a paused server, a
+// failover) costs no renewal before the half-ttl mark at which the holder
+// fences itself.
+func (o *groupLock) renewEvery() time.Duration { return o.ttl / 6 }
 
 // waitPoll is how often a member that waits for a lock asks for it.
 const waitPoll = 250 * time.Millisecond
@@ -169,7 +176,7 @@ const handoverSettle = 1500 * time.Millisecond
 // reports true when the backend has no group lock after all: the gate is
 // open for good.
 func (o *groupLock) round(r *ownerRound) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
+	ctx, cancel := context.WithTimeout(context.Background(), o.renewEvery())
 	held, takeover, err := o.locker.LockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder, o.ttl)
 	cancel()
 	now := time.Now()
