@@ -284,6 +284,20 @@ func crashedHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, leas
 	return ghost
 }
 
+// crashedGroup is an in-memory backend where k-0 is published to
+// "orders" and taken by a crashedHolder of group "g" whose lock lapses
+// after 200 ms.
+func crashedGroup(t *testing.T, lease time.Duration) *inmemory.Backend {
+	t.Helper()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, be.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	ghost := crashedHolder(t, ctx, be, lease, 200*time.Millisecond)
+	t.Cleanup(func() { _ = ghost.Close() })
+	return be
+}
+
 // A member that takes the group lock over from one that let it lapse (a
 // crashed member) with a delivery unsettled holds that delivery's key
 // until it is back with the group, after its lease: it is handled before
@@ -1010,30 +1024,38 @@ func TestKeyOrderingCloseGivesPendingDeliveriesBack(t *testing.T) {
 	assert.Len(t, started, 0, "no delivery started after the two that held the slots")
 }
 
-// settlingBackend is an in-memory backend whose subscriptions run
-// afterList once, after their first list of pending deliveries.
-type settlingBackend struct {
+// wrappingBackend is an in-memory backend whose subscriptions are
+// wrapped by wrap, so that a test changes what one of their methods does.
+type wrappingBackend struct {
 	*inmemory.Backend
-	afterList func()
+	wrap func(*inmemory.Subscription) backend.Subscription
 }
 
-func (b *settlingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+func (b *wrappingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
 	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &settlingSub{Subscription: sub.(*inmemory.Subscription), b: b}, nil
+	return b.wrap(sub.(*inmemory.Subscription)), nil
+}
+
+// settlingBackend is an in-memory backend whose subscriptions run
+// afterList once, after their first list of pending deliveries.
+func settlingBackend(raw *inmemory.Backend, afterList func()) *wrappingBackend {
+	return &wrappingBackend{Backend: raw, wrap: func(sub *inmemory.Subscription) backend.Subscription {
+		return &settlingSub{Subscription: sub, afterList: afterList}
+	}}
 }
 
 type settlingSub struct {
 	*inmemory.Subscription
-	b    *settlingBackend
-	once sync.Once
+	afterList func()
+	once      sync.Once
 }
 
 func (s *settlingSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
 	ps, complete, err := s.Subscription.PendingDeliveries(ctx, max)
-	s.once.Do(s.b.afterList)
+	s.once.Do(s.afterList)
 	return ps, complete, err
 }
 
@@ -1042,13 +1064,8 @@ func (s *settlingSub) PendingDeliveries(ctx context.Context, max int) ([]backend
 // the held key's pending delivery comes back after its lease and runs
 // first, then the rest of its key.
 func TestKeyOrderingTakeoverHoldsOnlyThePendingKeys(t *testing.T) {
-	be, err := inmemory.New(nil)
-	require.NoError(t, err)
-	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
-	ctx := context.Background()
-	require.NoError(t, be.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
-	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
-	defer ghost.Close()
+	const lease = 2 * time.Second
+	be := crashedGroup(t, lease)
 	got := takeOver(t, be, lease, 3)
 	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
 	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
@@ -1075,10 +1092,10 @@ func TestKeyOrderingHeldDeliverySettledLaterFreesItsKey(t *testing.T) {
 	held, _, err := raw.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
 	require.NoError(t, err)
 	require.True(t, held)
-	be := &settlingBackend{Backend: raw, afterList: func() {
+	be := settlingBackend(raw, func() {
 		// The crashed member's ack of k-0 lands after the list.
 		assert.NoError(t, ghost.Ack(ctx, []backend.AckID{taken[0].AckID}))
-	}}
+	})
 	got := takeOver(t, be, lease, 2)
 	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
 	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
@@ -1135,13 +1152,8 @@ func takeOverWith(t *testing.T, be backend.Backend, lease time.Duration, n int, 
 // delivery's lease has ended, and the fetch that brings it back runs:
 // the key stays in order, and the other keys run.
 func TestKeyOrderingHeldKeyThatFillsTheWaitingSetGoesBack(t *testing.T) {
-	be, err := inmemory.New(nil)
-	require.NoError(t, err)
-	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
-	ctx := context.Background()
-	require.NoError(t, be.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
-	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
-	defer ghost.Close()
+	const lease = 2 * time.Second
+	be := crashedGroup(t, lease)
 	got := takeOverWith(t, be, lease, 4, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
 		bus.WithMaxWaiting(2), bus.WithMaxInFlight(1))
 	var ks []string
@@ -1153,10 +1165,10 @@ func TestKeyOrderingHeldKeyThatFillsTheWaitingSetGoesBack(t *testing.T) {
 	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, ks[:3], "key k in order: %v", got)
 }
 
-// flakyLockBackend is a settlingBackend whose group lock fails (as when
+// flakyLockBackend is a wrappingBackend whose group lock fails (as when
 // the broker does not answer in time) for its next fails calls.
 type flakyLockBackend struct {
-	*settlingBackend
+	*wrappingBackend
 	fails atomic.Int32
 }
 
@@ -1164,7 +1176,7 @@ func (b *flakyLockBackend) LockGroup(ctx context.Context, topic, group, holder s
 	if b.fails.Add(-1) >= 0 {
 		return false, false, errors.New("lock group: timeout")
 	}
-	return b.settlingBackend.LockGroup(ctx, topic, group, holder, ttl)
+	return b.wrappingBackend.LockGroup(ctx, topic, group, holder, ttl)
 }
 
 // A member that took the group lock over from a crashed one, and then
@@ -1174,18 +1186,13 @@ func (b *flakyLockBackend) LockGroup(ctx context.Context, topic, group, holder s
 // delivery comes back after its lease and runs before the rest of its
 // key.
 func TestKeyOrderingTakeoverThatLosesTheLockHoldsAgain(t *testing.T) {
-	raw, err := inmemory.New(nil)
-	require.NoError(t, err)
-	const ghostTTL, lease = 200 * time.Millisecond, 5 * time.Second
-	ctx := context.Background()
-	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
-	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
-	defer ghost.Close()
-	be := &flakyLockBackend{settlingBackend: &settlingBackend{Backend: raw}}
+	const lease = 5 * time.Second
+	raw := crashedGroup(t, lease)
+	be := &flakyLockBackend{}
 	// Once the takeover has listed what is pending (and holds k), two
 	// renewals in a row fail: two thirds of the lock's ttl without one,
 	// more than the half after which the member fences itself.
-	be.afterList = func() { be.fails.Store(2) }
+	be.wrappingBackend = settlingBackend(raw, func() { be.fails.Store(2) })
 	got := takeOver(t, be, lease, 3)
 	var ks []handledAt
 	for _, x := range got {
@@ -1198,28 +1205,21 @@ func TestKeyOrderingTakeoverThatLosesTheLockHoldsAgain(t *testing.T) {
 	assert.Equal(t, 2, ks[0].attempt, "k-0 is a redelivery: %v", got)
 }
 
-// failingListBackend is an in-memory backend whose subscriptions fail
-// their first fails lists of pending deliveries.
-type failingListBackend struct {
-	*inmemory.Backend
-	fails atomic.Int32
-}
-
-func (b *failingListBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
-	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
-	if err != nil {
-		return nil, err
+// failingList wraps in-memory subscriptions so that they fail the first
+// *fails lists of pending deliveries between them.
+func failingList(fails *atomic.Int32) func(*inmemory.Subscription) backend.Subscription {
+	return func(sub *inmemory.Subscription) backend.Subscription {
+		return &failingListSub{Subscription: sub, fails: fails}
 	}
-	return &failingListSub{Subscription: sub.(*inmemory.Subscription), b: b}, nil
 }
 
 type failingListSub struct {
 	*inmemory.Subscription
-	b *failingListBackend
+	fails *atomic.Int32
 }
 
 func (s *failingListSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
-	if s.b.fails.Add(-1) >= 0 {
+	if s.fails.Add(-1) >= 0 {
 		return nil, false, context.DeadlineExceeded
 	}
 	return s.Subscription.PendingDeliveries(ctx, max)
@@ -1229,36 +1229,23 @@ func (s *failingListSub) PendingDeliveries(ctx context.Context, max int) ([]back
 // for it again instead of waiting one ack timeout: the other key runs
 // before the crashed member's lease ends, the held one after it.
 func TestKeyOrderingTakeoverAsksAgainForAFailedList(t *testing.T) {
-	raw, err := inmemory.New(nil)
-	require.NoError(t, err)
-	const ghostTTL, lease = 200 * time.Millisecond, 4 * time.Second
-	ctx := context.Background()
-	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
-	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
-	defer ghost.Close()
-	be := &failingListBackend{Backend: raw}
-	be.fails.Store(2)
-	got := takeOver(t, be, lease, 3)
+	const lease = 4 * time.Second
+	raw := crashedGroup(t, lease)
+	var fails atomic.Int32
+	fails.Store(2)
+	got := takeOver(t, &wrappingBackend{Backend: raw, wrap: failingList(&fails)}, lease, 3)
 	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
 	assert.Less(t, got[0].at, lease, "the other key does not wait for the lease: %v", got)
 	assert.Equal(t, "k-0", got[1].id, "the crashed member's delivery comes back first: %v", got)
 	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
-	assert.Less(t, be.fails.Load(), int32(0), "the list was asked for again")
+	assert.Less(t, fails.Load(), int32(0), "the list was asked for again")
 }
 
-// reversingBackend is an in-memory backend whose subscriptions, once
-// they gave a delivery back (Release), hand out each batch in reverse
-// order: what goes back to the group need not come back in log order.
-type reversingBackend struct {
-	*inmemory.Backend
-}
-
-func (b *reversingBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
-	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &reversingSub{Subscription: sub.(*inmemory.Subscription)}, nil
+// reversing wraps an in-memory subscription so that, once it gave a
+// delivery back (Release), it hands out each batch in reverse order: what
+// goes back to the group need not come back in log order.
+func reversing(sub *inmemory.Subscription) backend.Subscription {
+	return &reversingSub{Subscription: sub}
 }
 
 type reversingSub struct {
@@ -1283,14 +1270,9 @@ func (s *reversingSub) Receive(ctx context.Context, max int) ([]*backend.Message
 // when they fill the waiting set run in their order when they come back,
 // whatever order the backend hands them out in.
 func TestKeyOrderingHeldKeyGivenBackKeepsItsOrder(t *testing.T) {
-	raw, err := inmemory.New(nil)
-	require.NoError(t, err)
-	const ghostTTL, lease = 200 * time.Millisecond, 2 * time.Second
-	ctx := context.Background()
-	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
-	ghost := crashedHolder(t, ctx, raw, lease, ghostTTL)
-	defer ghost.Close()
-	got := takeOverWith(t, &reversingBackend{Backend: raw}, lease, 5, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
+	const lease = 2 * time.Second
+	raw := crashedGroup(t, lease)
+	got := takeOverWith(t, &wrappingBackend{Backend: raw, wrap: reversing}, lease, 5, []*bus.Message{{ID: "k-1", Key: "k"}, {ID: "k-2", Key: "k"}, {ID: "k-3", Key: "k"}, {ID: "j-0", Key: "j"}},
 		bus.WithMaxWaiting(2), bus.WithMaxInFlight(1))
 	var ks []string
 	for _, x := range got {
