@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -97,15 +96,8 @@ func testKeyOrderLedgerThroughACrash(t *testing.T, s *suite) {
 // partitions go to the others.
 func testPartitionedLedgerThroughACrash(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	p := h.partitioner(t)
 	h.locker(t)
-	topic := h.topic("crashparts")
-	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
-	defer cancel()
-	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
-		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
-	}
-	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
+	topic := h.partitionedTopic(t, "crashparts", 4)
 	runCrashLedger(t, s, h, topic, 4)
 }
 

@@ -564,15 +564,8 @@ func testKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
 // partitions, whose owners change at every leave and join.
 func testPartitionedKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	p := h.partitioner(t)
 	h.locker(t)
-	topic := h.topic("leavejoinparts")
-	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
-	defer cancel()
-	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
-		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
-	}
-	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
+	topic := h.partitionedTopic(t, "leavejoinparts", 4)
 	runLeaveJoin(t, s, h, topic, 4)
 }
 

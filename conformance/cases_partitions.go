@@ -26,6 +26,22 @@ func (h *harness) partitioner(t *testing.T) backend.Partitioner {
 	return p
 }
 
+// partitionedTopic is a new topic named after name, made with n
+// partitions; the case is skipped where the backend has no partitioned
+// topics (or none in this mode).
+func (h *harness) partitionedTopic(t *testing.T, name string, n int) string {
+	t.Helper()
+	p := h.partitioner(t)
+	topic := h.topic(name)
+	ctx, cancel := context.WithTimeout(context.Background(), h.s.deadline())
+	defer cancel()
+	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s has no partitioned topics in this mode: %v", h.s.caps.Name, err)
+	}
+	require.NoError(t, h.bus.CreateTopic(ctx, topic, n))
+	return topic
+}
+
 // testPartitionStore: a topic's count is recorded once and read back; a
 // different count does not replace it; members come with their
 // heartbeats, go with Leave, and drop out when their heartbeats stop.
@@ -77,13 +93,9 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	p := h.partitioner(t)
 	h.locker(t)
-	topic, group := h.topic("parted"), h.group("parted")
+	topic, group := h.partitionedTopic(t, "parted", 4), h.group("parted")
 	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
 	defer cancel()
-	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
-		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
-	}
-	require.NoError(t, h.bus.CreateTopic(ctx, topic, 4))
 	log := newKeyLog()
 	owners := &memberLog{by: map[string]map[int]bool{}}
 	member := func(id int) bus.Handler {
