@@ -116,15 +116,22 @@ func TestNoGroupTopicIsKeptUntilAGroupExists(t *testing.T) {
 		"a topic with no group keeps its messages for the group that comes")
 }
 
-func TestBoundRetentionCapsAStreamWithNoGroupByLength(t *testing.T) {
-	ctx := context.Background()
+// trimmedTopic is a client of a private server, a backend on it that
+// trims every 20 ms, a Bus on the backend and a new topic.
+func trimmedTopic(t *testing.T) (*redis.Client, *redisstream.Backend, *bus.Bus, string) {
+	t.Helper()
 	url := redistest.URL(t)
 	client := redis.NewClient(mustParse(t, url))
-	defer client.Close()
+	t.Cleanup(func() { _ = client.Close() })
 	be := newBackend(t, redis.NewClient(mustParse(t, url)), &redisstream.Options{TrimInterval: 20 * time.Millisecond})
 	b := bus.New(be)
-	defer b.Close(ctx)
-	topic := uniqueTopic(t)
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	return client, be, b, uniqueTopic(t)
+}
+
+func TestBoundRetentionCapsAStreamWithNoGroupByLength(t *testing.T) {
+	ctx := context.Background()
+	client, be, b, topic := trimmedTopic(t)
 	stream := "bus:{" + topic + "}"
 	const bound = 300
 	require.NoError(t, be.BoundRetention(ctx, topic, backend.RetentionBound{MaxLen: bound}))
@@ -139,13 +146,7 @@ func TestBoundRetentionCapsAStreamWithNoGroupByLength(t *testing.T) {
 
 func TestBoundRetentionDropsEntriesPastMaxAge(t *testing.T) {
 	ctx := context.Background()
-	url := redistest.URL(t)
-	client := redis.NewClient(mustParse(t, url))
-	defer client.Close()
-	be := newBackend(t, redis.NewClient(mustParse(t, url)), &redisstream.Options{TrimInterval: 20 * time.Millisecond})
-	b := bus.New(be)
-	defer b.Close(ctx)
-	topic := uniqueTopic(t)
+	client, be, b, topic := trimmedTopic(t)
 	stream := "bus:{" + topic + "}"
 	require.NoError(t, be.BoundRetention(ctx, topic, backend.RetentionBound{MaxAge: 100 * time.Millisecond}))
 	publishRetained(t, b, topic, 500)
