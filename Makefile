@@ -11,10 +11,11 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin
 GOBIN := $(shell $(GO) env GOPATH)/bin
-# The library, the command (cmd/bus) and the Watermill adapter
-# (contrib/watermill), each of the last two a module of its own; go.work
-# joins them in this checkout.
-PKGS := ./... ./cmd/bus/... ./contrib/watermill/...
+# The library, the command (cmd/bus), the Protobuf codec
+# (contrib/protobuf), the Watermill adapter (contrib/watermill) and the
+# CloudEvents SDK interop test (internal/cloudeventsinterop), each of the
+# last four a module of its own; go.work joins them in this checkout.
+PKGS := ./... ./cmd/bus/... ./contrib/protobuf/... ./contrib/watermill/... ./internal/cloudeventsinterop/...
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
 DEADCODE ?= $(shell command -v deadcode 2>/dev/null || echo $(GOBIN)/deadcode)
 

@@ -22,8 +22,9 @@ var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
 // root is the module's directory, relative to this package.
 const root = "../.."
 
-// publicPackages are the module's importable packages and the Watermill
-// adapter's (contrib/watermill, a module of its own), by directory; each
+// publicPackages are the module's importable packages and those of the
+// modules under contrib/ (the Protobuf codec, the Watermill adapter), by
+// directory; each
 // has its API file api/<file>.txt.
 var publicPackages = []struct{ dir, file string }{
 	{".", "bus"},
@@ -31,6 +32,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"bustest", "bustest"},
 	{"conformance", "conformance"},
 	{"conformance/tracing", "conformance-tracing"},
+	{"contrib/protobuf", "contrib-protobuf"},
 	{"contrib/watermill", "contrib-watermill"},
 	{"inbox", "inbox"},
 	{"inmemory", "inmemory"},
