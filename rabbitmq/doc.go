@@ -81,9 +81,17 @@
 // runs under its caller's ctx; every write to the socket has a deadline
 // (Options.WriteTimeout), and heartbeats (Options.Heartbeat) end a
 // connection whose peer went silent. A connection that died is dialed
-// again by the next call that needs it. Subscription.Close returns within
-// about twice Options.CloseTimeout, Backend.Close within about three
-// times.
+// again by the next call that needs it; after a failed dial the next
+// waits a backoff (25 ms, doubling up to 1 s), and a call whose ctx ends
+// before the backoff does returns the last dial's error at once.
+// Subscription.Close returns within about twice Options.CloseTimeout,
+// Backend.Close within about three times.
+//
+// RabbitMQ 3.10 saves the Raft term of a quorum queue every five seconds:
+// a node killed before a new queue's first save brings the queue back
+// without a leader, and publishes to it are not confirmed until an
+// election is triggered on the node. The fault suite's restart case
+// kills the node after that save.
 //
 // # Capabilities
 //
