@@ -578,7 +578,7 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 	if len(pubs) == 0 {
 		return
 	}
-	errs, err := s.b.publishConfirmed(ctx, "", keys, pubs)
+	errs, err := s.b.publishConfirmed(ctx, []string{""}, keys, pubs)
 	if err != nil {
 		return
 	}
