@@ -25,6 +25,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
+	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {

@@ -3,11 +3,16 @@ package rabbitmq_test
 import (
 	"context"
 	"net/url"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/faultproxy/faultsuite"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
@@ -77,5 +82,88 @@ func killSaved(t *testing.T, node *rabbittest.Node) func() {
 	return func() {
 		require.NoError(t, node.SaveRaftMeta())
 		node.Kill()
+	}
+}
+
+// testFaultCloseConnection has the broker close every client connection
+// (rabbitmqctl's close_connection, for all of them in one call) three
+// times while 600 messages are published in batches of 25 and consumed:
+// the buses reconnect by themselves and every message Publish accepted is
+// delivered.
+func testFaultCloseConnection(t *testing.T, node *rabbittest.Node) {
+	open := openThrough(node)
+	pub := bus.New(open(t, node.Addr()))
+	defer pub.Close(context.Background())
+	consumer := bus.New(open(t, node.Addr()))
+	defer consumer.Close(context.Background())
+
+	const topic, n, batch = "fault.closeconnection", 600, 25
+	var mu sync.Mutex
+	got := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sub, err := consumer.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		got[d.ID]++
+		mu.Unlock()
+		return nil
+	}, bus.WithGroup("workers"), bus.WithAckTimeout(time.Second))
+	require.NoError(t, err)
+	defer sub.Close(context.Background())
+
+	closes := make(chan struct{}, 3)
+	var closed []string
+	closerDone := make(chan struct{})
+	go func() {
+		defer close(closerDone)
+		for range closes {
+			out, err := node.Ctl("eval", `length([rabbit_networking:close_connection(P, "bus fault test") || P <- rabbit_networking:connections()]).`)
+			if err != nil {
+				t.Errorf("close the connections: %v: %s", err, out)
+			}
+			closed = append(closed, strings.TrimSpace(out))
+		}
+	}()
+	published := 0
+	for start := 0; start < n; start += batch {
+		msgs := make([]*bus.Message, 0, batch)
+		for i := start; i < start+batch; i++ {
+			msgs = append(msgs, &bus.Message{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")})
+		}
+		failingSince := time.Time{}
+		for {
+			callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
+			err := pub.Publish(callCtx, topic, msgs...)
+			callCancel()
+			if err == nil {
+				break
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			require.Less(t, time.Since(failingSince), 30*time.Second, "publishing recovers: %v", err)
+			time.Sleep(20 * time.Millisecond) // the application's retry pacing, not synchronisation
+		}
+		published += batch
+		if published == 150 || published == 300 || published == 450 {
+			closes <- struct{}{}
+		}
+	}
+	close(closes)
+	<-closerDone
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	}, 60*time.Second, 10*time.Millisecond, "every message Publish accepted is delivered (lost 0)")
+	dups := 0
+	mu.Lock()
+	for _, c := range got {
+		dups += c - 1
+	}
+	mu.Unlock()
+	t.Logf("connections closed by each round: %v; published %d, delivered %d distinct, %d again", closed, n, n, dups)
+	for i, c := range closed {
+		assert.NotEqual(t, "0", c, "round %d closed live connections", i+1)
 	}
 }
