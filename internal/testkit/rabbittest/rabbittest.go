@@ -124,9 +124,6 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
 	return n
 }
 
-// Name returns the node's Erlang node name.
-func (n *Node) Name() string { return n.name }
-
 // URL returns the amqp:// URL of the node's default virtual host, as the
 // user guest.
 func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
