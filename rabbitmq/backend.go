@@ -380,7 +380,7 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 }
 
 // Close closes every subscription still open, at once, and then both
-// connections: within about three times Options.CloseTimeout, also on a
+// connections: within about twice Options.CloseTimeout, also on a
 // dead network.
 func (b *Backend) Close() error {
 	b.mu.Lock()

@@ -91,8 +91,8 @@
 // again by the next call that needs it; after a failed dial the next
 // waits a backoff (25 ms, doubling up to 1 s), and a call whose ctx ends
 // before the backoff does returns the last dial's error at once.
-// Subscription.Close returns within about twice Options.CloseTimeout,
-// Backend.Close within about three times.
+// Subscription.Close returns within about Options.CloseTimeout,
+// Backend.Close within about twice that.
 //
 // RabbitMQ 3.10 saves the Raft term of a quorum queue every five seconds:
 // a node killed before a new queue's first save brings the queue back

@@ -14,8 +14,10 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/testkit/faultproxy"
 	"github.com/eventbus-go/bus/internal/testkit/faultproxy/faultsuite"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
+	"github.com/eventbus-go/bus/observer"
 	"github.com/eventbus-go/bus/rabbitmq"
 )
 
@@ -166,4 +168,39 @@ func testFaultCloseConnection(t *testing.T, node *rabbittest.Node) {
 	for i, c := range closed {
 		assert.NotEqual(t, "0", c, "round %d closed live connections", i+1)
 	}
+}
+
+// testSubscriptionCloseBoundedOnBlackhole: over a blackholed link, with
+// deliveries unsettled, Subscription.Close returns within about its one
+// close_timeout (1 s), not one per step.
+func testSubscriptionCloseBoundedOnBlackhole(t *testing.T, node *rabbittest.Node) {
+	p, err := faultproxy.New(node.Addr())
+	require.NoError(t, err)
+	defer p.Close()
+	be := openThrough(node)(t, p.Addr())
+	defer be.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := be.Subscribe(ctx, "close.blackhole", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 4, MaxDeliveries: 5, Observer: observer.Nop()})
+	require.NoError(t, err)
+	msgs := make([]*backend.Message, 4)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: "m" + strconv.Itoa(i), Payload: []byte("x"), PublishedAt: time.Now()}
+	}
+	require.NoError(t, be.Publish(ctx, "close.blackhole", msgs))
+	var got []*backend.Message
+	require.Eventually(t, func() bool {
+		m, err := sub.Receive(ctx, 4)
+		require.NoError(t, err)
+		got = append(got, m...)
+		return len(got) > 0
+	}, 20*time.Second, time.Millisecond, "a delivery arrives")
+
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	start := time.Now()
+	require.NoError(t, sub.Close())
+	took := time.Since(start)
+	t.Logf("Subscription.Close over a blackhole with %d unsettled: %v (close_timeout 1s)", len(got), took.Round(time.Millisecond))
+	assert.Less(t, took, 1500*time.Millisecond, "one close_timeout for the whole Close")
 }
