@@ -63,6 +63,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		NackDelay:      true,
 		Ordered:        true,
 		Extend:         true,
+		Scheduling:     true,
 	}
 }
 
@@ -77,10 +78,42 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("rabbitmq: publish %q: %w", topic, err)
 	}
 	pubs := make([]amqp.Publishing, len(msgs))
+	exchanges := []string{ex}
+	var keys []string
+	due := backend.DueTimes(msgs)
 	for i, m := range msgs {
-		pubs[i] = encode(m, 0, 0)
+		if due == nil || due[i] == 0 {
+			pubs[i] = encode(m, 0, 0)
+			continue
+		}
+		left := time.Until(time.UnixMilli(due[i]))
+		if left <= 0 {
+			pubs[i] = encode(m, 0, 0)
+			continue
+		}
+		// Held at the topic: a hold queue of the topic's delays
+		// dead-letters it to the topic's exchange when it is due.
+		h, err := b.declareTopicHold(ctx, ex, holdFor(left))
+		if err != nil {
+			return fmt.Errorf("rabbitmq: publish %q: %w", topic, err)
+		}
+		if keys == nil {
+			exchanges, keys = make([]string, len(msgs)), make([]string, len(msgs))
+			for j := range i {
+				exchanges[j] = ex
+			}
+		}
+		exchanges[i], keys[i] = h, ex
+		pubs[i] = encode(m, 0, due[i])
 	}
-	errs, err := b.publishConfirmed(ctx, ex, nil, pubs)
+	if keys != nil {
+		for i := range exchanges {
+			if exchanges[i] == "" {
+				exchanges[i] = ex
+			}
+		}
+	}
+	errs, err := b.publishConfirmed(ctx, exchanges, keys, pubs)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish %q: %w", topic, err)
 	}
@@ -99,11 +132,12 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 // errNacked is the error of a message the broker refused to store.
 var errNacked = errors.New("rabbitmq: the broker nacked the message")
 
-// publishConfirmed publishes pubs to exchange (with routing key keys[i],
-// or "" when keys is nil) on a confirm-mode channel and waits for every
-// confirm. It returns each message's error (nil: stored), or an error for
-// the whole batch when none is known to be stored.
-func (b *Backend) publishConfirmed(ctx context.Context, exchange string, keys []string, pubs []amqp.Publishing) ([]error, error) {
+// publishConfirmed publishes pubs[i] to exchanges[i] (exchanges[0] for
+// every message when it has one) with routing key keys[i] ("" when keys
+// is nil) on a confirm-mode channel and waits for every confirm. It
+// returns each message's error (nil: stored), or an error for the whole
+// batch when none is known to be stored.
+func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string, pubs []amqp.Publishing) ([]error, error) {
 	ch, err := b.confirmChannel(ctx)
 	if err != nil {
 		return nil, err
@@ -114,9 +148,12 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchange string, keys []
 	}
 	confs := make([]*amqp.DeferredConfirmation, len(pubs))
 	for i := range pubs {
-		key := ""
+		key, exchange := "", exchanges[0]
 		if keys != nil {
 			key = keys[i]
+		}
+		if len(exchanges) > 1 {
+			exchange = exchanges[i]
 		}
 		c, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, pubs[i])
 		if err != nil {
@@ -269,6 +306,41 @@ func (b *Backend) declareHold(ctx context.Context, d time.Duration) (string, err
 	return name, err
 }
 
+// declareTopicHold declares the topic hold exchange and quorum queue of
+// delay d, as declareHold does, dead-lettering to the backend's due
+// exchange, and binds the topic's exchange ex to the due exchange with
+// ex as the key: a message published to the hold with routing key ex
+// reaches the topic's groups when d has passed.
+func (b *Backend) declareTopicHold(ctx context.Context, ex string, d time.Duration) (string, error) {
+	name, due := b.topicHoldName(d), b.dueName()
+	err := b.declare(ctx, name, func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(due, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return err
+		}
+		if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return err
+		}
+		_, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+			"x-queue-type":           "quorum",
+			"x-message-ttl":          d.Milliseconds(),
+			"x-dead-letter-exchange": due,
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		})
+		if err != nil {
+			return err
+		}
+		return ch.QueueBind(name, "", name, false, nil)
+	})
+	if err != nil {
+		return "", err
+	}
+	err = b.declare(ctx, "due "+ex, func(ch *amqp.Channel) error {
+		return ch.ExchangeBind(ex, ex, due, false, nil)
+	})
+	return name, err
+}
+
 // storeCopy stores a copy of m with base attempts before it for the group
 // queue q: at once in q, or, when due (Unix ms) is still to come, in the
 // hold queue of the delay that fits, carrying due. It returns once the
@@ -288,7 +360,7 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 	pub := []amqp.Publishing{encode(m, base, due)}
 	wait := 20 * time.Millisecond
 	for {
-		errs, err := b.publishConfirmed(ctx, exchange, []string{q}, pub)
+		errs, err := b.publishConfirmed(ctx, []string{exchange}, []string{q}, pub)
 		if err != nil {
 			return err
 		}
@@ -308,7 +380,7 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 }
 
 // Close closes every subscription still open, at once, and then both
-// connections: within about three times Options.CloseTimeout, also on a
+// connections: within about twice Options.CloseTimeout, also on a
 // dead network.
 func (b *Backend) Close() error {
 	b.mu.Lock()

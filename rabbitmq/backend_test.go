@@ -148,3 +148,32 @@ func testPrefetchFollowsMaxInFlight(t *testing.T, node *rabbittest.Node) {
 	require.Eventually(t, func() bool { return counts() == "6 ready, 3 unacked" }, 20*time.Second, 100*time.Millisecond,
 		"an ack lets one more through (now %s)", counts())
 }
+
+// testDeliverAtReachesLaterGroups publishes a message with a DeliverAt
+// 1.5 s ahead to a topic no group reads yet, then creates a group: the
+// group gets it, not before its DeliverAt, since the message waits at the
+// topic, not in the queues of the groups that existed at Publish.
+func testDeliverAtReachesLaterGroups(t *testing.T, node *rabbittest.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, node.URL())
+	require.NoError(t, err, "open by URL")
+	defer b.Close(context.Background())
+
+	at := time.Now().Add(1500 * time.Millisecond)
+	m := &bus.Message{Payload: []byte("later"), DeliverAt: at}
+	require.NoError(t, b.Publish(ctx, "deliverat-later-group", m))
+	handled := make(chan time.Time, 4)
+	sub, err := b.Subscribe(ctx, "deliverat-later-group", func(_ context.Context, d *bus.Delivery) error {
+		handled <- time.Now()
+		return nil
+	}, bus.WithGroup("created-after"))
+	require.NoError(t, err)
+	defer sub.Close(context.Background())
+	select {
+	case got := <-handled:
+		assert.False(t, got.Before(at.Truncate(time.Millisecond)), "handled %v before its DeliverAt", at.Sub(got))
+	case <-ctx.Done():
+		t.Fatal("a group created after the Publish never got the scheduled message")
+	}
+}

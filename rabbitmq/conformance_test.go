@@ -20,10 +20,13 @@ func TestOnOneNode(t *testing.T) {
 	node := rabbittest.Start(t)
 	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.URL()) })
 	t.Run("MalformedEntryDeadLettered", func(t *testing.T) { testMalformedEntryDeadLettered(t, node) })
+	t.Run("DeliverAtReachesLaterGroups", func(t *testing.T) { testDeliverAtReachesLaterGroups(t, node) })
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
+	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })
+	t.Run("SubscriptionCloseBoundedOnBlackhole", func(t *testing.T) { testSubscriptionCloseBoundedOnBlackhole(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {

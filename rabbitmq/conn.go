@@ -20,31 +20,76 @@ type link struct {
 	b    *Backend
 	name string // "publish" or "consume", for the connection name
 
-	mu     sync.Mutex
-	conn   *amqp.Connection
-	sock   *socket
-	closed bool
+	mu       sync.Mutex
+	conn     *amqp.Connection
+	sock     *socket
+	closed   bool
+	failures int       // dials failed in a row
+	retryAt  time.Time // no dial before it after a failed one
+	lastErr  error     // of the last failed dial
 }
 
+// Dials after a failed one wait a backoff: redialBase doubled for each
+// failure in a row, at most redialMax.
+const (
+	redialBase = 25 * time.Millisecond
+	redialMax  = time.Second
+)
+
 // get returns the live connection, dialing a new one when there is none.
-// The dial is bounded by ctx and by Options.DialTimeout.
+// The dial is bounded by ctx and by Options.DialTimeout. After a failed
+// dial the next waits its backoff; a call whose ctx ends before the
+// backoff does returns the last dial's error at once.
 func (l *link) get(ctx context.Context) (*amqp.Connection, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, fmt.Errorf("rabbitmq: %w", backend.ErrClosed)
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("rabbitmq: %w", backend.ErrClosed)
+		}
+		if l.conn != nil && !l.conn.IsClosed() {
+			conn := l.conn
+			l.mu.Unlock()
+			return conn, nil
+		}
+		if wait := time.Until(l.retryAt); wait > 0 {
+			err := l.lastErr
+			l.mu.Unlock()
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				return nil, err
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		conn, err := l.dialLocked(ctx)
+		l.mu.Unlock()
+		return conn, err
 	}
-	if l.conn != nil && !l.conn.IsClosed() {
-		return l.conn, nil
-	}
+}
+
+// dialLocked dials a new connection in place of the dead one and keeps
+// the backoff.
+func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
 	if l.sock != nil {
 		_ = l.sock.Close()
 	}
 	conn, sock, err := l.b.dial(ctx, l.name)
 	if err != nil {
+		if ctx.Err() == nil { // the broker's failure, not the caller's deadline
+			l.failures++
+			l.retryAt = time.Now().Add(min(redialBase<<min(l.failures-1, 10), redialMax))
+			l.lastErr = err
+		}
 		return nil, err
 	}
 	l.conn, l.sock = conn, sock
+	l.failures, l.retryAt, l.lastErr = 0, time.Time{}, nil
 	return conn, nil
 }
 

@@ -24,11 +24,18 @@
 //	                       (bus.q.<sha256> when longer than 255 bytes)
 //	bus.hold.<ms>          fanout exchange and quorum queue of one fixed
 //	                       delay (10 ms to 12 h), shared by every group
+//	bus.at.<ms>            fanout exchange and quorum queue of one fixed
+//	                       delay for messages published with a DeliverAt
+//	bus.due                direct exchange the bus.at queues dead-letter
+//	                       to; a topic's exchange is bound to it, with its
+//	                       own name as the key, when the topic first
+//	                       publishes a DeliverAt
 //
 // "bus" is Options.Prefix. A hold queue has x-message-ttl of its delay and
 // dead-letters (x-dead-letter-strategy at-least-once) through the default
 // exchange with the message's routing key, the queue of the group it
-// came from. A message's ID, key, publish time and headers travel in the
+// came from. A bus.at queue dead-letters to bus.due with the routing key
+// the message was published with, the name of its topic's exchange. A message's ID, key, publish time and headers travel in the
 // AMQP headers bus-id, bus-key, bus-at and bus-headers (the user headers
 // packed in one byte array, so that no user header meets a header the
 // broker sets, and every key and value arrives byte-exact); the payload
@@ -81,22 +88,33 @@
 // runs under its caller's ctx; every write to the socket has a deadline
 // (Options.WriteTimeout), and heartbeats (Options.Heartbeat) end a
 // connection whose peer went silent. A connection that died is dialed
-// again by the next call that needs it. Subscription.Close returns within
-// about twice Options.CloseTimeout, Backend.Close within about three
-// times.
+// again by the next call that needs it; after a failed dial the next
+// waits a backoff (25 ms, doubling up to 1 s), and a call whose ctx ends
+// before the backoff does returns the last dial's error at once.
+// Subscription.Close returns within about Options.CloseTimeout,
+// Backend.Close within about twice that.
+//
+// RabbitMQ 3.10 saves the Raft term of a quorum queue every five seconds:
+// a node killed before a new queue's first save brings the queue back
+// without a leader, and publishes to it are not confirmed until an
+// election is triggered on the node. The fault suite's restart case
+// kills the node after that save.
 //
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
-// receives first deliveries in publish order) and Extend are true.
+// receives first deliveries in publish order), Extend and Scheduling are
+// true. Publish stores a message whose DeliverAt is still to come in the
+// bus.at hold queue of the longest fixed delay not past it, carrying its
+// due time in bus-due, so delayed messages never stand in front of
+// immediate ones; it reaches the groups its topic has when it comes out
+// (also a group created after the Publish), and a group that gets it
+// before its due time holds it again as a Snooze does.
+//
 // StartOldest is false (a group's queue holds only what was published
-// after it was declared; Subscribe refuses StartOldest), PublishDedup is
-// false (RabbitMQ keeps no record of message IDs: a retried Publish may
-// store a message twice) and Scheduling is false (the bus gives a
-// delivery that comes before its DeliverAt back with Snooze, which holds
-// it in a hold queue, so a burst of delayed messages is fetched and moved
-// before the immediate ones published after it; the conformance case
-// DelayedNeverHoldBackImmediate is skipped). Subscriptions implement backend.Extender,
+// after it was declared; Subscribe refuses StartOldest) and PublishDedup
+// is false (RabbitMQ keeps no record of message IDs: a retried Publish
+// may store a message twice). Subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend has no Inspector, GroupLocker,
 // Partitioner or GroupSeeker yet: key order holds within one
 // subscription only, and the conformance cases of those interfaces are

@@ -32,6 +32,17 @@ func (b *Backend) holdName(d time.Duration) string {
 	return b.opts.Prefix + ".hold." + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
+// topicHoldName is the hold exchange and queue of one fixed delay for
+// messages published with a DeliverAt: "bus.at.<ms>".
+func (b *Backend) topicHoldName(d time.Duration) string {
+	return b.opts.Prefix + ".at." + strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// dueName is the direct exchange the topic holds dead-letter to; each
+// topic's exchange is bound to it with its own name as the key:
+// "bus.due".
+func (b *Backend) dueName() string { return b.opts.Prefix + ".due" }
+
 // holdDelays are the fixed delays of the hold queues. A delay is carried
 // by the longest hold not past it, again and again (the copy carries its
 // due time), and the rest under the shortest by it: a message comes back

@@ -488,7 +488,7 @@ func (s *Subscription) isClosed() bool {
 // Close cancels the consumer: it waits for the moves in progress
 // (Release, Snooze, Nack with a delay), gives each delivery still
 // unsettled back to the group without counting an attempt (a confirmed
-// copy, then an ack) and closes the channel, all within about twice
+// copy, then an ack) and closes the channel, all within about
 // Options.CloseTimeout. A delivery it cannot give back so is given back
 // by the broker when the channel closes, and that counts.
 func (s *Subscription) Close() error {
@@ -500,7 +500,8 @@ func (s *Subscription) Close() error {
 	s.closed = true
 	close(s.doneCh)
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.CloseTimeout)
+	deadline := time.Now().Add(s.b.opts.CloseTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	moved := make(chan struct{})
 	go func() {
@@ -528,7 +529,10 @@ func (s *Subscription) Close() error {
 	delete(s.b.subs, s)
 	s.b.mu.Unlock()
 	if ch != nil {
-		closeChannel(ch, s.b.opts.CloseTimeout)
+		// What is left of the one budget: on a dead network the
+		// close-ok never comes, and the channel dies with its
+		// connection.
+		closeChannel(ch, max(time.Until(deadline), time.Millisecond))
 	}
 	return nil
 }
@@ -578,7 +582,7 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 	if len(pubs) == 0 {
 		return
 	}
-	errs, err := s.b.publishConfirmed(ctx, "", keys, pubs)
+	errs, err := s.b.publishConfirmed(ctx, []string{""}, keys, pubs)
 	if err != nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 )
 
 const wait = 10 * time.Second
@@ -344,4 +345,19 @@ func TestBadConfigIsRefused(t *testing.T) {
 	assert.ErrorIs(t, pub.Publish("orders", nil), bus.ErrInvalidMessage)
 	require.NoError(t, pub.Close())
 	assert.ErrorIs(t, pub.Publish("orders", message.NewMessage("m", nil)), ErrClosed)
+}
+
+// TestSubscribeOnABackendWithoutStartOldest: on RabbitMQ, which cannot
+// start a group from the oldest message, Subscribe creates the group
+// from now on instead of failing, and it gets what is published after.
+func TestSubscribeOnABackendWithoutStartOldest(t *testing.T) {
+	b := openBus(t, rabbittest.Start(t).URL())
+	require.False(t, b.Capabilities().StartOldest)
+	sub := newSub(t, b, SubscriberConfig{Group: "g"})
+	ch, err := sub.Subscribe(context.Background(), "after")
+	require.NoError(t, err, "Subscribe does not ask RabbitMQ for StartOldest")
+	publish(t, b, "after", message.NewMessage("m1", []byte("x")))
+	got := next(t, ch)
+	require.Equal(t, "m1", got.UUID)
+	got.Ack()
 }

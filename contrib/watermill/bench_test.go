@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
+	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/observer"
 )
@@ -25,7 +27,8 @@ const benchBatch = 100
 
 // BenchmarkRouter measures Watermill's router, one consumer handler that
 // acks, over the adapter on mem://, Redis and NATS JetStream beside
-// Watermill's own Redis Streams and NATS JetStream Pub/Subs and GoChannel,
+// Watermill's own Redis Streams, NATS JetStream and AMQP Pub/Subs and
+// GoChannel,
 // in one run, on private servers: msgs/s from the first Publish to the
 // last message handled, 256-byte payloads published benchBatch to a call
 // while the router consumes. Every Pub/Sub keeps its defaults (one
@@ -35,6 +38,7 @@ const benchBatch = 100
 func BenchmarkRouter(b *testing.B) {
 	redisURL := redistest.Start(b).URL()
 	natsURL := natstest.Start(b).URL()
+	amqpURL := rabbittest.Start(b).URL()
 	peers := []struct {
 		name string
 		open func(b *testing.B) (message.Publisher, message.Subscriber)
@@ -51,6 +55,8 @@ func BenchmarkRouter(b *testing.B) {
 		{"bus-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 1) }},
 		{"bus-nats-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 16) }},
 		{"watermill-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillNATS(b, natsURL) }},
+		{"bus-rabbitmq-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 16) }},
+		{"watermill-amqp", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillAMQP(b, amqpURL) }},
 	}
 	for _, p := range peers {
 		b.Run(p.name, func(b *testing.B) {
@@ -176,6 +182,21 @@ func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Su
 		URL: url, QueueGroupPrefix: "bench", SubscribersCount: 1,
 		AckWaitTimeout: 30 * time.Second, CloseTimeout: 30 * time.Second, JetStream: js,
 	}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub, sub
+}
+
+// benchWatermillAMQP opens watermill-amqp's durable queue Pub/Sub with
+// its defaults (prefetch 1, no publisher confirms).
+func benchWatermillAMQP(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	cfg := wmamqp.NewDurableQueueConfig(url)
+	pub, err := wmamqp.NewPublisher(cfg, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := wmamqp.NewSubscriber(cfg, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	_ "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 	_ "github.com/eventbus-go/bus/postgres"
+	_ "github.com/eventbus-go/bus/rabbitmq"
 	_ "github.com/eventbus-go/bus/redisstream"
 )
 

@@ -36,8 +36,10 @@ type SubscriberConfig struct {
 	// when empty). The Subscribe calls of one group share the messages,
 	// in one process or many; every group gets every message. A group
 	// created by this Subscriber starts from the oldest message of the
-	// topic (bus.StartOldest), as Watermill's Redis Streams Pub/Sub does;
-	// an existing group resumes where it stands.
+	// topic (bus.StartOldest), as Watermill's Redis Streams Pub/Sub does,
+	// on a backend that can (Capabilities.StartOldest; on RabbitMQ a group
+	// starts with what is published after it was created); an existing
+	// group resumes where it stands.
 	Group string
 	// MaxInFlight is how many messages one Subscribe call hands out at
 	// once, waiting for their Ack or Nack (default 1: the next message
@@ -102,9 +104,11 @@ func NewSubscriber(b *bus.Bus, cfg SubscriberConfig) (*Subscriber, error) {
 		cfg.CloseTimeout = DefaultCloseTimeout
 	}
 	opts := []bus.SubscribeOption{
-		bus.WithStartFrom(bus.StartOldest),
 		bus.WithMaxInFlight(cfg.MaxInFlight),
 		bus.WithAckMode(bus.AckOnSuccess),
+	}
+	if b.Capabilities().StartOldest {
+		opts = append(opts, bus.WithStartFrom(bus.StartOldest))
 	}
 	if cfg.Group != "" {
 		opts = append(opts, bus.WithGroup(cfg.Group))

@@ -12,6 +12,15 @@
 // [Node.Restart] starts it again with its data; [Node.Pause] freezes it
 // (SIGSTOP to its process group) and [Node.Resume] lets it run again.
 //
+// # Clusters
+//
+// [StartCluster] starts nodes that register with one epmd (the first
+// node's) and share an Erlang cookie written to each node's HOME, and
+// joins them (stop_app, join_cluster, start_app) into one cluster.
+// [Node.SaveRaftMeta] makes a node save its quorum queues' Raft
+// metadata, which RabbitMQ does every five seconds, before a test kills
+// it.
+//
 // # Requirements
 //
 // The rabbitmq-server script is found in /usr/lib/rabbitmq/bin or on

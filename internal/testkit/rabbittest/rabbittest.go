@@ -35,6 +35,10 @@ type Node struct {
 	dist int
 	epmd int
 
+	// ownsEpmd: the node starts and stops its epmd; the other nodes of
+	// a cluster register with the first node's.
+	ownsEpmd bool
+
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     <-chan struct{}
@@ -49,6 +53,60 @@ var seq atomic.Int64
 // stopped, and its directory removed, when the test ends.
 func Start(t testing.TB) *Node {
 	t.Helper()
+	n := newNode(t, freePort(t), true, "")
+	if err := n.launch(); err != nil {
+		t.Fatalf("rabbittest: %v", err)
+	}
+	return n
+}
+
+// StartCluster starts size nodes, which register with one epmd and share
+// an Erlang cookie, and joins the others to the first, so that they form
+// one cluster; it returns once every node accepts AMQP connections and
+// is a running member. Quorum queues declared on it have a member on
+// every node. The nodes are stopped when the test ends.
+func StartCluster(t testing.TB, size int) []*Node {
+	t.Helper()
+	epmd := freePort(t)
+	cookie := fmt.Sprintf("BUSTEST%dC%d", os.Getpid(), seq.Add(1))
+	nodes := make([]*Node, size)
+	for i := range nodes {
+		nodes[i] = newNode(t, epmd, i == 0, cookie)
+	}
+	if err := nodes[0].startEpmd(); err != nil {
+		t.Fatalf("rabbittest: %v", err)
+	}
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.launch() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("rabbittest: cluster: %v", err)
+		}
+	}
+	for _, n := range nodes[1:] {
+		for _, args := range [][]string{{"stop_app"}, {"join_cluster", nodes[0].name}, {"start_app"}} {
+			if out, err := n.Ctl(args...); err != nil {
+				t.Fatalf("rabbittest: cluster: %s on %s: %v: %s", args[0], n.name, err, out)
+			}
+		}
+	}
+	for _, n := range nodes {
+		if err := serverproc.WaitReady("rabbitmq on "+n.Addr(), startTimeout, n.done, filepath.Join(n.dir, "server.log"), n.ready); err != nil {
+			t.Fatalf("rabbittest: cluster: %v", err)
+		}
+	}
+	return nodes
+}
+
+// newNode prepares a node in a new temporary directory, registering with
+// the epmd on port epmd (started by the node when ownsEpmd), with cookie
+// as its Erlang cookie when it is not empty.
+func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "rabbittest-")
 	if err != nil {
 		t.Fatalf("rabbittest: %v", err)
@@ -57,15 +115,12 @@ func Start(t testing.TB) *Node {
 	n := &Node{
 		t: t, dir: dir,
 		name: fmt.Sprintf("bustest%d_%d@localhost", os.Getpid(), seq.Add(1)),
-		amqp: freePort(t), dist: freePort(t), epmd: freePort(t),
+		amqp: freePort(t), dist: freePort(t), epmd: epmd, ownsEpmd: ownsEpmd,
 	}
-	if err := n.writeConfig(); err != nil {
+	if err := n.writeConfig(cookie); err != nil {
 		t.Fatalf("rabbittest: %v", err)
 	}
 	t.Cleanup(n.stop)
-	if err := n.launch(); err != nil {
-		t.Fatalf("rabbittest: %v", err)
-	}
 	return n
 }
 
@@ -82,6 +137,21 @@ func (n *Node) Kill() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.signalLocked(syscall.SIGKILL)
+}
+
+// SaveRaftMeta makes the node write the Raft metadata of its quorum
+// queues (term and vote) to disk now; RabbitMQ saves it every five
+// seconds. A node killed before a new quorum queue's first save brings
+// the queue back as a follower of term 0 that never starts an election
+// (RabbitMQ 3.10): its publishes wait for a leader that never comes. A
+// test that kills the node to see how clients recover, not to see that
+// bug, calls SaveRaftMeta first.
+func (n *Node) SaveRaftMeta() error {
+	out, err := n.Ctl("eval", "dets:sync(ra_log_meta).")
+	if err != nil {
+		return fmt.Errorf("rabbittest: save the raft metadata: %w: %s", err, out)
+	}
+	return nil
 }
 
 // Restart starts the node again with its data, killing it first if it is
@@ -128,6 +198,7 @@ func (n *Node) resumeLocked() {
 // combined output.
 func (n *Node) Ctl(args ...string) (string, error) {
 	cmd := exec.Command(n.sbin("rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
+	cmd.Dir = n.dir // where a crash dump of the tool lands
 	cmd.Env = n.env()
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -163,9 +234,14 @@ func (n *Node) signalLocked(sig syscall.Signal) {
 	n.cmd = nil
 }
 
-func (n *Node) writeConfig() error {
+func (n *Node) writeConfig(cookie string) error {
 	for _, d := range []string{"mnesia", "log", "home"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	if cookie != "" {
+		if err := os.WriteFile(filepath.Join(n.dir, "home", ".erlang.cookie"), []byte(cookie), 0o400); err != nil {
 			return err
 		}
 	}
@@ -235,7 +311,7 @@ func (n *Node) launch() error {
 func (n *Node) startEpmd() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.epmdCmd != nil {
+	if n.epmdCmd != nil || !n.ownsEpmd {
 		return nil
 	}
 	bin, err := exec.LookPath("epmd")
