@@ -178,6 +178,11 @@ var cases = []testCase{
 	{name: "ContradictoryOptionsRejected", run: testContradictoryOptions},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
 
+	// Health.
+	{name: "Ping", run: testPing},
+	{name: "SubscriptionHealth", run: testSubscriptionHealth},
+	{name: "SubscriptionHealthStandby", needs: []capability{capRedelivery}, run: testSubscriptionHealthStandby},
+
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},
