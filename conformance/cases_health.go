@@ -137,3 +137,76 @@ func testSubscriptionHealthStandby(t *testing.T, s *suite) {
 	}, "the waiting member takes the lock over and receives")
 	h.closeSub(standby)
 }
+
+// testSubscriptionHealthPartitioned: on a topic of 2 partitions shared by
+// 3 members, the members that own a partition receive and the one that
+// owns none says so (Standby); the group's lag, summed over the
+// partitions, is 0 (or Unknown) once every message is handled.
+func testSubscriptionHealthPartitioned(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	topic := h.partitionedTopic(t, "healthparts", 2)
+	group := h.group("healthparts")
+	var in inbox
+	subs := make([]*bus.Subscription, 3)
+	for i := range subs {
+		subs[i] = h.subscribe(context.Background(), topic, in.handle(nil), bus.WithGroup(group), bus.WithAckTimeout(s.ackTimeout()))
+	}
+	s.eventually(t, func() bool {
+		standby, receiving := 0, 0
+		for _, sub := range subs {
+			hl := sub.Health()
+			if hl.Standby {
+				standby++
+			} else if !hl.LastReceive.IsZero() {
+				receiving++
+			}
+		}
+		return standby == 1 && receiving == 2
+	}, "two members own a partition each and receive, the third owns none and waits")
+
+	msgs := numbered("healthparts", 20)
+	for i, m := range msgs {
+		m.Key = fmt.Sprintf("k%d", i)
+	}
+	h.publish(topic, msgs...)
+	requireBothPartitions(t, msgs)
+	s.eventually(t, func() bool { return in.len() >= len(msgs) }, "every message is handled")
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	if _, err := subs[0].Lag(ctx); err != nil {
+		require.ErrorIs(t, err, bus.ErrUnsupported, "Lag fails only where the backend has no Inspector")
+	} else {
+		s.eventually(t, func() bool {
+			lag, err := subs[0].Lag(ctx)
+			return err == nil && (lag == 0 || !lag.Known())
+		}, "the group has received everything on both partitions: lag 0, or unknown")
+	}
+	for _, sub := range subs {
+		h.closeSub(sub)
+	}
+	// With no member left, 6 more messages over both partitions are the
+	// group's lag, summed.
+	more := numbered("healthparts-more", 6)
+	for i, m := range more {
+		m.Key = fmt.Sprintf("k%d", i)
+	}
+	requireBothPartitions(t, more)
+	h.publish(topic, more...)
+	if lag, err := subs[0].Lag(ctx); err == nil && lag.Known() {
+		s.eventually(t, func() bool {
+			lag, err := subs[0].Lag(ctx)
+			return err == nil && lag == bus.Figure(len(more))
+		}, "the lag of the group is summed over its partitions")
+	}
+}
+
+// requireBothPartitions checks that the keys of msgs reach both partitions
+// of a 2-partition topic.
+func requireBothPartitions(t *testing.T, msgs []*bus.Message) {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, m := range msgs {
+		seen[backend.PartitionOf(m.Key, m.ID, 2)] = true
+	}
+	require.Len(t, seen, 2, "the keys reach both partitions")
+}

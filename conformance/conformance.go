@@ -182,6 +182,7 @@ var cases = []testCase{
 	{name: "Ping", run: testPing},
 	{name: "SubscriptionHealth", run: testSubscriptionHealth},
 	{name: "SubscriptionHealthStandby", needs: []capability{capRedelivery}, run: testSubscriptionHealthStandby},
+	{name: "SubscriptionHealthPartitioned", needs: []capability{capRedelivery}, run: testSubscriptionHealthPartitioned},
 
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
