@@ -523,6 +523,9 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	if o.maxWaiting > 0 && !o.keyOrdering {
 		errs = append(errs, fmt.Errorf("%w: WithMaxWaiting bounds the deliveries waiting for their key; it needs WithKeyOrdering", ErrInvalidOption))
 	}
+	if err := o.batchBounds(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))
 	}

@@ -178,6 +178,13 @@ var cases = []testCase{
 	{name: "ContradictoryOptionsRejected", run: testContradictoryOptions},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
 
+	// Batch handlers.
+	{name: "BatchSettlesEachMessage", needs: []capability{capRedelivery}, run: testBatchSettlesEachMessage},
+	{name: "BatchBounds", run: testBatchBounds},
+	{name: "BatchKeyOrder", run: testBatchKeyOrder},
+	{name: "BatchLeaseKeptAlive", needs: []capability{capRedelivery, capExtend}, run: testBatchLeaseKeptAlive},
+	{name: "BatchCloseReleases", needs: []capability{capGroups, capRedelivery}, run: testBatchCloseReleases},
+
 	// Health.
 	{name: "Ping", run: testPing},
 	{name: "SubscriptionHealth", run: testSubscriptionHealth},
