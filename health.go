@@ -42,10 +42,12 @@ func (b *Bus) Ping(ctx context.Context) error {
 
 // SubscriptionHealth is how a subscription's fetching goes, for
 // readiness and liveness probes (Subscription.Health). A subscription
-// asks the broker for messages at least about once a second while it
-// fetches (a backend's Receive blocks for at most about a second), so a
-// LastReceive older than a few seconds on a Running, not Standby,
-// subscription means its fetching is stuck.
+// with free capacity asks the broker for messages about once a second
+// even when idle (a backend's Receive blocks for at most about a
+// second), so a LastReceive older than a few seconds on a Running, not
+// Standby, subscription means that the broker does not answer (Failing
+// then counts the failures) or that it has no free capacity: every
+// in-flight slot is taken by handlers that are slow or stuck.
 type SubscriptionHealth struct {
 	// Running is false once the subscription has ended (Done is
 	// closed); Err then says why.
