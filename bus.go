@@ -416,7 +416,7 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{topic: topic, group: o.group}
+	s := &Subscription{topic: topic, group: o.group, bus: b}
 	if b.events != nil {
 		s.member = memberName()
 	}
@@ -460,7 +460,7 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 		NewBackOff: o.newBackOff, MaxPayload: b.opts.maxPayload,
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
-		Handler: handler, Decoder: o.decoder,
+		Handler: handler, Decoder: o.decoder, Health: &s.health,
 	}
 	if b.events != nil && s.topic != b.opts.events {
 		cfg.Event = b.eventHook(s)
@@ -522,6 +522,9 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	}
 	if o.maxWaiting > 0 && !o.keyOrdering {
 		errs = append(errs, fmt.Errorf("%w: WithMaxWaiting bounds the deliveries waiting for their key; it needs WithKeyOrdering", ErrInvalidOption))
+	}
+	if err := o.batchBounds(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))

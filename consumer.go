@@ -136,6 +136,10 @@ type consumerConfig struct {
 	// ends (an unpartitioned subscription's; a partitioned one's manager
 	// stops its own).
 	Autoscale *autoscale.Controller
+	// Health records how the Receives and group lock rounds go: the
+	// subscription's, shared by the partitions it owns; nil: not
+	// recorded.
+	Health *health
 }
 
 // feedbacker is told each handler's latency and error (an adaptive
@@ -507,6 +511,7 @@ func (s *consumer) releaseWaits(n int) {
 func (s *consumer) afterReceive(f *fetchState, err error) bool {
 	base := observer.Event{Scope: observer.ScopeReceive, Topic: s.cfg.Topic, Group: s.cfg.Group}
 	if err == nil {
+		s.cfg.Health.received(nil)
 		if f.failures > 0 {
 			f.failures = 0
 			f.outage.Recover(context.Background(), s.cfg.Observer, base)
@@ -516,6 +521,7 @@ func (s *consumer) afterReceive(f *fetchState, err error) bool {
 	if s.fetchCtx.Err() != nil {
 		return false
 	}
+	s.cfg.Health.received(err)
 	if errors.Is(err, ErrClosed) || backend.IsPermanent(err) {
 		// No retry fixes it: end the subscription, say why once.
 		base.Err = fmt.Errorf("bus: receive %q: %w", s.cfg.Topic, err)

@@ -188,8 +188,9 @@ func (o *groupLock) round(r *ownerRound) bool {
 		return true
 	}
 	if err != nil {
-		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
-			Err: fmt.Errorf("bus: group lock of a key-ordered subscription: %w", err)})
+		err = fmt.Errorf("bus: group lock of a key-ordered subscription: %w", err)
+		o.s.cfg.Health.lockFailed(err)
+		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group, Err: err})
 	}
 	o.mu.Lock()
 	owning := o.owning
@@ -341,6 +342,13 @@ func (o *groupLock) fenced() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return !o.owning && !o.none
+}
+
+// fetching reports whether the member holds the lock and fetches.
+func (o *groupLock) fetching() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.owning
 }
 
 func (o *groupLock) setLocked(v bool) {

@@ -106,6 +106,13 @@ type subscribeOptions struct {
 	keyOrdering    bool
 	maxWaiting     int     // 0: the default (see WithMaxWaiting)
 	decoder        decoder // a typed subscription's (see Topic.Subscribe), or nil
+	// batchMax and batchWait are WithBatch's (batchSet); batching marks a
+	// SubscribeBatch subscription, whose batcher takes them.
+	batchMax  int
+	batchWait time.Duration
+	batchSet  bool
+	batching  bool
+	batcher   *batcher
 }
 
 type busOptionFunc func(*busOptions) error

@@ -150,7 +150,7 @@ func (b *Bus) subscribePartitioned(ctx context.Context, topic string, n int, h H
 	locker, _ := b.be.(backend.GroupLocker)
 	shares := &partitionShares{total: o.maxInFlight, slots: map[int]*slots.Pool{}}
 	member := memberName()
-	s := &Subscription{topic: topic, group: o.group, member: member}
+	s := &Subscription{topic: topic, group: o.group, member: member, bus: b}
 	ctrl := b.autoscaler(s, n, o)
 	m, err := partition.Start(ctx, partition.Config{
 		Topic: topic, Group: o.group, Partitions: n, Member: member,

@@ -219,6 +219,9 @@ func (d *record) claim() bool {
 	}
 }
 
+// claimed reports whether a settlement has claimed d.
+func (d *record) claimed() bool { return d.state.Load()&stateSettled != 0 }
+
 func (d *record) alreadySettled(op string) error {
 	return fmt.Errorf("bus: %s %q: %w (%s)", op, d.pub.ID, ErrAlreadySettled, d.outcome())
 }

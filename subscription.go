@@ -17,6 +17,9 @@ type Subscription struct {
 	// manager (also in parts) of a partitioned one.
 	run   runner
 	parts *partition.Manager // the partitions of a partitioned topic; nil otherwise
+	bus   *Bus
+	// health records how fetching goes (health.go).
+	health health
 }
 
 // runner is what runs a subscription: the consumer of one topic,

@@ -68,6 +68,8 @@
 //     subscriber running (the lifecycle events topic).
 //   - SettledTrimmer: remove what every group settled when a subscription
 //     closes.
+//   - Pinger: one round trip to the broker (Bus.Ping, for readiness
+//     probes).
 //
 // # Errors
 //

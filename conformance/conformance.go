@@ -178,6 +178,19 @@ var cases = []testCase{
 	{name: "ContradictoryOptionsRejected", run: testContradictoryOptions},
 	{name: "ContentRoundTripByteExact", run: testContentRoundTrip},
 
+	// Batch handlers.
+	{name: "BatchSettlesEachMessage", needs: []capability{capRedelivery}, run: testBatchSettlesEachMessage},
+	{name: "BatchBounds", run: testBatchBounds},
+	{name: "BatchKeyOrder", run: testBatchKeyOrder},
+	{name: "BatchLeaseKeptAlive", needs: []capability{capRedelivery, capExtend}, run: testBatchLeaseKeptAlive},
+	{name: "BatchCloseReleases", needs: []capability{capGroups, capRedelivery}, run: testBatchCloseReleases},
+
+	// Health.
+	{name: "Ping", run: testPing},
+	{name: "SubscriptionHealth", run: testSubscriptionHealth},
+	{name: "SubscriptionHealthStandby", needs: []capability{capRedelivery}, run: testSubscriptionHealthStandby},
+	{name: "SubscriptionHealthPartitioned", needs: []capability{capRedelivery}, run: testSubscriptionHealthPartitioned},
+
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},

@@ -97,6 +97,7 @@ var (
 	_ backend.Subscription = (*Subscription)(nil)
 	_ backend.Extender     = (*Subscription)(nil)
 	_ backend.DeadLetterer = (*Subscription)(nil)
+	_ backend.Pinger       = (*Backend)(nil)
 )
 
 // New returns a Backend over a new private broker. opts may be nil for the
@@ -288,6 +289,15 @@ func (b *Backend) Close() error {
 	close(b.done)
 	releaseBroker(b.br)
 	return nil
+}
+
+// Ping implements backend.Pinger: the broker is in the process, so it
+// answers while the backend is open.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.closed.Load() {
+		return fmt.Errorf("inmemory: ping: %w", backend.ErrClosed)
+	}
+	return ctx.Err()
 }
 
 // TopicStats is a snapshot of one topic.

@@ -299,6 +299,26 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+var _ backend.Pinger = (*Backend)(nil)
+
+// Ping implements backend.Pinger: one PING to the server the connection
+// is on, waiting for its PONG within ctx (within Options.PublishTimeout
+// when ctx has no deadline).
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.closed.Load() {
+		return fmt.Errorf("nats: ping: %w", backend.ErrClosed)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.PublishTimeout)
+		defer cancel()
+	}
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("nats: ping: %w", err)
+	}
+	return nil
+}
+
 // Subscribe implements backend.Backend.
 func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
 	if b.closed.Load() {

@@ -54,7 +54,10 @@ type Backend struct {
 	wg        sync.WaitGroup // listener, trimmer, notifier, member loop and give-backs of lost fetches
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Pinger  = (*Backend)(nil)
+)
 
 // New returns a backend over pool, which the backend never closes. opts
 // may be nil. Unless opts.SkipMigrate is set it runs Migrate first, within
@@ -141,6 +144,18 @@ func (b *Backend) Close() error {
 	}
 	if b.ownPool {
 		b.pool.Close()
+	}
+	return nil
+}
+
+// Ping implements backend.Pinger: one empty statement on a connection of
+// the pool, within ctx.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.shut.Load() {
+		return fmt.Errorf("postgres: ping: %w", backend.ErrClosed)
+	}
+	if err := b.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
 	}
 	return nil
 }

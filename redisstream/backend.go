@@ -65,7 +65,10 @@ type Backend struct {
 	stats   stats
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Pinger  = (*Backend)(nil)
+)
 
 // Client returns the client the backend publishes and acknowledges with,
 // configured as the backend's URL or options say. The backend keeps
@@ -196,6 +199,18 @@ func (b *Backend) Capabilities() backend.Capabilities {
 }
 
 func (b *Backend) isClosed() bool { return b.shut.Load() }
+
+// Ping implements backend.Pinger: one PING on the backend's client (on a
+// cluster, to one node), within ctx.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.shut.Load() {
+		return fmt.Errorf("redisstream: ping: %w", backend.ErrClosed)
+	}
+	if err := b.call(ctx, func(ctx context.Context) error { return b.client.Ping(ctx).Err() }); err != nil {
+		return fmt.Errorf("redisstream: ping: %w", err)
+	}
+	return nil
+}
 
 // Subscribe joins (creating if needed) the consumer group cfg.Group on the
 // topic's stream as a new consumer.

@@ -69,6 +69,7 @@ func TestBackendListsNameEveryShippedBackend(t *testing.T) {
 		{"options.go", "backend.GroupLocker:", ")", func(b any) bool { _, ok := b.(backend.GroupLocker); return ok }},
 		{"docs/operating.md", "optional `backend.Inspector` (", ";", func(b any) bool { _, ok := b.(backend.Inspector); return ok }},
 		{"docs/operating.md", "that implements `backend.TopicDeleter`, i.e.", ", so", func(b any) bool { _, ok := b.(backend.TopicDeleter); return ok }},
+		{"docs/operating.md", "optional `backend.Pinger` (", ";", func(b any) bool { _, ok := b.(backend.Pinger); return ok }},
 	}
 	for _, l := range lists {
 		text := excerpt(t, l.file, l.from, l.until)

@@ -78,6 +78,7 @@ func Run(t *testing.T, h Harness) {
 		{"Partition1500msDuringBatch", testPartitionDuringBatch},
 		{"CloseMidRunFlushesFinished", testCloseMidRunFlushesFinished},
 		{"ServerRestartMidRun", testServerRestartMidRun},
+		{"PingBoundedOnDeadNetwork", testPingBoundedOnDeadNetwork},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
