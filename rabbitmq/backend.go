@@ -182,6 +182,24 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string
 	return errs, nil
 }
 
+// Ping opens a channel on the publishing connection (dialing it when it
+// is down) and closes it: one round trip, channel.open and its reply,
+// bounded by ctx.
+func (b *Backend) Ping(ctx context.Context) error {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return fmt.Errorf("rabbitmq: ping: %w", backend.ErrClosed)
+	}
+	ch, err := b.pub.channel(ctx)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: ping: %w", err)
+	}
+	go closeChannel(ch, b.opts.CloseTimeout)
+	return nil
+}
+
 // confirmChannel returns an idle confirm-mode channel or opens one.
 func (b *Backend) confirmChannel(ctx context.Context) (*amqp.Channel, error) {
 	b.mu.Lock()

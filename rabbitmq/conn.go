@@ -73,6 +73,19 @@ func (l *link) get(ctx context.Context) (*amqp.Connection, error) {
 	}
 }
 
+// ctxEnded returns ctx's error once ctx has ended or its deadline has
+// passed (a socket deadline set from ctx's may fire before ctx's own
+// timer does), and nil before.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // dialLocked dials a new connection in place of the dead one and keeps
 // the backoff.
 func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
@@ -81,11 +94,14 @@ func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
 	}
 	conn, sock, err := l.b.dial(ctx, l.name)
 	if err != nil {
-		if ctx.Err() == nil { // the broker's failure, not the caller's deadline
-			l.failures++
-			l.retryAt = time.Now().Add(min(redialBase<<min(l.failures-1, 10), redialMax))
-			l.lastErr = err
+		if cerr := ctxEnded(ctx); cerr != nil {
+			// The caller's deadline ended the dial, not the broker: no
+			// backoff, and the error says so.
+			return nil, fmt.Errorf("rabbitmq: dial: %w (%v)", cerr, err)
 		}
+		l.failures++
+		l.retryAt = time.Now().Add(min(redialBase<<min(l.failures-1, 10), redialMax))
+		l.lastErr = err
 		return nil, err
 	}
 	l.conn, l.sock = conn, sock

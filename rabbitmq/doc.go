@@ -114,7 +114,8 @@
 // StartOldest is false (a group's queue holds only what was published
 // after it was declared; Subscribe refuses StartOldest) and PublishDedup
 // is false (RabbitMQ keeps no record of message IDs: a retried Publish
-// may store a message twice). Subscriptions implement backend.Extender,
+// may store a message twice). The backend implements backend.Pinger (a
+// channel opened and closed); subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend has no Inspector, GroupLocker,
 // Partitioner or GroupSeeker yet: key order holds within one
 // subscription only, and the conformance cases of those interfaces are
