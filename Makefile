@@ -43,7 +43,7 @@ deadcode:
 # The packages whose tests take longest go first, so that they start
 # before the short ones instead of after them (go test runs -p packages
 # at a time, in the order they are named, and names each one once).
-SLOWEST := ./postgres ./nats ./redisstream ./inmemory
+SLOWEST := ./kafka ./postgres ./nats ./redisstream ./inmemory
 
 unit:
 	$(GO) test -race -timeout 20m $(SLOWEST) $(PKGS)

@@ -349,13 +349,18 @@ func fileExists(p string) bool {
 }
 
 // clusterID returns a fresh Kafka cluster ID: 16 random bytes in URL-safe
-// base64 without padding.
+// base64 without padding, not starting with '-' (which the storage tool
+// would read as an option).
 func clusterID(t testing.TB) string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatalf("kafkatest: %v", err)
+	for {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatalf("kafkatest: %v", err)
+		}
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func freePort(t testing.TB) int {
