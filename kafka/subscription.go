@@ -29,6 +29,7 @@ type Subscription struct {
 	cl     *kgo.Client
 	doneCh chan struct{}
 	joined chan struct{} // closed at the member's first assignment
+	loop   chan struct{} // closed when the commit loop returned
 
 	commitMu  sync.Mutex // one commit at a time
 	mu        sync.Mutex
@@ -92,7 +93,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 			return nil, fmt.Errorf("kafka: subscribe %q group %q: %w", topic, cfg.Group, err)
 		}
 	}
-	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), parts: map[int32]*part{}, parked: map[int32]*part{}}
+	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), loop: make(chan struct{}), parts: map[int32]*part{}, parked: map[int32]*part{}}
 	cl, err := kgo.NewClient(b.opts.clientOpts(
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(kt),
@@ -120,6 +121,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	}
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
+	go s.commitLoop()
 	if err := s.waitJoined(ctx); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("kafka: subscribe %q group %q: join: %w", topic, cfg.Group, err)
@@ -452,8 +454,43 @@ func (s *Subscription) takeReadyLocked(out []*backend.Message, max int) []*backe
 	return out
 }
 
+// commitInterval is how often the commit loop records deliveries (their
+// attempt counts) at the broker.
+const commitInterval = 250 * time.Millisecond
+
+// commitLoop commits, every commitInterval, what changed since the last
+// commit and was not committed by a settlement: deliveries and their
+// attempts, so that the group's figures and a new owner see them. It
+// returns when the subscription closes.
+func (s *Subscription) commitLoop() {
+	defer close(s.loop)
+	tick := time.NewTicker(commitInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.doneCh:
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		want := s.changes
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.RequestTimeout)
+		go func() {
+			select {
+			case <-s.doneCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_ = s.commitUpTo(ctx, want)
+		cancel()
+	}
+}
+
 // deliverLocked hands e out: one attempt more, a lease of the ack timeout.
 func (s *Subscription) deliverLocked(e *entry) *backend.Message {
+	s.changes++
 	e.attempts++
 	d := &delivery{s: s, e: e, msg: e.msg, expires: time.Now().Add(s.cfg.AckTimeout)}
 	d.msg.Attempt = e.attempts
@@ -722,6 +759,9 @@ func (s *Subscription) Close() error {
 	}
 	s.closed = true
 	close(s.doneCh)
+	s.mu.Unlock()
+	<-s.loop
+	s.mu.Lock()
 	for _, pt := range s.parts {
 		for _, e := range pt.open {
 			if e.state == stDelivered {
