@@ -18,7 +18,8 @@
 // scram-sha-256, scram-sha-512), client_id, dial_timeout,
 // request_timeout, session_timeout, close_timeout and partitions (see
 // [Options] and [OpenURL]); an unknown parameter is an error, found
-// before any I/O.
+// before any I/O. Options.Dial, which has no URL form, sends every
+// connection through a dialer of the caller's (a proxy, say).
 //
 // # Broker layout
 //
@@ -86,6 +87,24 @@
 // Options.CloseTimeout plus the client's own shutdown, Backend.Close
 // within about twice Options.CloseTimeout.
 //
+// # Inspection
+//
+// The backend implements backend.Inspector, TopicDeleter and GroupSeeker
+// through kadm. Topics lists the Kafka topics with the records they
+// retain (end less start offsets) and have ever taken (the end offsets);
+// sizes and times are unknown. Groups reads each group's commit on the
+// topic: pending is the unsettled records its metadata lists (a commit
+// loop refreshes it every 250 ms while deliveries are made), lag the
+// records after the committed offset that the group has neither settled
+// nor received. Peek reads the partitions directly, merged by publish
+// time. Delete removes listed records with DeleteRecords where they are
+// their partition's oldest; Kafka cannot remove a record behind one that
+// stays, and Delete says so with an error wrapping
+// backend.ErrUnsupported. DeleteTopic deletes the topic and the groups'
+// offsets on it. SeekGroup commits the target offsets (the start, the
+// end, or the first record at or after a time) with no metadata; Kafka
+// takes it only from a group without live members.
+//
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
@@ -98,10 +117,10 @@
 // is skipped). MaxPayload is the producer's batch limit less room for
 // the key and headers. A group shares its load by partition: a topic of
 // one partition has one active member. Subscriptions implement
-// backend.Extender, Releaser and Snoozer. The backend has no Inspector,
-// GroupSeeker, GroupLocker or Partitioner yet: key order holds within a
-// Kafka partition, which one member owns at a time, but the bus's
-// partitioned topics (CreateTopic) and WithKeyOrdering's group lock are
-// not built on Kafka's assignment, and their conformance cases are
-// skipped.
+// backend.Extender, Releaser and Snoozer. The backend has no GroupLocker
+// or Partitioner: a key keeps its order within its Kafka partition,
+// which one member owns at a time, and WithKeyOrdering orders it within
+// that member; the bus's partitioned topics (CreateTopic) and its group
+// lock are not built on Kafka's assignment, and their conformance cases
+// are skipped.
 package kafka
