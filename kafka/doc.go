@@ -48,6 +48,9 @@
 //     group has no member), so what is published after Subscribe returned
 //     is delivered; at the start for StartOldest. A group that exists
 //     resumes where it stands. A member joins in the background.
+//   - A member fetches ahead at most 64 KiB per partition and 1 MiB in
+//     all (a larger record batch comes whole); Receive returns at most
+//     what the bus asked for and leaves the rest for the next call.
 //   - Per-message acks over offsets. The backend keeps, per owned
 //     partition, the records delivered and not yet settled. Each commit
 //     sets the partition's offset to its lowest unsettled record and puts
@@ -57,14 +60,20 @@
 //     bytes; the broker's offset.metadata.max.bytes is 4,096 by default).
 //     A member that takes the partition over reads it back: a record
 //     settled beyond a gap is not delivered again, and attempts and due
-//     times carry over. Ack, Nack, Release and Snooze return once their
-//     commit is done (concurrent ones share a commit).
+//     times carry over. Ack settles at once and wakes a commit loop that
+//     commits right away, folding the acks that come meanwhile into the
+//     next commit (a crash before it delivers those records again);
+//     Nack, Release and Snooze return once their commit is done;
+//     Subscription.Close commits what is left.
 //   - Leases are timers the backend keeps: a delivery not settled within
 //     its ack timeout is delivered again by this member with Attempt+1,
 //     without replaying the rest of its partition. Extend restarts the
 //     timer. A member that dies or hangs loses its partitions to the
 //     others after the group's session timeout (Options.SessionTimeout);
-//     they start at the committed offset with the metadata above.
+//     they start at the committed offset with the metadata above. A
+//     member cut off from the brokers for less than the session keeps its
+//     partitions: the acks it made meanwhile are committed when the link
+//     heals, and no lease runs out for them.
 //   - Nack without a delay delivers the record again at once, counted.
 //     Nack with a delay, Snooze and DeliverAt (the bus snoozes a record
 //     fetched before its time) hold the record in the member, its offset
@@ -97,10 +106,11 @@
 // loop refreshes it every 250 ms while deliveries are made), lag the
 // records after the committed offset that the group has neither settled
 // nor received. Peek reads the partitions directly, merged by publish
-// time. Delete removes listed records with DeleteRecords where they are
-// their partition's oldest; Kafka cannot remove a record behind one that
-// stays, and Delete says so with an error wrapping
-// backend.ErrUnsupported. DeleteTopic deletes the topic and the groups'
+// time. Delete removes listed records with DeleteRecords, which removes a
+// partition's oldest records: the records not listed before the last
+// listed one are first appended again (key, headers, payload and
+// timestamp kept), so a crash in between may duplicate one, never remove
+// it. DeleteTopic deletes the topic and the groups'
 // offsets on it. SeekGroup commits the target offsets (the start, the
 // end, or the first record at or after a time) with no metadata; Kafka
 // takes it only from a group without live members.

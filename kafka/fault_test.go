@@ -23,6 +23,14 @@ func testFaultNetwork(t *testing.T, node *kafkatest.Node) {
 		StopServer:  node.Kill,
 		StartServer: node.Restart,
 		Open:        openThrough(node),
+		Skip: map[string]string{
+			// A member settles an ack at once and commits it when it
+			// can: acks made while its link is cut off are committed
+			// once it heals, so no lease runs out, and its partitions
+			// move to another member only after the group session
+			// (6 s here), not within the case's 1.5 s blackhole.
+			"BlackholeLongerThanAckTimeout": "acks are settled in the member and committed when the link heals; partitions move after the session timeout, not the lease (see the package doc)",
+		},
 	})
 }
 
@@ -53,7 +61,7 @@ func openThrough(node *kafkatest.Node) func(t testing.TB, addr string) backend.B
 			Seeds:          []string{node.Addr()},
 			RequestTimeout: 3 * time.Second,
 			SessionTimeout: 6 * time.Second,
-			CloseTimeout:   time.Second,
+			CloseTimeout:   500 * time.Millisecond,
 			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				return d.DialContext(ctx, network, addr)
 			},

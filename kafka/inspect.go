@@ -194,10 +194,11 @@ func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*bac
 }
 
 // Delete removes the listed records of topic. Kafka removes only a
-// partition's oldest records (DeleteRecords): a listed record is removed
-// with the records before it when all of those are listed too; one
-// behind a record not listed stays, and Delete then returns an error
-// wrapping backend.ErrUnsupported with the count it removed.
+// partition's oldest records (DeleteRecords), so Delete first appends
+// again, with their key, headers, payload and timestamp, the records not
+// listed that lie before the last listed one of their partition, and
+// then removes everything up to that one: a crash in between may leave
+// such a record twice, never remove it.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
 	kt := kafkaTopic(topic)
 	starts, ends, err := b.bounds(ctx, kt)
@@ -214,36 +215,41 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Offset < recs[j].Offset })
 	cut := map[int32]int64{}
-	blocked := map[int32]bool{}
-	removed, stuck := 0, 0
+	listed := make([]bool, len(recs))
+	removed := 0
 	var m backend.Message
-	for _, r := range recs {
+	for i, r := range recs {
 		decode(r, &m)
-		switch {
-		case !want[m.ID]:
-			blocked[r.Partition] = true
-		case blocked[r.Partition]:
-			stuck++
-		default:
+		if want[m.ID] {
+			listed[i] = true
 			cut[r.Partition] = r.Offset + 1
 			removed++
 		}
 	}
-	if len(cut) > 0 {
-		offs := kadm.Offsets{}
-		for p, o := range cut {
-			offs.AddOffset(kt, p, o, -1)
-		}
-		resp, err := b.adm.DeleteRecords(ctx, offs)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			return 0, fmt.Errorf("kafka: delete from %q: %w", topic, err)
+	if removed == 0 {
+		return 0, nil
+	}
+	var keep []*kgo.Record
+	for i, r := range recs {
+		if !listed[i] && r.Offset < cut[r.Partition] {
+			keep = append(keep, &kgo.Record{Topic: kt, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
 		}
 	}
-	if stuck > 0 {
-		return removed, fmt.Errorf("kafka: delete from %q: %w: %d listed records are behind records not listed, and Kafka removes only a partition's oldest records", topic, backend.ErrUnsupported, stuck)
+	if len(keep) > 0 {
+		if err := b.pub.ProduceSync(ctx, keep...).FirstErr(); err != nil {
+			return 0, fmt.Errorf("kafka: delete from %q: append the records kept: %w", topic, err)
+		}
+	}
+	offs := kadm.Offsets{}
+	for p, o := range cut {
+		offs.AddOffset(kt, p, o, -1)
+	}
+	resp, err := b.adm.DeleteRecords(ctx, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafka: delete from %q: %w", topic, err)
 	}
 	return removed, nil
 }

@@ -18,6 +18,14 @@ import (
 // receiveWait is how long Receive waits for a first message.
 const receiveWait = time.Second
 
+// A member fetches ahead at most this much (a record batch larger than
+// that still comes whole): what it holds before Receive asks for it stays
+// small, as the bus's backpressure wants.
+const (
+	fetchMaxBytes          = 1 << 20
+	fetchMaxPartitionBytes = 64 << 10
+)
+
 // Subscription is one member of a Kafka consumer group, on a client of its
 // own. Receive is called from one goroutine at a time; the other methods
 // are safe for concurrent use.
@@ -30,6 +38,7 @@ type Subscription struct {
 	doneCh chan struct{}
 	joined chan struct{} // closed at the member's first assignment
 	loop   chan struct{} // closed when the commit loop returned
+	kick   chan struct{} // wakes the commit loop after an ack
 
 	commitMu  sync.Mutex // one commit at a time
 	mu        sync.Mutex
@@ -93,7 +102,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 			return nil, fmt.Errorf("kafka: subscribe %q group %q: %w", topic, cfg.Group, err)
 		}
 	}
-	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), loop: make(chan struct{}), parts: map[int32]*part{}, parked: map[int32]*part{}}
+	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), loop: make(chan struct{}), kick: make(chan struct{}, 1), parts: map[int32]*part{}, parked: map[int32]*part{}}
 	cl, err := kgo.NewClient(b.opts.clientOpts(
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(kt),
@@ -103,6 +112,8 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		kgo.HeartbeatInterval(b.opts.SessionTimeout/5),
 		kgo.RebalanceTimeout(b.opts.SessionTimeout),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxBytes(fetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnOffsetsFetched(s.offsetsFetched),
@@ -458,10 +469,11 @@ func (s *Subscription) takeReadyLocked(out []*backend.Message, max int) []*backe
 // attempt counts) at the broker.
 const commitInterval = 250 * time.Millisecond
 
-// commitLoop commits, every commitInterval, what changed since the last
-// commit and was not committed by a settlement: deliveries and their
-// attempts, so that the group's figures and a new owner see them. It
-// returns when the subscription closes.
+// commitLoop commits what changed since the last commit: at once after
+// an ack, and every commitInterval the deliveries and their attempts, so
+// that the group's figures and a new owner see them. Commits made while
+// one is in flight are folded into the next. It returns when the
+// subscription closes.
 func (s *Subscription) commitLoop() {
 	defer close(s.loop)
 	tick := time.NewTicker(commitInterval)
@@ -471,6 +483,7 @@ func (s *Subscription) commitLoop() {
 		case <-s.doneCh:
 			return
 		case <-tick.C:
+		case <-s.kick:
 		}
 		s.mu.Lock()
 		want := s.changes
@@ -562,8 +575,10 @@ func (s *Subscription) settleLocked(e *entry) {
 	s.changes++
 }
 
-// Ack settles the deliveries and commits. An id whose lease ran out
-// settles its record when this member still holds it unsettled.
+// Ack settles the deliveries and wakes the commit loop, which commits
+// them at once (acks that come while a commit is in flight go in the
+// next one); Subscription.Close commits what is left. An id whose lease
+// ran out settles its record when this member still holds it unsettled.
 func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	s.mu.Lock()
 	for _, id := range ids {
@@ -576,9 +591,12 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 			s.settleLocked(e)
 		}
 	}
-	want := s.changes
 	s.mu.Unlock()
-	return s.commitUpTo(ctx, want)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // Nack gives the delivery back: at once, or held for delay, with the
@@ -749,8 +767,9 @@ func (b *Backend) isClosed() bool {
 }
 
 // Close stops the member: its unsettled deliveries go back to the group
-// without counting an attempt (recorded in a last commit), then it leaves
-// the group, within about twice Options.CloseTimeout.
+// without counting an attempt (recorded in a last commit, within half of
+// Options.CloseTimeout), then it leaves the group, within about
+// Options.CloseTimeout in all.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -776,7 +795,9 @@ func (s *Subscription) Close() error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.CloseTimeout)
 	defer cancel()
-	_ = s.commit(ctx)
+	cctx, ccancel := context.WithTimeout(ctx, s.b.opts.CloseTimeout/2) // the rest is for leaving
+	_ = s.commit(cctx)
+	ccancel()
 	s.mu.Lock()
 	for _, m := range []map[int32]*part{s.parts, s.parked} {
 		for _, pt := range m {

@@ -62,7 +62,9 @@ func Start(t testing.TB) *Node {
 
 // StartCluster starts n nodes as one cluster, each a broker and a voter of
 // the controller quorum, and waits until every broker is in the cluster's
-// metadata. Internal topics are replicated to min(n, 3) nodes.
+// metadata. Topics are replicated to min(n, 3) nodes and take a write
+// (acks=all) once min(n, 2) of them have it, so that a node killed does
+// not take what it alone had acknowledged.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	libs := libDir(t)
@@ -214,7 +216,7 @@ func (n *Node) writeConfig() error {
 		"log.dirs=" + filepath.Join(n.dir, "data"),
 		"num.partitions=1",
 		"default.replication.factor=" + strconv.Itoa(repl),
-		"min.insync.replicas=1",
+		"min.insync.replicas=" + strconv.Itoa(min(len(n.c.Nodes), 2)),
 		"offsets.topic.replication.factor=" + strconv.Itoa(repl),
 		"offsets.topic.num.partitions=4",
 		"offset.metadata.max.bytes=65536",
