@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/conformance"
 	"github.com/eventbus-go/bus/internal/testkit/faultproxy/faultsuite"
 	"github.com/eventbus-go/bus/internal/testkit/kafkatest"
 )
@@ -25,6 +26,15 @@ func TestOnThreeBrokers(t *testing.T) {
 	}
 	c := kafkatest.StartCluster(t, 3)
 	t.Run("PartitionLeaderKilledMidRun", func(t *testing.T) { testLeaderKilledMidRun(t, c) })
+	// The cases whose behaviour the cluster changes (groups, leases,
+	// delays, commits, inspection), on topics of four partitions
+	// replicated three times; the whole suite runs on one broker.
+	t.Run("Conformance", func(t *testing.T) {
+		testConformance(t, c.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly(
+			"RoundTrip", "ConsumerGroupSharesLoad", "TwoGroupsEachGetEveryMessage", "StartFromOldest",
+			"NackDelayRespected", "UnackedRedeliveredAfterAckTimeout", "ResubscribeContinues",
+			"ShutdownsDoNotBurnAttempts", "SnoozeDoesNotCountAnAttempt", "InspectorFigures", "DeadLetterReplayRoundTrip"))
+	})
 }
 
 // testLeaderKilledMidRun publishes to a topic of three partitions, each

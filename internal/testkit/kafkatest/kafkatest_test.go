@@ -31,21 +31,6 @@ func TestStartAnswersAndRestartKeepsTopics(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the topic survives a kill and restart")
 }
 
-func TestClusterOfThreeRegistersEveryBroker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: starts three JVMs")
-	}
-	c := kafkatest.StartCluster(t, 3)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
-	require.NoError(t, err)
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := kadm.NewClient(cl).BrokerMetadata(ctx)
-	require.NoError(t, err)
-	require.Len(t, m.Brokers, 3, "every node is a broker of the cluster")
-}
-
 func TestVersionIsThePinnedOne(t *testing.T) {
 	pom, err := os.ReadFile("../../../scripts/kafka/pom.xml")
 	require.NoError(t, err)
