@@ -16,6 +16,11 @@
 #     epmd): internal/testkit/rabbittest starts private nodes from it, each
 #     with its own epmd, ports and data directory; the service the package
 #     may start is never used by the tests;
+#   - Java (Debian package openjdk-17-jre-headless) and Maven (Debian
+#     package maven), then the Apache Kafka broker's jars, the version
+#     pinned in scripts/kafka/pom.xml, fetched once from Maven Central
+#     into ~/.m2/bus-kafka/<version>/libs (BUS_KAFKA_LIBS overrides):
+#     internal/testkit/kafkatest starts private KRaft brokers from them;
 #   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
@@ -87,6 +92,8 @@ find_bin nats-server || packages+=(nats-server)
 find_bin chromium || find_bin chromium-browser || packages+=(chromium)
 find_initdb || packages+=(postgresql)
 find_rabbitmq || packages+=(rabbitmq-server)
+find_bin java || packages+=(openjdk-17-jre-headless)
+find_bin mvn || packages+=(maven)
 if [ "${#packages[@]}" -gt 0 ]; then
 	apt_install "${packages[@]}"
 	# The Debian redis-server package starts a system service; the tests
@@ -97,6 +104,16 @@ for bin in redis-server redis-cli nats-server; do
 done
 find_initdb || { log "initdb is still missing after install"; exit 1; }
 find_rabbitmq || { log "rabbitmq-server is still missing after install"; exit 1; }
+
+# The Kafka broker: its jars and their dependencies, copied once.
+kafka_pom="$(dirname "$0")/kafka/pom.xml"
+kafka_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$kafka_pom")"
+kafka_libs="${BUS_KAFKA_LIBS:-$HOME/.m2/bus-kafka/$kafka_version/libs}"
+if ! [ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ]; then
+	log "fetching the Kafka $kafka_version broker into $kafka_libs"
+	mvn -q -B -f "$kafka_pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
+fi
+[ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ] || { log "the Kafka jars are still missing in $kafka_libs"; exit 1; }
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
 	log "running as root, and initdb refuses root: the tests need the user postgres (the postgresql package creates it)"
 	exit 1

@@ -23,6 +23,7 @@ var rawClients = map[string]openTarget{
 	"postgresql": openPGTarget,
 	"amqp":       openAMQPTarget,
 	"amqps":      openAMQPTarget,
+	"kafka":      openKafkaTarget,
 }
 
 // checkBaselineURL reports, without I/O, whether --baseline has a raw
@@ -33,7 +34,7 @@ func checkBaselineURL(rawURL string) error {
 		return fmt.Errorf("--baseline: %w", urlopt.ParseError(rawURL))
 	}
 	if _, ok := rawClients[u.Scheme]; !ok {
-		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres, postgresql, amqp and amqps)", u.Scheme)
+		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres, postgresql, amqp, amqps and kafka)", u.Scheme)
 	}
 	return nil
 }

@@ -62,7 +62,9 @@
 //
 // --baseline also runs the raw client with the same settings (a buffered
 // Go channel for mem://, go-redis for redis:// and rediss://, nats.go
-// JetStream or core for nats://) on a stream of its own, and prints both
+// JetStream or core for nats://, franz-go for kafka://: an idempotent
+// producer and one group member committing once per poll) on a stream
+// of its own, and prints both
 // results with the bus/raw ratios of throughput and latency. --rounds K
 // alternates which side runs first over K rounds and reports medians.
 //

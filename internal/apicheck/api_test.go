@@ -36,6 +36,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"contrib/watermill", "contrib-watermill"},
 	{"inbox", "inbox"},
 	{"inmemory", "inmemory"},
+	{"kafka", "kafka"},
 	{"middleware", "middleware"},
 	{"middleware/otelbus", "middleware-otelbus"},
 	{"middleware/redisdedup", "middleware-redisdedup"},

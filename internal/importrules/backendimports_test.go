@@ -25,6 +25,7 @@ var backendSide = []string{
 	"nats",
 	"postgres",
 	"rabbitmq",
+	"kafka",
 	"conformance",
 	"internal",
 }
@@ -123,7 +124,7 @@ func allowedToImportBackend(rel string) bool {
 // SPI: the backends' and the conformance suite's own examples.
 func exampleMayImportBackend(rel string) bool {
 	dir := filepath.ToSlash(filepath.Dir(rel))
-	for _, s := range []string{"backend", "inmemory", "redisstream", "nats", "postgres", "rabbitmq", "conformance"} {
+	for _, s := range []string{"backend", "inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka", "conformance"} {
 		if dir == s || strings.HasPrefix(dir, s+"/") {
 			return true
 		}
@@ -144,7 +145,7 @@ var userFacing = map[string]bool{"../../postgres/publishtx.go": true}
 func TestBackendsUseTheRootOnlyToRegister(t *testing.T) {
 	t.Parallel()
 	refused := []string{module + "/internal/slots", module + "/internal/shutdown", module + "/internal/msgcheck"}
-	for _, dir := range []string{"inmemory", "redisstream", "nats", "postgres", "rabbitmq"} {
+	for _, dir := range []string{"inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, "%s has Go files", dir)

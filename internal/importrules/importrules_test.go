@@ -20,6 +20,7 @@ const (
 	goRedis = "github.com/redis/go-redis/"
 	natsGo  = "github.com/nats-io/"
 	amqpGo  = "github.com/rabbitmq/amqp091-go"
+	franzGo = "github.com/twmb/franz-go"
 	testify = "github.com/stretchr/testify"
 )
 
@@ -37,13 +38,14 @@ func TestImportRules(t *testing.T) {
 		{pkg: "backend", stdlibOnly: true},
 		{pkg: "observer", stdlibOnly: true},
 		{pkg: "inmemory", stdlibOnly: true},
-		{pkg: "", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
-		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
-		{pkg: "conformance", refused: []string{otel, goRedis, natsGo, amqpGo}},
-		{pkg: "redisstream", refused: []string{otel, natsGo, amqpGo, testify}},
-		{pkg: "nats", refused: []string{otel, goRedis, amqpGo, testify}},
-		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
-		{pkg: "rabbitmq", refused: []string{otel, goRedis, natsGo, testify}},
+		{pkg: "", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "conformance", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo}},
+		{pkg: "redisstream", refused: []string{otel, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "nats", refused: []string{otel, goRedis, amqpGo, franzGo, testify}},
+		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "rabbitmq", refused: []string{otel, goRedis, natsGo, franzGo, testify}},
+		{pkg: "kafka", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
 		// What package bus shares with its internal packages (capacity,
 		// the close budget) needs nothing else.
 		{pkg: "internal/slots", stdlibOnly: true, refusedExact: []string{module}},

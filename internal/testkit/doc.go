@@ -1,6 +1,6 @@
 // Package testkit holds the harnesses of the project's tests, apart from
 // the production internals: private servers started on loopback
-// (redistest, natstest, pgtest, rabbittest, on serverproc), the fault proxy and its
+// (redistest, natstest, pgtest, rabbittest, kafkatest, on serverproc), the fault proxy and its
 // suite (faultproxy, faultproxy/faultsuite), the crash helper the
 // conformance suite uses (crashtest) and the autoscaling load
 // (autoscaletest). Nothing a program links imports them, but for the
