@@ -38,6 +38,7 @@ type Backend struct {
 
 var (
 	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Pinger   = (*Backend)(nil)
 	_ backend.Releaser = (*Subscription)(nil)
 	_ backend.Snoozer  = (*Subscription)(nil)
 	_ backend.Extender = (*Subscription)(nil)
@@ -187,6 +188,24 @@ func (b *Backend) waitTopic(ctx context.Context, kt string) error {
 			wait = min(2*wait, 200*time.Millisecond)
 		}
 	}
+}
+
+// Ping asks a broker for its API versions (kgo's Ping: the first
+// broker that answers), bounded by ctx.
+func (b *Backend) Ping(ctx context.Context) error {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return fmt.Errorf("kafka: ping: %w", backend.ErrClosed)
+	}
+	if err := b.pub.Ping(ctx); err != nil {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			return fmt.Errorf("kafka: ping: %w (%v)", cerr, err)
+		}
+		return fmt.Errorf("kafka: ping: %w", err)
+	}
+	return nil
 }
 
 // Publish produces msgs to topic's Kafka topic with the idempotent
