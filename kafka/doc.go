@@ -96,6 +96,14 @@
 // Options.CloseTimeout plus the client's own shutdown, Backend.Close
 // within about twice Options.CloseTimeout.
 //
+// # Retention and health
+//
+// Kafka's own retention keeps a topic's records whatever its groups
+// acked. BoundRetention (backend.RetentionBounder, the bus's lifecycle
+// events topic) sets a topic's retention.ms to the bound's age and its
+// segment.ms to half of it; the length bound is not applied. Ping
+// (backend.Pinger) asks a broker for its API versions.
+//
 // # Inspection
 //
 // The backend implements backend.Inspector, TopicDeleter and GroupSeeker

@@ -443,3 +443,39 @@ func (b *Backend) SeekGroup(ctx context.Context, topic, group string, to backend
 	}
 	return nil
 }
+
+// BoundRetention caps topic's Kafka topic by age: it sets the topic's
+// retention.ms to bound.MaxAge and its segment.ms to half of it (Kafka
+// deletes whole segments, and rolls one only when it is segment.ms old),
+// so the broker's retention check (log.retention.check.interval.ms,
+// 5 minutes by default) deletes what is older than about 1.5 × MaxAge.
+// Kafka keeps no count of a topic's messages by which to cap it:
+// bound.MaxLen is not applied, and a bound with MaxLen only changes
+// nothing. The bus calls it for the lifecycle events topic.
+func (b *Backend) BoundRetention(ctx context.Context, topic string, bound backend.RetentionBound) error {
+	if bound.MaxAge <= 0 {
+		return nil
+	}
+	kt := kafkaTopic(topic)
+	if err := b.ensureTopic(ctx, kt); err != nil {
+		return fmt.Errorf("kafka: bound retention of %q: %w", topic, err)
+	}
+	age := strconv.FormatInt(max(bound.MaxAge.Milliseconds(), 1), 10)
+	segment := strconv.FormatInt(max(bound.MaxAge.Milliseconds()/2, 1), 10)
+	resps, err := b.adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		{Op: kadm.SetConfig, Name: "retention.ms", Value: &age},
+		{Op: kadm.SetConfig, Name: "segment.ms", Value: &segment},
+	}, kt)
+	if err == nil {
+		for _, r := range resps {
+			if r.Err != nil {
+				err = r.Err
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: bound retention of %q: %w", topic, err)
+	}
+	return nil
+}

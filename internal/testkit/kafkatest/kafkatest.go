@@ -238,6 +238,7 @@ func (n *Node) writeConfig() error {
 		"num.io.threads=2",
 		"background.threads=2",
 		"log.cleaner.enable=false",
+		"log.retention.check.interval.ms=1000",
 	}, "\n") + "\n"
 	return os.WriteFile(filepath.Join(n.dir, "server.properties"), []byte(conf), 0o600)
 }
