@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -53,18 +52,9 @@ func testFaultBrokerPause(t *testing.T, srv *pgtest.Server) {
 }
 
 // openThrough returns a faultsuite Open that opens a backend on srv's
-// database at addr from a postgres:// URL, as applications do.
+// database from a postgres:// URL.
 func openThrough(srv *pgtest.Server) func(t testing.TB, addr string) backend.Backend {
-	return func(t testing.TB, addr string) backend.Backend {
-		u, err := url.Parse(srv.URL())
-		require.NoError(t, err)
-		u.Host = addr
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		be, err := openURL(ctx, u)
-		require.NoError(t, err, "open a backend through the proxy")
-		return be
-	}
+	return faultsuite.OpenURL(srv.URL(), "", openURL)
 }
 
 // testTerminatedConnections publishes 600 messages in batches of 20

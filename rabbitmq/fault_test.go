@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,21 +57,11 @@ func testFaultNodePause(t *testing.T, node *rabbittest.Node) {
 	faultsuite.RunPause(t, h)
 }
 
-// openThrough returns a faultsuite Open that opens a backend on node at
-// addr from an amqp:// URL, as applications do, with a short heartbeat
-// so that a dead connection is noticed within seconds.
+// openThrough returns a faultsuite Open that opens a backend on node
+// from an amqp:// URL, with a short heartbeat so that a dead connection
+// is noticed within seconds.
 func openThrough(node *rabbittest.Node) func(t testing.TB, addr string) backend.Backend {
-	return func(t testing.TB, addr string) backend.Backend {
-		u, err := url.Parse(node.URL())
-		require.NoError(t, err)
-		u.Host = addr
-		u.RawQuery = "heartbeat=2s&close_timeout=1s&write_timeout=3s"
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		be, err := rabbitmq.OpenURL(ctx, u)
-		require.NoError(t, err, "open a backend through the proxy")
-		return be
-	}
+	return faultsuite.OpenURL(node.URL(), "heartbeat=2s&close_timeout=1s&write_timeout=3s", rabbitmq.OpenURL)
 }
 
 // killSaved returns a StopServer that kills node once it saved the Raft
