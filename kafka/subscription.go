@@ -211,11 +211,17 @@ func (b *Backend) startAtEnd(ctx context.Context, kt, group string) error {
 			return nil
 		}
 	}
-	ends, err := b.adm.ListEndOffsets(ctx, kt)
+	// A topic just created may not be hosted yet by every broker the
+	// request reaches (UNKNOWN_TOPIC_OR_PARTITION, retriable).
+	var ends kadm.ListedOffsets
+	err = untilSettled(ctx, func() (err error) {
+		ends, err = b.adm.ListEndOffsets(ctx, kt)
+		if err == nil {
+			err = ends.Error()
+		}
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("list end offsets: %w", err)
-	}
-	if err := ends.Error(); err != nil {
 		return fmt.Errorf("list end offsets: %w", err)
 	}
 	resp, err := b.adm.CommitOffsets(ctx, group, ends.Offsets())

@@ -28,6 +28,13 @@ func resetter(p *faultproxy.Proxy) (chan<- struct{}, func() []int) {
 	go func() {
 		defer close(done)
 		for range signal {
+			// A client that fetched ahead may hold no connection for a
+			// moment (it reconnects on its next request): a reset is
+			// made once the client is connected again, up to 10 s.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.Live() == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond) // polling the proxy's count
+			}
 			closed = append(closed, p.Reset())
 		}
 	}()
