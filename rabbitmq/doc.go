@@ -98,7 +98,8 @@
 // a node killed before a new queue's first save brings the queue back
 // without a leader, and publishes to it are not confirmed until an
 // election is triggered on the node. The fault suite's restart case
-// kills the node after that save.
+// kills the node after that save; it is skipped, since publishing did
+// not always resume within 30 s after the restart even so.
 //
 // # Capabilities
 //
