@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -35,16 +36,13 @@ const stopTimeout = 15 * time.Second
 // Node is one private Kafka node (broker and controller) owned by a test.
 // Its methods are safe for concurrent use.
 type Node struct {
-	t      testing.TB
-	c      *Cluster
-	id     int
-	dir    string
-	port   int // client listener
-	ctrl   int // controller listener
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   <-chan struct{}
-	paused bool
+	t    testing.TB
+	c    *Cluster
+	id   int
+	dir  string
+	port int // client listener
+	ctrl int // controller listener
+	proc serverproc.Proc
 }
 
 // Cluster is a set of nodes that form one Kafka cluster.
@@ -75,7 +73,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("kafkatest: %v", err)
 		}
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
-		c.Nodes = append(c.Nodes, &Node{t: t, c: c, id: i + 1, dir: dir, port: freePort(t), ctrl: freePort(t)})
+		nd := &Node{t: t, c: c, id: i + 1, dir: dir, port: freePort(t), ctrl: freePort(t)}
+		nd.proc = serverproc.Proc{Group: true, StopTimeout: stopTimeout}
+		c.Nodes = append(c.Nodes, nd)
 	}
 	for _, nd := range c.Nodes {
 		if err := nd.writeConfig(); err != nil {
@@ -126,11 +126,7 @@ func (n *Node) ID() int { return n.id }
 
 // Kill stops the node as a crash does (SIGKILL) and waits until it is
 // gone; its data stays for Restart.
-func (n *Node) Kill() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.signalLocked(syscall.SIGKILL)
-}
+func (n *Node) Kill() { n.proc.Stop(syscall.SIGKILL) }
 
 // Restart starts the node again with its data, killing it first if it is
 // still running, and waits until it answers.
@@ -142,59 +138,20 @@ func (n *Node) Restart() {
 	}
 }
 
-// Pause freezes the node (SIGSTOP): it keeps its connections and
-// listening sockets but answers nothing until Resume.
+// Pause freezes the node (SIGSTOP to its process group): it keeps its
+// connections and listening sockets but answers nothing until Resume.
+// Pausing a node that is not running does nothing.
 func (n *Node) Pause() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil || n.paused {
-		return
-	}
-	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+	if err := n.proc.Pause(); err != nil && !errors.Is(err, serverproc.ErrNotRunning) {
 		n.t.Errorf("kafkatest: pause: %v", err)
-		return
 	}
-	n.paused = true
 }
 
 // Resume lets a paused node run again. Resuming a node that is not paused
 // does nothing.
-func (n *Node) Resume() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.resumeLocked()
-}
+func (n *Node) Resume() { n.proc.Resume() }
 
-func (n *Node) resumeLocked() {
-	if n.cmd != nil && n.paused {
-		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGCONT)
-	}
-	n.paused = false
-}
-
-func (n *Node) stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.signalLocked(syscall.SIGTERM)
-}
-
-// signalLocked sends sig to the node's process group and waits for it to
-// exit, killing the group when it has not within stopTimeout.
-func (n *Node) signalLocked(sig syscall.Signal) {
-	if n.cmd == nil {
-		return
-	}
-	n.resumeLocked() // a stopped process acts on no signal but SIGKILL until it runs
-	pgid := n.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, sig)
-	select {
-	case <-n.done:
-	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-n.done
-	}
-	n.cmd = nil
-}
+func (n *Node) stop() { n.proc.Stop(syscall.SIGTERM) }
 
 func (n *Node) logPath() string { return filepath.Join(n.dir, "server.log") }
 
@@ -276,13 +233,10 @@ func (n *Node) launch(libs string) error {
 	cmd.Dir = n.dir
 	cmd.SysProcAttr = procAttr()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	done, err := serverproc.Start(cmd)
+	done, err := n.proc.Start(cmd)
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	n.mu.Lock()
-	n.cmd, n.done = cmd, done
-	n.mu.Unlock()
 	return serverproc.WaitReady("kafka on "+n.Addr(), startTimeout, done, n.logPath(), n.ready)
 }
 

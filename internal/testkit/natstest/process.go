@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,10 +26,7 @@ type Process struct {
 	tb   testing.TB
 	port int
 	dir  string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done <-chan struct{} // closed when cmd has exited
+	proc serverproc.Proc
 }
 
 // StartProcess runs a nats-server binary (see EnvServerBinary) with
@@ -39,7 +36,7 @@ type Process struct {
 // be frozen on this system.
 func StartProcess(tb testing.TB) *Process {
 	tb.Helper()
-	if stopSignal == nil {
+	if !serverproc.CanFreeze {
 		tb.Skip("natstest: processes cannot be frozen on this system")
 	}
 	bin := serverBinary()
@@ -50,13 +47,12 @@ func StartProcess(tb testing.TB) *Process {
 	logPath := filepath.Join(p.dir, "nats.log")
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(p.port), "-js", "-sd", filepath.Join(p.dir, "js"), "-l", logPath)
 	cmd.SysProcAttr = sysProcAttr()
-	done, err := serverproc.Start(cmd)
+	done, err := p.proc.Start(cmd)
 	if err != nil {
 		tb.Fatalf("natstest: start %s: %v", bin, err)
 	}
-	p.cmd, p.done = cmd, done
 	tb.Cleanup(p.stop)
-	err = serverproc.WaitReady("nats-server on "+p.URL(), readyTimeout, p.done, logPath, func() error {
+	err = serverproc.WaitReady("nats-server on "+p.URL(), readyTimeout, done, logPath, func() error {
 		nc, err := natsgo.Connect(p.URL(), natsgo.Timeout(time.Second))
 		if err != nil {
 			return err
@@ -89,31 +85,14 @@ func (p *Process) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.por
 
 // Pause freezes the server (SIGSTOP): it keeps its connections but
 // answers nothing until Resume.
-func (p *Process) Pause() { p.signal("pause", stopSignal) }
+func (p *Process) Pause() {
+	p.tb.Helper()
+	if err := p.proc.Pause(); err != nil {
+		p.tb.Fatalf("natstest: pause: %v", err)
+	}
+}
 
 // Resume lets a paused server run again (SIGCONT).
-func (p *Process) Resume() { p.signal("resume", contSignal) }
+func (p *Process) Resume() { p.proc.Resume() }
 
-func (p *Process) signal(op string, sig os.Signal) {
-	p.tb.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		p.tb.Fatalf("natstest: %s: the server is not running", op)
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.tb.Fatalf("natstest: %s: %v", op, err)
-	}
-}
-
-func (p *Process) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(contSignal) // a frozen process ignores the kill until it runs
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	p.cmd = nil
-}
+func (p *Process) stop() { p.proc.Stop(syscall.SIGKILL) }

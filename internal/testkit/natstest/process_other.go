@@ -2,12 +2,6 @@
 
 package natstest
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
-
-// Processes are frozen on Linux only.
-var stopSignal, contSignal os.Signal

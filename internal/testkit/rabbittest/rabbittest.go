@@ -1,6 +1,7 @@
 package rabbittest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -39,12 +40,8 @@ type Node struct {
 	// a cluster register with the first node's.
 	ownsEpmd bool
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     <-chan struct{}
-	epmdCmd  *exec.Cmd
-	epmdDone <-chan struct{}
-	paused   bool
+	proc     serverproc.Proc
+	epmdProc serverproc.Proc // when ownsEpmd
 }
 
 var seq atomic.Int64
@@ -95,7 +92,7 @@ func StartCluster(t testing.TB, size int) []*Node {
 		}
 	}
 	for _, n := range nodes {
-		if err := serverproc.WaitReady("rabbitmq on "+n.Addr(), startTimeout, n.done, filepath.Join(n.dir, "server.log"), n.ready); err != nil {
+		if err := serverproc.WaitReady("rabbitmq on "+n.Addr(), startTimeout, n.proc.Done(), filepath.Join(n.dir, "server.log"), n.ready); err != nil {
 			t.Fatalf("rabbittest: cluster: %v", err)
 		}
 	}
@@ -116,6 +113,9 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
 		t: t, dir: dir,
 		name: fmt.Sprintf("bustest%d_%d@localhost", os.Getpid(), seq.Add(1)),
 		amqp: freePort(t), dist: freePort(t), epmd: epmd, ownsEpmd: ownsEpmd,
+		// The group: helpers of the VM (erl_child_setup) are frozen and
+		// stopped with it.
+		proc: serverproc.Proc{Group: true, StopTimeout: stopTimeout},
 	}
 	if err := n.writeConfig(cookie); err != nil {
 		t.Fatalf("rabbittest: %v", err)
@@ -133,11 +133,7 @@ func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa
 
 // Kill stops the node as a crash does (SIGKILL) and waits until it is
 // gone; its data stays for Restart.
-func (n *Node) Kill() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.signalLocked(syscall.SIGKILL)
-}
+func (n *Node) Kill() { n.proc.Stop(syscall.SIGKILL) }
 
 // SaveRaftMeta makes the node write the Raft metadata of its quorum
 // queues (term and vote) to disk now; RabbitMQ saves it every five
@@ -166,33 +162,16 @@ func (n *Node) Restart() {
 
 // Pause freezes the node (SIGSTOP to its process group): it keeps its
 // connections and listening socket but answers nothing until Resume.
+// Pausing a node that is not running does nothing.
 func (n *Node) Pause() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil || n.paused {
-		return
-	}
-	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+	if err := n.proc.Pause(); err != nil && !errors.Is(err, serverproc.ErrNotRunning) {
 		n.t.Errorf("rabbittest: pause: %v", err)
-		return
 	}
-	n.paused = true
 }
 
 // Resume lets a paused node run again. Resuming a node that is not paused
 // does nothing.
-func (n *Node) Resume() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.resumeLocked()
-}
-
-func (n *Node) resumeLocked() {
-	if n.cmd != nil && n.paused {
-		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGCONT)
-	}
-	n.paused = false
-}
+func (n *Node) Resume() { n.proc.Resume() }
 
 // Ctl runs rabbitmqctl with args against the node and returns its
 // combined output.
@@ -205,33 +184,8 @@ func (n *Node) Ctl(args ...string) (string, error) {
 }
 
 func (n *Node) stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.signalLocked(syscall.SIGTERM)
-	if n.epmdCmd != nil {
-		_ = n.epmdCmd.Process.Kill()
-		<-n.epmdDone
-		n.epmdCmd = nil
-	}
-}
-
-// signalLocked sends sig to the node's process group and waits for the
-// node to exit, killing the group when it has not within stopTimeout.
-func (n *Node) signalLocked(sig syscall.Signal) {
-	if n.cmd == nil {
-		return
-	}
-	n.resumeLocked() // a stopped process acts on no signal but SIGKILL until it runs
-	pgid := n.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, sig)
-	select {
-	case <-n.done:
-	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-n.done
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // helpers of the VM (erl_child_setup) that outlived it
-	n.cmd = nil
+	n.proc.Stop(syscall.SIGTERM)
+	n.epmdProc.Stop(syscall.SIGKILL)
 }
 
 func (n *Node) writeConfig(cookie string) error {
@@ -297,21 +251,16 @@ func (n *Node) launch() error {
 	cmd.Env = n.env()
 	cmd.SysProcAttr = procAttr()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	done, err := serverproc.Start(cmd)
+	done, err := n.proc.Start(cmd)
 	if err != nil {
 		return fmt.Errorf("start rabbitmq-server: %w", err)
 	}
-	n.mu.Lock()
-	n.cmd, n.done = cmd, done
-	n.mu.Unlock()
 	return serverproc.WaitReady("rabbitmq on "+n.Addr(), startTimeout, done, filepath.Join(n.dir, "server.log"), n.ready)
 }
 
 // startEpmd starts the node's epmd once; it outlives restarts of the node.
 func (n *Node) startEpmd() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.epmdCmd != nil || !n.ownsEpmd {
+	if !n.ownsEpmd || n.epmdProc.Done() != nil {
 		return nil
 	}
 	bin, err := exec.LookPath("epmd")
@@ -321,11 +270,9 @@ func (n *Node) startEpmd() error {
 	cmd := exec.Command(bin, "-port", strconv.Itoa(n.epmd), "-address", "127.0.0.1")
 	cmd.Env = n.env()
 	cmd.SysProcAttr = procAttr()
-	done, err := serverproc.Start(cmd)
-	if err != nil {
+	if _, err := n.epmdProc.Start(cmd); err != nil {
 		return fmt.Errorf("start epmd: %w", err)
 	}
-	n.epmdCmd, n.epmdDone = cmd, done
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,10 +37,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done <-chan struct{} // closed when cmd has exited
+	proc serverproc.Proc
 }
 
 // Start launches a private redis-server on a free loopback port, waits until
@@ -86,62 +83,35 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 func (s *Server) URL() string { return "redis://" + s.Addr() }
 
 // Kill stops the server with SIGKILL and waits until the process is gone.
-func (s *Server) Kill() {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
+func (s *Server) Kill() { s.proc.Stop(syscall.SIGKILL) }
 
 // Pause freezes the server (SIGSTOP): it keeps its connections but
 // answers nothing until Resume. The test is skipped where processes
 // cannot be frozen.
-func (s *Server) Pause() { s.signal("pause", stopSignal) }
-
-// Resume lets a paused server run again (SIGCONT).
-func (s *Server) Resume() { s.signal("resume", contSignal) }
-
-func (s *Server) signal(op string, sig os.Signal) {
+func (s *Server) Pause() {
 	s.t.Helper()
-	if sig == nil {
-		s.t.Skipf("redistest: %s: processes cannot be frozen on this system", op)
+	if !serverproc.CanFreeze {
+		s.t.Skip("redistest: pause: processes cannot be frozen on this system")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		s.t.Fatalf("redistest: %s: the server is not running", op)
-	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redistest: %s: %v", op, err)
+	if err := s.proc.Pause(); err != nil {
+		s.t.Fatalf("redistest: pause: %v", err)
 	}
 }
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume() { s.proc.Resume() }
 
 // Restart starts the server again on the same port and directory, killing it
 // first if it is still running, and waits until it answers PING.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.mu.Lock()
-	s.killLocked()
-	s.mu.Unlock()
+	s.Kill()
 	if err := s.launch(); err != nil {
 		s.t.Fatalf("redistest: restart: %v", err)
 	}
 }
 
-func (s *Server) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
-
-func (s *Server) killLocked() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-}
+func (s *Server) stop() { s.proc.Stop(syscall.SIGKILL) }
 
 func (s *Server) launch() error {
 	argv := []string{
@@ -162,13 +132,10 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.bin, argv...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = sysProcAttr()
-	done, err := serverproc.Start(cmd)
+	done, err := s.proc.Start(cmd)
 	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
 
 	return serverproc.WaitReady("redis-server on "+s.Addr(), startTimeout, done, filepath.Join(s.dir, "redis.log"), func() error {
 		reply, err := command(s.Addr(), "PING")

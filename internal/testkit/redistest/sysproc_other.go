@@ -2,12 +2,6 @@
 
 package redistest
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
-
-// Processes are frozen on Linux only.
-var stopSignal, contSignal os.Signal

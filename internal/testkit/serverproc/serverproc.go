@@ -1,6 +1,7 @@
 // Package serverproc starts a server process for a test
-// (internal/testkit/redistest, natstest, pgtest), waits for it to answer,
-// and reads the end of its log for the error when it does not.
+// (internal/testkit/redistest, natstest, pgtest, rabbittest, kafkatest),
+// waits for it to answer, reads the end of its log for the error when it
+// does not, and freezes, resumes and stops it (Proc).
 package serverproc
 
 import (
