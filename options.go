@@ -46,9 +46,13 @@ func (m AckMode) known() bool {
 	return false
 }
 
+// DefaultGroup is the consumer group of a subscription made without
+// WithGroup.
+const DefaultGroup = "default"
+
 // Defaults of the subscribe options.
 const (
-	defaultGroup          = "default"
+	defaultGroup          = DefaultGroup
 	defaultMaxInFlight    = 64
 	defaultAckTimeout     = 30 * time.Second
 	defaultMaxDeliveries  = 10

@@ -158,6 +158,7 @@ var cases = []testCase{
 	{name: "CloseDrainsAndFlushesAcks", run: testCloseDrains},
 	{name: "CloseCancelsHandlersWhenCtxEnds", run: testCloseCancelsHandlers},
 	{name: "ResubscribeContinues", needs: []capability{capGroups, capRedelivery}, run: testResubscribeContinues},
+	{name: "CreateGroupKeepsWhatComesBeforeItsFirstMember", needs: []capability{capGroups, capRedelivery}, run: testCreateGroupKeepsWhatComesBeforeItsFirstMember},
 	{name: "PublishAfterCloseErrClosed", run: testPublishAfterClose},
 	{name: "CancelSubscribeCtxStops", run: testCancelSubscribeCtx},
 	{name: "CancelStopsFetchingAtOnce", run: testCancelStopsFetching},

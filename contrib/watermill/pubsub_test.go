@@ -11,9 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/kafkatest"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	"github.com/eventbus-go/bus/internal/testkit/pgtest"
+	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
+	_ "github.com/eventbus-go/bus/kafka"
 	_ "github.com/eventbus-go/bus/nats"
 	"github.com/eventbus-go/bus/observer"
 	_ "github.com/eventbus-go/bus/postgres"
@@ -32,6 +35,8 @@ var backends = []struct {
 	{"redis", func(t *testing.T) string { return redistest.Start(t).URL() }},
 	{"nats", func(t *testing.T) string { return natstest.Start(t).URL() }},
 	{"postgres", func(t *testing.T) string { return pgtest.Start(t).URL() }},
+	{"rabbitmq", func(t *testing.T) string { return rabbittest.Start(t).URL() }},
+	{"kafka", func(t *testing.T) string { return kafkatest.Start(t).URL() }},
 }
 
 // features are what the adapter offers on every backend, for Watermill's

@@ -81,7 +81,10 @@ type Subscriber struct {
 	wg     sync.WaitGroup // one per subscription's closer goroutine
 }
 
-var _ message.Subscriber = (*Subscriber)(nil)
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
 
 // NewSubscriber returns a Subscriber over b. The Subscriber does not own
 // b: its Close leaves b open, and b must outlive it.
@@ -128,6 +131,27 @@ func NewSubscriber(b *bus.Bus, cfg SubscriberConfig) (*Subscriber, error) {
 	opts = append(opts, bus.WithAckMode(bus.AckOnSuccess))
 	return &Subscriber{b: b, cfg: cfg, opts: opts, subs: make(map[*subscription]struct{})}, nil
 }
+
+// SubscribeInitialize creates the subscriber's group on topic
+// (bus.Bus.CreateGroup), so that the group keeps what is published before
+// its first Subscribe: Watermill calls it before it publishes, where a
+// new group cannot start from the oldest message (RabbitMQ). It implements
+// message.SubscribeInitializer and returns within ten seconds.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	group := s.cfg.Group
+	if group == "" {
+		group = bus.DefaultGroup
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), initializeTimeout)
+	defer cancel()
+	return s.b.CreateGroup(ctx, topic, group)
+}
+
+// initializeTimeout bounds SubscribeInitialize.
+const initializeTimeout = 10 * time.Second
 
 // subscription is one Subscribe call: a bus subscription whose handler
 // hands each delivery to out as a Watermill message and waits for its Ack
