@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/kafkatest"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
@@ -26,10 +29,9 @@ import (
 const benchBatch = 100
 
 // BenchmarkRouter measures Watermill's router, one consumer handler that
-// acks, over the adapter on mem://, Redis and NATS JetStream beside
-// Watermill's own Redis Streams, NATS JetStream and AMQP Pub/Subs and
-// GoChannel,
-// in one run, on private servers: msgs/s from the first Publish to the
+// acks, over the adapter on mem://, Redis, NATS JetStream, RabbitMQ and
+// Kafka beside Watermill's own Redis Streams, NATS JetStream, AMQP and
+// Kafka Pub/Subs and GoChannel, in one run, on private servers: msgs/s from the first Publish to the
 // last message handled, 256-byte payloads published benchBatch to a call
 // while the router consumes. Every Pub/Sub keeps its defaults (one
 // message handed out at a time per subscription); the -inflight16 rows
@@ -39,6 +41,7 @@ func BenchmarkRouter(b *testing.B) {
 	redisURL := redistest.Start(b).URL()
 	natsURL := natstest.Start(b).URL()
 	amqpURL := rabbittest.Start(b).URL()
+	kafkaNode := kafkatest.Start(b)
 	peers := []struct {
 		name string
 		open func(b *testing.B) (message.Publisher, message.Subscriber)
@@ -57,6 +60,11 @@ func BenchmarkRouter(b *testing.B) {
 		{"watermill-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillNATS(b, natsURL) }},
 		{"bus-rabbitmq-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 16) }},
 		{"watermill-amqp", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillAMQP(b, amqpURL) }},
+		{"bus-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, kafkaNode.URL(), 1) }},
+		{"bus-kafka-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, kafkaNode.URL(), 16) }},
+		{"watermill-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) {
+			return benchWatermillKafka(b, kafkaNode.Addr())
+		}},
 	}
 	for _, p := range peers {
 		b.Run(p.name, func(b *testing.B) {
@@ -73,6 +81,14 @@ func benchRouter(b *testing.B, pub message.Publisher, sub message.Subscriber) {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
+	}
+	// A Pub/Sub that creates its topics or groups ahead (Watermill's
+	// Kafka Pub/Sub, on a broker that creates no topic on demand) does it
+	// before anything is published.
+	if si, ok := sub.(message.SubscribeInitializer); ok {
+		if err := si.SubscribeInitialize(topic); err != nil {
+			b.Fatal(err)
+		}
 	}
 	router.AddConsumerHandler("count", topic, sub, func(*message.Message) error {
 		if n := handled.Add(1); n == target.Load() {
@@ -197,6 +213,33 @@ func benchWatermillAMQP(b *testing.B, url string) (message.Publisher, message.Su
 		b.Fatal(err)
 	}
 	sub, err := wmamqp.NewSubscriber(cfg, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub, sub
+}
+
+// benchWatermillKafka opens watermill-kafka's Pub/Sub (Sarama, a
+// synchronous producer, one consumer group) with its defaults but two:
+// the protocol version, which the broker's minimum needs, and a new
+// group starting from the oldest offset, so that nothing published
+// while the group joins is skipped.
+func benchWatermillKafka(b *testing.B, addr string) (message.Publisher, message.Subscriber) {
+	pcfg := wmkafka.DefaultSaramaSyncPublisherConfig()
+	pcfg.Version = sarama.V3_6_0_0
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
+		Brokers: []string{addr}, Marshaler: wmkafka.DefaultMarshaler{}, OverwriteSaramaConfig: pcfg,
+	}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	scfg := wmkafka.DefaultSaramaSubscriberConfig()
+	scfg.Version = sarama.V3_6_0_0
+	scfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers: []string{addr}, Unmarshaler: wmkafka.DefaultMarshaler{}, OverwriteSaramaConfig: scfg,
+		ConsumerGroup: "bench", InitializeTopicDetails: &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1},
+	}, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
 	}
