@@ -107,10 +107,11 @@ func (b *Backend) lockGroup(ctx context.Context, topic, group, holder string, tt
 		b.dropLock(q, hl)
 		b.handBack(ctx, q, hl.gen)
 	}
-	err = b.onLockChannel(ctx, func(ch *amqp.Channel) error {
+	deleteQueue := func(ch *amqp.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err }
+	err = b.onLockChannelUndo(ctx, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(q, false, false, true, false, amqp.Table{"x-queue-type": "classic"})
 		return err
-	})
+	}, deleteQueue)
 	if isAMQPCode(err, amqp.ResourceLocked) {
 		return false, false, nil
 	}
@@ -120,7 +121,11 @@ func (b *Backend) lockGroup(ctx context.Context, topic, group, holder string, tt
 	hl = &heldLock{holder: holder, state: b.lockStateName(topic, group), conn: conn, expires: time.Now().Add(ttl)}
 	last, err := b.swapLockState(ctx, hl.state, lockTaken)
 	if err != nil {
-		_ = b.onLockChannel(ctx, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err })
+		cctx, cancel := context.WithTimeout(context.Background(), b.opts.CloseTimeout)
+		defer cancel()
+		if b.onLockChannel(cctx, deleteQueue) != nil {
+			b.lockLink.breakConn(conn) // the broker deletes the queue with its connection
+		}
 		return false, false, err
 	}
 	b.mu.Lock()
@@ -269,13 +274,58 @@ func (b *Backend) swapLockState(ctx context.Context, state, how string) (string,
 // onLockChannel runs f on a new channel of the lock connection, bounded
 // by ctx, and closes the channel.
 func (b *Backend) onLockChannel(ctx context.Context, f func(ch *amqp.Channel) error) error {
-	ch, err := b.lockLink.channel(ctx)
+	return b.onLockChannelUndo(ctx, f, nil)
+}
+
+// onLockChannelUndo is onLockChannel; when ctx ends before f returns and
+// f then succeeds, undo runs on the channel (a lock taken too late is
+// given up). A slow broker never breaks the lock connection: the
+// connection holds every lock of the backend, and only its death (two
+// missed heartbeats on a dead network) gives them up.
+func (b *Backend) onLockChannelUndo(ctx context.Context, f, undo func(ch *amqp.Channel) error) error {
+	conn, err := b.lockLink.get(ctx)
 	if err != nil {
 		return err
 	}
-	err = callCtx(ctx, func() error { return f(ch) })
-	go closeChannel(ch, b.opts.CloseTimeout)
-	return err
+	type opened struct {
+		ch  *amqp.Channel
+		err error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		ch, err := conn.Channel()
+		open <- opened{ch, err}
+	}()
+	var ch *amqp.Channel
+	select {
+	case o := <-open:
+		if o.err != nil {
+			return fmt.Errorf("rabbitmq: open a channel: %w", o.err)
+		}
+		ch = o.ch
+	case <-ctx.Done():
+		go func() {
+			if o := <-open; o.ch != nil {
+				closeChannel(o.ch, b.opts.CloseTimeout)
+			}
+		}()
+		return ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f(ch) }()
+	select {
+	case err = <-done:
+		go closeChannel(ch, b.opts.CloseTimeout)
+		return err
+	case <-ctx.Done():
+		go func() {
+			if err := <-done; err == nil && undo != nil {
+				_ = undo(ch)
+			}
+			closeChannel(ch, b.opts.CloseTimeout)
+		}()
+		return ctx.Err()
+	}
 }
 
 // isAMQPCode reports whether err is an AMQP error with one of codes.

@@ -193,23 +193,7 @@ func (s *Subscription) giveBackToHead(ctx context.Context, dels <-chan amqp.Deli
 	for _, g := range s.takeUnsettled() {
 		rn.add(g.id, g.count+1)
 	}
-	quiet := time.NewTimer(pushQuiet)
-	defer quiet.Stop()
-	for more := true; more && dels != nil; {
-		select {
-		case d, ok := <-dels:
-			if !ok {
-				dels = nil
-			} else if g, ok := pushed(&d); ok {
-				rn.add(g.id, g.count+1)
-			}
-			quiet.Reset(pushQuiet)
-		case <-quiet.C:
-			more = false
-		case <-ctx.Done():
-			more = false
-		}
-	}
+	dels = s.notePushed(ctx, dels, rn)
 	for range 3 {
 		if err := s.b.writeNotes(ctx, s.notesQ, rn); err != nil {
 			s.cfg.Observer.Observe(ctx, observer.Event{Scope: observer.ScopeShutdown, Topic: s.topic, Group: s.cfg.Group,
@@ -231,6 +215,34 @@ func (s *Subscription) giveBackToHead(ctx context.Context, dels <-chan amqp.Deli
 		}
 		if len(rn) == 0 {
 			return
+		}
+	}
+}
+
+// notePushed notes the deliveries the broker pushed on dels (nil: none),
+// as given back uncounted, until it has stopped pushing for pushQuiet (the
+// prefetch is full or the queue empty) or ctx ends. It returns dels, or
+// nil once dels closed.
+func (s *Subscription) notePushed(ctx context.Context, dels <-chan amqp.Delivery, rn releaseNotes) <-chan amqp.Delivery {
+	if dels == nil {
+		return nil
+	}
+	quiet := time.NewTimer(pushQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case d, ok := <-dels:
+			if !ok {
+				return nil
+			}
+			if g, ok := pushed(&d); ok {
+				rn.add(g.id, g.count+1)
+			}
+			quiet.Reset(pushQuiet)
+		case <-quiet.C:
+			return dels
+		case <-ctx.Done():
+			return dels
 		}
 	}
 }
@@ -302,16 +314,24 @@ func (s *Subscription) resetChannel(ctx context.Context, gen uint64) {
 		s.mu.Unlock()
 		return
 	}
+	dels := s.deliveries
+	if s.receiving {
+		dels = nil // a Receive reads them: those it does not return count an attempt
+	}
 	s.ch, s.deliveries = nil, nil
 	rn := releaseNotes{}
 	rn.merge(s.notes)
 	for d := range s.active {
 		if d.gen == gen {
+			if d.state == stReleased {
+				rn.add(d.msg.ID, d.count+1)
+			}
 			d.state = stStale
 			s.forgetLocked(d)
 		}
 	}
 	s.mu.Unlock()
+	s.notePushed(ctx, dels, rn)
 	if err := s.b.writeNotes(ctx, s.notesQ, rn); err != nil {
 		s.cfg.Observer.Observe(ctx, observer.Event{Scope: observer.ScopeLease, Topic: s.topic, Group: s.cfg.Group,
 			Err: fmt.Errorf("rabbitmq: give back what %q holds: %w (its releases count an attempt)", s.queue, err)})

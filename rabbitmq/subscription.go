@@ -50,8 +50,10 @@ type Subscription struct {
 	// held the group lock (a key-ordered member): it gives back to the
 	// head of the queue with release notes (see giveBackToHead).
 	locked bool
-	take   uint64       // the take of the lock whose notes were read
-	notes  releaseNotes // of the messages not settled here yet
+	take   uint64 // the take of the lock whose notes were read
+	// receiving: a Receive is under way (it reads deliveries).
+	receiving bool
+	notes     releaseNotes // of the messages not settled here yet
 
 	out []*backend.Message // returned by the last Receive
 }
@@ -158,6 +160,14 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 // Receive returns up to max deliveries: it waits up to a second for the
 // first, then takes what has arrived without waiting.
 func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	s.mu.Lock()
+	s.receiving = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.receiving = false
+		s.mu.Unlock()
+	}()
 	if err := s.takeNotes(ctx); err != nil {
 		return nil, fmt.Errorf("rabbitmq: receive %q: %w", s.queue, err)
 	}
@@ -268,7 +278,10 @@ func (s *Subscription) malformed(ctx context.Context, d *amqp.Delivery, err erro
 }
 
 // expire gives an unsettled delivery back to the queue when its lease
-// ran out: the broker counts it as a delivery.
+// ran out: the broker counts it as a delivery. A key-ordered member
+// closes its channel instead (see resetChannel), so that the delivery
+// comes back at the head of the queue, before what the broker pushed it
+// since.
 func (d *delivery) expire() {
 	s := d.s
 	s.mu.Lock()
@@ -434,7 +447,9 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 }
 
 // Release gives the delivery back at once without counting an attempt: a
-// confirmed copy at the tail of the group's queue, then an ack.
+// confirmed copy at the tail of the group's queue, then an ack. A
+// key-ordered member's goes back to the head when its channel closes
+// (see releaseToHead).
 func (s *Subscription) Release(ctx context.Context, id backend.AckID) error {
 	d, _ := id.(*delivery)
 	if d == nil {
@@ -533,9 +548,11 @@ func (s *Subscription) isClosed() bool {
 // Close cancels the consumer: it waits for the moves in progress
 // (Release, Snooze, Nack with a delay), gives each delivery still
 // unsettled back to the group without counting an attempt (a confirmed
-// copy, then an ack) and closes the channel, all within about
-// Options.CloseTimeout. A delivery it cannot give back so is given back
-// by the broker when the channel closes, and that counts.
+// copy, then an ack; a key-ordered member's go back to the head of the
+// queue with release notes, see giveBackToHead) and closes the channel,
+// all within about Options.CloseTimeout. A delivery it cannot give back
+// so is given back by the broker when the channel closes, and that
+// counts.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
