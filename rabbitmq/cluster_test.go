@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/conformance"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/rabbitmq"
 )
@@ -20,6 +22,18 @@ import (
 func TestOnACluster(t *testing.T) {
 	nodes := rabbittest.StartCluster(t, 3)
 	t.Run("GroupLockAcrossNodes", func(t *testing.T) { testGroupLockAcrossNodes(t, nodes) })
+	t.Run("KeyOrder", func(t *testing.T) {
+		// The key-order cases on a queue replicated over three nodes.
+		conformance.Run(t, func(t testing.TB) backend.Backend {
+			u, err := url.Parse(nodes[1].URL())
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := rabbitmq.OpenURL(ctx, u)
+			require.NoError(t, err, "open the backend")
+			return b
+		}, conformance.WithOnly("GroupLock", "KeyOrderOneActiveMember", "KeyOrderAcrossClose", "KeyOrderAcrossLeaveAndJoin", "KeyOrderFencedMember", "KeyOrderLedgerThroughACrash"))
+	})
 	t.Run("NodeKill", func(t *testing.T) { testClusterNodeKill(t, nodes) })
 }
 
