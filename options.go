@@ -379,7 +379,7 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // while the waiting set is full.
 //
 // On a backend with a group lock (backend.GroupLocker: mem, Redis, NATS
-// JetStream and PostgreSQL) one member of the group consumes at a time; the others
+// JetStream, PostgreSQL and RabbitMQ) one member of the group consumes at a time; the others
 // take over when it closes or dies, so the order holds across members in
 // one process or many. A member that takes over from one that died
 // holds back only the keys the dead member left unsettled, until their

@@ -14,15 +14,19 @@ import (
 
 // Backend is the RabbitMQ backend. It is safe for concurrent use.
 type Backend struct {
-	url  string
-	opts Options
-	pub  *link // publishing, declaring and moving copies
-	sub  *link // the subscriptions' channels
+	url      string
+	opts     Options
+	pub      *link // publishing, declaring and moving copies
+	sub      *link // the subscriptions' channels
+	lockLink *link // owns the exclusive queues of the group locks
+	lockSem  chan struct{}
 
 	mu       sync.Mutex
 	idle     []*amqp.Channel // confirm-mode channels of pub, free for a publish
 	declared map[string]bool // exchanges and queues declared on this backend
 	subs     map[*Subscription]struct{}
+	locks    map[string]*heldLock // by lock queue
+	lockSeq  uint64               // takes of a lock on this backend
 	closed   bool
 }
 
@@ -44,9 +48,11 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	if _, err := amqp.ParseURI(amqpURL); err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w: the URL does not parse", backend.ErrInvalidOption)
 	}
-	b := &Backend{url: amqpURL, opts: opts, declared: map[string]bool{}, subs: map[*Subscription]struct{}{}}
+	b := &Backend{url: amqpURL, opts: opts, declared: map[string]bool{}, subs: map[*Subscription]struct{}{},
+		locks: map[string]*heldLock{}, lockSem: make(chan struct{}, 1)}
 	b.pub = &link{b: b, name: "publish"}
 	b.sub = &link{b: b, name: "consume"}
+	b.lockLink = &link{b: b, name: "lock"}
 	if _, err := b.pub.get(ctx); err != nil {
 		return nil, err
 	}
@@ -412,6 +418,10 @@ func (b *Backend) Close() error {
 		subs = append(subs, s)
 	}
 	b.idle = nil // closed with their connection
+	for _, hl := range b.locks {
+		hl.timer.Stop() // the broker deletes the lock queues with their connection
+	}
+	b.locks = map[string]*heldLock{}
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, s := range subs {
@@ -420,6 +430,7 @@ func (b *Backend) Close() error {
 	wg.Wait()
 	wg.Go(b.sub.close)
 	wg.Go(b.pub.close)
+	wg.Go(b.lockLink.close)
 	wg.Wait()
 	return nil
 }

@@ -91,9 +91,10 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 // decoded is a delivery's message plus what the backend carries for
 // itself.
 type decoded struct {
-	msg  backend.Message
-	base int   // attempts before this copy
-	due  int64 // Unix ms; 0 when due
+	msg   backend.Message
+	base  int   // attempts before this copy
+	count int   // x-delivery-count: the broker's count of earlier deliveries
+	due   int64 // Unix ms; 0 when due
 }
 
 // decode reads d. Attempt is 1 + the attempts before the copy + the
@@ -129,7 +130,7 @@ func decode(d *amqp.Delivery) (decoded, error) {
 	}
 	base, _ := intHeader(d.Headers, hdrBase)
 	count, _ := intHeader(d.Headers, hdrDelCount)
-	out.base = int(base)
+	out.base, out.count = int(base), int(count)
 	out.msg.Attempt = 1 + int(base) + int(count)
 	out.due, _ = intHeader(d.Headers, hdrDue)
 	out.msg.Payload = d.Body

@@ -23,6 +23,8 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("DeliverAtReachesLaterGroups", func(t *testing.T) { testDeliverAtReachesLaterGroups(t, node) })
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
+	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })
+	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
 	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })

@@ -26,6 +26,12 @@
 //	                       delay (10 ms to 12 h), shared by every group
 //	bus.at.<ms>            fanout exchange and quorum queue of one fixed
 //	                       delay for messages published with a DeliverAt
+//	bus.lock.<topic>/<group>      exclusive queue of a group lock, on
+//	                              a connection of its own
+//	bus.lockstate.<topic>/<group> durable queue: how the lock last
+//	                              changed hands (released or lapsed)
+//	bus.notes.<topic>/<group>     durable quorum queue of a key-ordered
+//	                              group's release notes
 //	bus.due                direct exchange the bus.at queues dead-letter
 //	                       to; a topic's exchange is bound to it, with its
 //	                       own name as the key, when the topic first
@@ -76,7 +82,34 @@
 //   - Subscription.Close cancels the consumer and gives what it holds back
 //     to the group without counting an attempt (the deliveries the broker
 //     pushed but Receive did not return, and those still unsettled), as
-//     confirmed copies, then closes the channel.
+//     confirmed copies, then closes the channel. A key-ordered member
+//     gives them back to the head of the queue instead (see Key order).
+//
+// # Key order
+//
+// The backend implements backend.GroupLocker with an exclusive queue per
+// group lock, declared on a connection of its own: the lock is held while
+// the queue exists. The holder's backend deletes it when the ttl passes
+// without a renewal, and the broker deletes it when the connection dies.
+// The lockstate queue records whether the lock was last released or
+// lapsed: a lock taken after a lapse is a takeover.
+//
+// A subscription that fetches while a holder of its backend holds its
+// group's lock is a key-ordered member. It gives back what it holds to
+// the head of the group's queue, in delivery order, without counting an
+// attempt: it stores a release note per delivery (the message ID and the
+// x-delivery-count the return gives it) in the group's notes queue,
+// confirmed, and then closes its channel, and the quorum queue puts the
+// channel's unsettled messages back at its head in delivery order,
+// counting a delivery each. Release keeps a delivery on the channel with
+// a note until the channel closes. The member does so when it closes,
+// when a lease runs out (that delivery counts an attempt) and when the
+// lock passes on without it closing. The next holder takes the notes
+// before its first Receive under the lock and lowers the Attempt of each
+// noted delivery by the returns that were releases. A delivery pushed
+// in the instant between the notes and the channel's close, and every
+// release when the notes cannot be stored, count an attempt; so do the
+// releases noted for a holder that dies before it settles them.
 //   - Dead letters are published by the bus (a confirmed copy to the
 //     dead-letter topic, then the ack). An entry without bus-id (a
 //     foreign producer) is malformed: it is dead-lettered when the
@@ -117,8 +150,9 @@
 // is false (RabbitMQ keeps no record of message IDs: a retried Publish
 // may store a message twice). The backend implements backend.Pinger (a
 // channel opened and closed); subscriptions implement backend.Extender,
-// Releaser and Snoozer. The backend has no Inspector, GroupLocker,
-// Partitioner or GroupSeeker yet: key order holds within one
-// subscription only, and the conformance cases of those interfaces are
-// skipped.
+// Releaser and Snoozer. The backend implements backend.GroupLocker
+// (see Key order). It has no Inspector, PendingLister, Partitioner or
+// GroupSeeker yet: a member that takes a group lock over waits one ack
+// timeout before it fetches, and the conformance cases of those
+// interfaces are skipped.
 package rabbitmq

@@ -17,13 +17,33 @@ func (b *Backend) exchangeName(topic string) string { return b.opts.Prefix + ".t
 // queueName is the quorum queue of group on topic: "bus.q.<topic>/<group>",
 // or, past 255 bytes, "bus.q.<sha256 of topic/group>". Topics hold no '/',
 // so distinct pairs never share a name.
-func (b *Backend) queueName(topic, group string) string {
-	n := b.opts.Prefix + ".q." + topic + "/" + group
+func (b *Backend) queueName(topic, group string) string { return b.groupName("q", topic, group) }
+
+// lockName is the exclusive queue of the lock of group on topic:
+// "bus.lock.<topic>/<group>", hashed as queueName does.
+func (b *Backend) lockName(topic, group string) string { return b.groupName("lock", topic, group) }
+
+// lockStateName is the queue that keeps how the lock of group on topic
+// last changed hands: "bus.lockstate.<topic>/<group>", hashed as
+// queueName does.
+func (b *Backend) lockStateName(topic, group string) string {
+	return b.groupName("lockstate", topic, group)
+}
+
+// notesName is the quorum queue of the release notes of group on topic
+// (see Subscription.giveBackToHead): "bus.notes.<topic>/<group>", hashed
+// as queueName does.
+func (b *Backend) notesName(topic, group string) string { return b.groupName("notes", topic, group) }
+
+// groupName is "<prefix>.<kind>.<topic>/<group>", or, past 255 bytes,
+// "<prefix>.<kind>.<sha256 of topic/group>".
+func (b *Backend) groupName(kind, topic, group string) string {
+	n := b.opts.Prefix + "." + kind + "." + topic + "/" + group
 	if len(n) <= maxName {
 		return n
 	}
 	sum := sha256.Sum256([]byte(topic + "/" + group))
-	return b.opts.Prefix + ".q." + hex.EncodeToString(sum[:])
+	return b.opts.Prefix + "." + kind + "." + hex.EncodeToString(sum[:])
 }
 
 // holdName is the hold exchange and queue of one fixed delay:

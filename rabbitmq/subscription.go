@@ -33,6 +33,8 @@ type Subscription struct {
 	queue  string
 	cfg    backend.SubscribeConfig
 	tag    string // consumer tag
+	lockQ  string // the group lock's queue
+	notesQ string // the group's release notes queue
 	doneCh chan struct{}
 
 	mu         sync.Mutex
@@ -44,6 +46,14 @@ type Subscription struct {
 	staleAcked map[string]time.Time
 	closed     bool
 	moves      sync.WaitGroup // moves in progress; Close waits for them
+	// locked: the subscription fetched while a holder of this backend
+	// held the group lock (a key-ordered member): it gives back to the
+	// head of the queue with release notes (see giveBackToHead).
+	locked bool
+	take   uint64 // the take of the lock whose notes were read
+	// receiving: a Receive is under way (it reads deliveries).
+	receiving bool
+	notes     releaseNotes // of the messages not settled here yet
 
 	out []*backend.Message // returned by the last Receive
 }
@@ -55,14 +65,19 @@ type delivery struct {
 	tag     uint64
 	msg     backend.Message
 	base    int
+	count   int // x-delivery-count
 	timer   *time.Timer
 	expires time.Time
-	state   int  // stActive, stSettled, stStale
+	state   int  // stActive, stReleased, stSettled, stStale
 	moving  bool // a copy is being stored (move): the lease does not give it back meanwhile
 }
 
 const (
 	stActive = iota
+	// stReleased: released by a key-ordered member, and left unsettled
+	// on its channel, which gives it back to the head of the queue when
+	// it closes (see releaseToHead).
+	stReleased
 	stSettled
 	stStale
 )
@@ -83,6 +98,9 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	host, _ := os.Hostname()
 	s := &Subscription{
 		b: b, topic: topic, queue: q, cfg: cfg,
+		lockQ:      b.lockName(topic, cfg.Group),
+		notesQ:     b.notesName(topic, cfg.Group),
+		notes:      releaseNotes{},
 		tag:        "bus-" + host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(consumerSeq.Add(1), 10),
 		doneCh:     make(chan struct{}),
 		active:     map[*delivery]struct{}{},
@@ -142,6 +160,17 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 // Receive returns up to max deliveries: it waits up to a second for the
 // first, then takes what has arrived without waiting.
 func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	s.mu.Lock()
+	s.receiving = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.receiving = false
+		s.mu.Unlock()
+	}()
+	if err := s.takeNotes(ctx); err != nil {
+		return nil, fmt.Errorf("rabbitmq: receive %q: %w", s.queue, err)
+	}
 	dels, gen, err := s.consume(ctx)
 	if err != nil {
 		if s.isClosed() && !errors.Is(err, backend.ErrClosed) {
@@ -213,8 +242,9 @@ func (s *Subscription) accept(ctx context.Context, gen uint64, d *amqp.Delivery)
 		_ = d.Ack(false)
 		return nil
 	}
-	dl := &delivery{s: s, gen: gen, tag: d.DeliveryTag, msg: dec.msg, base: dec.base, expires: time.Now().Add(s.cfg.AckTimeout)}
+	dl := &delivery{s: s, gen: gen, tag: d.DeliveryTag, msg: dec.msg, base: dec.base, count: dec.count, expires: time.Now().Add(s.cfg.AckTimeout)}
 	dl.msg.AckID = dl
+	dl.msg.Attempt -= s.notes.releasesAt(dl.msg.ID, dl.count)
 	if old := s.byID[dl.msg.ID]; old != nil && old.state == stActive {
 		// A duplicate of a message this member holds: both stay
 		// leased; the newer one is the one found by ID.
@@ -248,11 +278,14 @@ func (s *Subscription) malformed(ctx context.Context, d *amqp.Delivery, err erro
 }
 
 // expire gives an unsettled delivery back to the queue when its lease
-// ran out: the broker counts it as a delivery.
+// ran out: the broker counts it as a delivery. A key-ordered member
+// closes its channel instead (see resetChannel), so that the delivery
+// comes back at the head of the queue, before what the broker pushed it
+// since.
 func (d *delivery) expire() {
 	s := d.s
 	s.mu.Lock()
-	if d.state != stActive {
+	if d.state != stActive && d.state != stReleased {
 		s.mu.Unlock()
 		return
 	}
@@ -261,9 +294,16 @@ func (d *delivery) expire() {
 		s.mu.Unlock()
 		return
 	}
-	if left := time.Until(d.expires); left > 0 { // extended meanwhile
+	if left := time.Until(d.expires); left > 0 && d.state == stActive { // extended meanwhile
 		d.timer.Reset(left)
 		s.mu.Unlock()
+		return
+	}
+	if s.locked {
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.b.opts.CloseTimeout)
+		defer cancel()
+		s.resetChannel(ctx, d.gen)
 		return
 	}
 	ch := s.staleLocked(d)
@@ -340,6 +380,9 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 		if !ok || d.s != s {
 			continue
 		}
+		if len(s.notes) > 0 {
+			delete(s.notes, d.msg.ID)
+		}
 		switch d.state {
 		case stActive:
 			if ch := s.takeLocked(d); ch != nil {
@@ -404,11 +447,19 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 }
 
 // Release gives the delivery back at once without counting an attempt: a
-// confirmed copy at the tail of the group's queue, then an ack.
+// confirmed copy at the tail of the group's queue, then an ack. A
+// key-ordered member's goes back to the head when its channel closes
+// (see releaseToHead).
 func (s *Subscription) Release(ctx context.Context, id backend.AckID) error {
 	d, _ := id.(*delivery)
 	if d == nil {
 		return fmt.Errorf("rabbitmq: release: %w", backend.ErrStale)
+	}
+	s.mu.Lock()
+	locked := s.locked
+	s.mu.Unlock()
+	if locked {
+		return s.releaseToHead(d)
 	}
 	return s.move(ctx, d, "release", d.msg.Attempt-1, 0)
 }
@@ -446,6 +497,7 @@ func (s *Subscription) move(ctx context.Context, d *delivery, op string, base in
 	var ch *amqp.Channel
 	if err == nil && d.state == stActive {
 		ch = s.takeLocked(d)
+		delete(s.notes, d.msg.ID) // the copy carries the attempts
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -475,6 +527,14 @@ func (s *Subscription) Extend(_ context.Context, id backend.AckID) error {
 	return nil
 }
 
+// isLocked reports whether the subscription fetched as a holder of the
+// group lock.
+func (s *Subscription) isLocked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locked
+}
+
 // isClosed reports whether the subscription or its backend is closed.
 func (s *Subscription) isClosed() bool {
 	s.mu.Lock()
@@ -488,9 +548,11 @@ func (s *Subscription) isClosed() bool {
 // Close cancels the consumer: it waits for the moves in progress
 // (Release, Snooze, Nack with a delay), gives each delivery still
 // unsettled back to the group without counting an attempt (a confirmed
-// copy, then an ack) and closes the channel, all within about
-// Options.CloseTimeout. A delivery it cannot give back so is given back
-// by the broker when the channel closes, and that counts.
+// copy, then an ack; a key-ordered member's go back to the head of the
+// queue with release notes, see giveBackToHead) and closes the channel,
+// all within about Options.CloseTimeout. A delivery it cannot give back
+// so is given back by the broker when the channel closes, and that
+// counts.
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -517,6 +579,10 @@ func (s *Subscription) Close() error {
 	s.mu.Unlock()
 	if ch != nil {
 		s.giveBack(ctx, ch, dels)
+	} else if s.isLocked() {
+		// Nothing to give back: the notes of messages this member did
+		// not receive go to the next holder.
+		s.giveBackToHead(ctx, nil)
 	}
 	s.mu.Lock()
 	for d := range s.active {
@@ -537,19 +603,22 @@ func (s *Subscription) Close() error {
 	return nil
 }
 
-// giveBack cancels the consumer and gives every delivery of ch back to
-// the group without counting an attempt: those the broker had pushed but
-// Receive had not returned, and those returned and still unsettled. Each
-// goes back as a confirmed copy at the tail of the queue, and then the
-// original is acked; what ctx leaves no time for the broker gives back
-// (counted) when the channel closes.
+// giveBack gives every delivery of ch back to the group without counting
+// an attempt: those the broker had pushed but Receive had not returned,
+// and those returned and still unsettled. A key-ordered member gives them
+// back to the head of the queue (see giveBackToHead); any other cancels
+// its consumer and gives each back as a confirmed copy at the tail of the
+// queue, and then acks the original. What ctx leaves no time for the
+// broker gives back (counted) when the channel closes.
 func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-chan amqp.Delivery) {
+	if s.isLocked() {
+		s.giveBackToHead(ctx, dels)
+		return
+	}
 	if err := callCtx(ctx, func() error { return ch.Cancel(s.tag, false) }); err != nil {
 		return
 	}
-	var tags []uint64
-	var pubs []amqp.Publishing
-	var keys []string
+	var back []given
 	for dels != nil {
 		select {
 		case d, ok := <-dels:
@@ -557,40 +626,66 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 				dels = nil
 				continue
 			}
-			dec, err := decode(&d)
-			if err != nil {
-				continue // the broker gives it back; the next member settles it
+			if g, ok := pushed(&d); ok {
+				back = append(back, g)
 			}
-			tags = append(tags, d.DeliveryTag)
-			pubs = append(pubs, encode(&dec.msg, dec.msg.Attempt-1, dec.due))
-			keys = append(keys, s.queue)
 		case <-ctx.Done():
 			return
 		}
 	}
-	s.mu.Lock()
-	for d := range s.active {
-		if d.state == stActive && !d.moving && d.gen == s.gen {
-			d.state = stSettled
-			s.forgetLocked(d)
-			tags = append(tags, d.tag)
-			pubs = append(pubs, encode(&d.msg, d.msg.Attempt-1, 0))
-			keys = append(keys, s.queue)
-		}
-	}
-	s.mu.Unlock()
-	if len(pubs) == 0 {
+	back = append(back, s.takeUnsettled()...)
+	if len(back) == 0 {
 		return
+	}
+	pubs, keys := make([]amqp.Publishing, len(back)), make([]string, len(back))
+	for i, g := range back {
+		pubs[i], keys[i] = g.pub, s.queue
 	}
 	errs, err := s.b.publishConfirmed(ctx, []string{""}, keys, pubs)
 	if err != nil {
 		return
 	}
-	for i, tag := range tags {
+	for i, g := range back {
 		if errs[i] == nil {
-			_ = ch.Ack(tag, false)
+			_ = ch.Ack(g.tag, false)
 		}
 	}
+}
+
+// given is a delivery a closing subscription gives back.
+type given struct {
+	tag   uint64
+	id    string
+	count int             // x-delivery-count
+	pub   amqp.Publishing // its copy (see giveBack)
+}
+
+// pushed is a delivery the broker pushed and Receive did not return, to
+// give back; false for one that does not decode (the broker gives it
+// back when the channel closes, and the next member settles it).
+func pushed(d *amqp.Delivery) (given, bool) {
+	dec, err := decode(d)
+	if err != nil {
+		return given{}, false
+	}
+	return given{tag: d.DeliveryTag, id: dec.msg.ID, count: dec.count, pub: encode(&dec.msg, dec.msg.Attempt-1, dec.due)}, true
+}
+
+// takeUnsettled settles, for giving back, the deliveries of the live
+// channel that Receive returned and that are still unsettled or were
+// released.
+func (s *Subscription) takeUnsettled() []given {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var back []given
+	for d := range s.active {
+		if (d.state == stActive && !d.moving || d.state == stReleased) && d.gen == s.gen {
+			d.state = stSettled
+			s.forgetLocked(d)
+			back = append(back, given{tag: d.tag, id: d.msg.ID, count: d.count, pub: encode(&d.msg, d.msg.Attempt-1, 0)})
+		}
+	}
+	return back
 }
 
 // ceilMilli is t in Unix milliseconds, rounded up: a due time never
