@@ -114,6 +114,9 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(kt),
 		kgo.DisableAutoCommit(),
+		// Only the partitions that move are revoked, and handed over
+		// once revoked returned (see revoked).
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(b.opts.SessionTimeout),
 		kgo.HeartbeatInterval(b.opts.SessionTimeout/5),
