@@ -27,6 +27,7 @@ func TestOnOneBroker(t *testing.T) {
 		testConformance(t, node.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly("ConsumerGroupSharesLoad",
 			"KeyOrderOneActiveMember", "KeyOrderAcrossClose", "KeyOrderAcrossLeaveAndJoin"))
 	})
+	t.Run("RevokeWaitsForDeliveries", func(t *testing.T) { testRevokeWaitsForDeliveries(t, node) })
 	t.Run("KeyOrderLedgerThroughACrash", func(t *testing.T) { testKeyOrderLedgerThroughACrash(t, node) })
 	t.Run("URLParameters", func(t *testing.T) { testURLParameters(t, node) })
 	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
