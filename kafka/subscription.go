@@ -651,9 +651,9 @@ func (s *Subscription) readyLocked(e *entry) {
 }
 
 // queueLocked puts e in the ready queue ahead of the ready records of
-// its partition that come after it in the log: a record given back or
-// whose lease ran out is delivered again before its key's later
-// messages.
+// its partition that come after it in the log, so that a record given
+// back or whose lease ran out goes out before the later records of its
+// partition not yet delivered.
 func (s *Subscription) queueLocked(e *entry) {
 	i := slices.IndexFunc(s.ready, func(o *entry) bool { return o.pt == e.pt && o.off > e.off })
 	if i < 0 {
