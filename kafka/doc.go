@@ -88,9 +88,9 @@
 //     leaves; the group uses Kafka's cooperative sticky assignment, so
 //     only the partitions that move are revoked) gives them to their
 //     next owner only once the member let go of them: it stops
-//     delivering their records, waits up to half the session timeout
-//     (the group's rebalance timeout) for their deliveries under way to
-//     be settled or given back, and commits. A delivery still unsettled
+//     delivering their records, waits up to half the group's rebalance
+//     timeout (which is the session timeout) for their deliveries under
+//     way to be settled or given back, and commits. A delivery still unsettled
 //     after the wait is delivered again by the next owner, from the
 //     commit, its attempt counted.
 //   - Dead letters are published by the bus (a copy to the dead-letter
@@ -108,12 +108,13 @@
 // is at the commit's offset, so the next owner handles the partition's
 // records from there in log order, a given-back record first, uncounted.
 // A delivery whose lease runs out is delivered again by its member, with
-// Attempt+1, without replaying the partition (docs/ordering.md says
-// what the bus then does with its key). A member that dies or hangs keeps its partitions until the group's
-// session timeout (Options.SessionTimeout, session_timeout) ends; the
-// partitions' keys then resume on another member from the last commit,
-// the dead member's unsettled deliveries first, their attempts counted.
-// The other partitions' keys go on meanwhile.
+// Attempt+1, without replaying the partition (docs/ordering.md says what
+// the bus then does with its key). A member that dies or hangs keeps its
+// partitions until the group's session timeout (Options.SessionTimeout,
+// session_timeout) ends; the partitions' keys then resume on another
+// member from the last commit, the dead member's unsettled deliveries
+// first, with the attempts that commit recorded. The other partitions'
+// keys go on meanwhile.
 //
 // # Deadlines
 //
