@@ -468,8 +468,10 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 	if o.keyOrdering {
 		cfg.KeyOrdering = true
 		cfg.MaxWaiting = o.waitingBound()
-		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery {
-			// One member of the group at a time consumes the topic.
+		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery && !b.caps.KeyOwnership {
+			// One member of the group at a time consumes the topic; with
+			// KeyOwnership the backend's assignment keeps each key on
+			// one member instead.
 			cfg.Locker, cfg.LockHolder = l, msgid.New()
 		}
 	}

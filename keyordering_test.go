@@ -1282,3 +1282,89 @@ func TestKeyOrderingHeldKeyGivenBackKeepsItsOrder(t *testing.T) {
 	}
 	assert.Equal(t, []string{"k-0", "k-1", "k-2", "k-3"}, ks, "key k in order: %v", got)
 }
+
+// keyOwningBackend is an in-memory backend that declares
+// Capabilities.KeyOwnership, counts the group-lock calls made of it and
+// the Receives of each of its subscriptions.
+type keyOwningBackend struct {
+	*inmemory.Backend
+	locks    atomic.Int32
+	mu       sync.Mutex
+	receives []*atomic.Int32
+}
+
+func (b *keyOwningBackend) Capabilities() backend.Capabilities {
+	c := b.Backend.Capabilities()
+	c.KeyOwnership = true
+	return c
+}
+
+func (b *keyOwningBackend) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	b.locks.Add(1)
+	return b.Backend.LockGroup(ctx, topic, group, holder, ttl)
+}
+
+func (b *keyOwningBackend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &atomic.Int32{}
+	b.mu.Lock()
+	b.receives = append(b.receives, n)
+	b.mu.Unlock()
+	return &receiveCounter{Subscription: sub.(*inmemory.Subscription), n: n}, nil
+}
+
+// receivers returns how many of the subscriptions have called Receive.
+func (b *keyOwningBackend) receivers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.receives {
+		if r.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+type receiveCounter struct {
+	*inmemory.Subscription
+	n *atomic.Int32
+}
+
+func (s *receiveCounter) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	s.n.Add(1)
+	return s.Subscription.Receive(ctx, max)
+}
+
+// On a backend whose assignment keeps each key on one member
+// (Capabilities.KeyOwnership), the members of a key-ordered group take no
+// group lock, even when the backend is a GroupLocker: every member
+// fetches.
+func TestKeyOrderingWithKeyOwnershipTakesNoGroupLock(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	be := &keyOwningBackend{Backend: raw}
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	handled := make(chan string, 8)
+	for range 2 {
+		_, err := b.Subscribe(context.Background(), "orders", func(_ context.Context, d *bus.Delivery) error {
+			handled <- d.ID
+			return nil
+		}, bus.WithGroup("g"), bus.WithKeyOrdering())
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return be.receivers() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"both members of the key-ordered group fetch")
+	require.NoError(t, b.Publish(context.Background(), "orders", &bus.Message{ID: "k-0", Key: "k"}))
+	select {
+	case id := <-handled:
+		assert.Equal(t, "k-0", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("k-0 was not handled")
+	}
+	assert.Zero(t, be.locks.Load(), "no group lock taken with KeyOwnership")
+}

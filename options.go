@@ -385,8 +385,12 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // holds back only the keys the dead member left unsettled, until their
 // leases end, and runs the others within seconds (on a backend with
 // backend.PendingLister; without it, it waits one ack timeout). On a
-// backend without a group lock the order holds within one subscription
-// only: run one member per group. When a subscription
+// backend whose own group assignment keeps each key on one member
+// (backend.Capabilities.KeyOwnership: Kafka) every member fetches, with
+// no group lock, and a key moves between members only once its old
+// member settled or gave back what it held of it. On a backend with
+// neither the order holds within one subscription only: run one member
+// per group. When a subscription
 // closes, the deliveries waiting for their key go back to the group. A
 // delivery whose lease is lost (its member crashed, or the keep-alive
 // failed) is delivered again after the lease, possibly after later

@@ -319,6 +319,16 @@ type Capabilities struct {
 	// Without it the message is stored at once and the bus gives each
 	// early delivery back until it is due (see Snoozer).
 	Scheduling bool
+	// KeyOwnership: the backend's own group assignment gives each key to
+	// one member of a group at a time, and a member that loses a key (a
+	// rebalance, Close) lets its deliveries of that key settle, or gives
+	// them back ahead of the key's later messages, before another member
+	// receives any of them; a member that dies loses its keys within a
+	// bound the backend documents. With it the bus takes no group lock
+	// for a key-ordered subscription (bus.WithKeyOrdering), even when the
+	// backend is a GroupLocker: every member fetches, and the assignment
+	// keeps each key on one member.
+	KeyOwnership bool
 	// MaxPayload is the largest payload the backend accepts (0 = no limit
 	// of its own). The bus uses the smaller of this and WithMaxPayload.
 	MaxPayload int

@@ -56,7 +56,10 @@
 //     delete retained messages (dead-letter list, replay and purge, and
 //     the bus command). A figure the backend cannot know is Unknown.
 //   - GroupLocker: one member of a group at a time consumes a topic
-//     (key-ordered groups, and a partition's owner).
+//     (key-ordered groups, and a partition's owner). A backend whose own
+//     group assignment keeps each key on one member says so with
+//     Capabilities.KeyOwnership instead, and its key-ordered members all
+//     fetch.
 //   - PendingLister: the deliveries a group handed out and has not
 //     settled, with their keys, in log order: a key-ordered member that
 //     takes the group lock over from a crashed one holds back only the

@@ -87,7 +87,7 @@ func ledgerMessages(keys, from, to int) []*bus.Message {
 // handled again, before anything after it.
 func testKeyOrderLedgerThroughACrash(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	h.locker(t)
+	h.crashHandover(t)
 	runCrashLedger(t, s, h, h.topic("crashledger"), 1)
 }
 
@@ -96,7 +96,7 @@ func testKeyOrderLedgerThroughACrash(t *testing.T, s *suite) {
 // partitions go to the others.
 func testPartitionedLedgerThroughACrash(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	h.locker(t)
+	h.crashHandover(t)
 	topic := h.partitionedTopic(t, "crashparts", 4)
 	runCrashLedger(t, s, h, topic, 4)
 }

@@ -42,7 +42,7 @@ type handledAt struct {
 // the case is skipped there.
 func testCrashStallsOnlyItsKeys(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	h.locker(t)
+	h.crashHandover(t)
 	if !h.probe(func(sub backend.Subscription) bool { _, ok := sub.(backend.PendingLister); return ok }) {
 		t.Skipf("%s subscriptions do not implement backend.PendingLister: a takeover waits one ack timeout", s.caps.Name)
 	}

@@ -110,6 +110,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Ordered:         true,
 		StartOldest:     true,
 		Extend:          true,
+		KeyOwnership:    true,
 		MaxPayload:      maxRecordBytes - backend.MaxHeaderBytes - 2*backend.MaxHeaderKeyLen - 4096,
 		MaxPayloadLimit: "the producer's batch limit of 1000012 bytes (under the broker's message.max.bytes) less room for the key and headers",
 	}

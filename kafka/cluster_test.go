@@ -27,13 +27,15 @@ func TestOnThreeBrokers(t *testing.T) {
 	c := kafkatest.StartCluster(t, 3)
 	t.Run("PartitionLeaderKilledMidRun", func(t *testing.T) { testLeaderKilledMidRun(t, c) })
 	// The cases whose behaviour the cluster changes (groups, leases,
-	// delays, commits, inspection), on topics of four partitions
-	// replicated three times; the whole suite runs on one broker.
+	// delays, commits, key order across members, inspection), on topics
+	// of four partitions replicated three times; the whole suite runs on
+	// one broker.
 	t.Run("Conformance", func(t *testing.T) {
 		testConformance(t, c.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly(
 			"RoundTrip", "ConsumerGroupSharesLoad", "TwoGroupsEachGetEveryMessage", "StartFromOldest",
 			"NackDelayRespected", "UnackedRedeliveredAfterAckTimeout", "ResubscribeContinues",
-			"ShutdownsDoNotBurnAttempts", "SnoozeDoesNotCountAnAttempt", "InspectorFigures", "DeadLetterReplayRoundTrip"))
+			"ShutdownsDoNotBurnAttempts", "SnoozeDoesNotCountAnAttempt", "InspectorFigures", "DeadLetterReplayRoundTrip",
+			"KeyOrderAcrossLeaveAndJoin"))
 	})
 }
 

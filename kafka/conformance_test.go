@@ -24,8 +24,11 @@ func TestOnOneBroker(t *testing.T) {
 			conformance.WithSkip("a Kafka group shares its load by partition: on a topic of one partition one member is active; the case runs on topics of four partitions in ConformanceFourPartitions", "ConsumerGroupSharesLoad"))
 	})
 	t.Run("ConformanceFourPartitions", func(t *testing.T) {
-		testConformance(t, node.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly("ConsumerGroupSharesLoad"))
+		testConformance(t, node.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly("ConsumerGroupSharesLoad",
+			"KeyOrderOneActiveMember", "KeyOrderAcrossClose", "KeyOrderAcrossLeaveAndJoin"))
 	})
+	t.Run("RevokeWaitsForDeliveries", func(t *testing.T) { testRevokeWaitsForDeliveries(t, node) })
+	t.Run("KeyOrderLedgerThroughACrash", func(t *testing.T) { testKeyOrderLedgerThroughACrash(t, node) })
 	t.Run("URLParameters", func(t *testing.T) { testURLParameters(t, node) })
 	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
 	t.Run("FaultBrokerPause", func(t *testing.T) { testFaultBrokerPause(t, node) })

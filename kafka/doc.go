@@ -84,8 +84,37 @@
 //     this member still owns its partition.
 //   - Subscription.Close gives its unsettled deliveries back without
 //     counting an attempt, commits, and leaves the group.
+//   - A rebalance that takes partitions from a member (a member joins or
+//     leaves; the group uses Kafka's cooperative sticky assignment, so
+//     only the partitions that move are revoked) gives them to their
+//     next owner only once the member let go of them: it stops
+//     delivering their records, waits up to half the group's rebalance
+//     timeout (which is the session timeout) for their deliveries under
+//     way to be settled or given back, and commits. A delivery still unsettled
+//     after the wait is delivered again by the next owner, from the
+//     commit, its attempt counted.
 //   - Dead letters are published by the bus (a copy to the dead-letter
 //     topic, then the ack).
+//
+// # Key order
+//
+// Capabilities.KeyOwnership is true: Kafka's group assignment gives each
+// partition, and so each key, to one member at a time, and the bus takes
+// no group lock for a key-ordered subscription (bus.WithKeyOrdering):
+// every member fetches its own partitions, and within a member the bus's
+// key lines run a partition's keys in parallel, each in log order. A
+// partition that moves (a join, a leave, Close) is handed over as above:
+// what its old owner handled is settled and committed, what it gave back
+// is at the commit's offset, so the next owner handles the partition's
+// records from there in log order, a given-back record first, uncounted.
+// A delivery whose lease runs out is delivered again by its member, with
+// Attempt+1, without replaying the partition (docs/ordering.md says what
+// the bus then does with its key). A member that dies or hangs keeps its
+// partitions until the group's session timeout (Options.SessionTimeout,
+// session_timeout) ends; the partitions' keys then resume on another
+// member from the last commit, the dead member's unsettled deliveries
+// first, with the attempts that commit recorded. The other partitions'
+// keys go on meanwhile.
 //
 // # Deadlines
 //
@@ -135,10 +164,12 @@
 // is skipped). MaxPayload is the producer's batch limit less room for
 // the key and headers. A group shares its load by partition: a topic of
 // one partition has one active member. Subscriptions implement
-// backend.Extender, Releaser and Snoozer. The backend has no GroupLocker
-// or Partitioner: a key keeps its order within its Kafka partition,
-// which one member owns at a time, and WithKeyOrdering orders it within
-// that member; the bus's partitioned topics (CreateTopic) and its group
-// lock are not built on Kafka's assignment, and their conformance cases
-// are skipped.
+// backend.Extender, Releaser and Snoozer. KeyOwnership is true (see Key
+// order). The backend has no GroupLocker or Partitioner: the bus's
+// partitioned topics (CreateTopic) and its group lock are not built on
+// Kafka's assignment, and the conformance cases about them (GroupLock,
+// KeyOrderFencedMember, SubscriptionHealthStandby, the partitioned
+// cases) are skipped; so are the conformance crash cases, whose members
+// cannot stop a Kafka client's heartbeats: the package's own test kills
+// a member's link to the broker instead.
 package kafka

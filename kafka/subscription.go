@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type Subscription struct {
 	joined chan struct{} // closed at the member's first assignment
 	loop   chan struct{} // closed when the commit loop returned
 	kick   chan struct{} // wakes the commit loop after an ack
+	// drained wakes a revoke that waits for the deliveries of its
+	// partitions (see revoked) when one of them is settled or given back.
+	drained chan struct{}
 
 	commitMu  sync.Mutex // one commit at a time
 	mu        sync.Mutex
@@ -59,7 +63,10 @@ type part struct {
 	open    map[int64]*entry
 	done    map[int64]bool // settled offsets (pruned below the commit)
 	meta    partMeta       // what the commit metadata said at assignment
-	gone    bool           // revoked or lost
+	// revoking: a rebalance takes the partition from this member; none
+	// of its records is delivered any more (see revoked).
+	revoking bool
+	gone     bool // revoked or lost
 }
 
 // entry is one unsettled record of a partition.
@@ -102,11 +109,14 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 			return nil, fmt.Errorf("kafka: subscribe %q group %q: %w", topic, cfg.Group, err)
 		}
 	}
-	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), loop: make(chan struct{}), kick: make(chan struct{}, 1), parts: map[int32]*part{}, parked: map[int32]*part{}}
+	s := &Subscription{b: b, topic: topic, kt: kt, cfg: cfg, doneCh: make(chan struct{}), joined: make(chan struct{}), loop: make(chan struct{}), kick: make(chan struct{}, 1), drained: make(chan struct{}, 1), parts: map[int32]*part{}, parked: map[int32]*part{}}
 	cl, err := kgo.NewClient(b.opts.clientOpts(
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(kt),
 		kgo.DisableAutoCommit(),
+		// Only the partitions that move are revoked, and handed over
+		// once revoked returned (see revoked).
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(b.opts.SessionTimeout),
 		kgo.HeartbeatInterval(b.opts.SessionTimeout/5),
@@ -264,6 +274,7 @@ func (s *Subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][
 		if pt := s.parked[p]; pt != nil {
 			s.parts[p] = pt
 			delete(s.parked, p)
+			s.resumeLocked(pt)
 			continue
 		}
 		s.parts[p] = &part{p: p, next: -1, open: map[int64]*entry{}, done: map[int64]bool{}}
@@ -314,18 +325,106 @@ func (s *Subscription) offsetsFetched(_ context.Context, _ *kgo.Client, resp *km
 	return nil
 }
 
-// revoked commits and parks the partitions a rebalance takes from this
-// member (the sticky balancer revokes every partition and gives most
-// back): their deliveries stay valid until the assignment says where the
-// partitions went.
+// revoked hands over the partitions a rebalance takes from this member.
+// The group's next owners get them only once it returns (the cooperative
+// balancer revokes before it assigns; an eager one, when the member
+// leaves, revokes every partition). It stops delivering their records,
+// waits for their deliveries under way to be settled or given back
+// (within drainWait: the bus runs the deliveries it holds, key by key),
+// commits, and parks them: a partition the assignment gives back keeps
+// its state, and its deliveries that outlived the wait stay valid; one
+// given to another member is dropped, its unsettled records delivered
+// again by the next owner from the committed offset, in log order.
 func (s *Subscription) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+	ps := m[s.kt]
+	s.mu.Lock()
+	for _, p := range ps {
+		if pt := s.parts[p]; pt != nil {
+			pt.revoking = true
+		}
+	}
+	s.mu.Unlock()
+	s.drain(ctx, ps)
 	_ = s.commit(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range m[s.kt] {
+	for _, p := range ps {
 		if pt := s.parts[p]; pt != nil {
 			s.parked[p] = pt
 			delete(s.parts, p)
+		}
+	}
+}
+
+// drainWait is how long a revoke waits for the deliveries of its
+// partitions: half the rebalance timeout (the session timeout), so that
+// the commit after it ends within the rebalance timeout.
+func (s *Subscription) drainWait() time.Duration { return s.b.opts.SessionTimeout / 2 }
+
+// drain waits until no record of the partitions ps is delivered and
+// unsettled, for at most drainWait, or until the subscription closes
+// (Close gives back what is left) or ctx ends.
+func (s *Subscription) drain(ctx context.Context, ps []int32) {
+	if len(ps) == 0 {
+		return
+	}
+	limit := time.NewTimer(s.drainWait())
+	defer limit.Stop()
+	for s.delivering(ps) {
+		select {
+		case <-s.drained:
+		case <-limit.C:
+			return
+		case <-s.doneCh:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// delivering reports whether a record of the partitions ps is delivered
+// and unsettled.
+func (s *Subscription) delivering(ps []int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	for _, p := range ps {
+		pt := s.parts[p]
+		if pt == nil {
+			continue
+		}
+		for _, e := range pt.open {
+			if e.state == stDelivered {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// leftLocked is called when e stops being delivered (settled, given back,
+// held): it wakes a revoke that waits for e's partition.
+func (s *Subscription) leftLocked(e *entry) {
+	if !e.pt.revoking {
+		return
+	}
+	select {
+	case s.drained <- struct{}{}:
+	default:
+	}
+}
+
+// resumeLocked delivers again the records of a partition that a
+// rebalance revoked and gave back: its ready records go back in the
+// queue, in log order.
+func (s *Subscription) resumeLocked(pt *part) {
+	pt.revoking = false
+	for _, e := range pt.open {
+		if e.state == stReady {
+			s.queueLocked(e)
 		}
 	}
 }
@@ -433,7 +532,9 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 // metadata) or already known is skipped.
 func (s *Subscription) addLocked(r *kgo.Record) {
 	pt := s.parts[r.Partition]
-	if r.Topic != s.kt || pt == nil {
+	if r.Topic != s.kt || pt == nil || pt.revoking {
+		// A revoked partition's records are delivered by its next
+		// owner, from the commit (its next offset is left as it is).
 		return
 	}
 	if r.Offset >= pt.next {
@@ -462,7 +563,7 @@ func (s *Subscription) takeReadyLocked(out []*backend.Message, max int) []*backe
 	for n < len(s.ready) && len(out) < max {
 		e := s.ready[n]
 		n++
-		if e.pt.gone || e.state != stReady || e.pt.open[e.off] != e {
+		if e.pt.gone || e.pt.revoking || e.state != stReady || e.pt.open[e.off] != e {
 			continue
 		}
 		out = append(out, s.deliverLocked(e))
@@ -539,17 +640,36 @@ func (s *Subscription) readyLocked(e *entry) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
+	if e.state == stDelivered {
+		s.leftLocked(e)
+	}
 	e.cur, e.state = nil, stReady
-	s.ready = append(s.ready, e)
+	s.queueLocked(e)
 	if s.wake != nil {
 		s.wake()
 	}
+}
+
+// queueLocked puts e in the ready queue ahead of the ready records of
+// its partition that come after it in the log, so that a record given
+// back or whose lease ran out goes out before the later records of its
+// partition not yet delivered.
+func (s *Subscription) queueLocked(e *entry) {
+	i := slices.IndexFunc(s.ready, func(o *entry) bool { return o.pt == e.pt && o.off > e.off })
+	if i < 0 {
+		s.ready = append(s.ready, e)
+		return
+	}
+	s.ready = slices.Insert(s.ready, i, e)
 }
 
 // holdLocked keeps e until due (Unix ms), then makes it ready.
 func (s *Subscription) holdLocked(e *entry, due int64) {
 	if e.timer != nil {
 		e.timer.Stop()
+	}
+	if e.state == stDelivered {
+		s.leftLocked(e)
 	}
 	e.cur, e.state, e.due = nil, stHeld, due
 	wait := time.Until(time.UnixMilli(due))
@@ -579,6 +699,7 @@ func (s *Subscription) settleLocked(e *entry) {
 	delete(e.pt.open, e.off)
 	e.pt.done[e.off] = true
 	s.changes++
+	s.leftLocked(e)
 }
 
 // Ack settles the deliveries and wakes the commit loop, which commits
