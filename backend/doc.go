@@ -70,6 +70,8 @@
 //     closes.
 //   - Pinger: one round trip to the broker (Bus.Ping, for readiness
 //     probes).
+//   - GroupDeleter: remove a consumer group and its state (broadcast
+//     subscriptions, whose groups no process leaves behind).
 //
 // # Errors
 //

@@ -14,6 +14,7 @@ const (
 	capExtend
 	capPublishDedup
 	capScheduling
+	capBroadcast
 )
 
 func (c capability) String() string {
@@ -34,6 +35,8 @@ func (c capability) String() string {
 		return "PublishDedup"
 	case capScheduling:
 		return "Scheduling"
+	case capBroadcast:
+		return "Broadcast"
 	}
 	return "unknown"
 }
@@ -56,6 +59,8 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.PublishDedup
 	case capScheduling:
 		return caps.Scheduling
+	case capBroadcast:
+		return caps.Broadcast
 	}
 	return false
 }

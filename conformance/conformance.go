@@ -191,6 +191,12 @@ var cases = []testCase{
 	{name: "SubscriptionHealthStandby", needs: []capability{capRedelivery}, run: testSubscriptionHealthStandby},
 	{name: "SubscriptionHealthPartitioned", needs: []capability{capRedelivery}, run: testSubscriptionHealthPartitioned},
 
+	// Broadcast subscriptions.
+	{name: "BroadcastEverySubscriberGetsEveryMessage", needs: []capability{capBroadcast}, run: testBroadcastEveryMessage},
+	{name: "BroadcastCloseLeavesNoGroup", needs: []capability{capBroadcast}, run: testBroadcastCloseLeavesNoGroup},
+	{name: "BroadcastDeadSubscriberExpires", needs: []capability{capBroadcast}, run: testBroadcastDeadSubscriberExpires},
+	{name: "BroadcastContradictionsRefused", run: testBroadcastContradictionsRefused},
+
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},

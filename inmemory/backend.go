@@ -127,6 +127,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
+		Broadcast:      true,
 		MaxPayload:     0,
 	}
 }
