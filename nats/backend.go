@@ -196,6 +196,7 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			PublishDedup:    true,
 			Extend:          true,
 			Scheduling:      !o.noSchedules && o.Retention != RetentionInterest,
+			Broadcast:       true,
 			MaxPayload:      maxPayload,
 			MaxPayloadLimit: limit,
 			// JetStream confirms each message of a batch on its own.
