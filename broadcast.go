@@ -41,10 +41,12 @@ const broadcastDeleteTimeout = 5 * time.Second
 // group (the backend's group lock) about every sixth of the expiry (see
 // WithBroadcastExpiry, default 30s); a process that dies stops renewing
 // it, and once the lease has lapsed any other broadcast subscription of
-// the topic deletes the group, within half an expiry. A dead process's
-// group is therefore gone within 1.5 times the expiry after it died,
-// while a broadcast subscription of the topic runs anywhere (or at the
-// next broadcast Subscribe to the topic). A subscription that cannot
+// the topic deletes the group, within half its own expiry (each sweeps
+// when it starts and every half expiry). A dead process's group is
+// therefore gone within 1.5 times the expiry after it died (its expiry
+// plus half the sweeping subscription's, when they differ), while a
+// broadcast subscription of the topic runs anywhere (or at the next
+// broadcast Subscribe to the topic). A subscription that cannot
 // renew its lease for half the expiry (the broker is unreachable) ends,
 // with an error wrapping ErrLeaseLost in Err, since its group may have
 // been deleted: subscribe again.
@@ -159,8 +161,13 @@ func (b *Bus) takeBroadcastLease(ctx context.Context, topic string, o subscribeO
 }
 
 // renewEvery is how often the lease is renewed, and how long a renewal
-// or a sweep may take.
+// may take.
 func (l *broadcastLease) renewEvery() time.Duration { return l.ttl / 6 }
+
+// sweepTimeout bounds one sweep: a third of the expiry, so that a sweep
+// and the renewal after it end within half the expiry of the last
+// renewal.
+func (l *broadcastLease) sweepTimeout() time.Duration { return l.ttl / 3 }
 
 // run renews the lease and sweeps until close, or until the lease is
 // lost: the subscription then ends with the reason.
@@ -217,7 +224,7 @@ func (l *broadcastLease) renew() error {
 // lease first, so a live subscription's group is never deleted.
 func (l *broadcastLease) sweep() {
 	cfg := l.s.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), l.renewEvery())
+	ctx, cancel := context.WithTimeout(context.Background(), l.sweepTimeout())
 	defer cancel()
 	groups, err := l.inspect.Groups(ctx, cfg.Topic)
 	for _, g := range groups {
