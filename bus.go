@@ -475,6 +475,10 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
 		Handler: handler, Decoder: o.decoder, Health: &s.health,
+		ResultTTL: o.resultTTL,
+	}
+	if cfg.ResultTTL == 0 {
+		cfg.ResultTTL = DefaultResultTTL
 	}
 	if b.events != nil && s.topic != b.opts.events {
 		cfg.Event = b.eventHook(s)

@@ -51,12 +51,13 @@ type consumer struct {
 	stopAfter func() bool
 
 	fetchDone chan struct{}
-	unsettled sync.WaitGroup  // delivered but not yet released
-	keeper    *leaseKeeper    // nil when no handler runs under a lease
-	keys      *keyLines       // nil without key ordering
-	owner     *groupLock      // nil without a group lock
-	bcast     *broadcastLease // a broadcast subscription's; nil otherwise
-	workers   sync.WaitGroup  // the fetch, ack, keeper and group lock goroutines
+	unsettled sync.WaitGroup      // delivered but not yet released
+	keeper    *leaseKeeper        // nil when no handler runs under a lease
+	keys      *keyLines           // nil without key ordering
+	owner     *groupLock          // nil without a group lock
+	bcast     *broadcastLease     // a broadcast subscription's; nil otherwise
+	results   backend.ResultStore // where results go (Delivery.SetResult); nil: the backend keeps none
+	workers   sync.WaitGroup      // the fetch, ack, keeper and group lock goroutines
 
 	// mu guards the extension state of the deliveries (their deliveryExt),
 	// the manual heap and the lease keeper's records; see the package doc.
@@ -134,6 +135,8 @@ type consumerConfig struct {
 	// own group (see broadcastLease): renewed while the consumer runs,
 	// and the group deleted when it closes.
 	Broadcast *broadcastLease
+	// ResultTTL is how long the handlers' results are kept.
+	ResultTTL time.Duration
 	// Event, when set, receives a lifecycle event at each step of a
 	// delivery, and never blocks; nil turns events off.
 	Event *lifecycle.Sink
@@ -177,6 +180,9 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 	if cfg.Broadcast != nil {
 		s.bcast = cfg.Broadcast
 		s.bcast.s = s
+	}
+	if rs, ok := b.be.(backend.ResultStore); ok && cfg.Caps.Results {
+		s.results = rs
 	}
 	s.stopAfter = context.AfterFunc(ctx, s.goCloseInBackground)
 	return s

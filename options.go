@@ -118,6 +118,8 @@ type subscribeOptions struct {
 	// WithBroadcastExpiry's (0: the default).
 	broadcast       bool
 	broadcastExpiry time.Duration
+	// resultTTL is WithResultTTL's (0: DefaultResultTTL).
+	resultTTL time.Duration
 }
 
 type busOptionFunc func(*busOptions) error

@@ -15,6 +15,7 @@ const (
 	capPublishDedup
 	capScheduling
 	capBroadcast
+	capResults
 )
 
 func (c capability) String() string {
@@ -37,6 +38,8 @@ func (c capability) String() string {
 		return "Scheduling"
 	case capBroadcast:
 		return "Broadcast"
+	case capResults:
+		return "Results"
 	}
 	return "unknown"
 }
@@ -61,6 +64,8 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.Scheduling
 	case capBroadcast:
 		return caps.Broadcast
+	case capResults:
+		return caps.Results
 	}
 	return false
 }

@@ -197,6 +197,12 @@ var cases = []testCase{
 	{name: "BroadcastDeadSubscriberExpires", needs: []capability{capBroadcast}, run: testBroadcastDeadSubscriberExpires},
 	{name: "BroadcastContradictionsRefused", run: testBroadcastContradictionsRefused},
 
+	// Results.
+	{name: "ResultRoundTrip", needs: []capability{capResults}, run: testResultRoundTrip},
+	{name: "ResultExpires", needs: []capability{capResults}, run: testResultExpires},
+	{name: "ResultOnlyWhenAcked", needs: []capability{capResults, capRedelivery}, run: testResultOnlyWhenAcked},
+	{name: "ResultRefusals", run: testResultRefusals},
+
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},

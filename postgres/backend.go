@@ -119,6 +119,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Extend:         true,
 		Scheduling:     true,
 		Broadcast:      true,
+		Results:        true,
 		MaxPayload:     b.opts.MaxPayload,
 		MaxPayloadLimit: fmt.Sprintf("the postgres backend's max_payload (URL parameter; Options.MaxPayload); raise it there, "+
 			"to at most %d", maxMaxPayload),
