@@ -50,8 +50,8 @@ func WithResultTTL(d time.Duration) SubscribeOption {
 // first, so a crash before the ack leaves it stored and the message
 // redelivered, and the next handling's result replaces it. A result set
 // again replaces the one before; a delivery that is not acked (retried,
-// dead-lettered) stores none. It needs Capabilities.Results (mem, Redis
-// and PostgreSQL): elsewhere it returns an error wrapping
+// dead-lettered) stores none. It needs Capabilities.Results (mem, Redis,
+// NATS JetStream and PostgreSQL): elsewhere it returns an error wrapping
 // ErrUnsupported. After the delivery was settled (in AckOnReceive, before
 // the handler runs) it returns an error wrapping ErrAlreadySettled.
 func (d *Delivery) SetResult(result []byte) error {

@@ -296,8 +296,10 @@ func testSPICapabilitiesAgree(t *testing.T, s *suite) {
 		_, in := e.be.(backend.Inspector)
 		assert.True(t, del && lock && in, "Capabilities.Broadcast needs backend.GroupDeleter (%v), GroupLocker (%v) and Inspector (%v)", del, lock, in)
 	}
-	_, results := e.be.(backend.ResultStore)
-	assert.Equal(t, e.be.Capabilities().Results, results, "Capabilities.Results must say whether the backend implements backend.ResultStore")
+	if e.be.Capabilities().Results {
+		_, results := e.be.(backend.ResultStore)
+		assert.True(t, results, "Capabilities.Results needs backend.ResultStore")
+	}
 }
 
 // caseLimit bounds one case; past it the watchdog ends the test binary
