@@ -112,12 +112,22 @@ func testResultOnlyWhenAcked(t *testing.T, s *suite) {
 	require.Equal(t, "attempt 2", string(r), "only the acked attempt's result is stored")
 }
 
-// testResultRefusals: a result over MaxResultSize, a result set after
-// the delivery was settled, and, on a backend without
+// testResultRefusals: a result ttl out of bounds, a result over
+// MaxResultSize, a result set after the delivery was settled (by the
+// handler, or in AckOnReceive before it ran), and, on a backend without
 // Capabilities.Results, any result and any Result call are refused.
 func testResultRefusals(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic := h.topic("resultbad")
+	nop := func(context.Context, *bus.Delivery) error { return nil }
+	_, err := h.bus.Subscribe(context.Background(), topic, nop, bus.WithResultTTL(time.Millisecond))
+	require.ErrorIs(t, err, bus.ErrInvalidOption, "a result ttl under a second is refused")
+	require.Zero(t, h.be.subscribes.Load(), "refused before any I/O")
+	onReceive := make(chan error, 1)
+	h.subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
+		trySend(onReceive, d.SetResult([]byte("r")))
+		return nil
+	}, bus.WithGroup(h.group("onreceive")), bus.WithAckMode(bus.AckOnReceive))
 	errs := make(chan error, 4)
 	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 		trySend(errs, d.SetResult(make([]byte, bus.MaxResultSize+1)))
@@ -128,10 +138,12 @@ func testResultRefusals(t *testing.T, s *suite) {
 	}, bus.WithAckMode(bus.AckManual), bus.WithAckTimeout(s.longLease()))
 	h.publish(topic, &bus.Message{Payload: []byte("x")})
 	oversized, first, late := recv(t, s, errs, "oversized"), recv(t, s, errs, "first"), recv(t, s, errs, "late")
+	received := recv(t, s, onReceive, "the AckOnReceive handler's SetResult")
 	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
 	defer cancel()
 	if !s.caps.Results {
 		require.ErrorIs(t, first, bus.ErrUnsupported, "a backend without results refuses SetResult")
+		require.ErrorIs(t, received, bus.ErrUnsupported, "a backend without results refuses SetResult in AckOnReceive too")
 		_, err := h.bus.Result(ctx, topic, "any")
 		require.ErrorIs(t, err, bus.ErrUnsupported, "a backend without results refuses Result")
 		return
@@ -139,6 +151,7 @@ func testResultRefusals(t *testing.T, s *suite) {
 	require.ErrorIs(t, oversized, bus.ErrPayloadTooLarge, "a result over MaxResultSize is refused")
 	require.NoError(t, first, "a result within the bound is taken")
 	require.ErrorIs(t, late, bus.ErrAlreadySettled, "a result set after the ack is refused")
-	_, err := h.bus.Result(ctx, topic, "")
+	require.ErrorIs(t, received, bus.ErrAlreadySettled, "in AckOnReceive the delivery is acked before the handler sets a result")
+	_, err = h.bus.Result(ctx, topic, "")
 	require.ErrorIs(t, err, bus.ErrInvalidMessage, "an empty message ID is refused")
 }
