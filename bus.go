@@ -385,9 +385,12 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 		return nil, fmt.Errorf("bus: subscribe %q: %w", topic, err)
 	}
 	var s *Subscription
-	if n > 1 {
+	switch {
+	case n > 1 && o.broadcast:
+		err = fmt.Errorf("%w: topic of %d partitions: a broadcast subscription needs an unpartitioned topic", ErrUnsupported, n)
+	case n > 1:
 		s, err = b.subscribePartitioned(ctx, topic, n, h, o)
-	} else {
+	default:
 		s, err = b.subscribeOne(ctx, topic, h, o)
 	}
 	if err != nil {
@@ -412,8 +415,18 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 // subscribeOne subscribes an unpartitioned topic; the subscription is
 // started by startRun.
 func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subscribeOptions) (*Subscription, error) {
+	var lease *broadcastLease
+	if o.broadcast {
+		var err error
+		if lease, err = b.takeBroadcastLease(ctx, topic, o); err != nil {
+			return nil, err
+		}
+	}
 	bsub, err := b.be.Subscribe(ctx, topic, b.backendConfig(o))
 	if err != nil {
+		if lease != nil {
+			lease.discard()
+		}
 		return nil, err
 	}
 	s := &Subscription{topic: topic, group: o.group, bus: b}
@@ -421,6 +434,7 @@ func (b *Bus) subscribeOne(ctx context.Context, topic string, h Handler, o subsc
 		s.member = memberName()
 	}
 	cfg := b.consumerConfig(s, topic, o, h)
+	cfg.Broadcast = lease
 	cfg.Autoscale = b.autoscaler(s, 1, o)
 	if cfg.Autoscale != nil {
 		cfg.scale(cfg.Autoscale)
@@ -461,6 +475,10 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 		AckBatch: b.opts.ackBatch, AckInterval: b.opts.ackInterval,
 		Caps: b.caps, Observer: b.opts.observer, Logger: b.opts.logger,
 		Handler: handler, Decoder: o.decoder, Health: &s.health,
+		ResultTTL: o.resultTTL,
+	}
+	if cfg.ResultTTL == 0 {
+		cfg.ResultTTL = DefaultResultTTL
 	}
 	if b.events != nil && s.topic != b.opts.events {
 		cfg.Event = b.eventHook(s)
@@ -468,7 +486,7 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 	if o.keyOrdering {
 		cfg.KeyOrdering = true
 		cfg.MaxWaiting = o.waitingBound()
-		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery && !b.caps.KeyOwnership {
+		if l, ok := b.be.(backend.GroupLocker); ok && b.caps.Redelivery && !b.caps.KeyOwnership && !o.broadcast {
 			// One member of the group at a time consumes the topic; with
 			// KeyOwnership the backend's assignment keeps each key on
 			// one member instead.
@@ -528,6 +546,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 	if err := o.batchBounds(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.broadcastErrors(b.caps)...)
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))
 	}

@@ -125,6 +125,12 @@ func (s *consumer) shutdown(taken bool) error {
 		// Drained, flushed and closed: the next member may take over.
 		s.owner.close(hard)
 	}
+	if s.bcast != nil {
+		// Nothing of the group is in use any more.
+		if err := s.bcast.close(hard); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	s.trimSettled(hard)
 	s.ended()
 	var err error

@@ -51,11 +51,13 @@ type consumer struct {
 	stopAfter func() bool
 
 	fetchDone chan struct{}
-	unsettled sync.WaitGroup // delivered but not yet released
-	keeper    *leaseKeeper   // nil when no handler runs under a lease
-	keys      *keyLines      // nil without key ordering
-	owner     *groupLock     // nil without a group lock
-	workers   sync.WaitGroup // the fetch, ack, keeper and group lock goroutines
+	unsettled sync.WaitGroup      // delivered but not yet released
+	keeper    *leaseKeeper        // nil when no handler runs under a lease
+	keys      *keyLines           // nil without key ordering
+	owner     *groupLock          // nil without a group lock
+	bcast     *broadcastLease     // a broadcast subscription's; nil otherwise
+	results   backend.ResultStore // where results go (Delivery.SetResult); nil: the backend keeps none
+	workers   sync.WaitGroup      // the fetch, ack, keeper and group lock goroutines
 
 	// mu guards the extension state of the deliveries (their deliveryExt),
 	// the manual heap and the lease keeper's records; see the package doc.
@@ -129,6 +131,12 @@ type consumerConfig struct {
 	// (see groupLock), taken as LockHolder, unique to the subscription.
 	Locker     backend.GroupLocker
 	LockHolder string
+	// Broadcast, when set, is the lease on a broadcast subscription's
+	// own group (see broadcastLease): renewed while the consumer runs,
+	// and the group deleted when it closes.
+	Broadcast *broadcastLease
+	// ResultTTL is how long the handlers' results are kept.
+	ResultTTL time.Duration
 	// Event, when set, receives a lifecycle event at each step of a
 	// delivery, and never blocks; nil turns events off.
 	Event *lifecycle.Sink
@@ -169,6 +177,13 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 	if cfg.Locker != nil {
 		s.owner = newGroupLock(s, cfg.Locker)
 	}
+	if cfg.Broadcast != nil {
+		s.bcast = cfg.Broadcast
+		s.bcast.s = s
+	}
+	if rs, ok := b.be.(backend.ResultStore); ok && cfg.Caps.Results {
+		s.results = rs
+	}
 	s.stopAfter = context.AfterFunc(ctx, s.goCloseInBackground)
 	return s
 }
@@ -190,6 +205,10 @@ func (s *consumer) Start() {
 		s.workers.Add(1)
 		go func() { defer s.workers.Done(); s.owner.run() }()
 	}
+	if s.bcast != nil {
+		s.workers.Add(1)
+		go func() { defer s.workers.Done(); s.bcast.run() }()
+	}
 }
 
 // Discard gives up a consumer that newConsumer made and that never
@@ -201,6 +220,9 @@ func (s *consumer) Discard() {
 	s.forceStop(ErrClosed)
 	close(s.fetchDone)
 	_ = s.bsub.Close()
+	if s.bcast != nil {
+		s.bcast.discard()
+	}
 }
 
 // Done is closed when the subscription has fully stopped.

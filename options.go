@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -117,6 +118,12 @@ type subscribeOptions struct {
 	batchSet  bool
 	batching  bool
 	batcher   *batcher
+	// broadcast and broadcastExpiry are WithBroadcast's and
+	// WithBroadcastExpiry's (0: the default).
+	broadcast       bool
+	broadcastExpiry time.Duration
+	// resultTTL is WithResultTTL's (0: DefaultResultTTL).
+	resultTTL time.Duration
 }
 
 type busOptionFunc func(*busOptions) error
@@ -276,10 +283,15 @@ func (m middlewareOption) applySubscribe(s *subscribeOptions) error {
 // WithGroup sets the consumer group (default "default"). Subscriptions in
 // one group share the messages; every group gets every message. A
 // subscription has one group: giving two different groups is an error.
+// Names that start with "_broadcast." are kept for broadcast
+// subscriptions (WithBroadcast).
 func WithGroup(group string) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		if err := backend.ValidateTopic(group); err != nil {
 			return fmt.Errorf("%w: group %q: must follow the topic rules", ErrInvalidOption, group)
+		}
+		if strings.HasPrefix(group, broadcastPrefix) {
+			return fmt.Errorf("%w: group %q: the prefix %q is kept for the groups of broadcast subscriptions (WithBroadcast)", ErrInvalidOption, group, broadcastPrefix)
 		}
 		if s.groupSet && s.group != group {
 			return fmt.Errorf("%w: WithGroup given twice (%q, then %q); a subscription has one group: give one WithGroup, or subscribe once per group", ErrInvalidOption, s.group, group)

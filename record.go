@@ -56,6 +56,9 @@ type deliveryExt struct {
 	// kept is what the lease keeper knows of a running handler whose
 	// lease it had to act on.
 	kept keptLease
+	// result is what the handler left for the ack to store
+	// (Delivery.SetResult); nil: none.
+	result *[]byte
 }
 
 const (
@@ -227,6 +230,11 @@ func (d *record) alreadySettled(op string) error {
 }
 
 func (d *record) doAck() error {
+	if r := d.resultOf(); r != nil {
+		ctx, cancel := d.sub.settleCtx()
+		defer cancel()
+		return d.ackResult(ctx, *r)
+	}
 	err := d.sub.acks.add(d.ackID)
 	if err != nil {
 		err = d.ackErr(err)

@@ -215,6 +215,14 @@ func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
 // worker locks (see ackBuf). Once the acker is closed (the subscription
 // is shutting down), the ack is refused and reported.
 func (s *consumer) ackAfterHandler(d *record, w *workerSlot) {
+	if r := d.resultOf(); r != nil {
+		ctx, cancel := s.settleCtx()
+		defer cancel()
+		if err := d.ackResult(ctx, *r); err != nil {
+			s.report(d, observer.ScopeAck, err)
+		}
+		return
+	}
 	err := w.acks.add(d.ackID)
 	if err != nil {
 		err = d.ackErr(err)

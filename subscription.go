@@ -48,6 +48,11 @@ func (s *Subscription) discard() {
 	_ = s.parts.Close(context.Background())
 }
 
+// Group returns the subscription's consumer group: the one WithGroup
+// named (default "default"), or a broadcast subscription's own
+// (WithBroadcast).
+func (s *Subscription) Group() string { return s.group }
+
 // Done is closed when the subscription has fully stopped.
 func (s *Subscription) Done() <-chan struct{} { return s.run.Done() }
 

@@ -338,6 +338,14 @@ type Capabilities struct {
 	// for headers; raise max_payload in the server's configuration".
 	// Empty: the bus names the backend's limit and no more.
 	MaxPayloadLimit string
+	// Broadcast: the backend implements GroupDeleter, GroupLocker and
+	// Inspector, so the bus can give a subscription a group of its own
+	// that no process leaves behind (bus.WithBroadcast). It must agree
+	// with the type assertions; the conformance suite checks that.
+	Broadcast bool
+	// Results: the backend implements ResultStore, so handlers may
+	// leave a result that callers read by message ID (bus.Bus.Result).
+	Results bool
 	// AsyncBatches is how many PublishAsync batches of one topic the
 	// backend keeps busy at once: more for a backend that confirms each
 	// message on its own (0: the bus's default, 8).

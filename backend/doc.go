@@ -73,6 +73,10 @@
 //     closes.
 //   - Pinger: one round trip to the broker (Bus.Ping, for readiness
 //     probes).
+//   - GroupDeleter: remove a consumer group and its state (broadcast
+//     subscriptions, whose groups no process leaves behind).
+//   - ResultStore: keep a handler's result under its message ID for a
+//     ttl; ResultAcker, on a subscription, acks and stores it atomically.
 //
 // # Errors
 //

@@ -14,6 +14,8 @@ const (
 	capExtend
 	capPublishDedup
 	capScheduling
+	capBroadcast
+	capResults
 )
 
 func (c capability) String() string {
@@ -34,6 +36,10 @@ func (c capability) String() string {
 		return "PublishDedup"
 	case capScheduling:
 		return "Scheduling"
+	case capBroadcast:
+		return "Broadcast"
+	case capResults:
+		return "Results"
 	}
 	return "unknown"
 }
@@ -56,6 +62,10 @@ func (c capability) in(caps backend.Capabilities) bool {
 		return caps.PublishDedup
 	case capScheduling:
 		return caps.Scheduling
+	case capBroadcast:
+		return caps.Broadcast
+	case capResults:
+		return caps.Results
 	}
 	return false
 }

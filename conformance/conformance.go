@@ -192,6 +192,18 @@ var cases = []testCase{
 	{name: "SubscriptionHealthStandby", needs: []capability{capRedelivery}, run: testSubscriptionHealthStandby},
 	{name: "SubscriptionHealthPartitioned", needs: []capability{capRedelivery}, run: testSubscriptionHealthPartitioned},
 
+	// Broadcast subscriptions.
+	{name: "BroadcastEverySubscriberGetsEveryMessage", needs: []capability{capBroadcast}, run: testBroadcastEveryMessage},
+	{name: "BroadcastCloseLeavesNoGroup", needs: []capability{capBroadcast}, run: testBroadcastCloseLeavesNoGroup},
+	{name: "BroadcastDeadSubscriberExpires", needs: []capability{capBroadcast}, run: testBroadcastDeadSubscriberExpires},
+	{name: "BroadcastContradictionsRefused", run: testBroadcastContradictionsRefused},
+
+	// Results.
+	{name: "ResultRoundTrip", needs: []capability{capResults}, run: testResultRoundTrip},
+	{name: "ResultExpires", needs: []capability{capResults}, run: testResultExpires},
+	{name: "ResultOnlyWhenAcked", needs: []capability{capResults, capRedelivery}, run: testResultOnlyWhenAcked},
+	{name: "ResultRefusals", run: testResultRefusals},
+
 	// Inspection and dead-letter operations (backends with an Inspector).
 	{name: "InspectorFigures", needs: []capability{capGroups, capRedelivery, capStartOldest}, run: testInspectorFigures},
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},

@@ -290,6 +290,16 @@ func testSPICapabilitiesAgree(t *testing.T, s *suite) {
 	sub := e.subscribe("g", s.longLease())
 	_, ext := sub.(backend.Extender)
 	assert.Equal(t, e.be.Capabilities().Extend, ext, "Capabilities.Extend must say whether subscriptions implement backend.Extender")
+	if e.be.Capabilities().Broadcast {
+		_, del := e.be.(backend.GroupDeleter)
+		_, lock := e.be.(backend.GroupLocker)
+		_, in := e.be.(backend.Inspector)
+		assert.True(t, del && lock && in, "Capabilities.Broadcast needs backend.GroupDeleter (%v), GroupLocker (%v) and Inspector (%v)", del, lock, in)
+	}
+	if e.be.Capabilities().Results {
+		_, results := e.be.(backend.ResultStore)
+		assert.True(t, results, "Capabilities.Results needs backend.ResultStore")
+	}
 }
 
 // caseLimit bounds one case; past it the watchdog ends the test binary

@@ -30,8 +30,9 @@ type broker struct {
 	// whatever the limits (see topic.yieldIfAhead).
 	aheadMax int
 
-	locks groupLocks
-	parts partitions
+	locks   groupLocks
+	parts   partitions
+	results results
 }
 
 func newBroker(opts Options) *broker {
@@ -127,6 +128,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
+		Broadcast:      true,
+		Results:        true,
 		MaxPayload:     0,
 	}
 }

@@ -20,6 +20,7 @@ func TestCapabilities(t *testing.T) {
 	require.Equal(t, backend.Capabilities{
 		Name: "mem", ConsumerGroups: true, Redelivery: true, NackDelay: true,
 		Ordered: true, StartOldest: true, PublishDedup: true, Extend: true, Scheduling: true,
+		Broadcast: true, Results: true,
 	}, be.Capabilities(), "capabilities")
 }
 

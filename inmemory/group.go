@@ -104,6 +104,8 @@ type group struct {
 	queues  []*leaseQueue
 
 	members int
+	// deleted is set when DeleteGroup removed the group from its topic.
+	deleted bool
 
 	// wakeCh is closed, and reset, to wake the members blocked in Receive;
 	// wakeAt is the earliest time one of them plans to wake up on its own.

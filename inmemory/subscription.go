@@ -54,6 +54,10 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 			t.unlock()
 			return nil, errClosed("receive", t.name)
 		}
+		if g.deleted {
+			t.unlock()
+			return nil, backend.Permanent(fmt.Errorf("inmemory: receive %q: the group %q was deleted", t.name, g.name))
+		}
 		now := t.b.now()
 		if deadline == 0 {
 			deadline = now + int64(maxReceiveWait)

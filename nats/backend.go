@@ -47,9 +47,11 @@ type Backend struct {
 	released releases
 	// locks is the bucket of group locks (locker.go).
 	locks releases
-	opts  Options
-	caps  backend.Capabilities
-	v210  bool // server is 2.10 or later
+	// results are the buckets of the handlers' results (result.go).
+	results resultBuckets
+	opts    Options
+	caps    backend.Capabilities
+	v210    bool // server is 2.10 or later
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}
@@ -196,6 +198,8 @@ func newBackend(nc *natsgo.Conn, own bool, o Options) (*Backend, error) {
 			PublishDedup:    true,
 			Extend:          true,
 			Scheduling:      !o.noSchedules && o.Retention != RetentionInterest,
+			Broadcast:       true,
+			Results:         true,
 			MaxPayload:      maxPayload,
 			MaxPayloadLimit: limit,
 			// JetStream confirms each message of a batch on its own.

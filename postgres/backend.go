@@ -118,6 +118,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
+		Broadcast:      true,
+		Results:        true,
 		MaxPayload:     b.opts.MaxPayload,
 		MaxPayloadLimit: fmt.Sprintf("the postgres backend's max_payload (URL parameter; Options.MaxPayload); raise it there, "+
 			"to at most %d", maxMaxPayload),

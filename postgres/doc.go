@@ -29,9 +29,10 @@
 //
 // # Tables
 //
-// Every table is named bus_*; [Schema] returns the SQL (schema v3).
-// Migrate brings a database of schema v2 to v3 (it adds bus_leases; the
-// rows of v2 keep their meaning) and refuses one that holds the first
+// Every table is named bus_*; [Schema] returns the SQL (schema v4).
+// Migrate brings a database of schema v2 or v3 to v4 (it adds bus_leases
+// and bus_results; the rows of v2 keep their meaning) and refuses one
+// that holds the first
 // layout (schema v1) with [ErrOldSchema]. An older process does not see
 // what bus_leases holds, so a trigger on bus_messages refuses any delete
 // whose transaction did not set bus.schema to 3 (every delete of this

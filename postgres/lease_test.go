@@ -212,7 +212,7 @@ INSERT INTO bus_messages (topic, ord, id, key, payload, published_at, visible_at
 	require.NoError(t, postgres.Migrate(ctx, conn), "again: nothing to do")
 	var mark string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT obj_description('bus_topics'::regclass)`).Scan(&mark))
-	assert.Equal(t, "bus postgres schema v3", mark)
+	assert.Equal(t, "bus postgres schema v4", mark)
 
 	be, err := postgres.OpenURL(ctx, u)
 	require.NoError(t, err)

@@ -24,10 +24,11 @@ type Execer interface {
 
 // schemaMark is the comment the last statement of schema.sql sets;
 // oldMark is the one of the first layout, which Migrate refuses. A
-// database of schema v2 is brought to v3 by running schema.sql again: v3
-// adds bus_leases, and the rows of v2 keep their meaning.
+// database of schema v2 or v3 is brought to v4 by running schema.sql
+// again: v3 adds bus_leases, v4 bus_results, and the rows of v2 keep
+// their meaning.
 const (
-	schemaMark = "bus postgres schema v3"
+	schemaMark = "bus postgres schema v4"
 	oldMark    = "bus postgres schema v1"
 )
 
@@ -41,11 +42,11 @@ WHERE c.oid = to_regclass('bus_topics') AND d.objsubid = 0), '')`
 // rows cannot be carried into the cursors of v2 and later. Drain its groups, then
 // drop the bus_* tables (or point the backend at another database) and
 // migrate again.
-var ErrOldSchema = errors.New("the database holds bus postgres schema v1; drain it and drop the bus_* tables to migrate to v3")
+var ErrOldSchema = errors.New("the database holds bus postgres schema v1; drain it and drop the bus_* tables to migrate to v4")
 
 // Migrate creates the backend's tables and indexes, or does nothing when
-// they exist; it brings a database of schema v2 to v3 (it adds
-// bus_leases). It first looks for the schema's mark, without taking a lock
+// they exist; it brings a database of schema v2 or v3 to v4 (it adds
+// bus_leases and bus_results). It first looks for the schema's mark, without taking a lock
 // on the tables (creating an index that exists, or setting a table's
 // storage parameters, would wait for the writers of the table and make
 // them wait). Otherwise it runs the schema as one batch without

@@ -173,7 +173,18 @@ CREATE TABLE IF NOT EXISTS bus_members (
     PRIMARY KEY (topic, grp, member)
 );
 
+-- bus_results holds the handlers' results (backend.ResultStore) until
+-- their ttl runs out; each store deletes a few expired rows.
+CREATE TABLE IF NOT EXISTS bus_results (
+    topic text NOT NULL,
+    id    text NOT NULL,
+    val   bytea NOT NULL,
+    until timestamptz NOT NULL,
+    PRIMARY KEY (topic, id)
+);
+CREATE INDEX IF NOT EXISTS bus_results_until ON bus_results (until);
+
 -- The mark Migrate looks for first: the schema is in place (the file is
 -- applied atomically), so a process that starts does not take the
 -- tables' locks again while others write.
-COMMENT ON TABLE bus_topics IS 'bus postgres schema v3';
+COMMENT ON TABLE bus_topics IS 'bus postgres schema v4';

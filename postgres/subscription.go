@@ -691,6 +691,12 @@ const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan
 
 // ack runs ackSQL for ids, with its generic plan, in one transaction.
 func (s *subscription) ack(ctx context.Context, ids []ackID) error {
+	return s.b.pool.SendBatch(ctx, s.ackBatch(ids)).Close()
+}
+
+// ackBatch is the batch that acks ids (one implicit transaction): ackSQL
+// with its generic plan.
+func (s *subscription) ackBatch(ids []ackID) *pgx.Batch {
 	seqs := make([]int64, 0, len(ids))
 	var tags []int64
 	for _, a := range ids {
@@ -705,7 +711,7 @@ func (s *subscription) ack(ctx context.Context, ids []ackID) error {
 	batch := &pgx.Batch{}
 	batch.Queue(genericPlanSQL)
 	batch.Queue(ackSQL, s.gid, slices.Min(seqs), slices.Max(seqs), seqs, tags)
-	return s.b.pool.SendBatch(ctx, batch).Close()
+	return batch
 }
 
 // leasedSQL is the condition every settlement but Ack checks: the row is

@@ -192,6 +192,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PublishDedup:   true,
 		Extend:         true,
 		Scheduling:     true,
+		Broadcast:      true,
+		Results:        true,
 		MaxPayload:     b.opts.MaxPayload,
 		MaxPayloadLimit: "the redisstream backend's max_payload (URL parameter; Options.MaxPayload); raise it there, " +
 			"within the server's proto-max-bulk-len (512 MB unless configured)",

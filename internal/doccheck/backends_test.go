@@ -70,6 +70,8 @@ func TestBackendListsNameEveryShippedBackend(t *testing.T) {
 		{"docs/operating.md", "optional `backend.Inspector` (", ";", func(b any) bool { _, ok := b.(backend.Inspector); return ok }},
 		{"docs/operating.md", "that implements `backend.TopicDeleter`, i.e.", ", so", func(b any) bool { _, ok := b.(backend.TopicDeleter); return ok }},
 		{"docs/operating.md", "optional `backend.Pinger` (", ";", func(b any) bool { _, ok := b.(backend.Pinger); return ok }},
+		{"broadcast.go", "needs Capabilities.Broadcast (", ";", func(b any) bool { _, ok := b.(backend.GroupDeleter); return ok }},
+		{"result.go", "needs Capabilities.Results (", ")", func(b any) bool { _, ok := b.(backend.ResultStore); return ok }},
 	}
 	for _, l := range lists {
 		text := excerpt(t, l.file, l.from, l.until)

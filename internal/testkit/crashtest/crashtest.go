@@ -96,6 +96,18 @@ func (m *Member) Leave(ctx context.Context, topic, group, member string) error {
 	return m.Target.Leave(ctx, topic, group, member)
 }
 
+// DeleteGroup forwards to the target's GroupDeleter, when it has one.
+func (m *Member) DeleteGroup(ctx context.Context, topic, group string) error {
+	d, ok := m.Target.(backend.GroupDeleter)
+	switch {
+	case m.Dead():
+		return ErrCrashed
+	case !ok:
+		return fmt.Errorf("crashtest: %w: the target is no backend.GroupDeleter", backend.ErrUnsupported)
+	}
+	return d.DeleteGroup(ctx, topic, group)
+}
+
 // Close leaves the shared target open for the other members.
 func (m *Member) Close() error { return nil }
 
