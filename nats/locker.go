@@ -35,26 +35,7 @@ func lockKey(topic, group string) string {
 // forgetLocks purges the group locks of topic from the bucket (a lock
 // whose holder died stays there with its expiry), for DeleteTopic.
 func (b *Backend) forgetLocks(ctx context.Context, topic string) error {
-	kv, err := b.js.KeyValue(ctx, b.bucketName("_LOCKS"))
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	lister, err := kv.ListKeysFiltered(ctx, hex.EncodeToString([]byte(topic))+".*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for key := range lister.Keys() {
-		if err := kv.Purge(ctx, key); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.purgeKeys(ctx, b.bucketName("_LOCKS"), hex.EncodeToString([]byte(topic))+".*")
 }
 
 // LockGroup implements backend.GroupLocker with compare-and-set on a
