@@ -46,8 +46,13 @@ deadcode:
 # at a time, in the order they are named, and names each one once).
 SLOWEST := ./nats ./redisstream ./kafka ./postgres ./rabbitmq ./inmemory
 
+# UNIT_P packages run at once. The broker-backed packages spend most of
+# their time waiting on their servers, leases and timeouts rather than
+# on the CPU, so three at a time keeps two cores busy.
+UNIT_P ?= 3
+
 unit:
-	$(GO) test -race -timeout 20m $(SLOWEST) $(PKGS)
+	$(GO) test -race -p $(UNIT_P) -timeout 20m $(SLOWEST) $(PKGS)
 
 # fuzz: every Fuzz* target for FUZZTIME (default 5s) each; see scripts/fuzz.sh.
 fuzz:
