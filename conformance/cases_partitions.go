@@ -136,7 +136,7 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 	h.publish(topic, batch2...)
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(batch1)+len(batch2)) },
 		"the member left takes every partition over")
-	log.assertInOrder(t, append(batch1, batch2...))
+	log.assertInOrderUnlessLeaseLost(t, append(batch1, batch2...))
 }
 
 // memberLog records which members handled each key. Safe for concurrent
