@@ -151,7 +151,11 @@ func (k *leaseKeeper) checkLocked(lost []observer.Event, d *record, now int64) [
 	case k.ext != nil && time.Duration(now-d.received) < k.max:
 		l.extending = true
 		k.calls.Add(1)
-		go k.extend(d, l)
+		// The extension may take until a quarter of the current lease
+		// is left (never less than a tick), so that a slow broker round
+		// trip does not cost a lease that still has time.
+		wait := max(time.Duration(renewed-now)+timeout*3/4, k.period)
+		go k.extend(d, l, wait)
 	case age >= timeout/2:
 		var cause error
 		if k.ext == nil {
@@ -164,10 +168,11 @@ func (k *leaseKeeper) checkLocked(lost []observer.Event, d *record, now int64) [
 	return lost
 }
 
-// extend renews one lease; on failure the handler's ctx is cancelled.
-func (k *leaseKeeper) extend(d *record, l *keptLease) {
+// extend renews one lease within wait; on failure the handler's ctx is
+// cancelled.
+func (k *leaseKeeper) extend(d *record, l *keptLease, wait time.Duration) {
 	defer k.calls.Done()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), k.period)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.s.handlerCtx), wait)
 	start := monoNow()
 	err := d.extendLease(ctx)
 	cancel()
