@@ -32,6 +32,9 @@
 //	                              changed hands (released or lapsed)
 //	bus.notes.<topic>/<group>     durable quorum queue of a key-ordered
 //	                              group's release notes
+//	bus.parts.<topic>             stream of the topic's partition count
+//	bus.members.<topic>/<group>   stream of a partitioned group's
+//	                              heartbeats (kept 10 minutes)
 //	bus.due                direct exchange the bus.at queues dead-letter
 //	                       to; a topic's exchange is bound to it, with its
 //	                       own name as the key, when the topic first
@@ -115,6 +118,23 @@
 //     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
+// # Partitioned topics
+//
+// The backend implements backend.Partitioner; partition p of topic T is
+// the topic T~p, with an exchange and group queues of its own, and its
+// members own it through the group lock (see Key order). The count and
+// the members are kept in streams (x-queue-type stream), which every
+// reader reads whole without taking anything off: a caller appends a
+// record, confirmed, and reads the stream up to it. The first count above
+// 0 in a topic's parts stream is its count, so that of two callers that
+// record different counts at once both read the one that came first; the
+// backend keeps a count once read. A heartbeat is a record of the
+// member's name and the time it is live until, by the writer's clock (the
+// members' clocks are taken to agree); a Leave is a record that ends it.
+// A read takes the records of the last ten seconds (or twice the ttl,
+// when longer), and the members whose last record is a heartbeat not
+// past its time are live.
+//
 // # Deadlines
 //
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
@@ -151,8 +171,8 @@
 // may store a message twice). The backend implements backend.Pinger (a
 // channel opened and closed); subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend implements backend.GroupLocker
-// (see Key order). It has no Inspector, PendingLister, Partitioner or
-// GroupSeeker yet: a member that takes a group lock over waits one ack
-// timeout before it fetches, and the conformance cases of those
-// interfaces are skipped.
+// (see Key order) and backend.Partitioner (see Partitioned topics). It
+// has no Inspector, PendingLister or GroupSeeker yet: a member that takes
+// a group lock over waits one ack timeout before it fetches, and the
+// conformance cases of those interfaces are skipped.
 package rabbitmq
