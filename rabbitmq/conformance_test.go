@@ -22,6 +22,8 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("MalformedEntryDeadLettered", func(t *testing.T) { testMalformedEntryDeadLettered(t, node) })
 	t.Run("DeliverAtReachesLaterGroups", func(t *testing.T) { testDeliverAtReachesLaterGroups(t, node) })
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
+	t.Run("DeleteGroup", func(t *testing.T) { testDeleteGroup(t, node) })
+	t.Run("BroadcastCases", func(t *testing.T) { testBroadcastCases(t, node.URL()) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })
 	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })

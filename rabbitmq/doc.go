@@ -171,8 +171,12 @@
 // may store a message twice). The backend implements backend.Pinger (a
 // channel opened and closed); subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend implements backend.GroupLocker
-// (see Key order) and backend.Partitioner (see Partitioned topics). It
-// has no Inspector, PendingLister or GroupSeeker yet: a member that takes
-// a group lock over waits one ack timeout before it fetches, and the
-// conformance cases of those interfaces are skipped.
+// (see Key order), backend.Partitioner (see Partitioned topics) and
+// backend.GroupDeleter (the group's queue, release notes, lock, lock state
+// and members stream deleted; copies of its messages in the shared hold
+// queues are dropped when they come out). It has no Inspector,
+// PendingLister or GroupSeeker yet: a member that takes a group lock over
+// waits one ack timeout before it fetches, and the conformance cases of
+// those interfaces are skipped. Broadcast is false until the backend has
+// an Inspector, which the bus's sweep of dead broadcast groups needs.
 package rabbitmq
