@@ -71,6 +71,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Ordered:        true,
 		Extend:         true,
 		Scheduling:     true,
+		Results:        true,
 	}
 }
 

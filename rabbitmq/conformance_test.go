@@ -23,6 +23,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("DeliverAtReachesLaterGroups", func(t *testing.T) { testDeliverAtReachesLaterGroups(t, node) })
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
 	t.Run("DeleteGroup", func(t *testing.T) { testDeleteGroup(t, node) })
+	t.Run("ResultQueues", func(t *testing.T) { testResultQueues(t, node) })
 	t.Run("BroadcastCases", func(t *testing.T) { testBroadcastCases(t, node.URL()) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })

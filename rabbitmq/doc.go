@@ -35,6 +35,7 @@
 //	bus.parts.<topic>             stream of the topic's partition count
 //	bus.members.<topic>/<group>   stream of a partitioned group's
 //	                              heartbeats (kept 10 minutes)
+//	bus.result.<topic>/<id>       classic queue of a handler's result
 //	bus.due                direct exchange the bus.at queues dead-letter
 //	                       to; a topic's exchange is bound to it, with its
 //	                       own name as the key, when the topic first
@@ -135,6 +136,22 @@
 // when longer), and the members whose last record is a heartbeat not
 // past its time are live.
 //
+// # Results
+//
+// The backend implements backend.ResultStore with a classic queue per
+// result, holding it as its one message: StoreResult deletes the queue of
+// an earlier result of the message, declares it again with x-expires of
+// the ttl plus a second and x-max-length 1, and publishes the result with
+// the ttl as its expiration, confirmed. Result reads it with basic.get and
+// puts it back with a nack, which keeps its expiry; a caller that reads
+// while another holds it finds none and the bus looks again. The bus
+// stores the result and then acks (there is no ResultAcker: RabbitMQ has
+// no step that does both): a crash between the two leaves the result
+// stored and the message redelivered, and the next handling's result
+// replaces it. A result costs the broker a queue (a process of its own)
+// and its message until its ttl, and the queue until it has gone unread
+// for its ttl and a second.
+//
 // # Deadlines
 //
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
@@ -157,8 +174,8 @@
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
-// receives first deliveries in publish order), Extend and Scheduling are
-// true. Publish stores a message whose DeliverAt is still to come in the
+// receives first deliveries in publish order), Extend, Scheduling and
+// Results are true. Publish stores a message whose DeliverAt is still to come in the
 // bus.at hold queue of the longest fixed delay not past it, carrying its
 // due time in bus-due, so delayed messages never stand in front of
 // immediate ones; it reaches the groups its topic has when it comes out
