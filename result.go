@@ -51,9 +51,10 @@ func WithResultTTL(d time.Duration) SubscribeOption {
 // redelivered, and the next handling's result replaces it. A result set
 // again replaces the one before; a delivery that is not acked (retried,
 // dead-lettered) stores none. It needs Capabilities.Results (mem, Redis,
-// NATS JetStream and PostgreSQL): elsewhere it returns an error wrapping
-// ErrUnsupported. After the delivery was settled (in AckOnReceive, before
-// the handler runs) it returns an error wrapping ErrAlreadySettled.
+// NATS JetStream, PostgreSQL and RabbitMQ): elsewhere it returns an
+// error wrapping ErrUnsupported. After the delivery was settled (in
+// AckOnReceive, before the handler runs) it returns an error wrapping
+// ErrAlreadySettled.
 func (d *Delivery) SetResult(result []byte) error {
 	if d.rec == nil {
 		return detached("set result")

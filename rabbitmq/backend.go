@@ -27,6 +27,7 @@ type Backend struct {
 	subs     map[*Subscription]struct{}
 	locks    map[string]*heldLock // by lock queue
 	lockSeq  uint64               // takes of a lock on this backend
+	parts    sync.Map             // topic → its recorded partition count
 	closed   bool
 }
 
@@ -70,6 +71,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Ordered:        true,
 		Extend:         true,
 		Scheduling:     true,
+		Results:        true,
 	}
 }
 

@@ -32,6 +32,10 @@
 //	                              changed hands (released or lapsed)
 //	bus.notes.<topic>/<group>     durable quorum queue of a key-ordered
 //	                              group's release notes
+//	bus.parts.<topic>             stream of the topic's partition count
+//	bus.members.<topic>/<group>   stream of a partitioned group's
+//	                              heartbeats (kept 10 minutes)
+//	bus.result.<topic>/<id>       classic queue of a handler's result
 //	bus.due                direct exchange the bus.at queues dead-letter
 //	                       to; a topic's exchange is bound to it, with its
 //	                       own name as the key, when the topic first
@@ -115,6 +119,39 @@
 //     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
+// # Partitioned topics
+//
+// The backend implements backend.Partitioner; partition p of topic T is
+// the topic T~p, with an exchange and group queues of its own, and its
+// members own it through the group lock (see Key order). The count and
+// the members are kept in streams (x-queue-type stream), which every
+// reader reads whole without taking anything off: a caller appends a
+// record, confirmed, and reads the stream up to it. The first count above
+// 0 in a topic's parts stream is its count, so that of two callers that
+// record different counts at once both read the one that came first; the
+// backend keeps a count once read. A heartbeat is a record of the
+// member's name and the time it is live until, by the writer's clock (the
+// members' clocks are taken to agree); a Leave is a record that ends it.
+// A read takes the records of the last ten seconds (or twice the ttl,
+// when longer), and the members whose last record is a heartbeat not
+// past its time are live.
+//
+// # Results
+//
+// The backend implements backend.ResultStore with a classic queue per
+// result, holding it as its one message: StoreResult deletes the queue of
+// an earlier result of the message, declares it again with x-expires of
+// the ttl plus a second and x-max-length 1, and publishes the result with
+// the ttl as its expiration, confirmed. Result reads it with basic.get and
+// puts it back with a nack, which keeps its expiry; a caller that reads
+// while another holds it finds none and the bus looks again. The bus
+// stores the result and then acks (there is no ResultAcker: RabbitMQ has
+// no step that does both): a crash between the two leaves the result
+// stored and the message redelivered, and the next handling's result
+// replaces it. A result costs the broker a queue (a process of its own)
+// and its message until its ttl, and the queue until it has gone unread
+// for its ttl and a second.
+//
 // # Deadlines
 //
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
@@ -137,8 +174,8 @@
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
-// receives first deliveries in publish order), Extend and Scheduling are
-// true. Publish stores a message whose DeliverAt is still to come in the
+// receives first deliveries in publish order), Extend, Scheduling and
+// Results are true. Publish stores a message whose DeliverAt is still to come in the
 // bus.at hold queue of the longest fixed delay not past it, carrying its
 // due time in bus-due, so delayed messages never stand in front of
 // immediate ones; it reaches the groups its topic has when it comes out
@@ -151,8 +188,12 @@
 // may store a message twice). The backend implements backend.Pinger (a
 // channel opened and closed); subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend implements backend.GroupLocker
-// (see Key order). It has no Inspector, PendingLister, Partitioner or
-// GroupSeeker yet: a member that takes a group lock over waits one ack
-// timeout before it fetches, and the conformance cases of those
-// interfaces are skipped.
+// (see Key order), backend.Partitioner (see Partitioned topics) and
+// backend.GroupDeleter (the group's queue, release notes, lock, lock state
+// and members stream deleted; copies of its messages in the shared hold
+// queues are dropped when they come out). It has no Inspector,
+// PendingLister or GroupSeeker yet: a member that takes a group lock over
+// waits one ack timeout before it fetches, and the conformance cases of
+// those interfaces are skipped. Broadcast is false until the backend has
+// an Inspector, which the bus's sweep of dead broadcast groups needs.
 package rabbitmq

@@ -343,7 +343,7 @@ func isAMQPCode(err error, codes ...int) bool {
 }
 
 func validateLock(topic, group, holder string) error {
-	if err := backend.ValidateTopic(topic); err != nil {
+	if err := validateStoredTopic(topic); err != nil {
 		return fmt.Errorf("rabbitmq: lock group %q of %q: %w", group, topic, err)
 	}
 	if group == "" || holder == "" {

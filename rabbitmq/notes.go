@@ -169,16 +169,24 @@ func (s *Subscription) takeNotes(ctx context.Context) error {
 
 // pushQuiet is how long a closing key-ordered member waits for the
 // broker to stop pushing deliveries to its consumer before it notes what
-// it holds (see giveBackToHead).
-const pushQuiet = 50 * time.Millisecond
+// it holds (see giveBackToHead), and pushNoteMax how long it takes
+// pushed deliveries at most: the prefetch of a key-ordered member holds
+// its waiting messages too, and a queue that is published to all the
+// while would keep the broker pushing, and the channel open past the
+// close budget, while the next holder starts.
+const (
+	pushQuiet   = 50 * time.Millisecond
+	pushNoteMax = 10 * pushQuiet
+)
 
 // giveBackToHead gives back a key-ordered member's deliveries (dels: its
 // live consumer's) to the head of the group's queue without counting an
 // attempt. It notes them, confirmed: those Receive returned and that are
 // unsettled or released, those the broker pushed (it takes them until
 // the broker has stopped pushing for pushQuiet, the prefetch being full
-// or the queue empty, and then again until none came while it stored
-// the notes), and the notes it carries of messages it did not receive.
+// or the queue empty, or for pushNoteMax, and then again until none came
+// while it stored the notes), and the notes it carries of messages it
+// did not receive.
 // The caller then closes the channel: a quorum queue puts the unsettled
 // messages of a closed channel back at its head, in delivery order,
 // where a nack after the consumer's cancel would put them at its tail.
@@ -221,7 +229,8 @@ func (s *Subscription) giveBackToHead(ctx context.Context, dels <-chan amqp.Deli
 
 // notePushed notes the deliveries the broker pushed on dels (nil: none),
 // as given back uncounted, until it has stopped pushing for pushQuiet (the
-// prefetch is full or the queue empty) or ctx ends. It returns dels, or
+// prefetch is full or the queue empty), for pushNoteMax at most, or ctx
+// ends. It returns dels, or
 // nil once dels closed.
 func (s *Subscription) notePushed(ctx context.Context, dels <-chan amqp.Delivery, rn releaseNotes) <-chan amqp.Delivery {
 	if dels == nil {
@@ -229,6 +238,8 @@ func (s *Subscription) notePushed(ctx context.Context, dels <-chan amqp.Delivery
 	}
 	quiet := time.NewTimer(pushQuiet)
 	defer quiet.Stop()
+	limit := time.NewTimer(pushNoteMax)
+	defer limit.Stop()
 	for {
 		select {
 		case d, ok := <-dels:
@@ -240,6 +251,8 @@ func (s *Subscription) notePushed(ctx context.Context, dels <-chan amqp.Delivery
 			}
 			quiet.Reset(pushQuiet)
 		case <-quiet.C:
+			return dels
+		case <-limit.C:
 			return dels
 		case <-ctx.Done():
 			return dels

@@ -1,0 +1,315 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
+)
+
+var _ backend.Partitioner = (*Backend)(nil)
+
+// A topic's partition count and a group's members are kept in streams
+// (x-queue-type stream), which many readers read without taking anything
+// off: a caller appends a record, confirmed, and reads the stream up to
+// its own record. Every caller reads the same records in the same order,
+// so the first count recorded is the count every caller gets, and the
+// last record of each member says whether it is live.
+
+// partsName is the stream of topic's partition counts: "bus.parts.<topic>"
+// (topics are at most 200 bytes).
+func (b *Backend) partsName(topic string) string { return b.opts.Prefix + ".parts." + topic }
+
+// membersName is the stream of the heartbeats of group on topic:
+// "bus.members.<topic>/<group>", hashed as queueName does.
+func (b *Backend) membersName(topic, group string) string {
+	return b.groupName("members", topic, group)
+}
+
+// Arguments of the streams. A members stream keeps its records about
+// membersRetention, in segments of membersSegment bytes (the unit the
+// retention deletes); a parts stream keeps every record.
+const (
+	membersRetention = "10m"
+	membersSegment   = 1 << 20
+)
+
+// memberLookback is how far back a members read starts at least: the
+// records of the last memberLookback (or twice the caller's ttl, when
+// longer) decide who is live. A heartbeat's ttl is exact up to it.
+const memberLookback = 10 * time.Second
+
+// streamSlack covers the stream offset's granularity: a read by time
+// starts at a chunk's timestamp, in whole seconds of the broker's clock.
+const streamSlack = 2 * time.Second
+
+// Headers of the records of a members stream.
+const (
+	hdrMember = "bus-member"
+	hdrKind   = "bus-kind"
+	hdrUntil  = "bus-until" // Unix ms of the writer's clock
+)
+
+// Kinds of members records: a heartbeat, a leave, and the mark a read
+// without a heartbeat appends to know where the stream ends.
+const (
+	kindBeat  = "beat"
+	kindLeave = "leave"
+	kindMark  = "mark"
+)
+
+// Partitions implements backend.Partitioner. A count is a record in the
+// topic's parts stream; the first record of a count above 0 is the
+// topic's count. A caller appends its own (0 when it only reads) and reads
+// the stream from its first record up to that one, so that two callers
+// that record different counts at once both read the one that came first.
+// A count once read is kept by the backend: it never changes.
+func (b *Backend) Partitions(ctx context.Context, topic string, n int) (int, error) {
+	if err := backend.ValidateTopic(topic); err != nil {
+		return 0, fmt.Errorf("rabbitmq: partitions of %q: %w", topic, err)
+	}
+	if n < 0 || n > backend.MaxPartitions {
+		return 0, fmt.Errorf("rabbitmq: partitions of %q: %w: %d partitions, want 0 to %d", topic, backend.ErrInvalidOption, n, backend.MaxPartitions)
+	}
+	if b.isShut() {
+		return 0, fmt.Errorf("rabbitmq: partitions of %q: %w", topic, backend.ErrClosed)
+	}
+	if c, ok := b.parts.Load(topic); ok {
+		return c.(int), nil
+	}
+	q := b.partsName(topic)
+	args := amqp.Table{"x-queue-type": "stream"}
+	if n == 0 {
+		// A read does not create the stream: no stream, no count.
+		exists, err := b.streamExists(ctx, q)
+		if err != nil || !exists {
+			return 0, wrapErr(fmt.Sprintf("partitions of %q", topic), err)
+		}
+	}
+	recs, err := b.appendAndRead(ctx, q, args, "first", amqp.Publishing{Body: []byte(strconv.Itoa(n))})
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: partitions of %q: %w", topic, err)
+	}
+	for _, r := range recs {
+		if c, err := strconv.Atoi(string(r.Body)); err == nil && c > 0 && c <= backend.MaxPartitions {
+			b.parts.Store(topic, c)
+			return c, nil
+		}
+	}
+	return 0, nil
+}
+
+// Heartbeat implements backend.Partitioner: the heartbeat is a record of
+// the group's members stream carrying the time the member is live until
+// (by its writer's clock: the members' clocks are taken to agree), and the
+// live members are those whose last record in the stream is a heartbeat
+// whose time has not passed.
+func (b *Backend) Heartbeat(ctx context.Context, topic, group, member string, ttl time.Duration) ([]string, error) {
+	if member == "" || ttl <= 0 {
+		return nil, fmt.Errorf("rabbitmq: heartbeat of group %q on %q: %w: member %q, ttl %v", group, topic, backend.ErrInvalidOption, member, ttl)
+	}
+	until := time.Now().Add(ttl).UnixMilli()
+	return b.members(ctx, topic, group, kindBeat, member, until, ttl)
+}
+
+// Members implements backend.Partitioner. It appends a mark to the
+// group's members stream to know where the stream ends.
+func (b *Backend) Members(ctx context.Context, topic, group string) ([]string, error) {
+	return b.members(ctx, topic, group, kindMark, "", 0, 0)
+}
+
+// Leave implements backend.Partitioner: a leave record, confirmed, after
+// which no read counts member live until its next heartbeat.
+func (b *Backend) Leave(ctx context.Context, topic, group, member string) error {
+	if err := validateMembers(topic, group); err != nil {
+		return err
+	}
+	if member == "" {
+		return fmt.Errorf("rabbitmq: leave group %q on %q: %w: empty member", group, topic, backend.ErrInvalidOption)
+	}
+	if b.isShut() {
+		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, backend.ErrClosed)
+	}
+	q := b.membersName(topic, group)
+	if err := b.declareStream(ctx, q, membersArgs()); err != nil {
+		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, err)
+	}
+	rec := amqp.Publishing{Headers: amqp.Table{hdrMember: member, hdrKind: kindLeave}}
+	if err := b.appendRecord(ctx, q, rec); err != nil {
+		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, err)
+	}
+	return nil
+}
+
+func (b *Backend) members(ctx context.Context, topic, group, kind, member string, until int64, ttl time.Duration) ([]string, error) {
+	if err := validateMembers(topic, group); err != nil {
+		return nil, err
+	}
+	if b.isShut() {
+		return nil, fmt.Errorf("rabbitmq: members of group %q on %q: %w", group, topic, backend.ErrClosed)
+	}
+	from := time.Now().Add(-max(memberLookback, 2*ttl) - streamSlack)
+	rec := amqp.Publishing{Headers: amqp.Table{hdrMember: member, hdrKind: kind, hdrUntil: until}}
+	recs, err := b.appendAndRead(ctx, b.membersName(topic, group), membersArgs(), from, rec)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: members of group %q on %q: %w", group, topic, err)
+	}
+	last := map[string]amqp.Delivery{}
+	for _, r := range recs {
+		if m, _ := r.Headers[hdrMember].(string); m != "" {
+			last[m] = r
+		}
+	}
+	now := time.Now().UnixMilli()
+	ms := []string{}
+	for m, r := range last {
+		if k, _ := r.Headers[hdrKind].(string); k != kindBeat {
+			continue
+		}
+		if u, _ := r.Headers[hdrUntil].(int64); u > now {
+			ms = append(ms, m)
+		}
+	}
+	slices.Sort(ms)
+	return ms, nil
+}
+
+func membersArgs() amqp.Table {
+	return amqp.Table{
+		"x-queue-type":                    "stream",
+		"x-max-age":                       membersRetention,
+		"x-stream-max-segment-size-bytes": membersSegment,
+	}
+}
+
+// appendAndRead declares the stream q, appends rec to it, confirmed, and
+// returns the records from offset (a stream offset: "first" or a time) up
+// to rec, rec last.
+func (b *Backend) appendAndRead(ctx context.Context, q string, args amqp.Table, offset any, rec amqp.Publishing) ([]amqp.Delivery, error) {
+	if err := b.declareStream(ctx, q, args); err != nil {
+		return nil, err
+	}
+	rec.MessageId = msgid.New()
+	if err := b.appendRecord(ctx, q, rec); err != nil {
+		return nil, err
+	}
+	return b.readStream(ctx, q, offset, rec.MessageId)
+}
+
+// declareStream declares the stream q once per backend.
+func (b *Backend) declareStream(ctx context.Context, q string, args amqp.Table) error {
+	return b.declare(ctx, q, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, args)
+		return err
+	})
+}
+
+// appendRecord publishes rec to the stream q, confirmed.
+func (b *Backend) appendRecord(ctx context.Context, q string, rec amqp.Publishing) error {
+	rec.DeliveryMode = amqp.Persistent
+	errs, err := b.publishConfirmed(ctx, []string{""}, []string{q}, []amqp.Publishing{rec})
+	if err == nil {
+		err = errs[0]
+	}
+	return err
+}
+
+// streamReadPrefetch is the credit of a stream read.
+const streamReadPrefetch = 256
+
+// readStream consumes the stream q from offset until the record whose
+// message ID is id, and returns the records read, bounded by ctx.
+func (b *Backend) readStream(ctx context.Context, q string, offset any, id string) ([]amqp.Delivery, error) {
+	ch, err := b.pub.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
+	var dels <-chan amqp.Delivery
+	err = callCtx(ctx, func() error {
+		if err := ch.Qos(streamReadPrefetch, 0, false); err != nil {
+			return err
+		}
+		var err error
+		dels, err = ch.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var recs []amqp.Delivery
+	for n := 1; ; n++ {
+		select {
+		case d, ok := <-dels:
+			if !ok {
+				return nil, fmt.Errorf("read %q: %w", q, amqp.ErrClosed)
+			}
+			recs = append(recs, d)
+			if d.MessageId == id {
+				return recs, nil
+			}
+			if n%(streamReadPrefetch/2) == 0 {
+				_ = d.Ack(true) // credit for the rest
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// streamExists reports whether the queue q exists.
+func (b *Backend) streamExists(ctx context.Context, q string) (bool, error) {
+	ch, err := b.pub.channel(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
+	err = callCtx(ctx, func() error {
+		_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		return err
+	})
+	if isAMQPCode(err, amqp.NotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// wrapErr prefixes a non-nil err with what failed.
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("rabbitmq: %s: %w", what, err)
+}
+
+func validateMembers(topic, group string) error {
+	if err := backend.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("rabbitmq: members of group %q on %q: %w", group, topic, err)
+	}
+	if group == "" {
+		return fmt.Errorf("rabbitmq: members of group %q on %q: %w: empty group", group, topic, backend.ErrInvalidOption)
+	}
+	return nil
+}
+
+// isShut reports whether Close has been called.
+func (b *Backend) isShut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// validateStoredTopic validates a topic the bus stores: a user's topic or
+// a partition of one (backend.PartitionTopic).
+func validateStoredTopic(topic string) error {
+	if t, _, ok := backend.SplitPartitionTopic(topic); ok {
+		topic = t
+	}
+	return backend.ValidateTopic(topic)
+}
