@@ -1,9 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +38,12 @@ type DeadLetter struct {
 	Attempt int
 	// Time is when it was dead-lettered (zero if not recorded).
 	Time time.Time
+	// Holds reports whether it holds its key: a subscription with
+	// WithKeyFailure(KeyHold) dead-lettered it, and parks the key's
+	// later messages behind it. HeldBy is, on a parked message (code
+	// held), the ID of the head it waits behind.
+	Holds  bool
+	HeldBy string
 }
 
 // DeadLetters lists up to limit dead letters of the topic dlq, oldest
@@ -69,6 +78,12 @@ func (b *Bus) DeadLetters(ctx context.Context, dlq string, limit int) ([]DeadLet
 // topic, so a crash in between may duplicate it but never loses it. It
 // returns how many were replayed. IDs that name no dead letter of dlq are
 // an error wrapping ErrNotFound, after the others were replayed.
+//
+// The head of a held key (DeadLetter.Holds, WithKeyFailure(KeyHold)) is
+// replayed with the messages parked behind it, right after it, in their
+// order, whether ids names them or not; the group that held the key
+// handles them after the head, and the other groups of the topic, which
+// handled them when they were published, acknowledge them unhandled.
 func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) (int, error) {
 	if err := backend.ValidateTopic(dlq); err != nil {
 		return 0, fmt.Errorf("bus: replay dead letters: %w", err)
@@ -82,12 +97,25 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 		return 0, fmt.Errorf("bus: replay dead letters of %q: %w", dlq, err)
 	}
 	replayed := 0
+	done := map[string]bool{} // heads replayed with their parked messages
 	for _, m := range picked {
 		dl := decodeDeadLetter(m)
-		if err := b.replay(ctx, in, dlq, &dl); err != nil {
-			return replayed, err
+		switch {
+		case dl.Holds:
+			n, err := b.replayHold(ctx, in, dlq, &dl, false)
+			replayed += n
+			if err != nil {
+				return replayed, err
+			}
+			done[dl.ID] = true
+		case dl.HeldBy != "" && done[dl.HeldBy]:
+			// Replayed after its head.
+		default:
+			if err := b.replay(ctx, in, dlq, &dl); err != nil {
+				return replayed, err
+			}
+			replayed++
 		}
-		replayed++
 	}
 	return replayed, notFound("replay dead letters of", dlq, missing)
 }
@@ -102,6 +130,9 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 	m.Headers = maps.Clone(m.Headers)
 	at := time.Now()
 	m.Headers[backend.HeaderReplayed] = strconv.FormatInt(at.UnixNano(), 10)
+	if dl.Holds || dl.HeldBy != "" {
+		m.Headers[headerReplayGroup] = dl.Group
+	}
 	if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
 		return fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
 	}
@@ -180,6 +211,8 @@ func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error
 	v := *m
 	v.Headers = maps.Clone(m.Headers)
 	delete(v.Headers, backend.HeaderReplayed)
+	delete(v.Headers, headerReplayGroup)
+	delete(v.Headers, headerRelease)
 	if err := validateMessage(&v, b.opts.maxPayload, b.opts.payloadLimit); err != nil {
 		return err
 	}
@@ -204,7 +237,7 @@ func idSet(ids []string) map[string]bool {
 func decodeDeadLetter(m *backend.Message) DeadLetter {
 	h := make(map[string]string, len(m.Headers))
 	for k, v := range m.Headers {
-		if !strings.HasPrefix(strings.ToLower(k), "bus-dlq-") {
+		if !strings.HasPrefix(strings.ToLower(k), "bus-dlq-") && k != headerRelease && k != headerReplayGroup {
 			h[k] = v
 		}
 	}
@@ -216,10 +249,216 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 		Group:   m.Headers[backend.HeaderDeadLetterGroup],
 	}
 	dl.Attempt, _ = strconv.Atoi(m.Headers[backend.HeaderDeadLetterAttempt])
+	dl.Holds = m.Headers[headerHolds] != ""
+	dl.HeldBy = m.Headers[headerHeldBy]
 	if t, err := time.Parse(time.RFC3339Nano, m.Headers[backend.HeaderDeadLetterTime]); err == nil {
 		dl.Time = t
 	} else {
 		dl.Time = m.PublishedAt
 	}
 	return dl
+}
+
+// replayHold replays the head of a held key, marked as the key's release
+// when release is set, and then the messages parked behind it, in their
+// order, and returns how many it replayed. Messages parked while it runs
+// (delivered before the head came back) are replayed too: it reads dlq
+// again until a read finds none new, a few times at most.
+func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, release bool) (int, error) {
+	if release {
+		head.Headers = maps.Clone(head.Headers)
+		head.Headers[headerRelease] = "true"
+	}
+	if err := b.replay(ctx, in, dlq, head); err != nil {
+		return 0, err
+	}
+	n := 1
+	if release {
+		n = 0
+	}
+	k, err := b.replayParked(ctx, in, dlq, head.Topic, head.Group, head.Key, head.ID)
+	return n + k, err
+}
+
+// parkedRounds bounds the reads of replayParked.
+const parkedRounds = 3
+
+// replayParked replays the messages of dlq parked behind the head id of
+// key (topic and group), in their order, reading dlq again for those
+// parked meanwhile, and returns how many it replayed.
+func (b *Bus) replayParked(ctx context.Context, in backend.Inspector, dlq, topic, group, key, id string) (int, error) {
+	seen := map[string]bool{}
+	n := 0
+	for range parkedRounds {
+		var parked []DeadLetter
+		err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+			if m.Key == key && m.Headers[headerHeldBy] == id && !seen[m.ID] &&
+				m.Headers[backend.HeaderDeadLetterTopic] == topic && m.Headers[backend.HeaderDeadLetterGroup] == group {
+				seen[m.ID] = true
+				parked = append(parked, decodeDeadLetter(m))
+			}
+			return true
+		})
+		if err != nil {
+			return n, fmt.Errorf("bus: replay the messages parked behind %q on %q: %w", id, dlq, err)
+		}
+		if len(parked) == 0 {
+			return n, nil
+		}
+		for i := range parked {
+			if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// HeldKey is a key that a subscription with WithKeyFailure(KeyHold)
+// holds, as its dead-letter topic shows it (HeldKeys).
+type HeldKey struct {
+	// Topic and Group are the subscription's; Key the held key.
+	Topic, Group, Key string
+	// Head is the ID of the dead-lettered message that holds the key;
+	// empty when only parked messages are left (a replay that stopped
+	// half-way): the key is not held any more, and ReleaseKey replays
+	// them.
+	Head string
+	// Parked counts the messages parked behind the head.
+	Parked int
+	// Since is when the head was dead-lettered.
+	Since time.Time
+}
+
+// HeldKeys lists the held keys of the subscriptions whose dead-letter
+// topic is dlq (WithKeyFailure(KeyHold)), ordered by topic, group and
+// the time each was held. Listing consumes nothing.
+func (b *Bus) HeldKeys(ctx context.Context, dlq string) ([]HeldKey, error) {
+	if err := backend.ValidateTopic(dlq); err != nil {
+		return nil, fmt.Errorf("bus: held keys: %w", err)
+	}
+	in, err := b.inspector("held keys")
+	if err != nil {
+		return nil, err
+	}
+	type ref struct{ topic, group, key string }
+	var order []ref
+	held := map[ref]*HeldKey{}
+	heads := map[ref]string{}
+	parked := map[ref]map[string]int{} // head ID -> parked count
+	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+		if !backend.IsDeadLetter(m) || m.Key == "" || m.Headers[headerHolds] == "" && m.Headers[headerHeldBy] == "" {
+			return true
+		}
+		dl := decodeDeadLetter(m)
+		r := ref{dl.Topic, dl.Group, dl.Key}
+		h := held[r]
+		if h == nil {
+			h = &HeldKey{Topic: dl.Topic, Group: dl.Group, Key: dl.Key}
+			held[r] = h
+			order = append(order, r)
+			parked[r] = map[string]int{}
+		}
+		if dl.Holds {
+			heads[r] = dl.ID
+			h.Since = dl.Time
+		} else {
+			parked[r][dl.HeldBy]++
+		}
+		return true
+	})
+	if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		return nil, fmt.Errorf("bus: held keys of %q: %w", dlq, err)
+	}
+	out := make([]HeldKey, 0, len(order))
+	for _, r := range order {
+		h := held[r]
+		h.Head = heads[r]
+		if h.Head != "" {
+			h.Parked = parked[r][h.Head]
+		} else {
+			for _, c := range parked[r] {
+				h.Parked += c
+			}
+		}
+		out = append(out, *h)
+	}
+	slices.SortStableFunc(out, func(a, b HeldKey) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Group, b.Group), a.Since.Compare(b.Since))
+	})
+	return out, nil
+}
+
+// ReleaseKey releases a key that the group holds on topic
+// (WithKeyFailure(KeyHold)), whose dead letters are on dlq: the head
+// stays given up, and the messages parked behind it are handled, in their
+// order. The head goes back through topic as the key's release, which the
+// group's subscription takes in the key's order: it lifts the hold there
+// and dead-letters the head again, with code released (it no longer
+// holds its key); then the parked messages are replayed after it, as
+// ReplayDeadLetters replays them. It returns how many parked messages it
+// replayed. A key with no head and no parked message on dlq is an error
+// wrapping ErrNotFound; one with only parked messages left (a replay
+// that stopped half-way) has them replayed.
+func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (int, error) {
+	for _, t := range []string{dlq, topic} {
+		if err := backend.ValidateTopic(t); err != nil {
+			return 0, fmt.Errorf("bus: release key: %w", err)
+		}
+	}
+	if group == "" || key == "" {
+		return 0, fmt.Errorf("bus: release key: %w: the group and the key must not be empty", ErrInvalidOption)
+	}
+	in, err := b.inspector("release key")
+	if err != nil {
+		return 0, err
+	}
+	var head *DeadLetter
+	parked := 0
+	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+		if m.Key != key || m.Headers[backend.HeaderDeadLetterTopic] != topic || m.Headers[backend.HeaderDeadLetterGroup] != group {
+			return true
+		}
+		switch {
+		case m.Headers[headerHolds] != "":
+			dl := decodeDeadLetter(m)
+			head = &dl
+		case m.Headers[headerHeldBy] != "":
+			parked++
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w", key, group, topic, err)
+	}
+	switch {
+	case head != nil:
+		return b.replayHold(ctx, in, dlq, head, true)
+	case parked > 0:
+		return b.replayOrphans(ctx, in, dlq, topic, group, key)
+	}
+	return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w: no held key on %q", key, group, topic, backend.ErrNotFound, dlq)
+}
+
+// replayOrphans replays the parked messages of key whose head is not on
+// dlq any more, in their order.
+func (b *Bus) replayOrphans(ctx context.Context, in backend.Inspector, dlq, topic, group, key string) (int, error) {
+	var msgs []DeadLetter
+	err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+		if m.Key == key && m.Headers[headerHeldBy] != "" &&
+			m.Headers[backend.HeaderDeadLetterTopic] == topic && m.Headers[backend.HeaderDeadLetterGroup] == group {
+			msgs = append(msgs, decodeDeadLetter(m))
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w", key, group, topic, err)
+	}
+	for i := range msgs {
+		if err := b.replay(ctx, in, dlq, &msgs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(msgs), nil
 }

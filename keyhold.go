@@ -1,0 +1,321 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/peek"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// This file holds the key failure policy of key-ordered subscriptions
+// (WithKeyFailure). With KeyHold, a key whose head was dead-lettered is
+// held: its later messages are parked on the dead-letter topic (code
+// held) instead of reaching the handler, until the head comes back
+// (ReplayDeadLetters) or the key is released (ReleaseKey). The hold is
+// stored at the broker, in the dead-letter topic itself: the head's copy
+// carries headerHolds, each parked copy headerHeldBy. The member that
+// holds the group lock learns the held keys from there when it takes
+// the lock, so a hold survives a restart and a member change; replays
+// and releases travel through the topic, in the key's order, so the
+// member learns of them in that order too.
+
+// KeyFailure is what a key-ordered subscription does with a key whose
+// head was dead-lettered (WithKeyFailure).
+type KeyFailure string
+
+const (
+	// KeySkip moves on: the key's next message is handled after its
+	// head was dead-lettered. The default.
+	KeySkip KeyFailure = "skip"
+	// KeyHold holds the key: its later messages are parked on the
+	// dead-letter topic with code held, in order, until the head is
+	// replayed (ReplayDeadLetters, which replays them after it) or the
+	// key is released (ReleaseKey).
+	KeyHold KeyFailure = "hold"
+)
+
+// Headers of the key hold. The dead-letter ones (bus-dlq-*) are removed
+// when a dead letter is read or replayed; the others travel with a
+// replayed message.
+const (
+	// headerHolds marks the dead-letter copy of a head that holds its key.
+	headerHolds = "bus-dlq-holds"
+	// headerHeldBy is, on a parked copy, the ID of the head it waits
+	// behind.
+	headerHeldBy = "bus-dlq-held-by"
+	// headerReplayGroup is, on a message replayed from a hold, the group
+	// it is replayed for: the members of other groups acknowledge it
+	// without handling it (they handled it the first time).
+	headerReplayGroup = "bus-replay-group"
+	// headerRelease is, on the head of a held key republished by
+	// ReleaseKey, the release of its key: the subscription lifts the
+	// hold and dead-letters the head again, with code released, instead
+	// of handling it.
+	headerRelease = "bus-hold-release"
+)
+
+// WithKeyFailure sets what a key-ordered subscription (WithKeyOrdering)
+// does once a key's head is dead-lettered (max deliveries reached,
+// Reject, undecodable, expired, ...): KeySkip (the default) handles the
+// key's next message; KeyHold holds the key, so that no later message of
+// it is handled until an operator acts: each is parked on the
+// dead-letter topic with code held (DeadLetter.HeldBy names the head),
+// in order. Replaying the head (ReplayDeadLetters) replays its parked
+// messages right after it, and the group handles them in their original
+// order, after the head; ReleaseKey gives the head up (it stays a dead
+// letter, code released) and replays the parked messages. HeldKeys lists
+// the held keys.
+//
+// The hold is stored at the broker, in the dead-letter topic: a member
+// that takes the group over, after a restart or a crash, learns the held
+// keys from there before it fetches. KeyHold needs WithKeyOrdering, a
+// dead-letter topic, an ack mode that redelivers (not AckOnReceive), an
+// unpartitioned topic, and a backend with a group lock and inspection
+// (mem, Redis, NATS JetStream, PostgreSQL, RabbitMQ); Subscribe refuses
+// it otherwise, before any I/O. See docs/ordering.md.
+func WithKeyFailure(f KeyFailure) SubscribeOption {
+	return subOptionFunc(func(s *subscribeOptions) error {
+		switch f {
+		case KeySkip, "":
+			s.keyHold = false
+		case KeyHold:
+			s.keyHold = true
+		default:
+			return fmt.Errorf("%w: key failure %q (want %q or %q)", ErrInvalidOption, string(f), KeySkip, KeyHold)
+		}
+		return nil
+	})
+}
+
+// keyHoldErrors are the reasons o cannot hold failed keys on a backend
+// of caps (be), before any I/O.
+func (o *subscribeOptions) keyHoldErrors(be backend.Backend, caps backend.Capabilities) []error {
+	if !o.keyHold {
+		return nil
+	}
+	var errs []error
+	if !o.keyOrdering {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) holds a key behind its head; it needs WithKeyOrdering", ErrInvalidOption))
+	}
+	if o.deadLetter == "" {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) parks a held key's messages on the dead-letter topic; give WithDeadLetter a topic", ErrInvalidOption))
+	}
+	if o.ackMode == AckOnReceive {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) parks messages before they are acked, and AckOnReceive acks on receipt; use AckOnSuccess or AckManual", ErrInvalidOption))
+	}
+	if o.broadcast {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) keeps its holds with the group, and a broadcast subscription's group ends with it; drop one of them", ErrInvalidOption))
+	}
+	if o.batching {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) works with Subscribe's single deliveries, not SubscribeBatch", ErrInvalidOption))
+	}
+	_, locker := be.(backend.GroupLocker)
+	_, inspects := be.(backend.Inspector)
+	if !locker || !inspects || !caps.Redelivery || caps.KeyOwnership {
+		errs = append(errs, fmt.Errorf("%w: WithKeyFailure(KeyHold) needs a group lock (one member consumes at a time) and inspection (the holds are read back from the dead-letter topic); %s has not both", ErrUnsupported, caps.Name))
+	}
+	return errs
+}
+
+// keyHolds are the held keys of a subscription: each key's head, the ID
+// of its dead-lettered message.
+type keyHolds struct {
+	mu    sync.Mutex
+	heads map[string]string
+}
+
+func (h *keyHolds) head(key string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id, ok := h.heads[key]
+	return id, ok
+}
+
+func (h *keyHolds) set(key, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.heads[key] = id
+}
+
+// lift ends the hold of key when its head is id.
+func (h *keyHolds) lift(key, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.heads[key] == id {
+		delete(h.heads, key)
+	}
+}
+
+// replace sets the holds to heads.
+func (h *keyHolds) replace(heads map[string]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.heads = heads
+}
+
+// count is the number of held keys.
+func (h *keyHolds) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.heads)
+}
+
+// heldReason is the reason a delivery is parked: the key's head.
+type heldReason struct{ head string }
+
+func (r *heldReason) Error() string {
+	return fmt.Sprintf("held: its key waits behind %q, dead-lettered before it (KeyHold)", r.head)
+}
+
+// errReleased is the reason the head of a released key is dead-lettered
+// again.
+var errReleased = errors.New("released: its key was released without it (ReleaseKey)")
+
+// replayedElsewhere reports whether d is a message replayed from a hold
+// for another group, which this subscription acknowledges without
+// handling it.
+func (s *consumer) replayedElsewhere(d *record) bool {
+	g, ok := d.pub.Headers[headerReplayGroup]
+	return ok && g != s.cfg.Group
+}
+
+// holdStep applies the key's hold to d before its handler runs, and
+// reports whether d is settled here: parked behind its key's head, or
+// the release of its key. A replayed head lifts its key's hold and goes
+// on to the handler.
+func (s *consumer) holdStep(d *record) bool {
+	key := d.pub.Key
+	head, held := s.holds.head(key)
+	if _, ok := d.pub.Headers[headerRelease]; ok {
+		s.holds.lift(key, d.pub.ID)
+		if d.claim() {
+			s.deadLetter(d, withCode(CodeReleased, errReleased))
+		}
+		return true
+	}
+	if !held {
+		return false
+	}
+	if head == d.pub.ID {
+		if _, replayed := d.pub.Headers[HeaderReplayed]; replayed {
+			s.holds.lift(key, head)
+			return false
+		}
+	}
+	if d.claim() {
+		s.deadLetter(d, withCode(CodeHeld, &heldReason{head: head}))
+	}
+	return true
+}
+
+// markHold sets the hold headers of cp, the dead-letter copy of d made
+// for reason, and reports whether d holds its key once stored.
+func (s *consumer) markHold(d *record, cp *backend.Message, code backend.DeadLetterCode, reason error) bool {
+	if s.holds == nil || d.pub.Key == "" {
+		return false
+	}
+	switch code {
+	case CodeHeld:
+		var r *heldReason
+		if errors.As(reason, &r) {
+			cp.Headers[headerHeldBy] = r.head
+		}
+		return false
+	case CodeReleased:
+		return false
+	}
+	cp.Headers[headerHolds] = "true"
+	return true
+}
+
+// loadHolds reads the subscription's held keys from its dead-letter
+// topic: the last head stored for each key by this topic and group.
+func (s *consumer) loadHolds(ctx context.Context) error {
+	in := s.bus.be.(backend.Inspector)
+	heads := map[string]string{}
+	err := peek.All(ctx, in, s.cfg.DeadLetter, peekPage, func(m *backend.Message) bool {
+		if m.Key != "" && m.Headers[headerHolds] != "" &&
+			m.Headers[backend.HeaderDeadLetterTopic] == s.cfg.Topic && m.Headers[backend.HeaderDeadLetterGroup] == s.cfg.Group {
+			heads[m.Key] = m.ID
+		}
+		return true
+	})
+	if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		return fmt.Errorf("bus: read the held keys of group %q from %q: %w", s.cfg.Group, s.cfg.DeadLetter, err)
+	}
+	s.holds.replace(heads)
+	return nil
+}
+
+// holdsTimeout bounds one read of the held keys.
+const holdsTimeout = 30 * time.Second
+
+// learnHolds reads the held keys before the subscription fetches, and
+// reports whether it could; a failure is reported, and the caller asks
+// again before it fetches anything.
+func (s *consumer) learnHolds() bool {
+	ctx, cancel := context.WithTimeout(s.fetchCtx, holdsTimeout)
+	defer cancel()
+	if err := s.loadHolds(ctx); err != nil {
+		s.observe(observer.Event{Scope: observer.ScopeLease, Topic: s.cfg.Topic, Group: s.cfg.Group,
+			Err: fmt.Errorf("%w (asking again before fetching)", err)})
+		return false
+	}
+	return true
+}
+
+// holdsReady reports whether the member that holds the lock knows the
+// held keys, so that it may fetch: without holds, at once; else once a
+// read of the dead-letter topic made since it took the lock succeeded.
+// It starts that read, in the background (the lock goes on being
+// renewed meanwhile), when none is under way.
+func (o *groupLock) holdsReady() bool {
+	if o.s.holds == nil {
+		return true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch o.holdsState {
+	case holdsLoaded:
+		return true
+	case holdsLoading:
+		return false
+	}
+	o.holdsState = holdsLoading
+	gen := o.holdsGen
+	o.loaders.Add(1)
+	go func() {
+		defer o.loaders.Done()
+		ok := o.s.learnHolds()
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.holdsGen != gen {
+			return // the lock was lost meanwhile: read again at the next take
+		}
+		o.holdsState = holdsUnknown
+		if ok {
+			o.holdsState = holdsLoaded
+		}
+	}()
+	return false
+}
+
+// forgetHolds makes the next take of the lock read the held keys again.
+func (o *groupLock) forgetHolds() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.holdsGen++
+	o.holdsState = holdsUnknown
+}
+
+// States of the held keys a member that holds the lock knows.
+const (
+	holdsUnknown = iota
+	holdsLoading
+	holdsLoaded
+)
