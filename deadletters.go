@@ -102,7 +102,7 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 		dl := decodeDeadLetter(m)
 		switch {
 		case dl.Holds:
-			n, err := b.replayHold(ctx, in, dlq, &dl, false)
+			n, err := b.replayHold(ctx, in, dlq, &dl)
 			replayed += n
 			if err != nil {
 				return replayed, err
@@ -259,25 +259,44 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 	return dl
 }
 
-// replayHold replays the head of a held key, marked as the key's release
-// when release is set, and then the messages parked behind it, in their
-// order, and returns how many it replayed. Messages parked while it runs
-// (delivered before the head came back) are replayed too: it reads dlq
-// again until a read finds none new, a few times at most.
-func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, release bool) (int, error) {
-	if release {
-		head.Headers = maps.Clone(head.Headers)
-		head.Headers[headerRelease] = "true"
-	}
+// replayHold replays the head of a held key and then the messages parked
+// behind it, in their order, and returns how many it replayed. Messages
+// parked while it runs (delivered before the head came back) are
+// replayed too: it reads dlq again until a read finds none new, a few
+// times at most.
+func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter) (int, error) {
 	if err := b.replay(ctx, in, dlq, head); err != nil {
 		return 0, err
 	}
-	n := 1
-	if release {
-		n = 0
-	}
 	k, err := b.replayParked(ctx, in, dlq, head.Topic, head.Group, head.Key, head.ID)
-	return n + k, err
+	return 1 + k, err
+}
+
+// releaseHold sends the head of a held key through its topic as the
+// key's release, and then stores it on dlq again with code released (not
+// holding its key any more), and replays the messages parked behind it;
+// it returns how many of those it replayed. The subscription that holds
+// the key lifts the hold when the release reaches it, in the key's
+// order, and acknowledges the release unhandled.
+func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, raw *backend.Message) (int, error) {
+	rel := *head
+	rel.Headers = maps.Clone(head.Headers)
+	rel.Headers[headerRelease] = "true"
+	if err := b.replay(ctx, in, dlq, &rel); err != nil {
+		return 0, err
+	}
+	cp := *raw
+	cp.Headers = maps.Clone(raw.Headers)
+	delete(cp.Headers, headerHolds)
+	cp.Headers[backend.HeaderDeadLetterCode] = string(CodeReleased)
+	cp.Headers[backend.HeaderDeadLetterReason] = errReleased.Error()
+	// A copy of its own for the backends that deduplicate by ID.
+	cp.Headers[backend.HeaderReplayed] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	cp.PublishedAt = time.Now()
+	if err := b.be.Publish(ctx, dlq, []*backend.Message{&cp}); err != nil {
+		return 0, fmt.Errorf("bus: release key %q: its head %q is released, but not stored again on %q: %w", head.Key, head.ID, dlq, err)
+	}
+	return b.replayParked(ctx, in, dlq, head.Topic, head.Group, head.Key, head.ID)
 }
 
 // parkedRounds bounds the reads of replayParked.
@@ -393,10 +412,11 @@ func (b *Bus) HeldKeys(ctx context.Context, dlq string) ([]HeldKey, error) {
 // ReleaseKey releases a key that the group holds on topic
 // (WithKeyFailure(KeyHold)), whose dead letters are on dlq: the head
 // stays given up, and the messages parked behind it are handled, in their
-// order. The head goes back through topic as the key's release, which the
-// group's subscription takes in the key's order: it lifts the hold there
-// and dead-letters the head again, with code released (it no longer
-// holds its key); then the parked messages are replayed after it, as
+// order. The head goes through topic as the key's release, which the
+// group's subscription takes in the key's order and acknowledges
+// unhandled, lifting the hold; it stays on dlq with code released (it
+// no longer holds its key; a crash in the middle of ReleaseKey may lose
+// that copy); then the parked messages are replayed after it, as
 // ReplayDeadLetters replays them. It returns how many parked messages it
 // replayed. A key with no head and no parked message on dlq is an error
 // wrapping ErrNotFound; one with only parked messages left (a replay
@@ -415,6 +435,7 @@ func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (in
 		return 0, err
 	}
 	var head *DeadLetter
+	var raw *backend.Message
 	parked := 0
 	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if m.Key != key || m.Headers[backend.HeaderDeadLetterTopic] != topic || m.Headers[backend.HeaderDeadLetterGroup] != group {
@@ -423,7 +444,7 @@ func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (in
 		switch {
 		case m.Headers[headerHolds] != "":
 			dl := decodeDeadLetter(m)
-			head = &dl
+			head, raw = &dl, m
 		case m.Headers[headerHeldBy] != "":
 			parked++
 		}
@@ -434,7 +455,7 @@ func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (in
 	}
 	switch {
 	case head != nil:
-		return b.replayHold(ctx, in, dlq, head, true)
+		return b.releaseHold(ctx, in, dlq, head, raw)
 	case parked > 0:
 		return b.replayOrphans(ctx, in, dlq, topic, group, key)
 	}

@@ -54,8 +54,7 @@ const (
 	headerReplayGroup = "bus-replay-group"
 	// headerRelease is, on the head of a held key republished by
 	// ReleaseKey, the release of its key: the subscription lifts the
-	// hold and dead-letters the head again, with code released, instead
-	// of handling it.
+	// hold and acknowledges it unhandled.
 	headerRelease = "bus-hold-release"
 )
 
@@ -172,8 +171,8 @@ func (r *heldReason) Error() string {
 	return fmt.Sprintf("held: its key waits behind %q, dead-lettered before it (KeyHold)", r.head)
 }
 
-// errReleased is the reason the head of a released key is dead-lettered
-// again.
+// errReleased is the reason the head of a released key stays a dead
+// letter.
 var errReleased = errors.New("released: its key was released without it (ReleaseKey)")
 
 // replayedElsewhere reports whether d is a message replayed from a hold
@@ -194,7 +193,7 @@ func (s *consumer) holdStep(d *record) bool {
 	if _, ok := d.pub.Headers[headerRelease]; ok {
 		s.holds.lift(key, d.pub.ID)
 		if d.claim() {
-			s.deadLetter(d, withCode(CodeReleased, errReleased))
+			s.settleErr(d, observer.ScopeAck, d.doAck())
 		}
 		return true
 	}
@@ -219,14 +218,11 @@ func (s *consumer) markHold(d *record, cp *backend.Message, code backend.DeadLet
 	if s.holds == nil || d.pub.Key == "" {
 		return false
 	}
-	switch code {
-	case CodeHeld:
+	if code == CodeHeld {
 		var r *heldReason
 		if errors.As(reason, &r) {
 			cp.Headers[headerHeldBy] = r.head
 		}
-		return false
-	case CodeReleased:
 		return false
 	}
 	cp.Headers[headerHolds] = "true"
