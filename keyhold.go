@@ -75,7 +75,7 @@ const (
 // keys from there before it fetches. KeyHold needs WithKeyOrdering, a
 // dead-letter topic, an ack mode that redelivers (not AckOnReceive), an
 // unpartitioned topic, and a backend with a group lock and inspection
-// (mem, Redis, NATS JetStream, PostgreSQL, RabbitMQ); Subscribe refuses
+// (mem, Redis, NATS JetStream, PostgreSQL); Subscribe refuses
 // it otherwise, before any I/O. See docs/ordering.md.
 func WithKeyFailure(f KeyFailure) SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
