@@ -157,13 +157,6 @@ func (h *keyHolds) replace(heads map[string]string) {
 	h.heads = heads
 }
 
-// count is the number of held keys.
-func (h *keyHolds) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.heads)
-}
-
 // heldReason is the reason a delivery is parked: the key's head.
 type heldReason struct{ head string }
 
