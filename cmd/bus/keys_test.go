@@ -4,6 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,4 +99,65 @@ func TestKeysCommands(t *testing.T) {
 	code, _, stderr = runCLI(t, "", "keys", "release", "--url", url, "--topic", topic, "--group", "billing", "--key", "acct-7")
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, stderr, "no held key")
+}
+
+// The dashboard lists the held keys of a dead-letter topic and releases
+// one, as a guarded write.
+func TestDashboardReleasesAHeldKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, "mem://", bus.WithObserver(observer.Nop()))
+	require.NoError(t, err)
+	defer func() { _ = b.Close(ctx) }()
+	handled := make(chan string, 4)
+	_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "debit 70" {
+			return bus.Reject(errors.New("account service down"))
+		}
+		handled <- string(d.Payload)
+		return nil
+	}, bus.WithGroup("billing"), bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+	require.NoError(t, err)
+	for _, p := range []string{"debit 70", "debit 20"} {
+		require.NoError(t, b.Publish(ctx, "ledger", &bus.Message{Key: "acct-7", Payload: []byte(p)}))
+	}
+	g, err := newGuard(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, "")
+	require.NoError(t, err)
+	u := &uiServer{b: b, guard: g, allowWrites: true, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv := httptestServer(t, u)
+	var keys []heldKeyJSON
+	require.Eventually(t, func() bool {
+		resp, err := srv.Client().Get(srv.URL + "/api/keys?topic=ledger.dlq")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		keys = nil
+		return resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&keys) == nil && len(keys) == 1 && keys[0].Parked == 1
+	}, 20*time.Second, 10*time.Millisecond, "the dashboard lists acct-7 held, 1 parked")
+	assert.Equal(t, "acct-7", keys[0].Key)
+
+	post := func(body string, withToken bool) int {
+		req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/api/keys/release", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if withToken {
+			req.Header.Set(tokenHeader, g.token)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	body := `{"dlq":"ledger.dlq","topic":"ledger","group":"billing","key":"acct-7"}`
+	assert.Equal(t, 403, post(body, false), "a release without the page's token is refused")
+	assert.Equal(t, 400, post(`{"dlq":"ledger.dlq","topic":"ledger","group":"billing"}`, true), "no key")
+	assert.Equal(t, 200, post(body, true))
+	select {
+	case got := <-handled:
+		assert.Equal(t, "debit 20", got)
+	case <-ctx.Done():
+		t.Fatal("the parked message is not handled after the release")
+	}
+	assert.Equal(t, 404, post(body, true), "nothing held any more")
 }
