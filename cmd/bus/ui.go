@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"embed"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
