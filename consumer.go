@@ -179,7 +179,7 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 		s.waits = slots.New(max(cfg.MaxWaiting, 1))
 	}
 	if cfg.KeyHold {
-		s.holds = &keyHolds{heads: map[string]string{}}
+		s.holds = &keyHolds{heads: map[string]keyHold{}}
 	}
 	if cfg.Locker != nil {
 		s.owner = newGroupLock(s, cfg.Locker)

@@ -213,6 +213,7 @@ func (b *Bus) publishReplay(ctx context.Context, topic string, m *Message) error
 	delete(v.Headers, backend.HeaderReplayed)
 	delete(v.Headers, headerReplayGroup)
 	delete(v.Headers, headerRelease)
+	delete(v.Headers, headerHoldUntil)
 	if err := validateMessage(&v, b.opts.maxPayload, b.opts.payloadLimit); err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func idSet(ids []string) map[string]bool {
 func decodeDeadLetter(m *backend.Message) DeadLetter {
 	h := make(map[string]string, len(m.Headers))
 	for k, v := range m.Headers {
-		if !strings.HasPrefix(strings.ToLower(k), "bus-dlq-") && k != headerRelease && k != headerReplayGroup {
+		if !strings.HasPrefix(strings.ToLower(k), "bus-dlq-") && k != headerRelease && k != headerReplayGroup && k != headerHoldUntil {
 			h[k] = v
 		}
 	}
@@ -260,28 +261,65 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 }
 
 // replayHold replays the head of a held key and then the messages parked
-// behind it, in their order, and returns how many it replayed. Messages
-// parked while it runs (delivered before the head came back) are
-// replayed too: it reads dlq again until a read finds none new, a few
-// times at most.
+// behind it, in their order, and returns how many it replayed. The head
+// names the last of them (headerHoldUntil): the subscription keeps the
+// key held for anything else until that one is back, and then replays
+// itself what was parked behind the head meanwhile (see
+// consumer.endDrain).
 func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter) (int, error) {
+	parked, err := b.parkedBehind(ctx, in, dlq, head, "")
+	if err != nil {
+		return 0, err
+	}
+	if len(parked) > 0 {
+		head.Headers = maps.Clone(head.Headers)
+		head.Headers[headerHoldUntil] = parked[len(parked)-1].ID
+	}
 	if err := b.replay(ctx, in, dlq, head); err != nil {
 		return 0, err
 	}
-	k, err := b.replayParked(ctx, in, dlq, head.Topic, head.Group, head.Key, head.ID)
-	return 1 + k, err
+	for i := range parked {
+		if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
+			return 1 + i, err
+		}
+	}
+	return 1 + len(parked), nil
+}
+
+// parkedBehind reads the messages of dlq parked behind head, in their
+// order, but the one whose ID is but.
+func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but string) ([]DeadLetter, error) {
+	var parked []DeadLetter
+	err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+		if m.Key == head.Key && m.Headers[headerHeldBy] == head.ID && m.ID != but &&
+			m.Headers[backend.HeaderDeadLetterTopic] == head.Topic && m.Headers[backend.HeaderDeadLetterGroup] == head.Group {
+			parked = append(parked, decodeDeadLetter(m))
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: read the messages parked behind %q on %q: %w", head.ID, dlq, err)
+	}
+	return parked, nil
 }
 
 // releaseHold sends the head of a held key through its topic as the
 // key's release, and then stores it on dlq again with code released (not
 // holding its key any more), and replays the messages parked behind it;
 // it returns how many of those it replayed. The subscription that holds
-// the key lifts the hold when the release reaches it, in the key's
-// order, and acknowledges the release unhandled.
+// the key acknowledges the release unhandled and ends the hold as after
+// a replayed head (see replayHold).
 func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, raw *backend.Message) (int, error) {
+	parked, err := b.parkedBehind(ctx, in, dlq, head, "")
+	if err != nil {
+		return 0, err
+	}
 	rel := *head
 	rel.Headers = maps.Clone(head.Headers)
 	rel.Headers[headerRelease] = "true"
+	if len(parked) > 0 {
+		rel.Headers[headerHoldUntil] = parked[len(parked)-1].ID
+	}
 	if err := b.replay(ctx, in, dlq, &rel); err != nil {
 		return 0, err
 	}
@@ -296,42 +334,12 @@ func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string,
 	if err := b.be.Publish(ctx, dlq, []*backend.Message{&cp}); err != nil {
 		return 0, fmt.Errorf("bus: release key %q: its head %q is released, but not stored again on %q: %w", head.Key, head.ID, dlq, err)
 	}
-	return b.replayParked(ctx, in, dlq, head.Topic, head.Group, head.Key, head.ID)
-}
-
-// parkedRounds bounds the reads of replayParked.
-const parkedRounds = 3
-
-// replayParked replays the messages of dlq parked behind the head id of
-// key (topic and group), in their order, reading dlq again for those
-// parked meanwhile, and returns how many it replayed.
-func (b *Bus) replayParked(ctx context.Context, in backend.Inspector, dlq, topic, group, key, id string) (int, error) {
-	seen := map[string]bool{}
-	n := 0
-	for range parkedRounds {
-		var parked []DeadLetter
-		err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
-			if m.Key == key && m.Headers[headerHeldBy] == id && !seen[m.ID] &&
-				m.Headers[backend.HeaderDeadLetterTopic] == topic && m.Headers[backend.HeaderDeadLetterGroup] == group {
-				seen[m.ID] = true
-				parked = append(parked, decodeDeadLetter(m))
-			}
-			return true
-		})
-		if err != nil {
-			return n, fmt.Errorf("bus: replay the messages parked behind %q on %q: %w", id, dlq, err)
-		}
-		if len(parked) == 0 {
-			return n, nil
-		}
-		for i := range parked {
-			if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
-				return n, err
-			}
-			n++
+	for i := range parked {
+		if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
+			return i, err
 		}
 	}
-	return n, nil
+	return len(parked), nil
 }
 
 // HeldKey is a key that a subscription with WithKeyFailure(KeyHold)

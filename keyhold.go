@@ -56,6 +56,10 @@ const (
 	// ReleaseKey, the release of its key: the subscription lifts the
 	// hold and acknowledges it unhandled.
 	headerRelease = "bus-hold-release"
+	// headerHoldUntil is, on a replayed head, the ID of the last message
+	// parked behind it, replayed after it: the hold ends when it is
+	// back.
+	headerHoldUntil = "bus-hold-until"
 )
 
 // WithKeyFailure sets what a key-ordered subscription (WithKeyOrdering)
@@ -121,37 +125,55 @@ func (o *subscribeOptions) keyHoldErrors(be backend.Backend, caps backend.Capabi
 	return errs
 }
 
-// keyHolds are the held keys of a subscription: each key's head, the ID
-// of its dead-lettered message.
+// keyHolds are the held keys of a subscription.
 type keyHolds struct {
 	mu    sync.Mutex
-	heads map[string]string
+	heads map[string]keyHold
 }
 
-func (h *keyHolds) head(key string) (string, bool) {
+// keyHold is one held key: the ID of its dead-lettered head and, once
+// the head came back replayed, the last message parked behind it, which
+// ends the hold when it comes back too (see holdStep).
+type keyHold struct {
+	head  string
+	until string // "": the head has not come back
+}
+
+func (h *keyHolds) get(key string) (keyHold, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	id, ok := h.heads[key]
-	return id, ok
+	k, ok := h.heads[key]
+	return k, ok
 }
 
+// set holds key behind the head id.
 func (h *keyHolds) set(key, id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.heads[key] = id
+	h.heads[key] = keyHold{head: id}
+}
+
+// drain marks the hold of key behind head as ending when until comes
+// back.
+func (h *keyHolds) drain(key, head, until string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if k, ok := h.heads[key]; ok && k.head == head {
+		h.heads[key] = keyHold{head: head, until: until}
+	}
 }
 
 // lift ends the hold of key when its head is id.
 func (h *keyHolds) lift(key, id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.heads[key] == id {
+	if h.heads[key].head == id {
 		delete(h.heads, key)
 	}
 }
 
 // replace sets the holds to heads.
-func (h *keyHolds) replace(heads map[string]string) {
+func (h *keyHolds) replace(heads map[string]keyHold) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.heads = heads
@@ -178,13 +200,23 @@ func (s *consumer) replayedElsewhere(d *record) bool {
 
 // holdStep applies the key's hold to d before its handler runs, and
 // reports whether d is settled here: parked behind its key's head, or
-// the release of its key. A replayed head lifts its key's hold and goes
-// on to the handler.
+// the release of its key, acknowledged unhandled.
+//
+// A replayed head goes on to the handler (a head that fails again holds
+// its key again), and a release is acknowledged; either starts the end
+// of the hold (startDrain): the key stays held for anything but the
+// replays for this group until the last message parked behind the head
+// (headerHoldUntil) is back, so that a message published meanwhile, which
+// may come between the head and its parked messages, is parked behind
+// them and replayed after them (endDrain), instead of running before
+// them.
 func (s *consumer) holdStep(d *record) bool {
 	key := d.pub.Key
-	head, held := s.holds.head(key)
+	h, held := s.holds.get(key)
 	if _, ok := d.pub.Headers[headerRelease]; ok {
-		s.holds.lift(key, d.pub.ID)
+		if held && h.until == "" && d.pub.ID == h.head {
+			s.startDrain(key, h.head, d)
+		}
 		if d.claim() {
 			s.settleErr(d, observer.ScopeAck, d.doAck())
 		}
@@ -193,16 +225,62 @@ func (s *consumer) holdStep(d *record) bool {
 	if !held {
 		return false
 	}
-	if head == d.pub.ID {
-		if _, replayed := d.pub.Headers[HeaderReplayed]; replayed {
-			s.holds.lift(key, head)
-			return false
+	_, replayed := d.pub.Headers[HeaderReplayed]
+	switch {
+	case replayed && h.until == "" && d.pub.ID == h.head:
+		s.startDrain(key, h.head, d)
+		return false
+	case replayed && h.until != "" && d.pub.Headers[headerReplayGroup] == s.cfg.Group:
+		if d.pub.ID == h.until {
+			s.endDrain(key, h)
 		}
+		return false
 	}
 	if d.claim() {
-		s.deadLetter(d, withCode(CodeHeld, &heldReason{head: head}))
+		s.deadLetter(d, withCode(CodeHeld, &heldReason{head: h.head}))
 	}
 	return true
+}
+
+// startDrain starts the end of key's hold behind head, which d (the
+// replayed head, or the release) names: it ends once the last message
+// parked behind the head when it was replayed is back, at once when
+// there was none.
+func (s *consumer) startDrain(key, head string, d *record) {
+	until := d.pub.Headers[headerHoldUntil]
+	if until == "" {
+		s.endDrain(key, keyHold{head: head, until: head})
+		return
+	}
+	s.holds.drain(key, head, until)
+}
+
+// endDrain is called when the message h.until ends the hold of key
+// comes back: what is still parked behind h.head then (parked after the
+// replay read the parked messages, or while the hold ended) is replayed
+// after it, in order, and the hold ends when the last of those is back;
+// with nothing parked, the hold ends now. A failure is reported and ends
+// the hold: what is left parked stays on the dead-letter topic, where
+// HeldKeys lists it and ReleaseKey replays it.
+func (s *consumer) endDrain(key string, h keyHold) {
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	in := s.bus.be.(backend.Inspector)
+	dlq := s.cfg.DeadLetter
+	head := &DeadLetter{Message: Message{ID: h.head, Key: key}, Topic: s.cfg.Topic, Group: s.cfg.Group}
+	parked, err := s.bus.parkedBehind(ctx, in, dlq, head, h.until)
+	for i := 0; err == nil && i < len(parked); i++ {
+		err = s.bus.replay(ctx, in, dlq, &parked[i])
+	}
+	if err != nil || len(parked) == 0 {
+		s.holds.lift(key, h.head)
+		if err != nil {
+			s.observe(observer.Event{Scope: observer.ScopeDeadLetter, Topic: s.cfg.Topic, Group: s.cfg.Group,
+				Err: fmt.Errorf("bus: end the hold of a key behind %q: %w (what is left parked stays on %q: ReleaseKey replays it)", h.head, err, dlq)})
+		}
+		return
+	}
+	s.holds.drain(key, h.head, parked[len(parked)-1].ID)
 }
 
 // markHold sets the hold headers of cp, the dead-letter copy of d made
@@ -226,11 +304,11 @@ func (s *consumer) markHold(d *record, cp *backend.Message, code backend.DeadLet
 // topic: the last head stored for each key by this topic and group.
 func (s *consumer) loadHolds(ctx context.Context) error {
 	in := s.bus.be.(backend.Inspector)
-	heads := map[string]string{}
+	heads := map[string]keyHold{}
 	err := peek.All(ctx, in, s.cfg.DeadLetter, peekPage, func(m *backend.Message) bool {
 		if m.Key != "" && m.Headers[headerHolds] != "" &&
 			m.Headers[backend.HeaderDeadLetterTopic] == s.cfg.Topic && m.Headers[backend.HeaderDeadLetterGroup] == s.cfg.Group {
-			heads[m.Key] = m.ID
+			heads[m.Key] = keyHold{head: m.ID}
 		}
 		return true
 	})

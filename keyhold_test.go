@@ -196,3 +196,74 @@ func waitHold(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 10*time.Millisecond, what)
 }
+
+// interleaving publishes a live message of the key right after the
+// replayed head of a hold is stored, before the parked messages are:
+// what a publisher of the key does while an operator replays.
+type interleaving struct {
+	*inmemory.Backend
+	head string
+	live atomic.Bool
+}
+
+func (b *interleaving) Publish(ctx context.Context, topic string, msgs []*bus.BackendMessage) error {
+	if err := b.Backend.Publish(ctx, topic, msgs); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if _, replayed := m.Headers[bus.HeaderReplayed]; replayed && topic == "ledger" && m.ID == b.head && b.live.CompareAndSwap(false, true) {
+			return b.Backend.Publish(ctx, topic, []*bus.BackendMessage{{ID: "live", Key: "acct", Payload: []byte("acct/live"), PublishedAt: time.Now()}})
+		}
+	}
+	return nil
+}
+
+// A message of a held key published while its head is replayed, stored
+// between the head and the parked messages, runs after the parked
+// messages, not before: it is parked while they come back, and replayed
+// after them.
+func TestKeyHoldReplayKeepsOrderWithLiveTraffic(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		t.Run(map[bool]string{false: "replay", true: "release"}[release], func(t *testing.T) {
+			ctx := context.Background()
+			mem, err := inmemory.New(nil)
+			require.NoError(t, err)
+			be := &interleaving{Backend: mem}
+			b := bus.New(be, bus.WithObserver(observer.Nop()))
+			defer closeBus(t, b)
+			var fixed atomic.Bool
+			log := &orderLog{}
+			_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
+				if string(d.Payload) == "acct/0" && !fixed.Load() {
+					return bus.Reject(errors.New("poisoned"))
+				}
+				log.add(d)
+				return nil
+			}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+			require.NoError(t, err)
+			require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
+			var held []bus.HeldKey
+			waitHold(t, func() bool {
+				held, err = b.HeldKeys(ctx, "ledger.dlq")
+				return err == nil && len(held) == 1 && held[0].Parked == 2
+			}, "acct held, 2 parked")
+			be.head = held[0].Head
+			fixed.Store(true)
+			want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
+			if release {
+				_, err = b.ReleaseKey(ctx, "ledger.dlq", "ledger", "default", "acct")
+				want = want[1:]
+			} else {
+				_, err = b.ReplayDeadLetters(ctx, "ledger.dlq", held[0].Head)
+			}
+			require.NoError(t, err)
+			waitHold(t, func() bool { return log.len() == len(want) }, "every message handled")
+			assert.True(t, be.live.Load(), "the live message came between the head and the parked ones")
+			assert.Equal(t, want, log.list())
+			waitHold(t, func() bool {
+				held, err = b.HeldKeys(ctx, "ledger.dlq")
+				return err == nil && len(held) == 0
+			}, "nothing held or parked")
+		})
+	}
+}
