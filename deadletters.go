@@ -348,9 +348,10 @@ type HeldKey struct {
 	// Topic and Group are the subscription's; Key the held key.
 	Topic, Group, Key string
 	// Head is the ID of the dead-lettered message that holds the key;
-	// empty when only parked messages are left (a replay that stopped
-	// half-way): the key is not held any more, and ReleaseKey replays
-	// them.
+	// empty when only parked messages are left (its head was purged, or
+	// a replay or the member ending the hold stopped half-way): a member
+	// that takes the group over does not hold the key, and ReleaseKey
+	// replays them.
 	Head string
 	// Parked counts the messages parked behind the head.
 	Parked int
@@ -471,7 +472,9 @@ func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (in
 }
 
 // replayOrphans replays the parked messages of key whose head is not on
-// dlq any more, in their order.
+// dlq any more, in their order, after a release of the key, addressed as
+// from the head the first of them names (a subscription that still holds
+// the key behind that head lifts the hold as for ReleaseKey's).
 func (b *Bus) replayOrphans(ctx context.Context, in backend.Inspector, dlq, topic, group, key string) (int, error) {
 	var msgs []DeadLetter
 	err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
@@ -482,6 +485,15 @@ func (b *Bus) replayOrphans(ctx context.Context, in backend.Inspector, dlq, topi
 		return true
 	})
 	if err != nil {
+		return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w", key, group, topic, err)
+	}
+	release := &Message{ID: msgs[0].HeldBy, Key: key, Headers: map[string]string{
+		headerRelease:          "true",
+		headerReplayGroup:      group,
+		headerHoldUntil:        msgs[len(msgs)-1].ID,
+		backend.HeaderReplayed: strconv.FormatInt(time.Now().UnixNano(), 10),
+	}}
+	if err := b.publishReplay(ctx, topic, release); err != nil {
 		return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w", key, group, topic, err)
 	}
 	for i := range msgs {

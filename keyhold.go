@@ -191,11 +191,18 @@ func (r *heldReason) Error() string {
 var errReleased = errors.New("released: its key was released without it (ReleaseKey)")
 
 // replayedElsewhere reports whether d is a message replayed from a hold
-// for another group, which this subscription acknowledges without
-// handling it.
+// for another group, or the release of a key and this subscription holds
+// none: it acknowledges it without handling it.
 func (s *consumer) replayedElsewhere(d *record) bool {
 	g, ok := d.pub.Headers[headerReplayGroup]
-	return ok && g != s.cfg.Group
+	if !ok {
+		return false
+	}
+	if g != s.cfg.Group {
+		return true
+	}
+	_, release := d.pub.Headers[headerRelease]
+	return release && s.holds == nil
 }
 
 // holdStep applies the key's hold to d before its handler runs, and

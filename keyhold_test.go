@@ -267,3 +267,43 @@ func TestKeyHoldReplayKeepsOrderWithLiveTraffic(t *testing.T) {
 		})
 	}
 }
+
+// A held key whose head was purged leaves its parked messages listed
+// with no head; ReleaseKey replays them, in order, and the subscription
+// that still holds the key lets them through.
+func TestKeyHoldReleaseAfterTheHeadWasPurged(t *testing.T) {
+	ctx := context.Background()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	log := &orderLog{}
+	_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "acct/0" {
+			return bus.Reject(errors.New("poisoned"))
+		}
+		log.add(d)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
+	var held []bus.HeldKey
+	waitHold(t, func() bool {
+		held, err = b.HeldKeys(ctx, "ledger.dlq")
+		return err == nil && len(held) == 1 && held[0].Parked == 2
+	}, "acct held, 2 parked")
+	_, err = b.PurgeDeadLetters(ctx, "ledger.dlq", held[0].Head)
+	require.NoError(t, err)
+	held, err = b.HeldKeys(ctx, "ledger.dlq")
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	assert.Empty(t, held[0].Head)
+	assert.Equal(t, 2, held[0].Parked)
+	n, err := b.ReleaseKey(ctx, "ledger.dlq", "ledger", "default", "acct")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	waitHold(t, func() bool { return log.len() == 2 }, "the parked messages handled")
+	assert.Equal(t, []string{"acct/1#1", "acct/2#1"}, log.list())
+	require.NoError(t, b.Publish(ctx, "ledger", &bus.Message{Key: "acct", Payload: []byte("acct/3")}))
+	waitHold(t, func() bool { return log.len() == 3 }, "the key is not held any more")
+}
