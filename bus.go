@@ -386,6 +386,8 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	}
 	var s *Subscription
 	switch {
+	case n > 1 && o.keyHold:
+		err = fmt.Errorf("%w: topic of %d partitions: WithKeyFailure(KeyHold) needs an unpartitioned topic", ErrUnsupported, n)
 	case n > 1 && o.broadcast:
 		err = fmt.Errorf("%w: topic of %d partitions: a broadcast subscription needs an unpartitioned topic", ErrUnsupported, n)
 	case n > 1:
@@ -491,6 +493,7 @@ func (b *Bus) consumerConfig(s *Subscription, topic string, o subscribeOptions, 
 			// KeyOwnership the backend's assignment keeps each key on
 			// one member instead.
 			cfg.Locker, cfg.LockHolder = l, msgid.New()
+			cfg.KeyHold = o.keyHold
 		}
 	}
 	if o.limiter != nil {
@@ -547,6 +550,7 @@ func (b *Bus) subscribeOptions(topic string, opts []SubscribeOption) (subscribeO
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.broadcastErrors(b.caps)...)
+	errs = append(errs, o.keyHoldErrors(b.be, b.caps)...)
 	if o.startFrom == backend.StartOldest && !b.caps.StartOldest {
 		errs = append(errs, fmt.Errorf("%w: %s cannot start a group from the oldest message", ErrUnsupported, b.caps.Name))
 	}

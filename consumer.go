@@ -55,6 +55,7 @@ type consumer struct {
 	keeper    *leaseKeeper        // nil when no handler runs under a lease
 	keys      *keyLines           // nil without key ordering
 	owner     *groupLock          // nil without a group lock
+	holds     *keyHolds           // the held keys; nil without KeyHold
 	bcast     *broadcastLease     // a broadcast subscription's; nil otherwise
 	results   backend.ResultStore // where results go (Delivery.SetResult); nil: the backend keeps none
 	workers   sync.WaitGroup      // the fetch, ack, keeper and group lock goroutines
@@ -127,6 +128,9 @@ type consumerConfig struct {
 	// in-flight slot, and fetching pauses only while this many wait.
 	KeyOrdering bool
 	MaxWaiting  int
+	// KeyHold holds a key whose head was dead-lettered (WithKeyFailure);
+	// it comes with KeyOrdering and Locker.
+	KeyHold bool
 	// Locker, when set, is the group lock the consumer must hold to fetch
 	// (see groupLock), taken as LockHolder, unique to the subscription.
 	Locker     backend.GroupLocker
@@ -173,6 +177,9 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 	if cfg.KeyOrdering {
 		s.keys = newKeyLines(s)
 		s.waits = slots.New(max(cfg.MaxWaiting, 1))
+	}
+	if cfg.KeyHold {
+		s.holds = &keyHolds{heads: map[string]keyHold{}}
 	}
 	if cfg.Locker != nil {
 		s.owner = newGroupLock(s, cfg.Locker)

@@ -61,6 +61,12 @@ type groupLock struct {
 	// reports ErrUnsupported); the subscription fetches without one.
 	none bool
 
+	// holdsState, holdsGen and loaders track the read of the held keys
+	// (KeyHold) a member makes when it takes the lock (see holdsReady).
+	holdsState int
+	holdsGen   int
+	loaders    sync.WaitGroup
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -184,6 +190,13 @@ func (o *groupLock) round(r *ownerRound) bool {
 		o.mu.Lock()
 		o.none = true
 		o.mu.Unlock()
+		for o.s.holds != nil && !o.s.learnHolds() && o.s.fetchCtx.Err() == nil {
+			select {
+			case <-o.stop:
+				return true
+			case <-time.After(waitPoll):
+			}
+		}
 		o.setOwning(true)
 		return true
 	}
@@ -251,7 +264,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {
 			r.openAt, r.inherit = now, false
 		}
-		if !owning && !now.Before(r.openAt) {
+		if !owning && !now.Before(r.openAt) && o.holdsReady() {
 			r.openAt = time.Time{}
 			o.setOwning(true)
 		}
@@ -261,6 +274,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 		r.lost = r.lost || !r.lastHeld.IsZero()
 		r.openAt, r.inherit = time.Time{}, false
 		o.setOwning(false)
+		o.forgetHolds()
 		if owning && o.s.keeper != nil {
 			// Within five sixths of the ttl of the last renewal: the
 			// leases given up now are given back, or lapse, while the
@@ -387,6 +401,7 @@ const lapseTTL = time.Millisecond
 func (o *groupLock) close(ctx context.Context) {
 	close(o.stop)
 	<-o.done
+	o.loaders.Wait()
 	o.mu.Lock()
 	owning, waiting := o.owning && !o.none, o.locked && !o.owning && !o.none
 	o.mu.Unlock()

@@ -63,6 +63,8 @@ const (
 	CodeOversized     = backend.CodeOversized     // "oversized": the payload was over the max payload
 	CodeUndecodable   = backend.CodeUndecodable   // "undecodable": a typed subscription's codec could not decode the payload or does not read its content type
 	CodeUnknownType   = backend.CodeUnknownType   // "unknown_type": a Router has no handler for the event type
+	CodeHeld          = backend.CodeHeld          // "held": parked behind the dead-lettered head of its key (KeyHold)
+	CodeReleased      = backend.CodeReleased      // "released": the head of a held key, given up by Bus.ReleaseKey
 )
 
 // Headers of a dead-letter copy, set by the bus or the backend that

@@ -109,6 +109,7 @@ type subscribeOptions struct {
 	middleware     []Middleware
 	maxExtension   time.Duration
 	keyOrdering    bool
+	keyHold        bool    // WithKeyFailure(KeyHold)
 	maxWaiting     int     // 0: the default (see WithMaxWaiting)
 	decoder        decoder // a typed subscription's (see Topic.Subscribe), or nil
 	// batchMax and batchWait are WithBatch's (batchSet); batching marks a

@@ -279,6 +279,7 @@ func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 		return err
 	}
 	cp := d.deadLetterCopy(code, reason)
+	holds := s.markHold(d, cp, code, reason)
 	var err error
 	if dl, ok := s.bsub.(backend.DeadLetterer); ok {
 		err = dl.DeadLetter(ctx, d.ackID, topic, cp)
@@ -288,6 +289,10 @@ func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 	if err != nil {
 		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.pub.ID, topic, err)
 	} else {
+		if holds {
+			// Before the key's next delivery runs (done follows finish).
+			s.holds.set(d.pub.Key, d.pub.ID)
+		}
 		s.reportDeadLetter(d, code, fmt.Errorf("moved to %q: %w", topic, reason))
 		if s.cfg.Event != nil {
 			s.emitDeadLetter(d, code, topic, reason, at)

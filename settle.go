@@ -21,6 +21,18 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 	if d.special() && s.early(d) {
 		return d.handlerDone()
 	}
+	if len(d.pub.Headers) > 0 && s.replayedElsewhere(d) {
+		// Replayed from another group's hold: this group handled it.
+		if d.claim() {
+			s.settleErr(d, observer.ScopeAck, d.doAck())
+		}
+		(*handlerCtx)(d).end()
+		return d.handlerDone()
+	}
+	if s.holds != nil && d.pub.Key != "" && s.holdStep(d) {
+		(*handlerCtx)(d).end()
+		return d.handlerDone()
+	}
 	if reason := s.refuseSpecial(d); reason != nil {
 		// The handler never sees it: dead-letter it at once.
 		d.claim()

@@ -130,6 +130,8 @@ const (
 	CodeTrimmed       DeadLetterCode = "trimmed"        // the broker dropped the entry (retention, MAXLEN) before it was delivered
 	CodeUndecodable   DeadLetterCode = "undecodable"    // a typed subscription's codec could not decode the payload, or does not read its content type
 	CodeUnknownType   DeadLetterCode = "unknown_type"   // a typed router has no handler for the event type
+	CodeHeld          DeadLetterCode = "held"           // parked: an earlier message of its key was dead-lettered by a subscription that holds failed keys
+	CodeReleased      DeadLetterCode = "released"       // the head of a held key, given up when the key was released
 )
 
 // ParseDeadLetterCode returns the code a dead-letter copy carries in

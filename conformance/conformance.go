@@ -126,6 +126,7 @@ var cases = []testCase{
 	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
 	{name: "KeyOrderLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyOrderLedgerThroughACrash},
 	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
+	{name: "KeyHoldLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyHoldLedgerThroughACrash},
 	{name: "KeyOrderCrashStallsOnlyItsKeys", needs: []capability{capRedelivery}, run: testCrashStallsOnlyItsKeys},
 	{name: "PartitionStore", run: testPartitionStore},
 	{name: "PartitionedGroup", needs: []capability{capRedelivery}, run: testPartitionedGroup},

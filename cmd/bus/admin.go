@@ -232,8 +232,9 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && args[0] == "reset" {
 		return groupsResetCmd(ctx, args[1:], stdout, stderr)
 	}
-	a := newAdminFlags("groups", "bus groups --topic T [--events TOPIC] [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag;\nwith --events, also the in-flight bound of each autoscaled member (bus.WithAutoscale)\nfrom the scaled events on the lifecycle events topic (bus.WithEvents).", stderr)
+	a := newAdminFlags("groups", "bus groups --topic T [--events TOPIC] [--dlq D] [flags]", "Lists the consumer groups of a topic with consumers, in flight (pending) and lag, and\nthe keys each holds (bus.KeyHold) when any does, from the dead-letter topic;\nwith --events, also the in-flight bound of each autoscaled member (bus.WithAutoscale)\nfrom the scaled events on the lifecycle events topic (bus.WithEvents).", stderr)
 	topic := a.fs.String("topic", "", "topic (required)")
+	dlq := a.fs.String("dlq", "", "dead-letter topic to count the held keys on (default <topic>.dlq)")
 	events := a.fs.String("events", "", "lifecycle events topic to read the members' in-flight bounds from")
 	eventsLimit := a.fs.Int("events-limit", lifecycle.DefaultScanLimit, "with --events: read at most this many events")
 	if code, ok := parseFlags(a.fs, args); !ok {
@@ -263,6 +264,9 @@ func groupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	rows := rowsOf(gs)
+	if err := withHeld(ctx, b, *topic, dlqOf(*topic, *dlq), rows); err != nil {
+		fmt.Fprintf(stderr, "bus groups: held keys unknown: %v\n", err)
+	}
 	if *events != "" {
 		truncated, err := withBounds(ctx, *a.url, *events, *topic, rows, *eventsLimit)
 		if err != nil {
@@ -734,6 +738,10 @@ func printGroups(w io.Writer, gs []groupRow, bounds bool) error {
 	if bounds {
 		head += "\tBOUND"
 	}
+	held := slices.ContainsFunc(gs, func(g groupRow) bool { return g.HeldKeys > 0 })
+	if held {
+		head += "\tHELD KEYS"
+	}
 	fmt.Fprintln(tw, head)
 	for _, g := range gs {
 		if parted {
@@ -748,6 +756,9 @@ func printGroups(w io.Writer, gs []groupRow, bounds bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s", g.Consumers, g.Pending, g.Lag, fmtTime(g.OldestPending))
 		if bounds {
 			fmt.Fprintf(tw, "\t%s", fmtBounds(g.Bounds, !parted))
+		}
+		if held {
+			fmt.Fprintf(tw, "\t%d", g.HeldKeys)
 		}
 		fmt.Fprintln(tw)
 	}

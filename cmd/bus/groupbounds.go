@@ -17,6 +17,8 @@ import (
 type groupRow struct {
 	bus.GroupInfo
 	Bounds []lifecycle.Bound `json:"bounds,omitempty"`
+	// HeldKeys counts the keys the group holds (bus.KeyHold).
+	HeldKeys int `json:"held_keys,omitempty"`
 }
 
 // rowsOf wraps gs without bounds.

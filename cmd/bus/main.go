@@ -21,6 +21,7 @@ Usage:
   bus groups  reset --topic T --group G --to oldest|newest|TIME
                                     move a group to a point of its topic
   bus dlq     list|show|replay|purge  list, show, replay or purge dead letters
+  bus keys    list|release --topic T  list the held keys (bus.KeyHold), or release one
   bus history --id ID | --key K     a message's timeline from the lifecycle events
   bus stats   [--watch] [flags]     topics and groups, refreshed with rates
   bus ui      [flags]               live web dashboard (loopback by default)
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return groupsCmd(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		return dlqCmd(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return keysCmd(ctx, args[1:], stdout, stderr)
 	case "history":
 		return historyCmd(ctx, args[1:], stdout, stderr)
 	case "stats":

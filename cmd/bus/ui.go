@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,13 +38,13 @@ func uiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	rawURL := fs.String("url", defaultURL(), "backend URL (default $BUS_URL, else mem://)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (loopback by default; any other address needs --auth)")
-	allowWrites := fs.Bool("allow-writes", false, "enable the replay and purge buttons")
+	allowWrites := fs.Bool("allow-writes", false, "enable the replay, purge and release buttons")
 	auth := fs.String("auth", "", "user:password for HTTP basic authentication on every page and call (required to listen beyond loopback)")
 	interval := fs.Duration("interval", 2*time.Second, "how often the dashboard samples the backend")
 	outboxDB := fs.String("db", "", "also show the transactional outbox in this PostgreSQL database")
 	events := fs.String("events", defaultEventsTopic, "the lifecycle events topic (bus.WithEvents) that the message history reads")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, a dead-letter browser, and the history of a message (by ID or\nkey, from the lifecycle events topic). Writes (replay, purge) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay and purge is logged on stderr.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: bus ui [--url U] [--listen 127.0.0.1:8080] [--allow-writes] [--auth user:pass]\n\nServes a live dashboard: topics, groups with lag and in flight, a chart of\nlag and rates, a dead-letter browser with the held keys\n(bus.KeyHold), and the history of a message (by ID or\nkey, from the lifecycle events topic). Writes (replay, purge, release) need\n--allow-writes, and only the dashboard's own page can make them: they\ncarry a per-process token and are refused from other origins and hosts.\nEvery replay, purge and release is logged on stderr.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -246,6 +247,8 @@ func (u *uiServer) routes() http.Handler {
 	mux.HandleFunc("GET /api/dlq", u.dlq)
 	mux.HandleFunc("GET /api/history", u.timeline)
 	mux.HandleFunc("POST /api/dlq/{op}", u.dlqWrite)
+	mux.HandleFunc("GET /api/keys", u.heldKeys)
+	mux.HandleFunc("POST /api/keys/release", u.releaseKey)
 	mux.HandleFunc("GET /api/outbox", u.outbox)
 	return u.guard.wrap(mux)
 }
@@ -466,4 +469,63 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// heldKeys lists the keys held by the subscriptions whose dead-letter
+// topic is the query's topic (bus.KeyHold).
+func (u *uiServer) heldKeys(w http.ResponseWriter, r *http.Request) {
+	topic := r.URL.Query().Get("topic")
+	if err := bus.ValidateTopic(topic); err != nil {
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	keys, err := u.b.HeldKeys(r.Context(), topic)
+	if err != nil {
+		writeAPI(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	out := make([]heldKeyJSON, len(keys))
+	for i, k := range keys {
+		out[i] = heldKeyJSON{Topic: k.Topic, Group: k.Group, Key: k.Key, Head: k.Head, Parked: k.Parked, Since: k.Since}
+	}
+	writeAPI(w, http.StatusOK, out)
+}
+
+// releaseRequest is the body of a key release: the dead-letter topic
+// (DLQ) and the held key.
+type releaseRequest struct {
+	DLQ   string `json:"dlq"`
+	Topic string `json:"topic"`
+	Group string `json:"group"`
+	Key   string `json:"key"`
+}
+
+// releaseKey releases a held key (bus.Bus.ReleaseKey), as a write.
+func (u *uiServer) releaseKey(w http.ResponseWriter, r *http.Request) {
+	if !u.allowWrites {
+		writeAPI(w, http.StatusForbidden, map[string]string{"error": "writes are disabled; start bus ui with --allow-writes"})
+		return
+	}
+	if why := u.guard.writeAllowed(r); why != "" {
+		u.log.Warn("bus ui: write refused", "op", "release", "remote", r.RemoteAddr, "why", why)
+		writeAPI(w, http.StatusForbidden, map[string]string{"error": why})
+		return
+	}
+	var req releaseRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": "bad request body"})
+		return
+	}
+	n, err := u.b.ReleaseKey(r.Context(), req.DLQ, req.Topic, req.Group, req.Key)
+	u.log.Info("bus ui: release", "dlq", req.DLQ, "topic", req.Topic, "group", req.Group, "key", req.Key, "done", n, "remote", r.RemoteAddr, "error", errText(err))
+	switch {
+	case errors.Is(err, bus.ErrInvalidOption), errors.Is(err, bus.ErrInvalidTopic):
+		writeAPI(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case errors.Is(err, bus.ErrNotFound):
+		writeAPI(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeAPI(w, http.StatusBadGateway, map[string]any{"done": n, "error": err.Error()})
+	default:
+		writeAPI(w, http.StatusOK, map[string]any{"done": n})
+	}
 }

@@ -33,7 +33,7 @@ const (
 	// DeadLetterCodeKey labels bus.messages.dead_lettered and
 	// bus.messages.dropped with the reason code (max_deliveries,
 	// rejected, malformed, oversized, lease_lost, expired, trimmed,
-	// undecodable, unknown_type).
+	// undecodable, unknown_type, held).
 	DeadLetterCodeKey = attribute.Key("bus.dlq.code")
 )
 

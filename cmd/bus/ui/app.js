@@ -205,6 +205,49 @@ async function loadDLQ() {
   });
   // A message replayed or purged since leaves the detail panel.
   if (selectedID && !list.some((d) => d.id === selectedID)) hideDetail();
+  await loadHeld();
+}
+
+// loadHeld shows the keys held on the dead-letter topic (bus.KeyHold),
+// each with a Release button.
+async function loadHeld() {
+  const tbody = $("#held tbody");
+  if (!dlqTopic) { tbody.replaceChildren(); return; }
+  const r = await fetch("api/keys?topic=" + encodeURIComponent(dlqTopic));
+  const keys = r.ok ? await r.json() : [];
+  rows(tbody, keys, (tr, k) => {
+    cell(tr, k.topic);
+    cell(tr, k.group);
+    cell(tr, k.key);
+    cell(tr, k.head || "- (parked only)");
+    cell(tr, k.parked, "num");
+    cell(tr, k.since ? when(k.since) : "-", "time");
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.textContent = "Release";
+    b.className = "release";
+    b.disabled = !allowWrites;
+    b.addEventListener("click", () => release(k));
+    td.appendChild(b);
+    tr.appendChild(td);
+  });
+}
+
+async function release(k) {
+  const what = "key " + k.key + " of group " + k.group + " on " + k.topic;
+  if (!confirm("release " + what + "? Its head stays given up; the " + k.parked + " parked message(s) are handled.")) return;
+  try {
+    const r = await fetch("api/keys/release", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Bus-Token": token },
+      body: JSON.stringify({ dlq: dlqTopic, topic: k.topic, group: k.group, key: k.key }),
+    });
+    const res = await r.json();
+    showResult(res.error ? "release " + what + ": " + res.error : "release " + what + ": " + res.done + " parked replayed", !!res.error);
+  } catch (e) {
+    showResult("release: " + e, true);
+  }
+  await refresh();
 }
 
 function dlqURL() {
