@@ -101,7 +101,7 @@ type delivery struct {
 // the group; it joins the group in the background.
 func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
 	kt := kafkaTopic(topic)
-	if err := b.ensureTopic(ctx, kt); err != nil {
+	if _, err := b.ensureTopic(ctx, kt); err != nil {
 		return nil, fmt.Errorf("kafka: subscribe %q: %w", topic, err)
 	}
 	if cfg.StartFrom == backend.StartNewest {
