@@ -44,7 +44,9 @@ func testLeaderKilledMidRun(t *testing.T, c *kafkatest.Cluster) {
 	ledger := faultsuite.NewLedger()
 	for i := range 2 {
 		name := fmt.Sprintf("member%d", i)
-		_, err := b.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		// Not ctx: a subscription ends with its Subscribe ctx, and the
+		// run outlasts the setup's bound on a loaded machine.
+		_, err := b.Subscribe(context.Background(), topic, func(_ context.Context, d *bus.Delivery) error {
 			ledger.Deliver(name, d.ID, d.Attempt)
 			return nil
 		}, bus.WithGroup("g"), bus.WithAckTimeout(5*time.Second))
