@@ -278,19 +278,26 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if err != nil {
 		return fmt.Errorf("kafka: publish %q: %w", topic, err)
 	}
-	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	wg.Add(len(msgs))
+	// The records are built here (they copy what they keep of msgs,
+	// which the caller may reuse once Publish returned) and produced by
+	// a goroutine of the call's own: Produce may wait on the client's
+	// produce lock, and Publish returns by ctx whatever it waits on.
+	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
-		r := encode(kt, m)
-		r.Partition = int32(backend.PartitionOf(m.Key, m.ID, int(parts)))
-		b.pub.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
-		})
+		recs[i] = encode(kt, m)
+		recs[i].Partition = int32(backend.PartitionOf(m.Key, m.ID, int(parts)))
 	}
+	errs := make([]error, len(msgs))
 	done := make(chan struct{})
 	go func() {
+		var wg sync.WaitGroup
+		wg.Add(len(recs))
+		for i, r := range recs {
+			b.pub.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				errs[i] = err
+				wg.Done()
+			})
+		}
 		wg.Wait()
 		close(done)
 	}()
