@@ -50,7 +50,7 @@
 //     group has no member), so what is published after Subscribe returned
 //     is delivered; at the start for StartOldest. A group that exists
 //     resumes where it stands. A member joins in the background.
-//   - A member fetches ahead at most 64 KiB per partition and 1 MiB in
+//   - A member fetches ahead at most 1 MiB per partition and 8 MiB in
 //     all (a larger record batch comes whole); Receive returns at most
 //     what the bus asked for and leaves the rest for the next call.
 //   - Per-message acks over offsets. The backend keeps, per owned

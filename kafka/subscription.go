@@ -20,11 +20,12 @@ import (
 const receiveWait = time.Second
 
 // A member fetches ahead at most this much (a record batch larger than
-// that still comes whole): what it holds before Receive asks for it stays
-// small, as the bus's backpressure wants.
+// that still comes whole): franz-go's default per partition, so that a
+// busy partition takes few round trips, and a bound in all that keeps
+// what a member holds before Receive asks for it to a few MiB.
 const (
-	fetchMaxBytes          = 1 << 20
-	fetchMaxPartitionBytes = 64 << 10
+	fetchMaxBytes          = 8 << 20
+	fetchMaxPartitionBytes = 1 << 20
 )
 
 // Subscription is one member of a Kafka consumer group, on a client of its
