@@ -134,3 +134,12 @@ type NativePartitioner interface {
 	// the topic does not exist. It returns by ctx's deadline.
 	TopicPartitions(ctx context.Context, topic string, n int) (int, error)
 }
+
+// Idler is implemented by subscriptions whose backend's own group
+// assignment can leave a member with nothing to fetch
+// (Capabilities.KeyOwnership: a group with more members than its topic
+// has partitions). Idle reports whether the member owns no partition now;
+// the bus reports it as the subscription's health's Standby.
+type Idler interface {
+	Idle() bool
+}

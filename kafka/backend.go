@@ -43,6 +43,7 @@ var (
 	_ backend.Releaser          = (*Subscription)(nil)
 	_ backend.Snoozer           = (*Subscription)(nil)
 	_ backend.Extender          = (*Subscription)(nil)
+	_ backend.Idler             = (*Subscription)(nil)
 )
 
 // New returns a backend on the brokers of o.Seeds. It checks o and then

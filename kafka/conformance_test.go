@@ -20,11 +20,6 @@ import (
 // leaked. TestNoGoroutineLeak runs the case alone, before them.
 var leakSkip = conformance.WithSkip("runs in parallel with the other broker's suite, whose goroutines it would count; TestNoGoroutineLeak runs it alone", "NoGoroutineLeak")
 
-// healthSkip skips the health case of partitioned topics: a member that
-// Kafka's assignment leaves without a partition still polls the group,
-// and its subscription does not tell the bus that it owns none.
-var healthSkip = conformance.WithSkip("a Kafka member without partitions polls like any other; its Health does not report Standby", "SubscriptionHealthPartitioned")
-
 // TestNoGoroutineLeak runs the suite's goroutine-leak case on a broker of
 // its own while no other test runs: TestOnOneBroker and TestOnThreeBrokers
 // are parallel and wait for it.
@@ -54,7 +49,7 @@ func TestOnOneBroker(t *testing.T) {
 // group's load and key order across members on topics of four.
 func testSuite(t *testing.T, rawURL string) {
 	t.Run("Conformance", func(t *testing.T) {
-		testConformance(t, rawURL+"?session_timeout=6s", leakSkip, healthSkip,
+		testConformance(t, rawURL+"?session_timeout=6s", leakSkip,
 			conformance.WithSkip("a Kafka group shares its load by partition: on a topic of one partition one member is active; the case runs on topics of four partitions in ConformanceFourPartitions", "ConsumerGroupSharesLoad"))
 	})
 	t.Run("ConformanceFourPartitions", func(t *testing.T) {

@@ -182,5 +182,6 @@
 // and subscribes to it as to any topic: Publish routes by PartitionOf,
 // and the group's assignment gives each partition to one member, handed
 // over as under Key order. A member that the assignment leaves without a
-// partition polls like any other, and its Health does not say Standby.
+// partition keeps polling its group, and its subscription is idle
+// (backend.Idler): its Health says Standby.
 package kafka

@@ -946,3 +946,17 @@ func (s *Subscription) Close() error {
 func ceilMilli(t time.Time) int64 {
 	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }
+
+// Idle reports whether the member, once it joined, owns no partition of
+// the topic (backend.Idler): the group has more members than the topic
+// has partitions.
+func (s *Subscription) Idle() bool {
+	select {
+	case <-s.joined:
+	default:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parts) == 0
+}
