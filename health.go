@@ -57,7 +57,9 @@ type SubscriptionHealth struct {
 	// Standby is set while the member fetches nothing by design: it
 	// waits for the lock of a key-ordered group (WithKeyOrdering), or
 	// owns no partition of a partitioned topic. LastReceive does not
-	// advance then.
+	// advance then, except on a backend whose own assignment left the
+	// member without partitions (backend.Idler: Kafka), where the member
+	// keeps polling its group.
 	Standby bool
 	// LastReceive is when a Receive last returned without an error (with
 	// messages or none); zero before the first.
@@ -89,6 +91,10 @@ func (s *Subscription) Health() SubscriptionHealth {
 		h.Standby = len(s.parts.Runners()) == 0
 	} else if c, ok := s.run.(*consumer); ok && c.owner != nil {
 		h.Standby = !c.owner.fetching()
+	} else if ok {
+		if id, ok := c.bsub.(backend.Idler); ok {
+			h.Standby = id.Idle()
+		}
 	}
 	return h
 }

@@ -34,7 +34,11 @@ import (
 // count it is an error wrapping ErrPartitionMismatch, and so is
 // creating a topic that was already used (published to or subscribed to)
 // with a count other than 1. It needs a backend that implements
-// backend.Partitioner and backend.GroupLocker for more than one partition.
+// backend.Partitioner and backend.GroupLocker for more than one
+// partition, or one whose topics have partitions of their own
+// (backend.NativePartitioner: Kafka), where the topic is one broker topic
+// of that many partitions and a topic already used has the count it was
+// created with.
 func (b *Bus) CreateTopic(ctx context.Context, topic string, partitions int) error {
 	if err := backend.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("bus: create topic: %w", err)
@@ -46,21 +50,38 @@ func (b *Bus) CreateTopic(ctx context.Context, topic string, partitions int) err
 		return b.optErr
 	}
 	pt, ok := b.partitioner()
-	if !ok {
-		if partitions == 1 {
+	if ok {
+		n, err := pt.Partitions(ctx, topic, partitions)
+		if !errors.Is(err, ErrUnsupported) {
+			if err != nil {
+				return fmt.Errorf("bus: create topic %q: %w", topic, err)
+			}
+			if n != partitions {
+				return fmt.Errorf("bus: create topic %q with %d partitions: %w: it has %d", topic, partitions, backend.ErrPartitionMismatch, n)
+			}
+			b.parts.Store(topic, n)
 			return nil
 		}
-		return fmt.Errorf("bus: create topic %q: %w: %s has no partitioned topics", topic, ErrUnsupported, b.caps.Name)
 	}
-	n, err := pt.Partitions(ctx, topic, partitions)
-	if err != nil {
-		return fmt.Errorf("bus: create topic %q: %w", topic, err)
+	if np, ok := b.be.(backend.NativePartitioner); ok && b.caps.KeyOwnership {
+		// The backend's own partitions: the topic is published to and
+		// subscribed to as an unpartitioned one, so nothing is stored
+		// in b.parts.
+		n, err := np.TopicPartitions(ctx, topic, partitions)
+		if !errors.Is(err, ErrUnsupported) {
+			if err != nil {
+				return fmt.Errorf("bus: create topic %q: %w", topic, err)
+			}
+			if n != partitions {
+				return fmt.Errorf("bus: create topic %q with %d partitions: %w: it has %d", topic, partitions, backend.ErrPartitionMismatch, n)
+			}
+			return nil
+		}
 	}
-	if n != partitions {
-		return fmt.Errorf("bus: create topic %q with %d partitions: %w: it has %d", topic, partitions, backend.ErrPartitionMismatch, n)
+	if partitions == 1 {
+		return nil
 	}
-	b.parts.Store(topic, n)
-	return nil
+	return fmt.Errorf("bus: create topic %q: %w: %s has no partitioned topics", topic, ErrUnsupported, b.caps.Name)
 }
 
 // partitioner returns the backend's Partitioner when partitioned topics

@@ -115,3 +115,31 @@ func AssignPartitions(members []string, member string, n int) []int {
 	}
 	return ps
 }
+
+// NativePartitioner is implemented by backends whose topics have
+// partitions of their own (Kafka), in place of Partitioner. The bus's
+// CreateTopic records a topic's count through it and then publishes and
+// subscribes to the topic as to any other: the backend stores the topic
+// as one topic of n partitions, routes each message to partition
+// PartitionOf(Key, ID, n) of it, and gives a group's partitions to its
+// members through its own assignment, each partition to one member at a
+// time, handed over as Capabilities.KeyOwnership says. A backend that
+// implements NativePartitioner declares KeyOwnership and does not
+// implement Partitioner.
+type NativePartitioner interface {
+	// TopicPartitions returns topic's partition count. When the topic
+	// does not exist and n > 0 it creates it with n partitions first: of
+	// two callers that create it with different counts at once, both get
+	// the one that won. With n == 0 it only reads, and returns 0 when
+	// the topic does not exist. It returns by ctx's deadline.
+	TopicPartitions(ctx context.Context, topic string, n int) (int, error)
+}
+
+// Idler is implemented by subscriptions whose backend's own group
+// assignment can leave a member with nothing to fetch
+// (Capabilities.KeyOwnership: a group with more members than its topic
+// has partitions). Idle reports whether the member owns no partition now;
+// the bus reports it as the subscription's health's Standby.
+type Idler interface {
+	Idle() bool
+}

@@ -618,7 +618,7 @@ func testKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
 // partitions, whose owners change at every leave and join.
 func testPartitionedKeyOrderAcrossLeaveAndJoin(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	h.locker(t)
+	h.partitionOwnership(t)
 	topic := h.partitionedTopic(t, "leavejoinparts", 4)
 	runLeaveJoin(t, s, h, topic, 4)
 }

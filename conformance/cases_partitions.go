@@ -26,16 +26,40 @@ func (h *harness) partitioner(t *testing.T) backend.Partitioner {
 	return p
 }
 
+// partitionCount returns the backend's record of a topic's partition
+// count: its Partitioner's, or (native) its NativePartitioner's, whose
+// topics have partitions of their own. The case is skipped where the
+// backend has neither.
+func (h *harness) partitionCount(t *testing.T) (count func(ctx context.Context, topic string, n int) (int, error), native bool) {
+	t.Helper()
+	if np, ok := h.be.Backend.(backend.NativePartitioner); ok && h.s.caps.KeyOwnership {
+		return np.TopicPartitions, true
+	}
+	return h.partitioner(t).Partitions, false
+}
+
+// partitionOwnership skips the case unless the members of a group can
+// own a partitioned topic's partitions: through the group lock, or
+// through the backend's own assignment (native partitions). It reports
+// which.
+func (h *harness) partitionOwnership(t *testing.T) (native bool) {
+	t.Helper()
+	if _, native = h.partitionCount(t); !native {
+		h.locker(t)
+	}
+	return native
+}
+
 // partitionedTopic is a new topic named after name, made with n
 // partitions; the case is skipped where the backend has no partitioned
 // topics (or none in this mode).
 func (h *harness) partitionedTopic(t *testing.T, name string, n int) string {
 	t.Helper()
-	p := h.partitioner(t)
+	count, _ := h.partitionCount(t)
 	topic := h.topic(name)
 	ctx, cancel := context.WithTimeout(context.Background(), h.s.deadline())
 	defer cancel()
-	if _, err := p.Partitions(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
+	if _, err := count(ctx, topic, 0); errors.Is(err, bus.ErrUnsupported) {
 		t.Skipf("%s has no partitioned topics in this mode: %v", h.s.caps.Name, err)
 	}
 	require.NoError(t, h.bus.CreateTopic(ctx, topic, n))
@@ -45,25 +69,35 @@ func (h *harness) partitionedTopic(t *testing.T, name string, n int) string {
 // testPartitionStore: a topic's count is recorded once and read back; a
 // different count does not replace it; members come with their
 // heartbeats, go with Leave, and drop out when their heartbeats stop.
+// Where topics have partitions of their own (NativePartitioner) the
+// members are the backend's, and the count alone is checked.
 func testPartitionStore(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	p := h.partitioner(t)
+	count, native := h.partitionCount(t)
 	topic, group := h.topic("parts"), h.group("parts")
 	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
 	defer cancel()
-	n, err := p.Partitions(ctx, topic, 0)
+	n, err := count(ctx, topic, 0)
 	if errors.Is(err, bus.ErrUnsupported) {
 		t.Skipf("%s has no partitioned topics in this mode: %v", s.caps.Name, err)
 	}
 	require.NoError(t, err)
 	assert.Zero(t, n, "a topic with no record reads 0 and is not recorded")
-	n, err = p.Partitions(ctx, topic, 4)
+	n, err = count(ctx, topic, 4)
 	require.NoError(t, err)
 	assert.Equal(t, 4, n, "the first count is recorded")
-	n, err = p.Partitions(ctx, topic, 8)
+	n, err = count(ctx, topic, 8)
 	require.NoError(t, err)
 	assert.Equal(t, 4, n, "a recorded count is never replaced")
-
+	n, err = count(ctx, topic, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "a recorded count reads back")
+	err = h.bus.CreateTopic(ctx, topic, 8)
+	require.ErrorIs(t, err, backend.ErrPartitionMismatch, "CreateTopic with another count")
+	if native {
+		return
+	}
+	p := h.partitioner(t)
 	ttl := s.ackTimeout()
 	ms, err := p.Heartbeat(ctx, topic, group, "b", ttl)
 	require.NoError(t, err)
@@ -91,8 +125,7 @@ func testPartitionStore(t *testing.T, s *suite) {
 // closes, the other takes its partitions over and goes on in order.
 func testPartitionedGroup(t *testing.T, s *suite) {
 	h := s.newHarness(t)
-	p := h.partitioner(t)
-	h.locker(t)
+	native := h.partitionOwnership(t)
 	topic, group := h.partitionedTopic(t, "parted", 4), h.group("parted")
 	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
 	defer cancel()
@@ -109,10 +142,13 @@ func testPartitionedGroup(t *testing.T, s *suite) {
 	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithMaxInFlight(8), bus.WithAckTimeout(s.ackTimeout())}
 	first := h.subscribe(context.Background(), topic, member(1), opts...)
 	h.subscribe(context.Background(), topic, member(2), opts...)
-	s.eventually(t, func() bool {
-		ms, err := p.Members(ctx, topic, group)
-		return err == nil && len(ms) == 2
-	}, "the two members join the group")
+	if !native {
+		p := h.partitioner(t)
+		s.eventually(t, func() bool {
+			ms, err := p.Members(ctx, topic, group)
+			return err == nil && len(ms) == 2
+		}, "the two members join the group")
+	}
 
 	// Until both members have handled messages: the first one owns every
 	// partition until its next heartbeat shows it the second.
@@ -166,6 +202,16 @@ func (l *memberLog) members() int {
 		}
 	}
 	return len(all)
+}
+
+// TopicPartitions forwards to the backend's NativePartitioner, when it
+// has one.
+func (c *countingBackend) TopicPartitions(ctx context.Context, topic string, n int) (int, error) {
+	np, ok := c.Backend.(backend.NativePartitioner)
+	if !ok {
+		return 0, fmt.Errorf("conformance: %w: no backend.NativePartitioner", bus.ErrUnsupported)
+	}
+	return np.TopicPartitions(ctx, topic, n)
 }
 
 // Partitions forwards to the backend's Partitioner, when it has one.

@@ -31,17 +31,19 @@ type Backend struct {
 	adm  *kadm.Client
 
 	mu     sync.Mutex
-	topics map[string]bool // Kafka topics known to exist
+	topics map[string]int32 // Kafka topics known to exist: their partition counts
 	subs   map[*Subscription]struct{}
 	closed bool
 }
 
 var (
-	_ backend.Backend  = (*Backend)(nil)
-	_ backend.Pinger   = (*Backend)(nil)
-	_ backend.Releaser = (*Subscription)(nil)
-	_ backend.Snoozer  = (*Subscription)(nil)
-	_ backend.Extender = (*Subscription)(nil)
+	_ backend.Backend           = (*Backend)(nil)
+	_ backend.Pinger            = (*Backend)(nil)
+	_ backend.NativePartitioner = (*Backend)(nil)
+	_ backend.Releaser          = (*Subscription)(nil)
+	_ backend.Snoozer           = (*Subscription)(nil)
+	_ backend.Extender          = (*Subscription)(nil)
+	_ backend.Idler             = (*Subscription)(nil)
 )
 
 // New returns a backend on the brokers of o.Seeds. It checks o and then
@@ -56,12 +58,14 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(1<<16),
 		kgo.ProducerBatchMaxBytes(maxRecordBytes+12),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		// Publish sets each record's partition: backend.PartitionOf,
+		// the bus's own routing.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w: %v", backend.ErrInvalidOption, err)
 	}
-	b := &Backend{opts: opts, pub: cl, adm: kadm.NewClient(cl), topics: map[string]bool{}, subs: map[*Subscription]struct{}{}}
+	b := &Backend{opts: opts, pub: cl, adm: kadm.NewClient(cl), topics: map[string]int32{}, subs: map[*Subscription]struct{}{}}
 	if _, err := b.adm.BrokerMetadata(ctx); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("kafka: reach the brokers: %w", err)
@@ -134,41 +138,50 @@ func kafkaTopic(topic string) string {
 
 // ensureTopic creates the Kafka topic kt when this backend has not seen
 // it: Options.Partitions partitions (the broker's default when 0), the
-// broker's default replication.
-func (b *Backend) ensureTopic(ctx context.Context, kt string) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return backend.ErrClosed
-	}
-	known := b.topics[kt]
-	b.mu.Unlock()
-	if known {
-		return nil
-	}
+// broker's default replication. It returns kt's partition count.
+func (b *Backend) ensureTopic(ctx context.Context, kt string) (int32, error) {
 	parts := int32(-1)
 	if b.opts.Partitions > 0 {
 		parts = int32(b.opts.Partitions)
+	}
+	return b.createTopic(ctx, kt, parts)
+}
+
+// createTopic creates the Kafka topic kt with parts partitions (the
+// broker's default when -1) unless it exists, waits until the brokers
+// know it, and returns its partition count.
+func (b *Backend) createTopic(ctx context.Context, kt string, parts int32) (int32, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, backend.ErrClosed
+	}
+	known := b.topics[kt]
+	b.mu.Unlock()
+	if known > 0 {
+		return known, nil
 	}
 	resp, err := b.adm.CreateTopic(ctx, parts, -1, nil, kt)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %q: %w", kt, err)
+		return 0, fmt.Errorf("create topic %q: %w", kt, err)
 	}
-	if err := b.waitTopic(ctx, kt); err != nil {
-		return err
+	n, err := b.waitTopic(ctx, kt)
+	if err != nil {
+		return 0, err
 	}
 	b.mu.Lock()
-	b.topics[kt] = true
+	b.topics[kt] = n
 	b.mu.Unlock()
-	return nil
+	return n, nil
 }
 
 // waitTopic waits until the brokers' metadata shows kt with a leader for
 // every partition: a topic just created is not known everywhere at once.
-func (b *Backend) waitTopic(ctx context.Context, kt string) error {
+// It returns kt's partition count.
+func (b *Backend) waitTopic(ctx context.Context, kt string) (int32, error) {
 	wait := 10 * time.Millisecond
 	for {
 		td, err := b.adm.ListTopics(ctx, kt)
@@ -179,16 +192,55 @@ func (b *Backend) waitTopic(ctx context.Context, kt string) error {
 				ready = ready && p.Leader >= 0 && p.Err == nil
 			}
 			if ready {
-				return nil
+				return int32(len(t.Partitions)), nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for topic %q: %w", kt, ctx.Err())
+			return 0, fmt.Errorf("wait for topic %q: %w", kt, ctx.Err())
 		case <-time.After(wait):
 			wait = min(2*wait, 200*time.Millisecond)
 		}
 	}
+}
+
+// TopicPartitions returns the partition count of topic's Kafka topic;
+// when the topic does not exist and n > 0 it creates it with n
+// partitions (Kafka creates a topic once: of two callers, the second
+// reads the first's count). With n == 0 it only reads, 0 when the topic
+// does not exist.
+func (b *Backend) TopicPartitions(ctx context.Context, topic string, n int) (int, error) {
+	if n < 0 || n > backend.MaxPartitions {
+		return 0, fmt.Errorf("kafka: partitions of %q: %w: %d, want 0 to %d", topic, backend.ErrInvalidOption, n, backend.MaxPartitions)
+	}
+	kt := kafkaTopic(topic)
+	b.mu.Lock()
+	closed, known := b.closed, b.topics[kt]
+	b.mu.Unlock()
+	switch {
+	case closed:
+		return 0, fmt.Errorf("kafka: partitions of %q: %w", topic, backend.ErrClosed)
+	case known > 0:
+		return int(known), nil
+	case n > 0:
+		got, err := b.createTopic(ctx, kt, int32(n))
+		if err != nil {
+			return 0, fmt.Errorf("kafka: partitions of %q: %w", topic, err)
+		}
+		return int(got), nil
+	}
+	td, err := b.adm.ListTopics(ctx, kt)
+	if err != nil {
+		return 0, fmt.Errorf("kafka: partitions of %q: %w", topic, err)
+	}
+	t, ok := td[kt]
+	if !ok || errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
+		return 0, nil
+	}
+	if t.Err != nil {
+		return 0, fmt.Errorf("kafka: partitions of %q: %w", topic, t.Err)
+	}
+	return len(t.Partitions), nil
 }
 
 // Ping asks a broker for its API versions (kgo's Ping: the first
@@ -223,20 +275,30 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("kafka: publish %q: %w", topic, backend.ErrClosed)
 	}
 	kt := kafkaTopic(topic)
-	if err := b.ensureTopic(ctx, kt); err != nil {
+	parts, err := b.ensureTopic(ctx, kt)
+	if err != nil {
 		return fmt.Errorf("kafka: publish %q: %w", topic, err)
 	}
-	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	wg.Add(len(msgs))
+	// The records are built here (they copy what they keep of msgs,
+	// which the caller may reuse once Publish returned) and produced by
+	// a goroutine of the call's own: Produce may wait on the client's
+	// produce lock, and Publish returns by ctx whatever it waits on.
+	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
-		b.pub.Produce(ctx, encode(kt, m), func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
-		})
+		recs[i] = encode(kt, m)
+		recs[i].Partition = int32(backend.PartitionOf(m.Key, m.ID, int(parts)))
 	}
+	errs := make([]error, len(msgs))
 	done := make(chan struct{})
 	go func() {
+		var wg sync.WaitGroup
+		wg.Add(len(recs))
+		for i, r := range recs {
+			b.pub.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				errs[i] = err
+				wg.Done()
+			})
+		}
 		wg.Wait()
 		close(done)
 	}()

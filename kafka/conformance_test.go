@@ -15,24 +15,47 @@ import (
 	"github.com/eventbus-go/bus/kafka"
 )
 
-// TestOnOneBroker runs the package's tests that need a broker on one
-// private Kafka broker, one after another.
-func TestOnOneBroker(t *testing.T) {
+// leakSkip skips the suite's goroutine-leak case in the runs that are
+// parallel with another: the other run's goroutines would count as
+// leaked. TestNoGoroutineLeak runs the case alone, before them.
+var leakSkip = conformance.WithSkip("runs in parallel with the other broker's suite, whose goroutines it would count; TestNoGoroutineLeak runs it alone", "NoGoroutineLeak")
+
+// TestNoGoroutineLeak runs the suite's goroutine-leak case on a broker of
+// its own while no other test runs: TestOnOneBroker and TestOnThreeBrokers
+// are parallel and wait for it.
+func TestNoGoroutineLeak(t *testing.T) {
 	node := kafkatest.Start(t)
-	t.Run("Conformance", func(t *testing.T) {
-		testConformance(t, node.URL()+"?session_timeout=6s",
-			conformance.WithSkip("a Kafka group shares its load by partition: on a topic of one partition one member is active; the case runs on topics of four partitions in ConformanceFourPartitions", "ConsumerGroupSharesLoad"))
-	})
-	t.Run("ConformanceFourPartitions", func(t *testing.T) {
-		testConformance(t, node.URL()+"?session_timeout=6s&partitions=4", conformance.WithOnly("ConsumerGroupSharesLoad",
-			"KeyOrderOneActiveMember", "KeyOrderAcrossClose", "KeyOrderAcrossLeaveAndJoin"))
-	})
+	testConformance(t, node.URL()+"?session_timeout=6s", conformance.WithOnly("NoGoroutineLeak"))
+}
+
+// TestOnOneBroker runs the package's tests that need a broker on one
+// private Kafka broker, one after another, in parallel with
+// TestOnThreeBrokers.
+func TestOnOneBroker(t *testing.T) {
+	t.Parallel()
+	node := kafkatest.Start(t)
+	testSuite(t, node.URL())
 	t.Run("RevokeWaitsForDeliveries", func(t *testing.T) { testRevokeWaitsForDeliveries(t, node) })
 	t.Run("KeyOrderLedgerThroughACrash", func(t *testing.T) { testKeyOrderLedgerThroughACrash(t, node) })
 	t.Run("URLParameters", func(t *testing.T) { testURLParameters(t, node) })
+	t.Run("PartitionedTopic", func(t *testing.T) { testPartitionedTopic(t, node) })
 	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
 	t.Run("FaultBrokerPause", func(t *testing.T) { testFaultBrokerPause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
+}
+
+// testSuite runs the conformance suite on the brokers of rawURL: the
+// whole suite on topics of one partition, then the cases about sharing a
+// group's load and key order across members on topics of four.
+func testSuite(t *testing.T, rawURL string) {
+	t.Run("Conformance", func(t *testing.T) {
+		testConformance(t, rawURL+"?session_timeout=6s", leakSkip,
+			conformance.WithSkip("a Kafka group shares its load by partition: on a topic of one partition one member is active; the case runs on topics of four partitions in ConformanceFourPartitions", "ConsumerGroupSharesLoad"))
+	})
+	t.Run("ConformanceFourPartitions", func(t *testing.T) {
+		testConformance(t, rawURL+"?session_timeout=6s&partitions=4", conformance.WithOnly("ConsumerGroupSharesLoad",
+			"KeyOrderOneActiveMember", "KeyOrderAcrossClose", "KeyOrderAcrossLeaveAndJoin"))
+	})
 }
 
 func testConformance(t *testing.T, rawURL string, opts ...conformance.Option) {

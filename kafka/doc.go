@@ -29,8 +29,10 @@
 // (the broker's num.partitions when 0) and the broker's default
 // replication. A group is the Kafka consumer group of the same name, so
 // Kafka's tools show it. A record's key is the message key (none when
-// empty), so Kafka's partitioner (murmur2, as the Java client's) keeps a
-// key in one partition; the payload is the value; the message ID and the
+// empty); the backend puts a record in partition
+// backend.PartitionOf(key, ID, n) of the topic's n, the bus's own
+// routing (FNV-1a of the key, or of the ID when there is none), so a key
+// stays in one partition; the payload is the value; the message ID and the
 // publish time travel in the record headers bus-kafka-id and
 // bus-kafka-at, and every other header as a record header of its own
 // name, byte-exact. A record without bus-kafka-id (a producer outside the
@@ -48,7 +50,7 @@
 //     group has no member), so what is published after Subscribe returned
 //     is delivered; at the start for StartOldest. A group that exists
 //     resumes where it stands. A member joins in the background.
-//   - A member fetches ahead at most 64 KiB per partition and 1 MiB in
+//   - A member fetches ahead at most 1 MiB per partition and 8 MiB in
 //     all (a larger record batch comes whole); Receive returns at most
 //     what the bus asked for and leaves the rest for the next call.
 //   - Per-message acks over offsets. The backend keeps, per owned
@@ -165,11 +167,21 @@
 // the key and headers. A group shares its load by partition: a topic of
 // one partition has one active member. Subscriptions implement
 // backend.Extender, Releaser and Snoozer. KeyOwnership is true (see Key
-// order). The backend has no GroupLocker or Partitioner: the bus's
-// partitioned topics (CreateTopic) and its group lock are not built on
-// Kafka's assignment, and the conformance cases about them (GroupLock,
-// KeyOrderFencedMember, SubscriptionHealthStandby, the partitioned
-// cases) are skipped; so are the conformance crash cases, whose members
-// cannot stop a Kafka client's heartbeats: the package's own test kills
-// a member's link to the broker instead.
+// order). The backend has no GroupLocker: the bus's group lock is not
+// built on Kafka's assignment, and the conformance cases about it
+// (GroupLock, KeyOrderFencedMember, SubscriptionHealthStandby) are
+// skipped; so are the conformance crash cases, whose members cannot stop
+// a Kafka client's heartbeats: the package's own test kills a member's
+// link to the broker instead.
+//
+// # Partitioned topics
+//
+// The backend is a backend.NativePartitioner: the bus's CreateTopic(ctx,
+// topic, n) creates the Kafka topic with n partitions (TopicPartitions),
+// or reads the count of the one that exists, and the bus then publishes
+// and subscribes to it as to any topic: Publish routes by PartitionOf,
+// and the group's assignment gives each partition to one member, handed
+// over as under Key order. A member that the assignment leaves without a
+// partition keeps polling its group, and its subscription is idle
+// (backend.Idler): its Health says Standby.
 package kafka

@@ -232,7 +232,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	var keep []*kgo.Record
 	for i, r := range recs {
 		if !listed[i] && r.Offset < cut[r.Partition] {
-			keep = append(keep, &kgo.Record{Topic: kt, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
+			keep = append(keep, &kgo.Record{Topic: kt, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
 		}
 	}
 	if len(keep) > 0 {
@@ -457,7 +457,7 @@ func (b *Backend) BoundRetention(ctx context.Context, topic string, bound backen
 		return nil
 	}
 	kt := kafkaTopic(topic)
-	if err := b.ensureTopic(ctx, kt); err != nil {
+	if _, err := b.ensureTopic(ctx, kt); err != nil {
 		return fmt.Errorf("kafka: bound retention of %q: %w", topic, err)
 	}
 	age := strconv.FormatInt(max(bound.MaxAge.Milliseconds(), 1), 10)

@@ -32,7 +32,7 @@ func testEventsTopicBoundedByAge(t *testing.T, node *kafkatest.Node) {
 
 	work := fmt.Sprintf("events.work.%d", time.Now().UnixNano())
 	handled := make(chan struct{}, 1024)
-	_, err = b.Subscribe(ctx, work, func(context.Context, *bus.Delivery) error {
+	_, err = b.Subscribe(context.Background(), work, func(context.Context, *bus.Delivery) error {
 		handled <- struct{}{}
 		return nil
 	})

@@ -20,11 +20,12 @@ import (
 const receiveWait = time.Second
 
 // A member fetches ahead at most this much (a record batch larger than
-// that still comes whole): what it holds before Receive asks for it stays
-// small, as the bus's backpressure wants.
+// that still comes whole): franz-go's default per partition, so that a
+// busy partition takes few round trips, and a bound in all that keeps
+// what a member holds before Receive asks for it to a few MiB.
 const (
-	fetchMaxBytes          = 1 << 20
-	fetchMaxPartitionBytes = 64 << 10
+	fetchMaxBytes          = 8 << 20
+	fetchMaxPartitionBytes = 1 << 20
 )
 
 // Subscription is one member of a Kafka consumer group, on a client of its
@@ -101,7 +102,7 @@ type delivery struct {
 // the group; it joins the group in the background.
 func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
 	kt := kafkaTopic(topic)
-	if err := b.ensureTopic(ctx, kt); err != nil {
+	if _, err := b.ensureTopic(ctx, kt); err != nil {
 		return nil, fmt.Errorf("kafka: subscribe %q: %w", topic, err)
 	}
 	if cfg.StartFrom == backend.StartNewest {
@@ -944,4 +945,18 @@ func (s *Subscription) Close() error {
 // comes before t.
 func ceilMilli(t time.Time) int64 {
 	return (t.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
+
+// Idle reports whether the member, once it joined, owns no partition of
+// the topic (backend.Idler): the group has more members than the topic
+// has partitions.
+func (s *Subscription) Idle() bool {
+	select {
+	case <-s.joined:
+	default:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parts) == 0
 }

@@ -77,30 +77,35 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		nd.proc = serverproc.Proc{Group: true, StopTimeout: stopTimeout}
 		c.Nodes = append(c.Nodes, nd)
 	}
-	for _, nd := range c.Nodes {
+	// The nodes stop together: one stopped after the others lost the
+	// controller quorum would wait for it until its stop timeout.
+	t.Cleanup(func() { c.each(func(nd *Node) error { nd.stop(); return nil }) })
+	if err := c.each(func(nd *Node) error {
 		if err := nd.writeConfig(); err != nil {
-			t.Fatalf("kafkatest: %v", err)
+			return err
 		}
-		if err := nd.format(libs); err != nil {
-			t.Fatalf("kafkatest: %v", err)
-		}
-		t.Cleanup(nd.stop)
+		return nd.format(libs)
+	}); err != nil {
+		t.Fatalf("kafkatest: %v", err)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, nd := range c.Nodes {
-		wg.Go(func() { errs[i] = nd.launch(libs) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatalf("kafkatest: %v", err)
-		}
+	if err := c.each(func(nd *Node) error { return nd.launch(libs) }); err != nil {
+		t.Fatalf("kafkatest: %v", err)
 	}
 	if err := serverproc.WaitReady("kafka cluster", startTimeout, nil, c.Nodes[0].logPath(), c.allBrokers); err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
 	return c
+}
+
+// each runs f on every node at once and returns the first error.
+func (c *Cluster) each(f func(*Node) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.Nodes))
+	for i, nd := range c.Nodes {
+		wg.Go(func() { errs[i] = f(nd) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Addrs returns every node's client host:port.
