@@ -24,6 +24,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })
+	t.Run("PendingDeliveries", func(t *testing.T) { testPendingDeliveries(t, node) })
 	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
@@ -40,5 +41,5 @@ func testConformance(t *testing.T, rawURL string) {
 		b, err := rabbitmq.OpenURL(ctx, u)
 		require.NoError(t, err, "open the backend")
 		return b
-	})
+	}, conformance.WithCrashReturnsAtLapse())
 }

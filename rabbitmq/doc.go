@@ -151,8 +151,12 @@
 // may store a message twice). The backend implements backend.Pinger (a
 // channel opened and closed); subscriptions implement backend.Extender,
 // Releaser and Snoozer. The backend implements backend.GroupLocker
-// (see Key order). It has no Inspector, PendingLister, Partitioner or
-// GroupSeeker yet: a member that takes a group lock over waits one ack
-// timeout before it fetches, and the conformance cases of those
-// interfaces are skipped.
+// (see Key order) and subscriptions backend.PendingLister: a member of a
+// key-ordered group holds deliveries only on its live channel, so the
+// list is this process's deliveries, complete once the group's queue has
+// no consumer of another process (a passive queue.declare counts them);
+// until then PendingDeliveries returns an error and the bus asks again.
+// Deliveries waiting in a hold queue are not listed. It has no
+// Inspector, Partitioner or GroupSeeker yet, and the conformance cases
+// of those interfaces are skipped.
 package rabbitmq
