@@ -28,6 +28,8 @@ type Backend struct {
 	locks    map[string]*heldLock // by lock queue
 	lockSeq  uint64               // takes of a lock on this backend
 	closed   bool
+	// retention is the expiration (ms) of a bounded topic's messages.
+	retention map[string]string
 }
 
 var (
@@ -87,14 +89,17 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	exchanges := []string{ex}
 	var keys []string
 	due := backend.DueTimes(msgs)
+	expiration := b.expiration(topic)
 	for i, m := range msgs {
 		if due == nil || due[i] == 0 {
 			pubs[i] = encode(m, 0, 0)
+			pubs[i].Expiration = expiration
 			continue
 		}
 		left := time.Until(time.UnixMilli(due[i]))
 		if left <= 0 {
 			pubs[i] = encode(m, 0, 0)
+			pubs[i].Expiration = expiration
 			continue
 		}
 		// Held at the topic: a hold queue of the topic's delays

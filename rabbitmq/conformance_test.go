@@ -25,6 +25,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })
 	t.Run("PendingDeliveries", func(t *testing.T) { testPendingDeliveries(t, node) })
+	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
 	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })

@@ -115,6 +115,19 @@
 //     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
+// # Retention
+//
+// A message leaves a group's queue when the group acks it, and a topic
+// with no group keeps nothing (its exchange routes to no queue).
+// BoundRetention (backend.RetentionBounder, the bus's lifecycle events
+// topic) gives every message this backend publishes to the topic without
+// a DeliverAt still to come a per-message TTL (the AMQP expiration) of
+// the bound's age: a group's queue that stops consuming drops each
+// message once it has been in the queue that long, with no subscriber
+// running. Equal TTLs keep the oldest message at the head, where the
+// broker expires them. The length bound is not applied: queue arguments
+// cannot change once declared.
+//
 // # Deadlines
 //
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
