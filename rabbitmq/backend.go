@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -30,6 +31,8 @@ type Backend struct {
 	closed   bool
 	// retention is the expiration (ms) of a bounded topic's messages.
 	retention map[string]string
+	// http reads the management API (inspect.go).
+	http *http.Client
 }
 
 var (
@@ -55,6 +58,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	b.pub = &link{b: b, name: "publish"}
 	b.sub = &link{b: b, name: "consume"}
 	b.lockLink = &link{b: b, name: "lock"}
+	b.http = &http.Client{Timeout: 2 * opts.DialTimeout}
 	if _, err := b.pub.get(ctx); err != nil {
 		return nil, err
 	}

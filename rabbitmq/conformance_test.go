@@ -17,8 +17,9 @@ import (
 // TestOnOneNode runs the package's tests that need a broker on one
 // private RabbitMQ node, one after another.
 func TestOnOneNode(t *testing.T) {
-	node := rabbittest.Start(t)
-	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.URL()) })
+	node := rabbittest.Start(t, rabbittest.WithManagement())
+	t.Run("Conformance", func(t *testing.T) { testConformance(t, node.InspectURL()) })
+	t.Run("Inspect", func(t *testing.T) { testInspect(t, node) })
 	t.Run("MalformedEntryDeadLettered", func(t *testing.T) { testMalformedEntryDeadLettered(t, node) })
 	t.Run("DeliverAtReachesLaterGroups", func(t *testing.T) { testDeliverAtReachesLaterGroups(t, node) })
 	t.Run("LongNamesAreHashed", func(t *testing.T) { testLongNamesAreHashed(t, node) })

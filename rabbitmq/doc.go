@@ -14,8 +14,8 @@
 //
 // amqp:// and amqps:// URLs carry user, password, host, port and virtual
 // host as RabbitMQ reads them. Backend parameters are prefix, heartbeat,
-// dial_timeout, write_timeout and close_timeout (see [Options]); an
-// unknown parameter is an error.
+// dial_timeout, write_timeout, close_timeout and management (see
+// [Options]); an unknown parameter is an error.
 //
 // # Broker layout
 //
@@ -115,6 +115,18 @@
 //     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
+// # Inspection
+//
+// The backend implements backend.Inspector through the management API
+// (Options.Management, the management URL parameter): Topics lists the
+// backend's exchanges, with the publishes into each (publish_in) and the
+// messages and bytes of its group queue that holds the most; Groups lists
+// the queues bound to a topic's exchange, with lag (ready messages),
+// pending (unacknowledged) and consumers. The figures lag by up to the
+// broker's collect_statistics_interval. Without a management URL, Topics
+// and Groups return an error wrapping backend.ErrUnsupported; Peek and
+// Delete always do, since RabbitMQ reads a queue only by consuming it.
+//
 // # Retention
 //
 // A message leaves a group's queue when the group acks it, and a topic
@@ -169,7 +181,8 @@
 // list is this process's deliveries, complete once the group's queue has
 // no consumer of another process (a passive queue.declare counts them);
 // until then PendingDeliveries returns an error and the bus asks again.
-// Deliveries waiting in a hold queue are not listed. It has no
-// Inspector, Partitioner or GroupSeeker yet, and the conformance cases
-// of those interfaces are skipped.
+// Deliveries waiting in a hold queue are not listed. It implements
+// backend.Inspector without Peek and Delete (see Inspection), and has no
+// Partitioner or GroupSeeker yet: the conformance cases of those are
+// skipped.
 package rabbitmq
