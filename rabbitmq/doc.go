@@ -152,12 +152,13 @@
 // Subscription.Close returns within about Options.CloseTimeout,
 // Backend.Close within about twice that.
 //
-// RabbitMQ 3.10 saves the Raft term of a quorum queue every five seconds:
-// a node killed before a new queue's first save brings the queue back
+// RabbitMQ 3.10 keeps a quorum queue's Raft state in dets tables that it
+// writes to disk later: the term every five seconds, and the directory of
+// Raft servers on dets's own schedule. A node killed before a new queue's
+// state is on disk brings the queue back empty, as a follower of term 0
 // without a leader, and publishes to it are not confirmed until an
 // election is triggered on the node. The fault suite's restart case
-// kills the node after that save; it is skipped, since publishing did
-// not always resume within 30 s after the restart even so.
+// kills the node after it synced every dets table.
 //
 // # Capabilities
 //

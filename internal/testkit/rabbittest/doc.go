@@ -18,9 +18,9 @@
 // [StartCluster] starts nodes that register with one epmd (the first
 // node's) and share an Erlang cookie written to each node's HOME, and
 // joins them (stop_app, join_cluster, start_app) into one cluster.
-// [Node.SaveRaftMeta] makes a node save its quorum queues' Raft
-// metadata, which RabbitMQ does every five seconds, before a test kills
-// it.
+// [Node.SaveRaftMeta] makes a node write its quorum queues' Raft state
+// (every dets table: the term, the directory of Raft servers), which
+// RabbitMQ writes later on its own, before a test kills it.
 //
 // # Requirements
 //

@@ -162,15 +162,17 @@ func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa
 // gone; its data stays for Restart.
 func (n *Node) Kill() { n.proc.Stop(syscall.SIGKILL) }
 
-// SaveRaftMeta makes the node write the Raft metadata of its quorum
-// queues (term and vote) to disk now; RabbitMQ saves it every five
-// seconds. A node killed before a new quorum queue's first save brings
-// the queue back as a follower of term 0 that never starts an election
-// (RabbitMQ 3.10): its publishes wait for a leader that never comes. A
-// test that kills the node to see how clients recover, not to see that
-// bug, calls SaveRaftMeta first.
+// SaveRaftMeta makes the node write the Raft state of its quorum queues
+// kept in dets tables to disk now: their metadata (term and vote, which
+// RabbitMQ saves every five seconds) and the directory of Raft servers
+// (ra_directory_reverse, which dets saves only every three minutes). A
+// node killed before a new quorum queue's server is in the saved
+// directory brings the queue back empty, as a follower of term 0 that
+// never starts an election (RabbitMQ 3.10): its publishes wait for a
+// leader that never comes. A test that kills the node to see how clients
+// recover, not to see that bug, calls SaveRaftMeta first.
 func (n *Node) SaveRaftMeta() error {
-	out, err := n.Ctl("eval", "dets:sync(ra_log_meta).")
+	out, err := n.Ctl("eval", "[ok = dets:sync(T) || T <- dets:all()], ok.")
 	if err != nil {
 		return fmt.Errorf("rabbittest: save the raft metadata: %w: %s", err, out)
 	}
