@@ -59,7 +59,10 @@ func testInspect(t *testing.T, node *rabbittest.Node) {
 	var gs []backend.GroupInfo
 	require.Eventually(t, func() bool {
 		gs, err = b.Groups(ctx, "inspected")
-		return err == nil && len(gs) == 2 && gs[0].Lag == 7 && gs[0].Pending == 3 && gs[1].Lag == 10
+		// The management API reports each figure once its statistics
+		// have come in.
+		return err == nil && len(gs) == 2 && gs[0].Lag == 7 && gs[0].Pending == 3 && gs[0].Consumers == 1 &&
+			gs[1].Lag == 10 && gs[1].Pending == 0 && gs[1].Consumers == 0
 	}, 30*time.Second, 100*time.Millisecond, "the management API's figures: %+v, %v", gs, err)
 	assert.Equal(t, "busy", gs[0].Name)
 	assert.Equal(t, backend.Figure(1), gs[0].Consumers)
@@ -76,7 +79,7 @@ func testInspect(t *testing.T, node *rabbittest.Node) {
 		for _, x := range ts {
 			if x.Name == "inspected" {
 				ti = x
-				return x.Published == 10
+				return x.Published == 10 && x.Messages == 10
 			}
 		}
 		return false
