@@ -51,8 +51,8 @@ var seq atomic.Int64
 type Option func(*Node)
 
 // WithManagement turns the rabbitmq_management plugin on, its API on a
-// free 127.0.0.1 port (see Node.ManagementURL). It makes the node's start
-// about five seconds longer.
+// free 127.0.0.1 port (see Node.ManagementURL). The plugin makes the
+// node's start longer: only tests that inspect the node turn it on.
 func WithManagement() Option {
 	return func(n *Node) { n.mgmt = freePort(n.t) }
 }
