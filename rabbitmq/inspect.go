@@ -195,7 +195,7 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 // a delayed retry waiting in a hold queue is in neither. The figures lag
 // by up to the management API's collect_statistics_interval.
 func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo, error) {
-	if err := backend.ValidateTopic(topic); err != nil {
+	if err := validateStoredTopic(topic); err != nil {
 		return nil, fmt.Errorf("rabbitmq: groups: %w", err)
 	}
 	ex := b.exchangeName(topic)
