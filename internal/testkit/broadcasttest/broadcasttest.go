@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,12 +36,16 @@ const (
 	envURL    = "BUS_BROADCASTTEST_URL"
 	envTopic  = "BUS_BROADCASTTEST_TOPIC"
 	envExpiry = "BUS_BROADCASTTEST_EXPIRY"
+	// envHold, when set, is how many messages the child handles before
+	// its handlers block until it is killed, holding their deliveries.
+	envHold = "BUS_BROADCASTTEST_HOLD"
 )
 
 // Lines a child prints.
 const (
 	lineReady  = "READY"  // READY <group>: subscribed
 	lineGot    = "GOT"    // GOT <id>: handled
+	lineHeld   = "HELD"   // HELD <id>: its handler blocks until the kill
 	lineFailed = "FAILED" // FAILED <error>: the subscription ended
 	lineClosed = "CLOSED" // CLOSED <error or "ok">: Close returned
 )
@@ -65,8 +70,10 @@ func IsChild() bool { return os.Getenv(envURL) != "" }
 // RunChild is the child's body: it opens the bus of its URL (the test
 // binary registers the backend), subscribes in broadcast to the topic
 // with the expiry, prints READY <group> and GOT <id> for every message
-// it handles, and closes the subscription once its stdin ends. It exits
-// the process.
+// it handles, and closes the subscription once its stdin ends. The
+// victim (envHold set) blocks in its handlers after that many messages,
+// printing HELD <id>, so that it dies holding unsettled deliveries. It
+// exits the process.
 func RunChild() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "broadcasttest child:", err)
@@ -81,7 +88,15 @@ func RunChild() {
 	if err != nil {
 		fail(err)
 	}
+	hold := -1
+	if h := os.Getenv(envHold); h != "" {
+		if hold, err = strconv.Atoi(h); err != nil {
+			fail(err)
+		}
+	}
 	var mu sync.Mutex
+	handled := 0
+	block := make(chan struct{}) // never closed: the victim is killed
 	out := bufio.NewWriter(os.Stdout)
 	println := func(format string, args ...any) {
 		mu.Lock()
@@ -91,6 +106,14 @@ func RunChild() {
 	}
 	// The subscription runs until Close: its ctx never ends.
 	sub, err := b.Subscribe(context.Background(), os.Getenv(envTopic), func(_ context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		held := hold >= 0 && handled >= hold
+		handled++
+		mu.Unlock()
+		if held {
+			println("%s %s", lineHeld, d.ID)
+			<-block
+		}
 		println("%s %s", lineGot, d.ID)
 		return nil
 	}, bus.WithBroadcast(), bus.WithBroadcastExpiry(expiry))
@@ -160,7 +183,11 @@ func Run(t *testing.T, c Config) Result {
 
 	kids := make([]*child, children)
 	for i := range kids {
-		kids[i] = start(t, c)
+		hold := ""
+		if i == 0 {
+			hold = strconv.Itoa(killAfter / 2)
+		}
+		kids[i] = start(t, c, hold)
 	}
 	groups := make([]string, children)
 	for i, k := range kids {
@@ -180,12 +207,18 @@ func Run(t *testing.T, c Config) Result {
 		}
 	}
 	publish(0, killAfter)
-	// Mid-stream: the victim handles part of the stream before it dies.
+	// Mid-stream: the victim handles part of the stream and dies in the
+	// middle of its next handlers, their deliveries unsettled.
 	victim.waitFor(t, lineGot, killAfter/2)
+	victim.waitFor(t, lineHeld, 1)
+	before, err := c.Leftovers(ctx, c.Topic, dead)
+	require.NoError(t, err)
+	assert.NotEmpty(t, before, "the broker's view shows the victim's group")
 	require.NoError(t, victim.cmd.Process.Signal(syscall.SIGKILL), "kill the victim")
 	killedAt := time.Now()
 	victim.wait(t)
-	t.Logf("killed child 0 (group %s) after it handled %d of %d messages", dead, len(victim.with(lineGot)), killAfter)
+	t.Logf("killed child 0 (group %s) after it handled %d of %d messages, in %d handlers; the broker's view of its group then: %v",
+		dead, len(victim.with(lineGot)), killAfter, len(victim.with(lineHeld)), strings.Join(before, "; "))
 	publish(killAfter, messages)
 
 	res := Result{Bound: c.Expiry * 3 / 2}
@@ -236,6 +269,7 @@ func Run(t *testing.T, c Config) Result {
 		more, err := c.Leftovers(ctx, c.Topic, g)
 		require.NoError(t, err)
 		assert.NotEmpty(t, more, "the broker's view shows the live group %s", g)
+		t.Logf("the broker's view of live group %s: %s", g, strings.Join(more, "; "))
 	}
 
 	// Closing the live children deletes their groups: nothing is left.
@@ -264,10 +298,11 @@ type child struct {
 	lines []string
 }
 
-func start(t *testing.T, c Config) *child {
+// start starts a child; hold is its envHold ("" for none).
+func start(t *testing.T, c Config, hold string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envURL+"="+c.URL, envTopic+"="+c.Topic, envExpiry+"="+c.Expiry.String())
+	cmd.Env = append(os.Environ(), envURL+"="+c.URL, envTopic+"="+c.Topic, envExpiry+"="+c.Expiry.String(), envHold+"="+hold)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
