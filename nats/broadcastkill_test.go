@@ -33,7 +33,7 @@ func TestBroadcastKilledProcess(t *testing.T) {
 	broadcasttest.Run(t, broadcasttest.Config{
 		URL:    srv.URL(),
 		Topic:  "broadcast.kill",
-		Expiry: 2 * time.Second,
+		Expiry: 3 * time.Second,
 		Leftovers: func(ctx context.Context, _, group string) ([]string, error) {
 			return jetStreamLeftovers(ctx, js, group)
 		},

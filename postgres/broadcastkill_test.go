@@ -26,7 +26,7 @@ func testBroadcastKilledProcess(t *testing.T, rawURL string) {
 	broadcasttest.Run(t, broadcasttest.Config{
 		URL:    rawURL,
 		Topic:  fmt.Sprintf("broadcast.kill.%d", time.Now().UnixNano()),
-		Expiry: 2 * time.Second,
+		Expiry: 3 * time.Second,
 		Leftovers: func(ctx context.Context, topic, group string) ([]string, error) {
 			return pgLeftovers(ctx, conn, topic, group)
 		},

@@ -28,7 +28,7 @@ func TestBroadcastKilledProcess(t *testing.T) {
 	broadcasttest.Run(t, broadcasttest.Config{
 		URL:    u,
 		Topic:  uniqueTopic(t),
-		Expiry: 2 * time.Second,
+		Expiry: 3 * time.Second,
 		Leftovers: func(ctx context.Context, topic, group string) ([]string, error) {
 			return redisLeftovers(ctx, client, topic, group)
 		},
