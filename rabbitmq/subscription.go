@@ -549,7 +549,9 @@ func (s *Subscription) isClosed() bool {
 // (Release, Snooze, Nack with a delay), gives each delivery still
 // unsettled back to the group without counting an attempt (a confirmed
 // copy, then an ack; a key-ordered member's go back to the head of the
-// queue with release notes, see giveBackToHead) and closes the channel,
+// queue with release notes, and there those Receive returned and that
+// are neither settled nor released count an attempt, see
+// giveBackToHead) and closes the channel,
 // all within about Options.CloseTimeout. A delivery it cannot give back
 // so is given back by the broker when the channel closes, and that
 // counts.
@@ -654,10 +656,11 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 
 // given is a delivery a closing subscription gives back.
 type given struct {
-	tag   uint64
-	id    string
-	count int             // x-delivery-count
-	pub   amqp.Publishing // its copy (see giveBack)
+	tag      uint64
+	id       string
+	count    int             // x-delivery-count
+	pub      amqp.Publishing // its copy (see giveBack)
+	released bool            // released by a key-ordered member (see releaseToHead)
 }
 
 // pushed is a delivery the broker pushed and Receive did not return, to
@@ -680,9 +683,10 @@ func (s *Subscription) takeUnsettled() []given {
 	var back []given
 	for d := range s.active {
 		if (d.state == stActive && !d.moving || d.state == stReleased) && d.gen == s.gen {
+			released := d.state == stReleased
 			d.state = stSettled
 			s.forgetLocked(d)
-			back = append(back, given{tag: d.tag, id: d.msg.ID, count: d.count, pub: encode(&d.msg, d.msg.Attempt-1, 0)})
+			back = append(back, given{tag: d.tag, id: d.msg.ID, count: d.count, pub: encode(&d.msg, d.msg.Attempt-1, 0), released: released})
 		}
 	}
 	return back
