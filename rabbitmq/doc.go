@@ -84,10 +84,12 @@
 //     within ten minutes; a newer delivery on another member is handled
 //     again there.
 //   - Subscription.Close cancels the consumer and gives what it holds back
-//     to the group without counting an attempt (the deliveries the broker
-//     pushed but Receive did not return, and those still unsettled), as
-//     confirmed copies, then closes the channel. A key-ordered member
-//     gives them back to the head of the queue instead (see Key order).
+//     to the group as confirmed copies, then closes the channel: the
+//     deliveries the broker pushed but Receive did not return without
+//     counting an attempt, those Receive returned and still unsettled
+//     (the bus settles or releases what it drains, so their handler may
+//     have run) counting one. A key-ordered member gives them back to the
+//     head of the queue instead (see Key order).
 //
 // # Key order
 //
