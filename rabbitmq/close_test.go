@@ -65,3 +65,36 @@ func testCloseCountsUnsettled(t *testing.T, node *rabbittest.Node) {
 	want[got[0].ID] = 2
 	assert.Equal(t, want, attempts, "the unsettled message counts an attempt, the ones Receive did not return do not")
 }
+
+// testUnlockOnEndedCtxLapses: an unlock whose ctx has ended does not
+// release the lock: the lock stays held until its ttl passes, and the
+// next holder then takes it over.
+func testUnlockOnEndedCtxLapses(t *testing.T, node *rabbittest.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	u, err := url.Parse(node.URL())
+	require.NoError(t, err)
+	open := func() *rabbitmq.Backend {
+		b, err := rabbitmq.OpenURL(ctx, u)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	b1, b2 := open(), open()
+	const topic, group, ttl = "unlock.ended", "g", 2 * time.Second
+	held, _, err := b1.LockGroup(ctx, topic, group, "one", ttl)
+	require.NoError(t, err)
+	require.True(t, held, "the first holder takes the lock")
+	ended, end := context.WithCancel(ctx)
+	end()
+	require.ErrorIs(t, b1.UnlockGroup(ended, topic, group, "one"), context.Canceled, "an unlock on an ended ctx")
+	held, _, err = b2.LockGroup(ctx, topic, group, "two", ttl)
+	require.NoError(t, err)
+	assert.False(t, held, "the lock is still the first holder's")
+	var takeover bool
+	require.Eventually(t, func() bool {
+		held, takeover, err = b2.LockGroup(ctx, topic, group, "two", ttl)
+		return err == nil && held
+	}, 30*time.Second, 50*time.Millisecond, "the lock lapses after its ttl")
+	assert.True(t, takeover, "a lapsed lock is taken over")
+}
