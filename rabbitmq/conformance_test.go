@@ -31,6 +31,8 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("PendingDeliveries", func(t *testing.T) { testPendingDeliveries(t, node) })
 	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
 	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })
+	t.Run("CloseCountsUnsettled", func(t *testing.T) { testCloseCountsUnsettled(t, node) })
+	t.Run("UnlockOnEndedCtxLapses", func(t *testing.T) { testUnlockOnEndedCtxLapses(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
 	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })

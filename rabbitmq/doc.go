@@ -84,10 +84,12 @@
 //     within ten minutes; a newer delivery on another member is handled
 //     again there.
 //   - Subscription.Close cancels the consumer and gives what it holds back
-//     to the group without counting an attempt (the deliveries the broker
-//     pushed but Receive did not return, and those still unsettled), as
-//     confirmed copies, then closes the channel. A key-ordered member
-//     gives them back to the head of the queue instead (see Key order).
+//     to the group as confirmed copies, then closes the channel: the
+//     deliveries the broker pushed but Receive did not return without
+//     counting an attempt, those Receive returned and still unsettled
+//     (the bus settles or releases what it drains, so their handler may
+//     have run) counting one. A key-ordered member gives them back to the
+//     head of the queue instead (see Key order).
 //
 // # Key order
 //
@@ -106,7 +108,11 @@
 // confirmed, and then closes its channel, and the quorum queue puts the
 // channel's unsettled messages back at its head in delivery order,
 // counting a delivery each. Release keeps a delivery on the channel with
-// a note until the channel closes. The member does so when it closes,
+// a note until the channel closes. A delivery Receive returned that is
+// neither settled nor released when the member closes gets no note: its
+// handler may have run (the bus's close ran out of time before its ack),
+// so its return counts an attempt and the next holder never takes it for
+// a first one. The member does so when it closes,
 // when a lease runs out (that delivery counts an attempt) and when the
 // lock passes on without it closing. The next holder takes the notes
 // before its first Receive under the lock and lowers the Attempt of each
