@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/testkit/broadcasttest"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/observer"
@@ -111,22 +113,68 @@ func openRabbit(ctx context.Context, t *testing.T, raw string) *rabbitmq.Backend
 // management API.
 func queuesNamed(ctx context.Context, t *testing.T, node *rabbittest.Node, s string) []string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, node.ManagementURL()+"/api/queues/%2F?columns=name", nil)
+	qs, err := brokerQueues(ctx, node, s)
 	require.NoError(t, err)
-	req.SetBasicAuth("guest", "guest")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var qs []struct {
-		Name string `json:"name"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&qs))
 	var out []string
 	for _, q := range qs {
-		if strings.Contains(q.Name, s) {
-			out = append(out, q.Name)
-		}
+		out = append(out, q.Name)
 	}
 	return out
+}
+
+// brokerQueue is what the management API reports of a queue.
+type brokerQueue struct {
+	Name      string `json:"name"`
+	Messages  int64  `json:"messages"`
+	Consumers int64  `json:"consumers"`
+}
+
+// brokerQueues lists the node's queues whose name holds s, through the
+// management API (the broker's own view, not the backend's Inspector).
+func brokerQueues(ctx context.Context, node *rabbittest.Node, s string) ([]brokerQueue, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, node.ManagementURL()+"/api/queues/%2F?columns=name,messages,consumers", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /api/queues: %s", resp.Status)
+	}
+	var qs []brokerQueue
+	if err := json.NewDecoder(resp.Body).Decode(&qs); err != nil {
+		return nil, err
+	}
+	var out []brokerQueue
+	for _, q := range qs {
+		if strings.Contains(q.Name, s) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// testBroadcastKilledProcess: three processes subscribe in broadcast and
+// one is SIGKILLed mid-stream; the live ones get every message, and
+// within 1.5 times the expiry every queue of the dead one's group (its
+// quorum queue, lock, lock state, release notes) is gone from the
+// broker's queue list (the management API).
+func testBroadcastKilledProcess(t *testing.T, node *rabbittest.Node) {
+	broadcasttest.Run(t, broadcasttest.Config{
+		URL:    node.InspectURL(),
+		Topic:  "bcastkill",
+		Expiry: 3 * time.Second,
+		Leftovers: func(ctx context.Context, topic, group string) ([]string, error) {
+			qs, err := brokerQueues(ctx, node, topic+"/"+group)
+			var left []string
+			for _, q := range qs {
+				left = append(left, fmt.Sprintf("queue %s: %d messages, %d consumers", q.Name, q.Messages, q.Consumers))
+			}
+			return left, err
+		},
+	})
 }
