@@ -68,7 +68,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 
 // Capabilities: see the package doc.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		Name:           "rabbitmq",
 		ConsumerGroups: true,
 		Persistent:     true,
@@ -79,6 +79,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Scheduling:     true,
 		Results:        true,
 	}
+	if b.opts.Management != "" {
+		c.Broadcast = true
+	} else {
+		c.BroadcastNeeds = "the RabbitMQ management API to list the broadcast groups to delete; set the management URL parameter (e.g. ?management=http://127.0.0.1:15672) or Options.Management"
+	}
+	return c
 }
 
 // Publish stores msgs on topic's exchange, with publisher confirms: every

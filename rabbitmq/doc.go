@@ -164,7 +164,8 @@
 // (Options.Management, the management URL parameter): Topics lists the
 // backend's exchanges, with the publishes into each (publish_in) and the
 // messages and bytes of its group queue that holds the most; Groups lists
-// the queues bound to a topic's exchange, with lag (ready messages),
+// the group queues bound to a topic's exchange (none of the backend's
+// other queues), with lag (ready messages),
 // pending (unacknowledged) and consumers. The figures lag by up to the
 // broker's collect_statistics_interval. Without a management URL, Topics
 // and Groups return an error wrapping backend.ErrUnsupported; Peek and
@@ -207,7 +208,14 @@
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
 // receives first deliveries in publish order), Extend, Scheduling and
-// Results are true. Publish stores a message whose DeliverAt is still to come in the
+// Results are true. Broadcast is true when the backend has a management
+// URL (Options.Management, the management URL parameter): the bus's
+// sweep of lapsed broadcast groups lists them through Groups (see
+// Inspection). Without one Broadcast is false, and bus.WithBroadcast is
+// refused at Subscribe with an error that says to set it
+// (Capabilities.BroadcastNeeds).
+//
+// Publish stores a message whose DeliverAt is still to come in the
 // bus.at hold queue of the longest fixed delay not past it, carrying its
 // due time in bus-due, so delayed messages never stand in front of
 // immediate ones; it reaches the groups its topic has when it comes out

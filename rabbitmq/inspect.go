@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,9 +189,9 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 }
 
 // Groups implements backend.Inspector through the management API: the
-// groups are the queues bound to the topic's exchange, named by the
-// group (a queue whose name was hashed, for a name over 255 bytes, by
-// its queue name). Lag is the queue's ready messages, Pending its
+// groups are the group queues bound to the topic's exchange, named by
+// the group (a queue whose name was hashed, for a name over 255 bytes, by
+// its queue name); no other queue of the backend is listed. Lag is the queue's ready messages, Pending its
 // unacknowledged ones (those a member holds), Consumers its consumers;
 // a delayed retry waiting in a hold queue is in neither. The figures lag
 // by up to the management API's collect_statistics_interval.
@@ -210,7 +211,7 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 	pre := b.opts.Prefix + ".q." + topic + "/"
 	out := []backend.GroupInfo{}
 	for _, bd := range binds {
-		if bd.DestinationType != "queue" {
+		if bd.DestinationType != "queue" || !b.isGroupQueue(bd.Destination, pre) {
 			continue
 		}
 		var q mgmtQueue
@@ -229,6 +230,22 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// isGroupQueue reports whether the queue name is a group's queue:
+// pre (the topic's "<prefix>.q.<topic>/") and its group, or a hashed
+// group queue name. The backend's other queues (partition counts,
+// members, results, locks, lock states, release notes, holds) are not.
+func (b *Backend) isGroupQueue(name, pre string) bool {
+	if g, ok := strings.CutPrefix(name, pre); ok {
+		return g != ""
+	}
+	sum, ok := strings.CutPrefix(name, b.opts.Prefix+".q.")
+	if !ok || len(sum) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(sum)
+	return err == nil
 }
 
 // Peek implements backend.Inspector: it is unsupported (an error wrapping
