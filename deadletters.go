@@ -102,7 +102,7 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 		dl := decodeDeadLetter(m)
 		switch {
 		case dl.Holds:
-			n, err := b.replayHold(ctx, in, dlq, &dl)
+			n, err := b.replayHold(ctx, in, dlq, &dl, m)
 			replayed += n
 			if err != nil {
 				return replayed, err
@@ -111,7 +111,7 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 		case dl.HeldBy != "" && done[dl.HeldBy]:
 			// Replayed after its head.
 		default:
-			if err := b.replay(ctx, in, dlq, &dl); err != nil {
+			if err := b.replay(ctx, in, dlq, &dl, m); err != nil {
 				return replayed, err
 			}
 			replayed++
@@ -120,9 +120,9 @@ func (b *Bus) ReplayDeadLetters(ctx context.Context, dlq string, ids ...string) 
 	return replayed, notFound("replay dead letters of", dlq, missing)
 }
 
-// replay publishes one dead letter to its original topic, then removes it
-// from dlq.
-func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *DeadLetter) error {
+// replay publishes one dead letter to its original topic, then removes its
+// copy stored from dlq.
+func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *DeadLetter, stored *backend.Message) error {
 	if dl.Topic == "" {
 		return fmt.Errorf("bus: replay dead letter %q of %q: %w: it names no original topic", dl.ID, dlq, ErrInvalidMessage)
 	}
@@ -136,11 +136,23 @@ func (b *Bus) replay(ctx context.Context, in backend.Inspector, dlq string, dl *
 	if err := b.publishReplay(ctx, dl.Topic, &m); err != nil {
 		return fmt.Errorf("bus: replay dead letter %q of %q to %q: %w", dl.ID, dlq, dl.Topic, err)
 	}
-	if _, err := in.Delete(ctx, dlq, []string{dl.ID}); err != nil {
+	if err := deleteStored(ctx, in, dlq, stored); err != nil {
 		return fmt.Errorf("bus: replay dead letter %q: stored on %q, but not removed from %q: %w", dl.ID, dl.Topic, dlq, err)
 	}
 	b.emitReplayed(dlq, dl, at)
 	return nil
+}
+
+// deleteStored removes the copy stored from dlq: only that copy where the
+// backend is a CopyDeleter, so that a dead letter the replayed message
+// left meanwhile stays; every message of dlq with its ID otherwise.
+func deleteStored(ctx context.Context, in backend.Inspector, dlq string, stored *backend.Message) error {
+	if cd, ok := in.(backend.CopyDeleter); ok {
+		_, err := cd.DeleteCopies(ctx, dlq, []*backend.Message{stored})
+		return err
+	}
+	_, err := in.Delete(ctx, dlq, []string{stored.ID})
+	return err
 }
 
 // PurgeDeadLetters removes dead letters from dlq: those whose message IDs
@@ -266,8 +278,8 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 // key held for anything else until that one is back, and then replays
 // itself what was parked behind the head meanwhile (see
 // consumer.endDrain).
-func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter) (int, error) {
-	parked, err := b.parkedBehind(ctx, in, dlq, head, "")
+func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, stored *backend.Message) (int, error) {
+	parked, copies, err := b.parkedBehind(ctx, in, dlq, head, "")
 	if err != nil {
 		return 0, err
 	}
@@ -275,11 +287,11 @@ func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, 
 		head.Headers = maps.Clone(head.Headers)
 		head.Headers[headerHoldUntil] = parked[len(parked)-1].ID
 	}
-	if err := b.replay(ctx, in, dlq, head); err != nil {
+	if err := b.replay(ctx, in, dlq, head, stored); err != nil {
 		return 0, err
 	}
 	for i := range parked {
-		if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
+		if err := b.replay(ctx, in, dlq, &parked[i], copies[i]); err != nil {
 			return 1 + i, err
 		}
 	}
@@ -287,20 +299,20 @@ func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, 
 }
 
 // parkedBehind reads the messages of dlq parked behind head, in their
-// order, but the one whose ID is but.
-func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but string) ([]DeadLetter, error) {
-	var parked []DeadLetter
-	err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
+// order, but the one whose ID is but, and the copies they were read from.
+func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but string) (parked []DeadLetter, copies []*backend.Message, err error) {
+	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if m.Key == head.Key && m.Headers[headerHeldBy] == head.ID && m.ID != but &&
 			m.Headers[backend.HeaderDeadLetterTopic] == head.Topic && m.Headers[backend.HeaderDeadLetterGroup] == head.Group {
 			parked = append(parked, decodeDeadLetter(m))
+			copies = append(copies, m)
 		}
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: read the messages parked behind %q on %q: %w", head.ID, dlq, err)
+		return nil, nil, fmt.Errorf("bus: read the messages parked behind %q on %q: %w", head.ID, dlq, err)
 	}
-	return parked, nil
+	return parked, copies, nil
 }
 
 // releaseHold sends the head of a held key through its topic as the
@@ -310,7 +322,7 @@ func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string
 // the key acknowledges the release unhandled and ends the hold as after
 // a replayed head (see replayHold).
 func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, raw *backend.Message) (int, error) {
-	parked, err := b.parkedBehind(ctx, in, dlq, head, "")
+	parked, copies, err := b.parkedBehind(ctx, in, dlq, head, "")
 	if err != nil {
 		return 0, err
 	}
@@ -320,7 +332,7 @@ func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string,
 	if len(parked) > 0 {
 		rel.Headers[headerHoldUntil] = parked[len(parked)-1].ID
 	}
-	if err := b.replay(ctx, in, dlq, &rel); err != nil {
+	if err := b.replay(ctx, in, dlq, &rel, raw); err != nil {
 		return 0, err
 	}
 	cp := *raw
@@ -335,7 +347,7 @@ func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string,
 		return 0, fmt.Errorf("bus: release key %q: its head %q is released, but not stored again on %q: %w", head.Key, head.ID, dlq, err)
 	}
 	for i := range parked {
-		if err := b.replay(ctx, in, dlq, &parked[i]); err != nil {
+		if err := b.replay(ctx, in, dlq, &parked[i], copies[i]); err != nil {
 			return i, err
 		}
 	}
@@ -481,10 +493,12 @@ func (b *Bus) ReleaseKey(ctx context.Context, dlq, topic, group, key string) (in
 // the key behind that head lifts the hold as for ReleaseKey's).
 func (b *Bus) replayOrphans(ctx context.Context, in backend.Inspector, dlq, topic, group, key string) (int, error) {
 	var msgs []DeadLetter
+	var copies []*backend.Message
 	err := peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if m.Key == key && m.Headers[headerHeldBy] != "" &&
 			m.Headers[backend.HeaderDeadLetterTopic] == topic && m.Headers[backend.HeaderDeadLetterGroup] == group {
 			msgs = append(msgs, decodeDeadLetter(m))
+			copies = append(copies, m)
 		}
 		return true
 	})
@@ -501,7 +515,7 @@ func (b *Bus) replayOrphans(ctx context.Context, in backend.Inspector, dlq, topi
 		return 0, fmt.Errorf("bus: release key %q of group %q on %q: %w", key, group, topic, err)
 	}
 	for i := range msgs {
-		if err := b.replay(ctx, in, dlq, &msgs[i]); err != nil {
+		if err := b.replay(ctx, in, dlq, &msgs[i], copies[i]); err != nil {
 			return i, err
 		}
 	}

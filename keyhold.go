@@ -296,9 +296,9 @@ func (s *consumer) endDrain(key string, h keyHold) {
 	in := s.bus.be.(backend.Inspector)
 	dlq := s.cfg.DeadLetter
 	head := &DeadLetter{Message: Message{ID: h.head, Key: key}, Topic: s.cfg.Topic, Group: s.cfg.Group}
-	parked, err := s.bus.parkedBehind(ctx, in, dlq, head, h.until)
+	parked, copies, err := s.bus.parkedBehind(ctx, in, dlq, head, h.until)
 	for i := 0; err == nil && i < len(parked); i++ {
-		err = s.bus.replay(ctx, in, dlq, &parked[i])
+		err = s.bus.replay(ctx, in, dlq, &parked[i], copies[i])
 	}
 	if err != nil || len(parked) == 0 {
 		s.holds.lift(key, h.head)

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"time"
 )
@@ -38,6 +39,36 @@ type Inspector interface {
 	// that a group has received but not settled may make its settlement
 	// fail with ErrStale.
 	Delete(ctx context.Context, topic string, ids []string) (int, error)
+}
+
+// CopyDeleter is implemented by Inspectors that can remove exactly the
+// messages a Peek returned, leaving a later message of the same topic with
+// the same ID in place. The bus replays a dead letter by publishing it and
+// then removing its copy: with CopyDeleter, a replayed message that is
+// dead-lettered again before that removal keeps its new dead letter;
+// without it, Delete by ID removes both.
+type CopyDeleter interface {
+	// DeleteCopies removes the retained messages of topic that equal one
+	// of msgs in ID and headers (SameCopy) and returns how many it
+	// removed. Messages no longer retained are skipped, not errors.
+	DeleteCopies(ctx context.Context, topic string, msgs []*Message) (int, error)
+}
+
+// SameCopy returns the test DeleteCopies applies: whether a retained
+// message has the ID and the headers of one of msgs.
+func SameCopy(msgs []*Message) func(*Message) bool {
+	byID := make(map[string][]map[string]string, len(msgs))
+	for _, m := range msgs {
+		byID[m.ID] = append(byID[m.ID], m.Headers)
+	}
+	return func(m *Message) bool {
+		for _, h := range byID[m.ID] {
+			if maps.Equal(h, m.Headers) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Figure is a count that a backend may not know. Unknown is -1; every

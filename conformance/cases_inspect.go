@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -201,6 +202,23 @@ func (c *countingBackend) Delete(ctx context.Context, topic string, ids []string
 	return in.Delete(ctx, topic, ids)
 }
 
+// DeleteCopies forwards to the backend's CopyDeleter, or deletes by ID as
+// the bus does without one.
+func (c *countingBackend) DeleteCopies(ctx context.Context, topic string, msgs []*backend.Message) (int, error) {
+	in, err := c.inner()
+	if err != nil {
+		return 0, err
+	}
+	if cd, ok := in.(backend.CopyDeleter); ok {
+		return cd.DeleteCopies(ctx, topic, msgs)
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return in.Delete(ctx, topic, ids)
+}
+
 // testDeleteTopic: a backend.TopicDeleter removes a topic's messages and
 // groups: a group made afterwards from the oldest message sees only what
 // was published after the delete, and deleting again is not an error.
@@ -245,5 +263,69 @@ func testDeleteTopic(t *testing.T, s *suite) {
 	case p := <-payloads:
 		t.Fatalf("a message of the deleted topic came back: %q", p)
 	default:
+	}
+}
+
+// testDeadLetterReplayedFailsAgain: a replayed message that is rejected
+// again is dead-lettered again, with the same ID: the second dead letter
+// is neither deduplicated against the first nor removed by the replay
+// that made it, whether it arrives before or after the replay returns.
+func testDeadLetterReplayedFailsAgain(t *testing.T, s *suite) {
+	h := s.newHarness(t)
+	h.inspector(t)
+	topic, group := h.topic("refail"), h.group("refail")
+	dlq := topic + ".dlq"
+	handled := make(chan string, 10)
+	var gate atomic.Pointer[chan struct{}] // closed when a replay may fail
+	open := make(chan struct{})
+	close(open)
+	gate.Store(&open)
+	h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
+		handled <- d.ID
+		select {
+		case <-*gate.Load():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return bus.Reject(errors.New("still bad"))
+	}, bus.WithGroup(group), bus.WithAckTimeout(s.longLease()))
+	h.publish(topic, &bus.Message{ID: "f-1", Payload: []byte("one")}, &bus.Message{ID: "f-2", Payload: []byte("two")})
+	ctx, cancel := context.WithTimeout(context.Background(), s.deadline())
+	defer cancel()
+	if _, err := h.bus.DeadLetters(ctx, dlq, 0); errors.Is(err, bus.ErrUnsupported) {
+		t.Skipf("%s cannot list retained messages (its Inspector's Peek is unsupported): %v", s.caps.Name, err)
+	}
+	var last []string
+	listed := func(want int) func() bool {
+		return func() bool {
+			dls, err := h.bus.DeadLetters(ctx, dlq, 0)
+			last = last[:0]
+			for _, d := range dls {
+				last = append(last, fmt.Sprintf("%s@%d", d.ID, d.Attempt))
+			}
+			return err == nil && len(dls) == want
+		}
+	}
+	s.eventually(t, listed(2), "two dead letters listed")
+	// In the first round the replayed messages fail only after the replay
+	// returned; in the others at once, so that a new dead letter may be
+	// written before the replay removes the old one.
+	for round := 1; round <= 3; round++ {
+		wait := make(chan struct{})
+		if round == 1 {
+			gate.Store(&wait)
+		}
+		n, err := h.bus.ReplayDeadLetters(ctx, dlq, "f-1", "f-2")
+		close(wait)
+		gate.Store(&open)
+		require.NoError(t, err, "replay round %d", round)
+		require.Equal(t, 2, n, "replay round %d", round)
+		if !assert.Eventually(t, listed(2), s.deadline(), pollInterval, "round %d: both messages dead-lettered again, once each", round) {
+			t.Fatalf("round %d: dead letters listed: %v; handled: %d", round, last, len(handled))
+		}
+		dls, err := h.bus.DeadLetters(ctx, dlq, 0)
+		require.NoError(t, err)
+		ids := []string{dls[0].ID, dls[1].ID}
+		assert.ElementsMatch(t, []string{"f-1", "f-2"}, ids, "round %d", round)
 	}
 }

@@ -223,6 +223,7 @@ var cases = []testCase{
 	{name: "DeleteTopic", needs: []capability{capGroups, capStartOldest}, run: testDeleteTopic},
 	{name: "SeekGroup", needs: []capability{capGroups, capRedelivery}, run: testSeekGroup},
 	{name: "DeadLetterReplayRoundTrip", needs: []capability{capRedelivery}, run: testDeadLetterReplayRoundTrip},
+	{name: "DeadLetterReplayedFailsAgain", needs: []capability{capRedelivery}, run: testDeadLetterReplayedFailsAgain},
 	{name: "ContentRefusedBeforeIO", run: testContentRefused},
 	{name: "TypedContentRoundTrip", run: testTypedContentRoundTrip},
 	{name: "TypedUndecodableDeadLettered", run: testTypedUndecodableDeadLettered},

@@ -164,16 +164,31 @@ func (b *Backend) Peek(ctx context.Context, name, cursor string, n int) ([]*back
 // received and not settled yet is not deleted (it is skipped like an ID
 // that is not found), so no delivery ever sees a deleted entry.
 func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return b.deleteWhere(ctx, name, len(ids), func(e *entry) bool { return want[e.id] })
+}
+
+// DeleteCopies removes the messages of topic name that equal one of msgs
+// in ID and headers (backend.CopyDeleter), as Delete does.
+func (b *Backend) DeleteCopies(ctx context.Context, name string, msgs []*backend.Message) (int, error) {
+	same := backend.SameCopy(msgs)
+	return b.deleteWhere(ctx, name, len(msgs), func(e *entry) bool {
+		return same(&backend.Message{ID: e.id, Headers: e.headers()})
+	})
+}
+
+// deleteWhere removes the retained entries of topic name that match and
+// that no group holds in flight; n is how many were asked for.
+func (b *Backend) deleteWhere(ctx context.Context, name string, n int, match func(*entry) bool) (int, error) {
 	if err := b.inspectable(ctx, "delete"); err != nil {
 		return 0, err
 	}
 	t := b.br.lookup(name)
-	if t == nil || len(ids) == 0 {
+	if t == nil || n == 0 {
 		return 0, nil
-	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
 	}
 	t.lock()
 	defer t.unlock()
@@ -181,7 +196,7 @@ func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, e
 	m := t.mask()
 	for off := t.base; off < t.head; off++ {
 		e := t.ring[off&m]
-		if e == nil || !want[e.id] {
+		if e == nil || !match(e) {
 			continue
 		}
 		undelivered := int32(0)

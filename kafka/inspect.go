@@ -200,6 +200,22 @@ func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*bac
 // then removes everything up to that one: a crash in between may leave
 // such a record twice, never remove it.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return b.deleteWhere(ctx, topic, func(m *backend.Message) bool { return want[m.ID] })
+}
+
+// DeleteCopies removes the records of topic that equal one of msgs in ID
+// and headers (backend.CopyDeleter), as Delete does.
+func (b *Backend) DeleteCopies(ctx context.Context, topic string, msgs []*backend.Message) (int, error) {
+	return b.deleteWhere(ctx, topic, backend.SameCopy(msgs))
+}
+
+// deleteWhere removes the records of topic whose messages match, as
+// Delete describes.
+func (b *Backend) deleteWhere(ctx context.Context, topic string, match func(*backend.Message) bool) (int, error) {
 	kt := kafkaTopic(topic)
 	starts, ends, err := b.bounds(ctx, kt)
 	if err != nil {
@@ -209,10 +225,6 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	if err != nil {
 		return 0, fmt.Errorf("kafka: delete from %q: %w", topic, err)
 	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Offset < recs[j].Offset })
 	cut := map[int32]int64{}
 	listed := make([]bool, len(recs))
@@ -220,7 +232,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	var m backend.Message
 	for i, r := range recs {
 		decode(r, &m)
-		if want[m.ID] {
+		if match(&m) {
 			listed[i] = true
 			cut[r.Partition] = r.Offset + 1
 			removed++

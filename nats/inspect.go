@@ -187,19 +187,31 @@ func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*bac
 // Delete implements backend.Inspector: it finds the listed message IDs
 // and deletes their stream messages.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
-	if err := b.inspectable("delete"); err != nil {
-		return 0, err
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
+	return b.deleteWhere(ctx, topic, len(ids), func(m *backend.Message) bool { return want[m.ID] })
+}
+
+// DeleteCopies removes the messages of topic's stream that equal one of
+// msgs in ID and headers (backend.CopyDeleter).
+func (b *Backend) DeleteCopies(ctx context.Context, topic string, msgs []*backend.Message) (int, error) {
+	return b.deleteWhere(ctx, topic, len(msgs), backend.SameCopy(msgs))
+}
+
+// deleteWhere removes the messages of topic's stream that match, reading
+// it once; n is how many were asked for (none: no request).
+func (b *Backend) deleteWhere(ctx context.Context, topic string, n int, match func(*backend.Message) bool) (int, error) {
+	if err := b.inspectable("delete"); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
 	var seqs []uint64
 	if _, err := b.scan(ctx, topic, "", func(seq uint64, m *backend.Message) bool {
-		if want[m.ID] {
+		if match(m) {
 			seqs = append(seqs, seq)
 		}
 		return true

@@ -151,14 +151,59 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 	if len(ids) == 0 {
 		return 0, nil
 	}
+	return b.deleteWhere(ctx, topic, "id", ids)
+}
+
+// DeleteCopies removes the messages of topic that equal one of msgs in ID
+// and headers (backend.CopyDeleter): it reads the rows of their IDs and
+// deletes those that match by seq, as Delete does.
+func (b *Backend) DeleteCopies(ctx context.Context, topic string, msgs []*backend.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	rows, err := b.pool.Query(ctx, `SELECT seq, id, headers FROM bus_messages WHERE topic = $1 AND id = ANY($2)`, topic, ids)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete from %q: %w", topic, classify(err))
+	}
+	same := backend.SameCopy(msgs)
+	var seqs []int64
+	for rows.Next() {
+		var seq int64
+		var m backend.Message
+		var headers []byte
+		if err := rows.Scan(&seq, &m.ID, &headers); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("postgres: delete from %q: %w", topic, err)
+		}
+		if m.Headers, err = decodeHeaders(headers); err == nil && same(&m) {
+			seqs = append(seqs, seq)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("postgres: delete from %q: %w", topic, classify(err))
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	return b.deleteWhere(ctx, topic, "seq", seqs)
+}
+
+// deleteWhere deletes the messages of topic whose column col is one of
+// vals, with their deliveries and pending lease entries, in one statement.
+func (b *Backend) deleteWhere(ctx context.Context, topic, col string, vals any) (int, error) {
 	var n int
 	batch := &pgx.Batch{}
 	batch.Queue(`SELECT ` + allowDelete)
-	batch.Queue(`WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND id = ANY($2) RETURNING seq),
+	batch.Queue(`WITH m AS (DELETE FROM bus_messages WHERE topic = $1 AND `+col+` = ANY($2) RETURNING seq),
 d AS (DELETE FROM bus_deliveries WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND seq IN (SELECT seq FROM m)),
 l AS (UPDATE bus_leases SET pending = ARRAY(SELECT p FROM unnest(pending) AS p WHERE p NOT IN (SELECT seq FROM m))
     WHERE group_id IN (SELECT id FROM bus_groups WHERE topic = $1) AND pending && ARRAY(SELECT seq FROM m))
-SELECT count(*) FROM m`, topic, ids)
+SELECT count(*) FROM m`, topic, vals)
 	br := b.pool.SendBatch(ctx, batch)
 	_, err := br.Exec()
 	if err == nil {

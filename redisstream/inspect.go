@@ -302,15 +302,27 @@ func validEntryID(id string) bool {
 // Delete implements backend.Inspector: it finds the entries of the listed
 // message IDs with XRANGE and removes them with XDEL.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
-	if b.isClosed() {
-		return 0, fmt.Errorf("redisstream: delete: %w", backend.ErrClosed)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
+	}
+	return b.deleteWhere(ctx, topic, len(ids), func(m *backend.Message) bool { return want[m.ID] })
+}
+
+// DeleteCopies removes the entries of topic that equal one of msgs in ID
+// and headers (backend.CopyDeleter).
+func (b *Backend) DeleteCopies(ctx context.Context, topic string, msgs []*backend.Message) (int, error) {
+	return b.deleteWhere(ctx, topic, len(msgs), backend.SameCopy(msgs))
+}
+
+// deleteWhere removes the entries of topic whose messages match, reading
+// the stream once; n is how many were asked for (none: no request).
+func (b *Backend) deleteWhere(ctx context.Context, topic string, n int, match func(*backend.Message) bool) (int, error) {
+	if b.isClosed() {
+		return 0, fmt.Errorf("redisstream: delete: %w", backend.ErrClosed)
+	}
+	if n == 0 {
+		return 0, nil
 	}
 	k := streamKey(b.opts.Prefix, topic)
 	deleted := 0
@@ -324,7 +336,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, 
 			var del []string
 			for _, e := range entries {
 				var m backend.Message
-				if decode(e.ID, e.Values, &m) == nil && want[m.ID] {
+				if decode(e.ID, e.Values, &m) == nil && match(&m) {
 					del = append(del, e.ID)
 				}
 			}
