@@ -54,6 +54,16 @@ type CopyDeleter interface {
 	DeleteCopies(ctx context.Context, topic string, msgs []*Message) (int, error)
 }
 
+// HasID returns the test Delete applies: whether a retained message has
+// one of ids.
+func HasID(ids []string) func(*Message) bool {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return func(m *Message) bool { return want[m.ID] }
+}
+
 // SameCopy returns the test DeleteCopies applies: whether a retained
 // message has the ID and the headers of one of msgs.
 func SameCopy(msgs []*Message) func(*Message) bool {

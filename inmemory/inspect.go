@@ -164,11 +164,8 @@ func (b *Backend) Peek(ctx context.Context, name, cursor string, n int) ([]*back
 // received and not settled yet is not deleted (it is skipped like an ID
 // that is not found), so no delivery ever sees a deleted entry.
 func (b *Backend) Delete(ctx context.Context, name string, ids []string) (int, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	return b.deleteWhere(ctx, name, len(ids), func(e *entry) bool { return want[e.id] })
+	has := backend.HasID(ids)
+	return b.deleteWhere(ctx, name, len(ids), func(e *entry) bool { return has(&backend.Message{ID: e.id}) })
 }
 
 // DeleteCopies removes the messages of topic name that equal one of msgs

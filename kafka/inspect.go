@@ -200,11 +200,7 @@ func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*bac
 // then removes everything up to that one: a crash in between may leave
 // such a record twice, never remove it.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	return b.deleteWhere(ctx, topic, func(m *backend.Message) bool { return want[m.ID] })
+	return b.deleteWhere(ctx, topic, backend.HasID(ids))
 }
 
 // DeleteCopies removes the records of topic that equal one of msgs in ID

@@ -187,11 +187,7 @@ func (b *Backend) Peek(ctx context.Context, topic, cursor string, n int) ([]*bac
 // Delete implements backend.Inspector: it finds the listed message IDs
 // and deletes their stream messages.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	return b.deleteWhere(ctx, topic, len(ids), func(m *backend.Message) bool { return want[m.ID] })
+	return b.deleteWhere(ctx, topic, len(ids), backend.HasID(ids))
 }
 
 // DeleteCopies removes the messages of topic's stream that equal one of

@@ -302,11 +302,7 @@ func validEntryID(id string) bool {
 // Delete implements backend.Inspector: it finds the entries of the listed
 // message IDs with XRANGE and removes them with XDEL.
 func (b *Backend) Delete(ctx context.Context, topic string, ids []string) (int, error) {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	return b.deleteWhere(ctx, topic, len(ids), func(m *backend.Message) bool { return want[m.ID] })
+	return b.deleteWhere(ctx, topic, len(ids), backend.HasID(ids))
 }
 
 // DeleteCopies removes the entries of topic that equal one of msgs in ID
