@@ -265,6 +265,7 @@ func (b *Backend) trimLoop(life context.Context) {
 		case <-t.C:
 		}
 		topics, published, bounded := b.trimTopics()
+		var trimmedRows int64 // messages this pass deleted
 		if b.opts.Retention == RetainSettled {
 			for _, topic := range topics {
 				from, ok := trimmed[topic]
@@ -275,6 +276,7 @@ func (b *Backend) trimLoop(life context.Context) {
 				var deleted int64
 				trimmed[topic], deleted = b.trim(ctx, topic, from)
 				cancel()
+				trimmedRows += deleted
 				if published[topic] {
 					b.published.Trimmed(topic, deleted, max(10*b.opts.TrimInterval, 5*time.Minute))
 				}
@@ -295,6 +297,9 @@ func (b *Backend) trimLoop(life context.Context) {
 		b.mu.Unlock()
 		if subscribed {
 			b.vacuum(life)
+		}
+		if trimmedRows > 0 {
+			b.vacuumMessages(life)
 		}
 		// A key's order record is spent once every transaction that could
 		// publish the key again has a larger id.
@@ -349,6 +354,23 @@ func (b *Backend) vacuum(life context.Context) {
 	ctx, cancel := context.WithTimeout(life, 5*time.Second)
 	defer cancel()
 	_, _ = b.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) bus_deliveries, bus_leases`)
+}
+
+// vacuumMessages vacuums bus_messages after a pass of the trimmer
+// deleted messages. Autovacuum visits a database once a naptime (a
+// minute by default): a topic written and trimmed at a steady rate would
+// leave a naptime's worth of dead rows in the table and its key between
+// two visits, so that the table, its index and the fetches' and trims'
+// scans of the log grow with the rate. Vacuumed after each trim, the
+// table keeps about a trim interval's dead rows, and each vacuum has
+// little to do: the pages that hold only settled, vacuumed messages are
+// all-visible and skipped. Its deadline is longer than the trims', as
+// the first vacuum of a table that autovacuum left behind has a large
+// backlog to clear; SKIP_LOCKED and TRUNCATE false as in vacuum.
+func (b *Backend) vacuumMessages(life context.Context) {
+	ctx, cancel := context.WithTimeout(life, 30*time.Second)
+	defer cancel()
+	_, _ = b.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, TRUNCATE false, PARALLEL 0) bus_messages`)
 }
 
 // trim deletes the messages of topic that every group has passed with

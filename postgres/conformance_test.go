@@ -38,6 +38,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("ReceiveDecodesBothFormats", func(t *testing.T) { testReceiveDecodesBothFormats(t, srv.URL()) })
 	t.Run("TrimKeepsHeld", func(t *testing.T) { testTrimKeepsHeld(t, srv.URL()) })
 	t.Run("TrimDeletesByRow", func(t *testing.T) { testTrimDeletesByRow(t, srv.URL()) })
+	t.Run("TrimVacuumsMessages", func(t *testing.T) { testTrimVacuumsMessages(t, srv.URL()) })
 	t.Run("PublisherTrimsSettled", func(t *testing.T) { testPublisherTrimsSettled(t, srv.URL()) })
 	t.Run("CloseTrimsSettled", func(t *testing.T) { testCloseTrimsSettled(t, srv.URL()) })
 	t.Run("BoundRetention", func(t *testing.T) { testBoundRetention(t, srv.URL()) })

@@ -113,3 +113,45 @@ SELECT $1, 'g', max(ord), max(seq) FROM bus_messages WHERE topic = $1`, topic)
 	require.NotContains(t, plan, "Seq Scan on bus_messages", "the plan:\n%s", plan)
 	require.Contains(t, plan, "Tid Scan on bus_messages", "the plan:\n%s", plan)
 }
+
+// testTrimVacuumsMessages settles 50 messages of a topic with a trim every
+// 20ms: once the trim deleted them, the backend vacuums bus_messages
+// itself (a manual vacuum, counted in vacuum_count), without waiting for
+// autovacuum's next visit.
+func testTrimVacuumsMessages(t *testing.T, rawURL string) {
+	defer watchdog(t, time.Minute)()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	be := openBackend(t, ctx, rawURL+"&trim_interval=20ms")
+	const topic = "trim.vacuum"
+	pool := be.Pool()
+	vacuums := func() int64 {
+		var n int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'bus_messages'`).Scan(&n))
+		return n
+	}
+	before := vacuums()
+	s, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", StartFrom: backend.StartOldest, AckTimeout: time.Minute, Observer: observer.Nop()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	msgs := make([]*backend.Message, 50)
+	for i := range msgs {
+		msgs[i] = &backend.Message{ID: fmt.Sprintf("m-%02d", i), Payload: []byte("x")}
+	}
+	require.NoError(t, be.Publish(ctx, topic, msgs))
+	var acks []backend.AckID
+	for len(acks) < len(msgs) {
+		got, err := s.Receive(ctx, 64)
+		require.NoError(t, err)
+		for _, m := range got {
+			acks = append(acks, m.AckID)
+		}
+	}
+	require.NoError(t, s.Ack(ctx, acks))
+	var stored int64
+	require.Eventually(t, func() bool {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM bus_messages WHERE topic = $1`, topic).Scan(&stored))
+		return stored == 0
+	}, 10*time.Second, 5*time.Millisecond, "the trim deletes the settled messages")
+	require.Eventually(t, func() bool { return vacuums() > before }, 10*time.Second, 5*time.Millisecond, "the backend vacuums bus_messages after the trim")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -61,6 +62,8 @@ type benchConfig struct {
 	Events      string        // the lifecycle events topic (bus.WithEvents); "": off
 	AsyncWindow int           // publish: one message per call, confirmed later within this window; 0: off
 	CallerIDs   bool          // every message carries an ID its publisher set
+	ReportEvery time.Duration // e2e: print the delivered rate and latency of every interval this long; 0: off
+	ReportTo    io.Writer     // where the interval lines go
 	keyedConfig
 	backlogConfig
 	outboxConfig
@@ -105,6 +108,9 @@ func (c *benchConfig) validate() error {
 	}
 	if c.AsyncWindow < 0 || c.AsyncWindow > 0 && c.Scenario != scenarioPublish {
 		errs = append(errs, fmt.Errorf("--async-window %d: want >= 0, with --scenario publish", c.AsyncWindow))
+	}
+	if c.ReportEvery < 0 || c.ReportEvery > 0 && c.Scenario != scenarioE2E {
+		errs = append(errs, fmt.Errorf("--report-every %v: want >= 0, with --scenario e2e", c.ReportEvery))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("--timeout %v: want >= 0", c.Timeout))
@@ -235,7 +241,8 @@ type benchRun struct {
 	nonce  uint64
 	epoch  time.Time // payload timestamps count from here
 	lat    histogram
-	late   histogram // paced: how late each batch was sent against its schedule
+	win    atomic.Pointer[histogram] // the current interval's latency, with ReportEvery
+	late   histogram                 // paced: how late each batch was sent against its schedule
 	track  *tracker
 	sent   atomic.Int64 // messages accepted by Publish
 	errs   atomic.Int64
@@ -457,6 +464,7 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 		return err
 	}
 	r.timing.Store(true)
+	report := startIntervalReport(r)
 	pubCtx, cancelPub := context.WithCancel(ctx)
 	defer cancelPub()
 	start := time.Now()
@@ -468,6 +476,7 @@ func (r *benchRun) runE2E(ctx context.Context, res *benchResult) error {
 	}()
 	timedOut := r.waitFor(ctx, start, c.done(), pubDone, &pubErr)
 	res.Seconds = time.Since(start).Seconds()
+	report.stop()
 	select {
 	case <-r.track.done:
 		// Every message arrived; the last publish calls may still wait
@@ -537,6 +546,7 @@ func (r *benchRun) handle(p []byte) {
 			d = 0
 		}
 		r.lat.Record(d)
+		recordWindow(&r.win, d)
 	}
 	r.track.mark(v & seqMask)
 }

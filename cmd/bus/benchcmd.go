@@ -117,6 +117,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the raw client (a Go channel, go-redis or nats.go) with the same settings and print the bus/raw ratios")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "with --baseline: raw and bus runs, alternating which goes first; figures are medians")
 	fs.IntVar(&cfg.AsyncWindow, "async-window", 0, "the publish scenario's publishers emit one message per call and confirm later, within a window of this many messages: bus.PublishAsync (PublishBatching.Window), nats.go PublishMsgAsync with that many acks pending, go-redis with a pipeline of that depth (0: off)")
+	fs.DurationVar(&cfg.ReportEvery, "report-every", 0, "the e2e scenario prints on stderr, every interval this long, the messages delivered in it, their rate and their p50, p99 and max latency; on postgres:// it prints the bus tables' sizes and dead rows at the end (0: off)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON line on stdout instead of the table")
 	fs.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.IntVar(&a.gogc, "gogc", 0, "garbage collector target percent for the run (like GOGC; -1 turns the collector off; default: the runtime's, $GOGC or 100)")
@@ -130,6 +131,7 @@ func benchFlags(a *benchArgs, stderr io.Writer) (*flag.FlagSet, *string) {
 // runAndReport runs the benchmark (and its baseline), prints the table or
 // the JSON line, and returns the exit code.
 func runAndReport(ctx context.Context, cfg benchConfig, gogc int, stdout, stderr io.Writer) int {
+	cfg.ReportTo = stderr
 	var progress func(string)
 	live := isTerminal(stderr)
 	if live {
@@ -160,6 +162,9 @@ func runAndReport(ctx context.Context, cfg benchConfig, gogc int, stdout, stderr
 	if err != nil && results[0].Seconds == 0 { // nothing was measured
 		fmt.Fprintf(stderr, "bus bench: %v\n", err)
 		return exitFailure
+	}
+	if cfg.ReportEvery > 0 && isPostgresURL(cfg.URL) {
+		writePGTableStats(ctx, cfg.URL, stderr)
 	}
 	if cfg.JSON {
 		if jerr := writeJSONLine(stdout, out); jerr != nil {

@@ -60,6 +60,11 @@
 // been sent (no coordinated omission). The achieved rate is reported, and
 // whether it fell below 95% of the target.
 //
+// --report-every D prints, during an e2e run, a line per interval D: the
+// messages delivered in it, their rate and their p50, p99 and max
+// latency; on postgres:// the run ends with each bus table's size, live
+// and dead rows and vacuum count.
+//
 // --baseline also runs the raw client with the same settings (a buffered
 // Go channel for mem://, go-redis for redis:// and rediss://, nats.go
 // JetStream or core for nats://, franz-go for kafka://: an idempotent

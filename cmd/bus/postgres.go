@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/urlopt"
 	"github.com/eventbus-go/bus/postgres"
 )
 
@@ -59,4 +60,54 @@ func postgresMigrateCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	fmt.Fprintln(stdout, "bus postgres migrate: the backend's tables are in place")
 	return exitOK
+}
+
+// isPostgresURL reports whether raw names the PostgreSQL backend.
+func isPostgresURL(raw string) bool {
+	return strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://")
+}
+
+// pgTableStatsSQL reads the size (heap, indexes and TOAST) and the live
+// and dead rows of every bus table, as the statistics collector last
+// counted them.
+const pgTableStatsSQL = `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup, autovacuum_count + vacuum_count
+FROM pg_stat_user_tables WHERE relname LIKE 'bus\_%' AND relname NOT LIKE 'bus\_bench\_%' ORDER BY relname`
+
+// writePGTableStats prints one line per bus table of the database at raw:
+// its total size, live and dead rows, and how often it was vacuumed. It
+// reports a failure on out and returns.
+func writePGTableStats(ctx context.Context, raw string, out io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	u, err := url.Parse(raw)
+	if err != nil {
+		fmt.Fprintln(out, "bus bench: table sizes: the URL does not parse")
+		return
+	}
+	be, err := postgres.OpenURL(ctx, u)
+	if err != nil {
+		fmt.Fprintf(out, "bus bench: table sizes: %v\n", err)
+		return
+	}
+	defer be.Close()
+	rows, err := be.Pool().Query(ctx, pgTableStatsSQL)
+	if err != nil {
+		fmt.Fprintf(out, "bus bench: table sizes: %v\n", urlopt.RedactError(err, u))
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			name                     string
+			size, live, dead, vacuum int64
+		)
+		if err := rows.Scan(&name, &size, &live, &dead, &vacuum); err != nil {
+			fmt.Fprintf(out, "bus bench: table sizes: %v\n", err)
+			return
+		}
+		fmt.Fprintf(out, "table %-15s %8.1f MiB  live %d  dead %d  vacuums %d\n", name, mib(uint64(size)), live, dead, vacuum)
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Fprintf(out, "bus bench: table sizes: %v\n", urlopt.RedactError(err, u))
+	}
 }
