@@ -1,6 +1,7 @@
 package awstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -8,9 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 )
@@ -110,6 +117,7 @@ func (s *Server) launch() error {
 	defer logFile.Close()
 	cmd := exec.Command(s.bin, "-H", "127.0.0.1", "-p", strconv.Itoa(s.port))
 	cmd.Dir = s.dir
+	cmd.Env = serverEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	s.proc.Group = true
@@ -118,7 +126,7 @@ func (s *Server) launch() error {
 		return fmt.Errorf("start moto_server: %w", err)
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
-	return serverproc.WaitReady("moto_server on "+s.Addr(), startTimeout, done, logPath, func() error {
+	err = serverproc.WaitReady("moto_server on "+s.Addr(), startTimeout, done, logPath, func() error {
 		resp, err := client.Get(s.Endpoint() + "/moto-api/")
 		if err != nil {
 			return err
@@ -129,6 +137,42 @@ func (s *Server) launch() error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return s.warmUp(logPath)
+}
+
+// warmUp calls SNS and SQS once each, one after the other: moto loads a
+// service's code on its first request, and concurrent first requests to
+// a cold server fail with 500.
+func (s *Server) warmUp(logPath string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	creds := credentials.NewStaticCredentialsProvider("test", "test", "")
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	cfg := aws.Config{Region: Region, Credentials: creds, HTTPClient: hc, Retryer: func() aws.Retryer { return aws.NopRetryer{} }}
+	if _, err := sns.NewFromConfig(cfg, func(o *sns.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) }).ListTopics(ctx, &sns.ListTopicsInput{}); err != nil {
+		return fmt.Errorf("moto_server on %s: SNS ListTopics: %w: %s", s.Addr(), err, serverproc.LogTail(logPath))
+	}
+	if _, err := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) }).ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+		return fmt.Errorf("moto_server on %s: SQS ListQueues: %w: %s", s.Addr(), err, serverproc.LogTail(logPath))
+	}
+	return nil
+}
+
+// serverEnv is the test's environment without its AWS_ variables: the
+// emulator runs botocore, which refuses an AWS_PROFILE naming no profile,
+// and needs no credentials of the test's.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // lookBinary finds moto_server on PATH or in the virtual environment
