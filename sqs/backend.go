@@ -1,0 +1,331 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/eventbus-go/bus/backend"
+)
+
+// Backend is the SNS+SQS backend. It is safe for concurrent use.
+type Backend struct {
+	opts      Options
+	sqs       *sqs.Client
+	sns       *sns.Client
+	transport *http.Transport
+
+	// ctx ends when the backend closes; every subscription's receive
+	// derives from it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// bg counts the receive requests still running after their caller
+	// returned; Close waits for them, within CloseTimeout.
+	bg sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	topics map[string]string // bus topic -> SNS topic ARN
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a backend for o. It validates o and reads the AWS SDK's
+// configuration (environment and shared files) but reaches no AWS
+// endpoint: topics and queues are created by Publish and Subscribe.
+func New(ctx context.Context, o *Options) (*Backend, error) {
+	opts, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sqs: open: %w", err)
+	}
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithRegion(opts.Region),
+		// The bus owns retries: a backend must not retry.
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+	}
+	if opts.Credentials != nil {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(opts.Credentials))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: open: load the AWS configuration: %w", err)
+	}
+	// The backend keeps its transport (the SDK's, with any CA bundle the
+	// configuration names), so that Close can release its connections.
+	transport := awshttp.NewBuildableClient().GetTransport()
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		transport = bc.GetTransport()
+	}
+	cfg.HTTPClient = &http.Client{Transport: transport}
+	b := &Backend{
+		opts:      opts,
+		transport: transport,
+		topics:    map[string]string{},
+	}
+	b.sqs = sqs.NewFromConfig(cfg, func(o *sqs.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+	})
+	b.sns = sns.NewFromConfig(cfg, func(o *sns.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+	})
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Capabilities reports what SNS+SQS standard queues guarantee.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Name:            "sqs",
+		ConsumerGroups:  true,
+		Persistent:      true,
+		Redelivery:      true,
+		NackDelay:       true,
+		Extend:          true,
+		MaxPayload:      maxPayload,
+		MaxPayloadLimit: "SNS's and SQS's 256 KiB message size, with room kept for the ID, key and headers and for a payload that travels in base64",
+	}
+}
+
+// Close ends every subscription, cancels the requests still running and
+// releases the backend's connections, within Options.CloseTimeout.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	done := make(chan struct{})
+	go func() {
+		b.bg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-time.After(b.opts.CloseTimeout):
+		err = fmt.Errorf("sqs: close: requests still running after %v", b.opts.CloseTimeout)
+	}
+	b.transport.CloseIdleConnections()
+	return err
+}
+
+// startBackground counts a request that may outlive its caller; it
+// reports false once the backend is closed.
+func (b *Backend) startBackground() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.bg.Add(1)
+	return true
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// topicARN returns the ARN of topic's SNS topic, creating the topic the
+// first time (CreateTopic is idempotent).
+func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
+	b.mu.Lock()
+	arn, ok := b.topics[topic]
+	b.mu.Unlock()
+	if ok {
+		return arn, nil
+	}
+	out, err := b.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, topic, false))})
+	if err != nil {
+		return "", fmt.Errorf("create the SNS topic: %w", err)
+	}
+	arn = aws.ToString(out.TopicArn)
+	b.mu.Lock()
+	b.topics[topic] = arn
+	b.mu.Unlock()
+	return arn, nil
+}
+
+// Publish sends msgs through SNS PublishBatch, at most ten messages and
+// 256 KiB a call, the calls of one Publish concurrently.
+func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	if b.isClosed() {
+		return fmt.Errorf("sqs: publish %q: %w", topic, backend.ErrClosed)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	enc := make([]encoded, len(msgs))
+	for i, m := range msgs {
+		enc[i] = encode(m)
+		if n := enc[i].size(); n > maxMessageBytes {
+			return fmt.Errorf("sqs: publish %q: message %d: %w: %d bytes encoded, over SNS's 256 KiB", topic, i, backend.ErrInvalidMessage, n)
+		}
+	}
+	arn, err := b.topicARN(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("sqs: publish %q: %w", topic, err)
+	}
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for _, r := range batches(enc) {
+		wg.Go(func() { b.publishBatch(ctx, arn, enc, r, errs) })
+	}
+	wg.Wait()
+	var failed []backend.Failure
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, backend.Failure{Index: i, ID: msgs[i].ID, Err: err})
+		}
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case len(failed) == len(msgs):
+		return fmt.Errorf("sqs: publish %q: %w", topic, failed[0].Err)
+	default:
+		return fmt.Errorf("sqs: publish %q: %w", topic, &backend.BatchError{Failed: failed})
+	}
+}
+
+// span is the half-open range [from, to) of a batch's messages.
+type span struct{ from, to int }
+
+// batches splits enc into PublishBatch calls: at most ten entries and
+// 256 KiB each.
+func batches(enc []encoded) []span {
+	var out []span
+	from, size := 0, 0
+	for i, e := range enc {
+		n := e.size()
+		if i > from && (i-from == maxBatchEntries || size+n > maxMessageBytes) {
+			out = append(out, span{from, i})
+			from, size = i, 0
+		}
+		size += n
+	}
+	return append(out, span{from, len(enc)})
+}
+
+// publishBatch sends enc[r.from:r.to] in one call and records each
+// message's error in errs.
+func (b *Backend) publishBatch(ctx context.Context, arn string, enc []encoded, r span, errs []error) {
+	entries := make([]snstypes.PublishBatchRequestEntry, 0, r.to-r.from)
+	for i := r.from; i < r.to; i++ {
+		entries = append(entries, snstypes.PublishBatchRequestEntry{
+			Id:      aws.String(strconv.Itoa(i)),
+			Message: aws.String(enc[i].body),
+			MessageAttributes: map[string]snstypes.MessageAttributeValue{
+				attrEnvelope: {DataType: aws.String("String"), StringValue: aws.String(enc[i].envelope)},
+			},
+		})
+	}
+	out, err := b.sns.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: entries})
+	if err != nil {
+		for i := r.from; i < r.to; i++ {
+			errs[i] = err
+		}
+		return
+	}
+	for _, f := range out.Failed {
+		i, convErr := strconv.Atoi(aws.ToString(f.Id))
+		if convErr != nil || i < r.from || i >= r.to {
+			continue
+		}
+		errs[i] = fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
+	}
+	if len(out.Successful)+len(out.Failed) != r.to-r.from {
+		err := errors.New("PublishBatch answered for fewer entries than it was sent")
+		seen := map[string]bool{}
+		for _, s := range out.Successful {
+			seen[aws.ToString(s.Id)] = true
+		}
+		for i := r.from; i < r.to; i++ {
+			if !seen[strconv.Itoa(i)] && errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+}
+
+// Subscribe creates (or joins) the SQS queue of cfg.Group on topic,
+// subscribed to the topic's SNS topic with raw delivery and with the
+// queue policy that lets SNS send to it. A new group receives what is
+// published after its subscription exists.
+func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	if b.isClosed() {
+		return nil, fmt.Errorf("sqs: subscribe %q: %w", topic, backend.ErrClosed)
+	}
+	if cfg.StartFrom == backend.StartOldest {
+		return nil, fmt.Errorf("sqs: subscribe %q: %w: a new SQS queue receives only what SNS publishes after it is subscribed", topic, backend.ErrUnsupported)
+	}
+	wrap := func(err error) error { return fmt.Errorf("sqs: subscribe %q group %q: %w", topic, cfg.Group, err) }
+	topicArn, err := b.topicARN(ctx, topic)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	q, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(queueName(b.opts.Prefix, topic, cfg.Group, false)),
+		Attributes: map[string]string{
+			string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(maxRetention),
+		},
+	})
+	if err != nil {
+		return nil, wrap(fmt.Errorf("create the SQS queue: %w", err))
+	}
+	queueURL := aws.ToString(q.QueueUrl)
+	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(queueURL),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return nil, wrap(fmt.Errorf("read the queue's ARN: %w", err))
+	}
+	queueArn := attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]
+	if _, err := b.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+		QueueUrl:   aws.String(queueURL),
+		Attributes: map[string]string{string(sqstypes.QueueAttributeNamePolicy): queuePolicy(queueArn, topicArn)},
+	}); err != nil {
+		return nil, wrap(fmt.Errorf("set the queue policy: %w", err))
+	}
+	if _, err := b.sns.Subscribe(ctx, &sns.SubscribeInput{
+		TopicArn:   aws.String(topicArn),
+		Protocol:   aws.String("sqs"),
+		Endpoint:   aws.String(queueArn),
+		Attributes: map[string]string{"RawMessageDelivery": "true"},
+	}); err != nil {
+		return nil, wrap(fmt.Errorf("subscribe the queue to the topic: %w", err))
+	}
+	return newSubscription(b, topic, queueURL, cfg), nil
+}
+
+// maxRetention is SQS's longest message retention, 14 days in seconds.
+const maxRetention = 14 * 24 * 3600
+
+// queuePolicy lets the SNS topic topicArn send to the queue queueArn.
+func queuePolicy(queueArn, topicArn string) string {
+	return `{"Version":"2012-10-17","Statement":[{"Sid":"bus-sns","Effect":"Allow",` +
+		`"Principal":{"Service":"sns.amazonaws.com"},"Action":"sqs:SendMessage",` +
+		`"Resource":` + strconv.Quote(queueArn) + `,"Condition":{"ArnEquals":{"aws:SourceArn":` + strconv.Quote(topicArn) + `}}}]}`
+}

@@ -1,0 +1,72 @@
+// Package sqs is the SNS+SQS backend of the bus (aws-sdk-go-v2): a topic
+// is an SNS topic, a consumer group an SQS queue subscribed to it with
+// raw message delivery.
+//
+// Open it with bus.Open and an sqs:// URL (see OpenURL), or with New and
+// Options:
+//
+//	sqs://eu-west-1
+//	sqs://us-east-1?endpoint=http://127.0.0.1:5000&prefix=myapp-
+//
+// Credentials come from the AWS SDK's default chain (environment, shared
+// files, container and instance roles) or Options.Credentials, never from
+// the URL; no error or log names them.
+//
+// # Topics and groups
+//
+// Publish creates the topic's SNS topic on first use (CreateTopic is
+// idempotent) and sends messages with PublishBatch, ten messages and 256
+// KiB a call at most, the calls of one Publish concurrently. Subscribe
+// creates the group's SQS queue, gives it the policy that lets the topic
+// send to it, and subscribes it with RawMessageDelivery. Names are the
+// bus's with characters AWS refuses replaced and, when a name had to
+// change or is too long, a hash of the bus name appended.
+//
+// # Message content
+//
+// The ID, key, headers and publish time travel in one String message
+// attribute, "bus", holding a base64 envelope, so that SQS's ten
+// attributes a message never bound the headers. The payload is the body
+// when it is text SQS carries unchanged (UTF-8, no control character but
+// tab and newline) and base64 otherwise; an empty payload has a
+// placeholder body. SNS and SQS take 256 KiB a message: the payload limit
+// (Capabilities.MaxPayload, 170 KiB) keeps every message the bus accepts
+// within it, base64 included. A message without the envelope was not
+// written by the bus: it is dead-lettered with code malformed (when the
+// subscription has a dead-letter topic), deleted and reported to the
+// observer.
+//
+// # Delivery semantics
+//
+// At least once. Receive is ReceiveMessage: at most ten messages, waiting
+// up to a second. The lease is the visibility timeout: each receive asks
+// for the subscription's ack timeout rounded up to whole seconds, so a
+// lease is never shorter than asked and ends up to a second later. Ack is
+// DeleteMessageBatch; a receipt handle SQS no longer knows is a message
+// already deleted, so Ack is idempotent. Extend is ChangeMessageVisibility
+// with the lease again; Nack with a delay is ChangeMessageVisibility with
+// the delay rounded up to whole seconds, never early. SQS ends a
+// message's visibility at most twelve hours after the receive that
+// handed it out: a longer nack delay is cut to what is left of them.
+// Attempt is SQS's ApproximateReceiveCount.
+//
+// SQS accepts a receipt handle that a newer receive superseded (the
+// emulator the tests run on does, for ChangeMessageVisibility and
+// DeleteMessage), so the backend keeps each delivery's lease end locally:
+// Nack and Extend of a delivery whose lease ended, or that was settled,
+// return an error wrapping backend.ErrStale before any request.
+//
+// Standard queues do not keep publish order and may deliver a message
+// twice; the bus's dead letters, max deliveries and retries are its own,
+// with no redrive policy on the queues.
+//
+// # Capabilities
+//
+// ConsumerGroups, Persistent, Redelivery, NackDelay and Extend. Absent:
+// Ordered (standard queues), StartOldest (a new queue receives what SNS
+// publishes after it is subscribed; Subscribe refuses StartOldest with
+// backend.ErrUnsupported), PublishDedup (standard topics do not
+// deduplicate), Scheduling (the bus hands back early deliveries),
+// KeyOwnership, Broadcast and Results. A release or snooze counts as an
+// attempt (no Releaser or Snoozer yet).
+package sqs
