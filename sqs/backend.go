@@ -16,6 +16,7 @@ import (
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/eventbus-go/bus/backend"
 )
@@ -156,7 +157,11 @@ func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
 	if ok {
 		return arn, nil
 	}
-	out, err := b.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, topic, false))})
+	var out *sns.CreateTopicOutput
+	err := idempotent(ctx, func() (err error) {
+		out, err = b.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, topic, false))})
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("create the SNS topic: %w", err)
 	}
@@ -285,35 +290,49 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	if err != nil {
 		return nil, wrap(err)
 	}
-	q, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName: aws.String(queueName(b.opts.Prefix, topic, cfg.Group, false)),
-		Attributes: map[string]string{
-			string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(maxRetention),
-		},
+	var q *sqs.CreateQueueOutput
+	err = idempotent(ctx, func() (err error) {
+		q, err = b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
+			QueueName: aws.String(queueName(b.opts.Prefix, topic, cfg.Group, false)),
+			Attributes: map[string]string{
+				string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(maxRetention),
+			},
+		})
+		return err
 	})
 	if err != nil {
 		return nil, wrap(fmt.Errorf("create the SQS queue: %w", err))
 	}
 	queueURL := aws.ToString(q.QueueUrl)
-	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(queueURL),
-		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	var attrs *sqs.GetQueueAttributesOutput
+	err = idempotent(ctx, func() (err error) {
+		attrs, err = b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl:       aws.String(queueURL),
+			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+		})
+		return err
 	})
 	if err != nil {
 		return nil, wrap(fmt.Errorf("read the queue's ARN: %w", err))
 	}
 	queueArn := attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]
-	if _, err := b.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
-		QueueUrl:   aws.String(queueURL),
-		Attributes: map[string]string{string(sqstypes.QueueAttributeNamePolicy): queuePolicy(queueArn, topicArn)},
+	if err := idempotent(ctx, func() error {
+		_, err := b.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+			QueueUrl:   aws.String(queueURL),
+			Attributes: map[string]string{string(sqstypes.QueueAttributeNamePolicy): queuePolicy(queueArn, topicArn)},
+		})
+		return err
 	}); err != nil {
 		return nil, wrap(fmt.Errorf("set the queue policy: %w", err))
 	}
-	if _, err := b.sns.Subscribe(ctx, &sns.SubscribeInput{
-		TopicArn:   aws.String(topicArn),
-		Protocol:   aws.String("sqs"),
-		Endpoint:   aws.String(queueArn),
-		Attributes: map[string]string{"RawMessageDelivery": "true"},
+	if err := idempotent(ctx, func() error {
+		_, err := b.sns.Subscribe(ctx, &sns.SubscribeInput{
+			TopicArn:   aws.String(topicArn),
+			Protocol:   aws.String("sqs"),
+			Endpoint:   aws.String(queueArn),
+			Attributes: map[string]string{"RawMessageDelivery": "true"},
+		})
+		return err
 	}); err != nil {
 		return nil, wrap(fmt.Errorf("subscribe the queue to the topic: %w", err))
 	}
@@ -328,4 +347,23 @@ func queuePolicy(queueArn, topicArn string) string {
 	return `{"Version":"2012-10-17","Statement":[{"Sid":"bus-sns","Effect":"Allow",` +
 		`"Principal":{"Service":"sns.amazonaws.com"},"Action":"sqs:SendMessage",` +
 		`"Resource":` + strconv.Quote(queueArn) + `,"Condition":{"ArnEquals":{"aws:SourceArn":` + strconv.Quote(topicArn) + `}}}]}`
+}
+
+// setupAttempts bounds the tries of an idempotent setup call.
+const setupAttempts = 3
+
+// idempotent runs call, an idempotent setup request (creating a topic or
+// a queue, setting its policy, subscribing), again when it failed in
+// transport, with no answer from AWS, up to setupAttempts times within
+// ctx. Publish and the calls that settle deliveries are never repeated.
+func idempotent(ctx context.Context, call func() error) error {
+	var err error
+	for range setupAttempts {
+		err = call()
+		var ae smithy.APIError
+		if err == nil || ctx.Err() != nil || errors.As(err, &ae) {
+			return err
+		}
+	}
+	return err
 }

@@ -50,6 +50,17 @@
 // handed it out: a longer nack delay is cut to what is left of them.
 // Attempt is SQS's ApproximateReceiveCount.
 //
+// A ReceiveMessage runs on its own, bounded by the backend's life: when
+// the Receive that started it returns first (its ctx ended, the
+// subscription closed), whatever it still hands out is made visible
+// again at once with ChangeMessageVisibilityBatch, so no message waits a
+// lease for a member that left; its next receive counts one more.
+// Backend.Close cancels those requests and waits for them within
+// Options.CloseTimeout. Setup requests (creating a topic or a queue, its
+// policy, the subscription) are idempotent and are tried up to three
+// times when they fail with no answer from AWS; Publish and settlements
+// are never repeated.
+//
 // SQS accepts a receipt handle that a newer receive superseded (the
 // emulator the tests run on does, for ChangeMessageVisibility and
 // DeleteMessage), so the backend keeps each delivery's lease end locally:

@@ -149,7 +149,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case s.ctx.Err() != nil:
+	case s.ctx.Err() != nil, s.b.ctx.Err() != nil: // the backend's ctx ends before its children do
 		return nil, s.closedErr("receive")
 	case r.err != nil:
 		return nil, fmt.Errorf("sqs: receive %q group %q: %w", s.topic, s.cfg.Group, classify(r.err))
