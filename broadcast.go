@@ -55,10 +55,11 @@ const broadcastDeleteTimeout = 5 * time.Second
 // dead letters, key ordering within the subscription, batches, typed
 // topics); a retried message is retried for this subscription alone.
 // WithGroup and WithStartFrom(StartOldest) contradict it and are
-// refused. It needs Capabilities.Broadcast (mem, Redis, NATS JetStream
-// and PostgreSQL; core NATS subscriptions without a group already get
-// every message, at most once); elsewhere Subscribe returns an error
-// wrapping ErrUnsupported. A partitioned topic cannot be subscribed in
+// refused. It needs Capabilities.Broadcast (mem, Redis, NATS JetStream,
+// PostgreSQL, and RabbitMQ with its management API; core NATS
+// subscriptions without a group already get every message, at most
+// once); elsewhere Subscribe returns an error wrapping ErrUnsupported
+// that says what the backend needs for it, where it can have it. A partitioned topic cannot be subscribed in
 // broadcast. See docs/semantics.md, Broadcast subscriptions.
 func WithBroadcast() SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
@@ -100,7 +101,11 @@ func (o *subscribeOptions) broadcastErrors(caps backend.Capabilities) []error {
 		errs = append(errs, fmt.Errorf("%w: a broadcast subscription gets the messages published after it subscribed; drop WithStartFrom(StartOldest)", ErrInvalidOption))
 	}
 	if !caps.Broadcast {
-		errs = append(errs, fmt.Errorf("%w: %s cannot give a subscription a group that a process leaves behind it for no longer than its expiry (WithBroadcast)", ErrUnsupported, caps.Name))
+		err := fmt.Errorf("%w: %s cannot give a subscription a group that a process leaves behind it for no longer than its expiry (WithBroadcast)", ErrUnsupported, caps.Name)
+		if caps.BroadcastNeeds != "" {
+			err = fmt.Errorf("%w: it needs %s", err, caps.BroadcastNeeds)
+		}
+		errs = append(errs, err)
 	}
 	if o.broadcastExpiry == 0 {
 		o.broadcastExpiry = defaultBroadcastExpiry

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/inmemory"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/observer"
@@ -70,4 +71,38 @@ func TestBroadcastSubscribeSweepsLapsedGroups(t *testing.T) {
 		}
 		return !slices.Contains(names, dead.Group()) && slices.Contains(names, sub.Group())
 	}, 5*time.Second, 20*time.Millisecond, "the new broadcast subscription deletes the lapsed group when it starts")
+}
+
+// noBroadcast is a mem backend that declares no Broadcast, saying what
+// it would need.
+type noBroadcast struct {
+	*inmemory.Backend
+	needs string
+}
+
+func (n noBroadcast) Capabilities() backend.Capabilities {
+	c := n.Backend.Capabilities()
+	c.Broadcast, c.BroadcastNeeds = false, n.needs
+	return c
+}
+
+// WithBroadcast on a backend without Capabilities.Broadcast is refused
+// with ErrUnsupported, and the error carries what the backend says it
+// needs for it (Capabilities.BroadcastNeeds), where it says so.
+func TestBroadcastRefusalSaysWhatTheBackendNeeds(t *testing.T) {
+	ctx := context.Background()
+	nop := func(context.Context, *bus.Delivery) error { return nil }
+	for _, needs := range []string{"", "the thing; set the thing parameter"} {
+		be, err := inmemory.New(nil)
+		require.NoError(t, err)
+		b := bus.New(noBroadcast{be, needs}, bus.WithObserver(observer.Nop()))
+		_, err = b.Subscribe(ctx, "t", nop, bus.WithBroadcast())
+		require.ErrorIs(t, err, bus.ErrUnsupported)
+		if needs == "" {
+			require.NotContains(t, err.Error(), "it needs")
+		} else {
+			require.Contains(t, err.Error(), "it needs "+needs)
+		}
+		require.NoError(t, b.Close(ctx))
+	}
 }

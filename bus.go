@@ -386,6 +386,8 @@ func (b *Bus) Subscribe(ctx context.Context, topic string, h Handler, opts ...Su
 	}
 	var s *Subscription
 	switch {
+	case o.keyHold && !b.canPeek(ctx, o.deadLetter):
+		err = fmt.Errorf("%w: WithKeyFailure(KeyHold) reads its holds back from the dead-letter topic, and %s cannot read a topic without consuming it (Inspector.Peek); use WithKeyFailure(KeySkip) on it", ErrUnsupported, b.caps.Name)
 	case n > 1 && o.keyHold:
 		err = fmt.Errorf("%w: topic of %d partitions: WithKeyFailure(KeyHold) needs an unpartitioned topic", ErrUnsupported, n)
 	case n > 1 && o.broadcast:
@@ -646,4 +648,17 @@ func (b *Bus) forget(s *Subscription) {
 	b.mu.Lock()
 	delete(b.subs, s)
 	b.mu.Unlock()
+}
+
+// canPeek reports whether the backend reads topic with Inspector.Peek:
+// false when Peek answers ErrUnsupported (an Inspector that can count but
+// not read), true otherwise, also when the probe fails for another reason
+// (the subscription then meets that error where it reads).
+func (b *Bus) canPeek(ctx context.Context, topic string) bool {
+	in, ok := b.be.(backend.Inspector)
+	if !ok {
+		return false
+	}
+	_, _, err := in.Peek(ctx, topic, "", 1)
+	return !errors.Is(err, backend.ErrUnsupported)
 }

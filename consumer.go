@@ -168,7 +168,15 @@ func newConsumer(ctx context.Context, b *Bus, sub *Subscription, cfg consumerCon
 	s := &consumer{cfg: cfg, bus: b, sub: sub, bsub: bsub, slots: slots.New(cfg.MaxInFlight), slab: slabLen(unsafe.Sizeof(record{})),
 		fetchDone: make(chan struct{}), done: make(chan struct{})}
 	s.manual.s = s
-	s.acks = newAcker(bsub, cfg.Observer, cfg.Topic, cfg.Group, cfg.AckBatch, cfg.AckInterval)
+	// No more acks wait for a flush than the subscription has slots: a
+	// broker that pushes at most that many unacked messages (a prefetch,
+	// a max ack pending) sends nothing more until they are flushed, and
+	// would otherwise wait out the flush interval each time.
+	ackBatch := cfg.AckBatch
+	if cfg.MaxInFlight > 0 {
+		ackBatch = min(ackBatch, cfg.MaxInFlight)
+	}
+	s.acks = newAcker(bsub, cfg.Observer, cfg.Topic, cfg.Group, ackBatch, cfg.AckInterval)
 	s.disp = newDispatcher(s, cfg.MaxInFlight, s.acks)
 	s.fetchCtx, s.stopFetch = context.WithCancel(ctx)
 	s.handlerCtx, s.cancelHandler = context.WithCancelCause(context.WithoutCancel(ctx))

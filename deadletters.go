@@ -353,7 +353,8 @@ type HeldKey struct {
 	// that takes the group over does not hold the key, and ReleaseKey
 	// replays them.
 	Head string
-	// Parked counts the messages parked behind the head.
+	// Parked counts the messages parked behind the head, each once
+	// (a message parked again after a redelivery is one message).
 	Parked int
 	// Since is when the head was dead-lettered.
 	Since time.Time
@@ -375,6 +376,7 @@ func (b *Bus) HeldKeys(ctx context.Context, dlq string) ([]HeldKey, error) {
 	held := map[ref]*HeldKey{}
 	heads := map[ref]string{}
 	parked := map[ref]map[string]int{} // head ID -> parked count
+	seen := map[ref]map[string]bool{}  // parked message IDs: a message parked twice counts once
 	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if !backend.IsDeadLetter(m) || m.Key == "" || m.Headers[headerHolds] == "" && m.Headers[headerHeldBy] == "" {
 			return true
@@ -387,11 +389,13 @@ func (b *Bus) HeldKeys(ctx context.Context, dlq string) ([]HeldKey, error) {
 			held[r] = h
 			order = append(order, r)
 			parked[r] = map[string]int{}
+			seen[r] = map[string]bool{}
 		}
 		if dl.Holds {
 			heads[r] = dl.ID
 			h.Since = dl.Time
-		} else {
+		} else if !seen[r][dl.ID] {
+			seen[r][dl.ID] = true
 			parked[r][dl.HeldBy]++
 		}
 		return true

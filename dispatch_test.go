@@ -19,7 +19,7 @@ import (
 // acks made outside a worker, and refused once the acker has closed.
 func TestWorkerAcksAreFlushedUntilClosed(t *testing.T) {
 	r := &ackRecorder{}
-	c := newTestConsumer(r, consumerConfig{AckBatch: 8})
+	c := newTestConsumer(r, consumerConfig{AckBatch: 8, MaxInFlight: 8})
 	a := c.acks
 	w := a.newBuf()
 	require.NoError(t, w.add("a"))
@@ -61,6 +61,29 @@ func TestAckerFlushesWhenBuffersTogetherHoldABatch(t *testing.T) {
 		t.Fatal("no flush with four acks waiting in two buffers, with a batch of four and an hour's interval")
 	}
 	assert.ElementsMatch(t, []backend.AckID{"a", "b", "c", "d"}, r.acked()[0], "one call with the acks of both buffers")
+	require.NoError(t, a.close(context.Background()))
+	<-done
+}
+
+// A subscription flushes its acks once as many wait as it has in-flight
+// slots, whatever its batch size and interval: a broker that pushes at
+// most that many unacked messages (a prefetch, a max ack pending) sends
+// nothing more until they are flushed.
+func TestAcksFlushOnceAsManyWaitAsTheSubscriptionHasSlots(t *testing.T) {
+	r := &ackRecorder{called: make(chan struct{}, 1)}
+	c := newTestConsumer(r, consumerConfig{AckBatch: 256, MaxInFlight: 2})
+	a := c.acks
+	a.interval = time.Hour
+	done := make(chan struct{})
+	go func() { defer close(done); a.run() }()
+	require.NoError(t, a.add("a"))
+	require.NoError(t, a.add("b"))
+	select {
+	case <-r.called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no flush with two acks waiting on a subscription of two slots, with a batch of 256 and an hour's interval")
+	}
+	assert.Equal(t, []backend.AckID{"a", "b"}, r.acked()[0], "one call with both acks")
 	require.NoError(t, a.close(context.Background()))
 	<-done
 }

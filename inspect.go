@@ -33,7 +33,8 @@ func (b *Bus) inspector(op string) (backend.Inspector, error) {
 // "orders~3". DeadLetters marks the topics that hold dead letters, whatever
 // their names (WithDeadLetter may name any topic): those whose oldest
 // retained message carries the dead-letter headers; that reads one message
-// per topic.
+// per topic (none is marked where the backend cannot read a retained
+// message: its Peek is unsupported).
 func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
 	in, err := b.inspector("topics")
 	if err != nil {
@@ -45,6 +46,9 @@ func (b *Bus) Topics(ctx context.Context) ([]TopicInfo, error) {
 	}
 	for i := range ts {
 		msgs, _, err := in.Peek(ctx, ts[i].Name, "", 1)
+		if errors.Is(err, ErrUnsupported) {
+			break
+		}
 		if err != nil {
 			return nil, fmt.Errorf("bus: topics: peek %q: %w", ts[i].Name, err)
 		}

@@ -129,6 +129,12 @@ func (o *subscribeOptions) keyHoldErrors(be backend.Backend, caps backend.Capabi
 type keyHolds struct {
 	mu    sync.Mutex
 	heads map[string]keyHold
+	// unseen are the holds this subscription set that no read of the
+	// dead-letter topic has shown yet: a read may miss a head stored a
+	// moment before (a replicated store answering from a replica behind
+	// its leader), and replace keeps them until one shows them or they
+	// are lifted.
+	unseen map[string]keyHold
 }
 
 // keyHold is one held key: the ID of its dead-lettered head and, once
@@ -151,6 +157,10 @@ func (h *keyHolds) set(key, id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.heads[key] = keyHold{head: id}
+	if h.unseen == nil {
+		h.unseen = map[string]keyHold{}
+	}
+	h.unseen[key] = keyHold{head: id}
 }
 
 // drain marks the hold of key behind head as ending when until comes
@@ -170,12 +180,23 @@ func (h *keyHolds) lift(key, id string) {
 	if h.heads[key].head == id {
 		delete(h.heads, key)
 	}
+	if h.unseen[key].head == id {
+		delete(h.unseen, key)
+	}
 }
 
-// replace sets the holds to heads.
+// replace sets the holds to heads, read from the dead-letter topic, and
+// the holds this subscription set that the read did not show yet.
 func (h *keyHolds) replace(heads map[string]keyHold) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for key, k := range h.unseen {
+		if heads[key].head == k.head {
+			delete(h.unseen, key)
+		} else if _, ok := heads[key]; !ok {
+			heads[key] = k
+		}
+	}
 	h.heads = heads
 }
 

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,6 +77,32 @@ func TestKeyHoldRefusedBeforeIO(t *testing.T) {
 	require.ErrorIs(t, err, bus.ErrNotFound)
 	_, err = b.HeldKeys(ctx, "")
 	require.ErrorIs(t, err, bus.ErrInvalidTopic)
+}
+
+// peeklessMem is the in-process backend with an Inspector that counts
+// but cannot read a topic (as RabbitMQ's): KeyHold is refused on it at
+// Subscribe, and no group is made.
+type peeklessMem struct{ *inmemory.Backend }
+
+func (peeklessMem) Peek(context.Context, string, string, int) ([]*backend.Message, string, error) {
+	return nil, "", fmt.Errorf("peek: %w", backend.ErrUnsupported)
+}
+
+func TestKeyHoldRefusedWhereTheDeadLettersCannotBeRead(t *testing.T) {
+	ctx := context.Background()
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(peeklessMem{be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	h := func(context.Context, *bus.Delivery) error { return nil }
+	_, err = b.Subscribe(ctx, "hold.peekless", h, bus.WithKeyFailure(bus.KeyHold), bus.WithKeyOrdering())
+	require.ErrorIs(t, err, bus.ErrUnsupported)
+	assert.Contains(t, err.Error(), "use WithKeyFailure(KeySkip)")
+	groups, err := b.Groups(ctx, "hold.peekless")
+	require.NoError(t, err)
+	assert.Empty(t, groups, "no group made")
+	_, err = b.Subscribe(ctx, "hold.peekless", h, bus.WithKeyOrdering())
+	require.NoError(t, err, "KeySkip, the default, works")
 }
 
 // A hold survives a restart: the subscription that dead-lettered the

@@ -343,6 +343,12 @@ type Capabilities struct {
 	// that no process leaves behind (bus.WithBroadcast). It must agree
 	// with the type assertions; the conformance suite checks that.
 	Broadcast bool
+	// BroadcastNeeds, when Broadcast is false, says what the backend
+	// needs for broadcast subscriptions, in words the bus puts in the
+	// error of bus.WithBroadcast after "it needs": for example "the
+	// management API; set the management URL parameter". Empty: the bus
+	// says the backend lacks them.
+	BroadcastNeeds string
 	// Results: the backend implements ResultStore, so handlers may
 	// leave a result that callers read by message ID (bus.Bus.Result).
 	Results bool

@@ -120,8 +120,10 @@ func AssignPartitions(members []string, member string, n int) []int {
 // partitions of their own (Kafka), in place of Partitioner. The bus's
 // CreateTopic records a topic's count through it and then publishes and
 // subscribes to the topic as to any other: the backend stores the topic
-// as one topic of n partitions, routes each message to partition
-// PartitionOf(Key, ID, n) of it, and gives a group's partitions to its
+// as one topic of n partitions, routes every message of one key to one
+// partition (by its own hash of the key where the broker's ecosystem has
+// one, so that producers outside the bus agree; else PartitionOf), and
+// gives a group's partitions to its
 // members through its own assignment, each partition to one member at a
 // time, handed over as Capabilities.KeyOwnership says. A backend that
 // implements NativePartitioner declares KeyOwnership and does not

@@ -37,6 +37,17 @@ func WithSkip(reason string, names ...string) Option {
 	}
 }
 
+// WithCrashReturnsAtLapse tells the suite that the backend gives a
+// crashed key-ordered member's deliveries back to the group when the
+// member's group lock lapses, before their leases end (as a broker that
+// returns a dead connection's deliveries at once does), and the next
+// holder then lists nothing pending: KeyOrderCrashStallsOnlyItsKeys
+// checks that the dead member's keys resume in order within the same
+// bound as the other keys, rather than after the dead member's leases.
+func WithCrashReturnsAtLapse() Option {
+	return func(c *config) { c.crashReturnsAtLapse = true }
+}
+
 // WithOnly runs the named cases alone, for a backend's test that runs
 // one area of the suite again in another setting (an older server, for
 // example).
@@ -55,6 +66,8 @@ type config struct {
 	scale float64
 	skip  map[string]string
 	only  map[string]bool // nil: every case
+	// crashReturnsAtLapse: see WithCrashReturnsAtLapse.
+	crashReturnsAtLapse bool
 }
 
 // dur scales a base duration by the configured time scale.

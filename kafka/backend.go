@@ -58,8 +58,7 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(1<<16),
 		kgo.ProducerBatchMaxBytes(maxRecordBytes+12),
-		// Publish sets each record's partition: backend.PartitionOf,
-		// the bus's own routing.
+		// Publish sets each record's partition (partitionOf).
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	)...)
 	if err != nil {
@@ -286,7 +285,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
 		recs[i] = encode(kt, m)
-		recs[i].Partition = int32(backend.PartitionOf(m.Key, m.ID, int(parts)))
+		recs[i].Partition = int32(partitionOf(recs[i], m.ID, int(parts)))
 	}
 	errs := make([]error, len(msgs))
 	done := make(chan struct{})
@@ -349,4 +348,20 @@ func (b *Backend) Close() error {
 	_ = b.pub.Flush(ctx)
 	b.pub.Close()
 	return nil
+}
+
+// keyPartitioner routes keyed records as Kafka's Java clients and
+// franz-go's default partitioner do: murmur2 of the key, its sign bit
+// masked, modulo the partition count. Its keyed path keeps no state.
+var keyPartitioner = kgo.StickyKeyPartitioner(nil).ForTopic("")
+
+// partitionOf is r's partition in a topic of n partitions: Kafka's own
+// for a keyed record, so that a key published by the bus and by
+// producers outside it lands in one partition, and
+// backend.PartitionOf of the message ID for a record without a key.
+func partitionOf(r *kgo.Record, id string, n int) int {
+	if r.Key != nil {
+		return keyPartitioner.Partition(r, n)
+	}
+	return backend.PartitionOf("", id, n)
 }

@@ -29,11 +29,12 @@
 // (the broker's num.partitions when 0) and the broker's default
 // replication. A group is the Kafka consumer group of the same name, so
 // Kafka's tools show it. A record's key is the message key (none when
-// empty); the backend puts a record in partition
-// backend.PartitionOf(key, ID, n) of the topic's n, the bus's own
-// routing (FNV-1a of the key, or of the ID when there is none), so a key
-// stays in one partition; the payload is the value; the message ID and the
-// publish time travel in the record headers bus-kafka-id and
+// empty); the backend puts a keyed record in the partition Kafka's own
+// clients would (murmur2 of the key, as the Java producer and franz-go's
+// default partitioner route it), so a key stays in one partition also
+// with producers outside the bus, and a record without a key in
+// backend.PartitionOf of its ID; the payload is the value; the message ID
+// and the publish time travel in the record headers bus-kafka-id and
 // bus-kafka-at, and every other header as a record header of its own
 // name, byte-exact. A record without bus-kafka-id (a producer outside the
 // bus) is delivered with the ID "<partition>-<offset>", its headers and
@@ -179,8 +180,8 @@
 // The backend is a backend.NativePartitioner: the bus's CreateTopic(ctx,
 // topic, n) creates the Kafka topic with n partitions (TopicPartitions),
 // or reads the count of the one that exists, and the bus then publishes
-// and subscribes to it as to any topic: Publish routes by PartitionOf,
-// and the group's assignment gives each partition to one member, handed
+// and subscribes to it as to any topic: Publish routes as above, and
+// the group's assignment gives each partition to one member, handed
 // over as under Key order. A member that the assignment leaves without a
 // partition keeps polling its group, and its subscription is idle
 // (backend.Idler): its Health says Standby.

@@ -24,6 +24,7 @@ func TestOnOneServer(t *testing.T) {
 	t.Run("MeasureCrash", func(t *testing.T) { testMeasureCrash(t, srv.URL()) })
 	t.Run("PublishTxCommitOrder", func(t *testing.T) { testPublishTxCommitOrder(t, srv.URL()) })
 	t.Run("PublishTxThroughKills", func(t *testing.T) { testPublishTxThroughKills(t, srv.URL()) })
+	t.Run("BroadcastKilledProcess", func(t *testing.T) { testBroadcastKilledProcess(t, srv.URL()) })
 	t.Run("GroupsCountLiveMembers", func(t *testing.T) { testGroupsCountLiveMembers(t, srv.URL()) })
 	t.Run("ReceiveAfterDrainedFetch", func(t *testing.T) { testReceiveAfterDrainedFetch(t, srv.URL()) })
 	t.Run("AckLeavesPlanCacheMode", func(t *testing.T) { testAckLeavesPlanCacheMode(t, srv.URL()) })

@@ -58,7 +58,7 @@ func (b *Backend) TrimSettled(ctx context.Context, topic string) error {
 // length is counted only when this Backend published to the topic since
 // the last pass or over is set (the last pass left the topic over its
 // length, or failed); it reports whether the topic may still be over its
-// length.
+// length, which it may be after any pass that saw a publish.
 func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic, over bool) bool {
 	if tp.Bound.MaxAge > 0 {
 		for range trimRounds {
@@ -78,7 +78,9 @@ func (b *Backend) trimBound(ctx context.Context, tp trimset.Topic, over bool) bo
 	excess := count - tp.Bound.MaxLen
 	for range trimRounds {
 		if excess <= 0 {
-			return false
+			// A publish this pass saw may commit after the count: after
+			// one, count again at the next pass.
+			return tp.Published
 		}
 		n, err := b.deleteHead(ctx, tp.Name, min(excess, trimBatch), -1)
 		if err != nil || n == 0 {

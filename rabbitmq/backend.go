@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -29,6 +30,10 @@ type Backend struct {
 	lockSeq  uint64               // takes of a lock on this backend
 	parts    sync.Map             // topic → its recorded partition count
 	closed   bool
+	// retention is the expiration (ms) of a bounded topic's messages.
+	retention map[string]string
+	// http reads the management API (inspect.go).
+	http *http.Client
 }
 
 var (
@@ -54,6 +59,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	b.pub = &link{b: b, name: "publish"}
 	b.sub = &link{b: b, name: "consume"}
 	b.lockLink = &link{b: b, name: "lock"}
+	b.http = &http.Client{Timeout: 2 * opts.DialTimeout}
 	if _, err := b.pub.get(ctx); err != nil {
 		return nil, err
 	}
@@ -62,7 +68,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 
 // Capabilities: see the package doc.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		Name:           "rabbitmq",
 		ConsumerGroups: true,
 		Persistent:     true,
@@ -73,6 +79,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Scheduling:     true,
 		Results:        true,
 	}
+	if b.opts.Management != "" {
+		c.Broadcast = true
+	} else {
+		c.BroadcastNeeds = "the RabbitMQ management API to list the broadcast groups to delete; set the management URL parameter (e.g. ?management=http://127.0.0.1:15672) or Options.Management"
+	}
+	return c
 }
 
 // Publish stores msgs on topic's exchange, with publisher confirms: every
@@ -89,14 +101,17 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	exchanges := []string{ex}
 	var keys []string
 	due := backend.DueTimes(msgs)
+	expiration := b.expiration(topic)
 	for i, m := range msgs {
 		if due == nil || due[i] == 0 {
 			pubs[i] = encode(m, 0, 0)
+			pubs[i].Expiration = expiration
 			continue
 		}
 		left := time.Until(time.UnixMilli(due[i]))
 		if left <= 0 {
 			pubs[i] = encode(m, 0, 0)
+			pubs[i].Expiration = expiration
 			continue
 		}
 		// Held at the topic: a hold queue of the topic's delays

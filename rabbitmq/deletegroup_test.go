@@ -12,7 +12,6 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
 	"github.com/eventbus-go/bus/observer"
-	"github.com/eventbus-go/bus/rabbitmq"
 )
 
 // testDeleteGroup: DeleteGroup removes the group's queue, its lock, its
@@ -23,9 +22,7 @@ import (
 func testDeleteGroup(t *testing.T, node *rabbittest.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := rabbitmq.New(ctx, node.URL(), nil)
-	require.NoError(t, err)
-	defer b.Close()
+	b := openRabbit(ctx, t, node.URL())
 
 	const topic = "delgroup"
 	cfg := func(g string) backend.SubscribeConfig {

@@ -14,8 +14,8 @@
 //
 // amqp:// and amqps:// URLs carry user, password, host, port and virtual
 // host as RabbitMQ reads them. Backend parameters are prefix, heartbeat,
-// dial_timeout, write_timeout and close_timeout (see [Options]); an
-// unknown parameter is an error.
+// dial_timeout, write_timeout, close_timeout and management (see
+// [Options]); an unknown parameter is an error.
 //
 // # Broker layout
 //
@@ -84,10 +84,12 @@
 //     within ten minutes; a newer delivery on another member is handled
 //     again there.
 //   - Subscription.Close cancels the consumer and gives what it holds back
-//     to the group without counting an attempt (the deliveries the broker
-//     pushed but Receive did not return, and those still unsettled), as
-//     confirmed copies, then closes the channel. A key-ordered member
-//     gives them back to the head of the queue instead (see Key order).
+//     to the group as confirmed copies, then closes the channel: the
+//     deliveries the broker pushed but Receive did not return without
+//     counting an attempt, those Receive returned and still unsettled
+//     (the bus settles or releases what it drains, so their handler may
+//     have run) counting one. A key-ordered member gives them back to the
+//     head of the queue instead (see Key order).
 //
 // # Key order
 //
@@ -106,7 +108,11 @@
 // confirmed, and then closes its channel, and the quorum queue puts the
 // channel's unsettled messages back at its head in delivery order,
 // counting a delivery each. Release keeps a delivery on the channel with
-// a note until the channel closes. The member does so when it closes,
+// a note until the channel closes. A delivery Receive returned that is
+// neither settled nor released when the member closes gets no note: its
+// handler may have run (the bus's close ran out of time before its ack),
+// so its return counts an attempt and the next holder never takes it for
+// a first one. The member does so when it closes,
 // when a lease runs out (that delivery counts an attempt) and when the
 // lock passes on without it closing. The next holder takes the notes
 // before its first Receive under the lock and lowers the Attempt of each
@@ -152,6 +158,32 @@
 // and its message until its ttl, and the queue until it has gone unread
 // for its ttl and a second.
 //
+// # Inspection
+//
+// The backend implements backend.Inspector through the management API
+// (Options.Management, the management URL parameter): Topics lists the
+// backend's exchanges, with the publishes into each (publish_in) and the
+// messages and bytes of its group queue that holds the most; Groups lists
+// the group queues bound to a topic's exchange (none of the backend's
+// other queues), with lag (ready messages),
+// pending (unacknowledged) and consumers. The figures lag by up to the
+// broker's collect_statistics_interval. Without a management URL, Topics
+// and Groups return an error wrapping backend.ErrUnsupported; Peek and
+// Delete always do, since RabbitMQ reads a queue only by consuming it.
+//
+// # Retention
+//
+// A message leaves a group's queue when the group acks it, and a topic
+// with no group keeps nothing (its exchange routes to no queue).
+// BoundRetention (backend.RetentionBounder, the bus's lifecycle events
+// topic) gives every message this backend publishes to the topic without
+// a DeliverAt still to come a per-message TTL (the AMQP expiration) of
+// the bound's age: a group's queue that stops consuming drops each
+// message once it has been in the queue that long, with no subscriber
+// running. Equal TTLs keep the oldest message at the head, where the
+// broker expires them. The length bound is not applied: queue arguments
+// cannot change once declared.
+//
 // # Deadlines
 //
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
@@ -164,18 +196,26 @@
 // Subscription.Close returns within about Options.CloseTimeout,
 // Backend.Close within about twice that.
 //
-// RabbitMQ 3.10 saves the Raft term of a quorum queue every five seconds:
-// a node killed before a new queue's first save brings the queue back
+// RabbitMQ 3.10 keeps a quorum queue's Raft state in dets tables that it
+// writes to disk later: the term every five seconds, and the directory of
+// Raft servers on dets's own schedule. A node killed before a new queue's
+// state is on disk brings the queue back empty, as a follower of term 0
 // without a leader, and publishes to it are not confirmed until an
 // election is triggered on the node. The fault suite's restart case
-// kills the node after that save; it is skipped, since publishing did
-// not always resume within 30 s after the restart even so.
+// kills the node after it synced every dets table.
 //
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member
 // receives first deliveries in publish order), Extend, Scheduling and
-// Results are true. Publish stores a message whose DeliverAt is still to come in the
+// Results are true. Broadcast is true when the backend has a management
+// URL (Options.Management, the management URL parameter): the bus's
+// sweep of lapsed broadcast groups lists them through Groups (see
+// Inspection). Without one Broadcast is false, and bus.WithBroadcast is
+// refused at Subscribe with an error that says to set it
+// (Capabilities.BroadcastNeeds).
+//
+// Publish stores a message whose DeliverAt is still to come in the
 // bus.at hold queue of the longest fixed delay not past it, carrying its
 // due time in bus-due, so delayed messages never stand in front of
 // immediate ones; it reaches the groups its topic has when it comes out
@@ -191,9 +231,13 @@
 // (see Key order), backend.Partitioner (see Partitioned topics) and
 // backend.GroupDeleter (the group's queue, release notes, lock, lock state
 // and members stream deleted; copies of its messages in the shared hold
-// queues are dropped when they come out). It has no Inspector,
-// PendingLister or GroupSeeker yet: a member that takes a group lock over
-// waits one ack timeout before it fetches, and the conformance cases of
-// those interfaces are skipped. Broadcast is false until the backend has
-// an Inspector, which the bus's sweep of dead broadcast groups needs.
+// queues are dropped when they come out); its subscriptions implement
+// backend.PendingLister: a member of a key-ordered group holds deliveries
+// only on its live channel, so the list is this process's deliveries,
+// complete once the group's queue has no consumer of another process (a
+// passive queue.declare counts them); until then PendingDeliveries returns
+// an error and the bus asks again. Deliveries waiting in a hold queue are
+// not listed. It implements backend.Inspector without Peek and Delete
+// (see Inspection), and has no GroupSeeker: the conformance cases of it
+// are skipped.
 package rabbitmq

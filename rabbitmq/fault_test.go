@@ -29,14 +29,6 @@ func testFaultNetwork(t *testing.T, node *rabbittest.Node) {
 		StartServer: node.Restart,
 		Open:        openThrough(node),
 		Skip: map[string]string{
-			// After the node is SIGKILLed and restarted with its data,
-			// publishing resumed within seconds in most runs, but in
-			// about one full make test run in several (load average
-			// about 4) publishes timed out for more than 30 s after the
-			// restart and the case failed. The cause is not found yet
-			// (issue 54); a case that fails one run in a few is left out
-			// rather than flaking the suite.
-			"ServerRestartMidRun": "after a SIGKILL and restart, publishing does not always resume within 30 s (cause not found yet)",
 			// RabbitMQ gives a delivery to another consumer only when
 			// its holder nacks it or its channel closes. The member
 			// cut off here acks its deliveries as the blackhole starts;
@@ -73,10 +65,9 @@ func openThrough(node *rabbittest.Node) func(t testing.TB, addr string) backend.
 }
 
 // killSaved returns a StopServer that kills node once it saved the Raft
-// metadata of its quorum queues, as it does every five seconds: the
-// fault cases create their queues a moment before the kill, and a queue
-// that never had its metadata saved comes back without a leader (see
-// rabbittest.Node.SaveRaftMeta).
+// state of its quorum queues: the fault cases create their queues a
+// moment before the kill, and a queue whose state was not on disk comes
+// back empty and without a leader (see rabbittest.Node.SaveRaftMeta).
 func killSaved(t *testing.T, node *rabbittest.Node) func() {
 	return func() {
 		require.NoError(t, node.SaveRaftMeta())

@@ -85,10 +85,11 @@ func testClosedChannelReturnsToTheHead(t *testing.T, node *rabbittest.Node) {
 }
 
 // testKeyOrderedCloseKeepsAttempts: a member that fetches under the
-// group lock and closes with messages received and unsettled, and more
-// pushed to it, gives them back to the head of the queue; the next
-// holder, on another connection, receives them first, in publish order,
-// each on its first attempt.
+// group lock and closes with messages received and unsettled, one
+// released, and more pushed to it, gives them back to the head of the
+// queue; the next holder, on another connection, receives them first, in
+// publish order, the released and pushed ones on their first attempt and
+// the unsettled one (its handler may have run) on its second.
 func testKeyOrderedCloseKeepsAttempts(t *testing.T, node *rabbittest.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -143,9 +144,9 @@ func testKeyOrderedCloseKeepsAttempts(t *testing.T, node *rabbittest.Node) {
 		}
 		require.NoError(t, s2.Ack(ctx, ids))
 	}
-	want := make([]string, 0, n-2)
-	for i := 2; i < n; i++ {
+	want := []string{"m02:2"}
+	for i := 3; i < n; i++ {
 		want = append(want, fmt.Sprintf("m%02d:1", i))
 	}
-	assert.Equal(t, want, again, "the next holder gets what the first gave back first, in publish order, on its first attempt")
+	assert.Equal(t, want, again, "the next holder gets what the first gave back first, in publish order, counting only the unsettled one")
 }

@@ -33,8 +33,16 @@ const (
 
 // lockOp takes the backend's lock semaphore, bounded by ctx: lock
 // operations of one backend run one at a time, so that a lapse and a
-// renewal never cross.
+// renewal never cross. A ctx that has ended takes nothing, even with the
+// semaphore free: an unlock that comes after its member's close ran out
+// of time leaves the lock to lapse (see lapse, which gives back what the
+// member still holds before the lock passes on), and never half-releases
+// it on a dead ctx (a failed release breaks the lock connection, and
+// with it every lock of the backend).
 func (b *Backend) lockOp(ctx context.Context) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case b.lockSem <- struct{}{}:
 		return func() { <-b.lockSem }, nil

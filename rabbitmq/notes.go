@@ -180,13 +180,17 @@ const (
 )
 
 // giveBackToHead gives back a key-ordered member's deliveries (dels: its
-// live consumer's) to the head of the group's queue without counting an
-// attempt. It notes them, confirmed: those Receive returned and that are
-// unsettled or released, those the broker pushed (it takes them until
-// the broker has stopped pushing for pushQuiet, the prefetch being full
-// or the queue empty, or for pushNoteMax, and then again until none came
-// while it stored the notes), and the notes it carries of messages it
-// did not receive.
+// live consumer's) to the head of the group's queue. It notes those it
+// gives back without counting an attempt, confirmed: those Receive
+// returned and that were released, those the broker pushed (it takes
+// them until the broker has stopped pushing for pushQuiet, the prefetch
+// being full or the queue empty, or for pushNoteMax, and then again
+// until none came while it stored the notes), and the notes it carries
+// of messages it did not receive. A delivery Receive returned that is
+// neither settled nor released is not noted: its handler may have run
+// (the bus's close ran out of time before its ack), so its return counts
+// an attempt, as a lease that ran out does, and the next holder never
+// takes it for a first attempt.
 // The caller then closes the channel: a quorum queue puts the unsettled
 // messages of a closed channel back at its head, in delivery order,
 // where a nack after the consumer's cancel would put them at its tail.
@@ -199,7 +203,9 @@ func (s *Subscription) giveBackToHead(ctx context.Context, dels <-chan amqp.Deli
 	rn.merge(s.notes)
 	s.mu.Unlock()
 	for _, g := range s.takeUnsettled() {
-		rn.add(g.id, g.count+1)
+		if g.released {
+			rn.add(g.id, g.count+1)
+		}
 	}
 	dels = s.notePushed(ctx, dels, rn)
 	for range 3 {

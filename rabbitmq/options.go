@@ -32,6 +32,12 @@ type Options struct {
 	// TLS is the TLS configuration of amqps:// connections (default: the
 	// host's roots, the URL's host as the server name).
 	TLS *tls.Config
+	// Management is the base URL of the broker's management API (the
+	// rabbitmq_management plugin), for example "http://127.0.0.1:15672",
+	// which inspection (backend.Inspector) reads. Its user and password
+	// are the AMQP URL's unless it carries its own. Empty (the default):
+	// inspection is unsupported.
+	Management string
 }
 
 const (
@@ -54,6 +60,11 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if err := backend.ValidateTopic(out.Prefix); err != nil || len(out.Prefix) > 32 {
 		return out, fmt.Errorf("%w: prefix %q: 1 to 32 letters, digits, '.', '_', '-' or ':'", backend.ErrInvalidOption, out.Prefix)
+	}
+	if out.Management != "" {
+		if err := checkManagement(out.Management); err != nil {
+			return out, err
+		}
 	}
 	for _, f := range []struct {
 		name string

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -210,14 +211,29 @@ func (b *Backend) declareStream(ctx context.Context, q string, args amqp.Table) 
 	})
 }
 
-// appendRecord publishes rec to the stream q, confirmed.
+// appendRecord publishes rec to the stream q, confirmed. A stream that
+// another process declared a moment ago nacks publishes until its
+// writer has started; the record is then published again, for about a
+// second at most (a record stored twice reads as once: a reader keeps
+// the first count, and a member's last record).
 func (b *Backend) appendRecord(ctx context.Context, q string, rec amqp.Publishing) error {
 	rec.DeliveryMode = amqp.Persistent
-	errs, err := b.publishConfirmed(ctx, []string{""}, []string{q}, []amqp.Publishing{rec})
-	if err == nil {
-		err = errs[0]
+	wait := 20 * time.Millisecond
+	for {
+		errs, err := b.publishConfirmed(ctx, []string{""}, []string{q}, []amqp.Publishing{rec})
+		if err != nil {
+			return err
+		}
+		if !errors.Is(errs[0], errNacked) || wait > time.Second {
+			return errs[0]
+		}
+		select {
+		case <-time.After(wait):
+			wait *= 2
+		case <-ctx.Done():
+			return errs[0]
+		}
 	}
-	return err
 }
 
 // streamReadPrefetch is the credit of a stream read.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
-	"github.com/eventbus-go/bus/rabbitmq"
 )
 
 // testResultQueues: a result replaces the one stored before (also with
@@ -23,9 +22,7 @@ import (
 func testResultQueues(t *testing.T, node *rabbittest.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := rabbitmq.New(ctx, node.URL(), nil)
-	require.NoError(t, err)
-	defer b.Close()
+	b := openRabbit(ctx, t, node.URL())
 
 	const topic = "results"
 	require.NoError(t, b.StoreResult(ctx, topic, "m1", []byte("first"), time.Minute))

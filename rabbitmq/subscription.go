@@ -547,9 +547,12 @@ func (s *Subscription) isClosed() bool {
 
 // Close cancels the consumer: it waits for the moves in progress
 // (Release, Snooze, Nack with a delay), gives each delivery still
-// unsettled back to the group without counting an attempt (a confirmed
-// copy, then an ack; a key-ordered member's go back to the head of the
-// queue with release notes, see giveBackToHead) and closes the channel,
+// unsettled back to the group (a confirmed copy, then an ack; a
+// key-ordered member's go back to the head of the queue with release
+// notes, see giveBackToHead) and closes the channel: those the broker
+// pushed and Receive did not return, and those released, without
+// counting an attempt, those Receive returned and that are neither
+// settled nor released (their handler may have run) counting one,
 // all within about Options.CloseTimeout. A delivery it cannot give back
 // so is given back by the broker when the channel closes, and that
 // counts.
@@ -603,9 +606,10 @@ func (s *Subscription) Close() error {
 	return nil
 }
 
-// giveBack gives every delivery of ch back to the group without counting
-// an attempt: those the broker had pushed but Receive had not returned,
-// and those returned and still unsettled. A key-ordered member gives them
+// giveBack gives every delivery of ch back to the group: those the broker
+// had pushed but Receive had not returned without counting an attempt,
+// and those returned and still unsettled counting one (see
+// takeUnsettled). A key-ordered member gives them
 // back to the head of the queue (see giveBackToHead); any other cancels
 // its consumer and gives each back as a confirmed copy at the tail of the
 // queue, and then acks the original. What ctx leaves no time for the
@@ -654,10 +658,11 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 
 // given is a delivery a closing subscription gives back.
 type given struct {
-	tag   uint64
-	id    string
-	count int             // x-delivery-count
-	pub   amqp.Publishing // its copy (see giveBack)
+	tag      uint64
+	id       string
+	count    int             // x-delivery-count
+	pub      amqp.Publishing // its copy (see giveBack)
+	released bool            // released by a key-ordered member (see releaseToHead)
 }
 
 // pushed is a delivery the broker pushed and Receive did not return, to
@@ -673,16 +678,23 @@ func pushed(d *amqp.Delivery) (given, bool) {
 
 // takeUnsettled settles, for giving back, the deliveries of the live
 // channel that Receive returned and that are still unsettled or were
-// released.
+// released. The copy of one still unsettled counts an attempt: the bus
+// settles or releases what it drains, so one left unsettled is one whose
+// close ran out of time, and its handler may have run.
 func (s *Subscription) takeUnsettled() []given {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var back []given
 	for d := range s.active {
 		if (d.state == stActive && !d.moving || d.state == stReleased) && d.gen == s.gen {
+			released := d.state == stReleased
 			d.state = stSettled
 			s.forgetLocked(d)
-			back = append(back, given{tag: d.tag, id: d.msg.ID, count: d.count, pub: encode(&d.msg, d.msg.Attempt-1, 0)})
+			base := d.msg.Attempt // not released: its handler may have run, the copy counts an attempt
+			if released {
+				base--
+			}
+			back = append(back, given{tag: d.tag, id: d.msg.ID, count: d.count, pub: encode(&d.msg, base, 0), released: released})
 		}
 	}
 	return back

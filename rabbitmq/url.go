@@ -25,8 +25,8 @@ func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 //
 // The user, password, host, port (5672, or 5671 for amqps) and virtual
 // host (the path, "/" when empty) are RabbitMQ's. Backend parameters:
-// prefix, heartbeat, dial_timeout, write_timeout and close_timeout (see
-// Options); an unknown parameter is an error. No credential appears in
+// prefix, heartbeat, dial_timeout, write_timeout, close_timeout and
+// management (see Options); an unknown parameter is an error. No credential appears in
 // any error. It dials before it returns, bounded by ctx.
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	if err := urlopt.CheckForm(u, true); err != nil {
@@ -48,6 +48,9 @@ func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	}
 	if d, ok := p.Duration("close_timeout", 0); ok {
 		o.CloseTimeout = d
+	}
+	if s, ok := p.String("management"); ok {
+		o.Management = s
 	}
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("rabbitmq: open %q: %w", urlopt.Redact(u), err)

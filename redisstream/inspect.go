@@ -167,10 +167,18 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 			}
 			return err
 		}
+		groupsListed(k)
+		out = out[:0] // a retried call starts over
 		for _, g := range gs {
 			gi := backend.GroupInfo{Name: g.Name, Consumers: backend.Figure(g.Consumers), Pending: backend.Figure(g.Pending), Lag: backend.Unknown}
+			// A group deleted since XINFO GROUPS (a broadcast group
+			// swept, a DeleteGroup) answers NOGROUP below: it is gone,
+			// and left out.
 			if g.Consumers > 0 {
 				n, err := b.liveConsumers(ctx, topic, g.Name)
+				if isNoGroup(err) {
+					continue
+				}
 				if err != nil {
 					return err
 				}
@@ -181,6 +189,9 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 			}
 			if g.Pending > 0 {
 				p, err := b.client.XPending(ctx, k, g.Name).Result()
+				if isNoGroup(err) {
+					continue
+				}
 				if err != nil {
 					return err
 				}
@@ -201,6 +212,10 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 	}
 	return out, nil
 }
+
+// groupsListed is called by Groups between its XINFO GROUPS and the
+// calls per group that follow; a test sets it to delete a group there.
+var groupsListed = func(string) {}
 
 // liveConsumerIdle is the idle time (XINFO CONSUMERS) past which Groups
 // no longer counts a consumer, unless the group's ack timeout is longer.

@@ -116,3 +116,31 @@ func TestTouchLeavesPendingEntriesAlone(t *testing.T) {
 	assert.EqualValues(t, 1, after.RetryCount, "the touch counts no delivery")
 	assert.GreaterOrEqual(t, after.Idle, before.Idle, "nor restarts the lease")
 }
+
+// A group deleted between Groups' XINFO GROUPS and its calls per group
+// (a broadcast group swept by another process, a DeleteGroup) is left
+// out of the answer, and the call does not fail with NOGROUP.
+func TestGroupsLeavesOutAGroupDeletedWhileListing(t *testing.T) {
+	be, client, topic, k := newInspectBackend(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, g := range []string{"gone", "kept"} {
+		require.NoError(t, client.XGroupCreateMkStream(ctx, k.stream, g, "0").Err())
+		require.NoError(t, client.XGroupCreateConsumer(ctx, k.stream, g, "c").Err())
+	}
+	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: k.stream, Values: []string{"p", "x"}}).Err())
+	for _, g := range []string{"gone", "kept"} {
+		require.NoError(t, client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: g, Consumer: "c", Streams: []string{k.stream, ">"}, Count: 1}).Err())
+	}
+	old := groupsListed
+	t.Cleanup(func() { groupsListed = old })
+	groupsListed = func(string) {
+		groupsListed = func(string) {}
+		require.NoError(t, client.XGroupDestroy(ctx, k.stream, "gone").Err())
+	}
+	gs, err := be.Groups(ctx, topic)
+	require.NoError(t, err, "a group deleted while listing is not an error")
+	require.Len(t, gs, 1)
+	assert.Equal(t, "kept", gs[0].Name)
+	assert.EqualValues(t, 1, gs[0].Pending, "the other group keeps its figures")
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/eventbus-go/bus/internal/testkit/broadcasttest"
 )
 
 // quietLogger drops go-redis's own log lines (dial failures while the
@@ -17,6 +19,11 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
+	if broadcasttest.IsChild() {
+		// Re-executed as a broadcast subscriber by TestBroadcastKilledProcess.
+		broadcasttest.RunChild()
+		return
+	}
 	if os.Getenv(childEnv) != "" {
 		// Re-executed as a crashing consumer by the fault tests.
 		runChild()

@@ -250,7 +250,14 @@ func beat(ttl time.Duration) time.Duration { return min(ttl/3, time.Second) }
 // assignment. The first round fails on any error; later ones keep what
 // runs and try again at the next beat.
 func (m *Manager) round(ctx context.Context, first bool) error {
-	hctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3)
+	// A beat has a third of the ttl, so that a late one is retried before
+	// the member lapses. The first may take the whole ttl: no partition
+	// runs on it yet, and a backend may create its membership store then.
+	bound := m.cfg.TTL / 3
+	if first {
+		bound = m.cfg.TTL
+	}
+	hctx, cancel := context.WithTimeout(ctx, bound)
 	members, err := m.cfg.Store.Heartbeat(hctx, m.cfg.Topic, m.cfg.Group, m.cfg.Member, m.cfg.TTL)
 	cancel()
 	if err != nil {

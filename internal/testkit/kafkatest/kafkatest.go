@@ -88,13 +88,33 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}); err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
-	if err := c.each(func(nd *Node) error { return nd.launch(libs) }); err != nil {
-		t.Fatalf("kafkatest: %v", err)
+	// A cluster that fails to start (a node's port taken between its
+	// choice and its bind) is stopped and started once more on new ports.
+	var err error
+	for attempt := range 2 {
+		if attempt > 0 {
+			t.Logf("kafkatest: cluster start failed, once more on new ports: %v", err)
+			err = c.each(func(nd *Node) error {
+				nd.stop()
+				nd.port, nd.ctrl = freePort(t), freePort(t)
+				return nil
+			})
+			if err == nil {
+				err = c.each(func(nd *Node) error { return nd.writeConfig() })
+			}
+			if err != nil {
+				break
+			}
+		}
+		if err = c.each(func(nd *Node) error { return nd.launch(libs) }); err != nil {
+			continue
+		}
+		if err = serverproc.WaitReady("kafka cluster", startTimeout, nil, c.Nodes[0].logPath(), c.allBrokers); err == nil {
+			return c
+		}
 	}
-	if err := serverproc.WaitReady("kafka cluster", startTimeout, nil, c.Nodes[0].logPath(), c.allBrokers); err != nil {
-		t.Fatalf("kafkatest: %v", err)
-	}
-	return c
+	t.Fatalf("kafkatest: %v", err)
+	return nil
 }
 
 // each runs f on every node at once and returns the first error.

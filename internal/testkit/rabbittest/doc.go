@@ -3,7 +3,8 @@
 // # Nodes
 //
 // [Start] starts a RabbitMQ node in a temporary directory: its own node
-// name, AMQP, distribution and epmd ports (free 127.0.0.1 ports), its own
+// name, AMQP, distribution and epmd ports (free 127.0.0.1 ports, and one
+// for the management API with [WithManagement]), its own
 // data directory (RABBITMQ_MNESIA_BASE), log directory, enabled-plugins
 // file, configuration file and HOME (which holds the Erlang cookie), so a
 // test never touches a node the machine runs. The harness starts the epmd
@@ -17,9 +18,9 @@
 // [StartCluster] starts nodes that register with one epmd (the first
 // node's) and share an Erlang cookie written to each node's HOME, and
 // joins them (stop_app, join_cluster, start_app) into one cluster.
-// [Node.SaveRaftMeta] makes a node save its quorum queues' Raft
-// metadata, which RabbitMQ does every five seconds, before a test kills
-// it.
+// [Node.SaveRaftMeta] makes a node write its quorum queues' Raft state
+// (every dets table: the term, the directory of Raft servers), which
+// RabbitMQ writes later on its own, before a test kills it.
 //
 // # Requirements
 //

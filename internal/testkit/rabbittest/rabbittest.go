@@ -35,6 +35,7 @@ type Node struct {
 	amqp int
 	dist int
 	epmd int
+	mgmt int // the management API's port; 0: the plugin is off
 
 	// ownsEpmd: the node starts and stops its epmd; the other nodes of
 	// a cluster register with the first node's.
@@ -46,11 +47,22 @@ type Node struct {
 
 var seq atomic.Int64
 
-// Start starts a node and waits until it accepts AMQP connections; it is
-// stopped, and its directory removed, when the test ends.
-func Start(t testing.TB) *Node {
+// Option configures a node that Start starts.
+type Option func(*Node)
+
+// WithManagement turns the rabbitmq_management plugin on, its API on a
+// free 127.0.0.1 port (see Node.ManagementURL). The plugin makes the
+// node's start longer: only tests that inspect the node turn it on.
+func WithManagement() Option {
+	return func(n *Node) { n.mgmt = freePort(n.t) }
+}
+
+// Start starts a node and waits until it accepts AMQP connections (and,
+// WithManagement, connections to its management API); it is stopped, and
+// its directory removed, when the test ends.
+func Start(t testing.TB, opts ...Option) *Node {
 	t.Helper()
-	n := newNode(t, freePort(t), true, "")
+	n := newNode(t, freePort(t), true, "", opts...)
 	if err := n.launch(); err != nil {
 		t.Fatalf("rabbittest: %v", err)
 	}
@@ -102,7 +114,7 @@ func StartCluster(t testing.TB, size int) []*Node {
 // newNode prepares a node in a new temporary directory, registering with
 // the epmd on port epmd (started by the node when ownsEpmd), with cookie
 // as its Erlang cookie when it is not empty.
-func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
+func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string, opts ...Option) *Node {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rabbittest-")
 	if err != nil {
@@ -117,6 +129,9 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
 		// stopped with it.
 		proc: serverproc.Proc{Group: true, StopTimeout: stopTimeout},
 	}
+	for _, o := range opts {
+		o(n)
+	}
 	if err := n.writeConfig(cookie); err != nil {
 		t.Fatalf("rabbittest: %v", err)
 	}
@@ -128,6 +143,18 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string) *Node {
 // user guest.
 func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
 
+// ManagementURL returns the base URL of the node's management API (the
+// rabbitmq_management plugin, on a free 127.0.0.1 port), of a node
+// started WithManagement.
+func (n *Node) ManagementURL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.mgmt))
+}
+
+// InspectURL returns URL with the management parameter that lets the
+// backend inspect the node (backend.Inspector), of a node started
+// WithManagement.
+func (n *Node) InspectURL() string { return n.URL() + "?management=" + n.ManagementURL() }
+
 // Addr returns the node's AMQP host:port.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.amqp)) }
 
@@ -135,15 +162,17 @@ func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa
 // gone; its data stays for Restart.
 func (n *Node) Kill() { n.proc.Stop(syscall.SIGKILL) }
 
-// SaveRaftMeta makes the node write the Raft metadata of its quorum
-// queues (term and vote) to disk now; RabbitMQ saves it every five
-// seconds. A node killed before a new quorum queue's first save brings
-// the queue back as a follower of term 0 that never starts an election
-// (RabbitMQ 3.10): its publishes wait for a leader that never comes. A
-// test that kills the node to see how clients recover, not to see that
-// bug, calls SaveRaftMeta first.
+// SaveRaftMeta makes the node write the Raft state of its quorum queues
+// kept in dets tables to disk now: their metadata (term and vote, which
+// RabbitMQ saves every five seconds) and the directory of Raft servers
+// (ra_directory_reverse, which dets saves only every three minutes). A
+// node killed before a new quorum queue's server is in the saved
+// directory brings the queue back empty, as a follower of term 0 that
+// never starts an election (RabbitMQ 3.10): its publishes wait for a
+// leader that never comes. A test that kills the node to see how clients
+// recover, not to see that bug, calls SaveRaftMeta first.
 func (n *Node) SaveRaftMeta() error {
-	out, err := n.Ctl("eval", "dets:sync(ra_log_meta).")
+	out, err := n.Ctl("eval", "[ok = dets:sync(T) || T <- dets:all()], ok.")
 	if err != nil {
 		return fmt.Errorf("rabbittest: save the raft metadata: %w: %s", err, out)
 	}
@@ -199,8 +228,12 @@ func (n *Node) writeConfig(cookie string) error {
 			return err
 		}
 	}
-	plugins := "[]."
-	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n"+
+	plugins, mgmt := "[].", ""
+	if n.mgmt != 0 {
+		plugins = "[rabbitmq_management]."
+		mgmt = fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmt)
+	}
+	conf := mgmt + fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\n"+
 		"loopback_users = none\n"+
 		"disk_free_limit.absolute = 1MB\n"+
 		"vm_memory_high_watermark.relative = 0.8\n"+
@@ -276,13 +309,22 @@ func (n *Node) startEpmd() error {
 	return nil
 }
 
-// ready reports whether the node accepts an AMQP connection.
+// ready reports whether the node accepts an AMQP connection and, with
+// the management plugin on, a connection to its management API.
 func (n *Node) ready() error {
 	c, err := amqp.DialConfig(n.URL(), amqp.Config{Dial: amqp.DefaultDial(time.Second)})
 	if err != nil {
 		return err
 	}
 	_ = c.Close()
+	if n.mgmt == 0 {
+		return nil
+	}
+	m, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(n.mgmt)), time.Second)
+	if err != nil {
+		return fmt.Errorf("management API: %w", err)
+	}
+	_ = m.Close()
 	return nil
 }
 
