@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strconv"
 	"sync"
@@ -90,7 +91,10 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 	return b, nil
 }
 
-// Capabilities reports what SNS+SQS standard queues guarantee.
+// Capabilities reports what SNS+SQS guarantee: standard topics and
+// queues, or with Options.FIFO, FIFO ones, which add per-key order
+// (KeyOwnership: a message group is handed to one receive at a time) and
+// publish deduplication.
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Name:            "sqs",
@@ -99,6 +103,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Redelivery:      true,
 		NackDelay:       true,
 		Extend:          true,
+		PublishDedup:    b.opts.FIFO,
+		KeyOwnership:    b.opts.FIFO,
 		MaxPayload:      maxPayload,
 		MaxPayloadLimit: "SNS's and SQS's 256 KiB message size, with room kept for the ID, key and headers and for a payload that travels in base64",
 	}
@@ -159,7 +165,11 @@ func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
 	}
 	var out *sns.CreateTopicOutput
 	err := idempotent(ctx, func() (err error) {
-		out, err = b.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, topic, false))})
+		in := &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, topic, b.opts.FIFO))}
+		if b.opts.FIFO {
+			in.Attributes = map[string]string{"FifoTopic": "true", "ContentBasedDeduplication": "false"}
+		}
+		out, err = b.sns.CreateTopic(ctx, in)
 		return err
 	})
 	if err != nil {
@@ -173,7 +183,9 @@ func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
 }
 
 // Publish sends msgs through SNS PublishBatch, at most ten messages and
-// 256 KiB a call, the calls of one Publish concurrently.
+// 256 KiB a call. The calls of one Publish run concurrently; on FIFO
+// topics the calls that carry one message group run one after another
+// (see publishInOrder).
 func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
 	if b.isClosed() {
 		return fmt.Errorf("sqs: publish %q: %w", topic, backend.ErrClosed)
@@ -193,11 +205,15 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("sqs: publish %q: %w", topic, err)
 	}
 	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	for _, r := range batches(enc) {
-		wg.Go(func() { b.publishBatch(ctx, arn, enc, r, errs) })
+	if b.opts.FIFO {
+		b.publishInOrder(ctx, arn, msgs, enc, errs)
+	} else {
+		var wg sync.WaitGroup
+		for _, r := range batches(enc) {
+			wg.Go(func() { b.publishBatch(ctx, arn, enc, r, errs) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	var failed []backend.Failure
 	for i, err := range errs {
 		if err != nil {
@@ -211,6 +227,63 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		return fmt.Errorf("sqs: publish %q: %w", topic, failed[0].Err)
 	default:
 		return fmt.Errorf("sqs: publish %q: %w", topic, &backend.BatchError{Failed: failed})
+	}
+}
+
+// publishInOrder publishes to a FIFO topic: the messages go into lanes
+// by a hash of their message group, at most maxLanes, each lane's
+// batches one after another in publish order and the lanes concurrently.
+// A lane stops at its first failed batch and fails its messages after
+// it unsent, so no later message of a group is stored ahead of an
+// earlier one.
+func (b *Backend) publishInOrder(ctx context.Context, arn string, msgs []*backend.Message, enc []encoded, errs []error) {
+	n := min((len(enc)+maxBatchEntries-1)/maxBatchEntries, maxLanes)
+	lanes := make([][]int, n)
+	for i := range enc {
+		enc[i].group, enc[i].dedup = fifoIDs(msgs[i])
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(enc[i].group))
+		l := int(h.Sum32() % uint32(n))
+		lanes[l] = append(lanes[l], i)
+	}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		if len(lane) > 0 {
+			wg.Go(func() { b.publishLane(ctx, arn, enc, lane, errs) })
+		}
+	}
+	wg.Wait()
+}
+
+// maxLanes bounds the concurrent PublishBatch calls of one Publish to a
+// FIFO topic.
+const maxLanes = 8
+
+// publishLane sends the messages enc[lane[0]], enc[lane[1]], ... in
+// batches, one after another, and stops at the first batch that fails.
+func (b *Backend) publishLane(ctx context.Context, arn string, enc []encoded, lane []int, errs []error) {
+	part := make([]encoded, len(lane))
+	for j, i := range lane {
+		part[j] = enc[i]
+	}
+	perr := make([]error, len(lane))
+	defer func() {
+		for j, i := range lane {
+			errs[i] = perr[j]
+		}
+	}()
+	for _, r := range batches(part) {
+		b.publishBatch(ctx, arn, part, r, perr)
+		for j := r.from; j < r.to; j++ {
+			if perr[j] == nil {
+				continue
+			}
+			cause := fmt.Errorf("not sent: an earlier message of its message group failed: %w", perr[j])
+			for k := r.to; k < len(part); k++ {
+				perr[k] = cause
+			}
+			return
+		}
 	}
 }
 
@@ -238,13 +311,17 @@ func batches(enc []encoded) []span {
 func (b *Backend) publishBatch(ctx context.Context, arn string, enc []encoded, r span, errs []error) {
 	entries := make([]snstypes.PublishBatchRequestEntry, 0, r.to-r.from)
 	for i := r.from; i < r.to; i++ {
-		entries = append(entries, snstypes.PublishBatchRequestEntry{
+		e := snstypes.PublishBatchRequestEntry{
 			Id:      aws.String(strconv.Itoa(i)),
 			Message: aws.String(enc[i].body),
 			MessageAttributes: map[string]snstypes.MessageAttributeValue{
 				attrEnvelope: {DataType: aws.String("String"), StringValue: aws.String(enc[i].envelope)},
 			},
-		})
+		}
+		if enc[i].group != "" {
+			e.MessageGroupId, e.MessageDeduplicationId = aws.String(enc[i].group), aws.String(enc[i].dedup)
+		}
+		entries = append(entries, e)
 	}
 	out, err := b.sns.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: entries})
 	if err != nil {
@@ -292,11 +369,16 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	}
 	var q *sqs.CreateQueueOutput
 	err = idempotent(ctx, func() (err error) {
+		attrs := map[string]string{
+			string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(maxRetention),
+		}
+		if b.opts.FIFO {
+			attrs[string(sqstypes.QueueAttributeNameFifoQueue)] = "true"
+			attrs[string(sqstypes.QueueAttributeNameContentBasedDeduplication)] = "false"
+		}
 		q, err = b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
-			QueueName: aws.String(queueName(b.opts.Prefix, topic, cfg.Group, false)),
-			Attributes: map[string]string{
-				string(sqstypes.QueueAttributeNameMessageRetentionPeriod): strconv.Itoa(maxRetention),
-			},
+			QueueName:  aws.String(queueName(b.opts.Prefix, topic, cfg.Group, b.opts.FIFO)),
+			Attributes: attrs,
 		})
 		return err
 	})

@@ -53,6 +53,9 @@ const (
 type encoded struct {
 	body     string
 	envelope string // base64
+	// group and dedup are the MessageGroupId and MessageDeduplicationId
+	// of a message to a FIFO topic (see fifoIDs); empty on standard ones.
+	group, dedup string
 }
 
 // size is what the message counts towards SNS's limits.

@@ -7,6 +7,7 @@
 //
 //	sqs://eu-west-1
 //	sqs://us-east-1?endpoint=http://127.0.0.1:5000&prefix=myapp-
+//	sqs://eu-west-1?fifo=true
 //
 // Credentials come from the AWS SDK's default chain (environment, shared
 // files, container and instance roles) or Options.Credentials, never from
@@ -69,15 +70,62 @@
 //
 // Standard queues do not keep publish order and may deliver a message
 // twice; the bus's dead letters, max deliveries and retries are its own,
-// with no redrive policy on the queues.
+// with no redrive policy on the queues, on standard and FIFO queues
+// alike.
+//
+// # FIFO topics
+//
+// With Options.FIFO (the URL parameter fifo=true) every topic is an SNS
+// FIFO topic (its name ends in ".fifo") and every group an SQS FIFO
+// queue subscribed to it. A message's MessageGroupId is its key, or its
+// ID when it has none, so that keyless messages never wait for each
+// other; its MessageDeduplicationId is its ID. A key or ID that AWS
+// would refuse as such (over 128 characters, or a character that is not
+// printable ASCII) travels as "~" and its hex SHA-256. The batches of
+// one Publish go one after another, and the first that fails fails the
+// rest unsent, so no later message of a key is stored ahead of an
+// earlier one. The backend relies on these behaviours of AWS:
+//
+//   - Messages of one message group are received in the order they were
+//     sent, and while a message of a group is in flight (received, not
+//     deleted, its visibility timeout not ended) no receive returns
+//     another message of that group; one receive may return several
+//     messages of a group, in order. ("FIFO queue delivery logic in
+//     Amazon SQS" and "Using the message group ID with Amazon SQS FIFO
+//     queues", SQS Developer Guide.) That is the per-key order the bus
+//     needs across members (Capabilities.KeyOwnership): the member that
+//     received a key's messages holds the key until it deletes them or
+//     makes them visible again (a nack, a give-back at Close), and a
+//     member that died loses its keys when their visibility timeouts,
+//     the subscription's ack timeout, end. A nack or an ended lease puts
+//     a message back ahead of the later messages of its group.
+//   - A message published again with a MessageDeduplicationId already
+//     accepted within the five-minute deduplication interval is accepted
+//     and not delivered (SNS API Reference, PublishBatchRequestEntry;
+//     "Exactly-once processing in Amazon SQS", SQS Developer Guide):
+//     Capabilities.PublishDedup, with a window of five minutes and no
+//     memory of the backend's own.
+//   - An SNS FIFO topic delivers to SQS FIFO queues with the message
+//     group and deduplication IDs it was given ("Message ordering and
+//     deduplication (FIFO topics)", SNS Developer Guide).
+//   - ChangeMessageVisibility works on FIFO queues as on standard ones.
+//
+// AWS orders messages of different groups in no promised way: FIFO
+// topics do not declare Ordered. A FIFO queue in AWS allows 300
+// transactions a second without high throughput mode, and looks for
+// available groups among the first 20,000 messages only ("Amazon SQS
+// FIFO queue quotas"); the emulator has neither limit.
 //
 // # Capabilities
 //
-// ConsumerGroups, Persistent, Redelivery, NackDelay and Extend. Absent:
-// Ordered (standard queues), StartOldest (a new queue receives what SNS
-// publishes after it is subscribed; Subscribe refuses StartOldest with
-// backend.ErrUnsupported), PublishDedup (standard topics do not
-// deduplicate), Scheduling (the bus hands back early deliveries),
-// KeyOwnership, Broadcast and Results. A release or snooze counts as an
+// ConsumerGroups, Persistent, Redelivery, NackDelay and Extend; with
+// FIFO topics also KeyOwnership and PublishDedup. Absent: Ordered (SQS
+// orders only within a message group), StartOldest (a new queue receives
+// what SNS publishes after it is subscribed; Subscribe refuses
+// StartOldest with backend.ErrUnsupported), PublishDedup on standard
+// topics (they do not deduplicate), KeyOwnership on standard queues
+// (they keep no order: run key-ordered subscriptions on FIFO topics),
+// Scheduling (the bus hands back early deliveries), Broadcast and
+// Results. A release or snooze counts as an
 // attempt (no Releaser or Snoozer yet).
 package sqs

@@ -30,6 +30,13 @@ type Options struct {
 	Prefix string
 	// CloseTimeout bounds Close of the backend (default 2s).
 	CloseTimeout time.Duration
+	// FIFO makes every topic an SNS FIFO topic and every group an SQS
+	// FIFO queue (default false: standard topics and queues): the
+	// message's key is its message group, so the messages of a key are
+	// delivered in publish order, one receive at a time, and a message
+	// ID is stored once within SQS's five-minute deduplication window.
+	// FIFO and standard topics of one name are different topics.
+	FIFO bool
 }
 
 const defaultCloseTimeout = 2 * time.Second

@@ -16,11 +16,11 @@ import (
 )
 
 func TestParseURLReadsEveryParameter(t *testing.T) {
-	u, err := url.Parse("sqs://eu-west-1?endpoint=http://127.0.0.1:4566&prefix=app-&close_timeout=3s")
+	u, err := url.Parse("sqs://eu-west-1?endpoint=http://127.0.0.1:4566&prefix=app-&close_timeout=3s&fifo=true")
 	require.NoError(t, err)
 	o, err := parseURL(u)
 	require.NoError(t, err)
-	assert.Equal(t, &Options{Region: "eu-west-1", Endpoint: "http://127.0.0.1:4566", Prefix: "app-", CloseTimeout: 3 * time.Second}, o)
+	assert.Equal(t, &Options{Region: "eu-west-1", Endpoint: "http://127.0.0.1:4566", Prefix: "app-", CloseTimeout: 3 * time.Second, FIFO: true}, o)
 }
 
 func TestParseURLRefusesBadInputBeforeIO(t *testing.T) {
@@ -35,7 +35,8 @@ func TestParseURLRefusesBadInputBeforeIO(t *testing.T) {
 		{"an endpoint without a scheme", "sqs://eu-west-1?endpoint=127.0.0.1:4566", "endpoint"},
 		{"an endpoint with credentials", "sqs://eu-west-1?endpoint=http://a:b@127.0.0.1:4566", "endpoint"},
 		{"a bad prefix", "sqs://eu-west-1?prefix=a.b", "prefix"},
-		{"an unknown parameter", "sqs://eu-west-1?fifo=maybe", "fifo"},
+		{"an unknown parameter", "sqs://eu-west-1?lifo=true", "lifo"},
+		{"a fifo that is not a boolean", "sqs://eu-west-1?fifo=maybe", "fifo"},
 		{"a short close timeout", "sqs://eu-west-1?close_timeout=1ms", "close timeout"},
 	}
 	for _, tt := range tests {

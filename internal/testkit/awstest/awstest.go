@@ -2,6 +2,7 @@ package awstest
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,11 @@ const startTimeout = 30 * time.Second
 
 // Region is the region the tests use; the emulator serves every region.
 const Region = "us-east-1"
+
+// motoServer runs moto_server with the corrections it documents.
+//
+//go:embed moto_server.py
+var motoServer []byte
 
 // Server is a private moto_server process owned by one test. Its methods
 // are safe for concurrent use.
@@ -59,13 +65,34 @@ func Start(t testing.TB) *Server {
 // variables so that no file of the machine is read.
 func SetDummyCredentials(t testing.TB) {
 	t.Helper()
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "credentials"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for k, v := range dummyCredentials(t.TempDir()) {
+		t.Setenv(k, v)
+	}
+}
+
+// SetDummyCredentialsForProcess sets the variables SetDummyCredentials
+// sets for the rest of the process, for a TestMain whose tests run in
+// parallel (t.Setenv refuses parallel tests); dir holds the empty
+// configuration files.
+func SetDummyCredentialsForProcess(dir string) error {
+	for k, v := range dummyCredentials(dir) {
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func dummyCredentials(dir string) map[string]string {
+	return map[string]string{
+		"AWS_ACCESS_KEY_ID":           "test",
+		"AWS_SECRET_ACCESS_KEY":       "test",
+		"AWS_SESSION_TOKEN":           "",
+		"AWS_PROFILE":                 "",
+		"AWS_CONFIG_FILE":             filepath.Join(dir, "config"),
+		"AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "credentials"),
+		"AWS_EC2_METADATA_DISABLED":   "true",
+	}
 }
 
 // Addr returns the server's host:port.
@@ -115,7 +142,15 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.bin, "-H", "127.0.0.1", "-p", strconv.Itoa(s.port))
+	python, err := pythonOf(s.bin)
+	if err != nil {
+		return err
+	}
+	script := filepath.Join(s.dir, "moto_server.py")
+	if err := os.WriteFile(script, motoServer, 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command(python, script, "-H", "127.0.0.1", "-p", strconv.Itoa(s.port))
 	cmd.Dir = s.dir
 	cmd.Env = serverEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -194,6 +229,19 @@ func lookBinary() (string, error) {
 		return "", fmt.Errorf("moto_server not on PATH nor in %s", venv)
 	}
 	return p, nil
+}
+
+// pythonOf returns the Python interpreter beside moto_server, the one
+// that has moto installed (a virtual environment's, or a version
+// manager's shim that picks the same version as moto_server's).
+func pythonOf(bin string) (string, error) {
+	for _, name := range []string{"python3", "python"} {
+		p := filepath.Join(filepath.Dir(bin), name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no python3 beside %s to run moto with", bin)
 }
 
 func freePort(t testing.TB) int {

@@ -11,6 +11,20 @@
 // answers late. [Server.Endpoint] is the URL the AWS SDK is pointed at and
 // [Server.URL] an sqs:// URL for the bus.
 //
+// # Corrections
+//
+// The server runs moto_server through moto_server.py, which corrects the
+// ways in which moto 5.2.1 departs from what AWS documents and the
+// backend relies on: concurrent ReceiveMessage calls on one queue can
+// hand out one message twice (the script serializes each queue's calls,
+// releasing the lock while a receive long-polls); a long poll does not
+// see a message group that a delete freed until it ends (each pass over
+// the queue looks anew); a FIFO queue forgets a MessageDeduplicationId
+// once its message is deleted instead of keeping it for the five-minute
+// deduplication interval (the script keeps it). It also makes a send and
+// a receive cost no pass over the whole queue. Everything else is moto's
+// own.
+//
 // # Requirements
 //
 // moto_server (PyPI package moto with its server extra, the version pinned
