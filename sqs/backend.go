@@ -418,7 +418,11 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 	}); err != nil {
 		return nil, wrap(fmt.Errorf("subscribe the queue to the topic: %w", err))
 	}
-	return newSubscription(b, topic, queueURL, cfg), nil
+	sub := newSubscription(b, topic, queueURL, cfg)
+	if b.opts.FIFO {
+		return sub, nil
+	}
+	return standardSubscription{sub}, nil
 }
 
 // maxRetention is SQS's longest message retention, 14 days in seconds.

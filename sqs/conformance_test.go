@@ -31,8 +31,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 
 // TestConformance runs the conformance suite on standard topics and
 // queues against a private moto server. SQS visibility timeouts are
-// whole seconds: the time scale makes the suite's shortest lease one
-// second.
+// whole seconds: the time scale makes the suite's shortest lease 1.5 s
+// (2 s at SQS), room for a loaded machine to keep leases alive.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	runConformance(t, "", leakSkip,
@@ -50,7 +50,9 @@ func TestConformanceFIFO(t *testing.T) {
 		conformance.WithSkip("SQS hands a message group to a member only while a message of it is in flight, so between two messages a key may pass to the other member; each key's order holds (KeyOrderAcrossLeaveAndJoin)",
 			"KeyOrderOneActiveMember"),
 		conformance.WithSkip("a release counts as an attempt: SQS keeps each message's receive count and changes no message in place, and a copy would go behind the later messages of its group (no backend.Releaser)",
-			"KeyOrderAcrossClose"))
+			"KeyOrderAcrossClose"),
+		conformance.WithSkip("a receive still running when its member closes hands out what the close released, and a FIFO queue takes it back only by visibility, which counts one more attempt (no backend.Releaser)",
+			"BatchCloseReleases"))
 }
 
 // runConformance runs the suite against the server of BUS_SQS_URL, or a
@@ -67,7 +69,7 @@ func runConformance(t *testing.T, fifo string, opts ...conformance.Option) {
 		q.Set("fifo", fifo)
 		u.RawQuery = q.Encode()
 	}
-	opts = append(opts, conformance.WithTimeScale(2),
+	opts = append(opts, conformance.WithTimeScale(3),
 		conformance.WithSkip("the moto emulator does not take 5000 single-message publishes from 50 publishers within the case's deadline",
 			"ConcurrentPublishersNoLoss"))
 	conformance.Run(t, func(t testing.TB) backend.Backend {

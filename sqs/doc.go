@@ -49,7 +49,21 @@
 // the delay rounded up to whole seconds, never early. SQS ends a
 // message's visibility at most twelve hours after the receive that
 // handed it out: a longer nack delay is cut to what is left of them.
-// Attempt is SQS's ApproximateReceiveCount.
+// Attempt is SQS's ApproximateReceiveCount, plus, on a copy that
+// Release or Snooze sent, the attempts counted before it.
+//
+// On standard queues a subscription gives a delivery back without
+// counting an attempt (backend.Releaser, backend.Snoozer: a shutdown,
+// Delivery.Snooze, a message received before its DeliverAt): it sends
+// the queue a copy of the message with SendMessage, delayed by the
+// snooze (whole seconds, rounded up; DelaySeconds), carrying in a
+// "bus-counted" attribute the attempts counted so far, then deletes the
+// delivery. A crash between the two leaves both copies, never neither.
+// SQS delays a message by 15 minutes at most ("Amazon SQS delay
+// queues", SQS Developer Guide): a longer snooze returns
+// backend.ErrSnoozeLimit and the bus nacks, which counts. FIFO queues
+// give nothing back uncounted: a copy would go behind the later messages
+// of its group, and a FIFO queue takes no per-message delay.
 //
 // A ReceiveMessage runs on its own, bounded by the backend's life: when
 // the Receive that started it returns first (its ctx ended, the
@@ -125,7 +139,8 @@
 // StartOldest with backend.ErrUnsupported), PublishDedup on standard
 // topics (they do not deduplicate), KeyOwnership on standard queues
 // (they keep no order: run key-ordered subscriptions on FIFO topics),
-// Scheduling (the bus hands back early deliveries), Broadcast and
-// Results. A release or snooze counts as an
-// attempt (no Releaser or Snoozer yet).
+// Scheduling (SNS takes no per-message delay; the bus snoozes early
+// deliveries, uncounted on standard queues up to 15 minutes at a time),
+// Broadcast and Results. On FIFO topics a release or a snooze counts as
+// an attempt.
 package sqs

@@ -57,6 +57,10 @@ func newSubscription(b *Backend, topic, queueURL string, cfg backend.SubscribeCo
 type ackID struct {
 	handle   string
 	received time.Time // before the receive that handed it out
+	// body, envelope and attempt are what a copy of the delivery
+	// carries (see standardSubscription).
+	body, envelope string
+	attempt        int
 
 	mu       sync.Mutex
 	deadline time.Time // the lease ends; measured from before the call that set it
@@ -116,7 +120,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		WaitTimeSeconds:             receiveWait,
 		VisibilityTimeout:           seconds(s.lease),
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount},
-		MessageAttributeNames:       []string{attrEnvelope},
+		MessageAttributeNames:       []string{attrEnvelope, attrCounted},
 	}
 	type result struct {
 		out *sqs.ReceiveMessageOutput
@@ -154,9 +158,16 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	case r.err != nil:
 		return nil, fmt.Errorf("sqs: receive %q group %q: %w", s.topic, s.cfg.Group, classify(r.err))
 	}
+	// A receive that long-polled handed its messages out when they came,
+	// shortly before its answer: the lease is measured from then, never
+	// from before the receive began.
+	handedOut := time.Now().Add(-handOutSlack)
+	if handedOut.Before(start) {
+		handedOut = start
+	}
 	msgs := make([]*backend.Message, 0, len(r.out.Messages))
 	for i := range r.out.Messages {
-		m, ok := s.decode(ctx, &r.out.Messages[i], start)
+		m, ok := s.decode(ctx, &r.out.Messages[i], handedOut)
 		if ok {
 			msgs = append(msgs, m)
 		}
@@ -167,15 +178,30 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 // requestGrace bounds a request beyond the time it asks SQS to wait.
 const requestGrace = 10 * time.Second
 
+// handOutSlack is how long before a receive's answer arrived its
+// messages are taken to have been handed out, when the receive began
+// earlier (it long-polled).
+const handOutSlack = 250 * time.Millisecond
+
 // giveBack makes messages that a receive handed out after its caller had
-// gone visible again at once (ChangeMessageVisibilityBatch to 0), so that
-// they wait no lease. Their next receive counts one more.
+// gone available again at once, so that they wait no lease: on a
+// standard queue as copies that count no attempt for this receive (see
+// giveBackCopies), on a FIFO queue visible again
+// (ChangeMessageVisibilityBatch to 0), where their next receive counts
+// one more.
 func (s *subscription) giveBack(msgs []sqstypes.Message) {
 	if len(msgs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.b.ctx, requestGrace)
 	defer cancel()
+	if !s.b.opts.FIFO {
+		if err := s.giveBackCopies(ctx, msgs); err != nil {
+			s.cfg.Observer.Observe(ctx, observer.Event{Scope: observer.ScopeReceive, Topic: s.topic, Group: s.cfg.Group,
+				Err: fmt.Errorf("sqs: give back %d messages a cancelled receive got on %q group %q (they return after their lease): %w", len(msgs), s.topic, s.cfg.Group, err)})
+		}
+		return
+	}
 	entries := make([]sqstypes.ChangeMessageVisibilityBatchRequestEntry, 0, len(msgs))
 	for i, m := range msgs {
 		entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{
@@ -193,14 +219,19 @@ func (s *subscription) giveBack(msgs []sqstypes.Message) {
 // bus did not write is dead-lettered, deleted and reported, and decode
 // returns false.
 func (s *subscription) decode(ctx context.Context, sm *sqstypes.Message, start time.Time) (*backend.Message, bool) {
-	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease)}
+	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease), body: aws.ToString(sm.Body)}
 	attempt, _ := strconv.Atoi(sm.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+	if av, ok := sm.MessageAttributes[attrCounted]; ok {
+		counted, _ := strconv.Atoi(aws.ToString(av.StringValue))
+		attempt += max(counted, 0)
+	}
 	m := &backend.Message{}
 	var err error
 	if av, ok := sm.MessageAttributes[attrEnvelope]; !ok || aws.ToString(av.DataType) != "String" {
 		err = fmt.Errorf("%w: no %q string attribute", errMalformed, attrEnvelope)
 	} else {
-		err = decode(aws.ToString(av.StringValue), aws.ToString(sm.Body), m)
+		id.envelope = aws.ToString(av.StringValue)
+		err = decode(id.envelope, id.body, m)
 	}
 	if err != nil {
 		s.malformed(ctx, sm, id, max(attempt, 1), err)
@@ -208,6 +239,7 @@ func (s *subscription) decode(ctx context.Context, sm *sqstypes.Message, start t
 	}
 	m.AckID = id
 	m.Attempt = max(attempt, 1)
+	id.attempt = m.Attempt
 	return m, true
 }
 

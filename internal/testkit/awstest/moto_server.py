@@ -29,7 +29,7 @@ from moto.server import main
 from moto.sqs import models
 
 DEDUPLICATION_SECONDS = 300
-POLL_SECONDS = 0.02
+POLL_SECONDS = 0.05
 
 locks = {}
 locks_guard = threading.Lock()
@@ -105,8 +105,9 @@ receive_once = models.SQSBackend.receive_message
 def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
     # Passes over the queue under its lock, each with the message groups
     # in flight as they are then, and between passes waits without the
-    # lock for a message sent, or a short while for a visibility timeout
-    # to end or a message of a group in flight to be deleted.
+    # lock: on a standard queue as moto does, on a FIFO queue for a
+    # message sent or a short while, for a message of a group in flight
+    # to be deleted.
     end = time.time() + int(wait_seconds_timeout or 0)
     queue = self.get_queue(queue_name)
     while True:
@@ -114,6 +115,9 @@ def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_ti
         left = end - time.time()
         if result or left <= 0:
             return result
+        if not queue.fifo_queue:
+            queue.wait_for_messages(left)
+            continue
         with queue._messages_lock:
             queue._messages_lock.wait(timeout=min(left, POLL_SECONDS))
 
