@@ -21,6 +21,13 @@
 #     pinned in scripts/kafka/pom.xml, fetched once from Maven Central
 #     into ~/.m2/bus-kafka/<version>/libs (BUS_KAFKA_LIBS overrides):
 #     internal/testkit/kafkatest starts private KRaft brokers from them;
+#   - moto_server, the local AWS emulator (PyPI package moto with its
+#     server extra, the version pinned below) that
+#     internal/testkit/awstest starts for the sqs:// tests: when no
+#     moto_server is on PATH it is installed with pip into a virtual
+#     environment at ~/.cache/bus-moto/venv (BUS_MOTO_VENV overrides),
+#     where awstest also looks; Debian's python3-venv is installed first
+#     when Python lacks venv;
 #   - staticcheck and deadcode, pinned, into $(go env GOPATH)/bin.
 # Go itself (see go.mod for the version) must be installed. Packages are
 # installed with apt-get, as root or through sudo. The script exports
@@ -31,6 +38,7 @@ set -euo pipefail
 
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
 DEADCODE_VERSION="${DEADCODE_VERSION:-v0.52.0}"
+MOTO_VERSION="${MOTO_VERSION:-5.2.1}"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -114,6 +122,17 @@ if ! [ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ]; then
 	mvn -q -B -f "$kafka_pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
 fi
 [ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ] || { log "the Kafka jars are still missing in $kafka_libs"; exit 1; }
+# The AWS emulator for the sqs:// tests.
+moto_venv="${BUS_MOTO_VENV:-$HOME/.cache/bus-moto/venv}"
+if ! command -v moto_server >/dev/null 2>&1 && ! [ -x "$moto_venv/bin/moto_server" ]; then
+	if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+		apt_install python3 python3-venv
+	fi
+	log "installing moto[server] $MOTO_VERSION into $moto_venv"
+	python3 -m venv "$moto_venv"
+	"$moto_venv/bin/pip" install -q "moto[server]==$MOTO_VERSION"
+fi
+command -v moto_server >/dev/null 2>&1 || [ -x "$moto_venv/bin/moto_server" ] || { log "moto_server is still missing"; exit 1; }
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
 	log "running as root, and initdb refuses root: the tests need the user postgres (the postgresql package creates it)"
 	exit 1

@@ -46,6 +46,7 @@ var publicPackages = []struct{ dir, file string }{
 	{"postgres", "postgres"},
 	{"rabbitmq", "rabbitmq"},
 	{"redisstream", "redisstream"},
+	{"sqs", "sqs"},
 }
 
 // TestAPIFilesListThePublicFace compares each public package's exported

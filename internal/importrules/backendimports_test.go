@@ -26,6 +26,7 @@ var backendSide = []string{
 	"postgres",
 	"rabbitmq",
 	"kafka",
+	"sqs",
 	"conformance",
 	"internal",
 }
@@ -124,7 +125,7 @@ func allowedToImportBackend(rel string) bool {
 // SPI: the backends' and the conformance suite's own examples.
 func exampleMayImportBackend(rel string) bool {
 	dir := filepath.ToSlash(filepath.Dir(rel))
-	for _, s := range []string{"backend", "inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka", "conformance"} {
+	for _, s := range []string{"backend", "inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka", "sqs", "conformance"} {
 		if dir == s || strings.HasPrefix(dir, s+"/") {
 			return true
 		}
@@ -145,7 +146,7 @@ var userFacing = map[string]bool{"../../postgres/publishtx.go": true}
 func TestBackendsUseTheRootOnlyToRegister(t *testing.T) {
 	t.Parallel()
 	refused := []string{module + "/internal/slots", module + "/internal/shutdown", module + "/internal/msgcheck"}
-	for _, dir := range []string{"inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka"} {
+	for _, dir := range []string{"inmemory", "redisstream", "nats", "postgres", "rabbitmq", "kafka", "sqs"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, "%s has Go files", dir)

@@ -22,6 +22,7 @@ const (
 	amqpGo  = "github.com/rabbitmq/amqp091-go"
 	franzGo = "github.com/twmb/franz-go"
 	testify = "github.com/stretchr/testify"
+	awsSDK  = "github.com/aws/"
 )
 
 // TestImportRules lists each package's dependencies with `go list -deps`
@@ -38,14 +39,15 @@ func TestImportRules(t *testing.T) {
 		{pkg: "backend", stdlibOnly: true},
 		{pkg: "observer", stdlibOnly: true},
 		{pkg: "inmemory", stdlibOnly: true},
-		{pkg: "", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
-		{pkg: "middleware", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
-		{pkg: "conformance", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo}},
-		{pkg: "redisstream", refused: []string{otel, natsGo, amqpGo, franzGo, testify}},
-		{pkg: "nats", refused: []string{otel, goRedis, amqpGo, franzGo, testify}},
-		{pkg: "postgres", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
-		{pkg: "rabbitmq", refused: []string{otel, goRedis, natsGo, franzGo, testify}},
-		{pkg: "kafka", refused: []string{otel, goRedis, natsGo, amqpGo, testify}},
+		{pkg: "", refused: []string{awsSDK, otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "middleware", refused: []string{awsSDK, otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "conformance", refused: []string{awsSDK, otel, goRedis, natsGo, amqpGo, franzGo}},
+		{pkg: "redisstream", refused: []string{awsSDK, otel, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "nats", refused: []string{awsSDK, otel, goRedis, amqpGo, franzGo, testify}},
+		{pkg: "postgres", refused: []string{awsSDK, otel, goRedis, natsGo, amqpGo, franzGo, testify}},
+		{pkg: "rabbitmq", refused: []string{awsSDK, otel, goRedis, natsGo, franzGo, testify}},
+		{pkg: "kafka", refused: []string{awsSDK, otel, goRedis, natsGo, amqpGo, testify}},
+		{pkg: "sqs", refused: []string{otel, goRedis, natsGo, amqpGo, franzGo, testify}},
 		// What package bus shares with its internal packages (capacity,
 		// the close budget) needs nothing else.
 		{pkg: "internal/slots", stdlibOnly: true, refusedExact: []string{module}},

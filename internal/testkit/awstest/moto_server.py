@@ -1,0 +1,146 @@
+"""Runs moto_server with corrections that make it keep what AWS documents
+and the sqs:// backend relies on.
+
+1. A lock of each queue around its SQS calls: moto answers requests on
+   many threads and its ReceiveMessage takes no lock, so two concurrent receives of a
+   queue can both hand out one message, which AWS never does within a
+   visibility timeout. A long poll waits without the lock. moto also
+   takes the message groups in flight once, when a receive starts, so
+   a long poll would not see a group freed by a delete until it ended:
+   each pass over the queue here takes them anew.
+2. A FIFO queue remembers a MessageDeduplicationId for five minutes after
+   it accepted the message, also once the message is deleted, as the
+   "Exactly-once processing in Amazon SQS" section of the SQS Developer
+   Guide states; moto forgets it when the message is deleted.
+
+It also lets a send and a receive read the one queue attribute they need
+without counting the queue's messages: moto computes every attribute,
+message counts included, several times a message sent or received,
+which makes each cost the length of the queue.
+
+Arguments are moto_server's.
+"""
+
+import sys
+import threading
+import time
+
+from moto.server import main
+from moto.sqs import models
+
+DEDUPLICATION_SECONDS = 300
+POLL_SECONDS = 0.05
+
+locks = {}
+locks_guard = threading.Lock()
+
+
+def lock_of(queue_name):
+    with locks_guard:
+        return locks.setdefault(queue_name, threading.RLock())
+
+
+def locked(call):
+    def run(self, queue_name, *args, **kwargs):
+        with lock_of(queue_name):
+            return call(self, queue_name, *args, **kwargs)
+
+    return run
+
+
+sending = threading.local()
+queue_attributes = models.Queue.attributes
+
+
+def attributes(self):
+    if getattr(sending, "on", False):
+        if not self.fifo_queue:
+            return {}
+        on = bool(getattr(self, "content_based_deduplication", False))
+        return {"ContentBasedDeduplication": str(on).lower()}
+    return queue_attributes.fget(self)
+
+
+models.Queue.attributes = property(attributes)
+
+
+def while_sending(call):
+    def run(*args, **kwargs):
+        sending.on = True
+        try:
+            return call(*args, **kwargs)
+        finally:
+            sending.on = False
+
+    return run
+
+
+models.SQSBackend.send_message = while_sending(models.SQSBackend.send_message)
+
+
+def is_message_valid_based_on_retention_period(self, queue_name, message):
+    retention = int(self.get_queue(queue_name).message_retention_period)
+    return retention + message.sent_timestamp / 1000 > time.time()
+
+
+models.SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+
+for name in (
+    "receive_message",
+    "send_message",
+    "send_message_batch",
+    "delete_message",
+    "delete_message_batch",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+    "purge_queue",
+    "get_queue_attributes",
+):
+    setattr(models.SQSBackend, name, locked(getattr(models.SQSBackend, name)))
+
+
+receive_once = models.SQSBackend.receive_message
+
+
+def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
+    # Passes over the queue under its lock, each with the message groups
+    # in flight as they are then, and between passes waits without the
+    # lock: on a standard queue as moto does, on a FIFO queue for a
+    # message sent or a short while, for a message of a group in flight
+    # to be deleted.
+    end = time.time() + int(wait_seconds_timeout or 0)
+    queue = self.get_queue(queue_name)
+    while True:
+        result = receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+        left = end - time.time()
+        if result or left <= 0:
+            return result
+        if not queue.fifo_queue:
+            queue.wait_for_messages(left)
+            continue
+        with queue._messages_lock:
+            queue._messages_lock.wait(timeout=min(left, POLL_SECONDS))
+
+
+models.SQSBackend.receive_message = receive_message
+
+
+add_message = models.Queue.add_message
+
+
+def add_message_once(self, message):
+    if self.fifo_queue and message.deduplication_id:
+        seen = self.__dict__.setdefault("_bus_deduplication", {})
+        now = time.time()
+        for key in [k for k, t in seen.items() if now - t >= DEDUPLICATION_SECONDS]:
+            del seen[key]
+        if message.deduplication_id in seen:
+            return
+        seen[message.deduplication_id] = now
+    add_message(self, message)
+
+
+models.Queue.add_message = add_message_once
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
