@@ -8,4 +8,5 @@ import (
 	_ "github.com/eventbus-go/bus/postgres"    // postgres://, postgresql://
 	_ "github.com/eventbus-go/bus/rabbitmq"    // amqp://, amqps://
 	_ "github.com/eventbus-go/bus/redisstream" // redis://, rediss://
+	_ "github.com/eventbus-go/bus/sqs"         // sqs://
 )

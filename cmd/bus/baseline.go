@@ -24,6 +24,7 @@ var rawClients = map[string]openTarget{
 	"amqp":       openAMQPTarget,
 	"amqps":      openAMQPTarget,
 	"kafka":      openKafkaTarget,
+	"sqs":        openSQSTarget,
 }
 
 // checkBaselineURL reports, without I/O, whether --baseline has a raw
@@ -34,7 +35,7 @@ func checkBaselineURL(rawURL string) error {
 		return fmt.Errorf("--baseline: %w", urlopt.ParseError(rawURL))
 	}
 	if _, ok := rawClients[u.Scheme]; !ok {
-		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres, postgresql, amqp, amqps and kafka)", u.Scheme)
+		return fmt.Errorf("--baseline: no raw client for %q URLs (it has one for mem, redis, rediss, nats, tls, nats+tls, postgres, postgresql, amqp, amqps, kafka and sqs)", u.Scheme)
 	}
 	return nil
 }

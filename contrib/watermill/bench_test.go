@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/awstest"
 	"github.com/eventbus-go/bus/internal/testkit/kafkatest"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	"github.com/eventbus-go/bus/internal/testkit/rabbittest"
@@ -29,10 +30,11 @@ import (
 const benchBatch = 100
 
 // BenchmarkRouter measures Watermill's router, one consumer handler that
-// acks, over the adapter on mem://, Redis, NATS JetStream, RabbitMQ and
-// Kafka beside Watermill's own Redis Streams, NATS JetStream, AMQP and
-// Kafka Pub/Subs and GoChannel, in one run, on private servers: msgs/s from the first Publish to the
-// last message handled, 256-byte payloads published benchBatch to a call
+// acks, over the adapter on mem://, Redis, NATS JetStream, RabbitMQ,
+// Kafka and SNS+SQS (on the moto emulator) beside Watermill's own Redis
+// Streams, NATS JetStream, AMQP and Kafka Pub/Subs and GoChannel, in one
+// run, on private servers: msgs/s from the first Publish to the last
+// message handled, 256-byte payloads published benchBatch to a call
 // while the router consumes. Every Pub/Sub keeps its defaults (one
 // message handed out at a time per subscription); the -inflight16 rows
 // set SubscriberConfig.MaxInFlight to 16, which the router handles
@@ -42,6 +44,8 @@ func BenchmarkRouter(b *testing.B) {
 	natsURL := natstest.Start(b).URL()
 	amqpURL := rabbittest.Start(b).URL()
 	kafkaNode := kafkatest.Start(b)
+	awstest.SetDummyCredentials(b)
+	sqsURL := awstest.Start(b).URL()
 	peers := []struct {
 		name string
 		open func(b *testing.B) (message.Publisher, message.Subscriber)
@@ -65,6 +69,7 @@ func BenchmarkRouter(b *testing.B) {
 		{"watermill-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) {
 			return benchWatermillKafka(b, kafkaNode.Addr())
 		}},
+		{"bus-sqs-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, sqsURL, 16) }},
 	}
 	for _, p := range peers {
 		b.Run(p.name, func(b *testing.B) {

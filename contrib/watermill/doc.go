@@ -30,8 +30,10 @@
 // # Watermill's universal suite
 //
 // The tests run Watermill's tests.TestPubSub on mem://, Redis, NATS
-// JetStream and PostgreSQL with these features: consumer groups, persistent, order with
-// a single subscriber, not exactly once. Skipped, and why:
+// JetStream, PostgreSQL, RabbitMQ, Kafka and SNS+SQS with these features:
+// consumer groups, persistent, order with a single subscriber (but on
+// SNS+SQS, whose standard queues do not keep publish order), not exactly
+// once. Skipped, and why:
 // TestPublishSubscribeInOrder and TestNoAck need GuaranteedOrder (the
 // members of a group share its messages without an order unless keyed and
 // SubscriberConfig.KeyOrdering is on); TestNewSubscriberReceivesOldMessages
