@@ -55,9 +55,10 @@
 //
 // # Delivery semantics
 //
-// At-least-once. Publish writes a batch on a confirm-mode channel and
-// returns once the broker confirmed every message (a message the broker
-// nacks is listed in a backend.BatchError). A message published to a
+// At-least-once. Publish writes a batch on a confirm-mode channel, its
+// frames gathered into one socket write, and returns once the broker
+// confirmed every message (a message the broker nacks is listed in a
+// backend.BatchError). A message published to a
 // topic reaches the groups whose queues exist then: a group starts with
 // the messages published after it was created.
 //
@@ -81,6 +82,9 @@
 //     queue again, so a delay is never cut short and ends at most the
 //     shortest hold (10 ms) plus a delivery late. Snooze and Release
 //     carry the attempt count, so they do not count one.
+//   - Ack settles a batch with one basic.ack of the multiple flag for
+//     the tags below every tag still unsettled on the channel, and a
+//     basic.ack each for the others.
 //   - An Ack of a delivery whose lease ran out settles the message's newer
 //     delivery when this member holds it, or when it comes to this member
 //     within ten minutes; a newer delivery on another member is handled
