@@ -48,3 +48,18 @@ func TestTopicsAndGroupsOnRabbitMQ(t *testing.T) {
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, stderr, "management")
 }
+
+// TestBenchConsumeOnRabbitMQ: the consume scenario runs on a backend that
+// cannot start a group from the oldest message: the group, created
+// before the prefill, owes every message, on the bus side and the raw
+// side alike.
+func TestBenchConsumeOnRabbitMQ(t *testing.T) {
+	node := rabbittest.Start(t)
+	code, stdout, stderr := runCLI(t, "", "bench", "--url", node.URL(), "-n", "2000", "--scenario", "consume", "--baseline", "--json")
+	require.Equal(t, exitOK, code, "the consume scenario runs on amqp://; stderr: %s", stderr)
+	_, res := decodeBenchJSON(t, stdout)
+	assert.EqualValues(t, 2000, res.Delivered, "the bus's group got the whole prefill")
+	assert.Zero(t, res.Duplicates, "no duplicates on the bus side")
+	require.NotNil(t, res.Baseline, "baseline object")
+	assert.EqualValues(t, 2000, res.Baseline.Delivered, "the raw queue got the whole prefill")
+}

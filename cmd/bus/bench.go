@@ -389,8 +389,8 @@ func (r *benchRun) runPublish(ctx context.Context, res *benchResult) error {
 }
 
 // runConsume publishes n messages (not timed), then consumes them with a
-// new group that starts from the oldest message. The peak heap is that of
-// the consume phase.
+// new group, created before the prefill (see target.prepare). The peak
+// heap is that of the consume phase.
 func (r *benchRun) runConsume(ctx context.Context, res *benchResult, s *sampler) error {
 	// The group is created before the prefill, so a backend that keeps
 	// only part of a topic nobody subscribed to still owes it every

@@ -24,7 +24,8 @@
 //   - publish: n messages from --publishers goroutines in batches of
 //     --batch; latency is that of each Publish call.
 //   - consume: n messages are published first (not timed), then a new group
-//     starting from the oldest message consumes and acks them.
+//     consumes and acks them: created before the prefill, starting from
+//     the oldest message where the backend can.
 //   - e2e (the default): subscribe, then publish and consume at once;
 //     latency runs from the Publish call to the handler.
 //   - outbox: e2e through the transactional outbox in the PostgreSQL

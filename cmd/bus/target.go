@@ -23,8 +23,9 @@ type target interface {
 	// client names what is driven: "bus", or the raw client.
 	client() string
 	// prepare readies the target for scenario; for the consume scenario
-	// it creates the group, starting from the oldest message, before the
-	// prefill.
+	// it creates the group before the prefill (starting from the oldest
+	// message where the backend can, so that it owes every message of
+	// the topic).
 	prepare(ctx context.Context, scenario string) error
 	// publisher returns a publisher for one publishing goroutine.
 	publisher(ctx context.Context) (publisher, error)
@@ -134,7 +135,13 @@ func (t *busTarget) prepare(ctx context.Context, scenario string) error {
 		return nil
 	}
 	if !t.b.Capabilities().StartOldest {
-		return fmt.Errorf("the consume scenario needs a backend that can start a group from the oldest message; %s cannot (use --scenario e2e)", t.backend())
+		// The group, created before the prefill, keeps every message
+		// published after it; the run's member then joins it at the
+		// newest message, which is where the group stands.
+		if err := t.b.CreateGroup(ctx, t.r.topic, t.group()); err != nil {
+			return fmt.Errorf("create group: %w", err)
+		}
+		return nil
 	}
 	// Messages already on the topic that this short-lived member takes
 	// are counted (as foreign) like any other.
@@ -158,7 +165,7 @@ func (t *busTarget) group() string { return t.r.group() }
 // subOn subscribes the run's group on b.
 func (t *busTarget) subOn(ctx context.Context, b *bus.Bus, h bus.Handler) (*bus.Subscription, error) {
 	from := bus.StartNewest
-	if t.r.cfg.Scenario == scenarioConsume {
+	if t.r.cfg.Scenario == scenarioConsume && b.Capabilities().StartOldest {
 		from = bus.StartOldest
 	}
 	opts := []bus.SubscribeOption{

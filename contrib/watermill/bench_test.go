@@ -62,6 +62,7 @@ func BenchmarkRouter(b *testing.B) {
 		{"bus-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 1) }},
 		{"bus-nats-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, natsURL, 16) }},
 		{"watermill-nats", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillNATS(b, natsURL) }},
+		{"bus-rabbitmq", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 1) }},
 		{"bus-rabbitmq-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 16) }},
 		{"watermill-amqp", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillAMQP(b, amqpURL) }},
 		{"bus-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, kafkaNode.URL(), 1) }},
