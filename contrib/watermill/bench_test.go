@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	nc "github.com/nats-io/nats.go"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/eventbus-go/bus"
@@ -65,6 +66,9 @@ func BenchmarkRouter(b *testing.B) {
 		{"bus-rabbitmq", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 1) }},
 		{"bus-rabbitmq-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, amqpURL, 16) }},
 		{"watermill-amqp", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchWatermillAMQP(b, amqpURL) }},
+		{"watermill-amqp-quorum", func(b *testing.B) (message.Publisher, message.Subscriber) {
+			return benchWatermillAMQPQuorum(b, amqpURL)
+		}},
 		{"bus-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, kafkaNode.URL(), 1) }},
 		{"bus-kafka-inflight16", func(b *testing.B) (message.Publisher, message.Subscriber) { return benchBus(b, kafkaNode.URL(), 16) }},
 		{"watermill-kafka", func(b *testing.B) (message.Publisher, message.Subscriber) {
@@ -213,7 +217,19 @@ func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Su
 // benchWatermillAMQP opens watermill-amqp's durable queue Pub/Sub with
 // its defaults (prefetch 1, no publisher confirms).
 func benchWatermillAMQP(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	return benchWatermillAMQPConfig(b, wmamqp.NewDurableQueueConfig(url))
+}
+
+// benchWatermillAMQPQuorum opens watermill-amqp with what the bus keeps
+// on RabbitMQ: a quorum queue and publisher confirms (prefetch 1 still).
+func benchWatermillAMQPQuorum(b *testing.B, url string) (message.Publisher, message.Subscriber) {
 	cfg := wmamqp.NewDurableQueueConfig(url)
+	cfg.Queue.Arguments = amqp091.Table{"x-queue-type": "quorum"}
+	cfg.Publish.ConfirmDelivery = true
+	return benchWatermillAMQPConfig(b, cfg)
+}
+
+func benchWatermillAMQPConfig(b *testing.B, cfg wmamqp.Config) (message.Publisher, message.Subscriber) {
 	pub, err := wmamqp.NewPublisher(cfg, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
