@@ -16,8 +16,10 @@
 // Kafka's defaults, so that voters whose JVMs a loaded machine starves
 // do not depose their leader again and again while the brokers, which
 // listen only once a controller registered them, wait. Each node logs
-// at INFO to server.log in its directory; a start that fails logs the
-// last lines of every node's log.
+// at INFO to server.log in its directory. A start is given up once no
+// node answered nor wrote to its log for 90 s (or after 5 minutes in
+// all), so that JVMs which a loaded machine starves are waited for; a
+// start that fails logs the last lines of every node's log.
 //
 // # Requirements
 //

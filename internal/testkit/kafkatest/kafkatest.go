@@ -26,9 +26,14 @@ import (
 // Version is the Apache Kafka version scripts/setup.sh fetches.
 const Version = "4.4.0"
 
-// startTimeout bounds how long a node may take to answer; one starts in
+// startTimeout bounds how long a node may go without answering and
+// without writing to its log: a JVM that a loaded machine starves starts
+// slowly but keeps logging, and is waited for up to startCap; one starts in
 // about three seconds on a quiet machine.
 const startTimeout = 90 * time.Second
+
+// startCap bounds a node's start however it progresses.
+const startCap = 5 * time.Minute
 
 // The controller quorum's timeouts: long enough that a node whose JVM a
 // loaded machine starves for seconds keeps its leader, short enough that
@@ -118,7 +123,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			c.logTails(t)
 			continue
 		}
-		if err = serverproc.WaitReady("kafka cluster", startTimeout, nil, c.Nodes[0].logPath(), c.allBrokers); err == nil {
+		if err = waitStarted("kafka cluster", nil, c.Nodes, c.allBrokers); err == nil {
 			return c
 		}
 		c.logTails(t)
@@ -320,7 +325,43 @@ func (n *Node) launch(libs string) error {
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	return serverproc.WaitReady("kafka on "+n.Addr(), startTimeout, done, n.logPath(), n.ready)
+	return waitStarted("kafka on "+n.Addr(), done, []*Node{n}, n.ready)
+}
+
+// waitStarted waits until ready returns nil, as serverproc.WaitReady
+// does, but its startTimeout runs from the last time one of nodes' logs
+// grew, within startCap: a start that progresses is not given up.
+func waitStarted(name string, done <-chan struct{}, nodes []*Node, ready func() error) error {
+	start := time.Now()
+	var size int64
+	progressed := start
+	logPath := nodes[0].logPath()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited at start: %s", name, serverproc.LogTail(logPath))
+		default:
+		}
+		var total int64
+		for _, nd := range nodes {
+			if fi, err := os.Stat(nd.logPath()); err == nil {
+				total += fi.Size()
+			}
+		}
+		now := time.Now()
+		if total != size {
+			size, progressed = total, now
+		}
+		if now.Sub(progressed) > startTimeout || now.Sub(start) > startCap {
+			return fmt.Errorf("%s did not answer within %v (its logs last grew %v ago) (%v): %s",
+				name, now.Sub(start).Round(time.Second), now.Sub(progressed).Round(time.Second), err, serverproc.LogTail(logPath))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process we cannot be notified by
+	}
 }
 
 // ready reports whether the node answers a metadata request.
