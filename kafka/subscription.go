@@ -235,11 +235,19 @@ func (b *Backend) startAtEnd(ctx context.Context, kt, group string) error {
 	if err != nil {
 		return fmt.Errorf("list end offsets: %w", err)
 	}
-	resp, err := b.adm.CommitOffsets(ctx, group, ends.Offsets())
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.IllegalGeneration) && !errors.Is(err, kerr.RebalanceInProgress) {
+	// The group's coordinator, too, may not know the new topic's ID yet
+	// (UNKNOWN_TOPIC_ID, retriable).
+	err = untilSettled(ctx, func() error {
+		resp, err := b.adm.CommitOffsets(ctx, group, ends.Offsets())
+		if err == nil {
+			err = resp.Error()
+		}
+		if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
+			return nil // the group has members: it exists and keeps its position
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("set the new group at the end: %w", err)
 	}
 	return nil

@@ -117,7 +117,7 @@ find_rabbitmq || { log "rabbitmq-server is still missing after install"; exit 1;
 kafka_pom="$(dirname "$0")/kafka/pom.xml"
 kafka_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$kafka_pom")"
 kafka_libs="${BUS_KAFKA_LIBS:-$HOME/.m2/bus-kafka/$kafka_version/libs}"
-if ! [ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ]; then
+if ! [ -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ] || ! ls "$kafka_libs"/log4j-slf4j-impl-*.jar >/dev/null 2>&1; then
 	log "fetching the Kafka $kafka_version broker into $kafka_libs"
 	mvn -q -B -f "$kafka_pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
 fi

@@ -12,6 +12,15 @@
 // does (SIGKILL) and [Node.Restart] starts it again with its data;
 // [Node.Pause] freezes it (SIGSTOP) and [Node.Resume] lets it run again.
 //
+// The controller quorum's fetch and election timeouts are longer than
+// Kafka's defaults, so that voters whose JVMs a loaded machine starves
+// do not depose their leader again and again while the brokers, which
+// listen only once a controller registered them, wait. Each node logs
+// at INFO to server.log in its directory. A start is given up once no
+// node answered nor wrote to its log for 90 s (or after 5 minutes in
+// all), so that JVMs which a loaded machine starves are waited for; a
+// start that fails logs the last lines of every node's log.
+//
 // # Requirements
 //
 // The broker's jars are fetched once from Maven Central by scripts/setup.sh

@@ -26,9 +26,22 @@ import (
 // Version is the Apache Kafka version scripts/setup.sh fetches.
 const Version = "4.4.0"
 
-// startTimeout bounds how long a node may take to answer; one starts in
+// startTimeout bounds how long a node may go without answering and
+// without writing to its log: a JVM that a loaded machine starves starts
+// slowly but keeps logging, and is waited for up to startCap; one starts in
 // about three seconds on a quiet machine.
 const startTimeout = 90 * time.Second
+
+// startCap bounds a node's start however it progresses.
+const startCap = 5 * time.Minute
+
+// The controller quorum's timeouts: long enough that a node whose JVM a
+// loaded machine starves for seconds keeps its leader, short enough that
+// a killed leader is replaced within the tests' failover bounds.
+const (
+	quorumFetchTimeoutMs    = 8000
+	quorumElectionTimeoutMs = 3000
+)
 
 // stopTimeout bounds a graceful stop before the node is killed.
 const stopTimeout = 15 * time.Second
@@ -107,14 +120,41 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			}
 		}
 		if err = c.each(func(nd *Node) error { return nd.launch(libs) }); err != nil {
+			c.logTails(t)
 			continue
 		}
-		if err = serverproc.WaitReady("kafka cluster", startTimeout, nil, c.Nodes[0].logPath(), c.allBrokers); err == nil {
+		if err = waitStarted("kafka cluster", nil, c.Nodes, c.allBrokers); err == nil {
 			return c
 		}
+		c.logTails(t)
 	}
 	t.Fatalf("kafkatest: %v", err)
 	return nil
+}
+
+// logTails logs the last lines of every node's log, for a start that
+// failed.
+func (c *Cluster) logTails(t testing.TB) {
+	t.Helper()
+	for _, nd := range c.Nodes {
+		t.Logf("kafkatest: the last lines of node %d's log (%s):\n%s", nd.id, nd.logPath(), lastLines(nd.logPath(), logTailLines))
+	}
+}
+
+// logTailLines is how many lines of each node's log a failed start shows.
+const logTailLines = 40
+
+// lastLines returns the last n lines of the file at path.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // each runs f on every node at once and returns the first error.
@@ -193,6 +233,12 @@ func (n *Node) writeConfig() error {
 		fmt.Sprintf("listeners=PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.ctrl),
 		fmt.Sprintf("advertised.listeners=PLAINTEXT://127.0.0.1:%d", n.port),
 		"controller.listener.names=CONTROLLER",
+		// A JVM starved on a loaded machine misses the quorum's default
+		// 2 s fetch timeout: its leader resigns and the voters elect again
+		// and again, and the brokers, which open their listeners only
+		// once a controller registered them, answer nothing meanwhile.
+		"controller.quorum.fetch.timeout.ms=" + strconv.Itoa(quorumFetchTimeoutMs),
+		"controller.quorum.election.timeout.ms=" + strconv.Itoa(quorumElectionTimeoutMs),
 		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
 		"inter.broker.listener.name=PLAINTEXT",
 		"log.dirs=" + filepath.Join(n.dir, "data"),
@@ -222,14 +268,31 @@ func (n *Node) writeConfig() error {
 		"log.cleaner.enable=false",
 		"log.retention.check.interval.ms=1000",
 	}, "\n") + "\n"
-	return os.WriteFile(filepath.Join(n.dir, "server.properties"), []byte(conf), 0o600)
+	if err := os.WriteFile(filepath.Join(n.dir, "server.properties"), []byte(conf), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(n.dir, "log4j2.properties"), []byte(log4jConfig), 0o600)
 }
 
-// javaArgs is the command line of a JVM running class main with args.
+// log4jConfig sends the broker's log, at INFO, to its standard output,
+// which is the node's server.log.
+const log4jConfig = `status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+`
+
+// javaArgs is the command line of a JVM running class main with args,
+// logging as the log4j2.properties of its working directory says.
 func javaArgs(libs, main string, args ...string) []string {
 	return append([]string{
 		"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Djava.awt.headless=true",
+		"-Djava.awt.headless=true", "-Dlog4j2.configurationFile=log4j2.properties",
 		"-cp", filepath.Join(libs, "*"), main,
 	}, args...)
 }
@@ -262,7 +325,43 @@ func (n *Node) launch(libs string) error {
 	if err != nil {
 		return fmt.Errorf("start kafka: %w", err)
 	}
-	return serverproc.WaitReady("kafka on "+n.Addr(), startTimeout, done, n.logPath(), n.ready)
+	return waitStarted("kafka on "+n.Addr(), done, []*Node{n}, n.ready)
+}
+
+// waitStarted waits until ready returns nil, as serverproc.WaitReady
+// does, but its startTimeout runs from the last time one of nodes' logs
+// grew, within startCap: a start that progresses is not given up.
+func waitStarted(name string, done <-chan struct{}, nodes []*Node, ready func() error) error {
+	start := time.Now()
+	var size int64
+	progressed := start
+	logPath := nodes[0].logPath()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited at start: %s", name, serverproc.LogTail(logPath))
+		default:
+		}
+		var total int64
+		for _, nd := range nodes {
+			if fi, err := os.Stat(nd.logPath()); err == nil {
+				total += fi.Size()
+			}
+		}
+		now := time.Now()
+		if total != size {
+			size, progressed = total, now
+		}
+		if now.Sub(progressed) > startTimeout || now.Sub(start) > startCap {
+			return fmt.Errorf("%s did not answer within %v (its logs last grew %v ago) (%v): %s",
+				name, now.Sub(start).Round(time.Second), now.Sub(progressed).Round(time.Second), err, serverproc.LogTail(logPath))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process we cannot be notified by
+	}
 }
 
 // ready reports whether the node answers a metadata request.

@@ -25,6 +25,10 @@ func TestStartAnswersAndRestartKeepsTopics(t *testing.T) {
 	require.NoError(t, err, "create a topic on the private broker")
 
 	n.Restart()
+	// A ctx of its own: the restart may take most of the first one on a
+	// loaded machine.
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	require.Eventually(t, func() bool {
 		td, err := adm.ListTopics(ctx, "kept")
 		return err == nil && td.Has("kept") && len(td["kept"].Partitions) == 2

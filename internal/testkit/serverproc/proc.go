@@ -58,9 +58,15 @@ func (p *Proc) Done() <-chan struct{} {
 	return p.done
 }
 
+// errNotStopped is returned by Pause when SIGSTOP was sent but a thread
+// of the server still ran after the wait: the server counts as paused.
+var errNotStopped = errors.New("the server did not stop")
+
 // Pause freezes the server (SIGSTOP): it keeps its connections and
-// listening sockets but answers nothing until Resume. Pausing a paused
-// server does nothing. Where processes cannot be frozen, the error wraps
+// listening sockets but answers nothing until Resume. On Linux Pause
+// returns once every thread of the server (with Group, of its group) is
+// stopped, not merely signalled. Pausing a paused server does nothing.
+// Where processes cannot be frozen, the error wraps
 // errors.ErrUnsupported.
 func (p *Proc) Pause() error {
 	p.mu.Lock()
@@ -71,11 +77,12 @@ func (p *Proc) Pause() error {
 	if p.paused {
 		return nil
 	}
-	if err := p.freezeLocked(true); err != nil {
+	err := p.freezeLocked(true)
+	if err != nil && !errors.Is(err, errNotStopped) {
 		return err
 	}
 	p.paused = true
-	return nil
+	return err
 }
 
 // Resume lets a paused server run again. Resuming a server that is not

@@ -109,3 +109,43 @@ func TestProcKillsAServerThatIgnoresItsStopSignal(t *testing.T) {
 	p.Stop(syscall.SIGTERM)
 	waitState(t, cmd.Process.Pid, "")
 }
+
+// TestProcPauseReturnsOnceEveryProcessStopped: kill(2) only makes SIGSTOP
+// pending, so a process may run on after it returned; Pause returns only
+// once every process of the group is stopped.
+func TestProcPauseReturnsOnceEveryProcessStopped(t *testing.T) {
+	p := &serverproc.Proc{Group: true}
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	cmd := exec.Command("sh", "-c", "for i in 1 2 3 4 5 6; do sleep 600 & echo $! >> "+pidFile+"; done; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	_, err := p.Start(cmd)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Stop(syscall.SIGKILL) })
+	var pids []int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pids = pids[:0]
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return false
+			}
+			pids = append(pids, pid)
+		}
+		return len(pids) == 6
+	}, 10*time.Second, 5*time.Millisecond, "the children's pids are written")
+	pids = append(pids, cmd.Process.Pid)
+	for round := range 30 {
+		require.NoError(t, p.Pause())
+		for _, pid := range pids {
+			require.Equal(t, "T", state(pid), "round %d: process %d when Pause returned", round, pid)
+		}
+		p.Resume()
+		for _, pid := range pids {
+			waitState(t, pid, "S", "R")
+		}
+	}
+}

@@ -17,7 +17,10 @@ func (p *Proc) signalLocked(sig syscall.Signal) error {
 
 func (p *Proc) freezeLocked(stop bool) error {
 	if stop {
-		return p.signalLocked(syscall.SIGSTOP)
+		if err := p.signalLocked(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		return p.waitFrozen()
 	}
 	return p.signalLocked(syscall.SIGCONT)
 }
