@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -232,15 +233,22 @@ func (b *Backend) deleteWhere(ctx context.Context, topic string, n int, match fu
 // cursor ("" = the first) until f returns false; it returns the cursor of
 // the next message, or "" at the end.
 func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64, *backend.Message) bool) (string, error) {
-	st, err := b.js.Stream(ctx, b.streamFor(topic))
+	var st jetstream.Stream
+	err := readAgain(ctx, func(ctx context.Context) (err error) {
+		st, err = b.js.Stream(ctx, b.streamFor(topic))
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
+	var info *jetstream.StreamInfo
+	if err := readAgain(ctx, func(ctx context.Context) (err error) {
+		info, err = st.Info(ctx)
+		return err
+	}); err != nil {
 		return "", err
 	}
 	seq := info.State.FirstSeq
@@ -255,7 +263,11 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 	for seq > 0 && seq <= info.State.LastSeq {
 		// The next message of topic at or after seq: one request per
 		// message of the topic, also in a stream shared by every topic.
-		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		var raw *jetstream.RawStreamMsg
+		err := readAgain(ctx, func(ctx context.Context) (err error) {
+			raw, err = st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			return err
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return "", nil
 		}
@@ -274,6 +286,24 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 		seq++
 	}
 	return "", nil
+}
+
+// readTry bounds one read request of an inspection: a request the
+// cluster loses (its stream's leader moving, say) is asked again instead
+// of costing the caller's whole deadline.
+const readTry = 2 * time.Second
+
+// readAgain runs the idempotent read req with a deadline of readTry a
+// try, again while a try only ran out of its own time and ctx lives.
+func readAgain(ctx context.Context, req func(context.Context) error) error {
+	for {
+		try, cancel := context.WithTimeout(ctx, readTry)
+		err := req(try)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 var _ backend.TopicDeleter = (*Backend)(nil)
