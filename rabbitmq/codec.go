@@ -16,7 +16,7 @@ import (
 // broker sets (x-delivery-count, x-death) and header keys longer than an
 // AMQP field name (255 bytes) arrive byte-exact.
 const (
-	hdrID       = "bus-id"      // message ID, long string, when it is longer than a message-id property holds
+	hdrID       = "bus-id"      // message ID, long string
 	hdrKey      = "bus-key"     // message key, long string, absent when empty
 	hdrHeaders  = "bus-headers" // user headers, byte array (see encodeHeaders)
 	hdrAt       = "bus-at"      // publish time, Unix nanoseconds
@@ -30,10 +30,7 @@ var errMalformed = errors.New("malformed entry")
 
 // encode builds the AMQP message of m.
 func encode(m *backend.Message, base int, due int64) amqp.Publishing {
-	h := amqp.Table{hdrAt: m.PublishedAt.UnixNano()}
-	if m.ID == "" || len(m.ID) > 255 {
-		h[hdrID] = m.ID
-	}
+	h := amqp.Table{hdrID: m.ID, hdrAt: m.PublishedAt.UnixNano()}
 	if m.Key != "" {
 		h[hdrKey] = m.Key
 	}
@@ -49,10 +46,10 @@ func encode(m *backend.Message, base int, due int64) amqp.Publishing {
 	p := amqp.Publishing{
 		Headers:      h,
 		DeliveryMode: amqp.Persistent,
-		Body:         m.Payload, // written out before the publish call returns
+		Body:         append([]byte(nil), m.Payload...),
 	}
 	if len(m.ID) <= 255 {
-		p.MessageId = m.ID
+		p.MessageId = m.ID // for the broker's tools; bus-id is the one read back
 	}
 	return p
 }
@@ -100,17 +97,13 @@ type decoded struct {
 	due   int64 // Unix ms; 0 when due
 }
 
-// decode reads d: a message of the bus has bus-at, and its ID in bus-id
-// or, when that is absent, in the message-id property. Attempt is 1 + the attempts before the copy + the
+// decode reads d. Attempt is 1 + the attempts before the copy + the
 // broker's count of its earlier deliveries (x-delivery-count of a quorum
 // queue).
 func decode(d *amqp.Delivery) (decoded, error) {
 	var out decoded
 	id, ok := d.Headers[hdrID].(string)
-	if _, bus := d.Headers[hdrAt]; !ok && bus {
-		id = d.MessageId
-	}
-	if id == "" {
+	if !ok || id == "" {
 		return out, errMalformed
 	}
 	out.msg.ID = id

@@ -34,7 +34,6 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("EventsTopicBoundedByAge", func(t *testing.T) { testEventsTopicBoundedByAge(t, node) })
 	t.Run("KeyOrderedCloseKeepsAttempts", func(t *testing.T) { testKeyOrderedCloseKeepsAttempts(t, node) })
 	t.Run("CloseCountsUnsettled", func(t *testing.T) { testCloseCountsUnsettled(t, node) })
-	t.Run("AckSkipsUnsettledTags", func(t *testing.T) { testAckSkipsUnsettledTags(t, node) })
 	t.Run("UnlockOnEndedCtxLapses", func(t *testing.T) { testUnlockOnEndedCtxLapses(t, node) })
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })

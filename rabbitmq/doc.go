@@ -45,20 +45,17 @@
 // dead-letters (x-dead-letter-strategy at-least-once) through the default
 // exchange with the message's routing key, the queue of the group it
 // came from. A bus.at queue dead-letters to bus.due with the routing key
-// the message was published with, the name of its topic's exchange. A
-// message's ID travels in the AMQP message-id property (in the header
-// bus-id when it is longer than the property's 255 bytes), its key,
-// publish time and headers in the AMQP headers bus-key, bus-at and
-// bus-headers (the user headers packed in one byte array, so
-// that no user header meets a header the broker sets, and every key and
-// value arrives byte-exact); the payload is the body.
+// the message was published with, the name of its topic's exchange. A message's ID, key, publish time and headers travel in the
+// AMQP headers bus-id, bus-key, bus-at and bus-headers (the user headers
+// packed in one byte array, so that no user header meets a header the
+// broker sets, and every key and value arrives byte-exact); the payload
+// is the body.
 //
 // # Delivery semantics
 //
-// At-least-once. Publish writes a batch on a confirm-mode channel, its
-// frames gathered into one socket write, and returns once the broker
-// confirmed every message (a message the broker nacks is listed in a
-// backend.BatchError). A message published to a
+// At-least-once. Publish writes a batch on a confirm-mode channel and
+// returns once the broker confirmed every message (a message the broker
+// nacks is listed in a backend.BatchError). A message published to a
 // topic reaches the groups whose queues exist then: a group starts with
 // the messages published after it was created.
 //
@@ -82,9 +79,6 @@
 //     queue again, so a delay is never cut short and ends at most the
 //     shortest hold (10 ms) plus a delivery late. Snooze and Release
 //     carry the attempt count, so they do not count one.
-//   - Ack settles a batch with one basic.ack of the multiple flag for
-//     the tags below every tag still unsettled on the channel, and a
-//     basic.ack each for the others.
 //   - An Ack of a delivery whose lease ran out settles the message's newer
 //     delivery when this member holds it, or when it comes to this member
 //     within ten minutes; a newer delivery on another member is handled
@@ -127,8 +121,8 @@
 // release when the notes cannot be stored, count an attempt; so do the
 // releases noted for a holder that dies before it settles them.
 //   - Dead letters are published by the bus (a confirmed copy to the
-//     dead-letter topic, then the ack). An entry without bus-at and
-//     bus-id (a foreign producer) is malformed: it is dead-lettered when the
+//     dead-letter topic, then the ack). An entry without bus-id (a
+//     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
 // # Partitioned topics

@@ -42,10 +42,6 @@ type Subscription struct {
 	gen        uint64        // channel generation: a delivery tag is valid in its own
 	deliveries <-chan amqp.Delivery
 	active     map[*delivery]struct{}
-	// settling holds the deliveries taken from active whose ack or nack
-	// is being written: an ack of several tags at once (see Ack) must
-	// not cover one of them before its own frame is written.
-	settling   map[settleKey]struct{}
 	byID       map[string]*delivery // the active delivery of each message ID
 	staleAcked map[string]time.Time
 	closed     bool
@@ -88,9 +84,6 @@ const (
 
 var consumerSeq atomic.Int64
 
-// settleKey is a delivery tag on its channel generation.
-type settleKey struct{ gen, tag uint64 }
-
 // Subscribe declares the topic's exchange and the group's quorum queue
 // (bound to it) and returns a member of the group. The consumer starts
 // with the first Receive.
@@ -111,7 +104,6 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		tag:        "bus-" + host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(consumerSeq.Add(1), 10),
 		doneCh:     make(chan struct{}),
 		active:     map[*delivery]struct{}{},
-		settling:   map[settleKey]struct{}{},
 		byID:       map[string]*delivery{},
 		staleAcked: map[string]time.Time{},
 	}
@@ -315,22 +307,9 @@ func (d *delivery) expire() {
 		return
 	}
 	ch := s.staleLocked(d)
-	if ch != nil {
-		s.settling[settleKey{d.gen, d.tag}] = struct{}{}
-	}
 	s.mu.Unlock()
 	if ch != nil {
 		_ = ch.Nack(d.tag, false, true)
-		s.doneSettling(d.gen, d.tag)
-	}
-}
-
-// doneSettling forgets tags of generation gen whose frames are written.
-func (s *Subscription) doneSettling(gen uint64, tags ...uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range tags {
-		delete(s.settling, settleKey{gen, t})
 	}
 }
 
@@ -387,13 +366,10 @@ func (s *Subscription) takeLocked(d *delivery) *amqp.Channel {
 
 // Ack settles the deliveries. An id whose lease ran out settles the
 // message's newer delivery when this member holds it, or when it comes
-// to this member within ten minutes. The acks of the live channel whose
-// tags are below every tag still unsettled on it go as one basic.ack
-// with the multiple flag; the others one by one.
+// to this member within ten minutes.
 func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	type ack struct {
 		ch  *amqp.Channel
-		gen uint64
 		tag uint64
 	}
 	acks := make([]ack, 0, len(ids))
@@ -410,12 +386,12 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 		switch d.state {
 		case stActive:
 			if ch := s.takeLocked(d); ch != nil {
-				acks = append(acks, ack{ch, d.gen, d.tag})
+				acks = append(acks, ack{ch, d.tag})
 			}
 		case stStale:
 			if cur := s.byID[d.msg.ID]; cur != nil && cur.state == stActive {
 				if ch := s.takeLocked(cur); ch != nil {
-					acks = append(acks, ack{ch, cur.gen, cur.tag})
+					acks = append(acks, ack{ch, cur.tag})
 				}
 			} else {
 				s.staleAcked[d.msg.ID] = now
@@ -430,51 +406,13 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 			}
 		}
 	}
-	// below: every tag of the live channel under it is settled, or
-	// is one of these acks.
-	var multi, below uint64
-	if !s.closed && s.ch != nil && len(acks) > 1 {
-		below = ^uint64(0)
-		for d := range s.active {
-			if d.gen == s.gen && d.tag < below {
-				below = d.tag
-			}
-		}
-		for k := range s.settling {
-			if k.gen == s.gen && k.tag < below {
-				below = k.tag
-			}
-		}
-		for _, a := range acks {
-			if a.gen == s.gen && a.tag < below && a.tag > multi {
-				multi = a.tag
-			}
-		}
-	}
-	gen, live := s.gen, s.ch
-	for _, a := range acks {
-		s.settling[settleKey{a.gen, a.tag}] = struct{}{}
-	}
 	s.mu.Unlock()
 	var errs []error
-	if multi > 0 {
-		if err := live.Ack(multi, true); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for _, a := range acks {
-		if multi > 0 && a.gen == gen && a.tag < below {
-			continue // acked by the multiple ack
-		}
 		if err := a.ch.Ack(a.tag, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	s.mu.Lock()
-	for _, a := range acks {
-		delete(s.settling, settleKey{a.gen, a.tag})
-	}
-	s.mu.Unlock()
 	if len(errs) > 0 {
 		return fmt.Errorf("rabbitmq: ack: %w", errors.Join(errs...))
 	}
@@ -496,16 +434,11 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 			return fmt.Errorf("rabbitmq: nack %q: %w", d.msg.ID, backend.ErrStale)
 		}
 		ch := s.takeLocked(d)
-		if ch != nil {
-			s.settling[settleKey{d.gen, d.tag}] = struct{}{}
-		}
 		s.mu.Unlock()
 		if ch == nil {
 			return fmt.Errorf("rabbitmq: nack %q: %w", d.msg.ID, backend.ErrStale)
 		}
-		err := ch.Nack(d.tag, false, true)
-		s.doneSettling(d.gen, d.tag)
-		if err != nil {
+		if err := ch.Nack(d.tag, false, true); err != nil {
 			return fmt.Errorf("rabbitmq: nack %q: %w", d.msg.ID, err)
 		}
 		return nil
@@ -565,18 +498,13 @@ func (s *Subscription) move(ctx context.Context, d *delivery, op string, base in
 	if err == nil && d.state == stActive {
 		ch = s.takeLocked(d)
 		delete(s.notes, d.msg.ID) // the copy carries the attempts
-		if ch != nil {
-			s.settling[settleKey{d.gen, d.tag}] = struct{}{}
-		}
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: %s %q: %w", op, d.msg.ID, err)
 	}
 	if ch != nil {
-		err := ch.Ack(d.tag, false)
-		s.doneSettling(d.gen, d.tag)
-		if err != nil {
+		if err := ch.Ack(d.tag, false); err != nil {
 			return fmt.Errorf("rabbitmq: %s %q: ack the original: %w", op, d.msg.ID, err)
 		}
 	}
