@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -312,7 +313,18 @@ func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string
 	if err != nil {
 		return nil, nil, fmt.Errorf("bus: read the messages parked behind %q on %q: %w", head.ID, dlq, err)
 	}
-	return parked, copies, nil
+	// In the order they were parked, which is the key's order: a
+	// backend's log may hold stores that overlapped in another order.
+	idx := make([]int, len(parked))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return parked[idx[a]].Time.Before(parked[idx[b]].Time) })
+	sp, sc := make([]DeadLetter, len(parked)), make([]*backend.Message, len(copies))
+	for i, j := range idx {
+		sp[i], sc[i] = parked[j], copies[j]
+	}
+	return sp, sc, nil
 }
 
 // releaseHold sends the head of a held key through its topic as the
