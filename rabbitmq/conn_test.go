@@ -60,3 +60,67 @@ func TestRedialBacksOff(t *testing.T) {
 	assert.LessOrEqual(t, accepted.Load(), min(maxDials, calls/2), "dials back off")
 	assert.Positive(t, accepted.Load())
 }
+
+// countConn counts the writes that reach it and fails them once fail is
+// set.
+type countConn struct {
+	net.Conn
+	writes atomic.Int64
+	bytes  atomic.Int64
+	fail   atomic.Bool
+	closed atomic.Bool
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	if c.fail.Load() {
+		return 0, net.ErrClosed
+	}
+	c.writes.Add(1)
+	c.bytes.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func (c *countConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *countConn) Close() error                     { c.closed.Store(true); return nil }
+
+// TestSocketCorkGathersWrites: a corked socket sends what it was given
+// in one write when it is uncorked, writes at once what would pass
+// corkMax, and a failed write is returned by every later call and
+// closes the connection.
+func TestSocketCorkGathersWrites(t *testing.T) {
+	c := &countConn{}
+	s := &socket{Conn: c, writeTimeout: time.Second}
+
+	n, err := s.Write([]byte("plain"))
+	require.NoError(t, err)
+	assert.Equal(t, 5, n)
+	assert.Equal(t, int64(1), c.writes.Load(), "an uncorked write goes out at once")
+
+	s.cork()
+	for range 16 {
+		_, err := s.Write(make([]byte, 100))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(1), c.writes.Load(), "corked writes wait")
+	require.NoError(t, s.uncork())
+	assert.Equal(t, int64(2), c.writes.Load(), "uncork sends them in one write")
+	assert.Equal(t, int64(5+1600), c.bytes.Load(), "every byte is sent")
+
+	s.cork()
+	_, err = s.Write(make([]byte, corkMax-10))
+	require.NoError(t, err)
+	_, err = s.Write(make([]byte, 20))
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), c.writes.Load(), "a write that would pass corkMax sends the gathered bytes, then itself")
+	require.NoError(t, s.uncork())
+	assert.Equal(t, int64(4), c.writes.Load(), "nothing is left to send")
+
+	s.cork()
+	_, err = s.Write([]byte("lost"))
+	require.NoError(t, err)
+	c.fail.Store(true)
+	require.Error(t, s.uncork(), "a failed flush is the uncork's error")
+	assert.True(t, c.closed.Load(), "a failed flush closes the connection")
+	_, err = s.Write([]byte("after"))
+	require.Error(t, err, "a write after a failed one fails")
+}
