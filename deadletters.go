@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -302,11 +301,15 @@ func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, 
 // parkedBehind reads the messages of dlq parked behind head, in their
 // order, but the one whose ID is but, and the copies they were read from.
 func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but string) (parked []DeadLetter, copies []*backend.Message, err error) {
+	type read struct {
+		dl   DeadLetter
+		copy *backend.Message
+	}
+	var found []read
 	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
 		if m.Key == head.Key && m.Headers[headerHeldBy] == head.ID && m.ID != but &&
 			m.Headers[backend.HeaderDeadLetterTopic] == head.Topic && m.Headers[backend.HeaderDeadLetterGroup] == head.Group {
-			parked = append(parked, decodeDeadLetter(m))
-			copies = append(copies, m)
+			found = append(found, read{decodeDeadLetter(m), m})
 		}
 		return true
 	})
@@ -315,16 +318,12 @@ func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string
 	}
 	// In the order they were parked, which is the key's order: a
 	// backend's log may hold stores that overlapped in another order.
-	idx := make([]int, len(parked))
-	for i := range idx {
-		idx[i] = i
+	slices.SortStableFunc(found, func(a, b read) int { return a.dl.Time.Compare(b.dl.Time) })
+	for _, r := range found {
+		parked = append(parked, r.dl)
+		copies = append(copies, r.copy)
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return parked[idx[a]].Time.Before(parked[idx[b]].Time) })
-	sp, sc := make([]DeadLetter, len(parked)), make([]*backend.Message, len(copies))
-	for i, j := range idx {
-		sp[i], sc[i] = parked[j], copies[j]
-	}
-	return sp, sc, nil
+	return parked, copies, nil
 }
 
 // releaseHold sends the head of a held key through its topic as the
