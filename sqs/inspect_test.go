@@ -2,17 +2,20 @@ package sqs
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/awstest"
 	"github.com/eventbus-go/bus/observer"
@@ -48,8 +51,26 @@ func TestInspect(t *testing.T) {
 			t.Run("TopicsAndGroups", func(t *testing.T) { testInspectTopicsAndGroups(t, b) })
 			t.Run("UntaggedTopics", func(t *testing.T) { testInspectUntagged(t, b) })
 			t.Run("UnknownTopic", func(t *testing.T) { testInspectUnknownTopic(t, b) })
+			t.Run("TaggingFailureIsHarmless", func(t *testing.T) { testInspectTaggingFailure(t, b) })
 		})
 	}
+	t.Run("BusDeadLettersUnsupported", func(t *testing.T) {
+		b := bus.New(openInspect(t, srv, "inspd-", false))
+		defer func() { require.NoError(t, b.Close(context.Background())) }()
+		ctx := inspectCtx(t)
+		require.NoError(t, b.Publish(ctx, "orders", &bus.Message{Payload: []byte("x")}))
+		_, err := b.DeadLetters(ctx, "orders", 0)
+		require.ErrorIs(t, err, bus.ErrUnsupported)
+		_, err = b.ReplayDeadLetters(ctx, "orders", "x")
+		require.ErrorIs(t, err, bus.ErrUnsupported)
+		_, err = b.PurgeDeadLetters(ctx, "orders")
+		require.ErrorIs(t, err, bus.ErrUnsupported)
+		ts, err := b.Topics(ctx)
+		require.NoError(t, err)
+		require.Len(t, ts, 1)
+		assert.Equal(t, "orders", ts[0].Name)
+		assert.False(t, ts[0].DeadLetters, "no topic is marked as holding dead letters")
+	})
 	t.Run("PeekAndDeleteUnsupported", func(t *testing.T) {
 		b := openInspect(t, srv, "inspp-", false)
 		ctx := context.Background()
@@ -239,4 +260,32 @@ func testInspectUnknownTopic(t *testing.T, b *Backend) {
 	assert.NotContains(t, topicNames(t, b), "never-published", "Groups created no topic")
 	_, err = b.Groups(ctx, "bad topic")
 	require.ErrorIs(t, err, backend.ErrInvalidTopic, "refused before any request")
+}
+
+// testInspectTaggingFailure: a topic the backend cannot tag (here one
+// with AWS's 50 tags already) is published to as any other, and listed
+// as an untagged topic.
+func testInspectTaggingFailure(t *testing.T, b *Backend) {
+	ctx := inspectCtx(t)
+	in := &sns.CreateTopicInput{Name: aws.String(topicName(b.opts.Prefix, "crowded", b.opts.FIFO))}
+	if b.opts.FIFO {
+		in.Attributes = map[string]string{"FifoTopic": "true", "ContentBasedDeduplication": "false"}
+	}
+	for i := range 50 {
+		in.Tags = append(in.Tags, snstypes.Tag{Key: aws.String("k" + strconv.Itoa(i)), Value: aws.String("v")})
+	}
+	out, err := b.sns.CreateTopic(ctx, in)
+	require.NoError(t, err)
+	_, err = b.sns.TagResource(ctx, &sns.TagResourceInput{ResourceArn: out.TopicArn,
+		Tags: []snstypes.Tag{{Key: aws.String(tagTopic), Value: aws.String("crowded")}}})
+	require.Error(t, err, "the topic takes no more tags")
+
+	sub := subscribeSPI(t, b, "crowded", "g")
+	publishSPI(t, b, "crowded", 1)
+	require.Eventually(t, func() bool {
+		ms, err := sub.Receive(ctx, 1)
+		require.NoError(t, err)
+		return len(ms) == 1
+	}, 20*time.Second, 10*time.Millisecond, "the message arrives")
+	assert.Contains(t, topicNames(t, b), "crowded", "listed as an untagged topic")
 }
