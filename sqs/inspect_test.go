@@ -144,22 +144,42 @@ func testInspectTopicsAndGroups(t *testing.T, b *Backend) {
 	assert.NotEqual(t, b.opts.Prefix+"orders--"+odd, queueName(b.opts.Prefix, "orders", odd, b.opts.FIFO), "the group's queue name is hashed")
 	assert.NotEqual(t, b.opts.Prefix+long, topicName(b.opts.Prefix, long, b.opts.FIFO), "the long topic's name is hashed")
 
-	// A queue subscribed to the topic that is not the bus's is not listed.
+	// Subscribed to the topic besides its groups: a queue that is not
+	// the bus's and the queue of another topic's group, not listed; an
+	// untagged queue (an earlier build's) under the backend's unhashed
+	// name for a group of the topic, listed.
 	ctx := inspectCtx(t)
 	arn, err := b.topicARN(ctx, "orders")
 	require.NoError(t, err)
+	subscribeQueue := func(name string, create bool) {
+		t.Helper()
+		var qURL *string
+		if create {
+			attrs := map[string]string{}
+			if b.opts.FIFO {
+				attrs["FifoQueue"] = "true"
+			}
+			q, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+			require.NoError(t, err)
+			qURL = q.QueueUrl
+		} else {
+			q, err := b.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+			require.NoError(t, err)
+			qURL = q.QueueUrl
+		}
+		qa, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: qURL, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+		require.NoError(t, err)
+		_, err = b.sns.Subscribe(ctx, &sns.SubscribeInput{TopicArn: aws.String(arn), Protocol: aws.String("sqs"), Endpoint: aws.String(qa.Attributes["QueueArn"]),
+			Attributes: map[string]string{"RawMessageDelivery": "true"}})
+		require.NoError(t, err)
+	}
 	foreign := "foreign-queue"
-	attrs := map[string]string{}
 	if b.opts.FIFO {
 		foreign += fifoSuffix
-		attrs["FifoQueue"] = "true"
 	}
-	q, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(foreign), Attributes: attrs})
-	require.NoError(t, err)
-	qa, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
-	require.NoError(t, err)
-	_, err = b.sns.Subscribe(ctx, &sns.SubscribeInput{TopicArn: aws.String(arn), Protocol: aws.String("sqs"), Endpoint: aws.String(qa.Attributes["QueueArn"])})
-	require.NoError(t, err)
+	subscribeQueue(foreign, true)
+	subscribeQueue(queueName(b.opts.Prefix, "orders.v1~3", "billing", b.opts.FIFO), false)
+	subscribeQueue(queueName(b.opts.Prefix, "orders", "legacy", b.opts.FIFO), true)
 
 	names := topicNames(t, b)
 	assert.Equal(t, []string{long, "orders", "orders.v1~3"}, filter(names, topics), "every topic under its bus name, sorted")
@@ -187,11 +207,12 @@ func testInspectTopicsAndGroups(t *testing.T, b *Backend) {
 	require.Eventually(t, func() bool {
 		gs, err = b.Groups(ctx, "orders")
 		require.NoError(t, err)
-		return len(gs) == 2 && gs[1].Pending == 2 && gs[1].Lag == wantLag && gs[0].Lag == 5
-	}, 20*time.Second, 50*time.Millisecond, "both groups with their figures: %+v", &gs)
+		return len(gs) == 3 && gs[1].Pending == 2 && gs[1].Lag == wantLag && gs[0].Lag == 5 && gs[2].Lag == 5
+	}, 20*time.Second, 50*time.Millisecond, "the three groups with their figures: %+v", &gs)
 	assert.Equal(t, "billing", gs[0].Name)
 	assert.Equal(t, backend.Figure(0), gs[0].Pending)
 	assert.Equal(t, odd, gs[1].Name, "the hashed queue under its group's name")
+	assert.Equal(t, "legacy", gs[2].Name, "the untagged queue under its unhashed name")
 	for _, g := range gs {
 		assert.False(t, g.Consumers.Known(), "SQS does not know who receives: consumers unknown")
 	}
@@ -199,7 +220,8 @@ func testInspectTopicsAndGroups(t *testing.T, b *Backend) {
 	gs, err = b.Groups(ctx, "orders.v1~3")
 	require.NoError(t, err)
 	require.Len(t, gs, 1, "only the topic's own groups")
-	assert.Equal(t, backend.GroupInfo{Name: "billing", Consumers: backend.Unknown}, gs[0], "an empty group: lag and pending 0")
+	assert.Equal(t, "billing", gs[0].Name)
+	assert.Equal(t, backend.Figure(5), gs[0].Lag, "the messages of orders its queue was subscribed to above")
 	gs, err = b.Groups(ctx, long)
 	require.NoError(t, err)
 	require.Len(t, gs, 1)
