@@ -391,12 +391,13 @@ func awsNamePrefix(prefix, topic string) string {
 	return prefix + topic + "--"
 }
 
-// isNotFound reports whether err is AWS's answer that the topic or the
-// queue does not exist.
+// isNotFound reports whether err is AWS's answer that the topic (or its
+// tags' resource) or the queue does not exist.
 func isNotFound(err error) bool {
 	var nf *snstypes.NotFoundException
+	var rnf *snstypes.ResourceNotFoundException
 	var qnf *sqstypes.QueueDoesNotExist
-	if errors.As(err, &nf) || errors.As(err, &qnf) {
+	if errors.As(err, &nf) || errors.As(err, &rnf) || errors.As(err, &qnf) {
 		return true
 	}
 	var ae smithy.APIError

@@ -280,6 +280,16 @@ func testInspectUnknownTopic(t *testing.T, b *Backend) {
 	assert.NotNil(t, gs)
 	assert.Empty(t, gs)
 	assert.NotContains(t, topicNames(t, b), "never-published", "Groups created no topic")
+
+	// A topic deleted behind the backend's back, whose ARN it knows.
+	subscribeSPI(t, b, "gone", "g")
+	arn, err := b.topicARN(ctx, "gone")
+	require.NoError(t, err)
+	_, err = b.sns.DeleteTopic(ctx, &sns.DeleteTopicInput{TopicArn: aws.String(arn)})
+	require.NoError(t, err)
+	gs, err = b.Groups(ctx, "gone")
+	require.NoError(t, err)
+	assert.Empty(t, gs, "a deleted topic has no groups")
 	_, err = b.Groups(ctx, "bad topic")
 	require.ErrorIs(t, err, backend.ErrInvalidTopic, "refused before any request")
 }
