@@ -41,11 +41,18 @@ func topicInfo(ctx context.Context, t *testing.T, in backend.Inspector, topic st
 }
 
 // testInspectorFigures: publish 10, receive 3 and leave them unsettled: the
-// group shows lag 7 (or Unknown) and pending 3, and the topic retains 10.
+// group shows lag 7 (or Unknown) and pending 3, and the topic retains 10;
+// Peek, where the backend supports it, reads the 10 and changes no group.
+// The group starts from the oldest message where the backend can, and
+// otherwise exists from Subscribe on, before the publish.
 func testInspectorFigures(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	in := h.inspector(t)
 	topic, group := h.topic("inspect"), h.group("inspect")
+	start := backend.StartNewest
+	if s.caps.StartOldest {
+		start = backend.StartOldest
+	}
 	block := make(chan struct{})
 	started := make(chan struct{}, 10)
 	sub := h.subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
@@ -55,7 +62,7 @@ func testInspectorFigures(t *testing.T, s *suite) {
 		case <-ctx.Done():
 		}
 		return nil
-	}, bus.WithGroup(group), bus.WithMaxInFlight(3), bus.WithAckTimeout(s.longLease()), bus.WithStartFrom(backend.StartOldest))
+	}, bus.WithGroup(group), bus.WithMaxInFlight(3), bus.WithAckTimeout(s.longLease()), bus.WithStartFrom(start))
 	defer func() {
 		close(block)
 		h.closeSub(sub)
@@ -91,8 +98,12 @@ func testInspectorFigures(t *testing.T, s *suite) {
 		assert.Equal(t, backend.Figure(10), ti.Published, "10 messages entered the new topic")
 	}
 	msgs, _, err := in.Peek(ctx, topic, "", 20)
-	require.NoError(t, err)
-	assert.Len(t, msgs, 10, "peek reads the retained messages")
+	if errors.Is(err, backend.ErrUnsupported) {
+		t.Logf("%s cannot read retained messages (its Inspector's Peek is unsupported): %v", s.caps.Name, err)
+	} else {
+		require.NoError(t, err)
+		assert.Len(t, msgs, 10, "peek reads the retained messages")
+	}
 	gs, err := in.Groups(ctx, topic)
 	require.NoError(t, err)
 	require.Len(t, gs, 1)

@@ -155,7 +155,9 @@ func (b *Backend) isClosed() bool {
 }
 
 // topicARN returns the ARN of topic's SNS topic, creating the topic the
-// first time (CreateTopic is idempotent).
+// first time (CreateTopic is idempotent) and tagging it with the bus
+// topic (TagResource, which CreateTopic's tags could not do on a topic
+// that exists untagged: AWS refuses to create it again with other tags).
 func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
 	b.mu.Lock()
 	arn, ok := b.topics[topic]
@@ -176,6 +178,7 @@ func (b *Backend) topicARN(ctx context.Context, topic string) (string, error) {
 		return "", fmt.Errorf("create the SNS topic: %w", err)
 	}
 	arn = aws.ToString(out.TopicArn)
+	b.tagTopicARN(ctx, arn, topic)
 	b.mu.Lock()
 	b.topics[topic] = arn
 	b.mu.Unlock()
@@ -386,6 +389,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 		return nil, wrap(fmt.Errorf("create the SQS queue: %w", err))
 	}
 	queueURL := aws.ToString(q.QueueUrl)
+	b.tagQueue(ctx, queueURL, topic, cfg.Group)
 	var attrs *sqs.GetQueueAttributesOutput
 	err = idempotent(ctx, func() (err error) {
 		attrs, err = b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{

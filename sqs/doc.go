@@ -130,6 +130,51 @@
 // available groups among the first 20,000 messages only ("Amazon SQS
 // FIFO queue quotas"); the emulator has neither limit.
 //
+// # Inspection
+//
+// The backend implements backend.Inspector from what SNS and SQS tell
+// about topics and queues. It tags each SNS topic it uses with its bus
+// topic ("bus-topic", TagResource after CreateTopic) and each group's
+// queue with its bus topic and group ("bus-topic", "bus-group",
+// TagQueue after CreateQueue), characters a tag value may not hold
+// written "@" and two hex digits, so that names hashed to fit AWS map
+// back exactly. Tagging is best effort: a topic or queue it could not
+// tag (no sns:TagResource or sqs:TagQueue permission) works as any
+// other and is inspected as an untagged one.
+//
+// Topics lists the SNS topics of the backend's prefix and kind (FIFO
+// topics with Options.FIFO, standard ones otherwise) under the names of
+// their tags. An untagged topic (made by a build before the tags, and
+// not used since: the backend tags a topic it publishes to or
+// subscribes on) is listed under its AWS name, without the prefix and
+// ".fifo", when that is exactly the AWS name the backend gives that bus
+// name; one whose AWS name was hashed is skipped. With no prefix, an
+// account's other untagged SNS topics of such names are listed too: a
+// prefix keeps applications apart. An SNS topic stores nothing and SNS
+// counts nothing a request can read: Messages, Bytes, Published and
+// Scheduled are Unknown.
+//
+// Groups lists the queues subscribed to the topic whose tags name the
+// topic (and untagged ones whose names are the backend's unhashed name
+// for a group of the topic), by group. From the queue's attributes, Lag
+// is ApproximateNumberOfMessages plus ApproximateNumberOfMessagesDelayed
+// (copies a release or a snooze sent with DelaySeconds), and Pending
+// ApproximateNumberOfMessagesNotVisible (received, neither deleted nor
+// visible again). Consumers is Unknown: SQS does not know who receives.
+// These figures are approximate: AWS computes them eventually
+// consistently ("the ApproximateNumberOfMessagesDelayed,
+// ApproximateNumberOfMessagesNotVisible, and ApproximateNumberOfMessages
+// metrics may not achieve consistency until at least 1 minute after the
+// producers stop sending messages", GetQueueAttributes, SQS API
+// Reference); the emulator reports them exactly.
+//
+// Peek and Delete return an error wrapping backend.ErrUnsupported: SQS
+// reads a message only by receiving it, which counts a receive and hides
+// the message from the group. So the bus cannot list, replay or purge
+// dead letters on SQS (Bus.DeadLetters and the others return
+// ErrUnsupported), and Bus.Topics marks no topic as holding dead
+// letters.
+//
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay and Extend; with
@@ -142,5 +187,7 @@
 // Scheduling (SNS takes no per-message delay; the bus snoozes early
 // deliveries, uncounted on standard queues up to 15 minutes at a time),
 // Broadcast and Results. On FIFO topics a release or a snooze counts as
-// an attempt.
+// an attempt. Of backend.Inspector, Topics and Groups work; Peek and
+// Delete are unsupported (see Inspection), and there is no
+// backend.TopicDeleter or backend.GroupSeeker.
 package sqs
