@@ -1368,3 +1368,52 @@ func TestKeyOrderingWithKeyOwnershipTakesNoGroupLock(t *testing.T) {
 	}
 	assert.Zero(t, be.locks.Load(), "no group lock taken with KeyOwnership")
 }
+
+// failingDeadLetterSub is an in-memory subscription whose DeadLetter
+// fails (as when the broker does not confirm in time) for its next fails
+// calls.
+type failingDeadLetterSub struct {
+	*inmemory.Subscription
+	fails *atomic.Int32
+}
+
+func (s *failingDeadLetterSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	if s.fails.Add(-1) >= 0 {
+		return errors.New("dead-letter: no confirm in time")
+	}
+	return s.Subscription.DeadLetter(ctx, id, topic, msg)
+}
+
+// A key's head whose move to the dead-letter topic fails keeps its key:
+// it is delivered again, uncounted, before the key's next message runs,
+// until its move succeeds; it is dead-lettered once.
+func TestKeyOrderingHeadWhoseDeadLetterFailsKeepsItsKey(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	var fails atomic.Int32
+	fails.Store(2)
+	be := &wrappingBackend{Backend: raw, wrap: func(sub *inmemory.Subscription) backend.Subscription {
+		return &failingDeadLetterSub{Subscription: sub, fails: &fails}
+	}}
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	log := &orderLog{}
+	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		log.add(d)
+		if string(d.Payload) == "k/0" {
+			return bus.Reject(errors.New("poisoned"))
+		}
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithDeadLetter("orders.dlq"), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 3)...))
+	require.Eventually(t, func() bool { return log.len() >= 5 }, 20*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/0#1", "k/0#1", "k/1#1", "k/2#1"}, log.list(),
+		"the head runs again after each failed move, before the rest of its key")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dls, err := b.DeadLetters(ctx, "orders.dlq", 0)
+	require.NoError(t, err)
+	require.Len(t, dls, 1, "the head is dead-lettered once")
+	assert.Equal(t, "k/0", string(dls[0].Payload))
+}

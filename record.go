@@ -262,7 +262,9 @@ func (d *record) doNack(ctx context.Context, delay time.Duration) error {
 }
 
 // doDeadLetter moves the message to the dead-letter topic, or drops it
-// when dead-lettering is off; either is reported once, with its code.
+// when dead-lettering is off; either is reported once, with its code. A
+// key's head that cannot be moved is retried in its key line (see
+// keyLines.retry), so that no later message of its key runs before it.
 func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 	s := d.sub
 	topic := s.cfg.DeadLetter
@@ -288,6 +290,12 @@ func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("bus: dead-letter %q to %q: %w", d.pub.ID, topic, err)
+		// A key's head that could not be moved keeps its key: it is
+		// delivered again here, uncounted, before any later message of
+		// the key, and settled again then.
+		if k := s.keys; k != nil && k.retry(d, deadLetterRetry, false) {
+			return err
+		}
 	} else {
 		if holds {
 			// Before the key's next delivery runs (done follows finish).
@@ -301,6 +309,10 @@ func (d *record) doDeadLetter(ctx context.Context, reason error) error {
 	d.finish(OutcomeDeadLettered, err)
 	return err
 }
+
+// deadLetterRetry is how long a key's head whose dead-lettering failed
+// waits before it is delivered again.
+const deadLetterRetry = time.Second
 
 func (d *record) deadLetterCopy(code backend.DeadLetterCode, reason error) *backend.Message {
 	m := d.message()
