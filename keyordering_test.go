@@ -1417,3 +1417,51 @@ func TestKeyOrderingHeadWhoseDeadLetterFailsKeepsItsKey(t *testing.T) {
 	require.Len(t, dls, 1, "the head is dead-lettered once")
 	assert.Equal(t, "k/0", string(dls[0].Payload))
 }
+
+// slowDeadLetterSub is an in-memory subscription whose DeadLetter takes
+// hold to complete, as a broker slow to confirm the copy.
+type slowDeadLetterSub struct {
+	*inmemory.Subscription
+	hold time.Duration
+}
+
+func (s *slowDeadLetterSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	t := time.NewTimer(s.hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Subscription.DeadLetter(ctx, id, topic, msg)
+}
+
+// A delivery whose dead-lettering takes several ack timeouts keeps its
+// lease meanwhile: it is not delivered again, and its key's next message
+// runs after it was moved.
+func TestKeyOrderingSlowDeadLetterKeepsTheLease(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	be := &wrappingBackend{Backend: raw, wrap: func(sub *inmemory.Subscription) backend.Subscription {
+		return &slowDeadLetterSub{Subscription: sub, hold: 1500 * time.Millisecond}
+	}}
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	log := &orderLog{}
+	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		log.add(d)
+		if string(d.Payload) == "k/0" {
+			return bus.Reject(errors.New("poisoned"))
+		}
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithDeadLetter("orders.dlq"), bus.WithAckTimeout(300*time.Millisecond), bus.WithMaxInFlight(8))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 3)...))
+	require.Eventually(t, func() bool { return log.len() >= 3 }, 20*time.Second, 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dls, err := b.DeadLetters(ctx, "orders.dlq", 0)
+	require.NoError(t, err)
+	assert.Len(t, dls, 1, "the head is dead-lettered once")
+	assert.Equal(t, []string{"k/0#1", "k/1#1", "k/2#1"}, log.list(), "the head is not delivered again while it is being moved")
+}

@@ -10,7 +10,8 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// leaseKeeper keeps the leases of running handlers alive. One goroutine
+// leaseKeeper keeps the leases of running handlers alive, and of
+// deliveries whose settlement is still running. One goroutine
 // per subscription wakes every quarter of the ack timeout and extends,
 // through backend.Extender, each lease that was not renewed since the last
 // tick; a message whose handler is still working is then never delivered
@@ -88,7 +89,7 @@ func (k *leaseKeeper) tick(now int64) {
 	fenced := k.s.owner != nil && k.s.owner.fenced()
 	var lost []observer.Event
 	for _, d := range running {
-		if (*handlerCtx)(d).ended() || !fenced && now-d.received < int64(k.period) {
+		if settledHere(d) || !fenced && now-d.received < int64(k.period) {
 			continue
 		}
 		k.s.mu.Lock()
@@ -168,6 +169,14 @@ func (k *leaseKeeper) checkLocked(lost []observer.Event, d *record, now int64) [
 	return lost
 }
 
+// settledHere reports whether d needs its lease no more: its handler
+// returned and its settlement completed. A settlement still running (a
+// dead-letter copy the broker is slow to confirm, say) keeps its lease
+// alive, so that the message does not go back to the group meanwhile.
+func settledHere(d *record) bool {
+	return (*handlerCtx)(d).ended() && d.state.Load()&stateFinished != 0
+}
+
 // extend renews one lease within wait; on failure the handler's ctx is
 // cancelled.
 func (k *leaseKeeper) extend(d *record, l *keptLease, wait time.Duration) {
@@ -180,12 +189,13 @@ func (k *leaseKeeper) extend(d *record, l *keptLease, wait time.Duration) {
 	k.s.mu.Lock()
 	l.extending = false
 	switch {
-	case (*handlerCtx)(d).ended():
-		// The handler returned meanwhile.
-	case err != nil:
-		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
-	default:
+	case err == nil:
 		l.renewed = max(l.renewed, start)
+	case (*handlerCtx)(d).ended():
+		// The handler returned meanwhile: the delivery is settled or
+		// being settled, and its settlement reports what fails.
+	default:
+		lost = k.loseLocked(lost, d, l, fmt.Errorf("%w: extend: %w", ErrLeaseLost, err))
 	}
 	k.s.mu.Unlock()
 	k.report(lost)

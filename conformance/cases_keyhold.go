@@ -79,8 +79,10 @@ func testKeyHoldLedgerThroughACrash(t *testing.T, s *suite) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.deadline())
 	defer cancel()
+	var last atomic.Value // string: what the last heldWith saw, for a failure's message
 	heldWith := func(parked int) bool {
 		keys, err := h.bus.HeldKeys(ctx, dlq)
+		last.Store(fmt.Sprintf("handled %d distinct; held keys %+v (err %v)", log.distinct(), keys, err))
 		if err != nil || len(keys) != len(poisoned) {
 			return false
 		}
@@ -95,15 +97,21 @@ func testKeyHoldLedgerThroughACrash(t *testing.T, s *suite) {
 	half := perKey / 2
 	h.publish(topic, keyledger.Messages(accounts, 0, half)...)
 	victim := recv(t, s, active, "a member handles the first messages")
-	s.eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return log.distinct() == (accounts-len(poisoned))*half+len(poisoned)*poisonSeq && heldWith(half-poisonSeq-1)
-	}, "every account handled up to its head, 3 held")
+	}, s.deadline(), pollInterval) {
+		t.Fatalf("every account handled up to its head (%d distinct), 3 held with %d parked each: last seen %s",
+			(accounts-len(poisoned))*half+len(poisoned)*poisonSeq, half-poisonSeq-1, last.Load())
+	}
 	views[victim].Crash()
 
 	h.publish(topic, keyledger.Messages(accounts, half, perKey)...)
-	s.eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return log.distinct() == (accounts-len(poisoned))*perKey+len(poisoned)*poisonSeq && heldWith(perKey-poisonSeq-1)
-	}, "the other member takes over: every other account handled, the held ones still held")
+	}, s.deadline(), pollInterval) {
+		t.Fatalf("the other member takes over: every other account handled (%d distinct), the held ones still held with %d parked each: last seen %s",
+			(accounts-len(poisoned))*perKey+len(poisoned)*poisonSeq, perKey-poisonSeq-1, last.Load())
+	}
 	require.Zero(t, early.Load(), "messages of a held key handled after its head was dead-lettered")
 
 	fixed.Store(true)
