@@ -288,9 +288,10 @@ func (b *Backend) scan(ctx context.Context, topic, cursor string, f func(uint64,
 	return "", nil
 }
 
-// readTry bounds one read request of an inspection: a request the
-// cluster loses (its stream's leader moving, say) is asked again instead
-// of costing the caller's whole deadline.
+// readTry bounds one idempotent request (an inspection's read, a
+// stream's lookup or creation): a request the cluster loses (its
+// stream's leader moving, say) is asked again instead of costing the
+// caller's whole deadline.
 const readTry = 2 * time.Second
 
 // readAgain runs the idempotent read req with a deadline of readTry a

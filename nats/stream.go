@@ -34,7 +34,13 @@ func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, 
 		return false, nil
 	}
 	created := false
-	st, err := b.js.Stream(ctx, name)
+	// Both requests are idempotent: one the cluster loses is asked again
+	// (see readAgain) instead of costing the caller's whole deadline.
+	var st jetstream.Stream
+	err := readAgain(ctx, func(ctx context.Context) (err error) {
+		st, err = b.js.Stream(ctx, name)
+		return err
+	})
 	switch {
 	case err == nil:
 		if err := b.checkSubjects(st, name, topic); err != nil {
@@ -43,7 +49,10 @@ func (b *Backend) ensureStreamCreated(ctx context.Context, topic string) (bool, 
 	case errors.Is(err, jetstream.ErrStreamNotFound) && b.opts.BindOnly:
 		return false, fmt.Errorf("stream %q does not exist and bind-only is set: %w", name, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		_, err = b.js.CreateStream(ctx, b.streamConfig(name, topic))
+		err = readAgain(ctx, func(ctx context.Context) error {
+			_, err := b.js.CreateStream(ctx, b.streamConfig(name, topic))
+			return err
+		})
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return false, fmt.Errorf("create stream %q: %w", name, err)
 		}
