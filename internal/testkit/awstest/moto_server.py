@@ -13,18 +13,25 @@ and the sqs:// backend relies on.
    "Exactly-once processing in Amazon SQS" section of the SQS Developer
    Guide states; moto forgets it when the message is deleted.
 
-It also lets a send and a receive read the one queue attribute they need
-without counting the queue's messages: moto computes every attribute,
-message counts included, several times a message sent or received,
-which makes each cost the length of the queue.
+It also makes moto's per-request costs fit a test that moves thousands
+of messages: a send and a receive read the one queue attribute they
+need without counting the queue's messages (moto computes every
+attribute, message counts included, several times a message sent or
+received); listing a queue's visible messages reads the clock once, not
+twice a message; a delete passes over the queue once; the list of
+moto's services is read once, not from disk on every request under the
+lock that serializes all requests; and no line is logged per request.
 
 Arguments are moto_server's.
 """
 
+import logging
 import sys
 import threading
 import time
 
+from moto import backends
+from moto.core.utils import unix_time_millis
 from moto.server import main
 from moto.sqs import models
 
@@ -141,6 +148,41 @@ def add_message_once(self, message):
 
 
 models.Queue.add_message = add_message_once
+
+
+def visible_messages(self):
+    # moto's own reads the clock twice a message.
+    now = unix_time_millis()
+    return [m for m in self._messages if now > m.visible_at and now >= m.delayed_until]
+
+
+models.Queue.messages = property(visible_messages)
+
+
+def delete_message(self, receipt_handle):
+    # moto's own passes over the queue twice, building a list of each
+    # message's receipt handles.
+    if receipt_handle in self.deleted_messages:
+        return
+    for i, message in enumerate(self._messages):
+        if message.receipt_handle == receipt_handle or receipt_handle in message._old_receipt_handles:
+            self.pending_messages.discard(message)
+            self.deleted_messages.update(message.all_receipt_handles)
+            self._messages = self._messages[:i] + self._messages[i + 1 :]
+            return
+    raise models.ReceiptHandleIsInvalid()
+
+
+models.Queue.delete_message = delete_message
+
+# moto lists its package directory on every request, under the lock
+# that serializes all of them; the list never changes while it runs.
+moto_modules = tuple(backends.list_of_moto_modules())
+backends.list_of_moto_modules = lambda: moto_modules
+
+# One log line a request costs more than most requests; errors are
+# still logged.
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
