@@ -137,9 +137,13 @@ add_message = models.Queue.add_message
 
 def add_message_once(self, message):
     if self.fifo_queue and message.deduplication_id:
+        # In the order the IDs were accepted: the oldest come first.
         seen = self.__dict__.setdefault("_bus_deduplication", {})
         now = time.time()
-        for key in [k for k, t in seen.items() if now - t >= DEDUPLICATION_SECONDS]:
+        while seen:
+            key, accepted = next(iter(seen.items()))
+            if now - accepted < DEDUPLICATION_SECONDS:
+                break
             del seen[key]
         if message.deduplication_id in seen:
             return
