@@ -130,6 +130,17 @@
 // available groups among the first 20,000 messages only ("Amazon SQS
 // FIFO queue quotas"); the emulator has neither limit.
 //
+// # Deadlines
+//
+// The requests of a call run under the call's ctx, which ends them over
+// a dead network too. A ReceiveMessage, and the give-back of what it
+// handed out late, run on their own (see above): the Receive returns when
+// its ctx ends or the subscription closes, and Backend.Close ends the
+// requests. Subscription.Close returns at once. Backend.Close
+// cancels the requests still running and returns within
+// Options.CloseTimeout. The backend sets no timeout of its own on the
+// requests of a call: give every call a ctx with a deadline.
+//
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay and Extend; with
