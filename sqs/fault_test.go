@@ -21,7 +21,8 @@ import (
 // parallel conformance suites start, so that no other emulator competes
 // for the CPU: network faults through proxies on standard topics, then
 // the server frozen (SIGSTOP), with a member holding deliveries on
-// standard topics and under a key-ordered group on FIFO topics.
+// standard topics and under a key-ordered group on FIFO topics, and the
+// bounds of Receive and the Closes over a blackhole.
 func TestFault(t *testing.T) {
 	srv := awstest.Start(t)
 	t.Run("Network", func(t *testing.T) { testFaultNetwork(t, srv) })
