@@ -7,7 +7,10 @@ and the sqs:// backend relies on.
    visibility timeout. A long poll waits without the lock. moto also
    takes the message groups in flight once, when a receive starts, so
    a long poll would not see a group freed by a delete until it ended:
-   each pass over the queue here takes them anew.
+   each pass over the queue here takes them anew. And a long poll on a
+   standard queue wakes only for a message sent, so a message whose
+   visibility timeout ended waited for the poll to end, where AWS
+   returns it at once: the long poll here looks again every 50 ms.
 2. A FIFO queue remembers a MessageDeduplicationId for five minutes after
    it accepted the message, also once the message is deleted, as the
    "Exactly-once processing in Amazon SQS" section of the SQS Developer
@@ -20,12 +23,14 @@ attribute, message counts included, several times a message sent or
 received); listing a queue's visible messages reads the clock once, not
 twice a message; a delete passes over the queue once; the list of
 moto's services is read once, not from disk on every request under the
-lock that serializes all requests; and no line is logged per request.
+lock that serializes all requests; a receipt handle is drawn in one
+call, not one a letter; and no line is logged per request.
 
 Arguments are moto_server's.
 """
 
 import logging
+import string
 import sys
 import threading
 import time
@@ -112,9 +117,9 @@ receive_once = models.SQSBackend.receive_message
 def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
     # Passes over the queue under its lock, each with the message groups
     # in flight as they are then, and between passes waits without the
-    # lock: on a standard queue as moto does, on a FIFO queue for a
-    # message sent or a short while, for a message of a group in flight
-    # to be deleted.
+    # lock for a message sent or a short while: for a message whose
+    # visibility timeout ends, or, on a FIFO queue, for a message of a
+    # group in flight to be deleted.
     end = time.time() + int(wait_seconds_timeout or 0)
     queue = self.get_queue(queue_name)
     while True:
@@ -122,9 +127,6 @@ def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_ti
         left = end - time.time()
         if result or left <= 0:
             return result
-        if not queue.fifo_queue:
-            queue.wait_for_messages(left)
-            continue
         with queue._messages_lock:
             queue._messages_lock.wait(timeout=min(left, POLL_SECONDS))
 
@@ -178,6 +180,14 @@ def delete_message(self, receipt_handle):
 
 
 models.Queue.delete_message = delete_message
+
+
+def generate_receipt_handle():
+    # moto's own draws its 185 letters one call at a time.
+    return "".join(models.random.choices(string.ascii_lowercase, k=185))
+
+
+models.generate_receipt_handle = generate_receipt_handle
 
 # moto lists its package directory on every request, under the lock
 # that serializes all of them; the list never changes while it runs.

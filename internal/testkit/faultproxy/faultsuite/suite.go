@@ -57,6 +57,10 @@ type Harness struct {
 	// PauseCases, if set, names the RunPause cases to run (OneMember,
 	// TwoMembers, FourPartitions); all of them when empty.
 	PauseCases []string
+	// PauseMessages, if set, is the number of messages each RunPause
+	// case publishes (3,000 when zero), for a server that cannot drain
+	// 3,000 within the cases' 10 s.
+	PauseMessages int
 	// Skip names Run's cases that the backend documents as different,
 	// with the reason (the subtest is skipped with it).
 	Skip map[string]string
