@@ -71,7 +71,10 @@
 // again at once with ChangeMessageVisibilityBatch, so no message waits a
 // lease for a member that left; its next receive counts one more.
 // Backend.Close cancels those requests and waits for them within
-// Options.CloseTimeout. Setup requests (creating a topic or a queue, its
+// Options.CloseTimeout. A long poll whose client went away may still
+// hand out a message that arrives before it ends (the emulator does):
+// such a message returns after its lease, the subscription's ack
+// timeout. Setup requests (creating a topic or a queue, its
 // policy, the subscription) are idempotent and are tried up to three
 // times when they fail with no answer from AWS; Publish and settlements
 // are never repeated.

@@ -152,7 +152,9 @@ func (e *env) busAt(addr string) *bus.Bus {
 // createGroup creates the case's group "workers" before the case
 // publishes, on a backend whose groups start with the messages published
 // after they were created (no StartOldest): a member joins it and leaves.
-// Elsewhere the members start from the oldest message.
+// Elsewhere the members start from the oldest message. The member has the
+// case's ack timeout, so that a message its last receive got after it
+// left (on SQS, a long poll that Close cancelled) comes back within it.
 func (e *env) createGroup() {
 	e.t.Helper()
 	b := bus.New(e.h.Open(e.t, e.h.Target))
@@ -167,7 +169,7 @@ func (e *env) createGroup() {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	sub, err := b.Subscribe(ctx, e.topic, func(context.Context, *bus.Delivery) error { return nil },
-		bus.WithGroup("workers"), bus.WithStartFrom(backend.StartNewest))
+		bus.WithGroup("workers"), bus.WithStartFrom(backend.StartNewest), bus.WithAckTimeout(ackTimeout))
 	require.NoError(e.t, err, "create the group before the case publishes")
 	require.NoError(e.t, sub.Close(ctx), "leave the group")
 }
