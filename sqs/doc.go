@@ -71,7 +71,10 @@
 // again at once with ChangeMessageVisibilityBatch, so no message waits a
 // lease for a member that left; its next receive counts one more.
 // Backend.Close cancels those requests and waits for them within
-// Options.CloseTimeout. Setup requests (creating a topic or a queue, its
+// Options.CloseTimeout. A long poll whose client went away may still
+// hand out a message that arrives before it ends (the emulator does):
+// such a message returns after its lease, the subscription's ack
+// timeout. Setup requests (creating a topic or a queue, its
 // policy, the subscription) are idempotent and are tried up to three
 // times when they fail with no answer from AWS; Publish and settlements
 // are never repeated.
@@ -174,6 +177,17 @@
 // dead letters on SQS (Bus.DeadLetters and the others return
 // ErrUnsupported), and Bus.Topics marks no topic as holding dead
 // letters.
+//
+// # Deadlines
+//
+// The requests of a call run under the call's ctx, which ends them over
+// a dead network too. A ReceiveMessage, and the give-back of what it
+// handed out late, run on their own (see above): the Receive returns when
+// its ctx ends or the subscription closes, and Backend.Close ends the
+// requests. Subscription.Close returns at once. Backend.Close
+// cancels the requests still running and returns within
+// Options.CloseTimeout. The backend sets no timeout of its own on the
+// requests of a call: give every call a ctx with a deadline.
 //
 // # Capabilities
 //

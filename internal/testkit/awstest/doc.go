@@ -14,16 +14,21 @@
 // # Corrections
 //
 // The server runs moto_server through moto_server.py, which corrects the
-// ways in which moto 5.2.1 departs from what AWS documents and the
-// backend relies on: concurrent ReceiveMessage calls on one queue can
-// hand out one message twice (the script serializes each queue's calls,
-// releasing the lock while a receive long-polls); a long poll does not
-// see a message group that a delete freed until it ends (each pass over
-// the queue looks anew); a FIFO queue forgets a MessageDeduplicationId
-// once its message is deleted instead of keeping it for the five-minute
-// deduplication interval (the script keeps it). It also makes a send and
-// a receive cost no pass over the whole queue. Everything else is moto's
-// own.
+// ways in which moto 5.2.1 departs from what AWS documents and the backend
+// relies on: concurrent ReceiveMessage calls on one queue can hand out one
+// message twice (the script serializes each queue's calls, releasing the
+// lock while a receive long-polls); a long poll does not see a message
+// group that a delete freed until it ends, and a long poll on a standard
+// queue does not see a message whose visibility timeout ended until it
+// ends (each pass over the queue looks anew, every 50 ms); a FIFO queue
+// forgets a MessageDeduplicationId once its message is deleted instead of
+// keeping it for the five-minute deduplication interval (the script keeps
+// it). It also cuts moto's costs per request, so that the fault suite's
+// thousands of messages go through within its bounds: a send or a receive
+// counts no messages, a receive reads the clock once, a delete passes over
+// the queue once, a receipt handle is drawn in one call, and no request
+// reads moto's package directory or logs a line. Everything else is
+// moto's own.
 //
 // # Requirements
 //

@@ -7,24 +7,36 @@ and the sqs:// backend relies on.
    visibility timeout. A long poll waits without the lock. moto also
    takes the message groups in flight once, when a receive starts, so
    a long poll would not see a group freed by a delete until it ended:
-   each pass over the queue here takes them anew.
+   each pass over the queue here takes them anew. And a long poll on a
+   standard queue wakes only for a message sent, so a message whose
+   visibility timeout ended waited for the poll to end, where AWS
+   returns it at once: the long poll here looks again every 50 ms.
 2. A FIFO queue remembers a MessageDeduplicationId for five minutes after
    it accepted the message, also once the message is deleted, as the
    "Exactly-once processing in Amazon SQS" section of the SQS Developer
    Guide states; moto forgets it when the message is deleted.
 
-It also lets a send and a receive read the one queue attribute they need
-without counting the queue's messages: moto computes every attribute,
-message counts included, several times a message sent or received,
-which makes each cost the length of the queue.
+It also makes moto's per-request costs fit a test that moves thousands
+of messages: a send and a receive read the one queue attribute they
+need without counting the queue's messages (moto computes every
+attribute, message counts included, several times a message sent or
+received); listing a queue's visible messages reads the clock once, not
+twice a message; a delete passes over the queue once; the list of
+moto's services is read once, not from disk on every request under the
+lock that serializes all requests; a receipt handle is drawn in one
+call, not one a letter; and no line is logged per request.
 
 Arguments are moto_server's.
 """
 
+import logging
+import string
 import sys
 import threading
 import time
 
+from moto import backends
+from moto.core.utils import unix_time_millis
 from moto.server import main
 from moto.sqs import models
 
@@ -105,9 +117,9 @@ receive_once = models.SQSBackend.receive_message
 def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
     # Passes over the queue under its lock, each with the message groups
     # in flight as they are then, and between passes waits without the
-    # lock: on a standard queue as moto does, on a FIFO queue for a
-    # message sent or a short while, for a message of a group in flight
-    # to be deleted.
+    # lock for a message sent or a short while: for a message whose
+    # visibility timeout ends, or, on a FIFO queue, for a message of a
+    # group in flight to be deleted.
     end = time.time() + int(wait_seconds_timeout or 0)
     queue = self.get_queue(queue_name)
     while True:
@@ -115,9 +127,6 @@ def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_ti
         left = end - time.time()
         if result or left <= 0:
             return result
-        if not queue.fifo_queue:
-            queue.wait_for_messages(left)
-            continue
         with queue._messages_lock:
             queue._messages_lock.wait(timeout=min(left, POLL_SECONDS))
 
@@ -130,9 +139,13 @@ add_message = models.Queue.add_message
 
 def add_message_once(self, message):
     if self.fifo_queue and message.deduplication_id:
+        # In the order the IDs were accepted: the oldest come first.
         seen = self.__dict__.setdefault("_bus_deduplication", {})
         now = time.time()
-        for key in [k for k, t in seen.items() if now - t >= DEDUPLICATION_SECONDS]:
+        while seen:
+            key, accepted = next(iter(seen.items()))
+            if now - accepted < DEDUPLICATION_SECONDS:
+                break
             del seen[key]
         if message.deduplication_id in seen:
             return
@@ -141,6 +154,49 @@ def add_message_once(self, message):
 
 
 models.Queue.add_message = add_message_once
+
+
+def visible_messages(self):
+    # moto's own reads the clock twice a message.
+    now = unix_time_millis()
+    return [m for m in self._messages if now > m.visible_at and now >= m.delayed_until]
+
+
+models.Queue.messages = property(visible_messages)
+
+
+def delete_message(self, receipt_handle):
+    # moto's own passes over the queue twice, building a list of each
+    # message's receipt handles.
+    if receipt_handle in self.deleted_messages:
+        return
+    for i, message in enumerate(self._messages):
+        if message.receipt_handle == receipt_handle or receipt_handle in message._old_receipt_handles:
+            self.pending_messages.discard(message)
+            self.deleted_messages.update(message.all_receipt_handles)
+            self._messages = self._messages[:i] + self._messages[i + 1 :]
+            return
+    raise models.ReceiptHandleIsInvalid()
+
+
+models.Queue.delete_message = delete_message
+
+
+def generate_receipt_handle():
+    # moto's own draws its 185 letters one call at a time.
+    return "".join(models.random.choices(string.ascii_lowercase, k=185))
+
+
+models.generate_receipt_handle = generate_receipt_handle
+
+# moto lists its package directory on every request, under the lock
+# that serializes all of them; the list never changes while it runs.
+moto_modules = tuple(backends.list_of_moto_modules())
+backends.list_of_moto_modules = lambda: moto_modules
+
+# One log line a request costs more than most requests; errors are
+# still logged.
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -39,7 +39,7 @@
 // out of its key's order, handled twice or counted as a redelivery, and
 // that all are handled within 10 s of the last Publish under a 30 s ack
 // timeout, so none waited for its lease. Harness.PauseCases runs some of
-// the cases only. [RunPauseBounds] checks the calls of
+// the cases only, and Harness.PauseMessages publishes fewer messages. [RunPauseBounds] checks the calls of
 // BlackholeBoundsEveryCall against their ctx while the server is frozen
 // instead of blackholed.
 //

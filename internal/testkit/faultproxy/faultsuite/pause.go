@@ -52,7 +52,8 @@ var pauseFor = []time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 1
 // or counted as a redelivery, and that every message is handled within
 // 10 s of the last Publish, far less than the ack timeout: nothing waits
 // for a lease to run out. The cases: one member; two members; two
-// members sharing four partitions; Harness.PauseCases picks some of them.
+// members sharing four partitions; Harness.PauseCases picks some of them,
+// and Harness.PauseMessages publishes fewer messages.
 func RunPause(t *testing.T, h Harness) {
 	require.NotEmpty(t, h.Target, "Harness.Target")
 	require.NotNil(t, h.Open, "Harness.Open")
@@ -231,11 +232,15 @@ func (p *pauseRun) publish(b *bus.Bus) {
 	t := p.t
 	tick := time.NewTicker(time.Second * pauseBatch / pauseRate)
 	defer tick.Stop()
-	for start := 0; start < pauseMessages; start += pauseBatch {
+	n := pauseMessages
+	if p.h.PauseMessages > 0 {
+		n = p.h.PauseMessages
+	}
+	for start := 0; start < n; start += pauseBatch {
 		<-tick.C // pacing of the publisher, not synchronisation
 		msgs := make([]*bus.Message, 0, pauseBatch)
 		batchIDs := make([]string, 0, pauseBatch)
-		for seq := start; seq < start+pauseBatch; seq++ {
+		for seq := start; seq < min(start+pauseBatch, n); seq++ {
 			id := "m-" + strconv.Itoa(seq)
 			batchIDs = append(batchIDs, id)
 			msgs = append(msgs, &bus.Message{ID: id, Key: "k" + strconv.Itoa(seq%pauseKeys), Payload: []byte(id)})
