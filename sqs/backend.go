@@ -71,7 +71,7 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		transport = bc.GetTransport()
 	}
-	cfg.HTTPClient = &http.Client{Transport: transport}
+	cfg.HTTPClient = &http.Client{Transport: transport, Timeout: opts.RequestTimeout}
 	b := &Backend{
 		opts:      opts,
 		transport: transport,

@@ -186,8 +186,9 @@
 // its ctx ends or the subscription closes, and Backend.Close ends the
 // requests. Subscription.Close returns at once. Backend.Close
 // cancels the requests still running and returns within
-// Options.CloseTimeout. The backend sets no timeout of its own on the
-// requests of a call: give every call a ctx with a deadline.
+// Options.CloseTimeout. Each HTTP request is also bounded by
+// Options.RequestTimeout (default 30s), so a call whose ctx has no
+// deadline returns on a dead network too.
 //
 // # Capabilities
 //

@@ -28,6 +28,7 @@ func TestFault(t *testing.T) {
 	t.Run("Network", func(t *testing.T) { testFaultNetwork(t, srv) })
 	t.Run("ServerPause", func(t *testing.T) { testFaultServerPause(t, srv) })
 	t.Run("CloseBoundedOnBlackhole", func(t *testing.T) { testCloseBoundedOnBlackhole(t, srv) })
+	t.Run("RequestBoundedWithoutDeadline", func(t *testing.T) { testRequestBoundedWithoutDeadline(t, srv) })
 }
 
 // testFaultNetwork runs the fault suite through proxies to srv: resets,
@@ -140,4 +141,33 @@ func testCloseBoundedOnBlackhole(t *testing.T, srv *awstest.Server) {
 	took = time.Since(start)
 	t.Logf("Backend.Close over a blackhole with two receive requests abandoned: %v (close_timeout 1s)", took.Round(time.Millisecond))
 	assert.Less(t, took, time.Second+faultsuite.Grace, "Backend.Close returns within its CloseTimeout")
+}
+
+// testRequestBoundedWithoutDeadline: over a blackholed link, a Publish
+// whose ctx has no deadline returns an error within the backend's
+// RequestTimeout (request_timeout=5s).
+func testRequestBoundedWithoutDeadline(t *testing.T, srv *awstest.Server) {
+	p, err := faultproxy.New(srv.Addr())
+	require.NoError(t, err)
+	defer p.Close()
+	q := url.Values{"endpoint": {"http://" + p.Addr()}, "close_timeout": {"1s"}, "request_timeout": {"5s"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	be, err := sqs.OpenURL(ctx, &url.URL{Scheme: "sqs", Host: awstest.Region, RawQuery: q.Encode()})
+	require.NoError(t, err)
+	defer be.Close()
+	const topic = "request.blackhole"
+	msg := func(id string) []*backend.Message {
+		return []*backend.Message{{ID: id, Payload: []byte("x"), PublishedAt: time.Now()}}
+	}
+	require.NoError(t, be.Publish(ctx, topic, msg("m0")), "the topic exists before the blackhole")
+
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	start := time.Now()
+	err = be.Publish(context.Background(), topic, msg("m1"))
+	took := time.Since(start)
+	require.Error(t, err, "a Publish over a blackhole fails")
+	t.Logf("Publish without a deadline over a blackhole: %v (request_timeout 5s): %v", took.Round(time.Millisecond), err)
+	assert.Less(t, took, 5*time.Second+faultsuite.Grace, "the request ends by the backend's RequestTimeout")
 }

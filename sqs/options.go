@@ -30,6 +30,10 @@ type Options struct {
 	Prefix string
 	// CloseTimeout bounds Close of the backend (default 2s).
 	CloseTimeout time.Duration
+	// RequestTimeout bounds each HTTP request to SNS or SQS, also one
+	// whose call's ctx has no deadline, on a network that went dead
+	// (default 30s, at least 5s: a receive long-polls for a second).
+	RequestTimeout time.Duration
 	// FIFO makes every topic an SNS FIFO topic and every group an SQS
 	// FIFO queue (default false: standard topics and queues): the
 	// message's key is its message group, so the messages of a key are
@@ -39,7 +43,11 @@ type Options struct {
 	FIFO bool
 }
 
-const defaultCloseTimeout = 2 * time.Second
+const (
+	defaultCloseTimeout   = 2 * time.Second
+	defaultRequestTimeout = 30 * time.Second
+	minRequestTimeout     = 5 * time.Second
+)
 
 var (
 	regionPattern = regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+-[0-9]+$|^[a-z0-9]+(-[a-z0-9]+)*$`)
@@ -73,6 +81,12 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if out.CloseTimeout < 10*time.Millisecond {
 		return out, fmt.Errorf("%w: close timeout %v, want at least 10ms", backend.ErrInvalidOption, out.CloseTimeout)
+	}
+	if out.RequestTimeout == 0 {
+		out.RequestTimeout = defaultRequestTimeout
+	}
+	if out.RequestTimeout < minRequestTimeout {
+		return out, fmt.Errorf("%w: request timeout %v, want at least %v (a receive long-polls for %ds)", backend.ErrInvalidOption, out.RequestTimeout, minRequestTimeout, receiveWait)
 	}
 	return out, nil
 }

@@ -23,10 +23,11 @@ func openURL(ctx context.Context, u *url.URL) (backend.Backend, error) {
 //	sqs://region?param=value&...
 //
 // The host is the AWS region. Parameters: endpoint (the base URL of SNS
-// and SQS, for an emulator or a VPC endpoint), prefix, close_timeout and
-// fifo (a boolean; see Options); an unknown parameter is an error. Credentials come from
-// the AWS SDK's default chain, never from the URL, and appear in no
-// error. It checks the URL before any I/O.
+// and SQS, for an emulator or a VPC endpoint), prefix, close_timeout,
+// request_timeout and fifo (a boolean; see Options); an unknown
+// parameter is an error. Credentials come from the AWS SDK's default
+// chain, never from the URL, and appear in no error. It checks the URL
+// before any I/O.
 func OpenURL(ctx context.Context, u *url.URL) (*Backend, error) {
 	o, err := parseURL(u)
 	if err != nil {
@@ -63,6 +64,9 @@ func parseURL(u *url.URL) (*Options, error) {
 	}
 	if d, ok := p.Duration("close_timeout", 0); ok {
 		o.CloseTimeout = d
+	}
+	if d, ok := p.Duration("request_timeout", 0); ok {
+		o.RequestTimeout = d
 	}
 	if v, ok := p.Bool("fifo"); ok {
 		o.FIFO = v

@@ -16,11 +16,11 @@ import (
 )
 
 func TestParseURLReadsEveryParameter(t *testing.T) {
-	u, err := url.Parse("sqs://eu-west-1?endpoint=http://127.0.0.1:4566&prefix=app-&close_timeout=3s&fifo=true")
+	u, err := url.Parse("sqs://eu-west-1?endpoint=http://127.0.0.1:4566&prefix=app-&close_timeout=3s&request_timeout=45s&fifo=true")
 	require.NoError(t, err)
 	o, err := parseURL(u)
 	require.NoError(t, err)
-	assert.Equal(t, &Options{Region: "eu-west-1", Endpoint: "http://127.0.0.1:4566", Prefix: "app-", CloseTimeout: 3 * time.Second, FIFO: true}, o)
+	assert.Equal(t, &Options{Region: "eu-west-1", Endpoint: "http://127.0.0.1:4566", Prefix: "app-", CloseTimeout: 3 * time.Second, RequestTimeout: 45 * time.Second, FIFO: true}, o)
 }
 
 func TestParseURLRefusesBadInputBeforeIO(t *testing.T) {
@@ -38,6 +38,7 @@ func TestParseURLRefusesBadInputBeforeIO(t *testing.T) {
 		{"an unknown parameter", "sqs://eu-west-1?lifo=true", "lifo"},
 		{"a fifo that is not a boolean", "sqs://eu-west-1?fifo=maybe", "fifo"},
 		{"a short close timeout", "sqs://eu-west-1?close_timeout=1ms", "close timeout"},
+		{"a short request timeout", "sqs://eu-west-1?request_timeout=1s", "request timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
