@@ -23,7 +23,7 @@ type Backend struct {
 	lockSem  chan struct{}
 
 	mu       sync.Mutex
-	idle     []pubChannel    // confirm-mode channels of pub, free for a publish
+	idle     []*amqp.Channel // confirm-mode channels of pub, free for a publish
 	declared map[string]bool // exchanges and queues declared on this backend
 	subs     map[*Subscription]struct{}
 	locks    map[string]*heldLock // by lock queue
@@ -34,13 +34,6 @@ type Backend struct {
 	retention map[string]string
 	// http reads the management API (inspect.go).
 	http *http.Client
-}
-
-// pubChannel is a confirm-mode channel of pub and the socket of its
-// connection (nil when the connection was replaced as it opened).
-type pubChannel struct {
-	ch   *amqp.Channel
-	sock *socket
 }
 
 var (
@@ -166,22 +159,31 @@ var errNacked = errors.New("rabbitmq: the broker nacked the message")
 // every message when it has one) with routing key keys[i] ("" when keys
 // is nil) on a confirm-mode channel and waits for every confirm. It
 // returns each message's error (nil: stored), or an error for the whole
-// batch when none is known to be stored. The batch's frames go out in
-// one write (see socket.cork).
+// batch when none is known to be stored.
 func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string, pubs []amqp.Publishing) ([]error, error) {
-	pc, err := b.confirmChannel(ctx)
+	ch, err := b.confirmChannel(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		b.putChannel(pc)
+		b.putChannel(ch)
 		return nil, err
 	}
-	ch := pc.ch
-	confs, err := b.publishAll(pc, exchanges, keys, pubs)
-	if err != nil {
-		closeChannel(ch, b.opts.CloseTimeout)
-		return nil, err
+	confs := make([]*amqp.DeferredConfirmation, len(pubs))
+	for i := range pubs {
+		key, exchange := "", exchanges[0]
+		if keys != nil {
+			key = keys[i]
+		}
+		if len(exchanges) > 1 {
+			exchange = exchanges[i]
+		}
+		c, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, pubs[i])
+		if err != nil {
+			closeChannel(ch, b.opts.CloseTimeout)
+			return nil, err
+		}
+		confs[i] = c
 	}
 	errs := make([]error, len(pubs))
 	for i, c := range confs {
@@ -199,35 +201,8 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string
 			errs[i] = errNacked
 		}
 	}
-	b.putChannel(pc)
+	b.putChannel(ch)
 	return errs, nil
-}
-
-// publishAll writes pubs on pc, corking its socket meanwhile, and returns
-// their confirmations.
-func (b *Backend) publishAll(pc pubChannel, exchanges, keys []string, pubs []amqp.Publishing) ([]*amqp.DeferredConfirmation, error) {
-	if pc.sock != nil && len(pubs) > 1 {
-		pc.sock.cork()
-	}
-	confs := make([]*amqp.DeferredConfirmation, len(pubs))
-	var err error
-	for i := range pubs {
-		key, exchange := "", exchanges[0]
-		if keys != nil {
-			key = keys[i]
-		}
-		if len(exchanges) > 1 {
-			exchange = exchanges[i]
-		}
-		confs[i], err = pc.ch.PublishWithDeferredConfirm(exchange, key, false, false, pubs[i])
-		if err != nil {
-			break
-		}
-	}
-	if pc.sock != nil && len(pubs) > 1 {
-		err = errors.Join(err, pc.sock.uncork())
-	}
-	return confs, err
 }
 
 // Ping opens a channel on the publishing connection (dialing it when it
@@ -249,41 +224,41 @@ func (b *Backend) Ping(ctx context.Context) error {
 }
 
 // confirmChannel returns an idle confirm-mode channel or opens one.
-func (b *Backend) confirmChannel(ctx context.Context) (pubChannel, error) {
+func (b *Backend) confirmChannel(ctx context.Context) (*amqp.Channel, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return pubChannel{}, backend.ErrClosed
+		return nil, backend.ErrClosed
 	}
 	for len(b.idle) > 0 {
-		pc := b.idle[len(b.idle)-1]
+		ch := b.idle[len(b.idle)-1]
 		b.idle = b.idle[:len(b.idle)-1]
-		if !pc.ch.IsClosed() {
+		if !ch.IsClosed() {
 			b.mu.Unlock()
-			return pc, nil
+			return ch, nil
 		}
 	}
 	b.mu.Unlock()
-	ch, conn, err := b.pub.channelOf(ctx)
+	ch, err := b.pub.channel(ctx)
 	if err != nil {
-		return pubChannel{}, err
+		return nil, err
 	}
 	if err := callCtx(ctx, func() error { return ch.Confirm(false) }); err != nil {
 		closeChannel(ch, b.opts.CloseTimeout)
-		return pubChannel{}, fmt.Errorf("confirm mode: %w", err)
+		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	return pubChannel{ch: ch, sock: b.pub.sockOf(conn)}, nil
+	return ch, nil
 }
 
-// putChannel gives pc back to the idle list.
-func (b *Backend) putChannel(pc pubChannel) {
+// putChannel gives ch back to the idle list.
+func (b *Backend) putChannel(ch *amqp.Channel) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || pc.ch.IsClosed() || len(b.idle) >= 16 {
-		go closeChannel(pc.ch, b.opts.CloseTimeout)
+	if b.closed || ch.IsClosed() || len(b.idle) >= 16 {
+		go closeChannel(ch, b.opts.CloseTimeout)
 		return
 	}
-	b.idle = append(b.idle, pc)
+	b.idle = append(b.idle, ch)
 }
 
 // callCtx runs a synchronous AMQP method in a goroutine and returns when

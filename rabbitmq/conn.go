@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -114,16 +113,9 @@ func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
 // a channel waits for the broker's reply, which never comes on a dead
 // network.
 func (l *link) channel(ctx context.Context) (*amqp.Channel, error) {
-	ch, _, err := l.channelOf(ctx)
-	return ch, err
-}
-
-// channelOf opens a channel as channel does and returns it with its
-// connection.
-func (l *link) channelOf(ctx context.Context) (*amqp.Channel, *amqp.Connection, error) {
 	conn, err := l.get(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	type result struct {
 		ch  *amqp.Channel
@@ -137,32 +129,14 @@ func (l *link) channelOf(ctx context.Context) (*amqp.Channel, *amqp.Connection, 
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
+			return nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
 		}
-		return r.ch, conn, nil
+		return r.ch, nil
 	case <-ctx.Done():
 		l.breakConn(conn) // the reply may never come: start over
 		<-res
-		return nil, nil, ctx.Err()
+		return nil, ctx.Err()
 	}
-}
-
-// sockOf returns the socket of conn when it is the live connection, or
-// nil.
-func (l *link) sockOf(conn *amqp.Connection) *socket {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn == conn {
-		return l.sock
-	}
-	return nil
-}
-
-// liveSocket returns the socket of the live connection, or nil.
-func (l *link) liveSocket() *socket {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sock
 }
 
 // breakConn closes the socket of conn when it is still the live one, so
@@ -244,108 +218,17 @@ func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, *soc
 
 // socket is the connection's net.Conn: every write has a deadline, so a
 // write on a dead network fails (and closes the connection) instead of
-// blocking. The deadline is moved only when less than seven eighths of
-// the write timeout is left of it, so that a burst of writes does not
-// reset the runtime's timer for each: a write waits at most the write
-// timeout.
-//
-// While a publisher has it corked (see cork), writes are gathered and go
-// out in one write when a publisher uncorks it, or at once when they
-// would pass corkMax: a batch's frames cost one system call, not one a
-// message.
+// blocking.
 type socket struct {
 	net.Conn
 	writeTimeout time.Duration
-	deadline     atomic.Int64 // the write deadline set, Unix ns; 0: none
-
-	mu    sync.Mutex
-	corks int
-	buf   []byte
-	err   error // of a failed write: the connection is dead
 }
-
-// corkMax bounds the bytes a corked socket gathers.
-const corkMax = 64 << 10
 
 func (s *socket) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return 0, s.err
-	}
-	if s.corks > 0 && len(s.buf)+len(p) <= corkMax {
-		s.buf = append(s.buf, p...)
-		return len(p), nil
-	}
-	if err := s.flushLocked(); err != nil {
+	if err := s.Conn.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
 		return 0, err
 	}
-	n, err := s.writeLocked(p)
-	if err != nil {
-		s.err = err
-	}
-	return n, err
-}
-
-func (s *socket) writeLocked(p []byte) (int, error) {
-	now := time.Now()
-	if s.deadline.Load()-now.UnixNano() < int64(s.writeTimeout)/8*7 {
-		dl := now.Add(s.writeTimeout)
-		if err := s.Conn.SetWriteDeadline(dl); err != nil {
-			return 0, err
-		}
-		s.deadline.Store(dl.UnixNano())
-	}
 	return s.Conn.Write(p)
-}
-
-// flushLocked writes what the socket gathered; a failed write closes the
-// connection, so that its reader fails and every call waiting on it
-// returns.
-func (s *socket) flushLocked() error {
-	if len(s.buf) == 0 {
-		return nil
-	}
-	_, err := s.writeLocked(s.buf)
-	s.buf = s.buf[:0]
-	if err != nil {
-		s.err = err
-		_ = s.Conn.Close()
-	}
-	return err
-}
-
-// cork makes the socket gather writes until uncork.
-func (s *socket) cork() {
-	s.mu.Lock()
-	s.corks++
-	s.mu.Unlock()
-}
-
-// uncork writes what the socket gathered, and ends a cork; it returns the
-// error of a failed write.
-func (s *socket) uncork() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.corks--
-	if err := s.flushLocked(); err != nil {
-		return err
-	}
-	return s.err
-}
-
-// SetDeadline sets the connection's deadlines; the next Write sets its
-// own write deadline again.
-func (s *socket) SetDeadline(t time.Time) error {
-	s.deadline.Store(0)
-	return s.Conn.SetDeadline(t)
-}
-
-// SetWriteDeadline sets the write deadline; the next Write sets its own
-// again.
-func (s *socket) SetWriteDeadline(t time.Time) error {
-	s.deadline.Store(0)
-	return s.Conn.SetWriteDeadline(t)
 }
 
 // closeChannel closes ch, bounded by timeout: on a dead network the

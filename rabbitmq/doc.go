@@ -189,9 +189,7 @@
 // Every synchronous AMQP method (opening a channel, declaring, consuming)
 // runs under its caller's ctx; every write to the socket has a deadline
 // (Options.WriteTimeout), and heartbeats (Options.Heartbeat) end a
-// connection whose peer went silent. A batch's publishes, and the acks of
-// one Ack call, go out in one write (at most 64 KiB gathered); a failed
-// write closes the connection, so every call waiting on it returns. A connection that died is dialed
+// connection whose peer went silent. A connection that died is dialed
 // again by the next call that needs it; after a failed dial the next
 // waits a backoff (25 ms, doubling up to 1 s), and a call whose ctx ends
 // before the backoff does returns the last dial's error at once.

@@ -408,21 +408,8 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	}
 	s.mu.Unlock()
 	var errs []error
-	// The acks go out in one write: each still names one delivery.
-	var sock *socket
-	if len(acks) > 1 {
-		sock = s.b.sub.liveSocket()
-	}
-	if sock != nil {
-		sock.cork()
-	}
 	for _, a := range acks {
 		if err := a.ch.Ack(a.tag, false); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if sock != nil {
-		if err := sock.uncork(); err != nil {
 			errs = append(errs, err)
 		}
 	}
