@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -20,6 +21,13 @@ import (
 )
 
 var _ backend.Inspector = (*Backend)(nil)
+
+// snsRead and sqsRead let the SDK retry an inspection's read-only
+// request (a connection closed as the answer was read, say): the backend
+// turns the SDK's retries off for every other request, since the bus
+// owns those, but a read is safe to ask again.
+func snsRead(o *sns.Options) { o.Retryer = retry.NewStandard() }
+func sqsRead(o *sqs.Options) { o.Retryer = retry.NewStandard() }
 
 // Tags that name the bus topic of an SNS topic and the bus topic and
 // group of an SQS queue, so that inspection maps hashed AWS names back.
@@ -120,7 +128,7 @@ func (b *Backend) ownTopics(ctx context.Context) ([]snsTopic, error) {
 	var out []snsTopic
 	p := sns.NewListTopicsPaginator(b.sns, &sns.ListTopicsInput{})
 	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+		page, err := p.NextPage(ctx, snsRead)
 		if err != nil {
 			return nil, fmt.Errorf("list the SNS topics: %w", err)
 		}
@@ -189,7 +197,7 @@ func (b *Backend) Topics(ctx context.Context) ([]backend.TopicInfo, error) {
 	}
 	names := make([]string, len(ts))
 	err = each(len(ts), func(i int) error {
-		out, err := b.sns.ListTagsForResource(ctx, &sns.ListTagsForResourceInput{ResourceArn: aws.String(ts[i].arn)})
+		out, err := b.sns.ListTagsForResource(ctx, &sns.ListTagsForResourceInput{ResourceArn: aws.String(ts[i].arn)}, snsRead)
 		if isNotFound(err) {
 			return nil // deleted meanwhile
 		}
@@ -276,7 +284,7 @@ func (b *Backend) Groups(ctx context.Context, topic string) ([]backend.GroupInfo
 	seen := map[string]bool{}
 	p := sns.NewListSubscriptionsByTopicPaginator(b.sns, &sns.ListSubscriptionsByTopicInput{TopicArn: aws.String(arn)})
 	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+		page, err := p.NextPage(ctx, snsRead)
 		if isNotFound(err) {
 			return []backend.GroupInfo{}, nil
 		}
@@ -321,7 +329,7 @@ func (b *Backend) groupInfo(ctx context.Context, topic, queueArn string) (*backe
 	if strings.HasSuffix(name, fifoSuffix) != b.opts.FIFO {
 		return nil, nil
 	}
-	u, err := b.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)})
+	u, err := b.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)}, sqsRead)
 	if isNotFound(err) {
 		return nil, nil
 	}
@@ -329,7 +337,7 @@ func (b *Backend) groupInfo(ctx context.Context, topic, queueArn string) (*backe
 		return nil, fmt.Errorf("find queue %q: %w", name, err)
 	}
 	queueURL := aws.ToString(u.QueueUrl)
-	tags, err := b.sqs.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: aws.String(queueURL)})
+	tags, err := b.sqs.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: aws.String(queueURL)}, sqsRead)
 	if isNotFound(err) {
 		return nil, nil
 	}
@@ -359,7 +367,7 @@ func (b *Backend) groupInfo(ctx context.Context, topic, queueArn string) (*backe
 			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
 			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
 		},
-	})
+	}, sqsRead)
 	if isNotFound(err) {
 		return nil, nil
 	}
