@@ -1388,28 +1388,43 @@ func (s *failingDeadLetterSub) DeadLetter(ctx context.Context, id backend.AckID,
 // it is delivered again, uncounted, before the key's next message runs,
 // until its move succeeds; it is dead-lettered once.
 func TestKeyOrderingHeadWhoseDeadLetterFailsKeepsItsKey(t *testing.T) {
-	raw, err := inmemory.New(nil)
-	require.NoError(t, err)
 	var fails atomic.Int32
 	fails.Store(2)
-	be := &wrappingBackend{Backend: raw, wrap: func(sub *inmemory.Subscription) backend.Subscription {
+	b, log := poisonedKey(t, func(sub *inmemory.Subscription) backend.Subscription {
 		return &failingDeadLetterSub{Subscription: sub, fails: &fails}
-	}}
-	b := bus.New(be, bus.WithObserver(observer.Nop()))
-	defer closeBus(t, b)
+	})
+	require.Eventually(t, func() bool { return log.len() >= 5 }, 20*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"k/0#1", "k/0#1", "k/0#1", "k/1#1", "k/2#1"}, log.list(),
+		"the head runs again after each failed move, before the rest of its key")
+	requireOneDeadLetter(t, b)
+}
+
+// poisonedKey subscribes, on an in-memory backend whose subscriptions
+// wrap wraps, a key-ordered handler that rejects k/0 and logs every
+// delivery, and publishes k/0, k/1 and k/2.
+func poisonedKey(t *testing.T, wrap func(*inmemory.Subscription) backend.Subscription, opts ...bus.SubscribeOption) (*bus.Bus, *orderLog) {
+	t.Helper()
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	b := bus.New(&wrappingBackend{Backend: raw, wrap: wrap}, bus.WithObserver(observer.Nop()))
+	t.Cleanup(func() { closeBus(t, b) })
 	log := &orderLog{}
+	opts = append([]bus.SubscribeOption{bus.WithKeyOrdering(), bus.WithDeadLetter("orders.dlq"), bus.WithMaxInFlight(8)}, opts...)
 	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
 		log.add(d)
 		if string(d.Payload) == "k/0" {
 			return bus.Reject(errors.New("poisoned"))
 		}
 		return nil
-	}, bus.WithKeyOrdering(), bus.WithDeadLetter("orders.dlq"), bus.WithMaxInFlight(8))
+	}, opts...)
 	require.NoError(t, err)
 	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 3)...))
-	require.Eventually(t, func() bool { return log.len() >= 5 }, 20*time.Second, 5*time.Millisecond)
-	assert.Equal(t, []string{"k/0#1", "k/0#1", "k/0#1", "k/1#1", "k/2#1"}, log.list(),
-		"the head runs again after each failed move, before the rest of its key")
+	return b, log
+}
+
+// requireOneDeadLetter checks that k/0 is on orders.dlq once.
+func requireOneDeadLetter(t *testing.T, b *bus.Bus) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dls, err := b.DeadLetters(ctx, "orders.dlq", 0)
@@ -1440,28 +1455,10 @@ func (s *slowDeadLetterSub) DeadLetter(ctx context.Context, id backend.AckID, to
 // lease meanwhile: it is not delivered again, and its key's next message
 // runs after it was moved.
 func TestKeyOrderingSlowDeadLetterKeepsTheLease(t *testing.T) {
-	raw, err := inmemory.New(nil)
-	require.NoError(t, err)
-	be := &wrappingBackend{Backend: raw, wrap: func(sub *inmemory.Subscription) backend.Subscription {
+	b, log := poisonedKey(t, func(sub *inmemory.Subscription) backend.Subscription {
 		return &slowDeadLetterSub{Subscription: sub, hold: 1500 * time.Millisecond}
-	}}
-	b := bus.New(be, bus.WithObserver(observer.Nop()))
-	defer closeBus(t, b)
-	log := &orderLog{}
-	_, err = b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
-		log.add(d)
-		if string(d.Payload) == "k/0" {
-			return bus.Reject(errors.New("poisoned"))
-		}
-		return nil
-	}, bus.WithKeyOrdering(), bus.WithDeadLetter("orders.dlq"), bus.WithAckTimeout(300*time.Millisecond), bus.WithMaxInFlight(8))
-	require.NoError(t, err)
-	require.NoError(t, b.Publish(context.Background(), "orders", keyedMsgs("k", 3)...))
+	}, bus.WithAckTimeout(300*time.Millisecond))
 	require.Eventually(t, func() bool { return log.len() >= 3 }, 20*time.Second, 5*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	dls, err := b.DeadLetters(ctx, "orders.dlq", 0)
-	require.NoError(t, err)
-	assert.Len(t, dls, 1, "the head is dead-lettered once")
+	requireOneDeadLetter(t, b)
 	assert.Equal(t, []string{"k/0#1", "k/1#1", "k/2#1"}, log.list(), "the head is not delivered again while it is being moved")
 }
