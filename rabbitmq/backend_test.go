@@ -21,7 +21,7 @@ import (
 )
 
 // testMalformedEntryDeadLettered publishes, with a plain AMQP client, a
-// message without bus-id to a topic's exchange: the subscription never
+// message without bus-at to a topic's exchange: the subscription never
 // hands it to the handler, reports it as a decode error and puts a copy
 // on its dead-letter topic, coded malformed.
 func testMalformedEntryDeadLettered(t *testing.T, node *rabbittest.Node) {

@@ -16,7 +16,7 @@ import (
 // broker sets (x-delivery-count, x-death) and header keys longer than an
 // AMQP field name (255 bytes) arrive byte-exact.
 const (
-	hdrID       = "bus-id"      // message ID, long string
+	hdrID       = "bus-id"      // message ID, long string, when the message-id property cannot hold it
 	hdrKey      = "bus-key"     // message key, long string, absent when empty
 	hdrHeaders  = "bus-headers" // user headers, byte array (see encodeHeaders)
 	hdrAt       = "bus-at"      // publish time, Unix nanoseconds
@@ -30,7 +30,10 @@ var errMalformed = errors.New("malformed entry")
 
 // encode builds the AMQP message of m.
 func encode(m *backend.Message, base int, due int64) amqp.Publishing {
-	h := amqp.Table{hdrID: m.ID, hdrAt: m.PublishedAt.UnixNano()}
+	h := amqp.Table{hdrAt: m.PublishedAt.UnixNano()}
+	if m.ID == "" || len(m.ID) > 255 {
+		h[hdrID] = m.ID
+	}
 	if m.Key != "" {
 		h[hdrKey] = m.Key
 	}
@@ -46,10 +49,10 @@ func encode(m *backend.Message, base int, due int64) amqp.Publishing {
 	p := amqp.Publishing{
 		Headers:      h,
 		DeliveryMode: amqp.Persistent,
-		Body:         append([]byte(nil), m.Payload...),
+		Body:         m.Payload, // written out before the publish call returns
 	}
 	if len(m.ID) <= 255 {
-		p.MessageId = m.ID // for the broker's tools; bus-id is the one read back
+		p.MessageId = m.ID
 	}
 	return p
 }
@@ -97,13 +100,22 @@ type decoded struct {
 	due   int64 // Unix ms; 0 when due
 }
 
-// decode reads d. Attempt is 1 + the attempts before the copy + the
+// decode reads d. A message of the bus carries bus-at, and its ID in
+// the message-id property (a short string, byte-exact up to 255 bytes)
+// or, when longer, in bus-id; a message without bus-at is not the bus's
+// (malformed). Attempt is 1 + the attempts before the copy + the
 // broker's count of its earlier deliveries (x-delivery-count of a quorum
 // queue).
 func decode(d *amqp.Delivery) (decoded, error) {
 	var out decoded
+	if _, bus := d.Headers[hdrAt]; !bus {
+		return out, errMalformed
+	}
 	id, ok := d.Headers[hdrID].(string)
-	if !ok || id == "" {
+	if !ok {
+		id = d.MessageId
+	}
+	if id == "" {
 		return out, errMalformed
 	}
 	out.msg.ID = id

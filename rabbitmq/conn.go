@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -218,17 +219,40 @@ func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, *soc
 
 // socket is the connection's net.Conn: every write has a deadline, so a
 // write on a dead network fails (and closes the connection) instead of
-// blocking.
+// blocking. The deadline moves only when less than seven eighths of the
+// write timeout is left of it, so that a burst of writes does not reset
+// the runtime's timer for each: a write waits at most the write timeout,
+// and at least seven eighths of it.
 type socket struct {
 	net.Conn
 	writeTimeout time.Duration
+	deadline     atomic.Int64 // the write deadline this socket set, Unix ns; 0: unknown
 }
 
 func (s *socket) Write(p []byte) (int, error) {
-	if err := s.Conn.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
-		return 0, err
+	now := time.Now()
+	if dl := s.deadline.Load(); dl == 0 || time.Unix(0, dl).Sub(now) < s.writeTimeout-s.writeTimeout/8 {
+		next := now.Add(s.writeTimeout)
+		if err := s.Conn.SetWriteDeadline(next); err != nil {
+			return 0, err
+		}
+		s.deadline.Store(next.UnixNano())
 	}
 	return s.Conn.Write(p)
+}
+
+// SetDeadline sets the connection's deadlines; the next write sets its
+// own again.
+func (s *socket) SetDeadline(t time.Time) error {
+	s.deadline.Store(0)
+	return s.Conn.SetDeadline(t)
+}
+
+// SetWriteDeadline sets the connection's write deadline; the next write
+// sets its own again.
+func (s *socket) SetWriteDeadline(t time.Time) error {
+	s.deadline.Store(0)
+	return s.Conn.SetWriteDeadline(t)
 }
 
 // closeChannel closes ch, bounded by timeout: on a dead network the

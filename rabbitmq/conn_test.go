@@ -60,3 +60,45 @@ func TestRedialBacksOff(t *testing.T) {
 	assert.LessOrEqual(t, accepted.Load(), min(maxDials, calls/2), "dials back off")
 	assert.Positive(t, accepted.Load())
 }
+
+// deadlineConn records the write deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
+	c.set = append(c.set, t)
+	return nil
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error { return c.SetWriteDeadline(t) }
+
+func (c *deadlineConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestSocketWriteAlwaysHasADeadline: a write sets a deadline of the write
+// timeout when none is set, when most of it has passed, and after the
+// client cleared the connection's deadlines (as amqp091-go does once
+// the handshake is over); writes in a burst share one.
+func TestSocketWriteAlwaysHasADeadline(t *testing.T) {
+	c := &deadlineConn{}
+	s := &socket{Conn: c, writeTimeout: time.Hour}
+	before := time.Now()
+	for range 3 {
+		_, err := s.Write([]byte("x"))
+		require.NoError(t, err)
+	}
+	require.Len(t, c.set, 1, "a burst of writes shares one deadline")
+	assert.False(t, c.set[0].Before(before.Add(time.Hour)), "the deadline is a write timeout away")
+
+	require.NoError(t, s.SetDeadline(time.Time{}))
+	_, err := s.Write([]byte("x"))
+	require.NoError(t, err)
+	require.Len(t, c.set, 3, "a write after the deadlines were cleared sets its own")
+	assert.False(t, c.set[2].IsZero())
+
+	s.deadline.Store(time.Now().Add(time.Hour / 2).UnixNano()) // half of the timeout left
+	_, err = s.Write([]byte("x"))
+	require.NoError(t, err)
+	require.Len(t, c.set, 4, "a write with less than 7/8 of the timeout left moves the deadline")
+}

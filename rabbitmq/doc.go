@@ -45,11 +45,12 @@
 // dead-letters (x-dead-letter-strategy at-least-once) through the default
 // exchange with the message's routing key, the queue of the group it
 // came from. A bus.at queue dead-letters to bus.due with the routing key
-// the message was published with, the name of its topic's exchange. A message's ID, key, publish time and headers travel in the
-// AMQP headers bus-id, bus-key, bus-at and bus-headers (the user headers
-// packed in one byte array, so that no user header meets a header the
-// broker sets, and every key and value arrives byte-exact); the payload
-// is the body.
+// the message was published with, the name of its topic's exchange. A message's ID travels in the message-id property
+// (in the AMQP header bus-id when it is longer than the property's 255
+// bytes); its key, publish time and headers in the AMQP headers bus-key,
+// bus-at and bus-headers (the user headers packed in one byte array, so
+// that no user header meets a header the broker sets, and every key and
+// value arrives byte-exact); the payload is the body.
 //
 // # Delivery semantics
 //
@@ -121,7 +122,7 @@
 // release when the notes cannot be stored, count an attempt; so do the
 // releases noted for a holder that dies before it settles them.
 //   - Dead letters are published by the bus (a confirmed copy to the
-//     dead-letter topic, then the ack). An entry without bus-id (a
+//     dead-letter topic, then the ack). An entry without bus-at (a
 //     foreign producer) is malformed: it is dead-lettered when the
 //     subscription has a dead-letter topic, acked and reported.
 //
