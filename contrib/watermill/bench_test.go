@@ -195,6 +195,13 @@ func benchRedisstream(b *testing.B, url string) (message.Publisher, message.Subs
 }
 
 func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+	return benchWatermillNATSSubscribers(b, url, 1)
+}
+
+// benchWatermillNATSSubscribers opens Watermill's NATS JetStream Pub/Sub
+// with n subscribers of a queue group, each handing out one message at a
+// time.
+func benchWatermillNATSSubscribers(b *testing.B, url string, n int) (message.Publisher, message.Subscriber) {
 	js := wmnats.JetStreamConfig{
 		AutoProvision:    true,
 		SubscribeOptions: []nc.SubOpt{nc.DeliverAll(), nc.AckExplicit()},
@@ -205,7 +212,7 @@ func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Su
 		b.Fatal(err)
 	}
 	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
-		URL: url, QueueGroupPrefix: "bench", SubscribersCount: 1,
+		URL: url, QueueGroupPrefix: "bench", SubscribersCount: n,
 		AckWaitTimeout: 30 * time.Second, CloseTimeout: 30 * time.Second, JetStream: js,
 	}, watermill.NopLogger{})
 	if err != nil {
