@@ -24,12 +24,14 @@ import (
 // those, each until its pending deliveries have come back (after their
 // leases) and run here, in log order, and runs every other key at once
 // (see inherit and keyLines.hold); a list that fails is asked for again
-// every round. Without the list it waits one ack timeout first, so that what that member left unsettled is back with
-// the group, and is handed out, before anything after it. A subscription
+// every round. Without the list it waits handoverSettle and one ack
+// timeout first (see drainedAt), so that what that member left unsettled,
+// also what its last fetch was handed after it stopped, is back with the
+// group, and is handed out, before anything after it. A subscription
 // that takes a lock another member released while this one waited waits
-// the same way (at most one ack timeout, less when nothing is pending):
-// the releasing member's last fetch may have been handed a message as it
-// closed.
+// the same way (at most handoverSettle and one ack timeout, less when
+// nothing is pending): the releasing member's last fetch may have been
+// handed a message as it closed.
 //
 // A subscription that cannot renew for half the ttl, or finds another
 // holder, stops fetching and fences itself: a Receive under way ends
@@ -83,7 +85,8 @@ func ownerTTL(ackTimeout time.Duration) time.Duration {
 const maxLockTTL = 3 * time.Second
 
 // maxHolds is the most pending deliveries a takeover holds back (see
-// inherit): with more, it waits one ack timeout instead.
+// inherit): with more, it waits as one without the list does (see
+// drainedAt).
 const maxHolds = 10000
 
 func newGroupLock(s *consumer, l backend.GroupLocker) *groupLock {
@@ -177,6 +180,14 @@ type ownerRound struct {
 // broker for this long (Receive blocks about a second at most).
 const handoverSettle = 1500 * time.Millisecond
 
+// drainedAt is when everything the previous holder of a lock taken at
+// takenAt left unsettled is back with the group, when nothing lists it:
+// a message its last fetch was handed after it stopped (within
+// handoverSettle) is leased from then for one ack timeout.
+func (o *groupLock) drainedAt(takenAt time.Time) time.Time {
+	return takenAt.Add(handoverSettle + o.s.cfg.AckTimeout)
+}
+
 // round takes or renews the lock once and opens or closes the gate. A
 // takeover keeps the lock renewed while it waits its ack timeout. It
 // reports true when the backend has no group lock after all: the gate is
@@ -227,13 +238,13 @@ func (o *groupLock) round(r *ownerRound) bool {
 			// it: what it leaves unsettled (a delivery its last fetch
 			// was handed as it closed) comes back within an ack timeout,
 			// unless nothing is left.
-			r.openAt = now.Add(o.s.cfg.AckTimeout)
+			r.openAt = o.drainedAt(now)
 			r.settleAt = now.Add(handoverSettle)
 		}
 		r.other = false
 		if !owning && r.inherit && !now.Before(r.openAt) {
 			switch {
-			case !o.s.keys.idle() && now.Before(r.takenAt.Add(o.s.cfg.AckTimeout)):
+			case !o.s.keys.idle() && now.Before(o.drainedAt(r.takenAt)):
 				// What this member fetched under an earlier hold of
 				// the lock, fenced, is still going back: the holds
 				// are taken once it has (a record of it would stand
@@ -241,20 +252,20 @@ func (o *groupLock) round(r *ownerRound) bool {
 				r.openAt = now.Add(waitPoll)
 			case !o.s.keys.idle():
 				r.inherit = false
-				r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+				r.openAt = o.drainedAt(r.takenAt)
 			default:
 				listed, again := o.inherit()
 				switch {
 				case listed:
 					r.inherit = false
-				case again && now.Before(r.takenAt.Add(o.s.cfg.AckTimeout)):
+				case again && now.Before(o.drainedAt(r.takenAt)):
 					// The list failed (a slow broker): it is asked
-					// for again next round, until one ack timeout
-					// after the takeover, when the wait is over anyway.
+					// for again next round, until the wait without
+					// the list is over anyway (drainedAt).
 					r.openAt = now.Add(waitPoll)
 				default:
 					r.inherit = false
-					r.openAt = r.takenAt.Add(o.s.cfg.AckTimeout)
+					r.openAt = o.drainedAt(r.takenAt)
 				}
 			}
 		}
@@ -279,7 +290,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 			// Within five sixths of the ttl of the last renewal: the
 			// leases given up now are given back, or lapse, while the
 			// next holder, which starts after the ttl, holds back their
-			// keys (or waits one ack timeout).
+			// keys (or waits, see drainedAt).
 			o.s.keeper.fence()
 		}
 		if owning && o.s.keys != nil {
@@ -302,8 +313,7 @@ func (o *groupLock) inherits() bool {
 // order, as they come back after their leases. It reports false when the
 // backend cannot list them all (an error, or more than maxHolds), and
 // again when the list failed with an error worth asking again for (the
-// takeover does so, for at most one ack timeout, which it otherwise
-// waits).
+// takeover does so until drainedAt, which it otherwise waits for).
 func (o *groupLock) inherit() (listed, again bool) {
 	pl := o.s.bsub.(backend.PendingLister)
 	ctx, cancel := context.WithTimeout(context.Background(), o.ttl/3)
@@ -311,7 +321,7 @@ func (o *groupLock) inherit() (listed, again bool) {
 	ps, complete, err := pl.PendingDeliveries(ctx, maxHolds)
 	if err != nil && !errors.Is(err, ErrUnsupported) {
 		o.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
-			Err: fmt.Errorf("bus: list the deliveries a key-ordered group left pending: %w (asking again, for at most one ack timeout)", err)})
+			Err: fmt.Errorf("bus: list the deliveries a key-ordered group left pending: %w (asking again, for at most 1.5 s and one ack timeout)", err)})
 		return false, true
 	}
 	if err != nil || !complete {

@@ -334,6 +334,91 @@ func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	}
 }
 
+// unlisted is an in-memory backend whose subscriptions cannot list what
+// their group has pending (as on NATS), and that reports when a holder
+// other than "crashed-member" first holds a group lock.
+type unlisted struct {
+	*inmemory.Backend
+	once  sync.Once
+	taken chan struct{}
+}
+
+func (u *unlisted) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	held, takeover, err := u.Backend.LockGroup(ctx, topic, group, holder, ttl)
+	if held && holder != "crashed-member" {
+		u.once.Do(func() { close(u.taken) })
+	}
+	return held, takeover, err
+}
+
+func (u *unlisted) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := u.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return unlistedSub{sub.(*inmemory.Subscription)}, nil
+}
+
+// unlistedSub is an in-memory subscription without backend.PendingLister.
+type unlistedSub struct{ *inmemory.Subscription }
+
+// PendingDeliveries hides the in-memory subscription's: unlistedSub is
+// no backend.PendingLister.
+func (unlistedSub) PendingDeliveries() {}
+
+// A member that takes the group lock over from one that let it lapse, on
+// a backend that cannot list what the group has pending, waits for what
+// the lapsed holder's last fetch was handed after the takeover (a fetch
+// at the broker outlives its member by up to about a second): that
+// message, leased from then, is handled before what was published after
+// it.
+func TestKeyOrderingTakeoverWaitsForTheLapsedHoldersLastFetch(t *testing.T) {
+	mem, err := inmemory.New(nil)
+	require.NoError(t, err)
+	be := &unlisted{Backend: mem, taken: make(chan struct{})}
+	b := bus.New(be)
+	defer closeBus(t, b)
+	const ghostTTL, lease = 200 * time.Millisecond, 400 * time.Millisecond
+	ctx := context.Background()
+	msgs := keyedMsgs("k", 2)
+	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
+	ghost, err := mem.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer ghost.Close()
+	held, _, err := mem.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
+	require.NoError(t, err)
+	require.True(t, held)
+	var mu sync.Mutex
+	var order []string
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		order = append(order, string(d.Payload))
+		mu.Unlock()
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	select {
+	case <-be.taken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member never took the lapsed lock over")
+	}
+	// The lapsed holder's fetch is handed k/0 300 ms after the takeover,
+	// as a fetch the broker still had from it would be.
+	time.Sleep(300 * time.Millisecond)
+	taken, err := ghost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the lapsed holder's fetch took k/0")
+	require.NoError(t, b.Publish(ctx, "orders", msgs[1]))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= 2
+	}, 10*time.Second, 5*time.Millisecond, "both messages are handled")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"k/0", "k/1"}, order[:2], "what the lapsed holder's last fetch took comes first")
+}
+
 // A member that takes over a lock whose group has nothing unsettled at the
 // broker starts at once, without waiting an ack timeout.
 func TestKeyOrderingTakeoverWithNothingPendingStartsAtOnce(t *testing.T) {

@@ -397,7 +397,7 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // one process or many. A member that takes over from one that died
 // holds back only the keys the dead member left unsettled, until their
 // leases end, and runs the others within seconds (on a backend with
-// backend.PendingLister; without it, it waits one ack timeout). On a
+// backend.PendingLister; without it, it waits 1.5 s and one ack timeout). On a
 // backend whose own group assignment keeps each key on one member
 // (backend.Capabilities.KeyOwnership: Kafka) every member fetches, with
 // no group lock, and a key moves between members only once its old

@@ -21,8 +21,8 @@ type Pending struct {
 // key-ordered subscription takes the group lock over from a member that
 // let it lapse (a crash): it holds back the keys of the listed deliveries
 // until each comes back and is handled, in log order, and runs every
-// other key at once. Without it the bus waits one ack timeout before it
-// fetches.
+// other key at once. Without it the bus waits 1.5 s and one ack timeout
+// before it fetches.
 type PendingLister interface {
 	// PendingDeliveries returns up to max unsettled deliveries of the
 	// subscription's group on its topic, those of every member, in log

@@ -39,13 +39,13 @@ type handledAt struct {
 // the crash, within crashResumeBound, far less than the ack timeout; key
 // a resumes only when a-0's lease ends (with WithCrashReturnsAtLapse,
 // when A's lock lapsed, within the same bound), a-0 first (redelivered),
-// then a-1. A backend without backend.PendingLister waits one ack timeout:
-// the case is skipped there.
+// then a-1. A backend without backend.PendingLister waits 1.5 s and one
+// ack timeout: the case is skipped there.
 func testCrashStallsOnlyItsKeys(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	h.crashHandover(t)
 	if !h.probe(func(sub backend.Subscription) bool { _, ok := sub.(backend.PendingLister); return ok }) {
-		t.Skipf("%s subscriptions do not implement backend.PendingLister: a takeover waits one ack timeout", s.caps.Name)
+		t.Skipf("%s subscriptions do not implement backend.PendingLister: a takeover waits 1.5 s and one ack timeout", s.caps.Name)
 	}
 	topic, group := h.topic("crashkeys"), h.group("crashkeys")
 	ackTimeout := s.cfg.dur(crashAckTimeout)

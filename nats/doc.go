@@ -130,7 +130,9 @@
 // to another member after AckWait. Subscriptions do not implement
 // backend.PendingLister (JetStream does not tell which deliveries after
 // a consumer's ack floor were acked): a key-ordered member that takes the
-// group lock over from a crashed one waits one ack timeout.
+// group lock over from a crashed one waits 1.5 s and one ack timeout (a
+// fetch the crashed member had under way may be handed a message after it
+// stopped, leased from then).
 //
 // Core NATS mode (Options.CoreNATS, ?jetstream=false) is at-most-once.
 // Groups are queue groups: every group gets each message, one member of
