@@ -273,11 +273,20 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 // for ghostTTL, and does nothing more. The caller closes it.
 func crashedHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, lease, ghostTTL time.Duration) backend.Subscription {
 	t.Helper()
-	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
-	require.NoError(t, err)
+	ghost := lockHolder(t, ctx, be, lease, ghostTTL)
 	taken, err := ghost.Receive(ctx, 1)
 	require.NoError(t, err)
 	require.Len(t, taken, 1, "the crashed member had taken k/0, unsettled")
+	return ghost
+}
+
+// lockHolder is a member of group "g" on "orders" (ack timeout lease,
+// from the oldest message) that holds the group lock for ghostTTL, as
+// "crashed-member", and has fetched nothing yet. The caller closes it.
+func lockHolder(t *testing.T, ctx context.Context, be *inmemory.Backend, lease, ghostTTL time.Duration) backend.Subscription {
+	t.Helper()
+	ghost, err := be.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
 	held, _, err := be.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
 	require.NoError(t, err)
 	require.True(t, held)
@@ -382,12 +391,8 @@ func TestKeyOrderingTakeoverWaitsForTheLapsedHoldersLastFetch(t *testing.T) {
 	ctx := context.Background()
 	msgs := keyedMsgs("k", 2)
 	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
-	ghost, err := mem.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
-	require.NoError(t, err)
+	ghost := lockHolder(t, ctx, mem, lease, ghostTTL)
 	defer ghost.Close()
-	held, _, err := mem.LockGroup(ctx, "orders", "g", "crashed-member", ghostTTL)
-	require.NoError(t, err)
-	require.True(t, held)
 	var mu sync.Mutex
 	var order []string
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
