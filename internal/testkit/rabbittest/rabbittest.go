@@ -169,10 +169,15 @@ func (n *Node) Kill() { n.proc.Stop(syscall.SIGKILL) }
 // node killed before a new quorum queue's server is in the saved
 // directory brings the queue back empty, as a follower of term 0 that
 // never starts an election (RabbitMQ 3.10): its publishes wait for a
-// leader that never comes. A test that kills the node to see how clients
-// recover, not to see that bug, calls SaveRaftMeta first.
+// leader that never comes. It also writes out Mnesia's transaction log
+// (latest_log, a disk_log that holds writes back up to two seconds),
+// where the node keeps its queues, exchanges and bindings: a node killed
+// before a new binding is written comes back without it, and confirms
+// the messages published to the exchange as routed nowhere. A test that
+// kills the node to see how clients recover, not to see that, calls
+// SaveRaftMeta first.
 func (n *Node) SaveRaftMeta() error {
-	out, err := n.Ctl("eval", "[ok = dets:sync(T) || T <- dets:all()], ok.")
+	out, err := n.Ctl("eval", "[ok = dets:sync(T) || T <- dets:all()], ok = disk_log:sync(latest_log), ok.")
 	if err != nil {
 		return fmt.Errorf("rabbittest: save the raft metadata: %w: %s", err, out)
 	}
