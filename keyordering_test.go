@@ -268,6 +268,17 @@ func TestKeyOrderingRetryWaitsForTheNackingHandler(t *testing.T) {
 	assert.Zero(t, overlaps, "the retry started while the nacking handler still ran")
 }
 
+// takeoverBus is a bus on be, closed when the test ends, and two messages
+// of key "k" of which the first is published to "orders".
+func takeoverBus(t *testing.T, be backend.Backend) (*bus.Bus, []*bus.Message) {
+	t.Helper()
+	b := bus.New(be)
+	t.Cleanup(func() { closeBus(t, b) })
+	msgs := keyedMsgs("k", 2)
+	require.NoError(t, b.Publish(context.Background(), "orders", msgs[0]))
+	return b, msgs
+}
+
 // crashedHolder is a member of group "g" on "orders" that crashed: it
 // took the oldest message with a lease of lease and holds the group lock
 // for ghostTTL, and does nothing more. The caller closes it.
@@ -314,12 +325,9 @@ func crashedGroup(t *testing.T, lease time.Duration) *inmemory.Backend {
 func TestKeyOrderingTakeoverWaitsOneAckTimeout(t *testing.T) {
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
-	b := bus.New(be)
-	defer closeBus(t, b)
+	b, msgs := takeoverBus(t, be)
 	const ghostTTL, lease = 200 * time.Millisecond, 400 * time.Millisecond
 	ctx := context.Background()
-	msgs := keyedMsgs("k", 2)
-	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
 	ghost := crashedHolder(t, ctx, be, lease, ghostTTL)
 	defer ghost.Close()
 	start := time.Now()
@@ -385,12 +393,9 @@ func TestKeyOrderingTakeoverWaitsForTheLapsedHoldersLastFetch(t *testing.T) {
 	mem, err := inmemory.New(nil)
 	require.NoError(t, err)
 	be := &unlisted{Backend: mem, taken: make(chan struct{})}
-	b := bus.New(be)
-	defer closeBus(t, b)
+	b, msgs := takeoverBus(t, be)
 	const ghostTTL, lease = 200 * time.Millisecond, 400 * time.Millisecond
 	ctx := context.Background()
-	msgs := keyedMsgs("k", 2)
-	require.NoError(t, b.Publish(ctx, "orders", msgs[0]))
 	ghost := lockHolder(t, ctx, mem, lease, ghostTTL)
 	defer ghost.Close()
 	var mu sync.Mutex
