@@ -398,12 +398,9 @@ func TestKeyOrderingTakeoverWaitsForTheLapsedHoldersLastFetch(t *testing.T) {
 	ctx := context.Background()
 	ghost := lockHolder(t, ctx, mem, lease, ghostTTL)
 	defer ghost.Close()
-	var mu sync.Mutex
-	var order []string
+	log := &orderLog{}
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		mu.Lock()
-		order = append(order, string(d.Payload))
-		mu.Unlock()
+		log.add(d)
 		return nil
 	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
 	require.NoError(t, err)
@@ -419,14 +416,13 @@ func TestKeyOrderingTakeoverWaitsForTheLapsedHoldersLastFetch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, taken, 1, "the lapsed holder's fetch took k/0")
 	require.NoError(t, b.Publish(ctx, "orders", msgs[1]))
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= 2
-	}, 10*time.Second, 5*time.Millisecond, "both messages are handled")
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []string{"k/0", "k/1"}, order[:2], "what the lapsed holder's last fetch took comes first")
+	require.Eventually(t, func() bool { return log.len() >= 2 }, 10*time.Second, 5*time.Millisecond, "both messages are handled")
+	var order []string
+	for _, h := range log.list()[:2] {
+		payload, _, _ := strings.Cut(h, "#")
+		order = append(order, payload)
+	}
+	assert.Equal(t, []string{"k/0", "k/1"}, order, "what the lapsed holder's last fetch took comes first")
 }
 
 // A member that takes over a lock whose group has nothing unsettled at the
