@@ -269,7 +269,7 @@ func (o *groupLock) round(r *ownerRound) bool {
 				}
 			}
 		}
-		if owning && o.s.keys != nil && o.s.keys.holdsDue(now) {
+		if owning && o.inherits() && o.s.keys.holdsDue(now) {
 			o.recheck(now)
 		}
 		if !owning && now.Before(r.openAt) && !now.Before(r.settleAt) && o.nothingPending() {

@@ -1553,3 +1553,151 @@ func TestKeyOrderingSlowDeadLetterKeepsTheLease(t *testing.T) {
 	requireOneDeadLetter(t, b)
 	assert.Equal(t, []string{"k/0#1", "k/1#1", "k/2#1"}, log.list(), "the head is not delivered again while it is being moved")
 }
+
+// leaseTrap is an in-memory backend whose subscriptions refuse to extend
+// the lease of the first delivery of the message with ID lose, so that it
+// is lost while the delivery waits behind its key's head; with drop set,
+// they also hide the message's redeliveries (acked as they come), as if
+// it had left the stream. Without listed, its subscriptions cannot list
+// what is pending (backend.PendingLister).
+type leaseTrap struct {
+	*inmemory.Backend
+	lose         string
+	drop, listed bool
+}
+
+func (b *leaseTrap) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	trap := &leaseTrapSub{Subscription: sub.(*inmemory.Subscription), trap: b, refused: map[backend.AckID]bool{}}
+	if b.listed {
+		return listedTrapSub{trap}, nil
+	}
+	return trap, nil
+}
+
+type leaseTrapSub struct {
+	*inmemory.Subscription
+	trap    *leaseTrap
+	mu      sync.Mutex
+	refused map[backend.AckID]bool
+}
+
+// listedTrapSub is a leaseTrapSub that lists what is pending.
+type listedTrapSub struct{ *leaseTrapSub }
+
+func (s listedTrapSub) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
+	return s.Subscription.PendingDeliveries(ctx, max)
+}
+
+func (s *leaseTrapSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	msgs, err := s.Subscription.Receive(ctx, max)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := msgs[:0]
+	for _, m := range msgs {
+		switch {
+		case m.ID != s.trap.lose:
+		case m.Attempt <= 1:
+			s.refused[m.AckID] = true
+		case s.trap.drop:
+			_ = s.Subscription.Ack(ctx, []backend.AckID{m.AckID})
+			continue
+		}
+		kept = append(kept, m)
+	}
+	return kept, err
+}
+
+func (s *leaseTrapSub) Extend(ctx context.Context, id backend.AckID) error {
+	s.mu.Lock()
+	refused := s.refused[id]
+	s.mu.Unlock()
+	if refused {
+		return errors.New("the broker does not answer")
+	}
+	return s.Subscription.Extend(ctx, id)
+}
+
+// PendingDeliveries hides the in-memory subscription's (see
+// listedTrapSub).
+func (*leaseTrapSub) PendingDeliveries() {}
+
+// runLeaseTrap subscribes a key-ordered group to be, publishes k/0, k/1
+// and k/2 with k/1's lease lost while it waits behind k/0, which runs
+// until then, and returns the handler's order log and the events that
+// say a key went on without its lost delivery.
+func runLeaseTrap(t *testing.T, be *leaseTrap, lease time.Duration) (*orderLog, <-chan error) {
+	t.Helper()
+	msgs := keyedMsgs("k", 3)
+	for i, m := range msgs {
+		m.ID = fmt.Sprintf("id-%d", i)
+	}
+	be.lose = msgs[1].ID
+	lost, expired := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
+	b := bus.New(be, bus.WithObserver(observer.Func(func(_ context.Context, e observer.Event) {
+		if e.Scope == observer.ScopeLease && e.MessageID == be.lose && e.Err != nil {
+			if strings.Contains(e.Err.Error(), "to come back") {
+				expired <- e.Err
+			} else {
+				once.Do(func() { close(lost) })
+			}
+		}
+	})))
+	t.Cleanup(func() { closeBus(t, b) })
+	log := &orderLog{}
+	_, err := b.Subscribe(context.Background(), "orders", func(ctx context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "k/0" {
+			select {
+			case <-lost:
+			case <-time.After(10 * time.Second):
+				t.Error("k/1's lease was never lost")
+			}
+		}
+		log.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(context.Background(), "orders", msgs...))
+	return log, expired
+}
+
+// A delivery whose lease is lost while it waits behind its key's head
+// (the broker did not answer the extension) holds its key until the
+// backend delivers it again: the key's next message runs after it, on a
+// backend that lists what is pending and on one that cannot.
+func TestKeyOrderingLostLeaseOfAWaitingDeliveryHoldsItsKey(t *testing.T) {
+	for _, listed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
+			mem, err := inmemory.New(nil)
+			require.NoError(t, err)
+			log, _ := runLeaseTrap(t, &leaseTrap{Backend: mem, listed: listed}, 300*time.Millisecond)
+			require.Eventually(t, func() bool { return log.len() >= 3 }, 10*time.Second, 5*time.Millisecond)
+			assert.Equal(t, []string{"k/0#1", "k/1#2", "k/2#1"}, log.list())
+		})
+	}
+}
+
+// A key that waits for a delivery whose lease was lost goes on without it
+// when it does not come back (it left the stream): two ack timeouts and
+// 1.5 s later its next message runs, and an event says why.
+func TestKeyOrderingLostLeaseThatNeverComesBackFreesItsKey(t *testing.T) {
+	mem, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const lease = 300 * time.Millisecond
+	log, expired := runLeaseTrap(t, &leaseTrap{Backend: mem, drop: true}, lease)
+	require.Eventually(t, func() bool { return log.len() >= 1 }, 10*time.Second, 5*time.Millisecond)
+	start := time.Now()
+	require.Eventually(t, func() bool { return log.len() >= 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the key waited for the lost delivery")
+	assert.Equal(t, []string{"k/0#1", "k/2#1"}, log.list())
+	select {
+	case err := <-expired:
+		assert.ErrorContains(t, err, `key "k" waited`)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event says why the key went on")
+	}
+}

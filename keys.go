@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,8 @@ import (
 // the backend: the deliveries behind it are already here, and the retry
 // must run before them. The lease of every held delivery, waiting behind
 // its head or for its retry, is kept alive by the lease keeper; one whose
-// lease is lost is given up when its turn comes (the backend delivers it
-// again).
+// lease is lost is given up when its turn comes, and its key waits for the
+// backend to deliver it again (see lapseLocked).
 //
 // Waiting is not running. A head holds an in-flight slot, also while it
 // waits for its retry. The deliveries behind a head hold a unit of the
@@ -188,8 +189,8 @@ func (k *keyLines) pendingNow() int {
 // in-flight slot the caller took for it, and returns how many it took
 // (none after close, which gives them back). Each gives back its unit of
 // the waiting set; one whose lease was lost while it waited is given up
-// (the backend delivers it again, and the next of its key, if any, takes
-// its slot).
+// (the backend delivers it again, and its key waits for it, see
+// lapseLocked; fenced, the next of its key takes its slot).
 func (k *keyLines) runPending(n int) int {
 	k.mu.Lock()
 	if k.closed {
@@ -204,10 +205,13 @@ func (k *keyLines) runPending(n int) int {
 	var lost []*record
 	for _, d := range ds {
 		d.state.And(^stateWaiting)
-		if k.s.leaseLost(d) {
-			lost = append(lost, d)
-		} else {
+		if !k.s.leaseLost(d) {
 			run = append(run, d)
+			continue
+		}
+		lost = append(lost, d)
+		if l := k.lines[d.pub.Key]; d.pub.Key != "" && l != nil && l.head == d && !k.s.fencedOut(d) {
+			k.lapseLocked(d.pub.Key, l, d)
 		}
 	}
 	k.s.waits.Release(n)
@@ -292,6 +296,15 @@ func (k *keyLines) done(d *record) bool {
 		return false
 	}
 	next := l.take(i)
+	if k.s.leaseLost(next) && !k.s.fencedOut(next) {
+		// Its lease ran out while it waited: the key waits for it to
+		// come back. It keeps its unit of the waiting set until it is
+		// given up, and d's slot is freed.
+		k.lapseLocked(key, l, next)
+		k.mu.Unlock()
+		k.s.giveUp(next)
+		return false
+	}
 	l.head = next
 	next.state.And(^stateWaiting)
 	k.s.waits.Release(1)
@@ -301,11 +314,71 @@ func (k *keyLines) done(d *record) bool {
 		return true
 	}
 	k.mu.Unlock()
-	// Its lease ran out while it waited: the backend delivers it again.
-	// Giving it up ends its turn, and done runs again for the one after,
-	// which the slot goes on to.
+	// Fenced: it goes back to the group at once (see giveUp), which
+	// ends its turn, and done runs again for the one after, which the
+	// slot goes on to.
 	k.s.giveUp(next)
 	return true
+}
+
+// lapseLocked makes key, whose next delivery d lost its lease while it
+// waited (its handler never ran, and the member still holds the group
+// lock), wait for d to come back: the backend delivers d again after its
+// lease, and the deliveries of the key behind it, here or fetched later,
+// must not run before it. d's ID goes to the front of the line's holds,
+// so that its redelivery runs as the key's head (see admit); when it is
+// already here, behind, it waits for a slot now (runPending). The caller
+// gives d up once k.mu is released. When d has not come back within
+// lapseWait (its message is gone from the stream, or fetching is paused
+// by a full waiting set), the key goes on without it (expireLapse).
+// k.mu is held.
+func (k *keyLines) lapseLocked(key string, l *keyLine, d *record) {
+	id := d.pub.ID
+	l.holds = slices.Insert(l.holds, 0, id)
+	if end := time.Now().Add(k.s.cfg.AckTimeout); len(l.holds) == 1 || !l.holdEnd.IsZero() {
+		l.holdEnd = maxTime(l.holdEnd, end)
+	}
+	l.head = nil
+	if i := l.nextIndex(); i >= 0 {
+		next := l.take(i)
+		l.head = next
+		k.pending = append(k.pending, next)
+	}
+	time.AfterFunc(k.lapseWait(), func() { k.expireLapse(key, id) })
+}
+
+// lapseWait bounds how long a key waits for a delivery whose lease was
+// lost while it waited: its lease at the broker ends within one ack
+// timeout, and a fetch brings it within handoverSettle after that; the
+// second ack timeout is slack for a slow broker.
+func (k *keyLines) lapseWait() time.Duration {
+	return 2*k.s.cfg.AckTimeout + handoverSettle
+}
+
+// expireLapse lets key go on without the delivery id it waited for since
+// its lease was lost (lapseLocked), if it has not come back by now: the
+// deliveries behind it run, and the delivery runs after them if it comes
+// back later (the exception in docs/ordering.md).
+func (k *keyLines) expireLapse(key, id string) {
+	k.mu.Lock()
+	l := k.lines[key]
+	if k.closed || l == nil || !slices.Contains(l.holds, id) {
+		k.mu.Unlock()
+		return
+	}
+	l.holds = slices.DeleteFunc(l.holds, func(h string) bool { return h == id })
+	if l.head == nil {
+		if i := l.nextIndex(); i >= 0 {
+			next := l.take(i)
+			l.head = next
+			k.pending = append(k.pending, next)
+		} else if len(l.holds) == 0 {
+			delete(k.lines, key)
+		}
+	}
+	k.mu.Unlock()
+	k.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: k.s.cfg.Topic, Group: k.s.cfg.Group, MessageID: id,
+		Err: fmt.Errorf("bus: key %q waited %v for its delivery %s, whose lease was lost, to come back; the key goes on without it (it runs when it comes back)", key, k.lapseWait(), id)})
 }
 
 // retry replaces the claimed head d by a new delivery of its message with
@@ -378,6 +451,9 @@ func (k *keyLines) start(key string, l *keyLine, r *record) {
 		defer cancel()
 		k.handBack(ctx, r, back, !l.snoozed)
 	case k.s.leaseLost(r):
+		if !k.s.fencedOut(r) {
+			k.lapseLocked(key, l, r)
+		}
 		k.mu.Unlock()
 		k.s.giveUp(r)
 	default:

@@ -405,9 +405,11 @@ func WithMaxExtension(d time.Duration) SubscribeOption {
 // neither the order holds within one subscription only: run one member
 // per group. When a subscription
 // closes, the deliveries waiting for their key go back to the group. A
-// delivery whose lease is lost (its member crashed, or the keep-alive
-// failed) is delivered again after the lease, possibly after later
-// messages of its key. See docs/ordering.md.
+// delivery whose lease is lost while its handler runs (its member
+// crashed, or the keep-alive failed) is delivered again after the lease,
+// possibly after later messages of its key; one whose lease is lost
+// while it waits holds its key until it is delivered again (for at most
+// two ack timeouts and 1.5 s). See docs/ordering.md.
 func WithKeyOrdering() SubscribeOption {
 	return subOptionFunc(func(s *subscribeOptions) error {
 		s.keyOrdering = true
