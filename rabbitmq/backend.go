@@ -22,9 +22,13 @@ type Backend struct {
 	lockLink *link // owns the exclusive queues of the group locks
 	lockSem  chan struct{}
 
-	mu       sync.Mutex
-	idle     []*amqp.Channel // confirm-mode channels of pub, free for a publish
-	declared map[string]bool // exchanges and queues declared on this backend
+	mu   sync.Mutex
+	idle []*amqp.Channel // confirm-mode channels of pub, free for a publish
+	// declared holds the exchanges, queues and bindings declared on
+	// this backend, each with the publishing connection it was declared
+	// on: a declaration counts only while that connection lives (see
+	// declare).
+	declared map[string]*amqp.Connection
 	subs     map[*Subscription]struct{}
 	locks    map[string]*heldLock // by lock queue
 	lockSeq  uint64               // takes of a lock on this backend
@@ -54,7 +58,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	if _, err := amqp.ParseURI(amqpURL); err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w: the URL does not parse", backend.ErrInvalidOption)
 	}
-	b := &Backend{url: amqpURL, opts: opts, declared: map[string]bool{}, subs: map[*Subscription]struct{}{},
+	b := &Backend{url: amqpURL, opts: opts, declared: map[string]*amqp.Connection{}, subs: map[*Subscription]struct{}{},
 		locks: map[string]*heldLock{}, lockSem: make(chan struct{}, 1)}
 	b.pub = &link{b: b, name: "publish"}
 	b.sub = &link{b: b, name: "consume"}
@@ -147,6 +151,10 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 		}
 	}
 	if len(be.Failed) > 0 {
+		// The broker refuses a publish to an exchange that is gone
+		// (404, which closes the channel and nacks the batch): the next
+		// Publish declares the exchanges again.
+		b.forget(append(exchanges, "due "+ex)...)
 		return &be
 	}
 	return nil
@@ -276,15 +284,17 @@ func callCtx(ctx context.Context, f func() error) error {
 }
 
 // declare runs one declaration on a fresh channel of pub, once per
-// backend for each name.
+// publishing connection for each name: a connection lost may mean a
+// node that lost its latest declarations, so the first use of name on
+// the next connection declares it again.
 func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Channel) error) error {
 	b.mu.Lock()
-	done := b.declared[name]
+	on := b.declared[name]
 	b.mu.Unlock()
-	if done {
+	if on != nil && !on.IsClosed() {
 		return nil
 	}
-	ch, err := b.pub.channel(ctx)
+	conn, ch, err := b.pub.channelOn(ctx)
 	if err != nil {
 		return err
 	}
@@ -294,9 +304,18 @@ func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Chan
 		return fmt.Errorf("declare %q: %w", name, err)
 	}
 	b.mu.Lock()
-	b.declared[name] = true
+	b.declared[name] = conn
 	b.mu.Unlock()
 	return nil
+}
+
+// forget makes the next use of each name declare it again.
+func (b *Backend) forget(names ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range names {
+		delete(b.declared, n)
+	}
 }
 
 // declareExchange declares topic's durable fanout exchange.
@@ -310,16 +329,23 @@ func (b *Backend) declareExchange(ctx context.Context, ex string) error {
 // the topic's exchange.
 func (b *Backend) declareGroup(ctx context.Context, topic, group string) (string, error) {
 	ex, q := b.exchangeName(topic), b.queueName(topic, group)
-	if err := b.declareExchange(ctx, ex); err != nil {
-		return "", err
-	}
-	err := b.declare(ctx, q, func(ch *amqp.Channel) error {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-			return err
-		}
-		return ch.QueueBind(q, "", ex, false, nil)
-	})
+	err := b.declare(ctx, q, func(ch *amqp.Channel) error { return declareGroupOn(ch, ex, q, false) })
 	return q, err
+}
+
+// declareGroupOn declares the exchange ex, the group's quorum queue q
+// and its binding to ex on ch. With noWait it sends the three without
+// waiting for their replies: the broker runs a channel's methods in
+// order, so the next synchronous method on ch returns after them, with
+// the error of any that failed (which closes the channel).
+func declareGroupOn(ch *amqp.Channel, ex, q string, noWait bool) error {
+	if err := ch.ExchangeDeclare(ex, amqp.ExchangeFanout, true, false, false, noWait, nil); err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, noWait, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return err
+	}
+	return ch.QueueBind(q, "", ex, noWait, nil)
 }
 
 // declareHold declares the hold exchange and quorum queue of delay d:

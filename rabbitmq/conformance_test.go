@@ -38,6 +38,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("FaultNodePause", func(t *testing.T) { testFaultNodePause(t, node) })
 	t.Run("FaultNetwork", func(t *testing.T) { testFaultNetwork(t, node) })
 	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })
+	t.Run("FaultLostDeclarations", func(t *testing.T) { testFaultLostDeclarations(t, node) })
 	t.Run("SubscriptionCloseBoundedOnBlackhole", func(t *testing.T) { testSubscriptionCloseBoundedOnBlackhole(t, node) })
 }
 

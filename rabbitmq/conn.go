@@ -114,9 +114,16 @@ func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
 // a channel waits for the broker's reply, which never comes on a dead
 // network.
 func (l *link) channel(ctx context.Context) (*amqp.Channel, error) {
+	_, ch, err := l.channelOn(ctx)
+	return ch, err
+}
+
+// channelOn opens a channel as channel does and returns it with the
+// connection it is on.
+func (l *link) channelOn(ctx context.Context) (*amqp.Connection, *amqp.Channel, error) {
 	conn, err := l.get(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type result struct {
 		ch  *amqp.Channel
@@ -130,13 +137,13 @@ func (l *link) channel(ctx context.Context) (*amqp.Channel, error) {
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
+			return nil, nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
 		}
-		return r.ch, nil
+		return conn, r.ch, nil
 	case <-ctx.Done():
 		l.breakConn(conn) // the reply may never come: start over
 		<-res
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 

@@ -86,6 +86,10 @@ func testDeleteGroup(t *testing.T, node *rabbittest.Node) {
 			break
 		}
 	}
+	_, err = gone.Receive(rctx, 4)
+	require.Error(t, err, "the deleted group's member's next Receive fails too")
+	require.NoError(t, rctx.Err(), "the deleted group's member's next Receive fails")
+	assert.False(t, exists("bus.q.delgroup/gone"), "the member does not declare its deleted group again")
 
 	require.NoError(t, b.DeleteGroup(ctx, topic, "never-was"), "a group that does not exist")
 	require.NoError(t, b.Close())

@@ -205,6 +205,35 @@
 // election is triggered on the node. The fault suite's restart case
 // kills the node after it synced every dets table.
 //
+// # Recovery
+//
+// RabbitMQ 3.10 keeps exchanges, queues and bindings in Mnesia, whose
+// transaction log it writes out up to about two seconds late: a node
+// killed in that time comes back without the latest declarations, and
+// confirms a message published to an exchange that has lost a group's
+// binding as routed nowhere. The backend declares again what it relies
+// on once a connection was lost:
+//
+//   - A member declares the topic's exchange, the group's queue and its
+//     binding on every channel it consumes on, before basic.consume:
+//     sent without waiting for their replies, they share the round trip
+//     of basic.qos, which the broker answers after them. A member whose
+//     consumer the broker cancelled on a live channel (its group's
+//     queue was deleted, see DeleteGroup) declares nothing again, and
+//     its Receive fails.
+//   - Every other declaration (a topic's exchange for Publish, the hold
+//     queues, bus.due and its bindings, release notes, streams) counts
+//     for the publishing connection it was made on: the first use after
+//     that connection was lost declares it again.
+//   - A Publish the broker refuses (a publish to an exchange that is
+//     gone closes the channel, and the broker nacks the batch) makes
+//     the next Publish declare its exchanges again, on the same
+//     connection.
+//
+// A message published while a group's binding is missing reaches no
+// queue of that group: from the node's restart until the group's
+// member consumes again.
+//
 // # Capabilities
 //
 // ConsumerGroups, Persistent, Redelivery, NackDelay, Ordered (one member

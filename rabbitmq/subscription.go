@@ -53,6 +53,10 @@ type Subscription struct {
 	take   uint64 // the take of the lock whose notes were read
 	// receiving: a Receive is under way (it reads deliveries).
 	receiving bool
+	// cancelled: the broker cancelled the consumer on a live channel,
+	// as it does when the group's queue is deleted; consume no longer
+	// declares the queue.
+	cancelled bool
 	notes     releaseNotes // of the messages not settled here yet
 
 	out []*backend.Message // returned by the last Receive
@@ -117,7 +121,10 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, cfg backend.Subsc
 }
 
 // consume returns the deliveries of the live consumer, opening its
-// channel (prefetch cfg.MaxInFlight) when there is none.
+// channel (prefetch cfg.MaxInFlight) when there is none. On the new
+// channel it declares the topic's exchange, the group's queue and its
+// binding again before it consumes, in the round trip of basic.qos: a
+// node that crashed may have come back without them.
 func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint64, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -128,6 +135,7 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 		defer s.mu.Unlock()
 		return s.deliveries, s.gen, nil
 	}
+	redeclare := !s.cancelled
 	s.mu.Unlock()
 	ch, err := s.b.sub.channel(ctx)
 	if err != nil {
@@ -135,6 +143,11 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 	}
 	var dels <-chan amqp.Delivery
 	err = callCtx(ctx, func() error {
+		if redeclare {
+			if err := declareGroupOn(ch, s.b.exchangeName(s.topic), s.queue, true); err != nil {
+				return err
+			}
+		}
 		if err := ch.Qos(max(s.cfg.MaxInFlight, 1), 0, false); err != nil {
 			return err
 		}
@@ -344,6 +357,11 @@ func (s *Subscription) channelDied(gen uint64) {
 	}
 	ch := s.ch
 	s.ch, s.deliveries = nil, nil
+	if !ch.IsClosed() {
+		// The deliveries ended on a live channel: the broker cancelled
+		// the consumer (the channel closes first when it is lost).
+		s.cancelled = true
+	}
 	for d := range s.active {
 		if d.gen == gen {
 			d.state = stStale
