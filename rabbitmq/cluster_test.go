@@ -3,7 +3,6 @@ package rabbitmq_test
 import (
 	"context"
 	"net/url"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -131,25 +130,7 @@ func testClusterNodeKill(t *testing.T, nodes []*rabbittest.Node) {
 	var killedAt time.Time
 	errs := 0
 	for start := 0; start < n; start += batch {
-		msgs := make([]*bus.Message, 0, batch)
-		for i := start; i < start+batch; i++ {
-			msgs = append(msgs, &bus.Message{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")})
-		}
-		var failingSince time.Time
-		for {
-			callCtx, callCancel := context.WithTimeout(ctx, 3*time.Second)
-			err := pub.Publish(callCtx, topic, msgs...)
-			callCancel()
-			if err == nil {
-				break
-			}
-			errs++
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			require.Less(t, time.Since(failingSince), 60*time.Second, "publishing recovers after the kill: %v", err)
-			time.Sleep(20 * time.Millisecond) // the application's retry pacing, not synchronisation
-		}
+		errs += publishRetrying(ctx, t, pub, topic, numbered(start, start+batch), 3*time.Second, 60*time.Second, "publishing recovers after the kill")
 		if start+batch == n/2 {
 			nodes[0].Kill()
 			killedAt = time.Now()

@@ -116,24 +116,7 @@ func testFaultCloseConnection(t *testing.T, node *rabbittest.Node) {
 	}()
 	published := 0
 	for start := 0; start < n; start += batch {
-		msgs := make([]*bus.Message, 0, batch)
-		for i := start; i < start+batch; i++ {
-			msgs = append(msgs, &bus.Message{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")})
-		}
-		failingSince := time.Time{}
-		for {
-			callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
-			err := pub.Publish(callCtx, topic, msgs...)
-			callCancel()
-			if err == nil {
-				break
-			}
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			require.Less(t, time.Since(failingSince), 30*time.Second, "publishing recovers: %v", err)
-			time.Sleep(20 * time.Millisecond) // the application's retry pacing, not synchronisation
-		}
+		publishRetrying(ctx, t, pub, topic, numbered(start, start+batch), 2*time.Second, 30*time.Second, "publishing recovers")
 		published += batch
 		if published == 150 || published == 300 || published == 450 {
 			closes <- struct{}{}
