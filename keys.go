@@ -296,7 +296,8 @@ func (k *keyLines) done(d *record) bool {
 		return false
 	}
 	next := l.take(i)
-	if k.s.leaseLost(next) && !k.s.fencedOut(next) {
+	lost := k.s.leaseLost(next)
+	if lost && !k.s.fencedOut(next) {
 		// Its lease ran out while it waited: the key waits for it to
 		// come back. It keeps its unit of the waiting set until it is
 		// given up, and d's slot is freed.
@@ -308,7 +309,7 @@ func (k *keyLines) done(d *record) bool {
 	l.head = next
 	next.state.And(^stateWaiting)
 	k.s.waits.Release(1)
-	if !k.s.leaseLost(next) {
+	if !lost {
 		k.s.disp.push([]*record{next})
 		k.mu.Unlock()
 		return true
@@ -339,12 +340,22 @@ func (k *keyLines) lapseLocked(key string, l *keyLine, d *record) {
 		l.holdEnd = maxTime(l.holdEnd, end)
 	}
 	l.head = nil
-	if i := l.nextIndex(); i >= 0 {
-		next := l.take(i)
-		l.head = next
-		k.pending = append(k.pending, next)
-	}
+	k.queueNextLocked(l)
 	time.AfterFunc(k.lapseWait(), func() { k.expireLapse(key, id) })
+}
+
+// queueNextLocked makes the delivery of l to run next (see nextIndex), if
+// it is here, l's head, waiting for an in-flight slot (runPending). It
+// reports whether there was one. k.mu is held.
+func (k *keyLines) queueNextLocked(l *keyLine) bool {
+	i := l.nextIndex()
+	if i < 0 {
+		return false
+	}
+	d := l.take(i)
+	l.head = d
+	k.pending = append(k.pending, d)
+	return true
 }
 
 // lapseWait bounds how long a key waits for a delivery whose lease was
@@ -367,14 +378,8 @@ func (k *keyLines) expireLapse(key, id string) {
 		return
 	}
 	l.holds = slices.DeleteFunc(l.holds, func(h string) bool { return h == id })
-	if l.head == nil {
-		if i := l.nextIndex(); i >= 0 {
-			next := l.take(i)
-			l.head = next
-			k.pending = append(k.pending, next)
-		} else if len(l.holds) == 0 {
-			delete(k.lines, key)
-		}
+	if l.head == nil && !k.queueNextLocked(l) && len(l.holds) == 0 {
+		delete(k.lines, key)
 	}
 	k.mu.Unlock()
 	k.s.observe(observer.Event{Scope: observer.ScopeLease, Topic: k.s.cfg.Topic, Group: k.s.cfg.Group, MessageID: id,
@@ -740,10 +745,7 @@ func (k *keyLines) recheck(ps []backend.Pending, now time.Time, full bool) {
 		if l.head != nil {
 			continue
 		}
-		if i := l.nextIndex(); i >= 0 {
-			d := l.take(i)
-			l.head = d
-			k.pending = append(k.pending, d)
+		if k.queueNextLocked(l) {
 			continue
 		}
 		if len(l.holds) == 0 {
