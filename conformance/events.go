@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"sync"
+	"testing"
 
 	"github.com/eventbus-go/bus/observer"
 )
@@ -55,3 +56,30 @@ func (l *eventLog) scope(s observer.Scope) []observer.Event {
 func forMessage(s observer.Scope, id string) func(observer.Event) bool {
 	return func(e observer.Event) bool { return e.Scope == s && e.MessageID == id }
 }
+
+// logErrors logs, when t failed, the events that carried an error (the
+// first maxLoggedErrors of them): what the backend and the bus reported
+// is the first clue to a failure that a loaded machine shows once.
+func (l *eventLog) logErrors(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.list {
+		if e.Err == nil {
+			continue
+		}
+		if n++; n > maxLoggedErrors {
+			continue
+		}
+		t.Logf("event %s topic %q group %q message %q: %v", e.Scope, e.Topic, e.Group, e.MessageID, e.Err)
+	}
+	if n > maxLoggedErrors {
+		t.Logf("%d more events with an error", n-maxLoggedErrors)
+	}
+}
+
+// maxLoggedErrors bounds what logErrors logs.
+const maxLoggedErrors = 40

@@ -95,6 +95,7 @@ func (s *suite) newHarness(t *testing.T, opts ...bus.Option) *harness {
 	t.Helper()
 	be := &countingBackend{Backend: s.newBackend(t)}
 	events := &eventLog{}
+	t.Cleanup(func() { events.logErrors(t) })
 	b := bus.New(be, append([]bus.Option{bus.WithObserver(events)}, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
