@@ -163,6 +163,10 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 // errNacked is the error of a message the broker refused to store.
 var errNacked = errors.New("rabbitmq: the broker nacked the message")
 
+// errUnconfirmed is the error of a message whose channel closed before
+// the broker confirmed it: the broker may have stored it or not.
+var errUnconfirmed = errors.New("rabbitmq: the channel closed before the broker confirmed the message, which may be stored or not; publish it again (its consumers may then see it twice)")
+
 // publishConfirmed publishes pubs[i] to exchanges[i] (exchanges[0] for
 // every message when it has one) with routing key keys[i] ("" when keys
 // is nil) on a confirm-mode channel and waits for every confirm. It
@@ -206,7 +210,13 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string
 			return nil, err
 		}
 		if !ok {
+			// The client resolves what is pending as nacked when the
+			// channel closes: only a nack on a live channel is the
+			// broker's.
 			errs[i] = errNacked
+			if ch.IsClosed() {
+				errs[i] = errUnconfirmed
+			}
 		}
 	}
 	b.putChannel(ch)

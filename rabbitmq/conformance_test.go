@@ -40,6 +40,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("FaultCloseConnection", func(t *testing.T) { testFaultCloseConnection(t, node) })
 	t.Run("FaultLostDeclarations", func(t *testing.T) { testFaultLostDeclarations(t, node) })
 	t.Run("SubscriptionCloseBoundedOnBlackhole", func(t *testing.T) { testSubscriptionCloseBoundedOnBlackhole(t, node) })
+	t.Run("CancelledChannelOpenKeepsTheConnection", func(t *testing.T) { testCancelledChannelOpenKeepsTheConnection(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {

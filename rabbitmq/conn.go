@@ -125,14 +125,10 @@ func (l *link) channelOn(ctx context.Context) (*amqp.Connection, *amqp.Channel, 
 	if err != nil {
 		return nil, nil, err
 	}
-	type result struct {
-		ch  *amqp.Channel
-		err error
-	}
-	res := make(chan result, 1)
+	res := make(chan channelResult, 1)
 	go func() {
 		ch, err := conn.Channel()
-		res <- result{ch, err}
+		res <- channelResult{ch, err}
 	}()
 	select {
 	case r := <-res:
@@ -141,10 +137,41 @@ func (l *link) channelOn(ctx context.Context) (*amqp.Connection, *amqp.Channel, 
 		}
 		return conn, r.ch, nil
 	case <-ctx.Done():
-		l.breakConn(conn) // the reply may never come: start over
-		<-res
+		// The caller goes at once. The connection is shared: the end of
+		// one caller's ctx says nothing about the broker, and breaking
+		// the connection would give back what every other channel on it
+		// holds. The channel is closed when it opens; only a broker that
+		// does not answer within Options.DialTimeout counts as gone.
+		go l.abandonOpen(conn, res)
 		return nil, nil, ctx.Err()
 	}
+}
+
+// abandonOpen waits for the open of a channel whose caller went (see
+// channelOn) and closes the channel. It breaks the connection when the
+// broker has not answered within Options.DialTimeout: the network is
+// dead, and every call waiting on the connection returns.
+func (l *link) abandonOpen(conn *amqp.Connection, res <-chan channelResult) {
+	t := time.NewTimer(l.b.opts.DialTimeout)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		if r.err == nil {
+			closeChannel(r.ch, l.b.opts.CloseTimeout)
+		}
+		return
+	case <-t.C:
+	}
+	l.breakConn(conn)
+	if r := <-res; r.err == nil {
+		_ = r.ch.Close()
+	}
+}
+
+// channelResult is the outcome of opening a channel.
+type channelResult struct {
+	ch  *amqp.Channel
+	err error
 }
 
 // breakConn closes the socket of conn when it is still the live one, so

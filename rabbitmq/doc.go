@@ -55,10 +55,14 @@
 // # Delivery semantics
 //
 // At-least-once. Publish writes a batch on a confirm-mode channel and
-// returns once the broker confirmed every message (a message the broker
-// nacks is listed in a backend.BatchError). A message published to a
-// topic reaches the groups whose queues exist then: a group starts with
-// the messages published after it was created.
+// returns once the broker confirmed every message. A message the broker
+// nacks is listed in a backend.BatchError, and so is one whose channel
+// closed before its confirm came, with an error that says it may be
+// stored. A caller whose ctx ends while a channel opens returns at once;
+// the connection, which other channels share, is kept, and broken only
+// when the broker has not answered within Options.DialTimeout. A
+// message published to a topic reaches the groups whose queues exist
+// then: a group starts with the messages published after it was created.
 //
 //   - Receive consumes from the group's queue with a prefetch of
 //     MaxInFlight, so the broker never pushes a subscription more
@@ -226,7 +230,7 @@
 //     for the publishing connection it was made on: the first use after
 //     that connection was lost declares it again.
 //   - A Publish the broker refuses (a publish to an exchange that is
-//     gone closes the channel, and the broker nacks the batch) makes
+//     gone closes the channel, and the batch goes unconfirmed) makes
 //     the next Publish declare its exchanges again, on the same
 //     connection.
 //

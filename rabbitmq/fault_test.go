@@ -175,3 +175,57 @@ func testSubscriptionCloseBoundedOnBlackhole(t *testing.T, node *rabbittest.Node
 	t.Logf("Subscription.Close over a blackhole with %d unsettled: %v (close_timeout 1s)", len(got), took.Round(time.Millisecond))
 	assert.Less(t, took, 1500*time.Millisecond, "one close_timeout for the whole Close")
 }
+
+// testCancelledChannelOpenKeepsTheConnection: a Receive whose ctx ends
+// while its channel opens (the broker has not answered yet) returns by
+// its ctx and leaves the connection, which another subscription's
+// channel shares, alone: no connection is dialed again, and the other
+// subscription's ack takes, so its group never sees the message again.
+func testCancelledChannelOpenKeepsTheConnection(t *testing.T, node *rabbittest.Node) {
+	p, err := faultproxy.New(node.Addr())
+	require.NoError(t, err)
+	defer p.Close()
+	be := openThrough(node)(t, p.Addr())
+	defer be.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topic = "cancel.open"
+	subscribe := func(group string) backend.Subscription {
+		sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: group, AckTimeout: time.Minute, MaxInFlight: 4, MaxDeliveries: 5, Observer: observer.Nop()})
+		require.NoError(t, err)
+		return sub
+	}
+	receive := func(sub backend.Subscription, within time.Duration) []*backend.Message {
+		var got []*backend.Message
+		deadline := time.Now().Add(within)
+		for len(got) == 0 && time.Now().Before(deadline) {
+			m, err := sub.Receive(ctx, 4)
+			require.NoError(t, err)
+			got = append(got, m...)
+		}
+		return got
+	}
+	a, b := subscribe("a"), subscribe("b")
+	require.NoError(t, be.Publish(ctx, topic, []*backend.Message{{ID: "m", Payload: []byte("x"), PublishedAt: time.Now()}}))
+	held := receive(a, 20*time.Second)
+	require.Len(t, held, 1, "group a's member holds the message")
+	dialed := p.Accepted()
+
+	// b opens its channel while the broker's answers are held back.
+	p.Blackhole(true)
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	start := time.Now()
+	_, err = b.Receive(short, 4)
+	cancelShort()
+	p.Blackhole(false)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the Receive ends with its ctx")
+	assert.Less(t, time.Since(start), time.Second, "the Receive returns by its ctx")
+
+	require.Len(t, receive(b, 20*time.Second), 1, "group b's member receives the message on its next Receive")
+	require.NoError(t, a.Ack(ctx, []backend.AckID{held[0].AckID}))
+	require.NoError(t, a.Close())
+	again := subscribe("a")
+	defer again.Close()
+	assert.Empty(t, receive(again, 2*time.Second), "group a's ack took: the message does not come back")
+	assert.Equal(t, dialed, p.Accepted(), "no connection was dialed again")
+}

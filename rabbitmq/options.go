@@ -19,7 +19,8 @@ type Options struct {
 	// a dead connection is noticed within about two of them.
 	Heartbeat time.Duration
 	// DialTimeout bounds the TCP connect and the AMQP handshake of a
-	// connection (default 10s).
+	// connection (default 10s), and how long the broker may take to open
+	// a channel whose caller went before the connection counts as dead.
 	DialTimeout time.Duration
 	// WriteTimeout bounds each write to the socket (default 10s): a write
 	// that cannot go out within it closes the connection, so that no call
