@@ -261,7 +261,7 @@ func (b *Backend) confirmChannel(ctx context.Context) (*amqp.Channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := callCtx(ctx, func() error { return ch.Confirm(false) }); err != nil {
+	if err := callCtx(ctx, ch, func() error { return ch.Confirm(false) }); err != nil {
 		closeChannel(ch, b.opts.CloseTimeout)
 		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
@@ -279,12 +279,13 @@ func (b *Backend) putChannel(ch *amqp.Channel) {
 	b.idle = append(b.idle, ch)
 }
 
-// callCtx runs a synchronous AMQP method in a goroutine and returns when
-// it does or when ctx ends (the method then finishes, or fails when its
-// connection dies, on its own).
-func callCtx(ctx context.Context, f func() error) error {
+// callCtx runs synchronous AMQP methods on ch in a goroutine and returns
+// when they do or when ctx ends (they then finish, or fail when their
+// connection dies, on their own, and a close of ch waits for them: see
+// sendOn).
+func callCtx(ctx context.Context, ch *amqp.Channel, f func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	go func() { done <- sendOn(ch, f) }()
 	select {
 	case err := <-done:
 		return err
@@ -308,7 +309,7 @@ func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Chan
 	if err != nil {
 		return err
 	}
-	err = callCtx(ctx, func() error { return f(ch) })
+	err = callCtx(ctx, ch, func() error { return f(ch) })
 	go closeChannel(ch, b.opts.CloseTimeout)
 	if err != nil {
 		return fmt.Errorf("declare %q: %w", name, err)

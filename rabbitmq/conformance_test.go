@@ -41,6 +41,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("FaultLostDeclarations", func(t *testing.T) { testFaultLostDeclarations(t, node) })
 	t.Run("SubscriptionCloseBoundedOnBlackhole", func(t *testing.T) { testSubscriptionCloseBoundedOnBlackhole(t, node) })
 	t.Run("CancelledChannelOpenKeepsTheConnection", func(t *testing.T) { testCancelledChannelOpenKeepsTheConnection(t, node) })
+	t.Run("AbandonedCallsKeepTheConnection", func(t *testing.T) { testAbandonedCallsKeepTheConnection(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {

@@ -135,6 +135,7 @@ func (l *link) channelOn(ctx context.Context) (*amqp.Connection, *amqp.Channel, 
 		if r.err != nil {
 			return nil, nil, fmt.Errorf("rabbitmq: open a channel: %w", r.err)
 		}
+		guardChannel(r.ch)
 		return conn, r.ch, nil
 	case <-ctx.Done():
 		// The caller goes at once. The connection is shared: the end of
@@ -295,6 +296,12 @@ func (s *socket) SetWriteDeadline(t time.Time) error {
 func closeChannel(ch *amqp.Channel, timeout time.Duration) {
 	done := make(chan struct{})
 	go func() {
+		if v, ok := guards.Load(ch); ok {
+			g := v.(*chanGuard)
+			g.mu.Lock() // after what is being sent on ch
+			g.closing = true
+			g.mu.Unlock()
+		}
 		_ = ch.Close()
 		close(done)
 	}()
@@ -302,4 +309,59 @@ func closeChannel(ch *amqp.Channel, timeout time.Duration) {
 	case <-done:
 	case <-time.After(timeout):
 	}
+}
+
+// A frame the broker reads on a channel after it answered the channel's
+// close ends the whole connection (504 CHANNEL_ERROR, "expected
+// 'channel.open'"), and with it what every other channel on it holds.
+// One goroutine may close a channel while another still sends on it: a
+// method whose caller's ctx ended (callCtx), a settlement that races a
+// reset of its member's channel. So every channel a link opens has a
+// guard: a send holds it shared (sendOn), closeChannel takes it
+// exclusively before channel.close, and a send after that is refused
+// without a frame.
+type chanGuard struct {
+	mu      sync.RWMutex
+	closing bool
+}
+
+// guards holds the guard of each open channel of the links.
+var guards sync.Map // *amqp.Channel -> *chanGuard
+
+// guardChannel gives ch its guard, forgotten once ch is closed.
+func guardChannel(ch *amqp.Channel) {
+	guards.Store(ch, &chanGuard{})
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		for range closed {
+		}
+		guards.Delete(ch)
+	}()
+}
+
+// sendOn runs f, which sends on ch, unless ch is being closed: then it
+// returns amqp.ErrClosed and sends nothing.
+func sendOn(ch *amqp.Channel, f func() error) error {
+	v, ok := guards.Load(ch)
+	if !ok {
+		return f() // closed (the client refuses to send), or unguarded
+	}
+	g := v.(*chanGuard)
+	if !g.mu.TryRLock() {
+		return amqp.ErrClosed
+	}
+	defer g.mu.RUnlock()
+	if g.closing {
+		return amqp.ErrClosed
+	}
+	return f()
+}
+
+// settle runs f, an ack or a nack of d, as sendOn does on d's channel.
+func settle(d *amqp.Delivery, f func() error) error {
+	ch, ok := d.Acknowledger.(*amqp.Channel)
+	if !ok {
+		return f()
+	}
+	return sendOn(ch, f)
 }

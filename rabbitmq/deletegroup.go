@@ -92,7 +92,7 @@ func (b *Backend) deleteQueue(ctx context.Context, q string) error {
 		return err
 	}
 	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		_, err := ch.QueueDelete(q, false, false, false)
 		return err
 	})

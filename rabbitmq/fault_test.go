@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,4 +229,26 @@ func testCancelledChannelOpenKeepsTheConnection(t *testing.T, node *rabbittest.N
 	defer again.Close()
 	assert.Empty(t, receive(again, 2*time.Second), "group a's ack took: the message does not come back")
 	assert.Equal(t, dialed, p.Accepted(), "no connection was dialed again")
+}
+
+// testAbandonedCallsKeepTheConnection: callers whose ctx ended before
+// their method went out close its channel at once, a hundred times over;
+// the method is sent before the channel's close or not at all, so the
+// broker never reads a frame on a channel it closed, which would end
+// the connection (504 "expected 'channel.open'") and what every other
+// channel on it holds.
+func testAbandonedCallsKeepTheConnection(t *testing.T, node *rabbittest.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	u, err := url.Parse(node.URL())
+	require.NoError(t, err)
+	b, err := rabbitmq.OpenURL(ctx, u)
+	require.NoError(t, err)
+	defer b.Close()
+	sub, err := b.Subscribe(ctx, "abandon.calls", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 1, MaxDeliveries: 5, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer sub.Close()
+	before, after, err := rabbitmq.AbandonGets(b, rabbitmq.QueueName(b, "abandon.calls", "g"), 100)
+	require.NoError(t, err, "the connection serves a channel after the abandoned calls")
+	assert.Same(t, before, after, "the publishing connection is the one from before")
 }

@@ -128,7 +128,7 @@ func (b *Backend) takeNotes(ctx context.Context, q string) (releaseNotes, error)
 	}
 	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
 	rn := releaseNotes{}
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		for {
 			d, ok, err := ch.Get(q, true)
 			if err != nil || !ok {

@@ -248,7 +248,7 @@ func (b *Backend) readStream(ctx context.Context, q string, offset any, id strin
 	}
 	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
 	var dels <-chan amqp.Delivery
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		if err := ch.Qos(streamReadPrefetch, 0, false); err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func (b *Backend) streamExists(ctx context.Context, q string) (bool, error) {
 		return false, err
 	}
 	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		return err
 	})

@@ -102,7 +102,7 @@ func (b *Backend) consumerCount(ctx context.Context, q string) (int, error) {
 		return 0, err
 	}
 	var st amqp.Queue
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		var err error
 		st, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		return err

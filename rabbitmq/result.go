@@ -48,7 +48,7 @@ func (b *Backend) StoreResult(ctx context.Context, topic, id string, result []by
 	if err != nil {
 		return fmt.Errorf("rabbitmq: store result of %q: %w", topic, err)
 	}
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (b *Backend) Result(ctx context.Context, topic, id string) ([]byte, bool, e
 		body  []byte
 		found bool
 	)
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		d, ok, err := ch.Get(b.resultName(topic, id), false)
 		if err != nil || !ok {
 			return err

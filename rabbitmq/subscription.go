@@ -142,7 +142,7 @@ func (s *Subscription) consume(ctx context.Context) (<-chan amqp.Delivery, uint6
 		return nil, 0, err
 	}
 	var dels <-chan amqp.Delivery
-	err = callCtx(ctx, func() error {
+	err = callCtx(ctx, ch, func() error {
 		if redeclare {
 			if err := declareGroupOn(ch, s.b.exchangeName(s.topic), s.queue, true); err != nil {
 				return err
@@ -242,17 +242,17 @@ func (s *Subscription) accept(ctx context.Context, gen uint64, d *amqp.Delivery)
 	}
 	if dec.due > time.Now().UnixMilli() {
 		if err := s.b.storeCopy(ctx, s.queue, &dec.msg, dec.base, dec.due); err != nil {
-			_ = d.Nack(false, true)
+			_ = settle(d, func() error { return d.Nack(false, true) })
 			return nil
 		}
-		_ = d.Ack(false)
+		_ = settle(d, func() error { return d.Ack(false) })
 		return nil
 	}
 	s.mu.Lock()
 	if _, ok := s.staleAcked[dec.msg.ID]; ok {
 		delete(s.staleAcked, dec.msg.ID)
 		s.mu.Unlock()
-		_ = d.Ack(false)
+		_ = settle(d, func() error { return d.Ack(false) })
 		return nil
 	}
 	dl := &delivery{s: s, gen: gen, tag: d.DeliveryTag, msg: dec.msg, base: dec.base, count: dec.count, expires: time.Now().Add(s.cfg.AckTimeout)}
@@ -283,11 +283,11 @@ func (s *Subscription) malformed(ctx context.Context, d *amqp.Delivery, err erro
 		m := &backend.Message{ID: id, Payload: d.Body, PublishedAt: time.Now()}
 		dl := backend.NewDeadLetter(m, backend.DeadLetterInfo{Topic: s.topic, Group: s.cfg.Group, Attempt: 1, Code: backend.CodeMalformed, Reason: err.Error()})
 		if perr := s.b.Publish(ctx, s.cfg.DeadLetterTopic, []*backend.Message{dl}); perr != nil {
-			_ = d.Nack(false, true)
+			_ = settle(d, func() error { return d.Nack(false, true) })
 			return
 		}
 	}
-	_ = d.Ack(false)
+	_ = settle(d, func() error { return d.Ack(false) })
 }
 
 // expire gives an unsettled delivery back to the queue when its lease
@@ -322,7 +322,7 @@ func (d *delivery) expire() {
 	ch := s.staleLocked(d)
 	s.mu.Unlock()
 	if ch != nil {
-		_ = ch.Nack(d.tag, false, true)
+		_ = sendOn(ch, func() error { return ch.Nack(d.tag, false, true) })
 	}
 }
 
@@ -427,7 +427,7 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, a := range acks {
-		if err := a.ch.Ack(a.tag, false); err != nil {
+		if err := sendOn(a.ch, func() error { return a.ch.Ack(a.tag, false) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -456,7 +456,7 @@ func (s *Subscription) Nack(ctx context.Context, id backend.AckID, delay time.Du
 		if ch == nil {
 			return fmt.Errorf("rabbitmq: nack %q: %w", d.msg.ID, backend.ErrStale)
 		}
-		if err := ch.Nack(d.tag, false, true); err != nil {
+		if err := sendOn(ch, func() error { return ch.Nack(d.tag, false, true) }); err != nil {
 			return fmt.Errorf("rabbitmq: nack %q: %w", d.msg.ID, err)
 		}
 		return nil
@@ -522,7 +522,7 @@ func (s *Subscription) move(ctx context.Context, d *delivery, op string, base in
 		return fmt.Errorf("rabbitmq: %s %q: %w", op, d.msg.ID, err)
 	}
 	if ch != nil {
-		if err := ch.Ack(d.tag, false); err != nil {
+		if err := sendOn(ch, func() error { return ch.Ack(d.tag, false) }); err != nil {
 			return fmt.Errorf("rabbitmq: %s %q: ack the original: %w", op, d.msg.ID, err)
 		}
 	}
@@ -637,7 +637,7 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 		s.giveBackToHead(ctx, dels)
 		return
 	}
-	if err := callCtx(ctx, func() error { return ch.Cancel(s.tag, false) }); err != nil {
+	if err := callCtx(ctx, ch, func() error { return ch.Cancel(s.tag, false) }); err != nil {
 		return
 	}
 	var back []given
@@ -669,7 +669,7 @@ func (s *Subscription) giveBack(ctx context.Context, ch *amqp.Channel, dels <-ch
 	}
 	for i, g := range back {
 		if errs[i] == nil {
-			_ = ch.Ack(g.tag, false)
+			_ = sendOn(ch, func() error { return ch.Ack(g.tag, false) })
 		}
 	}
 }
