@@ -92,16 +92,29 @@ func validateMessageGen(m *Message, maxPayload int, payloadLimit string, generat
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
+	if generated && plain(m) && len(m.Payload) <= maxPayload {
+		// Nothing msgcheck.Check looks at is set but the payload.
+		return nil
+	}
 	return msgcheck.Check(msgcheck.Fields{
 		ID: m.ID, Key: m.Key, IDGenerated: generated, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload, PayloadLimit: payloadLimit,
 		DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
 	})
 }
 
+// plain reports whether m has neither a key, headers, a DeliverAt nor an
+// ExpiresAt.
+func plain(m *Message) bool {
+	return m.Key == "" && len(m.Headers) == 0 && m.DeliverAt.IsZero() && m.ExpiresAt.IsZero()
+}
+
 // withTimes returns m's headers with a DeliverAt still to come (after
 // now) and ExpiresAt in their headers: a copy, the caller's map is its
 // own.
 func withTimes(m *Message, now time.Time) map[string]string {
+	if m.DeliverAt.IsZero() && m.ExpiresAt.IsZero() {
+		return m.Headers
+	}
 	return backend.WithTimes(m.Headers, m.DeliverAt, m.ExpiresAt, now)
 }
 
