@@ -711,9 +711,14 @@ func (s *consumer) fill(d *record, m *backend.Message) {
 // free, end at 32 KiB).
 const deliverySlabBytes = 16 << 10
 
-// slabLen is how many records of size bytes fill deliverySlabBytes,
-// so that no part of the block is left unused.
-func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
+// mallocHeader is what the allocator puts before an object with pointers
+// of more than 512 bytes, within its size class.
+const mallocHeader = 8
+
+// slabLen is how many records of size bytes fill deliverySlabBytes with
+// the allocator's header, so that the block fits the size class and no
+// part of it is left unused.
+func slabLen(size uintptr) int { return max(1, int((deliverySlabBytes-mallocHeader)/size)) }
 
 // free frees what the finished delivery d held: its unit of the waiting
 // set when it never left it, else its in-flight slot.
