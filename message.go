@@ -92,10 +92,6 @@ func validateMessageGen(m *Message, maxPayload int, payloadLimit string, generat
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
-	if generated && plain(m) && len(m.Payload) <= maxPayload {
-		// Nothing msgcheck.Check looks at is set but the payload.
-		return nil
-	}
 	return msgcheck.Check(msgcheck.Fields{
 		ID: m.ID, Key: m.Key, IDGenerated: generated, Headers: m.Headers, PayloadLen: len(m.Payload), MaxPayload: maxPayload, PayloadLimit: payloadLimit,
 		DeliverAt: m.DeliverAt, ExpiresAt: m.ExpiresAt,
