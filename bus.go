@@ -185,10 +185,25 @@ type generatedIDs string
 // IDs are assigned in message order, and middleware keeps that order);
 // it returns where to look next.
 func (g generatedIDs) has(id string, at int) (bool, int) {
+	if g.isAt(id, at) {
+		return true, at + 36
+	}
+	return g.search(id, at)
+}
+
+// isAt reports whether id is the very string at g[at:], where Publish
+// assigned it: the common case.
+func (g generatedIDs) isAt(id string, at int) bool {
+	return len(id) == 36 && at+36 <= len(g) && unsafe.StringData(id) == unsafe.StringData(string(g[at:]))
+}
+
+// search is has for an ID that is not the very string at g[at:]: a copy
+// of it, one further on, or none of g's.
+func (g generatedIDs) search(id string, at int) (bool, int) {
 	if len(id) != 36 || len(g) == 0 {
 		return false, at
 	}
-	if at+36 <= len(g) && (unsafe.StringData(id) == unsafe.StringData(string(g[at:])) || string(g[at:at+36]) == id) {
+	if at+36 <= len(g) && string(g[at:at+36]) == id {
 		return true, at + 36
 	}
 	n := len(g) / 36
@@ -233,6 +248,11 @@ func (b *Bus) checkMessage(m *Message) error { return b.checkMessageGen(m, false
 // checkMessageGen is checkMessage for a message whose ID, when generated
 // is set, is one that Publish generated for it (generatedIDs.has).
 func (b *Bus) checkMessageGen(m *Message, generated bool) error {
+	if generated && plain(m) && len(m.Payload) <= b.opts.maxPayload {
+		// Nothing there is to check is set but the payload: the ID is
+		// the bus's own.
+		return nil
+	}
 	err := validateMessageGen(m, b.opts.maxPayload, b.opts.payloadLimit, generated)
 	if err == nil && !m.DeliverAt.IsZero() && !b.caps.Scheduling && !b.caps.Redelivery {
 		err = fmt.Errorf("%w: DeliverAt: %s neither holds messages nor redelivers, so it could deliver early", ErrUnsupported, b.caps.Name)

@@ -708,12 +708,21 @@ func (s *consumer) fill(d *record, m *backend.Message) {
 
 // deliverySlabBytes is the most bytes of records allocated at once: a
 // size class of the allocator (small objects, cheap to allocate and to
-// free, end at 32 KiB).
-const deliverySlabBytes = 16 << 10
+// free, end at 32 KiB) whose spans hold several objects (four of 18 KiB
+// to a span of 72 KiB), so that most slabs come from a span the
+// allocator holds already; in a class of one object to a span (16 KiB,
+// 32 KiB), every slab takes a span of its own from the heap, and every
+// slab freed gives one back.
+const deliverySlabBytes = 18 << 10
 
-// slabLen is how many records of size bytes fill deliverySlabBytes,
-// so that no part of the block is left unused.
-func slabLen(size uintptr) int { return max(1, int(deliverySlabBytes/size)) }
+// mallocHeader is what the allocator puts before an object with pointers
+// of more than 512 bytes, within its size class.
+const mallocHeader = 8
+
+// slabLen is how many records of size bytes fill deliverySlabBytes with
+// the allocator's header, so that the block fits the size class and no
+// part of it is left unused.
+func slabLen(size uintptr) int { return max(1, int((deliverySlabBytes-mallocHeader)/size)) }
 
 // free frees what the finished delivery d held: its unit of the waiting
 // set when it never left it, else its in-flight slot.

@@ -634,6 +634,11 @@ func (s *consumer) leaseLost(d *record) bool {
 	if d.ext.Load() == nil {
 		return false
 	}
+	return s.keptLost(d)
+}
+
+// keptLost is leaseLost for a delivery whose ext is set.
+func (s *consumer) keptLost(d *record) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return d.ext.Load().kept.lost

@@ -98,10 +98,19 @@ func validateMessageGen(m *Message, maxPayload int, payloadLimit string, generat
 	})
 }
 
+// plain reports whether m has neither a key, headers, a DeliverAt nor an
+// ExpiresAt.
+func plain(m *Message) bool {
+	return m.Key == "" && len(m.Headers) == 0 && m.DeliverAt.IsZero() && m.ExpiresAt.IsZero()
+}
+
 // withTimes returns m's headers with a DeliverAt still to come (after
 // now) and ExpiresAt in their headers: a copy, the caller's map is its
 // own.
 func withTimes(m *Message, now time.Time) map[string]string {
+	if m.DeliverAt.IsZero() && m.ExpiresAt.IsZero() {
+		return m.Headers
+	}
 	return backend.WithTimes(m.Headers, m.DeliverAt, m.ExpiresAt, now)
 }
 

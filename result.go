@@ -82,13 +82,17 @@ func (d *record) setResult(result []byte) error {
 
 // resultOf returns the result set on d, or nil.
 func (d *record) resultOf() *[]byte {
-	ext := d.ext.Load()
-	if ext == nil {
+	if d.ext.Load() == nil {
 		return nil
 	}
+	return d.extResult()
+}
+
+// extResult is resultOf for a delivery whose ext is set.
+func (d *record) extResult() *[]byte {
 	d.sub.mu.Lock()
 	defer d.sub.mu.Unlock()
-	return ext.result
+	return d.ext.Load().result
 }
 
 // ackResult acks a claimed delivery and stores its result: in one step

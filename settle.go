@@ -18,7 +18,8 @@ import (
 // whether the delivery's slot is the worker's to give back (see
 // handlerDone).
 func (s *consumer) process(d *record, w *workerSlot) bool {
-	if d.special() && s.early(d) {
+	special := d.special()
+	if special && s.early(d) {
 		return d.handlerDone()
 	}
 	if len(d.pub.Headers) > 0 && s.replayedElsewhere(d) {
@@ -33,7 +34,7 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 		(*handlerCtx)(d).end()
 		return d.handlerDone()
 	}
-	if reason := s.refuseSpecial(d); reason != nil {
+	if reason := s.refuseIf(special, d); reason != nil {
 		// The handler never sees it: dead-letter it at once.
 		d.claim()
 		s.deadLetter(d, reason)
@@ -155,10 +156,10 @@ func (s *consumer) handled(st *lifecycle.Stage, ev *lifecycle.Event, start int64
 	return took
 }
 
-// refuseSpecial is refuse, which has nothing to say of a delivery that
-// is not special.
-func (s *consumer) refuseSpecial(d *record) error {
-	if !d.special() {
+// refuseIf is refuse for a delivery that is special (see record.special),
+// and nil for one that is not: refuse has nothing to say of it.
+func (s *consumer) refuseIf(special bool, d *record) error {
+	if !special {
 		return nil
 	}
 	return s.refuse(d)

@@ -70,7 +70,10 @@ type seenID struct {
 // message the bus replayed from a dead-letter topic also the replay's
 // stamp, so a replay is not taken for a duplicate of the original.
 func dedupKey(e *entry) string {
-	if r, ok := e.headers()[backend.HeaderReplayed]; ok {
+	if e.meta == nil {
+		return e.id
+	}
+	if r, ok := e.meta.headers[backend.HeaderReplayed]; ok {
 		return e.id + "\x00" + r
 	}
 	return e.id

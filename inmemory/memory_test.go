@@ -107,6 +107,6 @@ func TestRingShrinksAfterASpike(t *testing.T) {
 	}
 	tp.lock()
 	defer tp.unlock()
-	assert.LessOrEqual(t, len(tp.ring), minRing, "ring shrinks back once drained")
+	assert.LessOrEqual(t, len(tp.ring), keptRing, "ring shrinks back once drained")
 	assert.LessOrEqual(t, len(tp.glist[0].queues[0].recs.buf), 1024, "lease queue shrinks back once drained")
 }

@@ -146,6 +146,12 @@ type topic struct {
 
 const minRing = 64
 
+// keptRing is the ring size below which advance never shrinks a ring: a
+// backlog that swings within a few Receives' worth of entries, as one
+// whose consumers keep up does, keeps its ring (8 KiB) rather than
+// moving its window to a smaller ring and back again.
+const keptRing = 1024
+
 func newTopic(b *broker, name string) *topic {
 	t := &topic{name: name, b: b, ring: make([]*entry, minRing), groups: map[string]*group{}}
 	t.dedup.window, t.dedup.max = max(int64(b.opts.DedupWindow), 0), b.opts.dedupMax()
@@ -501,10 +507,11 @@ func (t *topic) advance() {
 	}
 	// Shrink with wide hysteresis (below a sixteenth, to a quarter), so a
 	// backlog that swings between full and nearly empty does not
-	// reallocate its ring on every swing.
-	if n := len(t.ring); n > minRing && int(t.head-t.base) < n/16 {
-		for n > minRing && int(t.head-t.base) < n/16 {
-			n = max(minRing, n/4)
+	// reallocate its ring on every swing; a ring of keptRing slots or
+	// fewer is kept as it is.
+	if n := len(t.ring); n > keptRing && int(t.head-t.base) < n/16 {
+		for n > keptRing && int(t.head-t.base) < n/16 {
+			n = max(keptRing, n/4)
 		}
 		t.resize(n)
 	}
@@ -541,6 +548,15 @@ func (t *topic) addGroup(name string, from backend.StartFrom) *group {
 	return g
 }
 
+// headersSize is what headers count against MaxBacklogBytes.
+func headersSize(headers map[string]string) int {
+	size := 0
+	for k, v := range headers {
+		size += len(k) + len(v) + 32
+	}
+	return size
+}
+
 // copyEntries copies msgs into entries the topic can keep: the caller owns
 // the messages, their header maps and payloads. Payloads of the batch
 // share one allocation (a slab), each capped to its own length. It also returns
@@ -561,10 +577,8 @@ func copyEntries(msgs []*backend.Message) ([]entry, int64) {
 			e.meta = &entryMeta{key: m.Key}
 			if len(m.Headers) > 0 {
 				e.meta.headers = maps.Clone(m.Headers)
+				size += headersSize(m.Headers)
 			}
-		}
-		for k, v := range m.Headers {
-			size += len(k) + len(v) + 32
 		}
 		e.size = int32(min(size, math.MaxInt32))
 		total += int64(e.size)

@@ -53,24 +53,19 @@ func Batch(n int) string {
 	format(b[:36], u)
 	ms := first >> 16
 	for i := 1; i < n; i++ {
-		cur := b[36*i : 36*i+36]
+		cur := (*[36]byte)(b[36*i:])
 		v := first + uint64(i)
 		if v>>16 != ms {
 			// The sequence borrowed the next millisecond: full render.
 			fill(&u, v)
-			format(cur, u)
+			format(cur[:], u)
 			ms = v >> 16
 			continue
 		}
 		// Same millisecond: only the sequence bits (bytes 6 to 8, text
 		// positions 14-15, 16-17 and 19-20) differ from the previous ID,
-		// which is copied a word at a time.
-		prev := b[36*i-36 : 36*i]
-		le.PutUint64(cur[0:], le.Uint64(prev[0:]))
-		le.PutUint64(cur[8:], le.Uint64(prev[8:]))
-		le.PutUint64(cur[16:], le.Uint64(prev[16:]))
-		le.PutUint64(cur[24:], le.Uint64(prev[24:]))
-		le.PutUint32(cur[32:], le.Uint32(prev[32:]))
+		// which is copied whole.
+		*cur = *(*[36]byte)(b[36*i-36:])
 		sq := v & 0xffff
 		le.PutUint16(cur[14:], hexPairs[0x70|byte(sq>>12)&0x0f])
 		le.PutUint16(cur[16:], hexPairs[byte(sq>>4)])

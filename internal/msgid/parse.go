@@ -82,7 +82,10 @@ func parseSeq(id string) (uint64, bool) {
 // sequence of an ID that starts with them. It returns what Parse returns.
 // Its zero value is ready to use; it is not safe for concurrent use.
 type Parser struct {
-	prefix string // id[:13] of the last millisecond read; "" before the first
+	// lo and hi are id[0:8] and id[5:13] of the last ID whose
+	// millisecond was read, as words; set says there was one.
+	lo, hi uint64
+	set    bool
 	ms     uint64
 }
 
@@ -91,12 +94,12 @@ func (p *Parser) Parse(id string) (uint64, bool) {
 	if !framed(id) {
 		return 0, false
 	}
-	if id[:13] != p.prefix {
+	if lo, hi := word(id, 0), word(id, 5); !p.set || lo != p.lo || hi != p.hi {
 		ms, ok := parseMS(id)
 		if !ok {
 			return 0, false
 		}
-		p.prefix, p.ms = id[:13], ms
+		p.lo, p.hi, p.set, p.ms = lo, hi, true, ms
 	}
 	sq, ok := parseSeq(id)
 	if !ok {
