@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,11 +239,7 @@ func testCancelledChannelOpenKeepsTheConnection(t *testing.T, node *rabbittest.N
 func testAbandonedCallsKeepTheConnection(t *testing.T, node *rabbittest.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	u, err := url.Parse(node.URL())
-	require.NoError(t, err)
-	b, err := rabbitmq.OpenURL(ctx, u)
-	require.NoError(t, err)
-	defer b.Close()
+	b := openRabbit(ctx, t, node.URL())
 	sub, err := b.Subscribe(ctx, "abandon.calls", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 1, MaxDeliveries: 5, Observer: observer.Nop()})
 	require.NoError(t, err)
 	defer sub.Close()
