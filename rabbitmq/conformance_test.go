@@ -42,6 +42,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("SubscriptionCloseBoundedOnBlackhole", func(t *testing.T) { testSubscriptionCloseBoundedOnBlackhole(t, node) })
 	t.Run("CancelledChannelOpenKeepsTheConnection", func(t *testing.T) { testCancelledChannelOpenKeepsTheConnection(t, node) })
 	t.Run("AbandonedCallsKeepTheConnection", func(t *testing.T) { testAbandonedCallsKeepTheConnection(t, node) })
+	t.Run("UnansweredChannelOpenBreaksTheConnection", func(t *testing.T) { testUnansweredChannelOpenBreaksTheConnection(t, node) })
 }
 
 func testConformance(t *testing.T, rawURL string) {

@@ -247,3 +247,48 @@ func testAbandonedCallsKeepTheConnection(t *testing.T, node *rabbittest.Node) {
 	require.NoError(t, err, "the connection serves a channel after the abandoned calls")
 	assert.Same(t, before, after, "the publishing connection is the one from before")
 }
+
+// testUnansweredChannelOpenBreaksTheConnection: a channel open that the
+// broker does not answer within dial_timeout (1 s here; the heartbeat of
+// 5 s would take 15 s) breaks the connection, so that the next call
+// dials a new one instead of waiting on a dead network.
+func testUnansweredChannelOpenBreaksTheConnection(t *testing.T, node *rabbittest.Node) {
+	p, err := faultproxy.New(node.Addr())
+	require.NoError(t, err)
+	defer p.Close()
+	be := faultsuite.OpenURL(node.URL(), "heartbeat=5s&close_timeout=1s&write_timeout=3s&dial_timeout=1s", rabbitmq.OpenURL)(t, p.Addr())
+	defer be.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topic = "dead.open"
+	cfg := backend.SubscribeConfig{AckTimeout: time.Minute, MaxInFlight: 4, MaxDeliveries: 5, Observer: observer.Nop()}
+	cfg.Group = "a"
+	a, err := be.Subscribe(ctx, topic, cfg)
+	require.NoError(t, err)
+	defer a.Close()
+	cfg.Group = "b"
+	b, err := be.Subscribe(ctx, topic, cfg)
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, be.Publish(ctx, topic, []*backend.Message{{ID: "m", Payload: []byte("x"), PublishedAt: time.Now()}}))
+	require.Eventually(t, func() bool {
+		m, err := a.Receive(ctx, 4)
+		require.NoError(t, err)
+		return len(m) > 0
+	}, 20*time.Second, time.Millisecond, "the consume connection is up")
+	dialed := p.Accepted()
+
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancelShort()
+		_, err := b.Receive(short, 4)
+		require.Error(t, err, "nothing answers over the blackhole")
+		return p.Accepted() > dialed
+	}, 10*time.Second, 10*time.Millisecond, "a new connection is dialed once the channel open went unanswered")
+	took := time.Since(start)
+	t.Logf("the connection broke and was dialed again %v after the first unanswered channel open", took.Round(time.Millisecond))
+	assert.Less(t, took, 5*time.Second, "dial_timeout (1 s), not the heartbeat (15 s), ends the wait")
+}
