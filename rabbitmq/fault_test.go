@@ -61,7 +61,22 @@ func testFaultNodePause(t *testing.T, node *rabbittest.Node) {
 // from an amqp:// URL, with a short heartbeat so that a dead connection
 // is noticed within seconds.
 func openThrough(node *rabbittest.Node) func(t testing.TB, addr string) backend.Backend {
-	return faultsuite.OpenURL(node.URL(), "heartbeat=2s&close_timeout=1s&write_timeout=3s", rabbitmq.OpenURL)
+	return faultsuite.OpenURL(node.URL(), faultQuery, rabbitmq.OpenURL)
+}
+
+// faultQuery is the URL query of the fault cases' backends.
+const faultQuery = "heartbeat=2s&close_timeout=1s&write_timeout=3s"
+
+// throughProxy starts a fault proxy to node and opens a backend through
+// it with the URL query query; both close when t ends, the backend first.
+func throughProxy(t *testing.T, node *rabbittest.Node, query string) (*faultproxy.Proxy, backend.Backend) {
+	t.Helper()
+	p, err := faultproxy.New(node.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	be := faultsuite.OpenURL(node.URL(), query, rabbitmq.OpenURL)(t, p.Addr())
+	t.Cleanup(func() { _ = be.Close() })
+	return p, be
 }
 
 // killSaved returns a StopServer that kills node once it saved the Raft
@@ -145,11 +160,7 @@ func testFaultCloseConnection(t *testing.T, node *rabbittest.Node) {
 // deliveries unsettled, Subscription.Close returns within about its one
 // close_timeout (1 s), not one per step.
 func testSubscriptionCloseBoundedOnBlackhole(t *testing.T, node *rabbittest.Node) {
-	p, err := faultproxy.New(node.Addr())
-	require.NoError(t, err)
-	defer p.Close()
-	be := openThrough(node)(t, p.Addr())
-	defer be.Close()
+	p, be := throughProxy(t, node, faultQuery)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sub, err := be.Subscribe(ctx, "close.blackhole", backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 4, MaxDeliveries: 5, Observer: observer.Nop()})
@@ -182,11 +193,7 @@ func testSubscriptionCloseBoundedOnBlackhole(t *testing.T, node *rabbittest.Node
 // channel shares, alone: no connection is dialed again, and the other
 // subscription's ack takes, so its group never sees the message again.
 func testCancelledChannelOpenKeepsTheConnection(t *testing.T, node *rabbittest.Node) {
-	p, err := faultproxy.New(node.Addr())
-	require.NoError(t, err)
-	defer p.Close()
-	be := openThrough(node)(t, p.Addr())
-	defer be.Close()
+	p, be := throughProxy(t, node, faultQuery)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topic = "cancel.open"
@@ -215,7 +222,7 @@ func testCancelledChannelOpenKeepsTheConnection(t *testing.T, node *rabbittest.N
 	p.Blackhole(true)
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	start := time.Now()
-	_, err = b.Receive(short, 4)
+	_, err := b.Receive(short, 4)
 	cancelShort()
 	p.Blackhole(false)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the Receive ends with its ctx")
@@ -253,11 +260,7 @@ func testAbandonedCallsKeepTheConnection(t *testing.T, node *rabbittest.Node) {
 // 5 s would take 15 s) breaks the connection, so that the next call
 // dials a new one instead of waiting on a dead network.
 func testUnansweredChannelOpenBreaksTheConnection(t *testing.T, node *rabbittest.Node) {
-	p, err := faultproxy.New(node.Addr())
-	require.NoError(t, err)
-	defer p.Close()
-	be := faultsuite.OpenURL(node.URL(), "heartbeat=5s&close_timeout=1s&write_timeout=3s&dial_timeout=1s", rabbitmq.OpenURL)(t, p.Addr())
-	defer be.Close()
+	p, be := throughProxy(t, node, "heartbeat=5s&close_timeout=1s&write_timeout=3s&dial_timeout=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const topic = "dead.open"
