@@ -20,6 +20,7 @@ type Backend struct {
 	pub      *link // publishing, declaring and moving copies
 	sub      *link // the subscriptions' channels
 	lockLink *link // owns the exclusive queues of the group locks
+	streams  *link // the streams of partition counts and members (partition.go)
 	lockSem  chan struct{}
 
 	mu   sync.Mutex
@@ -63,6 +64,7 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	b.pub = &link{b: b, name: "publish"}
 	b.sub = &link{b: b, name: "consume"}
 	b.lockLink = &link{b: b, name: "lock"}
+	b.streams = &link{b: b, name: "streams"}
 	b.http = &http.Client{Timeout: 2 * opts.DialTimeout}
 	if _, err := b.pub.get(ctx); err != nil {
 		return nil, err
@@ -299,13 +301,18 @@ func callCtx(ctx context.Context, ch *amqp.Channel, f func() error) error {
 // node that lost its latest declarations, so the first use of name on
 // the next connection declares it again.
 func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Channel) error) error {
+	return b.declareOn(ctx, b.pub, name, f)
+}
+
+// declareOn runs one declaration as declare does, on l's connection.
+func (b *Backend) declareOn(ctx context.Context, l *link, name string, f func(ch *amqp.Channel) error) error {
 	b.mu.Lock()
 	on := b.declared[name]
 	b.mu.Unlock()
 	if on != nil && !on.IsClosed() {
 		return nil
 	}
-	conn, ch, err := b.pub.channelOn(ctx)
+	conn, ch, err := l.channelOn(ctx)
 	if err != nil {
 		return err
 	}
@@ -485,6 +492,7 @@ func (b *Backend) Close() error {
 	wg.Go(b.sub.close)
 	wg.Go(b.pub.close)
 	wg.Go(b.lockLink.close)
+	wg.Go(b.streams.close)
 	wg.Wait()
 	return nil
 }

@@ -147,6 +147,17 @@
 // when longer), and the members whose last record is a heartbeat not
 // past its time are live.
 //
+// The streams are declared, written and read on a connection of their
+// own. RabbitMQ 3.10 answers a stream's declaration before the stream
+// has started, and until it has, a publish to it or a consume from it
+// closes the channel or crashes the channel's process, which ends the
+// whole connection (541 INTERNAL_ERROR): that happens when processes
+// subscribe to a fresh partitioned topic at once. A declaration
+// therefore waits until the stream takes a consumer, and an append or a
+// read that meets a closed channel or connection runs again with the
+// same record, for 10 seconds at most, bounded by its ctx; a record
+// stored twice reads as once.
+//
 // # Results
 //
 // The backend implements backend.ResultStore with a classic queue per
@@ -226,9 +237,10 @@
 //     queue was deleted, see DeleteGroup) declares nothing again, and
 //     its Receive fails.
 //   - Every other declaration (a topic's exchange for Publish, the hold
-//     queues, bus.due and its bindings, release notes, streams) counts
-//     for the publishing connection it was made on: the first use after
-//     that connection was lost declares it again.
+//     queues, bus.due and its bindings, release notes) counts for the
+//     publishing connection it was made on, and a stream's for the
+//     streams connection: the first use after that connection was lost
+//     declares it again.
 //   - A Publish the broker refuses (a publish to an exchange that is
 //     gone closes the channel, and the batch goes unconfirmed) makes
 //     the next Publish declare its exchanges again, on the same

@@ -35,3 +35,7 @@ func AbandonGets(b *Backend, q string, n int) (before, after any, err error) {
 
 // QueueName is the name of the quorum queue of group on topic.
 func QueueName(b *Backend, topic, group string) string { return b.queueName(topic, group) }
+
+// PublishingConn returns the backend's publishing connection, dialing it
+// when it is down.
+func PublishingConn(b *Backend) (any, error) { return b.pub.get(context.Background()) }

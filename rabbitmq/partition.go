@@ -138,11 +138,8 @@ func (b *Backend) Leave(ctx context.Context, topic, group, member string) error 
 		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, backend.ErrClosed)
 	}
 	q := b.membersName(topic, group)
-	if err := b.declareStream(ctx, q, membersArgs()); err != nil {
-		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, err)
-	}
 	rec := amqp.Publishing{Headers: amqp.Table{hdrMember: member, hdrKind: kindLeave}}
-	if err := b.appendRecord(ctx, q, rec); err != nil {
+	if err := b.appendRecord(ctx, q, membersArgs(), rec); err != nil {
 		return fmt.Errorf("rabbitmq: leave group %q on %q: %w", group, topic, err)
 	}
 	return nil
@@ -189,50 +186,142 @@ func membersArgs() amqp.Table {
 	}
 }
 
+// Stream records travel on their own connection (Backend.streams). The
+// broker answers a stream's declaration before the stream has started,
+// and until it has, a publish to it or a consume from it closes the
+// channel (506 "stream not found", 406 "no replica on the local node")
+// or crashes the channel's process, which ends the whole connection
+// (541). So a declaration waits until the stream takes a consumer
+// (awaitStream), and a stream operation that meets a closed channel or
+// connection runs again (retryStream): such a crash never reaches the
+// publishes and settlements on the other connections.
+
 // appendAndRead declares the stream q, appends rec to it, confirmed, and
 // returns the records from offset (a stream offset: "first" or a time) up
-// to rec, rec last.
+// to rec, rec last. An attempt that fails on a closed channel runs again
+// with the same record: a record read twice reads as once (a reader
+// keeps the first count, and a member's last record).
 func (b *Backend) appendAndRead(ctx context.Context, q string, args amqp.Table, offset any, rec amqp.Publishing) ([]amqp.Delivery, error) {
-	if err := b.declareStream(ctx, q, args); err != nil {
-		return nil, err
-	}
 	rec.MessageId = msgid.New()
-	if err := b.appendRecord(ctx, q, rec); err != nil {
-		return nil, err
-	}
-	return b.readStream(ctx, q, offset, rec.MessageId)
+	var recs []amqp.Delivery
+	err := retryStream(ctx, func() error {
+		if err := b.declareStream(ctx, q, args); err != nil {
+			return err
+		}
+		if err := b.appendOnce(ctx, q, rec); err != nil {
+			return err
+		}
+		var err error
+		recs, err = b.readStream(ctx, q, offset, rec.MessageId)
+		return err
+	})
+	return recs, err
 }
 
-// declareStream declares the stream q once per backend.
-func (b *Backend) declareStream(ctx context.Context, q string, args amqp.Table) error {
-	return b.declare(ctx, q, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(q, true, false, false, false, args)
-		return err
+// appendRecord declares the stream q and appends rec to it, confirmed,
+// running again as appendAndRead does.
+func (b *Backend) appendRecord(ctx context.Context, q string, args amqp.Table, rec amqp.Publishing) error {
+	return retryStream(ctx, func() error {
+		if err := b.declareStream(ctx, q, args); err != nil {
+			return err
+		}
+		return b.appendOnce(ctx, q, rec)
 	})
 }
 
-// appendRecord publishes rec to the stream q, confirmed. A stream that
-// another process declared a moment ago nacks publishes until its
-// writer has started; the record is then published again, for about a
-// second at most (a record stored twice reads as once: a reader keeps
-// the first count, and a member's last record).
-func (b *Backend) appendRecord(ctx context.Context, q string, rec amqp.Publishing) error {
-	rec.DeliveryMode = amqp.Persistent
-	wait := 20 * time.Millisecond
+// streamRetryFor bounds how long retryStream runs an operation again.
+const streamRetryFor = 10 * time.Second
+
+// retryStream runs f until it returns nil or an error other than a
+// stream's that has not started or a closed channel or connection, with
+// a backoff, for streamRetryFor at most, bounded by ctx.
+func retryStream(ctx context.Context, f func() error) error {
+	wait := 5 * time.Millisecond
+	deadline := time.Now().Add(streamRetryFor)
 	for {
-		errs, err := b.publishConfirmed(ctx, []string{""}, []string{q}, []amqp.Publishing{rec})
-		if err != nil {
+		err := f()
+		if err == nil || !streamNotReady(err) || time.Now().After(deadline) {
 			return err
-		}
-		if !errors.Is(errs[0], errNacked) || wait > time.Second {
-			return errs[0]
 		}
 		select {
 		case <-time.After(wait):
-			wait *= 2
+			wait = min(2*wait, 200*time.Millisecond)
 		case <-ctx.Done():
-			return errs[0]
+			return err
 		}
+	}
+}
+
+// streamNotReady reports whether err is what a stream that has not
+// started gives: a nack, a channel or connection closed by the broker
+// (406, 506, 541), or a closed channel or connection.
+func streamNotReady(err error) bool {
+	return errors.Is(err, errNacked) || errors.Is(err, errUnconfirmed) || errors.Is(err, amqp.ErrClosed) ||
+		isAMQPCode(err, amqp.PreconditionFailed, amqp.ResourceError, amqp.InternalError)
+}
+
+// declareStream declares the stream q once per streams connection and
+// waits until it has started.
+func (b *Backend) declareStream(ctx context.Context, q string, args amqp.Table) error {
+	return b.declareOn(ctx, b.streams, q, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return err
+		}
+		return b.awaitStream(ctx, q)
+	})
+}
+
+// awaitStream returns once the stream q takes a consumer: it consumes
+// from the stream's end on a fresh channel, again while the stream has
+// not started (retryStream).
+func (b *Backend) awaitStream(ctx context.Context, q string) error {
+	return retryStream(ctx, func() error {
+		ch, err := b.streams.channel(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
+		return callCtx(ctx, ch, func() error {
+			if err := ch.Qos(1, 0, false); err != nil {
+				return err
+			}
+			_, err := ch.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": "next"})
+			return err
+		})
+	})
+}
+
+// appendOnce publishes rec to the stream q on a fresh confirm-mode
+// channel of the streams connection and waits for its confirm.
+func (b *Backend) appendOnce(ctx context.Context, q string, rec amqp.Publishing) error {
+	rec.DeliveryMode = amqp.Persistent
+	ch, err := b.streams.channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
+	var conf *amqp.DeferredConfirmation
+	err = callCtx(ctx, ch, func() error {
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		var err error
+		conf, err = ch.PublishWithDeferredConfirm("", q, false, false, rec)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ok, err := conf.WaitContext(ctx)
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		return nil
+	case ch.IsClosed():
+		return errUnconfirmed
+	default:
+		return errNacked
 	}
 }
 
@@ -242,7 +331,7 @@ const streamReadPrefetch = 256
 // readStream consumes the stream q from offset until the record whose
 // message ID is id, and returns the records read, bounded by ctx.
 func (b *Backend) readStream(ctx context.Context, q string, offset any, id string) ([]amqp.Delivery, error) {
-	ch, err := b.pub.channel(ctx)
+	ch, err := b.streams.channel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +370,7 @@ func (b *Backend) readStream(ctx context.Context, q string, offset any, id strin
 
 // streamExists reports whether the queue q exists.
 func (b *Backend) streamExists(ctx context.Context, q string) (bool, error) {
-	ch, err := b.pub.channel(ctx)
+	ch, err := b.streams.channel(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -64,7 +64,11 @@ func (b *Backend) StoreResult(ctx context.Context, topic, id string, result []by
 		Expiration:   strconv.FormatInt(ttl.Milliseconds(), 10),
 		Body:         result,
 	}
-	if err := b.appendRecord(ctx, q, pub); err != nil {
+	errs, err := b.publishConfirmed(ctx, []string{""}, []string{q}, []amqp.Publishing{pub})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
 		return fmt.Errorf("rabbitmq: store result of %q: %w", topic, err)
 	}
 	return nil
