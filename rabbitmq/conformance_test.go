@@ -29,6 +29,7 @@ func TestOnOneNode(t *testing.T) {
 	t.Run("BroadcastSweepDeletesFully", func(t *testing.T) { testBroadcastSweepDeletesFully(t, node) })
 	t.Run("BroadcastKilledProcess", func(t *testing.T) { testBroadcastKilledProcess(t, node) })
 	t.Run("FreshStreamsAtOnce", func(t *testing.T) { testFreshStreamsAtOnce(t, node) })
+	t.Run("UnconfirmedPublishSaysMaybeStored", func(t *testing.T) { testUnconfirmedPublishSaysMaybeStored(t, node) })
 	t.Run("PrefetchFollowsMaxInFlight", func(t *testing.T) { testPrefetchFollowsMaxInFlight(t, node) })
 	t.Run("ClosedChannelReturnsToTheHead", func(t *testing.T) { testClosedChannelReturnsToTheHead(t, node) })
 	t.Run("PendingDeliveries", func(t *testing.T) { testPendingDeliveries(t, node) })

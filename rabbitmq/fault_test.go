@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -294,4 +295,38 @@ func testUnansweredChannelOpenBreaksTheConnection(t *testing.T, node *rabbittest
 	took := time.Since(start)
 	t.Logf("the connection broke and was dialed again %v after the first unanswered channel open", took.Round(time.Millisecond))
 	assert.Less(t, took, 5*time.Second, "dial_timeout (1 s), not the heartbeat (15 s), ends the wait")
+}
+
+// testUnconfirmedPublishSaysMaybeStored: a batch whose channel the broker
+// closes before it confirms (here a publish to a topic exchange that was
+// deleted: 404 closes the channel) is listed as failed, each message with
+// an error that says it may be stored and should be published again, and
+// the next Publish goes through.
+func testUnconfirmedPublishSaysMaybeStored(t *testing.T, node *rabbittest.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := bus.New(openRabbit(ctx, t, node.URL()))
+	const topic = "unconfirmed.publish"
+	batch := func(tag string) []*bus.Message {
+		return []*bus.Message{{ID: tag + "1", Payload: []byte("x")}, {ID: tag + "2", Payload: []byte("y")}, {ID: tag + "3", Payload: []byte("z")}}
+	}
+	require.NoError(t, b.Publish(ctx, topic, batch("before")...), "the first Publish declares the topic's exchange")
+	raw, err := amqp.Dial(node.URL())
+	require.NoError(t, err)
+	defer raw.Close()
+	ch, err := raw.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDelete("bus.t."+topic, false, false), "take the topic's exchange away")
+	require.NoError(t, ch.Close())
+
+	err = b.Publish(ctx, topic, batch("during")...)
+	var pe *bus.PublishError
+	require.ErrorAs(t, err, &pe, "a batch the broker did not confirm fails")
+	require.False(t, pe.Rejected)
+	require.Len(t, pe.Failed, 3, "every message of the batch is listed")
+	for i, f := range pe.Failed {
+		assert.Equal(t, i, f.Index)
+		assert.ErrorContains(t, f.Err, "may be stored or not; publish it again", "message %s", f.ID)
+	}
+	require.NoError(t, b.Publish(ctx, topic, batch("during")...), "the next Publish declares the exchange again")
 }
