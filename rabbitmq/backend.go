@@ -184,6 +184,7 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string
 		return nil, err
 	}
 	confs := make([]*amqp.DeferredConfirmation, len(pubs))
+	uncork := b.pub.cork() // one write for the batch
 	for i := range pubs {
 		key, exchange := "", exchanges[0]
 		if keys != nil {
@@ -194,11 +195,13 @@ func (b *Backend) publishConfirmed(ctx context.Context, exchanges, keys []string
 		}
 		c, err := ch.PublishWithDeferredConfirm(exchange, key, false, false, pubs[i])
 		if err != nil {
+			uncork()
 			closeChannel(ch, b.opts.CloseTimeout)
 			return nil, err
 		}
 		confs[i] = c
 	}
+	uncork()
 	errs := make([]error, len(pubs))
 	for i, c := range confs {
 		ok, err := c.WaitContext(ctx)

@@ -110,6 +110,19 @@ func (l *link) dialLocked(ctx context.Context) (*amqp.Connection, error) {
 	return conn, nil
 }
 
+// cork corks the socket of the live connection, when there is one, and
+// returns what lifts the cork (see socket).
+func (l *link) cork() (uncork func()) {
+	l.mu.Lock()
+	sock := l.sock
+	l.mu.Unlock()
+	if sock == nil {
+		return func() {}
+	}
+	sock.cork()
+	return sock.uncork
+}
+
 // channel opens a channel on the live connection, bounded by ctx: opening
 // a channel waits for the broker's reply, which never comes on a dead
 // network.
@@ -258,13 +271,45 @@ func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, *soc
 // write timeout is left of it, so that a burst of writes does not reset
 // the runtime's timer for each: a write waits at most the write timeout,
 // and at least seven eighths of it.
+//
+// amqp091-go flushes every message and every ack to the socket on its
+// own. A caller that sends many at once corks the socket (cork, then
+// uncork when it has sent them): the writes in between, its own and
+// those of any other caller on the connection, are held and go out in
+// one write when the last cork is lifted, or at once when corkLimit
+// bytes are held. A held write that fails closes the connection, so that
+// the client learns of it as of any write that failed.
 type socket struct {
 	net.Conn
 	writeTimeout time.Duration
 	deadline     atomic.Int64 // the write deadline this socket set, Unix ns; 0: unknown
+
+	mu    sync.Mutex
+	corks int    // callers that corked the socket
+	held  []byte // writes held back while corked
+	err   error  // of a held write that failed: every later write fails
 }
 
+// corkLimit bounds the bytes a corked socket holds.
+const corkLimit = 64 << 10
+
 func (s *socket) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.corks > 0 && len(s.held)+len(p) <= corkLimit {
+		s.held = append(s.held, p...)
+		return len(p), nil
+	}
+	if err := s.flushLocked(); err != nil {
+		return 0, err
+	}
+	return s.writeLocked(p)
+}
+
+func (s *socket) writeLocked(p []byte) (int, error) {
 	now := time.Now()
 	if dl := s.deadline.Load(); dl == 0 || time.Unix(0, dl).Sub(now) < s.writeTimeout-s.writeTimeout/8 {
 		next := now.Add(s.writeTimeout)
@@ -274,6 +319,36 @@ func (s *socket) Write(p []byte) (int, error) {
 		s.deadline.Store(next.UnixNano())
 	}
 	return s.Conn.Write(p)
+}
+
+// flushLocked writes what the socket holds.
+func (s *socket) flushLocked() error {
+	if len(s.held) == 0 {
+		return nil
+	}
+	_, err := s.writeLocked(s.held)
+	s.held = s.held[:0]
+	if err != nil {
+		s.err = err
+		_ = s.Conn.Close() // the client took the held writes as written
+	}
+	return err
+}
+
+// cork holds the socket's writes until the matching uncork.
+func (s *socket) cork() {
+	s.mu.Lock()
+	s.corks++
+	s.mu.Unlock()
+}
+
+// uncork lifts one cork and writes what the socket holds: the caller's
+// writes are out when it returns.
+func (s *socket) uncork() {
+	s.mu.Lock()
+	s.corks--
+	_ = s.flushLocked()
+	s.mu.Unlock()
 }
 
 // SetDeadline sets the connection's deadlines; the next write sets its

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -101,4 +102,76 @@ func TestSocketWriteAlwaysHasADeadline(t *testing.T) {
 	_, err = s.Write([]byte("x"))
 	require.NoError(t, err)
 	require.Len(t, c.set, 4, "a write with less than 7/8 of the timeout left moves the deadline")
+}
+
+// writesConn records the writes made on it; a write fails with fail when
+// it is set, and Close records that it was called.
+type writesConn struct {
+	deadlineConn
+	writes [][]byte
+	fail   error
+	closed bool
+}
+
+func (c *writesConn) Write(p []byte) (int, error) {
+	if c.fail != nil {
+		return 0, c.fail
+	}
+	c.writes = append(c.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+func (c *writesConn) Close() error {
+	c.closed = true
+	return nil
+}
+
+// TestCorkedSocketWritesOnceInOrder: writes to a corked socket are held
+// and go out in one write, in order, when the last cork is lifted or
+// when corkLimit bytes would be held; a held write that fails closes the
+// connection and fails every later write.
+func TestCorkedSocketWritesOnceInOrder(t *testing.T) {
+	c := &writesConn{}
+	s := &socket{Conn: c, writeTimeout: time.Hour}
+	write := func(b string) {
+		t.Helper()
+		n, err := s.Write([]byte(b))
+		require.NoError(t, err)
+		require.Equal(t, len(b), n)
+	}
+
+	write("a")
+	require.Equal(t, [][]byte{[]byte("a")}, c.writes, "an uncorked write goes out at once")
+
+	s.cork()
+	write("b")
+	s.cork() // a second caller
+	write("c")
+	require.Len(t, c.writes, 1, "corked writes are held")
+	s.uncork()
+	require.Equal(t, []byte("bc"), c.writes[1], "lifting a cork writes what is held, in order, in one write")
+	write("d")
+	s.uncork()
+	require.Equal(t, [][]byte{[]byte("a"), []byte("bc"), []byte("d")}, c.writes, "the last uncork writes the rest")
+	write("e")
+	require.Equal(t, []byte("e"), c.writes[3], "uncorked again: at once")
+
+	s.cork()
+	write("f")
+	big := string(make([]byte, corkLimit))
+	write(big)
+	require.Equal(t, []byte("f"), c.writes[4], "a write past the limit first writes what is held")
+	require.Len(t, c.writes[5], corkLimit, "then itself")
+	s.uncork()
+	require.Len(t, c.writes, 6, "nothing was left held")
+
+	s.cork()
+	write("g")
+	c.fail = errors.New("broken pipe")
+	s.uncork()
+	assert.True(t, c.closed, "a held write that failed closes the connection")
+	c.fail = nil
+	_, err := s.Write([]byte("h"))
+	require.ErrorContains(t, err, "broken pipe", "and every later write fails")
+	require.Len(t, c.writes, 6)
 }

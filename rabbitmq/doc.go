@@ -54,8 +54,10 @@
 //
 // # Delivery semantics
 //
-// At-least-once. Publish writes a batch on a confirm-mode channel and
-// returns once the broker confirmed every message. A message the broker
+// At-least-once. Publish writes a batch on a confirm-mode channel, in
+// one write to the socket, and returns once the broker confirmed every
+// message (the acks of a member go out in one write the same way). A
+// message the broker
 // nacks is listed in a backend.BatchError, and so is one whose channel
 // closed before its confirm came, with an error that says it may be
 // stored. A caller whose ctx ends while a channel opens returns at once;

@@ -426,6 +426,9 @@ func (s *Subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 	}
 	s.mu.Unlock()
 	var errs []error
+	if len(acks) > 1 {
+		defer s.b.sub.cork()() // one write for the acks
+	}
 	for _, a := range acks {
 		if err := sendOn(a.ch, func() error { return a.ch.Ack(a.tag, false) }); err != nil {
 			errs = append(errs, err)
