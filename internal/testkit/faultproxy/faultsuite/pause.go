@@ -195,6 +195,7 @@ func (p *pauseRun) run(members, partitions int) {
 	p.mu.Unlock()
 	t.Logf("pause %s: members=%d partitions=%d order_violations=%d drained %v after the last publish; observer events: %s",
 		t.Name(), members, partitions, violations, drained.Round(time.Millisecond), p.events.String())
+	defer p.events.logFirst(t)
 	assert.Zero(t, s.Lost, "lost: messages whose Publish returned nil and no handler received")
 	assert.Zero(t, violations, "messages handled out of their key's order (first: %s)", firstBad)
 	assert.Zero(t, s.Duplicate, "messages handled twice: no handler failed and no lease ran out")

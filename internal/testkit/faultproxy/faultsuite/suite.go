@@ -354,9 +354,13 @@ func (c *calls) assertWithinCtx(t testing.TB) {
 
 // events counts observer events by scope.
 type events struct {
-	mu sync.Mutex
-	n  map[observer.Scope]int
+	mu    sync.Mutex
+	n     map[observer.Scope]int
+	first []string // the first eventsKept events, as logFirst prints them
 }
+
+// eventsKept is how many events an events keeps to log.
+const eventsKept = 40
 
 func (e *events) Observe(_ context.Context, ev observer.Event) {
 	e.mu.Lock()
@@ -365,6 +369,22 @@ func (e *events) Observe(_ context.Context, ev observer.Event) {
 		e.n = map[observer.Scope]int{}
 	}
 	e.n[ev.Scope]++
+	if len(e.first) < eventsKept {
+		e.first = append(e.first, fmt.Sprintf("%s %v topic %q group %q message %q: %v",
+			time.Now().Format("15:04:05.000"), ev.Scope, ev.Topic, ev.Group, ev.MessageID, ev.Err))
+	}
+}
+
+// logFirst logs the events kept, when t failed.
+func (e *events) logFirst(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.first {
+		t.Log("event " + s)
+	}
 }
 
 func (e *events) String() string {
