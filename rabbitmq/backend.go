@@ -49,8 +49,10 @@ var (
 )
 
 // New connects to the broker at amqpURL (amqp:// or amqps://, without
-// backend parameters; see OpenURL) and returns a backend. It dials before
-// it returns, bounded by ctx.
+// backend parameters; see OpenURL) and returns a backend. It dials its
+// publishing connection and, at the same time, its streams connection
+// (the first Publish of each topic reads the topic's partition count
+// there) before it returns, bounded by ctx.
 func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	opts, err := o.withDefaults()
 	if err != nil {
@@ -66,7 +68,17 @@ func New(ctx context.Context, amqpURL string, o *Options) (*Backend, error) {
 	b.lockLink = &link{b: b, name: "lock"}
 	b.streams = &link{b: b, name: "streams"}
 	b.http = &http.Client{Timeout: 2 * opts.DialTimeout}
-	if _, err := b.pub.get(ctx); err != nil {
+	streams := make(chan error, 1)
+	go func() {
+		_, err := b.streams.get(ctx)
+		streams <- err
+	}()
+	_, err = b.pub.get(ctx)
+	if serr := <-streams; err == nil {
+		err = serr
+	}
+	if err != nil {
+		_ = b.Close()
 		return nil, err
 	}
 	return b, nil
@@ -304,18 +316,13 @@ func callCtx(ctx context.Context, ch *amqp.Channel, f func() error) error {
 // node that lost its latest declarations, so the first use of name on
 // the next connection declares it again.
 func (b *Backend) declare(ctx context.Context, name string, f func(ch *amqp.Channel) error) error {
-	return b.declareOn(ctx, b.pub, name, f)
-}
-
-// declareOn runs one declaration as declare does, on l's connection.
-func (b *Backend) declareOn(ctx context.Context, l *link, name string, f func(ch *amqp.Channel) error) error {
 	b.mu.Lock()
 	on := b.declared[name]
 	b.mu.Unlock()
 	if on != nil && !on.IsClosed() {
 		return nil
 	}
-	conn, ch, err := l.channelOn(ctx)
+	conn, ch, err := b.pub.channelOn(ctx)
 	if err != nil {
 		return err
 	}
@@ -446,23 +453,44 @@ func (b *Backend) storeCopy(ctx context.Context, q string, m *backend.Message, b
 		due = 0
 	}
 	pub := []amqp.Publishing{encode(m, base, due)}
-	wait := 20 * time.Millisecond
-	for {
+	// A quorum queue declared a moment ago nacks publishes until its
+	// leader is elected; the copy is not stored, so storing it again
+	// duplicates nothing.
+	return retry(ctx, copyRetry, isNacked, func() error {
 		errs, err := b.publishConfirmed(ctx, []string{exchange}, []string{q}, pub)
 		if err != nil {
 			return err
 		}
-		if !errors.Is(errs[0], errNacked) || wait > time.Second {
-			return errs[0]
+		return errs[0]
+	})
+}
+
+// copyRetry is how storeCopy stores a nacked copy again.
+var copyRetry = backoffPolicy{first: 20 * time.Millisecond, most: time.Second, total: 1300 * time.Millisecond}
+
+func isNacked(err error) bool { return errors.Is(err, errNacked) }
+
+// backoffPolicy is how retry runs an operation again: after first,
+// doubled after each run up to most, as long as the next run starts
+// within total of the first.
+type backoffPolicy struct{ first, most, total time.Duration }
+
+// retry runs f until it returns nil or an error that again does not
+// hold for, as p says, and returns f's last error; it returns that error
+// too when ctx ends first.
+func retry(ctx context.Context, p backoffPolicy, again func(error) bool, f func() error) error {
+	wait := p.first
+	deadline := time.Now().Add(p.total)
+	for {
+		err := f()
+		if err == nil || !again(err) || time.Now().Add(wait).After(deadline) {
+			return err
 		}
-		// A quorum queue declared a moment ago nacks publishes until its
-		// leader is elected; the copy is not stored, so storing it again
-		// duplicates nothing.
 		select {
 		case <-time.After(wait):
-			wait *= 2
+			wait = min(2*wait, p.most)
 		case <-ctx.Done():
-			return errs[0]
+			return err
 		}
 	}
 }

@@ -131,6 +131,20 @@ func (l *link) channel(ctx context.Context) (*amqp.Channel, error) {
 	return ch, err
 }
 
+// use runs f on a fresh channel of l, bounded by ctx (see callCtx), and
+// closes the channel in the background afterwards: for one-off methods
+// whose failure closes their channel. When ctx ends first, use returns
+// its error while f may still run: what f writes is the caller's only
+// when use returns nil.
+func (l *link) use(ctx context.Context, f func(ch *amqp.Channel) error) error {
+	ch, err := l.channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { go closeChannel(ch, l.b.opts.CloseTimeout) }()
+	return callCtx(ctx, ch, func() error { return f(ch) })
+}
+
 // channelOn opens a channel as channel does and returns it with the
 // connection it is on.
 func (l *link) channelOn(ctx context.Context) (*amqp.Connection, *amqp.Channel, error) {

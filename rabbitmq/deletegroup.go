@@ -87,12 +87,7 @@ func (b *Backend) dropGroupLock(ctx context.Context, topic, group string) error 
 // deleteQueue deletes the queue q, on a channel of its own: a queue that
 // does not exist is not an error.
 func (b *Backend) deleteQueue(ctx context.Context, q string) error {
-	ch, err := b.pub.channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	err = callCtx(ctx, ch, func() error {
+	err := b.pub.use(ctx, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDelete(q, false, false, false)
 		return err
 	})

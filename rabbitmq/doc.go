@@ -138,8 +138,9 @@
 // the topic T~p, with an exchange and group queues of its own, and its
 // members own it through the group lock (see Key order). The count and
 // the members are kept in streams (x-queue-type stream), which every
-// reader reads whole without taking anything off: a caller appends a
-// record, confirmed, and reads the stream up to it. The first count above
+// reader reads whole without taking anything off: a caller consumes the
+// stream, appends a record and reads up to it (reading it back is the
+// proof that it is stored), all on one channel. The first count above
 // 0 in a topic's parts stream is its count, so that of two callers that
 // record different counts at once both read the one that came first; the
 // backend keeps a count once read. A heartbeat is a record of the
@@ -150,15 +151,16 @@
 // past its time are live.
 //
 // The streams are declared, written and read on a connection of their
-// own. RabbitMQ 3.10 answers a stream's declaration before the stream
+// own, dialed with the publishing connection. RabbitMQ 3.10 answers a stream's declaration before the stream
 // has started, and until it has, a publish to it or a consume from it
 // closes the channel or crashes the channel's process, which ends the
 // whole connection (541 INTERNAL_ERROR): that happens when processes
-// subscribe to a fresh partitioned topic at once. A declaration
-// therefore waits until the stream takes a consumer, and an append or a
-// read that meets a closed channel or connection runs again with the
-// same record, for 10 seconds at most, bounded by its ctx; a record
-// stored twice reads as once.
+// subscribe to a fresh partitioned topic at once. A record is therefore
+// appended only on a channel whose consume of the stream the broker took,
+// and an append or a read that meets a closed channel or connection runs
+// again with the same record, for 10 seconds at most, bounded by its
+// ctx; a record stored twice reads as once. A count read stops at the
+// first count: a topic used before costs one consume.
 //
 // # Results
 //
@@ -240,9 +242,9 @@
 //     its Receive fails.
 //   - Every other declaration (a topic's exchange for Publish, the hold
 //     queues, bus.due and its bindings, release notes) counts for the
-//     publishing connection it was made on, and a stream's for the
-//     streams connection: the first use after that connection was lost
-//     declares it again.
+//     publishing connection it was made on: the first use after that
+//     connection was lost declares it again. A stream is declared at
+//     each use.
 //   - A Publish the broker refuses (a publish to an exchange that is
 //     gone closes the channel, and the batch goes unconfirmed) makes
 //     the next Publish declare its exchanges again, on the same

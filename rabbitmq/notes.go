@@ -122,13 +122,8 @@ func (b *Backend) takeNotes(ctx context.Context, q string) (releaseNotes, error)
 	if err := b.declareNotes(ctx, q); err != nil {
 		return nil, err
 	}
-	ch, err := b.pub.channel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
 	rn := releaseNotes{}
-	err = callCtx(ctx, ch, func() error {
+	err := b.pub.use(ctx, func(ch *amqp.Channel) error {
 		for {
 			d, ok, err := ch.Get(q, true)
 			if err != nil || !ok {

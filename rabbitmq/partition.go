@@ -93,17 +93,28 @@ func (b *Backend) Partitions(ctx context.Context, topic string, n int) (int, err
 			return 0, wrapErr(fmt.Sprintf("partitions of %q", topic), err)
 		}
 	}
-	recs, err := b.appendAndRead(ctx, q, args, "first", amqp.Publishing{Body: []byte(strconv.Itoa(n))})
+	recs, err := b.appendAndRead(ctx, q, args, "first", amqp.Publishing{Body: []byte(strconv.Itoa(n))}, func(d amqp.Delivery) bool {
+		return partsCount(d) > 0
+	})
 	if err != nil {
 		return 0, fmt.Errorf("rabbitmq: partitions of %q: %w", topic, err)
 	}
 	for _, r := range recs {
-		if c, err := strconv.Atoi(string(r.Body)); err == nil && c > 0 && c <= backend.MaxPartitions {
+		if c := partsCount(r); c > 0 {
 			b.parts.Store(topic, c)
 			return c, nil
 		}
 	}
 	return 0, nil
+}
+
+// partsCount returns the count a parts record carries, or 0 for a record
+// of a read or one that does not decode.
+func partsCount(d amqp.Delivery) int {
+	if c, err := strconv.Atoi(string(d.Body)); err == nil && c > 0 && c <= backend.MaxPartitions {
+		return c
+	}
+	return 0
 }
 
 // Heartbeat implements backend.Partitioner: the heartbeat is a record of
@@ -154,7 +165,7 @@ func (b *Backend) members(ctx context.Context, topic, group, kind, member string
 	}
 	from := time.Now().Add(-max(memberLookback, 2*ttl) - streamSlack)
 	rec := amqp.Publishing{Headers: amqp.Table{hdrMember: member, hdrKind: kind, hdrUntil: until}}
-	recs, err := b.appendAndRead(ctx, b.membersName(topic, group), membersArgs(), from, rec)
+	recs, err := b.appendAndRead(ctx, b.membersName(topic, group), membersArgs(), from, rec, nil)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: members of group %q on %q: %w", group, topic, err)
 	}
@@ -191,65 +202,89 @@ func membersArgs() amqp.Table {
 // and until it has, a publish to it or a consume from it closes the
 // channel (506 "stream not found", 406 "no replica on the local node")
 // or crashes the channel's process, which ends the whole connection
-// (541). So a declaration waits until the stream takes a consumer
-// (awaitStream), and a stream operation that meets a closed channel or
-// connection runs again (retryStream): such a crash never reaches the
-// publishes and settlements on the other connections.
+// (541). So a record is published only on a channel whose consume of the
+// stream the broker took, and a stream operation that meets a closed
+// channel or connection runs again (retryStream): such a crash never
+// reaches the publishes and settlements on the other connections.
 
-// appendAndRead declares the stream q, appends rec to it, confirmed, and
-// returns the records from offset (a stream offset: "first" or a time) up
-// to rec, rec last. An attempt that fails on a closed channel runs again
-// with the same record: a record read twice reads as once (a reader
-// keeps the first count, and a member's last record).
-func (b *Backend) appendAndRead(ctx context.Context, q string, args amqp.Table, offset any, rec amqp.Publishing) ([]amqp.Delivery, error) {
+// appendAndRead declares the stream q, consumes it from offset (a stream
+// offset: "first" or a time), appends rec and returns the records read
+// up to rec, rec last, or up to the first record for which enough holds,
+// all on one channel. rec is not confirmed: reading it back is the
+// proof that it is stored. An attempt that fails on a closed channel
+// runs again with the same record: a record read twice reads as once (a
+// reader keeps the first count, and a member's last record).
+func (b *Backend) appendAndRead(ctx context.Context, q string, args amqp.Table, offset any, rec amqp.Publishing, enough func(amqp.Delivery) bool) ([]amqp.Delivery, error) {
 	rec.MessageId = msgid.New()
+	rec.DeliveryMode = amqp.Persistent
 	var recs []amqp.Delivery
 	err := retryStream(ctx, func() error {
-		if err := b.declareStream(ctx, q, args); err != nil {
+		return b.streams.use(ctx, func(ch *amqp.Channel) error {
+			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+				return err
+			}
+			dels, err := consumeStream(ch, q, streamReadPrefetch, offset)
+			if err != nil {
+				return err
+			}
+			if err := ch.Publish("", q, false, false, rec); err != nil {
+				return err
+			}
+			recs, err = readUntil(ctx, q, dels, func(d amqp.Delivery) bool {
+				return d.MessageId == rec.MessageId || enough != nil && enough(d)
+			})
 			return err
-		}
-		if err := b.appendOnce(ctx, q, rec); err != nil {
-			return err
-		}
-		var err error
-		recs, err = b.readStream(ctx, q, offset, rec.MessageId)
-		return err
+		})
 	})
-	return recs, err
+	if err != nil {
+		// A read whose ctx ended may still be writing recs.
+		return nil, err
+	}
+	return recs, nil
 }
 
 // appendRecord declares the stream q and appends rec to it, confirmed,
 // running again as appendAndRead does.
 func (b *Backend) appendRecord(ctx context.Context, q string, args amqp.Table, rec amqp.Publishing) error {
+	rec.DeliveryMode = amqp.Persistent
 	return retryStream(ctx, func() error {
-		if err := b.declareStream(ctx, q, args); err != nil {
-			return err
-		}
-		return b.appendOnce(ctx, q, rec)
+		return b.streams.use(ctx, func(ch *amqp.Channel) error {
+			if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+				return err
+			}
+			if _, err := consumeStream(ch, q, 1, "next"); err != nil {
+				return err
+			}
+			if err := ch.Confirm(false); err != nil {
+				return err
+			}
+			conf, err := ch.PublishWithDeferredConfirm("", q, false, false, rec)
+			if err != nil {
+				return err
+			}
+			ok, err := conf.WaitContext(ctx)
+			switch {
+			case err != nil:
+				return err
+			case ok:
+				return nil
+			case ch.IsClosed():
+				return errUnconfirmed
+			default:
+				return errNacked
+			}
+		})
 	})
 }
 
-// streamRetryFor bounds how long retryStream runs an operation again.
-const streamRetryFor = 10 * time.Second
+// streamRetry is how retryStream runs an operation again.
+var streamRetry = backoffPolicy{first: 5 * time.Millisecond, most: 200 * time.Millisecond, total: 10 * time.Second}
 
 // retryStream runs f until it returns nil or an error other than a
-// stream's that has not started or a closed channel or connection, with
-// a backoff, for streamRetryFor at most, bounded by ctx.
+// stream's that has not started or a closed channel or connection, as
+// streamRetry says, bounded by ctx.
 func retryStream(ctx context.Context, f func() error) error {
-	wait := 5 * time.Millisecond
-	deadline := time.Now().Add(streamRetryFor)
-	for {
-		err := f()
-		if err == nil || !streamNotReady(err) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-time.After(wait):
-			wait = min(2*wait, 200*time.Millisecond)
-		case <-ctx.Done():
-			return err
-		}
-	}
+	return retry(ctx, streamRetry, streamNotReady, f)
 }
 
 // streamNotReady reports whether err is what a stream that has not
@@ -260,94 +295,21 @@ func streamNotReady(err error) bool {
 		isAMQPCode(err, amqp.PreconditionFailed, amqp.ResourceError, amqp.InternalError)
 }
 
-// declareStream declares the stream q once per streams connection and
-// waits until it has started.
-func (b *Backend) declareStream(ctx context.Context, q string, args amqp.Table) error {
-	return b.declareOn(ctx, b.streams, q, func(ch *amqp.Channel) error {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
-			return err
-		}
-		return b.awaitStream(ctx, q)
-	})
-}
-
-// awaitStream returns once the stream q takes a consumer: it consumes
-// from the stream's end on a fresh channel, again while the stream has
-// not started (retryStream).
-func (b *Backend) awaitStream(ctx context.Context, q string) error {
-	return retryStream(ctx, func() error {
-		ch, err := b.streams.channel(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-		return callCtx(ctx, ch, func() error {
-			if err := ch.Qos(1, 0, false); err != nil {
-				return err
-			}
-			_, err := ch.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": "next"})
-			return err
-		})
-	})
-}
-
-// appendOnce publishes rec to the stream q on a fresh confirm-mode
-// channel of the streams connection and waits for its confirm.
-func (b *Backend) appendOnce(ctx context.Context, q string, rec amqp.Publishing) error {
-	rec.DeliveryMode = amqp.Persistent
-	ch, err := b.streams.channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	var conf *amqp.DeferredConfirmation
-	err = callCtx(ctx, ch, func() error {
-		if err := ch.Confirm(false); err != nil {
-			return err
-		}
-		var err error
-		conf, err = ch.PublishWithDeferredConfirm("", q, false, false, rec)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	ok, err := conf.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return err
-	case ok:
-		return nil
-	case ch.IsClosed():
-		return errUnconfirmed
-	default:
-		return errNacked
-	}
-}
-
 // streamReadPrefetch is the credit of a stream read.
 const streamReadPrefetch = 256
 
-// readStream consumes the stream q from offset until the record whose
-// message ID is id, and returns the records read, bounded by ctx.
-func (b *Backend) readStream(ctx context.Context, q string, offset any, id string) ([]amqp.Delivery, error) {
-	ch, err := b.streams.channel(ctx)
-	if err != nil {
+// consumeStream consumes the stream q on ch from offset with a credit of
+// prefetch records. The broker refuses it until the stream has started.
+func consumeStream(ch *amqp.Channel, q string, prefetch int, offset any) (<-chan amqp.Delivery, error) {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return nil, err
 	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	var dels <-chan amqp.Delivery
-	err = callCtx(ctx, ch, func() error {
-		if err := ch.Qos(streamReadPrefetch, 0, false); err != nil {
-			return err
-		}
-		var err error
-		dels, err = ch.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
+	return ch.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
+}
+
+// readUntil reads the records of the stream q from dels until one for
+// which last holds, and returns the records read, bounded by ctx.
+func readUntil(ctx context.Context, q string, dels <-chan amqp.Delivery, last func(amqp.Delivery) bool) ([]amqp.Delivery, error) {
 	var recs []amqp.Delivery
 	for n := 1; ; n++ {
 		select {
@@ -356,7 +318,7 @@ func (b *Backend) readStream(ctx context.Context, q string, offset any, id strin
 				return nil, fmt.Errorf("read %q: %w", q, amqp.ErrClosed)
 			}
 			recs = append(recs, d)
-			if d.MessageId == id {
+			if last(d) {
 				return recs, nil
 			}
 			if n%(streamReadPrefetch/2) == 0 {
@@ -370,12 +332,7 @@ func (b *Backend) readStream(ctx context.Context, q string, offset any, id strin
 
 // streamExists reports whether the queue q exists.
 func (b *Backend) streamExists(ctx context.Context, q string) (bool, error) {
-	ch, err := b.streams.channel(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
-	err = callCtx(ctx, ch, func() error {
+	err := b.streams.use(ctx, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		return err
 	})

@@ -97,17 +97,12 @@ func sortByTag(ds []*delivery) {
 // consumerCount asks the broker how many consumers queue q has (a
 // passive declare); a queue that does not exist has none.
 func (b *Backend) consumerCount(ctx context.Context, q string) (int, error) {
-	ch, err := b.pub.channel(ctx)
-	if err != nil {
-		return 0, err
-	}
 	var st amqp.Queue
-	err = callCtx(ctx, ch, func() error {
+	err := b.pub.use(ctx, func(ch *amqp.Channel) error {
 		var err error
 		st, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		return err
 	})
-	go closeChannel(ch, b.opts.CloseTimeout)
 	if isAMQPCode(err, amqp.NotFound) {
 		return 0, nil
 	}

@@ -44,18 +44,13 @@ func (b *Backend) StoreResult(ctx context.Context, topic, id string, result []by
 		"x-max-length": 1,
 		"x-overflow":   "drop-head",
 	}
-	ch, err := b.pub.channel(ctx)
-	if err != nil {
-		return fmt.Errorf("rabbitmq: store result of %q: %w", topic, err)
-	}
-	err = callCtx(ctx, ch, func() error {
+	err := b.pub.use(ctx, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			return err
 		}
 		_, err := ch.QueueDeclare(q, true, false, false, false, args)
 		return err
 	})
-	go closeChannel(ch, b.opts.CloseTimeout)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: store result of %q: %w", topic, err)
 	}
@@ -85,16 +80,11 @@ func (b *Backend) Result(ctx context.Context, topic, id string) ([]byte, bool, e
 	if b.isShut() {
 		return nil, false, fmt.Errorf("rabbitmq: result of %q: %w", topic, backend.ErrClosed)
 	}
-	ch, err := b.pub.channel(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("rabbitmq: result of %q: %w", topic, err)
-	}
-	defer func() { go closeChannel(ch, b.opts.CloseTimeout) }()
 	var (
 		body  []byte
 		found bool
 	)
-	err = callCtx(ctx, ch, func() error {
+	err := b.pub.use(ctx, func(ch *amqp.Channel) error {
 		d, ok, err := ch.Get(b.resultName(topic, id), false)
 		if err != nil || !ok {
 			return err
