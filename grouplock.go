@@ -28,10 +28,12 @@ import (
 // timeout first (see drainedAt), so that what that member left unsettled,
 // also what its last fetch was handed after it stopped, is back with the
 // group, and is handed out, before anything after it. A subscription
-// that takes a lock another member released while this one waited waits
-// the same way (at most handoverSettle and one ack timeout, less when
-// nothing is pending): the releasing member's last fetch may have been
-// handed a message as it closed.
+// that takes a lock another member released while this one waited
+// starts the same way, holding back the keys of what is pending then
+// (without the list it waits at most handoverSettle and one ack timeout,
+// less when nothing is pending): the releasing member's last fetch may
+// have been handed a message as it closed, and a read it gave up on (the
+// broker answered too late) may have taken some at the broker.
 //
 // A subscription that cannot renew for half the ttl, or finds another
 // holder, stops fetching and fences itself: a Receive under way ends
@@ -225,19 +227,24 @@ func (o *groupLock) round(r *ownerRound) bool {
 		r.lastHeld = now
 		takeover = takeover || r.lost && !owning
 		r.lost = false
-		if takeover && o.inherits() {
-			// From a member that let the lock lapse (it died or hung):
-			// once a fetch it may have had under way at the broker is
-			// over, the keys of what it left unsettled are held back
-			// until that comes back, and the others run at once.
+		// released: taken from a member that released it while this
+		// one waited. What that member leaves unsettled (a delivery its
+		// last fetch was handed as it closed, what a read it gave up on
+		// took at the broker, an ack it could not flush) comes back
+		// after its lease, as what a member that let the lock lapse
+		// leaves does.
+		released := !takeover && r.other && !owning && r.openAt.IsZero()
+		if (takeover || released) && o.inherits() {
+			// Once a fetch the previous holder may have had under way
+			// at the broker is over, the keys of what it left unsettled
+			// are held back until that comes back, and the others run
+			// at once.
 			r.inherit, r.takenAt = true, now
 			r.openAt = now.Add(handoverSettle)
 			r.settleAt = r.openAt
-		} else if takeover || r.other && !owning && r.openAt.IsZero() {
-			// From a member that let the lock lapse, or that released
-			// it: what it leaves unsettled (a delivery its last fetch
-			// was handed as it closed) comes back within an ack timeout,
-			// unless nothing is left.
+		} else if takeover || released {
+			// Without the list: everything the previous holder left
+			// comes back within an ack timeout, unless nothing is left.
 			r.openAt = o.drainedAt(now)
 			r.settleAt = now.Add(handoverSettle)
 		}

@@ -1194,6 +1194,80 @@ func TestKeyOrderingHeldDeliverySettledLaterFreesItsKey(t *testing.T) {
 	assert.GreaterOrEqual(t, got[1].at, lease-ghostTTL, "k-1 waited for k-0's lease: %v", got)
 }
 
+// refusedLock is an in-memory backend that reports when a holder other
+// than "previous-member" is first refused a group lock: it waits for the
+// lock while "previous-member" holds it.
+type refusedLock struct {
+	*inmemory.Backend
+	once    sync.Once
+	refused chan struct{}
+}
+
+func (r *refusedLock) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	held, takeover, err := r.Backend.LockGroup(ctx, topic, group, holder, ttl)
+	if err == nil && !held && holder != "previous-member" {
+		r.once.Do(func() { close(r.refused) })
+	}
+	return held, takeover, err
+}
+
+// A member that takes a lock the previous holder released while it
+// waited, with a delivery of that holder still unsettled at the broker
+// (a read whose reply it gave up on took it: no handler had it), holds
+// only that delivery's key, as after a takeover: the other keys run at
+// once, not an ack timeout later, and the held key's delivery comes back
+// after its lease and runs before the rest of its key.
+func TestKeyOrderingReleasedLockHoldsOnlyThePendingKeys(t *testing.T) {
+	const lease = 4 * time.Second
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	prev, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", StartFrom: bus.StartOldest, AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer prev.Close()
+	held, _, err := raw.LockGroup(ctx, "orders", "g", "previous-member", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	taken, err := prev.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the previous holder's lost read took k-0")
+	be := &refusedLock{Backend: raw, refused: make(chan struct{})}
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	type handled struct {
+		id string
+		at time.Time
+	}
+	handledCh := make(chan handled, 8)
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		handledCh <- handled{d.ID, time.Now()}
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	select {
+	case <-be.refused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member never asked for the held lock")
+	}
+	start := time.Now()
+	require.NoError(t, raw.UnlockGroup(ctx, "orders", "g", "previous-member"))
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{ID: "k-1", Key: "k"}, &bus.Message{ID: "j-0", Key: "j"}))
+	var got []handledAt
+	for len(got) < 3 {
+		select {
+		case x := <-handledCh:
+			got = append(got, handledAt{id: x.id, at: x.at.Sub(start)})
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handled only %v", got)
+		}
+	}
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Less(t, got[0].at, lease/2, "the other key does not wait for the lease: %v", got)
+	assert.Equal(t, "k-0", got[1].id, "the previous holder's delivery comes back first: %v", got)
+	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
+}
+
 // handledAt is a delivery a test's handler saw, and when.
 type handledAt struct {
 	id      string
