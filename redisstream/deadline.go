@@ -14,6 +14,9 @@ const (
 	// removal of the consumer from its group. When it runs out the
 	// consumer is left in the group (it owns no entry; harmless).
 	closeTimeout = 100 * time.Millisecond
+	// giveBackTimeout bounds the give-back in Subscription.Close of what
+	// reads given up on took (giveBackLost).
+	giveBackTimeout = time.Second
 	// unblockTimeout bounds the CLIENT UNBLOCK sent when the ctx of a
 	// blocked read ends.
 	unblockTimeout = 250 * time.Millisecond

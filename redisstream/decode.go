@@ -64,7 +64,7 @@ func (s *subscription) decodeRaw(ctx context.Context, raw []byte) ([]*backend.Me
 	if err != nil {
 		// Entries the read took stay pending: the next Receive takes
 		// them back first.
-		s.recovering = true
+		s.setRecovering(true)
 		return nil, s.errf("receive", err)
 	}
 	s.linger.took(len(entries))

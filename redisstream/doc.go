@@ -107,7 +107,12 @@
 //     (the server runs commands in the order they reach it, so only a
 //     link that delays the lost read past the recovery hides entries,
 //     which then come back after their lease). Stats.Recovered counts
-//     the entries taken back. An XAUTOCLAIM whose reply is lost is not
+//     the entries taken back. A subscription that closes before it took
+//     them back gives them back in Close instead (the same fence, then
+//     XCLAIM ... IDLE RETRYCOUNT JUSTID: claimable at once, the lost
+//     delivery uncounted, within 1s), so that the group's next reader
+//     (the next holder of a key-ordered group's lock) has them at its
+//     next reclaim scan. An XAUTOCLAIM whose reply is lost is not
 //     recovered this way: its entries come back after another lease.
 //   - Acks are one XACK per flush.
 //   - Publish sends one XADD for a single message and one pipeline for a
@@ -228,7 +233,8 @@
 //     timeout is shorter than BLOCK + 1s or off); Backend.Close waits for
 //     it.
 //   - The backend's own work has short bounds: Subscription.Close, which
-//     has no ctx, gives the removal of its consumer 100ms; each promoter
+//     has no ctx, gives what lost reads took back within 1s (only after
+//     one) and the removal of its consumer 100ms; each promoter
 //     and trimmer pass 5s, and stopping them does not wait for their I/O.
 //     Malformed and trimmed entries are settled within the Receive ctx;
 //     when it ends first they stay pending and are handled again after

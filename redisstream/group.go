@@ -47,6 +47,9 @@ func (s *subscription) recoverGroup(ctx context.Context, cause error) error {
 	}
 	s.b.stats.recreated.Add(1)
 	s.handed = "" // the new group delivers from the oldest entry
+	if s.recovering {
+		s.setRecovering(true)
+	}
 	s.observe(observer.ScopeReclaim, "", 0, s.errf("receive", fmt.Errorf(
 		"consumer group %q was missing (%v); re-created from the oldest retained entry: unsettled messages of the group may have been lost on the server", s.cfg.Group, cause)))
 	return nil

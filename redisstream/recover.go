@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -65,6 +66,25 @@ return out
 // maxLostReads bounds the lost reads a reader remembers to fence.
 const maxLostReads = 16
 
+// maxGiveBack bounds the entries Close gives back after lost reads
+// (giveBackLost).
+const maxGiveBack = 1024
+
+// giveBackOwnScript makes this consumer's pending entries after ARGV[3]
+// (exclusive), at most ARGV[4] of them, claimable at once: idle for
+// ARGV[5] ms, the lease and one, with their delivery counter one lower
+// (XCLAIM ... IDLE RETRYCOUNT JUSTID), so that the reclaim that hands one
+// out again counts the delivery the lost read counted. It returns how many
+// it gave back. KEYS[1] the stream; ARGV[1] the group, ARGV[2] the
+// consumer.
+var giveBackOwnScript = redis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '(' .. ARGV[3], '+', tonumber(ARGV[4]), ARGV[2])
+for _, e in ipairs(p) do
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, e[1], 'IDLE', tonumber(ARGV[5]), 'RETRYCOUNT', math.max(e[4] - 1, 0), 'JUSTID')
+end
+return #p
+`)
+
 // lostRead is a read connection given up on while its read may still run
 // at the server.
 type lostRead struct {
@@ -98,13 +118,13 @@ func (s *subscription) recoverOwn(ctx context.Context, limit int) ([]*backend.Me
 			return nil, ctx.Err()
 		}
 		if isNoGroup(err) {
-			s.recovering = false // the group is new: nothing of it is pending
+			s.setRecovering(false) // the group is new: nothing of it is pending
 			return nil, s.recoverGroup(ctx, err)
 		}
 		return nil, receiveErr(s.errf("recover pending", err))
 	}
 	if len(rows) < limit {
-		s.recovering = false
+		s.setRecovering(false)
 	}
 	msgs := make([]*backend.Message, 0, len(rows))
 	var gone []string
@@ -132,8 +152,60 @@ func (s *subscription) recoverOwn(ctx context.Context, limit int) ([]*backend.Me
 		msgs = append(msgs, m)
 	}
 	s.dropTrimmed(ctx, gone)
+	if s.recovering {
+		s.setRecovering(true) // the rest starts after what this took back
+	}
 	s.b.stats.recovered.Add(int64(len(msgs)))
 	return msgs, nil
+}
+
+// setRecovering sets recovering, and lostFrom with it.
+func (s *subscription) setRecovering(v bool) {
+	s.recovering = v
+	if !v {
+		s.lostFrom.Store(nil)
+		return
+	}
+	from := s.handedFrom()
+	s.lostFrom.Store(&from)
+}
+
+// giveBackLost is the part of Close that gives back what lost reads took
+// when no Receive took it back (lostFrom is set): it fences those reads,
+// as recoverOwn does, and makes this consumer's pending entries after
+// lostFrom, which no handler has had, claimable at once with their
+// delivery uncounted (as Release does). The group's next reader, such as
+// the next holder of a key-ordered group's lock, which holds back their
+// keys until they come back, claims them at its next reclaim scan instead
+// of after their lease. Bounded by giveBackTimeout; when that runs out,
+// or past maxGiveBack entries, they come back after their lease.
+func (s *subscription) giveBackLost() {
+	from := s.lostFrom.Load()
+	if from == nil || s.b.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	err := s.fenceLostReads(ctx)
+	var n int64
+	if err == nil {
+		err = s.b.call(ctx, func(ctx context.Context) error {
+			var err error
+			n, err = giveBackOwnScript.Run(ctx, s.b.client, []string{s.keys.stream},
+				s.cfg.Group, s.consumer, *from, maxGiveBack, s.lease().Milliseconds()+1).Int64()
+			return err
+		})
+	}
+	switch {
+	case err == nil:
+		if n > 0 {
+			s.rc.dueAt(time.Now())
+		}
+	case isNoGroup(err):
+	default:
+		s.observe(observer.ScopeShutdown, "", 0, s.errf("close", fmt.Errorf(
+			"give back what a read given up on took: %w (it comes back after its lease)", err)))
+	}
 }
 
 // handedFrom is where recoverOwn starts: after the highest entry handed
@@ -150,7 +222,7 @@ func (s *subscription) handedFrom() string {
 // says so once.
 func (s *subscription) fenceLostReads(ctx context.Context) error {
 	for _, l := range s.reader.lostReads() {
-		if s.noFence || !l.fixed {
+		if s.noFence.Load() || !l.fixed {
 			s.reader.fenced(l)
 			continue
 		}
@@ -162,7 +234,7 @@ func (s *subscription) fenceLostReads(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case isPermanentRedisErr(err):
-			s.noFence = true
+			s.noFence.Store(true)
 			s.observe(observer.ScopeReceive, "", 0, s.errf("receive", fmt.Errorf(
 				"recovering what a lost read took without fencing it (CLIENT KILL refused: %w); grant +client|kill", err)))
 		default:

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // A read whose reply is lost leaves its entries pending to the consumer.
@@ -38,7 +39,7 @@ func TestReceiveAfterALostReadHandsOutWhatItTookFirstAsFirstDeliveries(t *testin
 	s.reader.mu.Lock()
 	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
 	s.reader.mu.Unlock()
-	s.recovering = true
+	s.setRecovering(true)
 
 	got, err := s.Receive(ctx, 10)
 	require.NoError(t, err, "receive after the lost read")
@@ -67,4 +68,70 @@ func TestReceiveAfterALostReadHandsOutWhatItTookFirstAsFirstDeliveries(t *testin
 	assert.Equal(t, "m-4", next[0].ID)
 	assert.Equal(t, 1, next[0].Attempt)
 	assert.EqualValues(t, 2, b.Stats().Recovered, "Stats counts the recovered entries")
+}
+
+// A subscription that closes after a read whose reply was lost, before a
+// Receive took back what that read took, gives those entries back: the
+// lost connection is fenced, the entries are claimable at once with their
+// delivery uncounted, and the group's next reader hands them out at once
+// as first deliveries. What the subscription had in flight keeps its
+// lease.
+func TestCloseAfterALostReadGivesWhatItTookBack(t *testing.T) {
+	const lease = 30 * time.Second
+	is := newInternalSub(t, "giveback", lease, 3)
+	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
+
+	for i := range 4 {
+		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
+	}
+	inFlight, err := s.Receive(ctx, 2)
+	require.NoError(t, err, "first receive")
+	require.Len(t, inFlight, 2, "the first receive takes two entries, which stay in flight")
+
+	// A read of this consumer runs at the server but its reply is lost.
+	lost, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: s.consumer, Streams: []string{s.keys.stream, ">"}, Count: 2}).Result()
+	require.NoError(t, err, "the read whose reply is lost")
+	require.Len(t, lost[0].Messages, 2)
+	conn := client.Conn()
+	t.Cleanup(func() { _ = conn.Close() })
+	connID, err := conn.ClientID(ctx).Result()
+	require.NoError(t, err, "client id of the lost read's connection")
+	s.reader.mu.Lock()
+	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
+	s.reader.mu.Unlock()
+	s.setRecovering(true)
+
+	require.NoError(t, s.Close(), "close before any Receive took them back")
+	assert.Error(t, conn.Ping(ctx).Err(), "the lost read's connection is killed before the give-back")
+
+	pending, err := client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.keys.stream, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err, "xpending")
+	byID := map[string]redis.XPendingExt{}
+	for _, p := range pending {
+		byID[p.ID] = p
+	}
+	for _, e := range lost[0].Messages {
+		p, ok := byID[e.ID]
+		require.True(t, ok, "%s stays pending", e.ID)
+		assert.GreaterOrEqual(t, p.Idle, lease, "%s: claimable at once", e.ID)
+		assert.EqualValues(t, 0, p.RetryCount, "%s: the lost delivery is uncounted", e.ID)
+	}
+	for _, m := range inFlight {
+		ref, _ := entryOf(m.AckID)
+		assert.Less(t, byID[ref.id].Idle, lease/2, "%s: in flight, its lease runs on", m.ID)
+	}
+
+	next, err := b.Subscribe(ctx, topic, backend.SubscribeConfig{
+		Group: "g", AckTimeout: lease, MaxInFlight: 10, StartFrom: backend.StartOldest, Observer: observer.Nop(),
+	})
+	require.NoError(t, err, "the group's next reader")
+	t.Cleanup(func() { _ = next.Close() })
+	got, err := next.Receive(ctx, 10)
+	require.NoError(t, err, "the next reader's first receive")
+	var ids []string
+	for _, m := range got {
+		ids = append(ids, m.ID)
+		assert.Equal(t, 1, m.Attempt, "%s: no handler saw the lost delivery: Attempt 1", m.ID)
+	}
+	assert.Equal(t, []string{"m-2", "m-3"}, ids, "the next reader claims what the lost read took at once, and nothing in flight")
 }

@@ -80,11 +80,15 @@ type subscription struct {
 
 	// handed is the highest entry ID this subscription handed out;
 	// recovering: a read's reply was lost, so the next Receive takes back
-	// what it may have taken first (recover.go); noFence: the server
-	// refused CLIENT KILL. Receive's goroutine only.
+	// what it may have taken first (recover.go). Receive's goroutine
+	// only (see setRecovering).
 	handed     string
 	recovering bool
-	noFence    bool
+	// lostFrom is where what lost reads took starts (handedFrom) while
+	// recovering is set, nil otherwise: what Close gives back
+	// (giveBackLost). noFence: the server refused CLIENT KILL.
+	lostFrom atomic.Pointer[string]
+	noFence  atomic.Bool
 	// touched is when Receive last told Redis the consumer is alive
 	// (touch). Receive's goroutine only.
 	touched time.Time
@@ -220,7 +224,7 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	woken := done()
 	if s.reader.lostTotal() != lost {
 		// The read was given up on: it may have taken entries.
-		s.recovering = true
+		s.setRecovering(true)
 	}
 	defer s.reader.recycle(rr)
 	s.linger.read(max)
@@ -329,14 +333,17 @@ func (s *subscription) wakeable(ctx context.Context, now time.Time, block time.D
 
 // Close stops the subscription and removes its consumer from the group if
 // it owns no pending entry. Unsettled entries stay pending and are
-// reclaimed by other members after their lease. Close has no ctx: the
-// removal is bounded by closeTimeout (100ms), after which the consumer is
-// left in the group.
+// reclaimed by other members after their lease, but for what reads it
+// gave up on took and no Receive took back yet, which it gives back at
+// once (giveBackLost). Close has no ctx: the give-back is bounded by
+// giveBackTimeout (1s) and runs only after a lost read, the removal by
+// closeTimeout (100ms), after which the consumer is left in the group.
 func (s *subscription) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.reader.close()
+		s.giveBackLost()
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		e := s.b.async(ctx, func(ctx context.Context) error {
