@@ -196,6 +196,7 @@ func (p *pauseRun) run(members, partitions int) {
 	t.Logf("pause %s: members=%d partitions=%d order_violations=%d drained %v after the last publish; observer events: %s",
 		t.Name(), members, partitions, violations, drained.Round(time.Millisecond), p.events.String())
 	defer p.events.logFirst(t)
+	defer p.logGroups(pub)
 	assert.Zero(t, s.Lost, "lost: messages whose Publish returned nil and no handler received")
 	assert.Zero(t, violations, "messages handled out of their key's order (first: %s)", firstBad)
 	assert.Zero(t, s.Duplicate, "messages handled twice: no handler failed and no lease ran out")
@@ -206,6 +207,27 @@ func (p *pauseRun) run(members, partitions int) {
 			t.Errorf("subscription %d ended by itself (err %v)", i, sub.Err())
 		default:
 		}
+	}
+}
+
+// logGroups logs, when the case failed, the group of each partition
+// of the topic as the broker reports it: its members, what it has pending
+// and since when, and its lag. A partition left behind shows there, with
+// what it waits for.
+func (p *pauseRun) logGroups(pub *bus.Bus) {
+	if !p.t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	gs, err := pub.Groups(ctx, p.topic)
+	if err != nil {
+		p.t.Logf("groups of %s: %v", p.topic, err)
+		return
+	}
+	for _, g := range gs {
+		p.t.Logf("group %q partition %d of %d: owner %q consumers %v pending %v (oldest %s) lag %v",
+			g.Name, g.Partition, g.Partitions, g.Owner, g.Consumers, g.Pending, g.OldestPending.Format("15:04:05.000"), g.Lag)
 	}
 }
 
