@@ -1,9 +1,6 @@
 package msgid
 
-import (
-	"encoding/binary"
-	"unsafe"
-)
+import "unsafe"
 
 // The text of every ID this process makes from position tailAt on (the
 // random bytes 9 to 15: "-" after 2 digits, then 12) is the same: tailLo
@@ -16,13 +13,17 @@ const tailAt = 21
 func init() {
 	var u [16]byte
 	fill(&u, 0)
-	id := Format(u)
-	tailLo, tailHi = word(id, tailAt), word(id, 28)
+	b := text(Format(u))
+	tailLo, tailHi = le.Uint64(b[tailAt:]), le.Uint64(b[28:])
 }
 
-// word is id[at:at+8] as a little-endian word.
-func word(id string, at int) uint64 {
-	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(id[at:at+8]), 8))
+// text is the text of an ID: id, viewed in place when it has the length
+// of one (nil otherwise), so that reading it needs no bounds checks.
+func text(id string) *[36]byte {
+	if len(id) != 36 {
+		return nil
+	}
+	return (*[36]byte)(unsafe.Pointer(unsafe.StringData(id)))
 }
 
 // Parse reports whether id is exactly an ID that this process's generator
@@ -31,32 +32,32 @@ func word(id string, at int) uint64 {
 // unique: two IDs with one value are the same string. An ID of another
 // process, or any other string, returns false.
 func Parse(id string) (uint64, bool) {
-	if !framed(id) {
+	b := text(id)
+	if b == nil || !framed(b) {
 		return 0, false
 	}
-	ms, ok := parseMS(id)
+	ms, ok := parseMS(b)
 	if !ok {
 		return 0, false
 	}
-	sq, ok := parseSeq(id)
+	sq, ok := parseSeq(b)
 	if !ok {
 		return 0, false
 	}
 	return ms<<16 | sq, true
 }
 
-// framed reports whether id has the length, the dashes and the random
-// tail of this process's IDs.
-func framed(id string) bool {
-	return len(id) == 36 && word(id, tailAt) == tailLo && word(id, 28) == tailHi && id[8] == '-' && id[13] == '-' && id[18] == '-'
+// framed reports whether b has the dashes and the random tail of this
+// process's IDs.
+func framed(b *[36]byte) bool {
+	return le.Uint64(b[tailAt:]) == tailLo && le.Uint64(b[28:]) == tailHi && b[8] == '-' && b[13] == '-' && b[18] == '-'
 }
 
 // parseMS reads bytes 0 to 5 of a framed ID: 48 bits of milliseconds.
-func parseMS(id string) (uint64, bool) {
-	_ = id[12] // one bounds check for the reads below
+func parseMS(b *[36]byte) (uint64, bool) {
 	var ms, bad uint64
 	for _, at := range [6]int{0, 2, 4, 6, 9, 11} {
-		hi, lo := unhexes[id[at]], unhexes[id[at+1]]
+		hi, lo := unhexes[b[at]], unhexes[b[at+1]]
 		bad |= uint64(hi | lo)
 		ms = ms<<8 | uint64(hi<<4|lo)
 	}
@@ -65,12 +66,10 @@ func parseMS(id string) (uint64, bool) {
 
 // parseSeq reads bytes 6 to 8 of a framed ID: the version nibble, 16 bits
 // of sequence, and the variant and 2 random bits around its last 4.
-func parseSeq(id string) (uint64, bool) {
-	_ = id[20] // one bounds check for the reads below
-	h0, h1, h2, h3 := unhexes[id[14]], unhexes[id[15]], unhexes[id[16]], unhexes[id[17]]
-	h4, h5 := unhexes[id[19]], unhexes[id[20]]
+func parseSeq(b *[36]byte) (uint64, bool) {
+	h1, h2, h3, h4, h5 := unhexes[b[15]], unhexes[b[16]], unhexes[b[17]], unhexes[b[19]], unhexes[b[20]]
 	u2 := h4<<4 | h5
-	if h0|h1|h2|h3|h4|h5 > 0x0f || h0 != 0x7 || u2&0xc3 != 0x80|random[0]&0x03 {
+	if b[14] != '7' || h1|h2|h3|h4|h5 > 0x0f || u2&0xc3 != 0x80|random[0]&0x03 {
 		return 0, false
 	}
 	return uint64(h1)<<12 | uint64(h2)<<8 | uint64(h3)<<4 | uint64(u2>>2)&0x0f, true
@@ -91,17 +90,18 @@ type Parser struct {
 
 // Parse is Parse.
 func (p *Parser) Parse(id string) (uint64, bool) {
-	if !framed(id) {
+	b := text(id)
+	if b == nil || !framed(b) {
 		return 0, false
 	}
-	if lo, hi := word(id, 0), word(id, 5); !p.set || lo != p.lo || hi != p.hi {
-		ms, ok := parseMS(id)
+	if lo, hi := le.Uint64(b[0:]), le.Uint64(b[5:]); !p.set || lo != p.lo || hi != p.hi {
+		ms, ok := parseMS(b)
 		if !ok {
 			return 0, false
 		}
 		p.lo, p.hi, p.set, p.ms = lo, hi, true, ms
 	}
-	sq, ok := parseSeq(id)
+	sq, ok := parseSeq(b)
 	if !ok {
 		return 0, false
 	}
