@@ -2,6 +2,7 @@ package inmemory
 
 import (
 	"hash/maphash"
+	"slices"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/msgid"
@@ -32,11 +33,12 @@ type dedup struct {
 	head, n int
 	first   uint64
 	// kept are the keys and hashes of the batch fresh let through, for
-	// record.
-	kept []keyHash
-	// batch indexes kept by hash while fresh checks a large batch: an
-	// open-addressing table of places in kept (plus one; 0 is empty),
-	// reused from batch to batch.
+	// record, and keptGen the values of its generated IDs.
+	kept    []keyHash
+	keptGen []uint64
+	// batch indexes kept and keptGen by hash while fresh checks a large
+	// batch: an open-addressing table of places in kept (plus one) and in
+	// keptGen (minus one); 0 is empty. Reused from batch to batch.
 	batch []int32
 	large bool
 	gens  genIDs
@@ -52,12 +54,10 @@ type dedup struct {
 	genHigh uint64
 }
 
-// keyHash is a kept key and its hash, or, for a generated ID (gen), only
-// its value.
+// keyHash is a kept key, not a generated ID, and its hash.
 type keyHash struct {
 	key string
 	h   uint64
-	gen bool
 }
 
 type seenID struct {
@@ -103,7 +103,7 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 		// generated one (record grows them).
 		d.seed = maphash.MakeSeed()
 	}
-	d.kept = d.kept[:0]
+	d.kept, d.keptGen = d.kept[:0], d.keptGen[:0]
 	if d.large = len(es) > 32; d.large {
 		d.resetBatch(len(es))
 	}
@@ -120,14 +120,18 @@ func (d *dedup) fresh(es []entry, bytes int64, now int64) ([]entry, int64) {
 			bytes -= int64(es[i].size)
 			continue
 		}
-		if d.large {
-			d.batch[d.batchFind(k, h, gen)] = int32(len(d.kept) + 1)
+		if gen {
+			// A generated ID is known by its value alone.
+			if d.large {
+				d.batch[d.batchFind(k, h, gen)] = -int32(len(d.keptGen) + 1)
+			}
+			d.keptGen = append(d.keptGen, h)
+		} else {
+			if d.large {
+				d.batch[d.batchFind(k, h, gen)] = int32(len(d.kept) + 1)
+			}
+			d.kept = append(d.kept, keyHash{key: k, h: h})
 		}
-		kh := keyHash{h: h, gen: gen}
-		if !gen {
-			kh.key = k // a generated ID is known by its value alone
-		}
-		d.kept = append(d.kept, kh)
 		if n != i {
 			es[n] = es[i] // a repeat was dropped before
 		}
@@ -144,19 +148,27 @@ func (d *dedup) repeats(key string, h uint64, gen bool) bool {
 	if d.large {
 		return d.batch[d.batchFind(key, h, gen)] != 0
 	}
+	if gen {
+		return slices.Contains(d.keptGen, h)
+	}
 	for i := range d.kept {
-		if d.kept[i].is(key, h, gen) {
+		if d.kept[i].h == h && d.kept[i].key == key {
 			return true
 		}
 	}
 	return false
 }
 
-// is reports whether k is key, of hash h, generated or not. Two generated
-// IDs with one value are the same string (msgid.Parse), and whether an
-// ID is generated depends on the ID alone.
-func (k *keyHash) is(key string, h uint64, gen bool) bool {
-	return k.h == h && k.gen == gen && (gen || k.key == key)
+// is reports whether the place p of the batch index (see dedup.batch)
+// holds key, of hash h, generated or not. Two generated IDs with one
+// value are the same string (msgid.Parse), and whether an ID is
+// generated depends on the ID alone.
+func (d *dedup) is(p int32, key string, h uint64, gen bool) bool {
+	if p < 0 {
+		return gen && d.keptGen[-p-1] == h
+	}
+	k := &d.kept[p-1]
+	return !gen && k.h == h && k.key == key
 }
 
 // resetBatch empties the batch index and sizes it for n keys, at most
@@ -179,7 +191,7 @@ func (d *dedup) batchFind(key string, h uint64, gen bool) int {
 	mask := len(d.batch) - 1
 	i := int(h) & mask
 	for d.batch[i] != 0 {
-		if d.kept[d.batch[i]-1].is(key, h, gen) {
+		if d.is(d.batch[i], key, h, gen) {
 			return i
 		}
 		i = (i + 1) & mask
@@ -198,11 +210,8 @@ func (d *dedup) record(now int64) {
 	}
 	d.gens.expire(now)
 	until := now + d.window
+	d.gens.addRun(d.keptGen, until)
 	for _, k := range d.kept {
-		if k.gen {
-			d.gens.add(k.h, until)
-			continue
-		}
 		if d.n == len(d.order) {
 			if len(d.order) < d.max {
 				d.grow()
@@ -222,7 +231,7 @@ func (d *dedup) record(now int64) {
 		}
 	}
 	clear(d.kept)
-	d.kept = d.kept[:0]
+	d.kept, d.keptGen = d.kept[:0], d.keptGen[:0]
 }
 
 // pop forgets the oldest remembered ID.

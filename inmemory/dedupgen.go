@@ -39,27 +39,38 @@ type genBlock struct {
 // has reports whether the ID of value v is remembered and not yet past
 // its window.
 func (g *genIDs) has(v uint64, now int64) bool {
-	b := g.block(v)
+	b := g.block(v >> 6)
 	return b != nil && b.bits&(1<<(v&63)) != 0 && b.until > now
 }
 
-// add remembers the ID of value v until until.
-func (g *genIDs) add(v uint64, until int64) {
-	b := g.block(v)
+// addRun remembers the IDs of values vs until until, as many at once as
+// share a block: those of a batch mostly do.
+func (g *genIDs) addRun(vs []uint64, until int64) {
+	for i := 0; i < len(vs); {
+		at, set := vs[i]>>6, uint64(0)
+		for ; i < len(vs) && vs[i]>>6 == at; i++ {
+			set |= 1 << (vs[i] & 63)
+		}
+		g.add(at, set, until)
+	}
+}
+
+// add remembers the IDs of the values of block at whose bits set has
+// until until.
+func (g *genIDs) add(at, set uint64, until int64) {
+	b := g.block(at)
 	if b == nil {
 		if g.blocks == nil {
 			g.blocks = map[uint64]uint64{}
 		}
 		seq := g.first + uint64(g.order.len())
-		g.order.push(genBlock{at: v >> 6, first: until})
-		g.blocks[v>>6] = seq
+		g.order.push(genBlock{at: at, first: until})
+		g.blocks[at] = seq
 		g.last, g.hasLast = seq, true
 		b = g.at(seq)
 	}
-	if bit := uint64(1) << (v & 63); b.bits&bit == 0 {
-		b.bits |= bit
-		g.n++
-	}
+	g.n += bits.OnesCount64(set &^ b.bits)
+	b.bits |= set
 	b.until = until
 }
 
@@ -70,14 +81,14 @@ func (g *genIDs) at(seq uint64) *genBlock {
 	return &q.buf[(q.head+int(seq-g.first))&(len(q.buf)-1)]
 }
 
-// block returns the block of value v, or nil.
-func (g *genIDs) block(v uint64) *genBlock {
+// block returns block at (the values' common part, value >> 6), or nil.
+func (g *genIDs) block(at uint64) *genBlock {
 	if g.hasLast {
-		if b := g.at(g.last); b.at == v>>6 {
+		if b := g.at(g.last); b.at == at {
 			return b
 		}
 	}
-	seq, ok := g.blocks[v>>6]
+	seq, ok := g.blocks[at]
 	if !ok {
 		return nil
 	}
