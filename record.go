@@ -338,8 +338,11 @@ func (d *record) finish(o Outcome, err error) {
 			h(o, err)
 		}
 	}
-	d.state.Or(stateFinished)
-	d.maybeRelease()
+	// Of finish and handlerDone, the later one frees the slot: the one
+	// whose bit finds the other's set.
+	if d.state.Or(stateFinished)&stateHandlerDone != 0 {
+		d.maybeRelease()
+	}
 }
 
 // handlerDone marks the handler as returned. It reports whether the
@@ -347,9 +350,12 @@ func (d *record) finish(o Outcome, err error) {
 // (consumer.free; consumer.releaseDone for a delivery that ran, which a dispatcher
 // worker does in batches).
 func (d *record) handlerDone() bool {
-	d.state.Or(stateHandlerDone)
+	old := d.state.Or(stateHandlerDone)
 	if k := d.sub.keys; k != nil {
 		k.handlerReturned(d)
+	}
+	if old&stateFinished == 0 {
+		return false // finish frees the slot
 	}
 	return d.takeRelease()
 }
