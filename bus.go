@@ -183,7 +183,8 @@ type generatedIDs string
 
 // has reports whether id is one of g's IDs, looking at g[at:] first (the
 // IDs are assigned in message order, and middleware keeps that order);
-// it returns where to look next.
+// it returns where to look next. The loops over the messages of a Publish
+// check isAt themselves first, as has is too large to inline.
 func (g generatedIDs) has(id string, at int) (bool, int) {
 	if g.isAt(id, at) {
 		return true, at + 36
@@ -192,7 +193,7 @@ func (g generatedIDs) has(id string, at int) (bool, int) {
 }
 
 // isAt reports whether id is the very string at g[at:], where Publish
-// assigned it: the common case.
+// assigned it: the common case. It is inlined.
 func (g generatedIDs) isAt(id string, at int) bool {
 	return len(id) == 36 && at+36 <= len(g) && unsafe.StringData(id) == unsafe.StringData(string(g[at:]))
 }
@@ -222,7 +223,11 @@ func (b *Bus) publishCore(ctx context.Context, topic string, msgs []*Message, ge
 	at := 0
 	for i, m := range msgs {
 		var g bool
-		if m != nil {
+		switch {
+		case m == nil:
+		case gen.isAt(m.ID, at):
+			g, at = true, at+36
+		default:
 			g, at = gen.has(m.ID, at)
 		}
 		if err := b.checkMessageGen(m, g); err != nil {
@@ -319,8 +324,12 @@ func spiBatch(msgs []*Message, gen generatedIDs) *publishBuf {
 	buf := getPublishBuf(len(msgs))
 	at := 0
 	for i, m := range msgs {
-		var g bool
-		g, at = gen.has(m.ID, at)
+		g := gen.isAt(m.ID, at)
+		if g {
+			at += 36
+		} else {
+			g, at = gen.has(m.ID, at)
+		}
 		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
 		if buf.ptrs[i] != &buf.vals[i] { // a reused buffer has it already
 			buf.ptrs[i] = &buf.vals[i]
