@@ -112,18 +112,23 @@ func (s *consumer) shutdown(taken bool) error {
 	if s.keeper != nil {
 		s.keeper.close()
 	}
+	clean := true
 	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
+		clean = false
 	}
 	// The backend's subscription closes before the group lock passes:
 	// what it still holds (a fetch that the close cut short) is back with
 	// the group before the next member fetches.
 	if err := shutdown.CloseBounded(hard, s.bsub.Close); err != nil {
 		errs = append(errs, fmt.Errorf("backend close: %w", err))
+		clean = false
 	}
 	if s.owner != nil {
-		// Drained, flushed and closed: the next member may take over.
-		s.owner.close(hard)
+		// Drained, flushed and closed: the next member may take over,
+		// and waits for what is left when this one could not settle or
+		// give back everything.
+		s.owner.close(hard, clean)
 	}
 	if s.bcast != nil {
 		// Nothing of the group is in use any more.

@@ -405,30 +405,33 @@ func (o *groupLock) setOwning(v bool) {
 }
 
 // lapseTTL is what a closing member that holds the lock without having
-// started renews it for: it lapses at once, so that the next member
-// takes it over without waiting out the ttl, and, as a takeover, waits
-// for what the holder before was waiting for.
+// started, or that did not close cleanly, renews it for: it lapses at
+// once, so that the next member takes it over without waiting out the
+// ttl, and, as a takeover, waits for what the holder before was waiting
+// for or left.
 const lapseTTL = time.Millisecond
 
 // close stops renewing and releases the lock (while ctx lasts); the
 // subscription has drained. A member that holds the lock but has not
-// started (it waits for the previous holder's unsettled deliveries) lets
-// it lapse instead of releasing it: a release would tell the next member
-// that nothing is left to wait for.
-func (o *groupLock) close(ctx context.Context) {
+// started (it waits for the previous holder's unsettled deliveries), or
+// whose close was not clean (an ack it could not flush, a delivery its
+// backend could not give back), lets it lapse instead of releasing it: a
+// release would tell a member that asks for the lock later that nothing
+// is left to wait for.
+func (o *groupLock) close(ctx context.Context, clean bool) {
 	close(o.stop)
 	<-o.done
 	o.loaders.Wait()
 	o.mu.Lock()
 	owning, waiting := o.owning && !o.none, o.locked && !o.owning && !o.none
 	o.mu.Unlock()
-	if waiting {
+	if waiting || owning && !clean {
 		if _, _, err := o.locker.LockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder, lapseTTL); err != nil {
 			o.s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
 				Err: fmt.Errorf("bus: let the group lock lapse: %w (the next member waits for its ttl)", err)})
 		}
 	}
-	if owning {
+	if owning && clean {
 		if err := o.locker.UnlockGroup(ctx, o.s.cfg.Topic, o.s.cfg.Group, o.holder); err != nil {
 			o.s.observe(observer.Event{Scope: observer.ScopeShutdown, Topic: o.s.cfg.Topic, Group: o.s.cfg.Group,
 				Err: fmt.Errorf("bus: release the group lock: %w (the next member waits for it to lapse)", err)})

@@ -177,12 +177,13 @@ func (s *subscription) setRecovering(v bool) {
 // delivery uncounted (as Release does). The group's next reader, such as
 // the next holder of a key-ordered group's lock, which holds back their
 // keys until they come back, claims them at its next reclaim scan instead
-// of after their lease. Bounded by giveBackTimeout; when that runs out,
-// or past maxGiveBack entries, they come back after their lease.
-func (s *subscription) giveBackLost() {
+// of after their lease. Bounded by giveBackTimeout and maxGiveBack
+// entries; past either, the rest come back after their lease, and the
+// error says so.
+func (s *subscription) giveBackLost() error {
 	from := s.lostFrom.Load()
 	if from == nil || s.b.isClosed() {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()
@@ -201,11 +202,14 @@ func (s *subscription) giveBackLost() {
 		if n > 0 {
 			s.rc.dueAt(time.Now())
 		}
+		if n >= maxGiveBack {
+			return fmt.Errorf("give back what a read given up on took: more than %d entries (the rest come back after their lease)", maxGiveBack)
+		}
 	case isNoGroup(err):
 	default:
-		s.observe(observer.ScopeShutdown, "", 0, s.errf("close", fmt.Errorf(
-			"give back what a read given up on took: %w (it comes back after its lease)", err)))
+		return fmt.Errorf("give back what a read given up on took: %w (it comes back after its lease)", err)
 	}
+	return nil
 }
 
 // handedFrom is where recoverOwn starts: after the highest entry handed

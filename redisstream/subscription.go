@@ -335,7 +335,9 @@ func (s *subscription) wakeable(ctx context.Context, now time.Time, block time.D
 // it owns no pending entry. Unsettled entries stay pending and are
 // reclaimed by other members after their lease, but for what reads it
 // gave up on took and no Receive took back yet, which it gives back at
-// once (giveBackLost). Close has no ctx: the give-back is bounded by
+// once (giveBackLost); when that fails, Close returns the error (the bus
+// then lets a key-ordered group's lock lapse, so that the next holder
+// waits for what is left). Close has no ctx: the give-back is bounded by
 // giveBackTimeout (1s) and runs only after a lost read, the removal by
 // closeTimeout (100ms), after which the consumer is left in the group.
 func (s *subscription) Close() error {
@@ -343,7 +345,7 @@ func (s *subscription) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.reader.close()
-		s.giveBackLost()
+		lostErr := s.giveBackLost()
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		e := s.b.async(ctx, func(ctx context.Context) error {
@@ -359,6 +361,9 @@ func (s *subscription) Close() error {
 				Err: fmt.Errorf("redisstream: close %q: consumer %q left in the group: removal took longer than %v", s.topic, s.consumer, closeTimeout)})
 		default:
 			err = s.errf("close", e)
+		}
+		if lostErr != nil {
+			err = errors.Join(s.errf("close", lostErr), err)
 		}
 		s.b.release(s.topic, s.cfg)
 	})

@@ -1,0 +1,199 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/inmemory"
+	"github.com/eventbus-go/bus/observer"
+)
+
+// blindMember is a member whose backend cannot report a group's figures
+// (no backend.Inspector), as RabbitMQ without its management API; its
+// subscriptions still list what they hold (backend.PendingLister).
+// refused, when not nil, is closed the first time it is refused a group
+// lock that another member holds.
+type blindMember struct {
+	be      *inmemory.Backend
+	refused chan struct{}
+	once    *sync.Once
+}
+
+func (m blindMember) Publish(ctx context.Context, topic string, msgs []*backend.Message) error {
+	return m.be.Publish(ctx, topic, msgs)
+}
+
+func (m blindMember) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	return m.be.Subscribe(ctx, topic, cfg)
+}
+
+func (m blindMember) Capabilities() backend.Capabilities { return m.be.Capabilities() }
+
+func (m blindMember) LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (bool, bool, error) {
+	held, takeover, err := m.be.LockGroup(ctx, topic, group, holder, ttl)
+	if err == nil && !held && m.refused != nil {
+		m.once.Do(func() { close(m.refused) })
+	}
+	return held, takeover, err
+}
+
+func (m blindMember) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	return m.be.UnlockGroup(ctx, topic, group, holder)
+}
+
+// Close leaves the shared broker open for the other member.
+func (blindMember) Close() error { return nil }
+
+// A member that takes a lock its holder released on a clean Close starts
+// once the handover has settled and its subscription listed nothing
+// pending, also on a backend that cannot report the group's figures: it
+// does not wait out the ack timeout, while messages keep coming.
+func TestKeyOrderingCleanCloseHandsOverWithoutGroupFigures(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 20 * time.Second
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []string
+	record := func(d *bus.Delivery) {
+		mu.Lock()
+		order = append(order, string(d.Payload))
+		mu.Unlock()
+	}
+	opts := []bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}
+	first := bus.New(blindMember{be: be}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	handled := make(chan struct{}, 16)
+	sub, err := first.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		record(d)
+		handled <- struct{}{}
+		return nil
+	}, opts...)
+	require.NoError(t, err)
+	require.NoError(t, first.Publish(ctx, "orders", keyedMsgs("k", 3)...))
+	for range 3 {
+		select {
+		case <-handled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first member did not handle the first messages")
+		}
+	}
+	refused := make(chan struct{})
+	second := bus.New(blindMember{be: be, refused: refused, once: new(sync.Once)}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	took := make(chan time.Time, 16)
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		record(d)
+		took <- time.Now()
+		return nil
+	}, opts...)
+	require.NoError(t, err)
+	select {
+	case <-refused: // the second member waits for the lock
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second member never asked for the lock")
+	}
+	require.NoError(t, sub.Close(ctx), "close the first member")
+	begin := time.Now()
+	require.NoError(t, first.Publish(ctx, "orders", &bus.Message{Key: "k", Payload: []byte("k/3")}))
+	select {
+	case at := <-took:
+		assert.Less(t, at.Sub(begin), lease/4, "the next member starts well within the ack timeout")
+	case <-time.After(lease / 2):
+		t.Fatal("the next member did not take over within half the ack timeout")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"k/0", "k/1", "k/2", "k/3"}, order, "the key stays in order across the handover")
+}
+
+// uncleanClose is a member whose subscriptions report that their Close
+// could not give back everything they took (a read given up on took a
+// delivery that is still pending to them).
+type uncleanClose struct{ *inmemory.Backend }
+
+func (u uncleanClose) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := u.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return uncleanSub{sub}, nil
+}
+
+// Close leaves the shared broker open for the other member.
+func (uncleanClose) Close() error { return nil }
+
+type uncleanSub struct{ backend.Subscription }
+
+func (s uncleanSub) Close() error {
+	_ = s.Subscription.Close()
+	return errors.New("give back what a read given up on took: server paused (it comes back after its lease)")
+}
+
+// A member whose Close could not give back what it took lets the group
+// lock lapse instead of releasing it: a member that asks for the lock
+// only later takes it over and holds back the key of what is still
+// pending, so the key's later message does not run before it comes back.
+func TestKeyOrderingUncleanCloseLetsTheLockLapse(t *testing.T) {
+	const lease = 4 * time.Second
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer raw.Close()
+	ctx := context.Background()
+	opts := []bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}
+	first := bus.New(uncleanClose{raw}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	ran := make(chan struct{}, 1)
+	sub, err := first.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error {
+		ran <- struct{}{}
+		return nil
+	}, opts...)
+	require.NoError(t, err)
+	require.NoError(t, first.Publish(ctx, "orders", &bus.Message{ID: "a-0", Key: "a"}))
+	select {
+	case <-ran: // the first member holds the lock and fetches
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran")
+	}
+	// What the first member's lost read took: k-0, pending in the group.
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	lost, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer lost.Close()
+	taken, err := lost.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the lost read took k-0")
+	start := time.Now()
+	require.Error(t, sub.Close(ctx), "the close says what it could not give back")
+
+	second := bus.New(member{raw}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	handledCh := make(chan handledAt, 8)
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		handledCh <- handledAt{id: d.ID, at: time.Since(start)}
+		return nil
+	}, opts...)
+	require.NoError(t, err)
+	require.NoError(t, second.Publish(ctx, "orders", &bus.Message{ID: "k-1", Key: "k"}, &bus.Message{ID: "j-0", Key: "j"}))
+	var got []handledAt
+	for len(got) < 3 {
+		select {
+		case x := <-handledCh:
+			got = append(got, x)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handled only %v", got)
+		}
+	}
+	assert.Equal(t, "j-0", got[0].id, "the other key runs first: %v", got)
+	assert.Equal(t, "k-0", got[1].id, "the delivery the first member left comes back before the rest of its key: %v", got)
+	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
+}
