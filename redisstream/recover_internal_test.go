@@ -19,27 +19,9 @@ import (
 // settlements are not stale, before it reads anything new.
 func TestReceiveAfterALostReadHandsOutWhatItTookFirstAsFirstDeliveries(t *testing.T) {
 	is := newInternalSub(t, "recover", 30*time.Second, 3)
-	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
+	client, b, s, ctx := is.client, is.b, is.s, is.ctx
 
-	for i := range 5 {
-		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
-	}
-	inFlight, err := s.Receive(ctx, 2)
-	require.NoError(t, err, "first receive")
-	require.Len(t, inFlight, 2, "the first receive takes two entries, which stay in flight")
-
-	// A read of this consumer runs at the server but its reply is lost.
-	lost, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: s.consumer, Streams: []string{s.keys.stream, ">"}, Count: 2}).Result()
-	require.NoError(t, err, "the read whose reply is lost")
-	require.Len(t, lost[0].Messages, 2)
-	conn := client.Conn()
-	t.Cleanup(func() { _ = conn.Close() })
-	connID, err := conn.ClientID(ctx).Result()
-	require.NoError(t, err, "client id of the lost read's connection")
-	s.reader.mu.Lock()
-	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
-	s.reader.mu.Unlock()
-	s.setRecovering(true)
+	_, _, conn := loseARead(t, is, 5, 2)
 
 	got, err := s.Receive(ctx, 10)
 	require.NoError(t, err, "receive after the lost read")
@@ -81,25 +63,7 @@ func TestCloseAfterALostReadGivesWhatItTookBack(t *testing.T) {
 	is := newInternalSub(t, "giveback", lease, 3)
 	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
 
-	for i := range 4 {
-		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
-	}
-	inFlight, err := s.Receive(ctx, 2)
-	require.NoError(t, err, "first receive")
-	require.Len(t, inFlight, 2, "the first receive takes two entries, which stay in flight")
-
-	// A read of this consumer runs at the server but its reply is lost.
-	lost, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: s.consumer, Streams: []string{s.keys.stream, ">"}, Count: 2}).Result()
-	require.NoError(t, err, "the read whose reply is lost")
-	require.Len(t, lost[0].Messages, 2)
-	conn := client.Conn()
-	t.Cleanup(func() { _ = conn.Close() })
-	connID, err := conn.ClientID(ctx).Result()
-	require.NoError(t, err, "client id of the lost read's connection")
-	s.reader.mu.Lock()
-	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
-	s.reader.mu.Unlock()
-	s.setRecovering(true)
+	inFlight, lost, conn := loseARead(t, is, 4, 2)
 
 	require.NoError(t, s.Close(), "close before any Receive took them back")
 	assert.Error(t, conn.Ping(ctx).Err(), "the lost read's connection is killed before the give-back")
@@ -110,7 +74,7 @@ func TestCloseAfterALostReadGivesWhatItTookBack(t *testing.T) {
 	for _, p := range pending {
 		byID[p.ID] = p
 	}
-	for _, e := range lost[0].Messages {
+	for _, e := range lost {
 		p, ok := byID[e.ID]
 		require.True(t, ok, "%s stays pending", e.ID)
 		assert.GreaterOrEqual(t, p.Idle, lease, "%s: claimable at once", e.ID)
@@ -134,4 +98,57 @@ func TestCloseAfterALostReadGivesWhatItTookBack(t *testing.T) {
 		assert.Equal(t, 1, m.Attempt, "%s: no handler saw the lost delivery: Attempt 1", m.ID)
 	}
 	assert.Equal(t, []string{"m-2", "m-3"}, ids, "the next reader claims what the lost read took at once, and nothing in flight")
+}
+
+// loseARead publishes n entries to is's topic, takes two with a Receive
+// (they stay in flight), and has a read of is's consumer for count more
+// run at the server with its reply lost: the subscription is recovering,
+// the read's connection registered as lost. It returns the deliveries in
+// flight, the entries the lost read took, and its connection.
+func loseARead(t *testing.T, is *internalSub, n, count int) ([]*backend.Message, []redis.XMessage, *redis.Conn) {
+	t.Helper()
+	client, b, s, ctx, topic := is.client, is.b, is.s, is.ctx, is.topic
+	for i := range n {
+		require.NoError(t, b.Publish(ctx, topic, []*backend.Message{{ID: "m-" + strconv.Itoa(i), Payload: []byte("x")}}), "publish")
+	}
+	inFlight, err := s.Receive(ctx, 2)
+	require.NoError(t, err, "first receive")
+	require.Len(t, inFlight, 2, "the first receive takes two entries, which stay in flight")
+
+	// A read of this consumer runs at the server but its reply is lost.
+	lost, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: s.consumer, Streams: []string{s.keys.stream, ">"}, Count: int64(count)}).Result()
+	require.NoError(t, err, "the read whose reply is lost")
+	require.Len(t, lost[0].Messages, count)
+	conn := client.Conn()
+	t.Cleanup(func() { _ = conn.Close() })
+	connID, err := conn.ClientID(ctx).Result()
+	require.NoError(t, err, "client id of the lost read's connection")
+	s.reader.mu.Lock()
+	s.reader.lost = append(s.reader.lost, lostRead{node: client, id: connID, fixed: true})
+	s.reader.mu.Unlock()
+	s.setRecovering(true)
+	return inFlight, lost[0].Messages, conn
+}
+
+// A subscription that closes after a lost read took more than Close gives
+// back says so: its Close fails (and the bus then lets a key-ordered
+// group's lock lapse), and the first maxGiveBack entries are claimable.
+func TestCloseThatCannotGiveEverythingBackSaysSo(t *testing.T) {
+	const lease = 30 * time.Second
+	is := newInternalSub(t, "givebackmax", lease, 3)
+	_, lost, _ := loseARead(t, is, maxGiveBack+12, maxGiveBack+10)
+
+	err := is.s.Close()
+	require.Error(t, err, "a close that leaves entries to their lease fails")
+	assert.Contains(t, err.Error(), "come back after their lease", "the error says what happens to them")
+
+	pending, err := is.client.XPendingExt(is.ctx, &redis.XPendingExtArgs{Stream: is.s.keys.stream, Group: "g", Start: lost[0].ID, End: "+", Count: int64(len(lost))}).Result()
+	require.NoError(t, err, "xpending")
+	claimable := 0
+	for _, p := range pending {
+		if p.Idle >= lease {
+			claimable++
+		}
+	}
+	assert.Equal(t, maxGiveBack, claimable, "the first maxGiveBack entries are given back, the rest keep their lease")
 }
