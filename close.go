@@ -112,7 +112,9 @@ func (s *consumer) shutdown(taken bool) error {
 	if s.keeper != nil {
 		s.keeper.close()
 	}
-	clean := true
+	// Handlers that outlived the shutdown, or a fetch still under way,
+	// leave their deliveries to their leases.
+	clean := !s.outlived.Load()
 	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
 		clean = false

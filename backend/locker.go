@@ -26,6 +26,10 @@ type GroupLocker interface {
 	// deadline.
 	LockGroup(ctx context.Context, topic, group, holder string, ttl time.Duration) (held, takeover bool, err error)
 	// UnlockGroup releases the lock when holder holds it, so that the next
-	// holder takes it without a takeover.
+	// holder takes it without a takeover. A backend whose subscription
+	// of the holder closed leaving deliveries at the broker that come
+	// back only after their leases (a fetch the broker may still answer)
+	// lets the lock lapse instead: the next holder then takes it over and
+	// waits for them.
 	UnlockGroup(ctx context.Context, topic, group, holder string) error
 }

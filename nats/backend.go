@@ -55,6 +55,11 @@ type Backend struct {
 
 	mu   sync.Mutex
 	subs map[subscriber]struct{}
+	// behind holds the lock keys (lockKey) of groups whose member closed
+	// a subscription that may have left deliveries at the server, which
+	// come back only after their AckWait: UnlockGroup lets such a lock
+	// lapse instead of releasing it (see jsSub.leavesBehind). Under mu.
+	behind map[string]struct{}
 
 	streams sync.Map // stream name -> struct{}: streams known to exist
 	// schedStreams: stream name -> struct{}: streams known to store

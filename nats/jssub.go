@@ -128,6 +128,16 @@ type jsSub struct {
 	open    []openPull
 	openBuf [2]openPull
 
+	// recvMu is held by Receive: Close reads open and unsure only when
+	// it can take it (no Receive runs).
+	recvMu sync.Mutex
+	// unsure: the member moved to a fresh inbox while a pull request it
+	// gave up on was open (moveInbox). A delivery the server sends to
+	// the old one after the unsubscribe stays pending until its AckWait:
+	// on a cluster, a server other than the member's may deliver it
+	// before the unsubscribe reaches it. Receive's goroutine only.
+	unsure bool
+
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -165,6 +175,8 @@ func (s *jsSub) isClosed() bool { return isDone(s.closed) }
 // Receive implements backend.Subscription. The Attempt of a redelivery
 // has the releases of the message taken off (see Release).
 func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	s.recvMu.Lock()
+	defer s.recvMu.Unlock()
 	last, lastHanded := s.out, s.handed
 	s.handed = 0
 	out, err := s.receive(ctx, max, last[:0])
@@ -428,6 +440,7 @@ func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming in
 	}
 	cancel()
 	if !ended {
+		s.unsure = true
 		got = s.moveInbox(got)
 	}
 	for _, msg := range got {
@@ -791,14 +804,35 @@ func (s *jsSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, 
 
 // Close implements backend.Subscription. Unsettled deliveries are
 // redelivered by the server after their AckWait. The last subscription of
-// the Backend on the topic stops the topic's promoter (promote.go).
+// the Backend on the topic stops the topic's promoter (promote.go). When
+// the member may leave deliveries behind (leavesBehind), the Backend's
+// UnlockGroup of the group then lets its lock lapse rather than release
+// it: the next member takes it over and waits for them (see
+// backend.GroupLocker).
 func (s *jsSub) Close() error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
 	if !s.isClosed() {
 		s.b.stopPromoter(s.topic)
+		if s.leavesBehind() {
+			s.b.leaveBehind(s.topic, s.cfg.Group)
+		}
 	}
 	return s.b.closeSub(s, &s.closeOnce, s.closed, s.in.sub, s.topic)
+}
+
+// leavesBehind reports whether closing the member may leave deliveries
+// that no Receive returned pending at the server until their AckWait: a
+// pull request is open (its messages are coming; a Receive with an
+// ended ctx would have collected or abandoned it), one it gave up on
+// may still be answered (unsure), the inbox holds messages no Receive
+// took, or a Receive still runs. The caller holds subMu.
+func (s *jsSub) leavesBehind() bool {
+	if !s.recvMu.TryLock() {
+		return true
+	}
+	defer s.recvMu.Unlock()
+	return s.unsure || len(s.open) > 0 || len(s.in.ch) > 0
 }
 
 // inboxSub is a subscription to a member's inbox subjects with a channel of

@@ -103,12 +103,43 @@ func (b *Backend) UnlockGroup(ctx context.Context, topic, group, holder string) 
 	if cur, _ := parseLock(e.value); cur != holder {
 		return nil
 	}
+	if b.takeBehind(key) {
+		// The holder's member left deliveries behind: the lock lapses
+		// now, and the next holder takes it over.
+		val := []byte(holder + "\n" + strconv.FormatInt(time.Now().UnixMilli(), 10))
+		if _, err := kv.Update(ctx, key, val, e.rev); err != nil && !isConflict(err) {
+			return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
+		}
+		return nil
+	}
 	// Purge leaves no value, so the next Get finds the key free: an unlock,
 	// not a lapse.
 	if err := kv.Purge(ctx, key, jetstream.LastRevision(e.rev)); err != nil && !isConflict(err) {
 		return fmt.Errorf("nats: unlock group %q of %q: %w", group, topic, err)
 	}
 	return nil
+}
+
+// leaveBehind records that a member of group on topic closed a
+// subscription that may have left deliveries pending at the server until
+// their AckWait (see jsSub.leavesBehind).
+func (b *Backend) leaveBehind(topic, group string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.behind == nil {
+		b.behind = map[string]struct{}{}
+	}
+	b.behind[lockKey(topic, group)] = struct{}{}
+}
+
+// takeBehind reports whether leaveBehind recorded the lock key since the
+// last call for it.
+func (b *Backend) takeBehind(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.behind[key]
+	delete(b.behind, key)
+	return ok
 }
 
 func parseLock(v []byte) (holder string, until time.Time) {

@@ -164,6 +164,14 @@ func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
 	return s.Subscription.Nack(ctx, id, 0)
 }
 
+// Coming forwards to the subscription's PartialReceiver: 0 without one.
+func (s *subscription) Coming() int {
+	if p, ok := s.Subscription.(backend.PartialReceiver); ok {
+		return p.Coming()
+	}
+	return 0
+}
+
 // PendingDeliveries forwards to the subscription's PendingLister.
 func (s *subscription) PendingDeliveries(ctx context.Context, max int) ([]backend.Pending, bool, error) {
 	x, ok := s.Subscription.(backend.PendingLister)
