@@ -91,7 +91,13 @@
 // filled by the server: the member waits up to 50 ms for its end, or else
 // moves to a fresh inbox and drains the old one, and Receive returns what
 // came with the ctx's error, for the bus to handle or give back, rather
-// than leaving it pending in an inbox nobody reads until AckWait.
+// than leaving it pending in an inbox nobody reads until AckWait. A
+// member that closes while the server may still answer a pull request of
+// its (messages of a pull still coming, or a request it gave up on: on a
+// cluster a server other than the member's delivers to the old inbox
+// until the unsubscribe reaches it) lets its group lock lapse at
+// UnlockGroup rather than release it, so that the next member takes it
+// over and waits for what is pending.
 //
 // A pull request answered late is never lost that way. The server counts
 // a request's expiry from when it reads the request, so no expiry, however
