@@ -50,11 +50,28 @@ func StartCluster(tb testing.TB, n int, opts ...Option) *Cluster {
 // URL returns the client URL of the first server.
 func (c *Cluster) URL() string { return c.Servers[0].URL() }
 
-// waitForJetStream waits until the cluster answers JetStream requests,
-// which it does once it has elected a meta leader.
+// waitForJetStream waits until every server is routed to all the others
+// and answers JetStream requests, which it does once the cluster has
+// elected a meta leader and the server is in contact with it.
 func (c *Cluster) waitForJetStream(tb testing.TB) {
 	tb.Helper()
-	nc, err := natsgo.Connect(c.URL())
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for i, s := range c.Servers {
+		for s.numRoutes() < len(c.Servers)-1 {
+			if time.Now().After(deadline) {
+				tb.Fatalf("natstest: cluster of %d: server %d has %d routes after %v", len(c.Servers), i, s.numRoutes(), clusterReadyTimeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		waitForJetStreamOn(tb, s.URL(), deadline)
+	}
+}
+
+// waitForJetStreamOn waits until the server at url answers JetStream
+// requests, until deadline.
+func waitForJetStreamOn(tb testing.TB, url string, deadline time.Time) {
+	tb.Helper()
+	nc, err := natsgo.Connect(url, natsgo.DontRandomize())
 	if err != nil {
 		tb.Fatalf("natstest: cluster: connect: %v", err)
 	}
@@ -63,7 +80,6 @@ func (c *Cluster) waitForJetStream(tb testing.TB) {
 	if err != nil {
 		tb.Fatalf("natstest: cluster: %v", err)
 	}
-	deadline := time.Now().Add(clusterReadyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := js.AccountInfo(ctx)
@@ -72,7 +88,7 @@ func (c *Cluster) waitForJetStream(tb testing.TB) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("natstest: cluster of %d: JetStream not ready after %v: %v", len(c.Servers), clusterReadyTimeout, err)
+			tb.Fatalf("natstest: cluster: JetStream on %s not ready after %v: %v", url, clusterReadyTimeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -102,4 +118,11 @@ func freePorts(tb testing.TB, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// numRoutes is how many routes to other servers the server has.
+func (s *Server) numRoutes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv.NumRoutes()
 }
