@@ -79,46 +79,44 @@ func TestReceiveCutShortReturnsWhatItsRequestDelivers(t *testing.T) {
 }
 
 // TestUnlockLetsTheLockLapseWhenAPullMayStillBeAnswered: a member that
-// closes while the server may still answer a pull request of its (one a
-// Receive gave up on while it waited for messages) may leave a delivery
-// pending until its AckWait, on a cluster also after the unsubscribe. Its
-// UnlockGroup then lets the group lock lapse, so that the next holder
-// takes it over and waits for that delivery; a member that left no
-// request open releases the lock.
+// gave up on a pull request while it waited for messages (the bus closing
+// it) moves to a fresh inbox. A lone server delivers nothing more to the
+// old one once it has the unsubscribe, so the member releases its group
+// lock. In a cluster the consumer's leader, on another server, may still
+// deliver to it until the unsubscribe reaches it, and that delivery stays
+// pending until its AckWait: UnlockGroup then lets the lock lapse, so
+// that the next holder takes it over and waits for it.
 func TestUnlockLetsTheLockLapseWhenAPullMayStillBeAnswered(t *testing.T) {
-	url := natstest.Start(t).URL()
-	be := connect(t, url, isolated(t, url, busnats.Options{}))
-	defer be.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 8, StartFrom: backend.StartOldest}
 	tests := []struct {
 		name     string
-		cut      bool // a Receive gives up on its request
+		url      func(t *testing.T) string
 		takeover bool
 	}{
-		{name: "a request given up on", cut: true, takeover: true},
-		{name: "no request open", cut: false, takeover: false},
+		{name: "one server", url: func(t *testing.T) string { return natstest.Start(t).URL() }, takeover: false},
+		{name: "cluster", url: func(t *testing.T) string { return natstest.StartCluster(t, 3).URL() }, takeover: true},
 	}
-	for i, tt := range tests {
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			topic := fmt.Sprint("unlock", i)
-			held, _, err := be.LockGroup(ctx, topic, "g", "leaving", time.Minute)
+			url := tt.url(t)
+			be := connect(t, url, isolated(t, url, busnats.Options{}))
+			defer be.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cfg := backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 8, StartFrom: backend.StartOldest}
+			held, _, err := be.LockGroup(ctx, "unlock", "g", "leaving", time.Minute)
 			require.NoError(t, err)
 			require.True(t, held)
-			sub, err := be.Subscribe(ctx, topic, cfg)
+			sub, err := be.Subscribe(ctx, "unlock", cfg)
 			require.NoError(t, err)
-			if tt.cut {
-				// The topic is empty: the server holds the request for
-				// its first message, longer than the Receive waits.
-				cut, stop := context.WithTimeout(ctx, 20*time.Millisecond)
-				_, err := sub.Receive(cut, 4)
-				stop()
-				require.ErrorIs(t, err, context.DeadlineExceeded)
-			}
+			// The topic is empty: the server holds the request for its
+			// first message, longer than the Receive waits.
+			cut, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+			_, err = sub.Receive(cut, 4)
+			stop()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NoError(t, sub.Close())
-			require.NoError(t, be.UnlockGroup(ctx, topic, "g", "leaving"))
-			held, takeover, err := be.LockGroup(ctx, topic, "g", "next", time.Minute)
+			require.NoError(t, be.UnlockGroup(ctx, "unlock", "g", "leaving"))
+			held, takeover, err := be.LockGroup(ctx, "unlock", "g", "next", time.Minute)
 			require.NoError(t, err)
 			require.True(t, held, "the leaving member's lock is free")
 			assert.Equal(t, tt.takeover, takeover, "the next holder takes it over")

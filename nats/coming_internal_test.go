@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,4 +118,43 @@ func TestExtraRequestKeepsComingExact(t *testing.T) {
 		assert.Empty(t, more, "nothing more was published")
 	}
 	assert.Empty(t, s.open, "no request is open once nothing is coming")
+}
+
+// A member that closes while the messages of its pull request are still
+// coming leaves them pending at the server until their AckWait (no
+// Receive collects them): UnlockGroup lets its group lock lapse, so that
+// the next holder takes it over and waits for them. A member whose
+// request ended releases the lock.
+func TestCloseWithMessagesComingLetsTheLockLapse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, coming := range []bool{true, false} {
+		b, s, topic := newInternalSub(ctx, t, fmt.Sprint("lapse", coming))
+		held, _, err := b.LockGroup(ctx, topic, s.cfg.Group, "leaving", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held)
+		n := 2
+		if coming {
+			n = 5
+		}
+		openRequest(t, s, n)
+		publishIDs(ctx, t, b, topic, "m-0", "m-1")
+		require.Eventually(t, func() bool { return len(s.in.ch) >= 2 }, 5*time.Second, time.Millisecond,
+			"the first deliveries reach the inbox")
+		got, err := s.Receive(ctx, n)
+		require.NoError(t, err, "receive")
+		require.Len(t, got, 2)
+		ids := make([]backend.AckID, 0, len(got))
+		for _, m := range got {
+			ids = append(ids, m.AckID)
+		}
+		require.NoError(t, s.Ack(ctx, ids))
+		assert.Equal(t, n-2, s.Coming(), "coming %v", coming)
+		require.NoError(t, s.Close())
+		require.NoError(t, b.UnlockGroup(ctx, topic, s.cfg.Group, "leaving"))
+		held, takeover, err := b.LockGroup(ctx, topic, s.cfg.Group, "next", time.Minute)
+		require.NoError(t, err)
+		require.True(t, held, "the leaving member's lock is free")
+		assert.Equal(t, coming, takeover, "the next holder takes the lock over when messages were coming")
+	}
 }

@@ -93,9 +93,9 @@
 // came with the ctx's error, for the bus to handle or give back, rather
 // than leaving it pending in an inbox nobody reads until AckWait. A
 // member that closes while the server may still answer a pull request of
-// its (messages of a pull still coming, or a request it gave up on: on a
-// cluster a server other than the member's delivers to the old inbox
-// until the unsubscribe reaches it) lets its group lock lapse at
+// its (messages of a pull still coming, or, in a cluster, a request it
+// gave up on: a server other than the member's may deliver to the old
+// inbox until the unsubscribe reaches it) lets its group lock lapse at
 // UnlockGroup rather than release it, so that the next member takes it
 // over and waits for what is pending.
 //

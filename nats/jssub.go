@@ -131,11 +131,11 @@ type jsSub struct {
 	// recvMu is held by Receive: Close reads open and unsure only when
 	// it can take it (no Receive runs).
 	recvMu sync.Mutex
-	// unsure: the member moved to a fresh inbox while a pull request it
-	// gave up on was open (moveInbox). A delivery the server sends to
-	// the old one after the unsubscribe stays pending until its AckWait:
-	// on a cluster, a server other than the member's may deliver it
-	// before the unsubscribe reaches it. Receive's goroutine only.
+	// unsure: the member, connected to a cluster, moved to a fresh inbox
+	// while a pull request it gave up on was open (moveInbox). A server
+	// other than the member's may deliver to the old one before the
+	// unsubscribe reaches it, and the delivery stays pending until its
+	// AckWait. Receive's goroutine only.
 	unsure bool
 
 	closeOnce sync.Once
@@ -440,7 +440,9 @@ func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming in
 	}
 	cancel()
 	if !ended {
-		s.unsure = true
+		// A lone server delivers nothing more once it has the
+		// unsubscribe; in a cluster the consumer's leader may still.
+		s.unsure = s.unsure || s.b.nc.ConnectedClusterName() != ""
 		got = s.moveInbox(got)
 	}
 	for _, msg := range got {

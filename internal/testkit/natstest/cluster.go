@@ -65,6 +65,40 @@ func (c *Cluster) waitForJetStream(tb testing.TB) {
 		}
 		waitForJetStreamOn(tb, s.URL(), deadline)
 	}
+	c.waitForPlacement(tb, deadline)
+}
+
+// waitForPlacement waits until the cluster places a stream on all its
+// servers, which it does once its meta leader knows every server: a
+// stream or key-value bucket of three replicas made before that fails
+// with "no suitable peers for placement".
+func (c *Cluster) waitForPlacement(tb testing.TB, deadline time.Time) {
+	tb.Helper()
+	nc, err := natsgo.Connect(c.URL())
+	if err != nil {
+		tb.Fatalf("natstest: cluster: connect: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("natstest: cluster: %v", err)
+	}
+	cfg := jetstream.StreamConfig{Name: "natstest_ready", Subjects: []string{"natstest.ready"}, Replicas: len(c.Servers), Storage: jetstream.MemoryStorage}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			err = js.DeleteStream(ctx, cfg.Name)
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("natstest: cluster of %d: no stream of %d replicas placed after %v: %v", len(c.Servers), len(c.Servers), clusterReadyTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitForJetStreamOn waits until the server at url answers JetStream
