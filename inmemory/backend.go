@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/slab"
 )
 
 // broker holds the topics. Several Backend handles share one broker when
@@ -33,6 +34,10 @@ type broker struct {
 	locks   groupLocks
 	parts   partitions
 	results results
+
+	// payloads holds the chunks the payloads of published messages are
+	// copied to.
+	payloads slab.Chunks
 }
 
 func newBroker(opts Options) *broker {
@@ -164,7 +169,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) > opts.MaxBacklog {
 		return fmt.Errorf("inmemory: publish %q: %w: batch of %d is larger than max backlog %d", topic, ErrBacklogFull, len(msgs), opts.MaxBacklog)
 	}
-	es, bytes := copyEntries(msgs)
+	es, bytes := copyEntries(&b.br.payloads, msgs)
 	if bytes > opts.MaxBacklogBytes {
 		return fmt.Errorf("inmemory: publish %q: %w: batch of %d bytes is larger than max backlog bytes %d", topic, ErrBacklogFull, bytes, opts.MaxBacklogBytes)
 	}

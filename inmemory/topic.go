@@ -559,14 +559,14 @@ func headersSize(headers map[string]string) int {
 
 // copyEntries copies msgs into entries the topic can keep: the caller owns
 // the messages, their header maps and payloads. Payloads of the batch
-// share one allocation (a slab), each capped to its own length. It also returns
-// what the batch counts against MaxBacklogBytes.
-func copyEntries(msgs []*backend.Message) ([]entry, int64) {
+// share one slab, carved from chunks, each capped to its own length. It
+// also returns what the batch counts against MaxBacklogBytes.
+func copyEntries(chunks *slab.Chunks, msgs []*backend.Message) ([]entry, int64) {
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Payload)
 	}
-	payloads := slab.New(size)
+	payloads := chunks.Take(size)
 	es := make([]entry, len(msgs))
 	var now, total int64
 	for i, m := range msgs {

@@ -4,6 +4,8 @@
 // of one per message, for the allocator and the garbage collector alike.
 package slab
 
+import "sync/atomic"
+
 // Bytes hands out copies from one backing array. A copy is capped to its
 // own length, so appending to it never reaches a neighbour. The backing
 // array stays alive while any copy does. Not safe for concurrent use.
@@ -30,4 +32,43 @@ func (s *Bytes) Room() int {
 		return 0
 	}
 	return cap(s.b) - len(s.b)
+}
+
+// ChunkSize is the size of the chunks a Chunks carves its slabs from, and
+// ChunkSize/4 the largest slab it carves: a larger one is allocated on
+// its own. A chunk is a size class of the allocator that fills its span
+// (16 KiB), so that a run of batches takes one span where a slab per
+// batch of a few KiB (a size class of two objects to a span) takes one
+// every other batch, and the allocator refills, and the collector sweeps,
+// that many fewer spans. At most a quarter of a chunk is left unused.
+const ChunkSize = 16 << 10
+
+// Chunks carves the slabs of successive batches from shared chunks of
+// ChunkSize bytes. A chunk stays alive while any copy in it does: a copy
+// that outlives its neighbours keeps up to ChunkSize bytes, where a slab
+// of its own would keep its batch's. Its zero value is ready to use; it
+// is safe for concurrent use.
+type Chunks struct {
+	// cur is the chunk with room left, taken by whoever carves from it
+	// (nil meanwhile): two batches never get the same bytes.
+	cur atomic.Pointer[[]byte]
+}
+
+// Take returns a slab with room for size bytes of copies.
+func (c *Chunks) Take(size int) Bytes {
+	if size > ChunkSize/4 {
+		return Bytes{b: make([]byte, 0, size)}
+	}
+	p := c.cur.Swap(nil)
+	if p == nil || cap(*p)-len(*p) < size {
+		b := make([]byte, 0, ChunkSize)
+		p = &b
+	}
+	b := *p
+	start := len(b)
+	*p = b[:start+size]
+	if cap(*p) > len(*p) {
+		c.cur.Store(p)
+	}
+	return Bytes{b: b[start : start : start+size]}
 }

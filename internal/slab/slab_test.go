@@ -1,6 +1,7 @@
 package slab_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,4 +44,55 @@ func TestCopiesShareOneAllocation(t *testing.T) {
 		}
 	})
 	assert.LessOrEqual(t, allocs, 2.0, "the slab and its backing array, not one per copy")
+}
+
+func TestChunksCarveDisjointSlabs(t *testing.T) {
+	var c slab.Chunks
+	a := c.Take(3)
+	b := c.Take(2)
+	require.Equal(t, 3, a.Room(), "room for exactly what was asked")
+	x := a.Copy([]byte("abc"))
+	y := b.Copy([]byte("de"))
+	assert.Zero(t, a.Room(), "a slab never grows into the next")
+	grown := append(x, 'X')
+	assert.Equal(t, []byte("abcX"), grown)
+	assert.Equal(t, []byte("de"), y, "appending to a copy never reaches the next slab")
+	big := c.Take(slab.ChunkSize)
+	assert.Equal(t, slab.ChunkSize, big.Room(), "a slab larger than a quarter chunk is allocated on its own")
+}
+
+func TestChunksShareAllocationsAcrossBatches(t *testing.T) {
+	var c slab.Chunks
+	p := make([]byte, 256)
+	allocs := testing.AllocsPerRun(64, func() {
+		s := c.Take(16 * len(p))
+		for range 16 {
+			_ = s.Copy(p)
+		}
+	})
+	assert.LessOrEqual(t, allocs, 0.5, "four batches of 4 KiB to a chunk")
+}
+
+func TestChunksAreSafeForConcurrentUse(t *testing.T) {
+	var c slab.Chunks
+	done := make(chan []byte, 8)
+	for i := range 8 {
+		go func() {
+			var out []byte
+			for range 100 {
+				s := c.Take(100)
+				out = s.Copy(bytes.Repeat([]byte{byte(i)}, 100))
+				for _, v := range out {
+					if v != byte(i) {
+						done <- nil
+						return
+					}
+				}
+			}
+			done <- out
+		}()
+	}
+	for range 8 {
+		assert.NotNil(t, <-done, "no two slabs share bytes")
+	}
 }
