@@ -35,8 +35,9 @@ type broker struct {
 	parts   partitions
 	results results
 
-	// payloads holds the chunks the payloads of published messages are
-	// copied to.
+	// entries and payloads hold the chunks the entries of published
+	// messages are carved from and their payloads copied to.
+	entries  slab.Runs[entry]
 	payloads slab.Chunks
 }
 
@@ -169,7 +170,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, msgs []*backend.Mes
 	if len(msgs) > opts.MaxBacklog {
 		return fmt.Errorf("inmemory: publish %q: %w: batch of %d is larger than max backlog %d", topic, ErrBacklogFull, len(msgs), opts.MaxBacklog)
 	}
-	es, bytes := copyEntries(&b.br.payloads, msgs)
+	es, bytes := b.br.copyEntries(msgs)
 	if bytes > opts.MaxBacklogBytes {
 		return fmt.Errorf("inmemory: publish %q: %w: batch of %d bytes is larger than max backlog bytes %d", topic, ErrBacklogFull, bytes, opts.MaxBacklogBytes)
 	}

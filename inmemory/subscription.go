@@ -249,7 +249,7 @@ func (s *Subscription) DeadLetter(ctx context.Context, id backend.AckID, topic s
 	if dl == nil {
 		return errClosed("dead-letter", s.t.name)
 	}
-	es, bytes := copyEntries(&s.b.br.payloads, []*backend.Message{msg})
+	es, bytes := s.b.br.copyEntries([]*backend.Message{msg})
 	t, opts := s.t, s.b.br.opts
 	if bytes > opts.MaxBacklogBytes {
 		return fmt.Errorf("inmemory: dead-letter %q to %q: %w: message of %d bytes is larger than max backlog bytes %d", t.name, topic, ErrBacklogFull, bytes, opts.MaxBacklogBytes)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/eventbus-go/bus/backend"
-	"github.com/eventbus-go/bus/internal/slab"
 )
 
 // entry is one published message in a topic log. Its fields are written
@@ -558,16 +557,17 @@ func headersSize(headers map[string]string) int {
 }
 
 // copyEntries copies msgs into entries the topic can keep: the caller owns
-// the messages, their header maps and payloads. Payloads of the batch
-// share one slab, carved from chunks, each capped to its own length. It
-// also returns what the batch counts against MaxBacklogBytes.
-func copyEntries(chunks *slab.Chunks, msgs []*backend.Message) ([]entry, int64) {
+// the messages, their header maps and payloads. The entries of the batch
+// are a run carved from br's chunks of entries, and its payloads share
+// one slab carved from br's chunks of payloads, each capped to its own
+// length. It also returns what the batch counts against MaxBacklogBytes.
+func (br *broker) copyEntries(msgs []*backend.Message) ([]entry, int64) {
 	size := 0
 	for _, m := range msgs {
 		size += len(m.Payload)
 	}
-	payloads := chunks.Take(size)
-	es := make([]entry, len(msgs))
+	payloads := br.payloads.Take(size)
+	es := br.entries.Take(len(msgs))
 	var now, total int64
 	for i, m := range msgs {
 		e := &es[i]

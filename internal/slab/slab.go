@@ -4,7 +4,10 @@
 // of one per message, for the allocator and the garbage collector alike.
 package slab
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // Bytes hands out copies from one backing array. A copy is capped to its
 // own length, so appending to it never reaches a neighbour. The backing
@@ -71,4 +74,40 @@ func (c *Chunks) Take(size int) Bytes {
 		c.cur.Store(p)
 	}
 	return Bytes{b: b[start : start : start+size]}
+}
+
+// RunChunkBytes is the size of the chunks a Runs carves its runs from: a
+// size class of the allocator with six objects to a span (9472 bytes,
+// less the header of an object with pointers), where the runs of a
+// batch or two of small structs land in classes of a span every few
+// objects.
+const RunChunkBytes = 9472 - 8
+
+// Runs carves runs of T (the records of one batch) from shared chunks of
+// about RunChunkBytes, zeroed, as Chunks carves byte slabs: a chunk stays
+// alive while any run in it does. A run of more than a quarter chunk is
+// allocated on its own. Its zero value is ready to use; it is safe for
+// concurrent use.
+type Runs[T any] struct {
+	cur atomic.Pointer[[]T]
+}
+
+// Take returns a run of n zero values of T, capped to n.
+func (r *Runs[T]) Take(n int) []T {
+	per := max(1, RunChunkBytes/int(unsafe.Sizeof(*new(T))))
+	if n > per/4 {
+		return make([]T, n)
+	}
+	p := r.cur.Swap(nil)
+	if p == nil || cap(*p)-len(*p) < n {
+		c := make([]T, 0, per)
+		p = &c
+	}
+	c := *p
+	start := len(c)
+	*p = c[:start+n]
+	if cap(*p) > len(*p) {
+		r.cur.Store(p)
+	}
+	return c[start : start+n : start+n]
 }

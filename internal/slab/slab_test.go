@@ -96,3 +96,22 @@ func TestChunksAreSafeForConcurrentUse(t *testing.T) {
 		assert.NotNil(t, <-done, "no two slabs share bytes")
 	}
 }
+
+func TestRunsCarveDisjointZeroedRuns(t *testing.T) {
+	type rec struct {
+		p *int
+		n int
+	}
+	var r slab.Runs[rec]
+	a := r.Take(3)
+	b := r.Take(2)
+	require.Len(t, a, 3, "a run of what was asked")
+	assert.Equal(t, 3, cap(a), "a run is capped to its length")
+	assert.Equal(t, []rec{{}, {}}, b, "a run is zeroed")
+	v := 1
+	grown := append(a, rec{p: &v, n: 1})
+	assert.Len(t, grown, 4, "a run grows by a copy of its own")
+	assert.Equal(t, []rec{{}, {}}, b, "appending to a run never reaches the next")
+	allocs := testing.AllocsPerRun(64, func() { _ = r.Take(16) })
+	assert.Less(t, allocs, 0.5, "several runs to a chunk")
+}
