@@ -261,9 +261,9 @@ func (a *acker) flush(parent context.Context) {
 		a.waiting.Add(-int64(len(ids)))
 		for start := 0; start < len(ids); start += a.size {
 			chunk := ids[start:min(start+a.size, len(ids))]
-			ctx, cancel := context.WithTimeout(parent, ackFlushTimeout)
+			ctx := newFlushCtx(parent)
 			err := a.bsub.Ack(ctx, chunk)
-			cancel()
+			ctx.end()
 			if err != nil {
 				e := a.failed
 				e.Err = err
