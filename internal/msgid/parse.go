@@ -78,20 +78,38 @@ func parseSeq(b *[36]byte) (uint64, bool) {
 // Parser is Parse for a run of IDs that mostly share their millisecond,
 // as the IDs of one Batch do: it remembers the first 13 characters of the
 // last ID whose millisecond it read (already checked), and reads only the
-// sequence of an ID that starts with them. It returns what Parse returns.
-// Its zero value is ready to use; it is not safe for concurrent use.
+// sequence of an ID that starts with them. And it remembers the value of
+// the last ID it read: an ID that is, character for character, the text
+// of the next value in the same millisecond (the next ID of a Batch) is
+// recognised by comparing five words, without reading a digit. It returns
+// what Parse returns. Its zero value is ready to use; it is not safe for
+// concurrent use.
 type Parser struct {
 	// lo and hi are id[0:8] and id[5:13] of the last ID whose
 	// millisecond was read, as words; set says there was one.
 	lo, hi uint64
 	set    bool
 	ms     uint64
+	// last is the value of the last ID read, of millisecond ms (0: none
+	// since the millisecond was last read).
+	last uint64
 }
 
 // Parse is Parse.
 func (p *Parser) Parse(id string) (uint64, bool) {
 	b := text(id)
-	if b == nil || !framed(b) {
+	if b == nil {
+		return 0, false
+	}
+	if v := p.last + 1; p.last != 0 && v>>16 == p.ms && le.Uint64(b[13:]) == seqWord(v) &&
+		le.Uint64(b[0:]) == p.lo && le.Uint64(b[5:]) == p.hi && le.Uint64(b[tailAt:]) == tailLo && le.Uint64(b[28:]) == tailHi {
+		// Every character is the next value's: bytes 0-12 are those of
+		// the millisecond's ID read before, 13-20 the sequence rendered
+		// here, 21-35 this process's tail.
+		p.last = v
+		return v, true
+	}
+	if !framed(b) {
 		return 0, false
 	}
 	if lo, hi := le.Uint64(b[0:]), le.Uint64(b[5:]); !p.set || lo != p.lo || hi != p.hi {
@@ -99,13 +117,23 @@ func (p *Parser) Parse(id string) (uint64, bool) {
 		if !ok {
 			return 0, false
 		}
-		p.lo, p.hi, p.set, p.ms = lo, hi, true, ms
+		p.lo, p.hi, p.set, p.ms, p.last = lo, hi, true, ms, 0
 	}
 	sq, ok := parseSeq(b)
 	if !ok {
 		return 0, false
 	}
-	return p.ms<<16 | sq, true
+	p.last = p.ms<<16 | sq
+	return p.last, true
+}
+
+// seqWord is bytes 13 to 20 of the ID of value v, as a word: the dash,
+// the version nibble and 12 bits of sequence, the dash, and the variant
+// byte with the last 4 bits of sequence, as Batch writes them.
+func seqWord(v uint64) uint64 {
+	sq := v & 0xffff
+	return '-' | uint64(hexPairs[0x70|byte(sq>>12)&0x0f])<<8 | uint64(hexPairs[byte(sq>>4)])<<24 |
+		'-'<<40 | uint64(hexPairs[0x80|byte(sq&0x0f)<<2|random[0]&0x03])<<48
 }
 
 // unhexes decodes the lower-case hex digits that Format writes; every

@@ -78,3 +78,35 @@ func TestParseIsExact(t *testing.T) {
 	_, ok = Parse(Format(other))
 	assert.False(t, ok, "another process's ID that differs in the variant byte only")
 }
+
+// A Parser that reads the IDs of a Batch in order recognises each next
+// one by its text; any other string that follows is read in full.
+func TestParserReadsTheNextIDExactly(t *testing.T) {
+	ids := Batch(3)
+	id0, id1, id2 := ids[:36], ids[36:72], ids[72:]
+	v0, ok := Parse(id0)
+	require.True(t, ok)
+	const alphabet = "0123456789abcdefABCDEF-gz "
+	for i := range len(id1) {
+		for _, c := range []byte(alphabet) {
+			if id1[i] == c {
+				continue
+			}
+			m := id1[:i] + string(c) + id1[i+1:]
+			v, ok := Parse(m)
+			var p Parser
+			_, _ = p.Parse(id0)
+			pv, pok := p.Parse(m)
+			assert.Equal(t, ok, pok, "after %q, Parser and Parse agree on whether %q parses", id0, m)
+			assert.Equal(t, v, pv, "after %q, Parser and Parse agree on the value of %q", id0, m)
+		}
+	}
+	var p Parser
+	for i, id := range []string{id0, id1, id2, id1, id2} {
+		v, ok := p.Parse(id)
+		want, _ := Parse(id)
+		require.True(t, ok, "ID %d parses", i)
+		assert.Equal(t, want, v, "ID %d has its value, in order or not", i)
+	}
+	assert.Equal(t, v0+2, func() uint64 { v, _ := Parse(id2); return v }(), "the batch's values are consecutive")
+}
