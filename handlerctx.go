@@ -22,10 +22,47 @@ import (
 // lock: the real ctx is installed with a compare-and-swap.
 type handlerCtx record
 
-// cancelCause is a handler ctx once made.
+// cancelCause is a handler ctx once made (ctx set), and the value the
+// subscription's decoder made of the delivery (val), which a typed
+// subscription stores here before its handler runs (see
+// Delivery.decoded): the common delivery, neither typed nor waited on,
+// has no cancelCause at all. A cancelCause is never changed once
+// stored; a new one replaces it.
 type cancelCause struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	val    any
+}
+
+// made returns c's ctx once made, nil before.
+func (c *handlerCtx) made() *cancelCause {
+	if in := c.ctx.Load(); in != nil && in.ctx != nil {
+		return in
+	}
+	return nil
+}
+
+// setDecoded stores v, the decoder's value of the delivery, keeping the
+// ctx if one was made meanwhile (by the lease keeper).
+func (c *handlerCtx) setDecoded(v any) {
+	for {
+		old := c.ctx.Load()
+		in := &cancelCause{val: v}
+		if old != nil {
+			in.ctx, in.cancel = old.ctx, old.cancel
+		}
+		if c.ctx.CompareAndSwap(old, in) {
+			return
+		}
+	}
+}
+
+// decoded returns what setDecoded stored, nil when nothing was.
+func (c *handlerCtx) decoded() any {
+	if in := c.ctx.Load(); in != nil {
+		return in.val
+	}
+	return nil
 }
 
 func (c *handlerCtx) parent() context.Context { return c.sub.handlerCtx }
@@ -37,7 +74,7 @@ func (c *handlerCtx) Deadline() (time.Time, bool) { return c.parent().Deadline()
 
 // Done implements context.Context.
 func (c *handlerCtx) Done() <-chan struct{} {
-	if in := c.ctx.Load(); in != nil {
+	if in := c.made(); in != nil {
 		return in.ctx.Done()
 	}
 	return c.make().ctx.Done()
@@ -45,7 +82,7 @@ func (c *handlerCtx) Done() <-chan struct{} {
 
 // Err implements context.Context.
 func (c *handlerCtx) Err() error {
-	if in := c.ctx.Load(); in != nil {
+	if in := c.made(); in != nil {
 		return in.ctx.Err()
 	}
 	if c.ended() {
@@ -60,7 +97,7 @@ func (c *handlerCtx) Err() error {
 // back to the parent's, or to Err: what it returns for a cancelCtx
 // cancelled without a cause.
 func (c *handlerCtx) Value(key any) any {
-	if in := c.ctx.Load(); in != nil {
+	if in := c.made(); in != nil {
 		return in.ctx.Value(key)
 	}
 	return c.parent().Value(key)
@@ -74,14 +111,20 @@ func (c *handlerCtx) String() string { return "bus.handlerCtx" }
 // cancels its own (which unregisters it from the parent) and uses the
 // installed one.
 func (c *handlerCtx) make() *cancelCause {
-	if in := c.ctx.Load(); in != nil {
-		return in
+	old := c.ctx.Load()
+	if old != nil && old.ctx != nil {
+		return old
 	}
 	ctx, cancel := context.WithCancelCause(c.parent())
 	in := &cancelCause{ctx: ctx, cancel: cancel}
-	if !c.ctx.CompareAndSwap(nil, in) {
+	if old != nil {
+		in.val = old.val
+	}
+	if !c.ctx.CompareAndSwap(old, in) {
+		// Another make installed its ctx, or setDecoded its value:
+		// start over from what is stored now.
 		cancel(nil)
-		return c.ctx.Load()
+		return c.make()
 	}
 	// end sets the bit, then loads ctx: it cancels what is stored by now,
 	// or this sees the bit.
@@ -94,7 +137,7 @@ func (c *handlerCtx) make() *cancelCause {
 // end cancels the ctx because the handler returned.
 func (c *handlerCtx) end() {
 	c.state.Or(stateCtxEnded)
-	if in := c.ctx.Load(); in != nil {
+	if in := c.made(); in != nil {
 		in.cancel(nil)
 	}
 }

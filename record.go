@@ -28,7 +28,8 @@ type record struct {
 	// received is when the delivery's batch came from the backend, the
 	// start of its lease, on the monoNow clock.
 	received int64
-	// ctx is the handler's ctx once made (see handlerCtx).
+	// ctx is the handler's ctx once made, and the decoder's value of the
+	// delivery (see cancelCause).
 	ctx atomic.Pointer[cancelCause]
 	// ext holds the state few deliveries need; allocated, and its fields
 	// read and written, under sub.mu.
@@ -37,9 +38,6 @@ type record struct {
 	// outcomeShift on, the Outcome.
 	state   atomic.Uint32
 	attempt int32
-	// val is what the subscription's decoder made of the delivery, for
-	// its handler (Delivery.decoded); nil without a decoder.
-	val any
 }
 
 // deliveryExt holds the state few deliveries need, so the common one

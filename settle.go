@@ -76,7 +76,7 @@ func (s *consumer) decode(d *record) bool {
 	v, err := s.cfg.Decoder.decode(&d.pub)
 	switch {
 	case err == nil:
-		d.val = v
+		(*handlerCtx)(d).setDecoded(v)
 		return true
 	case errors.Is(err, errSkip):
 		if d.claim() {

@@ -117,7 +117,7 @@ func (d *Delivery) decoded() any {
 	if d.rec == nil {
 		return nil
 	}
-	return d.rec.val
+	return (*handlerCtx)(d.rec).decoded()
 }
 
 // wire says in which headers a typed message's content type and event
