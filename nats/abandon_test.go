@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -103,17 +104,25 @@ func TestUnlockLetsTheLockLapseWhenAPullMayStillBeAnswered(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cfg := backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 8, StartFrom: backend.StartOldest}
-			held, _, err := be.LockGroup(ctx, "unlock", "g", "leaving", time.Minute)
-			require.NoError(t, err)
-			require.True(t, held)
+			// The locks' bucket is made by the first LockGroup; in a
+			// cluster its stream may not be found until it has a
+			// leader, and the bus asks again next round, as this does.
+			require.Eventually(t, func() bool {
+				held, _, err := be.LockGroup(ctx, "unlock", "g", "leaving", time.Minute)
+				return err == nil && held
+			}, 10*time.Second, 10*time.Millisecond, "the leaving member takes the lock")
 			sub, err := be.Subscribe(ctx, "unlock", cfg)
 			require.NoError(t, err)
 			// The topic is empty: the server holds the request for its
-			// first message, longer than the Receive waits.
-			cut, stop := context.WithTimeout(ctx, 20*time.Millisecond)
-			_, err = sub.Receive(cut, 4)
-			stop()
-			require.ErrorIs(t, err, context.DeadlineExceeded)
+			// first message, longer than the Receive waits. A consumer
+			// just made in a cluster answers "no responders" until it
+			// has a leader; the Receive is made again then.
+			require.Eventually(t, func() bool {
+				cut, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+				defer stop()
+				_, err := sub.Receive(cut, 4)
+				return errors.Is(err, context.DeadlineExceeded)
+			}, 10*time.Second, 10*time.Millisecond, "a Receive gives up on a request the server holds")
 			require.NoError(t, sub.Close())
 			require.NoError(t, be.UnlockGroup(ctx, "unlock", "g", "leaving"))
 			held, takeover, err := be.LockGroup(ctx, "unlock", "g", "next", time.Minute)

@@ -52,7 +52,11 @@ func (c *Cluster) URL() string { return c.Servers[0].URL() }
 
 // waitForJetStream waits until every server is routed to all the others
 // and answers JetStream requests, which it does once the cluster has
-// elected a meta leader and the server is in contact with it.
+// elected a meta leader and the server is in contact with it, and then
+// until the cluster places a stream on all its servers, which it does
+// once its meta leader knows every server: a stream or key-value bucket
+// of three replicas made before that fails with "no suitable peers for
+// placement".
 func (c *Cluster) waitForJetStream(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(clusterReadyTimeout)
@@ -63,47 +67,23 @@ func (c *Cluster) waitForJetStream(tb testing.TB) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		waitForJetStreamOn(tb, s.URL(), deadline)
-	}
-	c.waitForPlacement(tb, deadline)
-}
-
-// waitForPlacement waits until the cluster places a stream on all its
-// servers, which it does once its meta leader knows every server: a
-// stream or key-value bucket of three replicas made before that fails
-// with "no suitable peers for placement".
-func (c *Cluster) waitForPlacement(tb testing.TB, deadline time.Time) {
-	tb.Helper()
-	nc, err := natsgo.Connect(c.URL())
-	if err != nil {
-		tb.Fatalf("natstest: cluster: connect: %v", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatalf("natstest: cluster: %v", err)
+		retryOn(tb, s.URL(), deadline, "JetStream answers", func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.AccountInfo(ctx)
+			return err
+		})
 	}
 	cfg := jetstream.StreamConfig{Name: "natstest_ready", Subjects: []string{"natstest.ready"}, Replicas: len(c.Servers), Storage: jetstream.MemoryStorage}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := js.CreateStream(ctx, cfg)
-		if err == nil {
-			err = js.DeleteStream(ctx, cfg.Name)
+	retryOn(tb, c.URL(), deadline, "a stream of every server's replicas is placed", func(ctx context.Context, js jetstream.JetStream) error {
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("natstest: cluster of %d: no stream of %d replicas placed after %v: %v", len(c.Servers), len(c.Servers), clusterReadyTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return js.DeleteStream(ctx, cfg.Name)
+	})
 }
 
-// waitForJetStreamOn waits until the server at url answers JetStream
-// requests, until deadline.
-func waitForJetStreamOn(tb testing.TB, url string, deadline time.Time) {
+// retryOn runs try on a connection to the server at url, every 50 ms
+// until it succeeds, and fails the test once deadline has passed.
+func retryOn(tb testing.TB, url string, deadline time.Time, what string, try func(context.Context, jetstream.JetStream) error) {
 	tb.Helper()
 	nc, err := natsgo.Connect(url, natsgo.DontRandomize())
 	if err != nil {
@@ -115,14 +95,14 @@ func waitForJetStreamOn(tb testing.TB, url string, deadline time.Time) {
 		tb.Fatalf("natstest: cluster: %v", err)
 	}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := try(ctx, js)
 		cancel()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("natstest: cluster: JetStream on %s not ready after %v: %v", url, clusterReadyTimeout, err)
+			tb.Fatalf("natstest: cluster at %s: not ready after %v (%s): %v", url, clusterReadyTimeout, what, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
