@@ -206,3 +206,62 @@ func TestKeyOrderingUncleanCloseLetsTheLockLapse(t *testing.T) {
 	assert.Equal(t, "k-0", got[1].id, "the delivery the first member left comes back before the rest of its key: %v", got)
 	assert.Equal(t, "k-1", got[2].id, "then the rest of its key: %v", got)
 }
+
+// unlockWatch is a member that records whether it released a group lock.
+type unlockWatch struct {
+	*inmemory.Backend
+	unlocked chan struct{}
+	once     sync.Once
+}
+
+func (u *unlockWatch) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	u.once.Do(func() { close(u.unlocked) })
+	return u.Backend.UnlockGroup(ctx, topic, group, holder)
+}
+
+// Close leaves the shared broker open for the other member.
+func (*unlockWatch) Close() error { return nil }
+
+// A member whose handler outlives its Close leaves that delivery to its
+// lease: its close is not clean, so it lets the group lock lapse instead
+// of releasing it, and the next holder takes the lock over (and waits
+// for what is left) rather than taking a released one.
+func TestKeyOrderingCloseThatHandlersOutliveLetsTheLockLapse(t *testing.T) {
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer raw.Close()
+	ctx := context.Background()
+	watch := &unlockWatch{Backend: raw, unlocked: make(chan struct{})}
+	b := bus.New(watch, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	running, stuck := make(chan struct{}, 1), make(chan struct{})
+	defer close(stuck)
+	sub, err := b.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error {
+		running <- struct{}{}
+		<-stuck // ignores its ctx: it outlives the Close
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(4*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "orders", &bus.Message{Key: "k", Payload: []byte("k/0")}))
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	require.Error(t, sub.Close(short), "the Close says a handler still runs")
+	select {
+	case <-watch.unlocked:
+		t.Fatal("the member released the lock although its handler outlived the Close")
+	default:
+	}
+	require.Eventually(t, func() bool {
+		held, takeover, err := raw.LockGroup(ctx, "orders", "g", "next", time.Minute)
+		require.NoError(t, err)
+		if held {
+			assert.True(t, takeover, "the next holder takes the lock over")
+		}
+		return held
+	}, 10*time.Second, 10*time.Millisecond, "the lock lapses")
+}
