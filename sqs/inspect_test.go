@@ -151,6 +151,8 @@ func testInspectTopicsAndGroups(t *testing.T, b *Backend) {
 	ctx := inspectCtx(t)
 	arn, err := b.topicARN(ctx, "orders")
 	require.NoError(t, err)
+	// The setup requests are made again when they fail in transport, as
+	// the backend's own setup requests are (idempotent).
 	subscribeQueue := func(name string, create bool) {
 		t.Helper()
 		var qURL *string
@@ -159,19 +161,30 @@ func testInspectTopicsAndGroups(t *testing.T, b *Backend) {
 			if b.opts.FIFO {
 				attrs["FifoQueue"] = "true"
 			}
-			q, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
-			require.NoError(t, err)
+			var q *sqs.CreateQueueOutput
+			require.NoError(t, idempotent(ctx, func() (err error) {
+				q, err = b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
+				return err
+			}))
 			qURL = q.QueueUrl
 		} else {
-			q, err := b.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
-			require.NoError(t, err)
+			var q *sqs.GetQueueUrlOutput
+			require.NoError(t, idempotent(ctx, func() (err error) {
+				q, err = b.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+				return err
+			}))
 			qURL = q.QueueUrl
 		}
-		qa, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: qURL, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
-		require.NoError(t, err)
-		_, err = b.sns.Subscribe(ctx, &sns.SubscribeInput{TopicArn: aws.String(arn), Protocol: aws.String("sqs"), Endpoint: aws.String(qa.Attributes["QueueArn"]),
-			Attributes: map[string]string{"RawMessageDelivery": "true"}})
-		require.NoError(t, err)
+		var qa *sqs.GetQueueAttributesOutput
+		require.NoError(t, idempotent(ctx, func() (err error) {
+			qa, err = b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: qURL, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+			return err
+		}))
+		require.NoError(t, idempotent(ctx, func() error {
+			_, err := b.sns.Subscribe(ctx, &sns.SubscribeInput{TopicArn: aws.String(arn), Protocol: aws.String("sqs"), Endpoint: aws.String(qa.Attributes["QueueArn"]),
+				Attributes: map[string]string{"RawMessageDelivery": "true"}})
+			return err
+		}))
 	}
 	foreign := "foreign-queue"
 	if b.opts.FIFO {
@@ -252,8 +265,10 @@ func testInspectUntagged(t *testing.T, b *Backend) {
 		if b.opts.FIFO {
 			in.Attributes = map[string]string{"FifoTopic": "true", "ContentBasedDeduplication": "false"}
 		}
-		_, err := b.sns.CreateTopic(ctx, in)
-		require.NoError(t, err)
+		require.NoError(t, idempotent(ctx, func() error {
+			_, err := b.sns.CreateTopic(ctx, in)
+			return err
+		}))
 	}
 	create(topicName(b.opts.Prefix, "legacy", b.opts.FIFO))
 	create(topicName(b.opts.Prefix, "legacy.hashed", b.opts.FIFO))
