@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/median"
 	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
@@ -128,11 +129,11 @@ rounds:
 	}
 	c.Bus, c.Raw = aggregate(buses), aggregate(raws)
 	c.Ratio = ratios{
-		Throughput: median(rs, func(r ratios) float64 { return r.Throughput }),
-		P50:        median(rs, func(r ratios) float64 { return r.P50 }),
-		P99:        median(rs, func(r ratios) float64 { return r.P99 }),
-		P999:       median(rs, func(r ratios) float64 { return r.P999 }),
-		CPU:        median(rs, func(r ratios) float64 { return r.CPU }),
+		Throughput: median.Of(rs, func(r ratios) float64 { return r.Throughput }),
+		P50:        median.Of(rs, func(r ratios) float64 { return r.P50 }),
+		P99:        median.Of(rs, func(r ratios) float64 { return r.P99 }),
+		P999:       median.Of(rs, func(r ratios) float64 { return r.P999 }),
+		CPU:        median.Of(rs, func(r ratios) float64 { return r.CPU }),
 	}
 	return c, runErr
 }
@@ -152,11 +153,11 @@ func aggregate(rs []benchResult) benchResult {
 		return cmp.Or(cmp.Compare(a.Lost, b.Lost), cmp.Compare(a.Duplicates, b.Duplicates))
 	})
 	out := worst
-	out.Seconds = median(rs, func(r benchResult) float64 { return r.Seconds })
-	out.MsgsPerSec = median(rs, func(r benchResult) float64 { return r.MsgsPerSec })
-	out.AchievedRate = median(rs, func(r benchResult) float64 { return r.AchievedRate })
+	out.Seconds = median.Of(rs, func(r benchResult) float64 { return r.Seconds })
+	out.MsgsPerSec = median.Of(rs, func(r benchResult) float64 { return r.MsgsPerSec })
+	out.AchievedRate = median.Of(rs, func(r benchResult) float64 { return r.AchievedRate })
 	dur := func(f func(benchResult) time.Duration) time.Duration {
-		return time.Duration(median(rs, func(r benchResult) float64 { return float64(f(r)) }))
+		return time.Duration(median.Of(rs, func(r benchResult) float64 { return float64(f(r)) }))
 	}
 	out.P50 = dur(func(r benchResult) time.Duration { return r.P50 })
 	out.P99 = dur(func(r benchResult) time.Duration { return r.P99 })
@@ -176,23 +177,4 @@ func aggregate(rs []benchResult) benchResult {
 		}
 	}
 	return out
-}
-
-// median is the median of f over xs, leaving out zeros (figures a round
-// did not measure); 0 when there is none.
-func median[T any](xs []T, f func(T) float64) float64 {
-	vs := make([]float64, 0, len(xs))
-	for _, x := range xs {
-		if v := f(x); v != 0 {
-			vs = append(vs, v)
-		}
-	}
-	if len(vs) == 0 {
-		return 0
-	}
-	slices.Sort(vs)
-	if len(vs)%2 == 1 {
-		return vs[len(vs)/2]
-	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
