@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
@@ -27,7 +26,6 @@ type amqpTarget struct {
 	sub      *amqp.Connection // the consumer
 	exchange string
 	queue    string
-	seq      atomic.Uint64
 }
 
 // openAMQPTarget dials twice (publishing and consuming apart, as the bus
@@ -63,22 +61,12 @@ func openAMQPTarget(ctx context.Context, r *benchRun) (target, error) {
 // queue bound to it: as on the bus, where the publish scenario has no
 // group, so the broker routes its messages to no queue.
 func (t *amqpTarget) prepare(_ context.Context, scenario string) error {
-	ch, err := t.conn.Channel()
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDeclare(t.exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("baseline: declare %s: %w", t.exchange, err)
-	}
+	queue := t.queue
 	if scenario == scenarioPublish {
-		return nil
+		queue = ""
 	}
-	if _, err := ch.QueueDeclare(t.queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		return fmt.Errorf("baseline: declare %s: %w", t.queue, err)
-	}
-	if err := ch.QueueBind(t.queue, "", t.exchange, false, nil); err != nil {
-		return fmt.Errorf("baseline: bind %s: %w", t.queue, err)
+	if err := rawclient.AMQPDeclare(t.conn, t.exchange, queue); err != nil {
+		return fmt.Errorf("baseline: %w", err)
 	}
 	return nil
 }
@@ -87,93 +75,32 @@ func (t *amqpTarget) backend() string { return "rabbitmq" }
 
 func (t *amqpTarget) client() string { return "amqp091-go" }
 
-type amqpPublisher struct {
-	t  *amqpTarget
-	ch *amqp.Channel
-}
+type amqpPublisher struct{ p *rawclient.AMQPPublisher }
 
 func (t *amqpTarget) publisher(context.Context) (publisher, error) {
-	ch, err := t.conn.Channel()
+	p, err := rawclient.NewAMQPPublisher(t.conn, t.exchange)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("baseline: confirm mode: %w", err)
-	}
-	return amqpPublisher{t: t, ch: ch}, nil
+	return amqpPublisher{p}, nil
 }
 
 func (p amqpPublisher) publish(ctx context.Context, payloads [][]byte) error {
-	confs := make([]*amqp.DeferredConfirmation, len(payloads))
-	for i, pl := range payloads {
-		c, err := p.ch.PublishWithDeferredConfirm(p.t.exchange, "", false, false, amqp.Publishing{
-			MessageId:    strconv.FormatUint(p.t.seq.Add(1), 36),
-			DeliveryMode: amqp.Persistent,
-			Body:         pl,
-		})
-		if err != nil {
-			return fmt.Errorf("baseline: publish: %w", err)
-		}
-		confs[i] = c
-	}
-	for _, c := range confs {
-		ok, err := c.WaitContext(ctx)
-		if err != nil {
-			return fmt.Errorf("baseline: confirm: %w", err)
-		}
-		if !ok {
-			return errors.New("baseline: the broker nacked a message")
-		}
+	if err := p.p.Publish(ctx, payloads); err != nil {
+		return fmt.Errorf("baseline: %w", err)
 	}
 	return nil
 }
 
 func (t *amqpTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
-	ch, err := t.sub.Channel()
+	c, err := rawclient.NewAMQPConsumer(t.sub, t.queue, t.r.cfg.MaxInFlight)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	if err := ch.Qos(max(t.r.cfg.MaxInFlight, 1), 0, false); err != nil {
-		return nil, fmt.Errorf("baseline: qos: %w", err)
-	}
-	dels, err := ch.Consume(t.queue, "", false, false, false, false, nil)
-	if err != nil {
-		return nil, fmt.Errorf("baseline: consume: %w", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &redisConsumer{cancel: cancel, exited: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		defer ch.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case d, ok := <-dels:
-				if !ok {
-					c.failed = errors.New("baseline: the consumer's channel closed")
-					close(c.ended)
-					return
-				}
-				h(d.Body)
-				if err := d.Ack(false); err != nil {
-					c.failed = fmt.Errorf("baseline: ack: %w", err)
-					close(c.ended)
-					return
-				}
-			}
-		}
-	}()
-	return c, nil
+	return startLoopConsumer(func(ctx context.Context) error { return c.Run(ctx, h) }), nil
 }
 
 // close deletes the queue and the exchange and closes the connections.
 func (t *amqpTarget) close(context.Context) error {
-	var err error
-	if ch, cerr := t.conn.Channel(); cerr == nil {
-		_, qerr := ch.QueueDelete(t.queue, false, false, false)
-		err = errors.Join(qerr, ch.ExchangeDelete(t.exchange, false, false))
-		_ = ch.Close()
-	}
-	return errors.Join(err, t.sub.Close(), t.conn.Close())
+	return errors.Join(rawclient.AMQPDelete(t.conn, t.exchange, t.queue), t.sub.Close(), t.conn.Close())
 }

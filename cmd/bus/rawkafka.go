@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eventbus-go/bus/internal/rawclient"
 	"github.com/eventbus-go/bus/internal/urlopt"
 )
 
@@ -32,7 +29,6 @@ type kafkaTarget struct {
 	pub    *kgo.Client
 	topic  string
 	group  string
-	seq    atomic.Uint64
 	member *kgo.Client
 }
 
@@ -50,8 +46,7 @@ func openKafkaTarget(ctx context.Context, r *benchRun) (target, error) {
 		parts = int32(n)
 	}
 	seeds := strings.Split(u.Host, ",")
-	pub, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(1<<16), kgo.DialTimeout(10*time.Second))
+	pub, err := rawclient.NewKafkaProducer(seeds)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
@@ -69,25 +64,10 @@ func (t *kafkaTarget) client() string { return "franz-go" }
 
 // prepare creates the topic; a new group starts at its oldest record.
 func (t *kafkaTarget) prepare(ctx context.Context, _ string) error {
-	adm := kadm.NewClient(t.pub)
-	resp, err := adm.CreateTopic(ctx, t.parts, -1, nil, t.topic)
-	if err == nil {
-		err = resp.Err
+	if err := rawclient.KafkaCreateTopic(ctx, t.pub, t.topic, t.parts); err != nil {
+		return fmt.Errorf("baseline: %w", err)
 	}
-	if err != nil {
-		return fmt.Errorf("baseline: create topic %s: %w", t.topic, err)
-	}
-	for {
-		td, err := adm.ListTopics(ctx, t.topic)
-		if err == nil && td.Has(t.topic) && td[t.topic].Err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("baseline: wait for topic %s: %w", t.topic, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 type kafkaPublisher struct{ t *kafkaTarget }
@@ -95,54 +75,21 @@ type kafkaPublisher struct{ t *kafkaTarget }
 func (t *kafkaTarget) publisher(context.Context) (publisher, error) { return kafkaPublisher{t}, nil }
 
 func (p kafkaPublisher) publish(ctx context.Context, payloads [][]byte) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(payloads))
-	wg.Add(len(payloads))
-	for i, pl := range payloads {
-		r := &kgo.Record{Topic: p.t.topic, Value: append([]byte(nil), pl...),
-			Headers: []kgo.RecordHeader{{Key: "id", Value: strconv.AppendUint(nil, p.t.seq.Add(1), 36)}}}
-		p.t.pub.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("baseline: produce: %w", err)
+	if err := rawclient.KafkaPublish(ctx, p.t.pub, p.t.topic, payloads); err != nil {
+		return fmt.Errorf("baseline: %w", err)
 	}
 	return nil
 }
 
 func (t *kafkaTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(t.seeds...), kgo.ConsumerGroup(t.group), kgo.ConsumeTopics(t.topic),
-		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond))
+	cl, err := rawclient.NewKafkaMember(t.seeds, t.group, t.topic)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	t.member = cl
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &redisConsumer{cancel: cancel, exited: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		for {
-			fs := cl.PollRecords(ctx, max(t.r.cfg.MaxInFlight, 1))
-			if ctx.Err() != nil {
-				return
-			}
-			if err := fs.Err0(); err != nil && !errors.Is(err, context.Canceled) {
-				c.failed = fmt.Errorf("baseline: poll: %w", err)
-				close(c.ended)
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { h(r.Value) })
-			if err := cl.CommitRecords(ctx, fs.Records()...); err != nil && ctx.Err() == nil {
-				c.failed = fmt.Errorf("baseline: commit: %w", err)
-				close(c.ended)
-				return
-			}
-		}
-	}()
-	return c, nil
+	return startLoopConsumer(func(ctx context.Context) error {
+		return rawclient.KafkaConsume(ctx, cl, t.r.cfg.MaxInFlight, h)
+	}), nil
 }
 
 // close deletes the topic (and so what the group read) and closes the
@@ -151,9 +98,7 @@ func (t *kafkaTarget) close(ctx context.Context) error {
 	if t.member != nil {
 		t.member.Close()
 	}
-	adm := kadm.NewClient(t.pub)
-	_, err := adm.DeleteTopics(ctx, t.topic)
-	_, gerr := adm.DeleteGroups(ctx, t.group)
+	err := rawclient.KafkaDelete(ctx, t.pub, t.topic, t.group)
 	t.pub.Close()
-	return errors.Join(err, gerr)
+	return err
 }

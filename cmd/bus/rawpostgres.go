@@ -67,16 +67,12 @@ func (p pgPublisher) publish(ctx context.Context, payloads [][]byte) error {
 }
 
 func (t *pgTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &redisConsumer{cancel: cancel, exited: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		if err := t.q.Run(ctx, h); err != nil && ctx.Err() == nil {
-			c.failed = fmt.Errorf("baseline: %w", urlopt.RedactError(err, t.u))
-			close(c.ended)
+	return startLoopConsumer(func(ctx context.Context) error {
+		if err := t.q.Run(ctx, h); err != nil {
+			return fmt.Errorf("baseline: %w", urlopt.RedactError(err, t.u))
 		}
-	}()
-	return c, nil
+		return nil
+	}), nil
 }
 
 // close drops the table and closes the pool.

@@ -85,24 +85,8 @@ func (p *redisPublisher) publish(ctx context.Context, payloads [][]byte) error {
 	return nil
 }
 
-type redisConsumer struct {
-	cancel context.CancelFunc
-	exited chan struct{} // closed when the reader returns
-	ended  chan struct{} // closed when the reader failed
-	failed error         // set before ended is closed
-}
-
 func (t *redisTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &redisConsumer{cancel: cancel, exited: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		if err := t.read(ctx, h); err != nil && ctx.Err() == nil {
-			c.failed = err
-			close(c.ended)
-		}
-	}()
-	return c, nil
+	return startLoopConsumer(func(ctx context.Context) error { return t.read(ctx, h) }), nil
 }
 
 // read is the raw reader loop; it returns when ctx ends or a read fails.
@@ -114,26 +98,26 @@ func (t *redisTarget) read(ctx context.Context, h func([]byte)) error {
 	return nil
 }
 
-func (c *redisConsumer) done() <-chan struct{} { return c.ended }
+// loopConsumer is a raw consumer whose read loop runs on a
+// rawclient.Loop: the Redis, PostgreSQL, RabbitMQ and Kafka baselines.
+type loopConsumer struct{ l *rawclient.Loop }
 
-func (c *redisConsumer) stop(ctx context.Context) error {
-	c.cancel()
-	select {
-	case <-c.exited:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("baseline: stop the reader: %w", ctx.Err())
-	}
+// startLoopConsumer starts run, which returns when its ctx ends or it
+// fails.
+func startLoopConsumer(run func(ctx context.Context) error) loopConsumer {
+	return loopConsumer{rawclient.StartLoop(run)}
 }
 
-func (c *redisConsumer) err() error {
-	select {
-	case <-c.ended:
-		return c.failed
-	default:
-		return nil
+func (c loopConsumer) done() <-chan struct{} { return c.l.Ended() }
+
+func (c loopConsumer) stop(ctx context.Context) error {
+	if err := c.l.Stop(ctx); err != nil {
+		return fmt.Errorf("baseline: %w", err)
 	}
+	return nil
 }
+
+func (c loopConsumer) err() error { return c.l.Err() }
 
 // close deletes the stream key (and so its group) and closes the clients.
 func (t *redisTarget) close(ctx context.Context) error {

@@ -167,16 +167,7 @@ func (p sqsPublisher) publishBatch(ctx context.Context, payloads [][]byte) error
 }
 
 func (t *sqsTarget) subscribe(_ context.Context, h func([]byte)) (consumer, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &redisConsumer{cancel: cancel, exited: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(c.exited)
-		if err := t.receive(ctx, h); err != nil && ctx.Err() == nil {
-			c.failed = err
-			close(c.ended)
-		}
-	}()
-	return c, nil
+	return startLoopConsumer(func(ctx context.Context) error { return t.receive(ctx, h) }), nil
 }
 
 // receive is the consumer's loop; it returns when ctx ends or a request
