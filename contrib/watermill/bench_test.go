@@ -176,7 +176,7 @@ func benchBus(b *testing.B, url string, inFlight int) (message.Publisher, messag
 	return pub, sub
 }
 
-func benchRedisstream(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+func benchRedisstream(b testing.TB, url string) (message.Publisher, message.Subscriber) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		b.Fatal(err)
@@ -194,14 +194,14 @@ func benchRedisstream(b *testing.B, url string) (message.Publisher, message.Subs
 	return pub, sub
 }
 
-func benchWatermillNATS(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+func benchWatermillNATS(b testing.TB, url string) (message.Publisher, message.Subscriber) {
 	return benchWatermillNATSSubscribers(b, url, 1)
 }
 
 // benchWatermillNATSSubscribers opens Watermill's NATS JetStream Pub/Sub
 // with n subscribers of a queue group, each handing out one message at a
 // time.
-func benchWatermillNATSSubscribers(b *testing.B, url string, n int) (message.Publisher, message.Subscriber) {
+func benchWatermillNATSSubscribers(b testing.TB, url string, n int) (message.Publisher, message.Subscriber) {
 	js := wmnats.JetStreamConfig{
 		AutoProvision:    true,
 		SubscribeOptions: []nc.SubOpt{nc.DeliverAll(), nc.AckExplicit()},
@@ -223,20 +223,20 @@ func benchWatermillNATSSubscribers(b *testing.B, url string, n int) (message.Pub
 
 // benchWatermillAMQP opens watermill-amqp's durable queue Pub/Sub with
 // its defaults (prefetch 1, no publisher confirms).
-func benchWatermillAMQP(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+func benchWatermillAMQP(b testing.TB, url string) (message.Publisher, message.Subscriber) {
 	return benchWatermillAMQPConfig(b, wmamqp.NewDurableQueueConfig(url))
 }
 
 // benchWatermillAMQPQuorum opens watermill-amqp with what the bus keeps
 // on RabbitMQ: a quorum queue and publisher confirms (prefetch 1 still).
-func benchWatermillAMQPQuorum(b *testing.B, url string) (message.Publisher, message.Subscriber) {
+func benchWatermillAMQPQuorum(b testing.TB, url string) (message.Publisher, message.Subscriber) {
 	cfg := wmamqp.NewDurableQueueConfig(url)
 	cfg.Queue.Arguments = amqp091.Table{"x-queue-type": "quorum"}
 	cfg.Publish.ConfirmDelivery = true
 	return benchWatermillAMQPConfig(b, cfg)
 }
 
-func benchWatermillAMQPConfig(b *testing.B, cfg wmamqp.Config) (message.Publisher, message.Subscriber) {
+func benchWatermillAMQPConfig(b testing.TB, cfg wmamqp.Config) (message.Publisher, message.Subscriber) {
 	pub, err := wmamqp.NewPublisher(cfg, watermill.NopLogger{})
 	if err != nil {
 		b.Fatal(err)
@@ -253,7 +253,7 @@ func benchWatermillAMQPConfig(b *testing.B, cfg wmamqp.Config) (message.Publishe
 // the protocol version, which the broker's minimum needs, and a new
 // group starting from the oldest offset, so that nothing published
 // while the group joins is skipped.
-func benchWatermillKafka(b *testing.B, addr string) (message.Publisher, message.Subscriber) {
+func benchWatermillKafka(b testing.TB, addr string) (message.Publisher, message.Subscriber) {
 	pcfg := wmkafka.DefaultSaramaSyncPublisherConfig()
 	pcfg.Version = sarama.V3_6_0_0
 	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{

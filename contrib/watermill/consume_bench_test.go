@@ -49,7 +49,7 @@ func BenchmarkConsume(b *testing.B) {
 }
 
 // openBenchBus opens a bus on url and returns it with its close.
-func openBenchBus(b *testing.B, url string) (*bus.Bus, func()) {
+func openBenchBus(b testing.TB, url string) (*bus.Bus, func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	bb, err := bus.Open(ctx, url, bus.WithObserver(observer.Nop()))
