@@ -343,11 +343,23 @@ func (s peerSummary) table(backend string, sides peerSides, rounds, n int) strin
 	ratios := [3]float64{1, s.busRatio, s.wmRatio}
 	for j, side := range peerSideNames {
 		r := s.sides[j]
-		fmt.Fprintf(w, "%s\t%s\t%.0f\t%v\t%v\t%.2f\t%d\t%d\t\n", side, names[j], r.msgsPerSec,
-			r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), ratios[j], s.lostBySide[j], s.dupsBySide[j])
+		fmt.Fprintf(w, "%s\t%s\t%.0f\t%s\t%s\t%.2f\t%d\t%d\t\n", side, names[j], r.msgsPerSec,
+			short(r.p50), short(r.p99), ratios[j], s.lostBySide[j], s.dupsBySide[j])
 	}
 	_ = w.Flush()
 	return sb.String()
+}
+
+// short writes d with three figures or fewer: 870µs, 13.1ms, 1.01s.
+func short(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.3gs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.3gms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
 }
 
 // busSide is the bus, through its own API.
@@ -402,18 +414,31 @@ type watermillSide struct {
 	pub message.Publisher
 	sub message.Subscriber
 	// forget deletes what a topic left at the server; nil when there is
-	// nothing to delete.
+	// nothing to delete. It runs after the subscriber closed, which
+	// waits for its readers: a reader that finds its topic gone before
+	// may pause before it sees its context end.
 	forget func(ctx context.Context, topic string) error
+	topics []string // made by the passes
 }
 
-// newWatermillSide takes pub and sub, closed when tb ends.
+// newWatermillSide takes pub and sub, closed when tb ends, and then
+// forgets the topics of the passes.
 func newWatermillSide(tb testing.TB, pub message.Publisher, sub message.Subscriber) *watermillSide {
+	s := &watermillSide{pub: pub, sub: sub}
 	tb.Cleanup(func() {
-		if err := errors.Join(sub.Close(), pub.Close()); err != nil {
+		err := errors.Join(sub.Close(), pub.Close())
+		if s.forget != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, topic := range s.topics {
+				err = errors.Join(err, s.forget(ctx, topic))
+			}
+		}
+		if err != nil {
 			tb.Error(err)
 		}
 	})
-	return &watermillSide{pub: pub, sub: sub}
+	return s
 }
 
 type watermillPass struct {
@@ -427,6 +452,7 @@ type watermillPass struct {
 
 func (s *watermillSide) pass(_ context.Context, h func([]byte)) (peerPass, error) {
 	topic := "peers_" + watermill.NewShortUUID()
+	s.topics = append(s.topics, topic)
 	if si, ok := s.sub.(message.SubscribeInitializer); ok {
 		if err := si.SubscribeInitialize(topic); err != nil {
 			return nil, err
@@ -467,11 +493,8 @@ func (p *watermillPass) close(ctx context.Context) error {
 	p.cancel()
 	select {
 	case <-p.done:
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("the subscriber's channel stayed open: %w", ctx.Err())
 	}
-	if p.s.forget == nil {
-		return nil
-	}
-	return p.s.forget(ctx, p.topic)
 }
