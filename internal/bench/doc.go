@@ -38,7 +38,11 @@
 // # Where the other benchmark code lives
 //
 //   - here: every go test benchmark of the bus, its portable layer and its
-//     peers;
+//     peers but Watermill;
+//   - contrib/watermill (bench_test.go, consume_bench_test.go,
+//     peers_bench_test.go): the benchmarks of Watermill's Pub/Subs beside
+//     the adapter, the bus and the raw clients (BenchmarkPeers), in the
+//     one module that may depend on Watermill;
 //   - internal/rawclient: the raw clients (go-redis, nats.go, pgx, a Go
 //     channel) that this package and the bus command measure the bus
 //     against;
