@@ -45,6 +45,7 @@ import (
 
 	"github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/median"
+	"github.com/eventbus-go/bus/internal/rawclient"
 )
 
 var (
@@ -444,10 +445,8 @@ func newWatermillSide(tb testing.TB, pub message.Publisher, sub message.Subscrib
 type watermillPass struct {
 	s      *watermillSide
 	topic  string
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the reader returns
-	ends   chan struct{} // closed when the channel closed before the pass's close
-	closed atomic.Bool
+	cancel context.CancelFunc // ends the subscription
+	loop   *rawclient.Loop    // the reader
 }
 
 func (s *watermillSide) pass(_ context.Context, h func([]byte)) (peerPass, error) {
@@ -464,18 +463,21 @@ func (s *watermillSide) pass(_ context.Context, h func([]byte)) (peerPass, error
 		cancel()
 		return nil, err
 	}
-	p := &watermillPass{s: s, topic: topic, cancel: cancel, done: make(chan struct{}), ends: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for m := range msgs {
-			h(m.Payload)
-			m.Ack()
+	loop := rawclient.StartLoop(func(ctx context.Context) error {
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					return errors.New("the subscriber's channel closed")
+				}
+				h(m.Payload)
+				m.Ack()
+			case <-ctx.Done():
+				return nil
+			}
 		}
-		if !p.closed.Load() {
-			close(p.ends)
-		}
-	}()
-	return p, nil
+	})
+	return &watermillPass{s: s, topic: topic, cancel: cancel, loop: loop}, nil
 }
 
 func (p *watermillPass) publish(_ context.Context, payloads [][]byte) error {
@@ -486,15 +488,12 @@ func (p *watermillPass) publish(_ context.Context, payloads [][]byte) error {
 	return p.s.pub.Publish(p.topic, msgs...)
 }
 
-func (p *watermillPass) ended() <-chan struct{} { return p.ends }
+func (p *watermillPass) ended() <-chan struct{} { return p.loop.Ended() }
 
+// close stops the reader, then the subscription: a message the reader
+// left unacked is the subscriber's to give up.
 func (p *watermillPass) close(ctx context.Context) error {
-	p.closed.Store(true)
+	err := errors.Join(p.loop.Stop(ctx), p.loop.Err())
 	p.cancel()
-	select {
-	case <-p.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("the subscriber's channel stayed open: %w", ctx.Err())
-	}
+	return err
 }
