@@ -3,10 +3,12 @@
 # time and prints each target's execution count.
 #
 # Targets are the Fuzz functions of the test files `go list` selects;
-# each runs on its own (`go test -run '^$' -fuzz '^Name$' -fuzztime
-# $FUZZTIME pkg`), since -fuzz takes one target of one package. `make
-# test` runs it after the unit tests, which already ran every seed
-# corpus.
+# each runs on its own, since -fuzz takes one target of one package. Each
+# package's instrumented test binary is built once (`go test -c -fuzz .`)
+# and run for each of its targets from the package's directory, with the
+# flags `go test -run '^$' -fuzz '^Name$' -fuzztime $FUZZTIME pkg` gives
+# it, so the corpus and the cache are the ones go test uses. `make test`
+# runs it after the unit tests, which already ran every seed corpus.
 #
 # Environment:
 #   FUZZTIME  time per target (default 5s; any -fuzztime value, e.g. 30s
@@ -36,7 +38,7 @@ targets=()
 while read -r pkg dir files; do
 	for f in $files; do
 		while IFS= read -r name; do
-			targets+=("$pkg $name")
+			targets+=("$pkg $dir $name")
 		done < <(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(.*\*testing\.F\).*/\1/p' "$dir/$f")
 	done
 done < <("$GO" list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...)
@@ -46,9 +48,27 @@ if [ "${#targets[@]}" -eq 0 ]; then
 	exit 1
 fi
 
-# fuzz_one fuzzes one target for FUZZTIME and prints what go test said.
+bindir="$(mktemp -d)"
+trap 'rm -rf "$bindir"' EXIT
+fuzzcache="$("$GO" env GOCACHE)/fuzz"
+
+# binary PKG prints the path of PKG's fuzz test binary, building it the
+# first time; it fails, printing the build's output, when the build does.
+binary() {
+	local bin="$bindir/${1//\//_}.test"
+	if ! [ -x "$bin" ]; then
+		"$GO" test -c -fuzz . -o "$bin" "$1" 2>&1 || return 1
+	fi
+	printf '%s\n' "$bin"
+}
+
+# fuzz_one PKG DIR NAME fuzzes one target for FUZZTIME and prints what the
+# test binary (or its build) said.
 fuzz_one() {
-	"$GO" test -run '^$' -fuzz "^${2}\$" -fuzztime "$FUZZTIME" "$1" 2>&1
+	local bin
+	bin="$(binary "$1")" || { printf '%s\n' "$bin"; return 1; }
+	(cd "$2" && "$bin" -test.run '^$' -test.fuzz "^${3}\$" -test.fuzztime "$FUZZTIME" \
+		-test.fuzzcachedir "$fuzzcache/$1" -test.paniconexit0 2>&1)
 }
 
 # deadline_race reports whether a failed run's output is the fuzz engine's
@@ -67,21 +87,20 @@ failed=0
 ran=0
 start=$SECONDS
 for t in "${targets[@]}"; do
-	pkg=${t% *}
-	name=${t#* }
+	read -r pkg dir name <<<"$t"
 	if [ -n "$FUZZ_RUN" ] && ! grep -Eq "$FUZZ_RUN" <<<"$pkg.$name"; then
 		continue
 	fi
 	ran=$((ran + 1))
 	t0=$SECONDS
 	note=""
-	if out=$(fuzz_one "$pkg" "$name"); then
+	if out=$(fuzz_one "$pkg" "$dir" "$name"); then
 		status=ok
 	elif deadline_race "$out"; then
 		# The toolchain's race at the end of -fuzztime (see deadline_race):
 		# nothing was found, so run the target once more.
 		note=" (rerun after the fuzz engine's end-of-time race, go.dev/issue/75804)"
-		if out=$(fuzz_one "$pkg" "$name"); then
+		if out=$(fuzz_one "$pkg" "$dir" "$name"); then
 			status=ok
 		else
 			status=FAIL
