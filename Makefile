@@ -44,7 +44,7 @@ deadcode:
 # The packages whose tests take longest go first, so that they start
 # before the short ones instead of after them (go test runs -p packages
 # at a time, in the order they are named, and names each one once).
-SLOWEST := ./nats ./redisstream ./kafka ./postgres ./rabbitmq ./sqs ./inmemory .
+SLOWEST := ./nats ./redisstream ./kafka ./postgres ./rabbitmq ./sqs ./inmemory ./cmd/bus ./contrib/watermill .
 
 # UNIT_P packages run at once. The broker-backed packages spend most of
 # their time waiting on their servers, leases and timeouts rather than
