@@ -1,9 +1,9 @@
 # make test: the one command that runs every test on a fresh machine. It
 # installs what the tests need (scripts/setup.sh), then checks formatting,
-# runs every test with the race detector while it vets and runs
-# staticcheck and deadcode beside them (see checks), and then the fuzz
-# targets. Tests start their own private redis-server, nats-server and
-# PostgreSQL on loopback.
+# vets, runs staticcheck and deadcode, and runs every test with the race
+# detector. Tests
+# start their own private redis-server, nats-server and PostgreSQL on
+# loopback.
 #
 # make bench: the main job, the end-to-end benchmark on the in-process
 # mem:// backend.
@@ -19,14 +19,9 @@ PKGS := ./... ./cmd/bus/... ./contrib/protobuf/... ./contrib/watermill/... ./int
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(GOBIN)/staticcheck)
 DEADCODE ?= $(shell command -v deadcode 2>/dev/null || echo $(GOBIN)/deadcode)
 
-.PHONY: test setup fmt checks vet staticcheck deadcode unit fuzz fuzzbuild bench
+.PHONY: test setup fmt vet staticcheck deadcode unit fuzz bench
 
-# The checks and the unit tests run at once (-j2); their output is not
-# synchronised (no -O), so go test's output streams as it comes. The fuzz
-# targets run after both have passed.
-test: setup fmt
-	@$(MAKE) --no-print-directory -j2 checks unit
-	@$(MAKE) --no-print-directory fuzz
+test: setup fmt vet staticcheck deadcode unit fuzz
 
 setup:
 	./scripts/setup.sh
@@ -34,13 +29,6 @@ setup:
 fmt:
 	@files="$$(gofmt -l .)"; \
 	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:"; echo "$$files"; exit 1; fi
-
-# checks: vet, staticcheck and deadcode, then the fuzz targets' builds,
-# one after another at the lowest CPU priority. Beside the unit tests,
-# which mostly wait on their brokers, leases and timeouts, they take the
-# CPU the tests leave idle and yield it whenever a test wants it.
-checks:
-	nice -n 19 $(MAKE) --no-print-directory vet staticcheck deadcode fuzzbuild
 
 vet:
 	$(GO) vet $(PKGS)
@@ -71,11 +59,6 @@ unit:
 # fuzz: every Fuzz* target for FUZZTIME (default 5s) each; see scripts/fuzz.sh.
 fuzz:
 	GO=$(GO) ./scripts/fuzz.sh
-
-# fuzzbuild: compile the fuzz targets' packages into the build cache, so
-# that fuzz only links them.
-fuzzbuild:
-	GO=$(GO) FUZZ_BUILD_ONLY=1 ./scripts/fuzz.sh
 
 bench:
 	$(GO) run ./cmd/bus bench --scenario e2e -n 1000000 --size 256 --json

@@ -18,50 +18,15 @@ import (
 	"github.com/eventbus-go/bus/redisstream"
 )
 
-// leakSkip skips the suite's goroutine-leak case in the two suites that
-// run in parallel: each would count the other's goroutines as leaked.
-// TestNoGoroutineLeak runs the case alone, before them.
-var leakSkip = conformance.WithSkip("runs in parallel with the other suite, whose goroutines it would count; TestNoGoroutineLeak runs it alone", "NoGoroutineLeak")
-
-// TestNoGoroutineLeak runs the suite's goroutine-leak case on a single
-// server and on a cluster while no other test runs: the parallel suites
-// wait for it.
-func TestNoGoroutineLeak(t *testing.T) {
-	t.Run("Server", func(t *testing.T) {
-		runConformance(t, conformance.WithOnly("NoGoroutineLeak"))
-	})
-	t.Run("Cluster", func(t *testing.T) {
-		if testing.Short() {
-			t.Skip("cluster conformance is long; run without -short")
-		}
-		runClusterConformance(t, redistest.StartCluster(t, 3), conformance.WithOnly("NoGoroutineLeak"))
-	})
-}
-
 // TestConformance runs the suite against $BUS_REDIS_URL when set,
-// otherwise against a private redis-server, in parallel with
-// TestConformanceCluster.
-func TestConformance(t *testing.T) {
-	t.Parallel()
-	runConformance(t, leakSkip)
-}
-
-// runConformance runs the suite against $BUS_REDIS_URL when set,
 // otherwise against a private redis-server.
-func runConformance(t *testing.T, opts ...conformance.Option) {
+func TestConformance(t *testing.T) {
 	u := redistest.URL(t)
-	ro, err := redis.ParseURL(u)
+	opts, err := redis.ParseURL(u)
 	require.NoError(t, err, "parse the test server URL")
 	conformance.Run(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, redis.NewClient(ro), nil)
-	}, opts...)
-}
-
-// runClusterConformance runs the suite against the cluster c.
-func runClusterConformance(t *testing.T, c *redistest.Cluster, opts ...conformance.Option) {
-	conformance.Run(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}), nil)
-	}, opts...)
+		return newBackend(t, redis.NewClient(opts), nil)
+	})
 }
 
 // TestMeasureCrash measures a kill of a key-ordered member with the
@@ -79,14 +44,15 @@ func TestMeasureCrash(t *testing.T) {
 }
 
 // TestConformanceCluster runs the suite against a private 3-master Redis
-// Cluster, in parallel with TestConformance.
+// Cluster.
 func TestConformanceCluster(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster conformance is long; run without -short")
 	}
 	c := redistest.StartCluster(t, 3)
-	runClusterConformance(t, c, leakSkip)
+	conformance.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}), nil)
+	})
 	t.Run("DeadLetterToTopicInAnotherSlot", func(t *testing.T) {
 		testDeadLetterAcrossSlots(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}))
 	})

@@ -15,9 +15,6 @@
 #             or 10000x)
 #   FUZZ_RUN  only run targets whose "pkg.Name" matches this extended
 #             regular expression (default: all)
-#   FUZZ_BUILD_ONLY  when set, build the test binary of each package with
-#             a selected target and fuzz nothing: the compiled packages
-#             stay in the go build cache, so a later run only links them
 #
 # Exit status: 1 if any target failed (a crasher is written to the
 # package's testdata/fuzz/<Name>/ by the go tool), else 0. A target that
@@ -85,26 +82,6 @@ deadline_race() {
 		! grep -q 'Failing input written' <<<"$1" &&
 		! grep -qE 'panic:|_test\.go:[0-9]+:' <<<"$1"
 }
-
-if [ -n "${FUZZ_BUILD_ONLY:-}" ]; then
-	built=0
-	declare -A seen=()
-	for t in "${targets[@]}"; do
-		read -r pkg _ name <<<"$t"
-		if [ -n "${seen[$pkg]:-}" ] || { [ -n "$FUZZ_RUN" ] && ! grep -Eq "$FUZZ_RUN" <<<"$pkg.$name"; }; then
-			continue
-		fi
-		seen[$pkg]=1
-		if ! out=$(binary "$pkg"); then
-			printf '%s\n' "$out" >&2
-			log "FAIL build of $pkg"
-			exit 1
-		fi
-		built=$((built + 1))
-	done
-	log "built the fuzz test binaries of $built packages"
-	exit 0
-fi
 
 failed=0
 ran=0
