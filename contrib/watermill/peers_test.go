@@ -1,6 +1,7 @@
 package watermill
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,5 +27,35 @@ func TestPeersCountEveryMessageOnceOnEverySide(t *testing.T) {
 				assert.Positive(t, r[j].p99, "%s: the pass has latencies", name)
 			}
 		})
+	}
+}
+
+// TestTallyCountsLossesAndRepeats: the counts BenchmarkPeers fails a run
+// on. A message that never arrives is lost; one that arrives twice, and a
+// payload of no message of the pass, are counted as duplicates.
+func TestTallyCountsLossesAndRepeats(t *testing.T) {
+	tl := newTally(4)
+	msg := func(seq uint64) []byte {
+		p := make([]byte, 16)
+		binary.LittleEndian.PutUint64(p, seq)
+		return p
+	}
+	tl.handle(msg(0))
+	tl.handle(msg(1))
+	tl.handle(msg(1))          // a repeat
+	tl.handle(msg(9))          // no message of the pass
+	tl.handle([]byte("short")) // not a payload of the benchmark
+	r := tl.result()
+	assert.Equal(t, int64(2), r.lost, "messages 2 and 3 never arrived")
+	assert.Equal(t, int64(3), r.dups, "one repeat and two foreign payloads")
+
+	for seq := range uint64(4) {
+		tl = newTally(4)
+		for i := range uint64(4) {
+			if i != seq {
+				tl.handle(msg(i))
+			}
+		}
+		assert.Equal(t, int64(1), tl.result().lost, "message %d missing", seq)
 	}
 }
