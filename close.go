@@ -115,6 +115,13 @@ func (s *consumer) shutdown(taken bool) error {
 	// Handlers that outlived the shutdown, or a fetch still under way,
 	// leave their deliveries to their leases.
 	clean := !s.outlived.Load()
+	if s.keys != nil && s.keys.leftHeld() {
+		// A key waited for a delivery that the member before this one
+		// left unsettled: it comes back after its lease, and the next
+		// member has to hold the key back until then, which only a
+		// takeover does (a released lock says nothing is left).
+		clean = false
+	}
 	if err := s.acks.close(hard); err != nil {
 		errs = append(errs, err)
 		clean = false

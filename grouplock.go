@@ -415,9 +415,10 @@ const lapseTTL = time.Millisecond
 // subscription has drained. A member that holds the lock but has not
 // started (it waits for the previous holder's unsettled deliveries), or
 // whose close was not clean (an ack it could not flush, a delivery its
-// backend could not give back), lets it lapse instead of releasing it: a
-// release would tell a member that asks for the lock later that nothing
-// is left to wait for.
+// backend could not give back, a key still waiting for a delivery the
+// member before it left unsettled), lets it lapse instead of releasing
+// it: a release would tell a member that asks for the lock later that
+// nothing is left to wait for.
 func (o *groupLock) close(ctx context.Context, clean bool) {
 	close(o.stop)
 	<-o.done

@@ -265,3 +265,83 @@ func TestKeyOrderingCloseThatHandlersOutliveLetsTheLockLapse(t *testing.T) {
 		return held
 	}, 10*time.Second, 10*time.Millisecond, "the lock lapses")
 }
+
+// A member that took the group lock over and closes while a key still
+// waits for a delivery the member before it left unsettled (a crashed
+// member's, out on its lease) lets the lock lapse instead of releasing
+// it: the next member, even one that asks for the lock only after the
+// close, takes it over and holds the key back until that delivery comes
+// back, so the key's later messages (given back by the closing member,
+// or published after) do not run before it.
+func TestKeyOrderingCloseWithAHeldKeyLetsTheLockLapse(t *testing.T) {
+	const lease = 6 * time.Second
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer raw.Close()
+	ctx := context.Background()
+	// The crashed member: it held the lock, which lapses at once, and
+	// took k-0, which stays pending on its lease.
+	held, _, err := raw.LockGroup(ctx, "orders", "g", "crashed", time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, held)
+	crashed, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", AckTimeout: lease, Observer: observer.Nop()})
+	require.NoError(t, err)
+	defer crashed.Close()
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
+	taken, err := crashed.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the crashed member took k-0")
+
+	var mu sync.Mutex
+	var order []string
+	handled := make(chan string, 8)
+	h := func(_ context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		order = append(order, d.ID)
+		mu.Unlock()
+		handled <- d.ID
+		return nil
+	}
+	opts := []bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}
+	watch := &unlockWatch{Backend: raw, unlocked: make(chan struct{})}
+	first := bus.New(watch, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	sub, err := first.Subscribe(ctx, "orders", h, opts...)
+	require.NoError(t, err)
+	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-1", Key: "k"}, {ID: "j-0", Key: "j"}}))
+	select {
+	case id := <-handled:
+		require.Equal(t, "j-0", id, "the first member holds k back and runs j")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran")
+	}
+	require.Eventually(t, func() bool {
+		gs, err := raw.Groups(ctx, "orders")
+		require.NoError(t, err)
+		return len(gs) == 1 && gs[0].Pending == 2
+	}, 10*time.Second, 10*time.Millisecond, "the first member fetched k-1, which waits behind the held k-0")
+	require.NoError(t, sub.Close(ctx))
+	select {
+	case <-watch.unlocked:
+		t.Fatal("the member released the lock although a key still waited for a held delivery")
+	default:
+	}
+
+	second := bus.New(member{raw}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	_, err = second.Subscribe(ctx, "orders", h, opts...)
+	require.NoError(t, err)
+	require.NoError(t, second.Publish(ctx, "orders", &bus.Message{ID: "k-2", Key: "k"}))
+	for range 3 {
+		select {
+		case <-handled:
+		case <-time.After(3 * lease):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("handled only %v", order)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"j-0", "k-0", "k-1", "k-2"}, order, "k stays in order across the close")
+}

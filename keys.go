@@ -55,6 +55,10 @@ type keyLines struct {
 	// oldest first, marked stateWaiting.
 	pending []*record
 	closed  bool
+	// heldAtClose: when it closed, a key still waited for a delivery
+	// the group handed out before this member took the lock (hold), so
+	// the group has one unsettled that no member of it runs.
+	heldAtClose bool
 	// drain: after close, the deliveries waiting behind a head still run
 	// in turn instead of going back, until the shutdown is forced (a
 	// subscription with a group lock, see consumer.shutdown and draining).
@@ -538,6 +542,9 @@ func (k *keyLines) close(ctx context.Context) {
 	var back []*record
 	k.mu.Lock()
 	k.closed = true
+	for _, l := range k.lines {
+		k.heldAtClose = k.heldAtClose || len(l.holds) > 0
+	}
 	for key, l := range k.lines {
 		if l.retry != nil && l.retry.Stop() {
 			retries = append(retries, line{l.head, l.waiting, !l.snoozed})
@@ -791,6 +798,14 @@ func (k *keyLines) dropHolds() {
 	for _, d := range up {
 		k.s.giveUp(d)
 	}
+}
+
+// leftHeld reports whether a key still waited for a held delivery when
+// the member closed (see heldAtClose).
+func (k *keyLines) leftHeld() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.heldAtClose
 }
 
 // idle reports whether no delivery is here: none held by its key, none
