@@ -97,17 +97,25 @@ func newGroupLock(s *consumer, l backend.GroupLocker) *groupLock {
 }
 
 // wait blocks until the lock is held and returns the ctx of a Receive
-// under it; false when ctx ends first.
+// under it; false when ctx ends first. The ctx is read once the gate
+// opened: the one read before belongs to an earlier hold, ended when
+// that was lost, and what a Receive under it is handed would be dropped
+// (it lapses back to the group after its lease, behind the rest of its
+// key).
 func (o *groupLock) wait(ctx context.Context) (context.Context, bool) {
 	for {
 		o.mu.Lock()
-		open, held := o.open, o.held
+		open := o.open
 		o.mu.Unlock()
 		select {
 		case <-open:
-			if held != nil {
+			o.mu.Lock()
+			held, same := o.held, o.open == open
+			o.mu.Unlock()
+			if same && held != nil {
 				return held, true
 			}
+			// Lost again meanwhile: wait for the next hold.
 		case <-ctx.Done():
 			return nil, false
 		}
