@@ -773,6 +773,54 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 	assert.Empty(t, started, "the fenced member started nothing more")
 }
 
+// A fenced member whose handler returns nil all the same (its work was
+// done when the lock was lost) acks the message: the next holder does
+// not handle it again, and goes on with the rest of the key.
+func TestKeyOrderingFencedHandlerThatSucceedsIsAcked(t *testing.T) {
+	be, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer be.Close()
+	const lease = 400 * time.Millisecond
+	ctx := context.Background()
+	cutA := &lockCut{Backend: be}
+	a := bus.New(cutA, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, a)
+	started, cause := make(chan string, 4), make(chan error, 1)
+	_, err = a.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		started <- string(d.Payload)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(bus.StartOldest))
+	require.NoError(t, err)
+	require.NoError(t, a.Publish(ctx, "orders", keyedMsgs("k", 2)...))
+	select {
+	case got := <-started:
+		require.Equal(t, "k/0", got, "the first member runs the key's head")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never started k/0")
+	}
+	b := bus.New(member{be})
+	defer closeBus(t, b)
+	var order orderLog
+	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		order.add(d)
+		return nil
+	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
+	require.NoError(t, err)
+	cutA.cut.Store(true)
+	select {
+	case err := <-cause:
+		assert.ErrorIs(t, err, bus.ErrLeaseLost, "the fenced handler is told why")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member that lost the lock kept running its handler")
+	}
+	require.Eventually(t, func() bool { return order.len() >= 1 }, 15*time.Second, 10*time.Millisecond, "the next holder handles the rest of the key")
+	require.Never(t, func() bool { return order.len() > 1 }, 4*lease, 20*time.Millisecond, "nothing else comes: k/0 was acked")
+	assert.Equal(t, []string{"k/1#1"}, order.list(), "the next holder handles only what the fenced member did not")
+	assert.Empty(t, started, "the fenced member started nothing more")
+}
+
 func TestWithMaxWaitingIsValidated(t *testing.T) {
 	b := newMemBus(t)
 	defer closeBus(t, b)

@@ -201,9 +201,11 @@ func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
 		}
 		return
 	}
-	if s.fencedOut(d) || s.shutdownCancelled(err) {
+	if err != nil && s.fencedOut(d) || s.shutdownCancelled(err) {
 		// The group lock passed on, or the shutdown cancelled the
-		// handler: not a failure of the message.
+		// handler: not a failure of the message. A handler that
+		// returned nil all the same handled its message, which is
+		// acked, fenced or not: given back, it would run again.
 		if d.claim() {
 			s.releaseNow(d)
 		}
