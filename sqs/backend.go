@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -55,8 +58,7 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithRegion(opts.Region),
-		// The bus owns retries: a backend must not retry.
-		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		config.WithRetryer(newRetryer),
 	}
 	if opts.Credentials != nil {
 		loadOpts = append(loadOpts, config.WithCredentialsProvider(opts.Credentials))
@@ -439,13 +441,42 @@ func queuePolicy(queueArn, topicArn string) string {
 		`"Resource":` + strconv.Quote(queueArn) + `,"Condition":{"ArnEquals":{"aws:SourceArn":` + strconv.Quote(topicArn) + `}}}]}`
 }
 
+// newRetryer returns the SDK's retryer for the backend's requests. The
+// bus owns retries: a request that failed is not repeated, with one
+// exception. When the connection closed under a request (net.ErrClosed:
+// the HTTP client closed it on a write error while the answer was being
+// read, aws-sdk-go-v2 issue 2737), the answer may have come or not, and
+// the request is repeated once, at once. Every request of the backend is
+// safe to repeat so: creating and subscribing are idempotent, deleting
+// and changing a visibility act on a receipt handle, a FIFO topic
+// deduplicates a publish by its deduplication ID, a receive whose answer
+// was lost hands its messages out again after their visibility timeout,
+// and a standard topic's repeated publish delivers a message twice at
+// most, the same ID in both, as at-least-once allows. The one request
+// that is not (a release's SendMessageBatch, whose copies would be
+// handed out twice) turns the repeat off (noRepeat).
+func newRetryer() aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) {
+		o.MaxAttempts = 2
+		o.Retryables = []retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+			return aws.BoolTernary(errors.Is(err, net.ErrClosed))
+		})}
+		o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		o.RateLimiter = ratelimit.None
+	})
+}
+
+// noRepeat turns the repeat of newRetryer off for one SQS request.
+func noRepeat(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }
+
 // setupAttempts bounds the tries of an idempotent setup call.
 const setupAttempts = 3
 
 // idempotent runs call, an idempotent setup request (creating a topic or
 // a queue, setting its policy, subscribing), again when it failed in
 // transport, with no answer from AWS, up to setupAttempts times within
-// ctx. Publish and the calls that settle deliveries are never repeated.
+// ctx. Publish and the calls that settle deliveries are repeated only as
+// newRetryer says.
 func idempotent(ctx context.Context, call func() error) error {
 	var err error
 	for range setupAttempts {

@@ -102,7 +102,7 @@ func (s *subscription) giveBackCopies(ctx context.Context, msgs []sqstypes.Messa
 		sends = append(sends, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: m.Body, MessageAttributes: attrs})
 		deletes = append(deletes, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 	}
-	out, err := s.b.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: sends})
+	out, err := s.b.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: sends}, noRepeat)
 	if err != nil {
 		return fmt.Errorf("send the copies: %w", err)
 	}
