@@ -115,6 +115,11 @@ func (s *consumer) shutdown(taken bool) error {
 	// Handlers that outlived the shutdown, or a fetch still under way,
 	// leave their deliveries to their leases.
 	clean := !s.outlived.Load()
+	if s.notBack.Load() {
+		// A delivery could not be given back: it comes back after its
+		// lease, and so do the deliveries of its key after it.
+		clean = false
+	}
 	if s.keys != nil && s.keys.leftHeld() {
 		// A key waited for a delivery that the member before this one
 		// left unsettled: it comes back after its lease, and the next

@@ -69,7 +69,10 @@ type consumer struct {
 	// (a forced Close): the settlements that fail after it are counted in
 	// lateDropped and reported once, when the last of them returned
 	// (reportLate), since Close's error said they would be dropped.
-	outlived    atomic.Bool
+	outlived atomic.Bool
+	// notBack is set once a delivery could not be given back (see
+	// stateNotBack): the close is not clean.
+	notBack     atomic.Bool
 	lateDropped atomic.Int64
 
 	closeMu      sync.Mutex // guards the fields below

@@ -345,3 +345,136 @@ func TestKeyOrderingCloseWithAHeldKeyLetsTheLockLapse(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"j-0", "k-0", "k-1", "k-2"}, order, "k stays in order across the close")
 }
+
+// backFails is a member whose subscriptions cannot give one message back
+// (Release and Nack fail for it, as over a link that drops): it stays
+// pending, on its lease. It records whether it released a group lock.
+type backFails struct {
+	*inmemory.Backend
+	id       string
+	unlocked chan struct{}
+	once     sync.Once
+}
+
+func (b *backFails) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := b.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &backFailsSub{Subscription: sub.(*inmemory.Subscription), id: b.id}, nil
+}
+
+func (b *backFails) UnlockGroup(ctx context.Context, topic, group, holder string) error {
+	b.once.Do(func() { close(b.unlocked) })
+	return b.Backend.UnlockGroup(ctx, topic, group, holder)
+}
+
+// Close leaves the shared broker open for the other member.
+func (*backFails) Close() error { return nil }
+
+type backFailsSub struct {
+	*inmemory.Subscription
+	id   string
+	mu   sync.Mutex
+	acks []backend.AckID // of the message that cannot go back
+}
+
+var errBackLost = errors.New("give back: connection lost")
+
+func (s *backFailsSub) Release(ctx context.Context, id backend.AckID) error {
+	if s.is(id) {
+		return errBackLost
+	}
+	return s.Subscription.Release(ctx, id)
+}
+
+func (s *backFailsSub) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
+	if s.is(id) {
+		return errBackLost
+	}
+	return s.Subscription.Nack(ctx, id, delay)
+}
+
+func (s *backFailsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	msgs, err := s.Subscription.Receive(ctx, max)
+	for _, m := range msgs {
+		if m.ID == s.id {
+			s.mu.Lock()
+			s.acks = append(s.acks, m.AckID)
+			s.mu.Unlock()
+		}
+	}
+	return msgs, err
+}
+
+func (s *backFailsSub) is(id backend.AckID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.acks {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+// A closing member that cannot give a key's head back (it stays pending
+// on its lease) leaves the key's later deliveries to their leases too,
+// instead of giving them back ahead of it, and lets the lock lapse: the
+// next member runs the key in order.
+func TestKeyOrderingHeadNotGivenBackKeepsTheRestBehindIt(t *testing.T) {
+	const lease = 2 * time.Second
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	defer raw.Close()
+	ctx := context.Background()
+	opts := []bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}
+	fails := &backFails{Backend: raw, id: "k-0", unlocked: make(chan struct{})}
+	first := bus.New(fails, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, first)
+	running := make(chan struct{}, 1)
+	sub, err := first.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
+		running <- struct{}{}
+		<-ctx.Done() // k-0 runs until the close gives up on it
+		return ctx.Err()
+	}, opts...)
+	require.NoError(t, err)
+	require.NoError(t, first.Publish(ctx, "orders", &bus.Message{ID: "k-0", Key: "k"}, &bus.Message{ID: "k-1", Key: "k"}, &bus.Message{ID: "k-2", Key: "k"}))
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first member never ran k-0")
+	}
+	require.Eventually(t, func() bool {
+		gs, err := raw.Groups(ctx, "orders")
+		require.NoError(t, err)
+		return len(gs) == 1 && gs[0].Pending == 3
+	}, 10*time.Second, 10*time.Millisecond, "k-1 and k-2 wait behind k-0 at the first member")
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_ = sub.Close(short) // the handler is cancelled; k-0 cannot be given back
+	select {
+	case <-fails.unlocked:
+		t.Fatal("the member released the lock although k-0 is still pending on its lease")
+	default:
+	}
+
+	second := bus.New(member{raw}, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, second)
+	handled := make(chan string, 8)
+	_, err = second.Subscribe(ctx, "orders", func(_ context.Context, d *bus.Delivery) error {
+		handled <- d.ID
+		return nil
+	}, opts...)
+	require.NoError(t, err)
+	var got []string
+	for len(got) < 3 {
+		select {
+		case id := <-handled:
+			got = append(got, id)
+		case <-time.After(5 * lease):
+			t.Fatalf("handled only %v", got)
+		}
+	}
+	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, got, "the key runs in order at the next member")
+}

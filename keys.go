@@ -296,7 +296,7 @@ func (k *keyLines) done(d *record) bool {
 		back := l.waiting
 		delete(k.lines, key)
 		k.mu.Unlock()
-		k.giveBack(back)
+		k.giveBackAfter(d, back)
 		return false
 	}
 	next := l.take(i)
@@ -319,10 +319,14 @@ func (k *keyLines) done(d *record) bool {
 		return true
 	}
 	k.mu.Unlock()
-	// Fenced: it goes back to the group at once (see giveUp), which
-	// ends its turn, and done runs again for the one after, which the
-	// slot goes on to.
-	k.s.giveUp(next)
+	// Fenced: it goes back to the group at once (see giveUp), or to its
+	// lease when d did not go back, which ends its turn, and done runs
+	// again for the one after, which the slot goes on to.
+	if d.state.Load()&stateNotBack != 0 {
+		k.s.lapse(next)
+	} else {
+		k.s.giveUp(next)
+	}
 	return true
 }
 
@@ -586,14 +590,18 @@ func (k *keyLines) handBack(ctx context.Context, retry *record, back []*record, 
 		k.s.backNow(ctx, retry, counted)
 	}
 	k.s.handlerNeverRan(retry)
-	k.giveBack(back)
+	k.giveBackAfter(retry, back)
 }
 
 // backNow gives a claimed delivery back to the group at once: a nack when
 // counted, else a release.
 func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 	if counted {
-		s.settleErr(d, observer.ScopeNack, d.doNack(ctx, 0))
+		err := d.doNack(ctx, 0)
+		if err != nil {
+			s.notGivenBack(d)
+		}
+		s.settleErr(d, observer.ScopeNack, err)
 		return
 	}
 	s.release(ctx, d)
@@ -601,19 +609,56 @@ func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 
 // giveBack hands deliveries that never reached their handler back to the
 // group without counting an attempt, and frees their slots (or units of
-// the waiting set).
+// the waiting set). A delivery that could not be given back (see stateNotBack) leaves the
+// deliveries of its key after it in ds to their leases, so that none
+// returns to the group before it.
 func (k *keyLines) giveBack(ds []*record) {
 	if len(ds) == 0 {
 		return
 	}
 	ctx, cancel := k.s.settleCtx()
 	defer cancel()
+	var stuck map[string]bool
 	for _, d := range ds {
+		key := d.pub.Key
+		if key != "" && stuck[key] {
+			k.s.lapse(d)
+			continue
+		}
 		if d.claim() {
 			k.s.release(ctx, d)
 		}
+		if key != "" && d.state.Load()&stateNotBack != 0 {
+			if stuck == nil {
+				stuck = map[string]bool{}
+			}
+			stuck[key] = true
+		}
 		k.s.handlerNeverRan(d)
 	}
+}
+
+// giveBackAfter gives ds, the deliveries of a key after head, back to the
+// group (giveBack), or leaves them to their leases when head did not go
+// back.
+func (k *keyLines) giveBackAfter(head *record, ds []*record) {
+	if head.state.Load()&stateNotBack == 0 {
+		k.giveBack(ds)
+		return
+	}
+	for _, d := range ds {
+		k.s.lapse(d)
+	}
+}
+
+// lapse leaves a delivery that never reached its handler to its lease:
+// the backend delivers it again once the lease ends.
+func (s *consumer) lapse(d *record) {
+	s.notGivenBack(d)
+	if d.claim() {
+		d.finish(OutcomeLeaseLost, nil)
+	}
+	s.handlerNeverRan(d)
 }
 
 // successor is a new delivery of d's message with Attempt+1 (the same

@@ -382,11 +382,24 @@ func (s *consumer) release(ctx context.Context, d *record) {
 	} else {
 		err = s.bsub.Nack(ctx, d.ackID, 0)
 	}
+	if err != nil {
+		// The broker may hold it until its lease ends (a stale one as
+		// far as this member knows, too).
+		s.notGivenBack(d)
+	}
 	if err != nil && !errors.Is(err, backend.ErrStale) {
 		err = fmt.Errorf("bus: release %q: %w", d.pub.ID, err)
 		s.report(d, observer.ScopeNack, err)
 	}
 	d.finish(OutcomeNacked, err)
+}
+
+// notGivenBack records that d is left to its lease: the deliveries of
+// its key after it are too (keyLines.giveBackAfter), and the close is not
+// clean.
+func (s *consumer) notGivenBack(d *record) {
+	d.state.Or(stateNotBack)
+	s.notBack.Store(true)
 }
 
 // deadLetter settles a claimed delivery on the bus.s own initiative,
