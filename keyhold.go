@@ -264,6 +264,14 @@ func (s *consumer) holdStep(d *record) bool {
 		}
 		return false
 	}
+	if d.pub.ID == h.head && !replayed {
+		// The head again (its dead letter, which holds the key, was
+		// written but its ack did not arrive): it is settled already.
+		if d.claim() {
+			s.settleErr(d, observer.ScopeAck, d.doAck())
+		}
+		return true
+	}
 	if d.claim() {
 		s.deadLetter(d, withCode(CodeHeld, &heldReason{head: h.head}))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -333,4 +334,109 @@ func TestKeyHoldReleaseAfterTheHeadWasPurged(t *testing.T) {
 	assert.Equal(t, []string{"acct/1#1", "acct/2#1"}, log.list())
 	require.NoError(t, b.Publish(ctx, "ledger", &bus.Message{Key: "acct", Payload: []byte("acct/3")}))
 	waitHold(t, func() bool { return log.len() == 3 }, "the key is not held any more")
+}
+
+// ackLost is a member whose first settlement of one message (an ack, or
+// the dead-lettering's) is lost on the way, as when its member dies right
+// after writing the dead letter: the message is redelivered after its
+// lease.
+type ackLost struct {
+	*inmemory.Backend
+	id       string
+	received atomic.Int32
+}
+
+func (a *ackLost) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
+	sub, err := a.Backend.Subscribe(ctx, topic, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ackLostSub{Subscription: sub.(*inmemory.Subscription), a: a}, nil
+}
+
+type ackLostSub struct {
+	*inmemory.Subscription
+	a    *ackLost
+	mu   sync.Mutex
+	drop backend.AckID // the ack to lose; nil once lost
+	lost bool
+}
+
+func (s *ackLostSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	msgs, err := s.Subscription.Receive(ctx, max)
+	for _, m := range msgs {
+		if m.ID == s.a.id && s.a.received.Add(1) == 1 {
+			s.mu.Lock()
+			s.drop = m.AckID
+			s.mu.Unlock()
+		}
+	}
+	return msgs, err
+}
+
+// DeadLetter writes the dead letter but loses the settlement of the
+// message's first delivery.
+func (s *ackLostSub) DeadLetter(ctx context.Context, id backend.AckID, topic string, msg *backend.Message) error {
+	s.mu.Lock()
+	lose := !s.lost && s.drop != nil && id == s.drop
+	s.lost = s.lost || lose
+	s.mu.Unlock()
+	if lose {
+		return s.a.Publish(ctx, topic, []*backend.Message{msg})
+	}
+	return s.Subscription.DeadLetter(ctx, id, topic, msg)
+}
+
+func (s *ackLostSub) Ack(ctx context.Context, ids []backend.AckID) error {
+	s.mu.Lock()
+	kept := ids[:0:0]
+	for _, id := range ids {
+		if !s.lost && s.drop != nil && id == s.drop {
+			s.lost = true
+			continue
+		}
+		kept = append(kept, id)
+	}
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return nil
+	}
+	return s.Subscription.Ack(ctx, kept)
+}
+
+// A held key's head delivered again (its dead letter was written but its
+// ack was lost) is recognised as the head: it is settled, not parked
+// behind itself.
+func TestKeyHoldHeadRedeliveredIsNotParkedBehindItself(t *testing.T) {
+	ctx := context.Background()
+	raw, err := inmemory.New(nil)
+	require.NoError(t, err)
+	const topic, dlq = "ledger", "ledger.dlq"
+	lost := &ackLost{Backend: raw, id: "acct-1"}
+	b := bus.New(lost, bus.WithObserver(observer.Nop()))
+	defer closeBus(t, b)
+	var handled orderLog
+	_, err = b.Subscribe(ctx, topic, func(_ context.Context, d *bus.Delivery) error {
+		if d.ID == "acct-1" {
+			return bus.Reject(errors.New("poisoned"))
+		}
+		handled.add(d)
+		return nil
+	}, bus.WithGroup("ledger"), bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold),
+		bus.WithAckTimeout(time.Second), bus.WithStartFrom(bus.StartOldest))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, topic, &bus.Message{ID: "acct-0", Key: "acct"}, &bus.Message{ID: "acct-1", Key: "acct"}, &bus.Message{ID: "acct-2", Key: "acct"}))
+	waitHold(t, func() bool {
+		gs, err := raw.Groups(ctx, topic)
+		return err == nil && len(gs) == 1 && gs[0].Pending == 0 && lost.received.Load() >= 2
+	}, "the head came back after its lost ack, and everything is settled")
+	keys, err := b.HeldKeys(ctx, dlq)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	assert.Equal(t, "acct-1", keys[0].Head)
+	assert.Equal(t, 1, keys[0].Parked, "acct-2 is parked; the head is not parked behind itself")
+	dls, err := b.DeadLetters(ctx, dlq, 0)
+	require.NoError(t, err)
+	assert.Len(t, dls, 2, "the head and acct-2, once each")
+	assert.Equal(t, 1, handled.len(), "acct-0 handled, nothing after the held head")
 }
