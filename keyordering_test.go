@@ -725,25 +725,26 @@ func (c *lockCut) LockGroup(ctx context.Context, topic, group, holder string, tt
 // Close leaves the shared broker open for the other member.
 func (c *lockCut) Close() error { return nil }
 
-// A member that loses the group lock while its handler runs, but could
-// still extend the handler's lease, is fenced: its handler is cancelled
-// with ErrLeaseLost, its lease lapses, and the next holder handles the key
-// from that message on, in order.
-func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
+// fenceTheHead runs k/0 and k/1 through a member whose handler of k/0
+// runs until the member loses the group lock (its link to the lock is
+// cut) and then returns what ret makes of its ctx, while a second member
+// waits for the lock. It returns what the second member handled, and what
+// the first member started after k/0.
+func fenceTheHead(t *testing.T, lease time.Duration, ret func(ctx context.Context) error) (*orderLog, chan string) {
+	t.Helper()
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
-	defer be.Close()
-	const lease = 400 * time.Millisecond
+	t.Cleanup(func() { _ = be.Close() })
 	ctx := context.Background()
 	cutA := &lockCut{Backend: be}
 	a := bus.New(cutA, bus.WithObserver(observer.Nop()))
-	defer closeBus(t, a)
+	t.Cleanup(func() { closeBus(t, a) })
 	started, cause := make(chan string, 4), make(chan error, 1)
 	_, err = a.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		started <- string(d.Payload)
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
-		return ctx.Err()
+		return ret(ctx)
 	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(bus.StartOldest))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish(ctx, "orders", keyedMsgs("k", 2)...))
@@ -754,8 +755,8 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 		t.Fatal("the first member never started k/0")
 	}
 	b := bus.New(member{be})
-	defer closeBus(t, b)
-	var order orderLog
+	t.Cleanup(func() { closeBus(t, b) })
+	order := &orderLog{}
 	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
 		order.add(d)
 		return nil
@@ -768,6 +769,16 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the member that lost the lock kept running its handler")
 	}
+	return order, started
+}
+
+// A member that loses the group lock while its handler runs, but could
+// still extend the handler's lease, is fenced: its handler is cancelled
+// with ErrLeaseLost, its lease lapses, and the next holder handles the key
+// from that message on, in order.
+func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
+	const lease = 400 * time.Millisecond
+	order, started := fenceTheHead(t, lease, func(ctx context.Context) error { return ctx.Err() })
 	require.Eventually(t, func() bool { return order.len() >= 2 }, 15*time.Second, 10*time.Millisecond, "the next holder handles the key")
 	assert.Equal(t, []string{"k/0#1", "k/1#1"}, order.list()[:2], "from the fenced message on, in order, given back without counting an attempt")
 	assert.Empty(t, started, "the fenced member started nothing more")
@@ -777,44 +788,8 @@ func TestKeyOrderingMemberThatLosesTheLockIsFenced(t *testing.T) {
 // done when the lock was lost) acks the message: the next holder does
 // not handle it again, and goes on with the rest of the key.
 func TestKeyOrderingFencedHandlerThatSucceedsIsAcked(t *testing.T) {
-	be, err := inmemory.New(nil)
-	require.NoError(t, err)
-	defer be.Close()
 	const lease = 400 * time.Millisecond
-	ctx := context.Background()
-	cutA := &lockCut{Backend: be}
-	a := bus.New(cutA, bus.WithObserver(observer.Nop()))
-	defer closeBus(t, a)
-	started, cause := make(chan string, 4), make(chan error, 1)
-	_, err = a.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		started <- string(d.Payload)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return nil
-	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease), bus.WithStartFrom(bus.StartOldest))
-	require.NoError(t, err)
-	require.NoError(t, a.Publish(ctx, "orders", keyedMsgs("k", 2)...))
-	select {
-	case got := <-started:
-		require.Equal(t, "k/0", got, "the first member runs the key's head")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first member never started k/0")
-	}
-	b := bus.New(member{be})
-	defer closeBus(t, b)
-	var order orderLog
-	_, err = b.Subscribe(ctx, "orders", func(ctx context.Context, d *bus.Delivery) error {
-		order.add(d)
-		return nil
-	}, bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease))
-	require.NoError(t, err)
-	cutA.cut.Store(true)
-	select {
-	case err := <-cause:
-		assert.ErrorIs(t, err, bus.ErrLeaseLost, "the fenced handler is told why")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the member that lost the lock kept running its handler")
-	}
+	order, started := fenceTheHead(t, lease, func(context.Context) error { return nil })
 	require.Eventually(t, func() bool { return order.len() >= 1 }, 15*time.Second, 10*time.Millisecond, "the next holder handles the rest of the key")
 	require.Never(t, func() bool { return order.len() > 1 }, 4*lease, 20*time.Millisecond, "nothing else comes: k/0 was acked")
 	assert.Equal(t, []string{"k/1#1"}, order.list(), "the next holder handles only what the fenced member did not")
