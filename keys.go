@@ -609,9 +609,9 @@ func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 
 // giveBack hands deliveries that never reached their handler back to the
 // group without counting an attempt, and frees their slots (or units of
-// the waiting set). A delivery that could not be given back (see stateNotBack) leaves the
-// deliveries of its key after it in ds to their leases, so that none
-// returns to the group before it.
+// the waiting set). A delivery that could not be given back (see
+// stateNotBack) leaves the deliveries of its key after it in ds to their
+// leases, so that none returns to the group before it.
 func (k *keyLines) giveBack(ds []*record) {
 	if len(ds) == 0 {
 		return
