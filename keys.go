@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -598,7 +599,7 @@ func (k *keyLines) handBack(ctx context.Context, retry *record, back []*record, 
 func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 	if counted {
 		err := d.doNack(ctx, 0)
-		if err != nil {
+		if err != nil && !errors.Is(err, backend.ErrStale) {
 			s.notGivenBack(d)
 		}
 		s.settleErr(d, observer.ScopeNack, err)

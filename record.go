@@ -70,9 +70,10 @@ const (
 	// stateWaiting: the delivery waits for its key (keyLines) and holds a
 	// unit of the waiting set instead of an in-flight slot.
 	stateWaiting
-	// stateNotBack: giving the delivery back failed, or it was left to
-	// its lease: the broker may hold it until the lease ends, so the
-	// deliveries of its key after it are left to their leases too.
+	// stateNotBack: giving the delivery back failed (not as stale), or
+	// it was left to its lease: the broker may hold it until the lease
+	// ends, so the deliveries of its key after it are left to their
+	// leases too.
 	stateNotBack
 
 	outcomeShift = 9

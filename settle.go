@@ -382,12 +382,11 @@ func (s *consumer) release(ctx context.Context, d *record) {
 	} else {
 		err = s.bsub.Nack(ctx, d.ackID, 0)
 	}
-	if err != nil {
-		// The broker may hold it until its lease ends (a stale one as
-		// far as this member knows, too).
-		s.notGivenBack(d)
-	}
 	if err != nil && !errors.Is(err, backend.ErrStale) {
+		// The broker may hold it until its lease ends. A stale one is
+		// back with the group already: its lease ended, or another
+		// member has it.
+		s.notGivenBack(d)
 		err = fmt.Errorf("bus: release %q: %w", d.pub.ID, err)
 		s.report(d, observer.ScopeNack, err)
 	}
