@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/msgid"
 	"github.com/eventbus-go/bus/observer"
 )
 
@@ -121,6 +122,12 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 		VisibilityTimeout:           seconds(s.lease),
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount},
 		MessageAttributeNames:       []string{attrEnvelope, attrCounted},
+	}
+	if s.b.opts.FIFO {
+		// A receive repeated because its answer was lost (see
+		// newRetryer) gets the same messages again instead of leaving
+		// them, and their message groups, hidden for a lease.
+		in.ReceiveRequestAttemptId = aws.String(msgid.New())
 	}
 	type result struct {
 		out *sqs.ReceiveMessageOutput
