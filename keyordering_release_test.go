@@ -315,11 +315,7 @@ func TestKeyOrderingCloseWithAHeldKeyLetsTheLockLapse(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first member never ran")
 	}
-	require.Eventually(t, func() bool {
-		gs, err := raw.Groups(ctx, "orders")
-		require.NoError(t, err)
-		return len(gs) == 1 && gs[0].Pending == 2
-	}, 10*time.Second, 10*time.Millisecond, "the first member fetched k-1, which waits behind the held k-0")
+	waitPending(t, raw, 2, "the first member fetched k-1, which waits behind the held k-0")
 	require.NoError(t, sub.Close(ctx))
 	select {
 	case <-watch.unlocked:
@@ -445,11 +441,7 @@ func TestKeyOrderingHeadNotGivenBackKeepsTheRestBehindIt(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first member never ran k-0")
 	}
-	require.Eventually(t, func() bool {
-		gs, err := raw.Groups(ctx, "orders")
-		require.NoError(t, err)
-		return len(gs) == 1 && gs[0].Pending == 3
-	}, 10*time.Second, 10*time.Millisecond, "k-1 and k-2 wait behind k-0 at the first member")
+	waitPending(t, raw, 3, "k-1 and k-2 wait behind k-0 at the first member")
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_ = sub.Close(short) // the handler is cancelled; k-0 cannot be given back
@@ -477,4 +469,15 @@ func TestKeyOrderingHeadNotGivenBackKeepsTheRestBehindIt(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"k-0", "k-1", "k-2"}, got, "the key runs in order at the next member")
+}
+
+// waitPending waits until group g of "orders" on raw has n deliveries
+// pending.
+func waitPending(t *testing.T, raw *inmemory.Backend, n int, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		gs, err := raw.Groups(context.Background(), "orders")
+		require.NoError(t, err)
+		return len(gs) == 1 && gs[0].Pending == backend.Figure(n)
+	}, 10*time.Second, 10*time.Millisecond, msg)
 }

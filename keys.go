@@ -169,7 +169,7 @@ func (k *keyLines) admit(ds []*record, slots int) (run []*record, used, waiting 
 			}
 		}
 	}
-	k.giveBack(back)
+	k.giveBack(nil, back)
 	return run, used, waiting
 }
 
@@ -297,7 +297,7 @@ func (k *keyLines) done(d *record) bool {
 		back := l.waiting
 		delete(k.lines, key)
 		k.mu.Unlock()
-		k.giveBackAfter(d, back)
+		k.giveBack(d, back)
 		return false
 	}
 	next := l.take(i)
@@ -417,7 +417,7 @@ func (k *keyLines) retry(d *record, delay time.Duration, counted bool) bool {
 		ctx, cancel := k.s.settleCtx()
 		defer cancel()
 		k.s.backNow(ctx, d, counted)
-		k.giveBack(back)
+		k.giveBack(nil, back)
 		return true
 	}
 	r := k.s.successor(d, counted)
@@ -579,7 +579,7 @@ func (k *keyLines) close(ctx context.Context) {
 	for _, l := range retries {
 		k.handBack(ctx, l.head, l.back, l.counted)
 	}
-	k.giveBack(back)
+	k.giveBack(nil, back)
 }
 
 // handBack gives a retry that did not run back to the group, counted as
@@ -591,7 +591,7 @@ func (k *keyLines) handBack(ctx context.Context, retry *record, back []*record, 
 		k.s.backNow(ctx, retry, counted)
 	}
 	k.s.handlerNeverRan(retry)
-	k.giveBackAfter(retry, back)
+	k.giveBack(retry, back)
 }
 
 // backNow gives a claimed delivery back to the group at once: a nack when
@@ -611,15 +611,19 @@ func (s *consumer) backNow(ctx context.Context, d *record, counted bool) {
 // giveBack hands deliveries that never reached their handler back to the
 // group without counting an attempt, and frees their slots (or units of
 // the waiting set). A delivery that could not be given back (see
-// stateNotBack) leaves the deliveries of its key after it in ds to their
-// leases, so that none returns to the group before it.
-func (k *keyLines) giveBack(ds []*record) {
+// stateNotBack), or head when it is one, leaves the deliveries of its key
+// after it in ds to their leases, so that none returns to the group
+// before it. head is the delivery ds follow in their key, or nil.
+func (k *keyLines) giveBack(head *record, ds []*record) {
 	if len(ds) == 0 {
 		return
 	}
 	ctx, cancel := k.s.settleCtx()
 	defer cancel()
-	var stuck map[string]bool
+	var stuck map[string]bool // allocated only when a give-back fails
+	if head != nil && head.state.Load()&stateNotBack != 0 {
+		stuck = map[string]bool{head.pub.Key: true}
+	}
 	for _, d := range ds {
 		key := d.pub.Key
 		if key != "" && stuck[key] {
@@ -636,19 +640,6 @@ func (k *keyLines) giveBack(ds []*record) {
 			stuck[key] = true
 		}
 		k.s.handlerNeverRan(d)
-	}
-}
-
-// giveBackAfter gives ds, the deliveries of a key after head, back to the
-// group (giveBack), or leaves them to their leases when head did not go
-// back.
-func (k *keyLines) giveBackAfter(head *record, ds []*record) {
-	if head.state.Load()&stateNotBack == 0 {
-		k.giveBack(ds)
-		return
-	}
-	for _, d := range ds {
-		k.s.lapse(d)
 	}
 }
 
@@ -823,7 +814,7 @@ func (k *keyLines) recheck(ps []backend.Pending, now time.Time, full bool) {
 		}
 	}
 	k.mu.Unlock()
-	k.giveBack(back)
+	k.giveBack(nil, back)
 }
 
 // dropHolds forgets every hold, when the member loses the group lock: a
