@@ -50,7 +50,18 @@ func (l *lockLink) cutHolder() {
 // It fences itself: its handler is cancelled with ErrLeaseLost, and the
 // other member, once it holds the lock, handles the key from that head on,
 // in order, while the fenced member starts nothing more.
-func testKeyOrderFencedMember(t *testing.T, s *suite) {
+func testKeyOrderFencedMember(t *testing.T, s *suite) { runFencedMember(t, s, false) }
+
+// testKeyOrderFencedHandlerSucceeds: as testKeyOrderFencedMember, but the
+// cancelled handler returns nil: it handled its message, which is acked
+// rather than given back. The other member handles the rest of the key,
+// in order, and never the head again.
+func testKeyOrderFencedHandlerSucceeds(t *testing.T, s *suite) { runFencedMember(t, s, true) }
+
+// runFencedMember fences the member that runs a key's head. The head's
+// handler returns nil once cancelled when succeed is set, else its ctx's
+// error.
+func runFencedMember(t *testing.T, s *suite, succeed bool) {
 	h := s.newHarness(t)
 	h.locker(t)
 	topic, group := h.topic("fence"), h.group("fence")
@@ -61,8 +72,15 @@ func testKeyOrderFencedMember(t *testing.T, s *suite) {
 	handler := func(ctx context.Context, d *bus.Delivery) error {
 		if blocked.CompareAndSwap(false, true) {
 			// The first head: held until the member is fenced.
+			if succeed {
+				log.start(d)
+			}
 			<-ctx.Done()
 			trySend(cause, context.Cause(ctx))
+			if succeed {
+				log.end(d, true)
+				return nil
+			}
 			return ctx.Err()
 		}
 		log.start(d)
@@ -87,5 +105,9 @@ func testKeyOrderFencedMember(t *testing.T, s *suite) {
 	}
 	s.eventually(t, func() bool { return log.total.Load() >= int64(len(msgs)) }, "the other member handles the key")
 	log.assertInOrder(t, msgs)
+	if succeed {
+		assert.Equal(t, int64(len(msgs)-1), afterCut.Load(), "the other member handled the rest of the key, not the head the fenced member handled")
+		return
+	}
 	assert.Equal(t, int64(len(msgs)), afterCut.Load(), "only the other member handled the key after the cut")
 }

@@ -137,6 +137,7 @@ var cases = []testCase{
 	{name: "KeyOrderRetryingHeadLeavesOtherKeysRunning", needs: []capability{capRedelivery}, run: testKeyOrderRetryingHeadLeavesOtherKeysRunning},
 	{name: "KeyOrderHotKeyLedger", needs: []capability{capRedelivery}, run: testKeyOrderHotKeyLedger},
 	{name: "KeyOrderFencedMember", needs: []capability{capRedelivery}, run: testKeyOrderFencedMember},
+	{name: "KeyOrderFencedHandlerSucceeds", needs: []capability{capRedelivery}, run: testKeyOrderFencedHandlerSucceeds},
 	{name: "KeyOrderLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyOrderLedgerThroughACrash},
 	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
 	{name: "KeyHoldLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyHoldLedgerThroughACrash},
