@@ -394,7 +394,7 @@ func (s *consumer) release(ctx context.Context, d *record) {
 }
 
 // notGivenBack records that d is left to its lease: the deliveries of
-// its key after it are too (keyLines.giveBackAfter), and the close is not
+// its key after it are too (keyLines.giveBack), and the close is not
 // clean.
 func (s *consumer) notGivenBack(d *record) {
 	d.state.Or(stateNotBack)

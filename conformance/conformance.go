@@ -142,6 +142,8 @@ var cases = []testCase{
 	{name: "PartitionedLedgerThroughACrash", needs: []capability{capRedelivery}, run: testPartitionedLedgerThroughACrash},
 	{name: "KeyHoldLedgerThroughACrash", needs: []capability{capRedelivery}, run: testKeyHoldLedgerThroughACrash},
 	{name: "KeyOrderCrashStallsOnlyItsKeys", needs: []capability{capRedelivery}, run: testCrashStallsOnlyItsKeys},
+	{name: "KeyOrderCloseWhileAKeyWaits", needs: []capability{capRedelivery}, run: testKeyOrderCloseWhileAKeyWaits},
+	{name: "KeyOrderHeadNotGivenBack", needs: []capability{capRedelivery}, run: testKeyOrderHeadNotGivenBack},
 	{name: "PartitionStore", run: testPartitionStore},
 	{name: "PartitionedGroup", needs: []capability{capRedelivery}, run: testPartitionedGroup},
 

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,13 @@ type Member struct {
 	dead atomic.Bool
 	// receiving counts the Receives under way at the target.
 	receiving atomic.Int32
+	// stuck holds what KeepOnLease set: the message ID whose deliveries
+	// cannot go back, and the ack IDs of those received.
+	stuck struct {
+		sync.Mutex
+		id   string
+		acks []backend.AckID
+	}
 }
 
 // New returns a live member of t.
@@ -48,6 +57,43 @@ func (m *Member) Crash() { m.dead.Store(true) }
 // the dead member. Once Crash was called and Fetching reports false, the
 // member fetches nothing more.
 func (m *Member) Fetching() bool { return m.receiving.Load() > 0 }
+
+// KeepOnLease makes the deliveries of the message with this ID, received
+// from now on, impossible to give back: their Release and Nack fail, as
+// over a link that drops, so they stay pending on their leases. The
+// member's other calls go on.
+func (m *Member) KeepOnLease(id string) {
+	m.stuck.Lock()
+	m.stuck.id = id
+	m.stuck.Unlock()
+}
+
+// errKept is what a Release or Nack of a kept delivery returns.
+var errKept = errors.New("crashtest: give back: connection lost")
+
+// noted records the ack IDs of received deliveries that KeepOnLease
+// keeps.
+func (m *Member) noted(msgs []*backend.Message) {
+	m.stuck.Lock()
+	defer m.stuck.Unlock()
+	for _, msg := range msgs {
+		if m.stuck.id != "" && msg.ID == m.stuck.id {
+			m.stuck.acks = append(m.stuck.acks, msg.AckID)
+		}
+	}
+}
+
+// kept reports whether the delivery of id cannot be given back.
+func (m *Member) kept(id backend.AckID) bool {
+	m.stuck.Lock()
+	defer m.stuck.Unlock()
+	for _, a := range m.stuck.acks {
+		if reflect.DeepEqual(a, id) {
+			return true
+		}
+	}
+	return false
+}
 
 // Dead reports whether Crash was called.
 func (m *Member) Dead() bool { return m.dead.Load() }
@@ -123,7 +169,9 @@ func (s *subscription) Receive(ctx context.Context, max int) ([]*backend.Message
 	}
 	s.m.receiving.Add(1)
 	defer s.m.receiving.Add(-1)
-	return s.Subscription.Receive(ctx, max)
+	msgs, err := s.Subscription.Receive(ctx, max)
+	s.m.noted(msgs)
+	return msgs, err
 }
 
 func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
@@ -134,8 +182,11 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 }
 
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
-	if s.m.Dead() {
+	switch {
+	case s.m.Dead():
 		return ErrCrashed
+	case s.m.kept(id):
+		return errKept
 	}
 	return s.Subscription.Nack(ctx, id, delay)
 }
@@ -155,8 +206,11 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 // Release forwards to the subscription's Releaser, or nacks without a
 // delay.
 func (s *subscription) Release(ctx context.Context, id backend.AckID) error {
-	if s.m.Dead() {
+	switch {
+	case s.m.Dead():
 		return ErrCrashed
+	case s.m.kept(id):
+		return errKept
 	}
 	if r, ok := s.Subscription.(backend.Releaser); ok {
 		return r.Release(ctx, id)
