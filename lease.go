@@ -40,6 +40,9 @@ type keptLease struct {
 	renewed   int64 // start of the current lease (monoNow); 0: received
 	extending bool
 	lost      bool
+	// extended is closed when the extension under way returns; nil when
+	// none is.
+	extended chan struct{}
 }
 
 // newLeaseKeeper returns the keeper of s, or nil when no handler of s runs
@@ -148,9 +151,10 @@ func (k *leaseKeeper) checkLocked(lost []observer.Event, d *record, now int64) [
 	renewed := max(l.renewed, d.received)
 	age := time.Duration(now - renewed)
 	switch {
-	case l.lost || l.extending || age < k.period:
+	case l.lost || l.extending || d.state.Load()&stateBack != 0 || age < k.period:
 	case k.ext != nil && time.Duration(now-d.received) < k.max:
 		l.extending = true
+		l.extended = make(chan struct{})
 		k.calls.Add(1)
 		// The extension may take until a quarter of the current lease
 		// is left (never less than a tick), so that a slow broker round
@@ -188,6 +192,8 @@ func (k *leaseKeeper) extend(d *record, l *keptLease, wait time.Duration) {
 	var lost []observer.Event
 	k.s.mu.Lock()
 	l.extending = false
+	close(l.extended)
+	l.extended = nil
 	switch {
 	case err == nil:
 		l.renewed = max(l.renewed, start)
@@ -199,6 +205,31 @@ func (k *leaseKeeper) extend(d *record, l *keptLease, wait time.Duration) {
 	}
 	k.s.mu.Unlock()
 	k.report(lost)
+}
+
+// beforeGiveBack stops the keeper from extending d's lease and waits,
+// within ctx, for an extension under way: a give-back must reach the
+// broker after it, since an extension that came after it could take the
+// message back from the group for a whole lease (or from the member that
+// has it now).
+func (d *record) beforeGiveBack(ctx context.Context) error {
+	d.state.Or(stateBack)
+	s := d.sub
+	var extended chan struct{}
+	s.mu.Lock()
+	if x := d.ext.Load(); x != nil {
+		extended = x.kept.extended
+	}
+	s.mu.Unlock()
+	if extended == nil {
+		return nil
+	}
+	select {
+	case <-extended:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("an extension of its lease is still under way: %w", context.Cause(ctx))
+	}
 }
 
 // loseLocked cancels a handler whose lease cannot be kept and appends the

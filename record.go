@@ -75,8 +75,11 @@ const (
 	// ends, so the deliveries of its key after it are left to their
 	// leases too.
 	stateNotBack
+	// stateBack: a settlement gives the delivery back (a nack, a
+	// release, a snooze): its lease is extended no more.
+	stateBack
 
-	outcomeShift = 9
+	outcomeShift = 10
 )
 
 // extLocked returns d.ext, allocating it; sub.mu must be held.
@@ -256,7 +259,10 @@ func (d *record) ackErr(err error) error {
 func capDelay(delay time.Duration) time.Duration { return min(delay, backend.MaxDelay) }
 
 func (d *record) doNack(ctx context.Context, delay time.Duration) error {
-	err := d.sub.bsub.Nack(ctx, d.ackID, delay)
+	err := d.beforeGiveBack(ctx)
+	if err == nil {
+		err = d.sub.bsub.Nack(ctx, d.ackID, delay)
+	}
 	if err != nil {
 		err = fmt.Errorf("bus: nack %q: %w", d.pub.ID, err)
 	}

@@ -376,10 +376,12 @@ func (s *consumer) shutdownCancelled(err error) bool {
 // that cannot. A stale delivery (its lease ran out meanwhile) is already
 // back with the group, and is not reported.
 func (s *consumer) release(ctx context.Context, d *record) {
-	var err error
-	if r, ok := s.bsub.(backend.Releaser); ok {
+	err := d.beforeGiveBack(ctx)
+	switch r, ok := s.bsub.(backend.Releaser); {
+	case err != nil:
+	case ok:
 		err = r.Release(ctx, d.ackID)
-	} else {
+	default:
 		err = s.bsub.Nack(ctx, d.ackID, 0)
 	}
 	if err != nil && !errors.Is(err, backend.ErrStale) {

@@ -128,7 +128,10 @@ const returnLead = 100 * time.Millisecond
 // backend cannot leave it uncounted.
 func (s *consumer) giveBackUncounted(ctx context.Context, d *record, delay time.Duration) error {
 	if sn, ok := s.bsub.(backend.Snoozer); ok {
-		err := sn.Snooze(ctx, d.ackID, delay)
+		err := d.beforeGiveBack(ctx)
+		if err == nil {
+			err = sn.Snooze(ctx, d.ackID, delay)
+		}
 		if !errors.Is(err, backend.ErrSnoozeLimit) {
 			if err != nil {
 				err = fmt.Errorf("bus: snooze %q: %w", d.pub.ID, err)
