@@ -90,7 +90,15 @@
 // emulator the tests run on does, for ChangeMessageVisibility and
 // DeleteMessage), so the backend keeps each delivery's lease end locally:
 // Nack and Extend of a delivery whose lease ended, or that was settled,
-// return an error wrapping backend.ErrStale before any request.
+// return an error wrapping backend.ErrStale before any request. The
+// visibility changes of one delivery go to SQS one at a time: an Extend
+// that the bus's keep-alive started while the delivery is nacked either
+// has its answer before the Nack is sent or finds the delivery settled,
+// so it never hides a message the Nack made visible. (The emulator the
+// tests run on changes the visibility of a message that is not in
+// flight, and then hands out the later messages of its FIFO message
+// group while it is hidden; for AWS, ChangeMessageVisibility of such a
+// message is the error MessageNotInflight, SQS API Reference.)
 //
 // Standard queues do not keep publish order and may deliver a message
 // twice; the bus's dead letters, max deliveries and retries are its own,

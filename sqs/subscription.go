@@ -55,6 +55,14 @@ func newSubscription(b *Backend, topic, queueURL string, cfg backend.SubscribeCo
 // lease ends. SQS accepts a receipt handle superseded by a newer receive
 // for ChangeMessageVisibility, which would touch the newer delivery, so
 // Nack and Extend refuse an id whose lease has ended before any I/O.
+//
+// The bus may extend a delivery while it nacks it (its lease keeper
+// runs apart from the give-back of a closing member). An Extend that
+// reached SQS after the Nack would hide again a message the Nack gave
+// back, and on a FIFO queue hold its message group's next messages
+// behind a message no member has; so the visibility changes of one
+// delivery take turns (turn), and an Extend whose turn comes after the
+// Nack finds the delivery settled and touches nothing.
 type ackID struct {
 	handle   string
 	received time.Time // before the receive that handed it out
@@ -62,6 +70,9 @@ type ackID struct {
 	// carries (see standardSubscription).
 	body, envelope string
 	attempt        int
+
+	// turn is held by the visibility change of the delivery under way.
+	turn chan struct{}
 
 	mu       sync.Mutex
 	deadline time.Time // the lease ends; measured from before the call that set it
@@ -226,7 +237,7 @@ func (s *subscription) giveBack(msgs []sqstypes.Message) {
 // bus did not write is dead-lettered, deleted and reported, and decode
 // returns false.
 func (s *subscription) decode(ctx context.Context, sm *sqstypes.Message, start time.Time) (*backend.Message, bool) {
-	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease), body: aws.ToString(sm.Body)}
+	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease), body: aws.ToString(sm.Body), turn: make(chan struct{}, 1)}
 	attempt, _ := strconv.Atoi(sm.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 	if av, ok := sm.MessageAttributes[attrCounted]; ok {
 		counted, _ := strconv.Atoi(aws.ToString(av.StringValue))
@@ -317,30 +328,32 @@ func (s *subscription) Ack(ctx context.Context, ids []backend.AckID) error {
 func (s *subscription) Nack(ctx context.Context, id backend.AckID, delay time.Duration) error {
 	a := id.(*ackID)
 	left := maxVisibility - time.Since(a.received) - time.Second
-	if err := s.changeVisibility(ctx, "nack", a, min(visibility(delay), max(left/time.Second*time.Second, 0))); err != nil {
-		return err
-	}
-	a.settle()
-	return nil
+	vis := min(visibility(delay), max(left/time.Second*time.Second, 0))
+	return s.changeVisibility(ctx, "nack", a, vis, func(time.Time) { a.settled = true })
 }
 
 // Extend restarts the lease with ChangeMessageVisibility.
 func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 	a := id.(*ackID)
-	start := time.Now()
-	if err := s.changeVisibility(ctx, "extend", a, s.lease); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	if !a.settled {
-		a.deadline = start.Add(s.lease)
-	}
-	a.mu.Unlock()
-	return nil
+	return s.changeVisibility(ctx, "extend", a, s.lease, func(start time.Time) {
+		if !a.settled {
+			a.deadline = start.Add(s.lease)
+		}
+	})
 }
 
-func (s *subscription) changeVisibility(ctx context.Context, op string, a *ackID, vis time.Duration) error {
-	if !a.live(time.Now()) {
+// changeVisibility sets the visibility of a's message to vis in a's turn
+// (see ackID), when a is still live, and then runs done under a.mu with
+// the time the request started.
+func (s *subscription) changeVisibility(ctx context.Context, op string, a *ackID, vis time.Duration, done func(start time.Time)) error {
+	select {
+	case a.turn <- struct{}{}:
+		defer func() { <-a.turn }()
+	case <-ctx.Done():
+		return fmt.Errorf("sqs: %s %q group %q: %w", op, s.topic, s.cfg.Group, ctx.Err())
+	}
+	start := time.Now()
+	if !a.live(start) {
 		return fmt.Errorf("sqs: %s %q group %q: %w", op, s.topic, s.cfg.Group, backend.ErrStale)
 	}
 	_, err := s.b.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
@@ -354,6 +367,9 @@ func (s *subscription) changeVisibility(ctx context.Context, op string, a *ackID
 		}
 		return fmt.Errorf("sqs: %s %q group %q: %w", op, s.topic, s.cfg.Group, classify(err))
 	}
+	a.mu.Lock()
+	done(start)
+	a.mu.Unlock()
 	return nil
 }
 
