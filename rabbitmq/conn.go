@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -377,6 +378,16 @@ func (s *socket) SetDeadline(t time.Time) error {
 func (s *socket) SetWriteDeadline(t time.Time) error {
 	s.deadline.Store(0)
 	return s.Conn.SetWriteDeadline(t)
+}
+
+// connClosed reports whether err says that the channel or the connection
+// it was sent on is closed: the client's amqp.ErrClosed, or the socket's
+// net.ErrClosed. amqp091-go marks a connection closed and then closes
+// its socket; a send that found the connection open just before writes
+// on the closed socket and gets that write's error as it is (the
+// connection is then closed, and the next call dials again).
+func connClosed(err error) bool {
+	return errors.Is(err, amqp.ErrClosed) || errors.Is(err, net.ErrClosed)
 }
 
 // closeChannel closes ch, bounded by timeout: on a dead network the

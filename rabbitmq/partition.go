@@ -289,9 +289,9 @@ func retryStream(ctx context.Context, f func() error) error {
 
 // streamNotReady reports whether err is what a stream that has not
 // started gives: a nack, a channel or connection closed by the broker
-// (406, 506, 541), or a closed channel or connection.
+// (406, 506, 541), or a closed channel or connection (connClosed).
 func streamNotReady(err error) bool {
-	return errors.Is(err, errNacked) || errors.Is(err, errUnconfirmed) || errors.Is(err, amqp.ErrClosed) ||
+	return errors.Is(err, errNacked) || errors.Is(err, errUnconfirmed) || connClosed(err) ||
 		isAMQPCode(err, amqp.PreconditionFailed, amqp.ResourceError, amqp.InternalError)
 }
 
