@@ -27,6 +27,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/testkit/benchload"
 )
 
 const (
@@ -48,7 +49,7 @@ func chanRound() int {
 // mem:// (rawclient.Channel), published in batches of chanBatch from one
 // goroutine, and returns when the consumer has read them all.
 func runChannelPipeline(n int) {
-	src := benchPayload(chanPayloadSize)
+	src := benchload.Payload(chanPayloadSize)
 	ch := rawclient.NewChannel(chanBuffer)
 	stop := make(chan struct{})
 	published := make(chan error, 1)
@@ -102,7 +103,7 @@ func runBusE2E(b *testing.B, bs *bus.Bus, topic string, n int) time.Duration {
 	pubErr := make(chan error, 1)
 	var published time.Time // written before pubErr is sent
 	go func() {
-		err := publishBatches(bs, topic, n, chanBatch, benchPayload(chanPayloadSize))
+		err := benchload.PublishBatches(bs, topic, n, chanBatch, benchload.Payload(chanPayloadSize))
 		published = time.Now()
 		pubErr <- err
 	}()
@@ -267,7 +268,7 @@ func BenchmarkMemPublish(b *testing.B) {
 	round := chanRound()
 	iter := 0
 	for b.Loop() {
-		if err := publishBatches(bs, "bench.mem.pub", round, chanBatch, benchPayload(chanPayloadSize)); err != nil {
+		if err := benchload.PublishBatches(bs, "bench.mem.pub", round, chanBatch, benchload.Payload(chanPayloadSize)); err != nil {
 			b.Fatalf("publish: %v", err)
 		}
 		iter++
@@ -288,7 +289,7 @@ func BenchmarkMemConsume(b *testing.B) {
 	for b.Loop() {
 		topic := fmt.Sprintf("bench.mem.con.%d", iter)
 		iter++
-		if err := publishBatches(bs, topic, round, chanBatch, benchPayload(chanPayloadSize)); err != nil {
+		if err := benchload.PublishBatches(bs, topic, round, chanBatch, benchload.Payload(chanPayloadSize)); err != nil {
 			b.Fatalf("prefill: %v", err)
 		}
 		c := newCounter(round)

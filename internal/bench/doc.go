@@ -12,10 +12,6 @@
 //     run one side alone, for profiling; BenchmarkMemPublish and
 //     BenchmarkMemConsume split the bus side into its publishing and its
 //     consuming half.
-//   - BenchmarkRedis*: the bus on Redis Streams against raw go-redis doing
-//     the same work (see redis_test.go).
-//   - BenchmarkNATS*: the bus on NATS JetStream against raw nats.go doing
-//     the same work (see nats_test.go).
 //   - BenchmarkPortableLayerDispatchAndAck and
 //     BenchmarkPublishPortableLayer: the portable layer alone, over
 //     backends that do no I/O, with allocations per message (see
@@ -24,9 +20,6 @@
 //     (bus.Topic, the JSON codec) beside the untyped path with the payload
 //     already encoded and with encoding/json called by hand, over backends
 //     that do no I/O, with allocations per message (see typed_test.go).
-//   - BenchmarkOutboxE2E: the transactional outbox (outbox.Publish, a
-//     relay, the bus on Redis) against the dual write it replaces (an
-//     INSERT, then XADDs), on a private PostgreSQL (see outbox_test.go).
 //
 // Run them with
 //
@@ -37,8 +30,14 @@
 //
 // # Where the other benchmark code lives
 //
-//   - here: every go test benchmark of the bus, its portable layer and its
-//     peers but Watermill;
+//   - here: the bus on mem:// against a Go channel, the portable layer
+//     and the typed layer;
+//   - internal/bench/brokers: the bus on Redis, NATS and PostgreSQL
+//     (the outbox) against their raw clients, and the lateness of delayed
+//     redeliveries; apart from here so that the binary of these
+//     benchmarks links none of the broker clients and their test
+//     servers, whose globals every garbage collection cycle of the mem://
+//     benchmarks would otherwise mark;
 //   - contrib/watermill (bench_test.go, consume_bench_test.go,
 //     peers_bench_test.go): the benchmarks of Watermill's Pub/Subs beside
 //     the adapter, the bus and the raw clients (BenchmarkPeers), in the

@@ -4,10 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-
-	"github.com/eventbus-go/bus/internal/testkit/natstest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, natstest.LeakIgnores()...)
+	goleak.VerifyTestMain(m)
 }

@@ -3,6 +3,7 @@
 // (redistest, natstest, pgtest, rabbittest, kafkatest, on serverproc), the fault proxy and its
 // suite (faultproxy, faultproxy/faultsuite), the crash helper the
 // conformance suite uses (crashtest), the broadcast test across killed
-// processes (broadcasttest) and the autoscaling load (autoscaletest). Nothing a program links imports them, but for the
+// processes (broadcasttest), the autoscaling load (autoscaletest) and
+// the load of the Go benchmarks (benchload). Nothing a program links imports them, but for the
 // conformance suite, which is itself a test harness.
 package testkit

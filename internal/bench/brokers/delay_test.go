@@ -1,9 +1,9 @@
-package bench
+package brokers
 
 // Delay lateness: how late a redelivery comes after the delay its handler
 // asked for, on mem, Redis and NATS, under load.
 //
-//	go test ./internal/bench -run '^$' -bench DelayLateness -benchtime 3x
+//	go test ./internal/bench/brokers -run '^$' -bench DelayLateness -benchtime 3x
 //
 // Each iteration publishes delayMsgs messages to a topic and gives each
 // back delayRounds times, a third of them with Delivery.Nack(delay), a

@@ -1,8 +1,8 @@
-package bench
+package brokers
 
 // The transactional outbox against the dual write it replaces, in one run:
 //
-//	go test ./internal/bench -run '^$' -bench Outbox -benchtime 5x
+//	go test ./internal/bench/brokers -run '^$' -bench Outbox -benchtime 5x
 //
 //   - OutboxE2E: one writer commits batches of 16 (each batch a statement
 //     of its own, so a transaction) and one consumer reads at once. The

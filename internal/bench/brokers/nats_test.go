@@ -1,9 +1,9 @@
-package bench
+package brokers
 
 // NATS JetStream: the bus against raw nats.go doing the same work, in one
 // run, so the ratios compare like with like on the same machine and server.
 //
-//	go test ./internal/bench -run '^$' -bench NATS -benchtime 5x
+//	go test ./internal/bench/brokers -run '^$' -bench NATS -benchtime 5x
 //
 // Each iteration (round) runs the raw client and the bus, in alternating
 // order, over natsRound messages of 256 bytes. The benchmark reports the
@@ -65,6 +65,7 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/testkit/benchload"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	busnats "github.com/eventbus-go/bus/nats"
 )
@@ -168,7 +169,7 @@ func (e *natsEnv) busTopic(label string) string {
 	return fmt.Sprintf("bench.%s%d", strings.ToLower(label), e.n)
 }
 
-func payload() []byte { return benchPayload(natsPayload) }
+func payload() []byte { return benchload.Payload(natsPayload) }
 
 // rawMsg is a raw message with its own Nats-Msg-Id, like the bus sends.
 func rawMsg(subject string, data []byte) *natsgo.Msg {

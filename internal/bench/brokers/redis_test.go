@@ -1,9 +1,9 @@
-package bench
+package brokers
 
 // Redis Streams: the bus against raw go-redis doing the same work, in one
 // run, so the ratios compare like with like on the same machine and server.
 //
-//	go test ./internal/bench -run '^$' -bench Redis -benchtime 5x
+//	go test ./internal/bench/brokers -run '^$' -bench Redis -benchtime 5x
 //
 // Each iteration runs the raw client and the bus over redisRound messages
 // of 256 bytes, alternating which goes first (publish alternates in ten
@@ -53,6 +53,7 @@ import (
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
 	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/testkit/benchload"
 	"github.com/eventbus-go/bus/internal/testkit/redistest"
 	"github.com/eventbus-go/bus/redisstream"
 )
@@ -122,7 +123,7 @@ func (e *redisEnv) busTopic(label string) string {
 	return fmt.Sprintf("bench.%s%d", label, e.n)
 }
 
-func redisPayload() []byte { return benchPayload(redisPayloadSize) }
+func redisPayload() []byte { return benchload.Payload(redisPayloadSize) }
 
 // rawPublish adds n entries with the raw baseline's publisher
 // (rawclient.RedisPublisher): one pipeline of XADDs per batch of 16.
