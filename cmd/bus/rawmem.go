@@ -4,17 +4,17 @@ import (
 	"context"
 	"sync"
 
-	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/rawclient/gochan"
 )
 
 // chanTarget is the baseline of mem://: a buffered Go channel
-// (rawclient.Channel). The channel holds the whole prefill in the consume
+// (gochan.Channel). The channel holds the whole prefill in the consume
 // scenario, and chanBuffer messages otherwise; in the publish scenario a
 // goroutine drains it, as a broker without subscribers drops what it
 // cannot keep.
 type chanTarget struct {
 	r  *benchRun
-	ch *rawclient.Channel
+	ch *gochan.Channel
 
 	wg   sync.WaitGroup
 	quit chan struct{}
@@ -37,7 +37,7 @@ func (t *chanTarget) prepare(_ context.Context, scenario string) error {
 	if scenario == scenarioConsume {
 		size = t.r.cfg.N
 	}
-	t.ch = rawclient.NewChannel(size)
+	t.ch = gochan.New(size)
 	if scenario == scenarioPublish {
 		t.wg.Go(func() { t.ch.Drain(t.quit) })
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/rawclient/gochan"
 	"github.com/eventbus-go/bus/internal/testkit/kafkatest"
 	"github.com/eventbus-go/bus/internal/testkit/natstest"
 	"github.com/eventbus-go/bus/internal/testkit/pgtest"
@@ -69,13 +70,13 @@ type chanSide struct{}
 const chanBuffer = 1024
 
 type chanPass struct {
-	ch   *rawclient.Channel
+	ch   *gochan.Channel
 	stop chan struct{}
 	done chan struct{}
 }
 
 func (chanSide) pass(_ context.Context, h func([]byte)) (peerPass, error) {
-	p := &chanPass{ch: rawclient.NewChannel(chanBuffer), stop: make(chan struct{}), done: make(chan struct{})}
+	p := &chanPass{ch: gochan.New(chanBuffer), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		p.ch.Consume(p.stop, h)

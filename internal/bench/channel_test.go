@@ -8,7 +8,7 @@ package bench
 // Both sides move chanRound messages of 256 bytes from one producer
 // goroutine to a consumer that reads each payload's sequence number. The
 // channel side is the baseline of `bus bench --baseline` on mem://
-// (rawclient.Channel): it copies each payload per send (the work an
+// (gochan.Channel): it copies each payload per send (the work an
 // in-process broker must do at the least: it cannot keep the publisher's
 // buffer), in batches of chanBatch; the bus side publishes in batches of chanBatch with
 // AckOnSuccess and chanInFlight in flight, and counts until every message
@@ -26,7 +26,7 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/cputime"
-	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/rawclient/gochan"
 	"github.com/eventbus-go/bus/internal/testkit/benchload"
 )
 
@@ -46,11 +46,11 @@ func chanRound() int {
 }
 
 // runChannelPipeline moves n messages through the raw baseline of
-// mem:// (rawclient.Channel), published in batches of chanBatch from one
+// mem:// (gochan.Channel), published in batches of chanBatch from one
 // goroutine, and returns when the consumer has read them all.
 func runChannelPipeline(n int) {
 	src := benchload.Payload(chanPayloadSize)
-	ch := rawclient.NewChannel(chanBuffer)
+	ch := gochan.New(chanBuffer)
 	stop := make(chan struct{})
 	published := make(chan error, 1)
 	go func() {

@@ -34,17 +34,17 @@
 //     and the typed layer;
 //   - internal/bench/brokers: the bus on Redis, NATS and PostgreSQL
 //     (the outbox) against their raw clients, and the lateness of delayed
-//     redeliveries; apart from here so that the binary of these
-//     benchmarks links none of the broker clients and their test
-//     servers, whose globals every garbage collection cycle of the mem://
-//     benchmarks would otherwise mark;
+//     redeliveries; apart from here so that the test binary of this
+//     package links no broker client nor test server, whose globals every
+//     garbage collection cycle of the mem:// benchmarks would otherwise
+//     mark;
 //   - contrib/watermill (bench_test.go, consume_bench_test.go,
 //     peers_bench_test.go): the benchmarks of Watermill's Pub/Subs beside
 //     the adapter, the bus and the raw clients (BenchmarkPeers), in the
 //     one module that may depend on Watermill;
-//   - internal/rawclient: the raw clients (go-redis, nats.go, pgx, a Go
-//     channel) that this package and the bus command measure the bus
-//     against;
+//   - internal/rawclient: the raw clients (go-redis, nats.go, pgx, and in
+//     internal/rawclient/gochan a Go channel) that this package,
+//     internal/bench/brokers and the bus command measure the bus against;
 //   - conformance (bench.go): RunBenchmarks, the portable benchmarks a
 //     backend's package runs against itself through the bus;
 //   - cmd/bus (bench*.go): the bus bench command, which measures a

@@ -1,5 +1,6 @@
 // Package rawclient holds the raw-client loops the bus is measured
-// against: a buffered Go channel for mem://, go-redis for Redis Streams,
+// against: a buffered Go channel for mem:// (in gochan, so that a
+// benchmark of mem:// links no broker client), go-redis for Redis Streams,
 // nats.go for JetStream, pgx for PostgreSQL, amqp091-go for RabbitMQ and
 // franz-go for Kafka, and for the transactional outbox the dual write it
 // replaces (a pgx INSERT, then go-redis XADDs). They live once, here:

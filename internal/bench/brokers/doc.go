@@ -23,7 +23,7 @@
 // $BUS_REDIS_URL and $BUS_NATS_URL.
 //
 // They live apart from internal/bench, whose mem:// benchmarks count
-// instructions per message: a test binary that links the broker clients'
-// test servers carries their globals, which every cycle of the garbage
-// collector marks.
+// instructions per message: a test binary that links the broker clients
+// and their test servers carries their globals, which every cycle of the
+// garbage collector marks.
 package brokers

@@ -1,4 +1,8 @@
-package rawclient
+// Package gochan holds the baseline of mem://: a buffered Go channel
+// between a producer and a consumer goroutine. It is a package of its own,
+// apart from the broker clients' loops of rawclient, so that a benchmark
+// of mem:// against it links no broker client.
+package gochan
 
 import "context"
 
@@ -8,8 +12,8 @@ import "context"
 // one goroutine.
 type Channel struct{ ch chan []byte }
 
-// NewChannel returns a channel that buffers size payloads.
-func NewChannel(size int) *Channel { return &Channel{ch: make(chan []byte, size)} }
+// New returns a channel that buffers size payloads.
+func New(size int) *Channel { return &Channel{ch: make(chan []byte, size)} }
 
 // Publish copies and sends each payload, waiting for room while ctx
 // lasts.

@@ -1,4 +1,4 @@
-package rawclient_test
+package gochan_test
 
 import (
 	"context"
@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventbus-go/bus/internal/rawclient"
+	"github.com/eventbus-go/bus/internal/rawclient/gochan"
 )
 
 // The channel baseline copies what it is given, delivers it in order,
 // and gives up on a full channel when ctx ends.
 func TestChannelCopiesInOrderAndHonoursCtx(t *testing.T) {
-	c := rawclient.NewChannel(2)
+	c := gochan.New(2)
 	buf := []byte("a")
 	require.NoError(t, c.Publish(context.Background(), [][]byte{buf, []byte("b")}))
 	buf[0] = 'x' // the caller reuses its buffer
