@@ -274,9 +274,14 @@ func (s *consumer) call(d *record) (err error) {
 	}
 	// One deferred call for the three steps every return takes: turn a
 	// panic into an error, end the handler's ctx, mark the handler out.
+	// Only a call that did not return (a panic, or runtime.Goexit, which
+	// recover does not stop) asks recover.
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{Value: r, Stack: debug.Stack()}
+		if !returned {
+			if r := recover(); r != nil {
+				err = &panicError{Value: r, Stack: debug.Stack()}
+			}
 		}
 		if s.keeper != nil {
 			hc.end()
@@ -292,6 +297,7 @@ func (s *consumer) call(d *record) (err error) {
 	if err == nil && s.cfg.HandlerTimeout > 0 && ctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("handler timed out after %v: %w", s.cfg.HandlerTimeout, ctx.Err())
 	}
+	returned = true
 	return err
 }
 
