@@ -330,7 +330,11 @@ func spiBatch(msgs []*Message, gen generatedIDs) *publishBuf {
 		} else {
 			g, at = gen.has(m.ID, at)
 		}
-		setMessage(&buf.vals[i], m.ID, m.Key, withTimes(m, now), m.Payload, now, g)
+		h := m.Headers
+		if !m.DeliverAt.IsZero() || !m.ExpiresAt.IsZero() {
+			h = withTimes(m, now)
+		}
+		setMessage(&buf.vals[i], m.ID, m.Key, h, m.Payload, now, g)
 		if buf.ptrs[i] != &buf.vals[i] { // a reused buffer has it already
 			buf.ptrs[i] = &buf.vals[i]
 		}
