@@ -333,6 +333,26 @@ func (d *record) deadLetterCopy(code backend.DeadLetterCode, reason error) *back
 // finish records the outcome, runs the hooks and frees the slot if the
 // handler is done too.
 func (d *record) finish(o Outcome, err error) {
+	// Of finish and handlerDone, the later one frees the slot: the one
+	// whose bit finds the other's set.
+	if d.complete(o, err, stateFinished)&stateHandlerDone != 0 {
+		d.maybeRelease()
+	}
+}
+
+// finishReturned is finish and handlerDone at once, for a delivery
+// without key ordering that the worker which ran its handler settles
+// after the handler returned: no one else completes a claimed delivery or
+// marks its handler done, so the slot is the caller's to give back, as
+// when handlerDone reports true.
+func (d *record) finishReturned(o Outcome, err error) {
+	d.complete(o, err, stateFinished|stateHandlerDone|stateReleased)
+}
+
+// complete records the outcome and runs the hooks, then sets bits
+// (stateFinished and what else the caller marks with it) and returns the
+// state from before.
+func (d *record) complete(o Outcome, err error, bits uint32) uint32 {
 	d.state.Or(uint32(o) << outcomeShift)
 	if x := d.ext.Load(); x != nil {
 		s := d.sub
@@ -347,11 +367,7 @@ func (d *record) finish(o Outcome, err error) {
 			h(o, err)
 		}
 	}
-	// Of finish and handlerDone, the later one frees the slot: the one
-	// whose bit finds the other's set.
-	if d.state.Or(stateFinished)&stateHandlerDone != 0 {
-		d.maybeRelease()
-	}
+	return d.state.Or(bits)
 }
 
 // handlerDone marks the handler as returned. It reports whether the

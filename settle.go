@@ -53,7 +53,9 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
 	case AckOnSuccess:
-		s.settleAfterHandler(d, w, err)
+		if s.settleAfterHandler(d, w, err) {
+			return true // marked done with its ack (finishReturned)
+		}
 	case AckManual:
 		if s.snoozedBy(d, err) {
 			break
@@ -191,15 +193,13 @@ func (s *consumer) refuse(d *record) error {
 
 // settleAfterHandler settles an AckOnSuccess delivery by its handler's
 // error: ack, retry or dead-letter; a delivery whose handler the shutdown
-// cancelled is released without counting an attempt.
-func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
+// cancelled is released without counting an attempt. It reports whether
+// it marked the handler done too, as an ack may (see ackAfterHandler).
+func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) bool {
 	if err == nil && d.ext.Load() == nil {
 		// The common case: neither fenced out (see fencedOut) nor a
 		// shutdown's cancellation, a snooze or a failure.
-		if d.claim() {
-			s.ackAfterHandler(d, w)
-		}
-		return
+		return d.claim() && s.ackAfterHandler(d, w)
 	}
 	if err != nil && s.fencedOut(d) || s.shutdownCancelled(err) {
 		// The group lock passed on, or the shutdown cancelled the
@@ -209,41 +209,48 @@ func (s *consumer) settleAfterHandler(d *record, w *workerSlot, err error) {
 		if d.claim() {
 			s.releaseNow(d)
 		}
-		return
+		return false
 	}
 	if s.snoozedBy(d, err) {
-		return
+		return false
 	}
 	s.reportHandlerErr(d, err)
 	if !d.claim() {
-		return
+		return false
 	}
 	if err == nil {
-		s.ackAfterHandler(d, w)
-	} else {
-		s.retryOrDeadLetter(d, err)
+		return s.ackAfterHandler(d, w)
 	}
+	s.retryOrDeadLetter(d, err)
+	return false
 }
 
 // ackAfterHandler acks a claimed delivery whose handler succeeded
 // (AckOnSuccess), through the ack buffer of worker w, which no other
 // worker locks (see ackBuf). Once the acker is closed (the subscription
-// is shutting down), the ack is refused and reported.
-func (s *consumer) ackAfterHandler(d *record, w *workerSlot) {
+// is shutting down), the ack is refused and reported. Without key
+// ordering it marks the handler done with the ack (finishReturned) and
+// reports true: the slot is then the caller's to give back.
+func (s *consumer) ackAfterHandler(d *record, w *workerSlot) bool {
 	if r := d.resultOf(); r != nil {
 		ctx, cancel := s.settleCtx()
 		defer cancel()
 		if err := d.ackResult(ctx, *r); err != nil {
 			s.report(d, observer.ScopeAck, err)
 		}
-		return
+		return false
 	}
 	err := w.acks.add(d.ackID)
 	if err != nil {
 		err = d.ackErr(err)
 		s.report(d, observer.ScopeAck, err)
 	}
-	d.finish(OutcomeAcked, err)
+	if s.keys != nil {
+		d.finish(OutcomeAcked, err)
+		return false
+	}
+	d.finishReturned(OutcomeAcked, err)
+	return true
 }
 
 // fencedOut reports whether d's lease was given up because the group lock
