@@ -48,7 +48,12 @@ func (s *consumer) process(d *record, w *workerSlot) bool {
 	if s.cfg.AckMode == AckOnReceive && d.claim() {
 		s.settleErr(d, observer.ScopeAck, d.doAck())
 	}
-	err := s.callObserved(d, w)
+	var err error
+	if s.cfg.Feedback == nil && s.cfg.Event == nil && !w.timed {
+		err = s.call(d) // callObserved's common case, without its call
+	} else {
+		err = s.callObserved(d, w)
+	}
 	switch s.cfg.AckMode {
 	case AckOnReceive:
 		s.reportHandlerErr(d, err)
