@@ -241,12 +241,35 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		return nil
 	}
 	leases := make([]lease, n)
-	ms, out := buf.Overwrite(n) // deliver sets every field of each message
+	ms, out := buf.Overwrite(n) // the loop sets every field of each message
 	deadline := now + int64(q.timeout)
-	deliver := func(e *entry, attempt int32) {
+	t := g.t
+	for len(out) < n && (g.ready.len() > 0 || g.cursor < t.head) {
+		// Redeliveries first, then new entries in log order, each
+		// delivered inline: no call per message.
+		var e *entry
+		attempt := int32(1)
+		var chain *leaseChain
+		if g.ready.len() > 0 {
+			r := g.ready.pop()
+			if r.chain != nil && r.chain.settled {
+				continue // a late Ack of an expired delivery settled it
+			}
+			e, attempt, chain = r.e, r.attempt, r.chain
+		} else {
+			e = t.at(g.cursor)
+			g.cursor++
+			if e == nil {
+				// Freed before this group existed (StartOldest skips it).
+				continue
+			}
+		}
 		i := len(out)
 		l := &leases[i]
 		l.e, l.q, l.deadline, l.attempt = e, q, deadline, attempt
+		if chain != nil {
+			l.chain, chain.cur = chain, l
+		}
 		var h map[string]string
 		if len(e.headers()) > 0 {
 			h = maps.Clone(e.headers())
@@ -266,27 +289,6 @@ func (g *group) take(max int, now int64, q *leaseQueue, buf *recvbuf.Buffer) []*
 		if out = out[:i+1]; out[i] != m { // a reused buffer has it already
 			out[i] = m
 		}
-	}
-	for len(out) < n && g.ready.len() > 0 {
-		r := g.ready.pop()
-		if r.chain != nil && r.chain.settled {
-			continue // a late Ack of an expired delivery settled it
-		}
-		deliver(r.e, r.attempt)
-		if r.chain != nil {
-			l := &leases[len(out)-1]
-			l.chain, r.chain.cur = r.chain, l
-		}
-	}
-	t := g.t
-	for len(out) < n && g.cursor < t.head {
-		e := t.at(g.cursor)
-		g.cursor++
-		if e == nil {
-			// Freed before this group existed (StartOldest skips it).
-			continue
-		}
-		deliver(e, 1)
 	}
 	if len(out) > 0 {
 		q.recs.push(leaseRec{ls: leases[:len(out)], deadline: deadline})
