@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -114,10 +115,31 @@ type mgmtBinding struct {
 }
 
 type mgmtExchange struct {
-	Name  string `json:"name"`
-	Stats *struct {
-		PublishIn *int64 `json:"publish_in"`
-	} `json:"message_stats"`
+	Name  string             `json:"name"`
+	Stats *mgmtExchangeStats `json:"message_stats"`
+}
+
+// mgmtExchangeStats is an exchange's message_stats. The management API
+// writes an exchange without any as an empty list ([]) rather than an
+// empty object: that reads as no figures.
+type mgmtExchangeStats struct {
+	PublishIn *int64 `json:"publish_in"`
+}
+
+func (s *mgmtExchangeStats) UnmarshalJSON(data []byte) error {
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
+		var list []json.RawMessage
+		if err := json.Unmarshal(t, &list); err != nil {
+			return err
+		}
+		if len(list) > 0 {
+			return fmt.Errorf("message_stats: a list of %d, not an object", len(list))
+		}
+		*s = mgmtExchangeStats{}
+		return nil
+	}
+	type plain mgmtExchangeStats
+	return json.Unmarshal(data, (*plain)(s))
 }
 
 func figure(v *int64) backend.Figure {
