@@ -71,7 +71,9 @@ type ackID struct {
 	body, envelope string
 	attempt        int
 
-	// turn is held by the visibility change of the delivery under way.
+	// turn is held by the visibility change of the delivery under way;
+	// made by the first (see takeTurn), as most deliveries are acked
+	// without one.
 	turn chan struct{}
 
 	mu       sync.Mutex
@@ -237,7 +239,7 @@ func (s *subscription) giveBack(msgs []sqstypes.Message) {
 // bus did not write is dead-lettered, deleted and reported, and decode
 // returns false.
 func (s *subscription) decode(ctx context.Context, sm *sqstypes.Message, start time.Time) (*backend.Message, bool) {
-	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease), body: aws.ToString(sm.Body), turn: make(chan struct{}, 1)}
+	id := &ackID{handle: aws.ToString(sm.ReceiptHandle), received: start, deadline: start.Add(s.lease), body: aws.ToString(sm.Body)}
 	attempt, _ := strconv.Atoi(sm.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 	if av, ok := sm.MessageAttributes[attrCounted]; ok {
 		counted, _ := strconv.Atoi(aws.ToString(av.StringValue))
@@ -342,13 +344,24 @@ func (s *subscription) Extend(ctx context.Context, id backend.AckID) error {
 	})
 }
 
+// takeTurn returns a's turn, making it on the first call.
+func (a *ackID) takeTurn() chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.turn == nil {
+		a.turn = make(chan struct{}, 1)
+	}
+	return a.turn
+}
+
 // changeVisibility sets the visibility of a's message to vis in a's turn
 // (see ackID), when a is still live, and then runs done under a.mu with
 // the time the request started.
 func (s *subscription) changeVisibility(ctx context.Context, op string, a *ackID, vis time.Duration, done func(start time.Time)) error {
+	turn := a.takeTurn()
 	select {
-	case a.turn <- struct{}{}:
-		defer func() { <-a.turn }()
+	case turn <- struct{}{}:
+		defer func() { <-turn }()
 	case <-ctx.Done():
 		return fmt.Errorf("sqs: %s %q group %q: %w", op, s.topic, s.cfg.Group, ctx.Err())
 	}
