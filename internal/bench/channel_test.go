@@ -163,7 +163,7 @@ func (c *sideCost) measure(round func()) {
 }
 
 func BenchmarkMemE2EVsChannel(b *testing.B) {
-	bs := openMem(b, "mem://")
+	bs := benchload.OpenBus(b, "mem://")
 	round := chanRound()
 	var chanSide, busSide sideCost
 	iter := 0
@@ -209,22 +209,6 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
-// openMem opens a bus on url (a mem:// URL), closed when the benchmark
-// ends.
-func openMem(b *testing.B, url string) *bus.Bus {
-	ctx := context.Background()
-	bs, err := bus.Open(ctx, url)
-	if err != nil {
-		b.Fatalf("open %s: %v", url, err)
-	}
-	b.Cleanup(func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	})
-	return bs
-}
-
 // BenchmarkChannelPipeline is the channel side alone, for profiling.
 func BenchmarkChannelPipeline(b *testing.B) {
 	round := chanRound()
@@ -238,7 +222,7 @@ func BenchmarkChannelPipeline(b *testing.B) {
 //
 //	go test ./internal/bench -run '^$' -bench 'MemE2E$' -benchtime 5x -cpuprofile cpu.out
 func BenchmarkMemE2E(b *testing.B) {
-	bs := openMem(b, "mem://")
+	bs := benchload.OpenBus(b, "mem://")
 	round := chanRound()
 	iter := 0
 	var cost sideCost
@@ -264,7 +248,7 @@ func BenchmarkMemE2E(b *testing.B) {
 // never waits; one topic for every round, so the retained ones do not
 // add up).
 func BenchmarkMemPublish(b *testing.B) {
-	bs := openMem(b, "mem://")
+	bs := benchload.OpenBus(b, "mem://")
 	round := chanRound()
 	iter := 0
 	for b.Loop() {
@@ -283,7 +267,7 @@ func BenchmarkMemConsume(b *testing.B) {
 	ctx := context.Background()
 	round := chanRound()
 	// Room for the whole round, so the prefill drops nothing.
-	bs := openMem(b, fmt.Sprintf("mem://?max_backlog=%d&max_backlog_bytes=%d", round, round*1024))
+	bs := benchload.OpenBus(b, fmt.Sprintf("mem://?max_backlog=%d&max_backlog_bytes=%d", round, round*1024))
 	iter := 0
 	var elapsed time.Duration
 	for b.Loop() {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	bus "github.com/eventbus-go/bus"
+	"github.com/eventbus-go/bus/internal/testkit/benchload"
 )
 
 const (
@@ -210,7 +211,7 @@ func benchDelayLateness(b *testing.B, bs *bus.Bus, topic string) {
 // each backend (see the top of this file).
 func BenchmarkDelayLateness(b *testing.B) {
 	b.Run("mem", func(b *testing.B) {
-		benchDelayLateness(b, openMem(b, "mem://"), "bench.delay")
+		benchDelayLateness(b, benchload.OpenBus(b, "mem://"), "bench.delay")
 	})
 	b.Run("redis", func(b *testing.B) {
 		e := newRedisEnv(b)

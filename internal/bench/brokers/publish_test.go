@@ -1,7 +1,6 @@
 package brokers
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,22 +15,6 @@ func busPublishBatches(tb testing.TB, bs *bus.Bus, topic string, n, batch int, d
 	if err := benchload.PublishBatches(bs, topic, n, batch, data); err != nil {
 		tb.Fatalf("bus publish: %v", err)
 	}
-}
-
-// openMem opens a bus on url (a mem:// URL), closed when the benchmark
-// ends.
-func openMem(b *testing.B, url string) *bus.Bus {
-	ctx := context.Background()
-	bs, err := bus.Open(ctx, url)
-	if err != nil {
-		b.Fatalf("open %s: %v", url, err)
-	}
-	b.Cleanup(func() {
-		if err := bs.Close(ctx); err != nil {
-			b.Errorf("close bus: %v", err)
-		}
-	})
-	return bs
 }
 
 // fanOut calls each(i) for every i in [0, n), each once, from callers

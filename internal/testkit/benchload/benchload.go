@@ -7,6 +7,7 @@ package benchload
 import (
 	"context"
 	"encoding/binary"
+	"testing"
 
 	bus "github.com/eventbus-go/bus"
 )
@@ -55,4 +56,20 @@ func Payload(size int) []byte {
 		p[i] = byte(i)
 	}
 	return p
+}
+
+// OpenBus opens a bus on url, closed when the benchmark ends.
+func OpenBus(tb testing.TB, url string) *bus.Bus {
+	tb.Helper()
+	ctx := context.Background()
+	bs, err := bus.Open(ctx, url)
+	if err != nil {
+		tb.Fatalf("open %s: %v", url, err)
+	}
+	tb.Cleanup(func() {
+		if err := bs.Close(ctx); err != nil {
+			tb.Errorf("close bus: %v", err)
+		}
+	})
+	return bs
 }
