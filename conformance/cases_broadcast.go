@@ -15,7 +15,6 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // DeleteGroup forwards to the backend's GroupDeleter, when it has one.
@@ -150,12 +149,7 @@ func testBroadcastDeadSubscriberExpires(t *testing.T, s *suite) {
 		bus.WithBroadcast(), bus.WithBroadcastExpiry(sweeper), bus.WithAckTimeout(s.longLease()))
 
 	member := crashtest.New(h.be)
-	mb := bus.New(member, bus.WithObserver(observer.Nop()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-		defer cancel()
-		_ = mb.Close(ctx) // the dead member cannot delete its group
-	})
+	mb := s.memberBus(t, member)
 	deadSub, err := mb.Subscribe(context.Background(), topic, dead.handle(nil),
 		bus.WithBroadcast(), bus.WithBroadcastExpiry(expiry), bus.WithAckTimeout(s.longLease()))
 	require.NoError(t, err, "subscribe the member that dies")

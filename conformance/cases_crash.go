@@ -9,7 +9,6 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/internal/testkit/keyledger"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // testKeyOrderLedgerThroughACrash: K keys × M key-ordered members of one
@@ -43,12 +42,7 @@ func runCrashLedger(t *testing.T, s *suite, h *harness, topic string, partitions
 	views := make([]*crashtest.Member, members)
 	for i := range members {
 		views[i] = crashtest.New(h.be)
-		b := bus.New(views[i], bus.WithObserver(observer.Nop()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-			defer cancel()
-			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
-		})
+		b := s.memberBus(t, views[i])
 		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 			if views[i].Dead() {
 				<-ctx.Done() // a killed process does nothing more

@@ -12,7 +12,6 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // crashAckTimeout is the ack timeout of testCrashStallsOnlyItsKeys: long
@@ -55,12 +54,7 @@ func testCrashStallsOnlyItsKeys(t *testing.T, s *suite) {
 	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithAckTimeout(ackTimeout), bus.WithMaxInFlight(4)}
 	members := [2]*crashtest.Member{crashtest.New(h.be), crashtest.New(h.be)}
 	subscribe := func(i int) {
-		b := bus.New(members[i], bus.WithObserver(observer.Nop()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-			defer cancel()
-			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
-		})
+		b := s.memberBus(t, members[i])
 		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 			if i == 0 {
 				trySend(started, d.ID)
@@ -172,12 +166,7 @@ func testKeyOrderCloseWhileAKeyWaits(t *testing.T, s *suite) {
 	ackTimeout := s.cfg.dur(crashAckTimeout)
 	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithAckTimeout(ackTimeout), bus.WithMaxInFlight(4)}
 	member := func(be backend.Backend, handler bus.Handler) *bus.Bus {
-		b := bus.New(be, bus.WithObserver(observer.Nop()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-			defer cancel()
-			_ = b.Close(ctx) // the crashed member's Close reports what it could not settle
-		})
+		b := s.memberBus(t, be)
 		_, err := b.Subscribe(context.Background(), topic, handler, opts...)
 		require.NoError(t, err)
 		return b
@@ -256,12 +245,7 @@ func testKeyOrderHeadNotGivenBack(t *testing.T, s *suite) {
 	opts := []bus.SubscribeOption{bus.WithGroup(group), bus.WithKeyOrdering(), bus.WithAckTimeout(s.cfg.dur(notBackLease)), bus.WithMaxInFlight(4)}
 	first := crashtest.New(h.be)
 	first.KeepOnLease("k-0")
-	b := bus.New(first, bus.WithObserver(observer.Nop()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-		defer cancel()
-		_ = b.Close(ctx)
-	})
+	b := s.memberBus(t, first)
 	running := make(chan string, 8)
 	sub, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 		trySend(running, d.ID)

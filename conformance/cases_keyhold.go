@@ -15,7 +15,6 @@ import (
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
 	"github.com/eventbus-go/bus/internal/testkit/keyledger"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // testKeyHoldLedgerThroughACrash: a ledger of 100 accounts (keys) under
@@ -50,12 +49,7 @@ func testKeyHoldLedgerThroughACrash(t *testing.T, s *suite) {
 	views := make([]*crashtest.Member, 2)
 	for i := range views {
 		views[i] = crashtest.New(h.be)
-		b := bus.New(views[i], bus.WithObserver(observer.Nop()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-			defer cancel()
-			_ = b.Close(ctx) // the killed member's Close reports what it could not settle
-		})
+		b := s.memberBus(t, views[i])
 		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 			if views[i].Dead() {
 				<-ctx.Done() // a killed process does nothing more

@@ -16,6 +16,7 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/observer"
 )
 
 // Base timings of the suite, multiplied by WithTimeScale.
@@ -105,6 +106,20 @@ func (s *suite) newHarness(t *testing.T, opts ...bus.Option) *harness {
 		}
 	})
 	return &harness{t: t, s: s, be: be, bus: b, events: events}
+}
+
+// memberBus returns a bus over be, one member of a group beside the
+// harness's bus, closed when the test ends. Its Close error is not
+// checked: a member the case killed, or left with what it could not
+// settle, reports it there.
+func (s *suite) memberBus(t *testing.T, be backend.Backend) *bus.Bus {
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	return b
 }
 
 // topic returns a topic no other case or run uses.

@@ -15,7 +15,6 @@ import (
 
 	bus "github.com/eventbus-go/bus"
 	"github.com/eventbus-go/bus/internal/testkit/crashtest"
-	"github.com/eventbus-go/bus/observer"
 )
 
 // MeasureCrashEnv names the environment variable that runs MeasureCrash
@@ -54,12 +53,7 @@ func MeasureCrash(t *testing.T, newBackend NewBackend, partitions int) {
 	views := make([]*crashtest.Member, members)
 	for i := range members {
 		views[i] = crashtest.New(h.be)
-		b := bus.New(views[i], bus.WithObserver(observer.Nop()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.dur(closeTimeout))
-			defer cancel()
-			_ = b.Close(ctx)
-		})
+		b := s.memberBus(t, views[i])
 		_, err := b.Subscribe(context.Background(), topic, func(ctx context.Context, d *bus.Delivery) error {
 			if views[i].Dead() {
 				<-ctx.Done()
