@@ -71,7 +71,10 @@ func testMaxInFlight(t *testing.T, s *suite) {
 }
 
 // testRateLimiter: a rate limiter caps how many handlers start within a
-// window and spaces the whole backlog at its rate.
+// window and spaces the whole backlog at its rate. The lease is the short
+// one: a redelivery starts after the window and only lengthens the span,
+// and a broker that hides what a receive whose answer was lost handed out
+// (an SQS standard queue) shows it again within the deadline.
 func testRateLimiter(t *testing.T, s *suite) {
 	h := s.newHarness(t)
 	topic := h.topic("rate")
@@ -79,7 +82,7 @@ func testRateLimiter(t *testing.T, s *suite) {
 	in := &inbox{}
 	h.subscribe(context.Background(), topic, in.handle(nil),
 		bus.WithGroup(h.group("rate")), bus.WithLimiter(bus.NewRateLimiter(rate.Limit(perSecond), burst)),
-		bus.WithAckTimeout(s.longLease()))
+		bus.WithAckTimeout(s.ackTimeout()))
 
 	n := count(40, 25)
 	published := time.Now() // no token is spent before this
