@@ -4,7 +4,8 @@
 #
 # Targets are the Fuzz functions of the test files `go list` selects;
 # each runs on its own, since -fuzz takes one target of one package. Each
-# package's instrumented test binary is built once (`go test -c -fuzz .`)
+# package's instrumented test binary is built once (`go test -c -fuzz .`),
+# two packages at a time before the first target runs,
 # and run for each of its targets from the package's directory, with the
 # flags `go test -run '^$' -fuzz '^Name$' -fuzztime $FUZZTIME pkg` gives
 # it, so the corpus and the cache are the ones go test uses. `make test`
@@ -62,6 +63,16 @@ binary() {
 	printf '%s\n' "$bin"
 }
 
+# prebuild builds the fuzz test binaries of the packages PKG..., two at
+# a time (go test takes -fuzz for one package only), and names each as
+# binary does; a package whose build fails is left to binary, which
+# builds it again and reports the build's output.
+prebuild() {
+	printf '%s\n' "$@" | xargs -P 2 -I{} sh -c \
+		'"$1" test -c -fuzz . -o "$2/$(printf %s "$3" | tr / _).test" "$3" >/dev/null 2>&1 || true' \
+		prebuild "$GO" "$bindir" {}
+}
+
 # fuzz_one PKG DIR NAME fuzzes one target for FUZZTIME and prints what the
 # test binary (or its build) said.
 fuzz_one() {
@@ -83,12 +94,27 @@ deadline_race() {
 		! grep -qE 'panic:|_test\.go:[0-9]+:' <<<"$1"
 }
 
-failed=0
-ran=0
+selected() {
+	[ -z "$FUZZ_RUN" ] || grep -Eq "$FUZZ_RUN" <<<"$1"
+}
+
 start=$SECONDS
+pkgs=()
 for t in "${targets[@]}"; do
 	read -r pkg dir name <<<"$t"
-	if [ -n "$FUZZ_RUN" ] && ! grep -Eq "$FUZZ_RUN" <<<"$pkg.$name"; then
+	if selected "$pkg.$name" && ! [[ " ${pkgs[*]} " == *" $pkg "* ]]; then
+		pkgs+=("$pkg")
+	fi
+done
+if [ "${#pkgs[@]}" -gt 1 ]; then
+	prebuild "${pkgs[@]}"
+fi
+
+failed=0
+ran=0
+for t in "${targets[@]}"; do
+	read -r pkg dir name <<<"$t"
+	if ! selected "$pkg.$name"; then
 		continue
 	fi
 	ran=$((ran + 1))
