@@ -11,6 +11,9 @@ and the sqs:// backend relies on.
    standard queue wakes only for a message sent, so a message whose
    visibility timeout ended waited for the poll to end, where AWS
    returns it at once: the long poll here looks again every 50 ms.
+   Messages of a FIFO group whose visibility timeouts ended together
+   come back from the group's first, as AWS hands them out: moto handed
+   out the last of them first (see receive_pass).
 2. A FIFO queue remembers a MessageDeduplicationId for five minutes after
    it accepted the message, also once the message is deleted, as the
    "Exactly-once processing in Amazon SQS" section of the SQS Developer
@@ -114,16 +117,31 @@ for name in (
 receive_once = models.SQSBackend.receive_message
 
 
+def receive_pass(self, queue_name, count, visibility_timeout, message_attribute_names):
+    # One pass over the queue under its lock. A message whose visibility
+    # timeout ended is in flight no more before the pass starts: moto
+    # takes it out of flight only when its pass reaches it, while later
+    # messages of its group that ended with it still count as in flight,
+    # so it skipped a group's first messages and handed out its last one.
+    with lock_of(queue_name):
+        queue = self.get_queue(queue_name)
+        now = unix_time_millis()
+        ended = [m for m in queue.pending_messages if now > m.visible_at]
+        for m in ended:
+            queue.pending_messages.discard(m)
+        return receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+
+
 def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
-    # Passes over the queue under its lock, each with the message groups
-    # in flight as they are then, and between passes waits without the
-    # lock for a message sent or a short while: for a message whose
-    # visibility timeout ends, or, on a FIFO queue, for a message of a
-    # group in flight to be deleted.
+    # Passes over the queue, each with the message groups in flight as
+    # they are then, and between passes waits without the lock for a
+    # message sent or a short while: for a message whose visibility
+    # timeout ends, or, on a FIFO queue, for a message of a group in
+    # flight to be deleted.
     end = time.time() + int(wait_seconds_timeout or 0)
     queue = self.get_queue(queue_name)
     while True:
-        result = receive_once(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+        result = receive_pass(self, queue_name, count, visibility_timeout, message_attribute_names)
         left = end - time.time()
         if result or left <= 0:
             return result
