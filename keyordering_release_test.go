@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,21 +128,56 @@ func assertNextMemberRunsK3(t *testing.T, b *bus.Bus, took <-chan time.Time, lea
 
 // uncleanClose is a member whose subscriptions report that their Close
 // could not give back everything they took (a read given up on took a
-// delivery that is still pending to them).
-type uncleanClose struct{ *inmemory.Backend }
+// delivery that is still pending to them). Once its reads are stopped
+// (stopReads), a Receive waits for its ctx without reading, so that a
+// message published then is left to the test's own read.
+type uncleanClose struct {
+	*inmemory.Backend
+	reads *readGate
+}
+
+// readGate stops a member's reads: stopped is set, then reading (the
+// Receives inside the backend) is waited on to drop to zero. A Receive
+// counts itself before it looks at stopped, so none reads once both are
+// seen.
+type readGate struct {
+	stopped atomic.Bool
+	reading atomic.Int32
+}
+
+// stopReads stops the member's reads and waits for the one under way to
+// return (the backend's Receive waits a second at most).
+func (g *readGate) stopReads(t *testing.T) {
+	g.stopped.Store(true)
+	require.Eventually(t, func() bool { return g.reading.Load() == 0 }, 10*time.Second, time.Millisecond, "the member's read under way returns")
+}
 
 func (u uncleanClose) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
 	sub, err := u.Backend.Subscribe(ctx, topic, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return uncleanSub{sub}, nil
+	return uncleanSub{sub, u.reads}, nil
 }
 
 // Close leaves the shared broker open for the other member.
 func (uncleanClose) Close() error { return nil }
 
-type uncleanSub struct{ backend.Subscription }
+type uncleanSub struct {
+	backend.Subscription
+	reads *readGate
+}
+
+func (s uncleanSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
+	s.reads.reading.Add(1)
+	if s.reads.stopped.Load() {
+		s.reads.reading.Add(-1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	defer s.reads.reading.Add(-1)
+	return s.Subscription.Receive(ctx, max)
+}
 
 func (s uncleanSub) Close() error {
 	_ = s.Subscription.Close()
@@ -159,7 +195,8 @@ func TestKeyOrderingUncleanCloseLetsTheLockLapse(t *testing.T) {
 	defer raw.Close()
 	ctx := context.Background()
 	opts := []bus.SubscribeOption{bus.WithGroup("g"), bus.WithKeyOrdering(), bus.WithAckTimeout(lease)}
-	first := bus.New(uncleanClose{raw}, bus.WithObserver(observer.Nop()))
+	reads := &readGate{}
+	first := bus.New(uncleanClose{raw, reads}, bus.WithObserver(observer.Nop()))
 	defer closeBus(t, first)
 	ran := make(chan struct{}, 1)
 	sub, err := first.Subscribe(ctx, "orders", func(context.Context, *bus.Delivery) error {
@@ -174,6 +211,8 @@ func TestKeyOrderingUncleanCloseLetsTheLockLapse(t *testing.T) {
 		t.Fatal("the first member never ran")
 	}
 	// What the first member's lost read took: k-0, pending in the group.
+	// The member reads no more, so that the test's read takes it.
+	reads.stopReads(t)
 	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
 	lost, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", AckTimeout: lease, Observer: observer.Nop()})
 	require.NoError(t, err)
