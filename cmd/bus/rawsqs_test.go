@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/assert"
@@ -38,15 +36,12 @@ func TestBenchBaselineOnSQS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	cfg := aws.Config{Region: awstest.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc}
-	topics, err := sns.NewFromConfig(cfg, func(o *sns.Options) { o.BaseEndpoint = aws.String(srv.Endpoint()) }).ListTopics(ctx, &sns.ListTopicsInput{})
+	topics, err := srv.SNS(t).ListTopics(ctx, &sns.ListTopicsInput{})
 	require.NoError(t, err)
 	for _, tp := range topics.Topics {
 		assert.NotContains(t, aws.ToString(tp.TopicArn), "bus-bench-raw-", "the raw side deletes its topics")
 	}
-	queues, err := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(srv.Endpoint()) }).ListQueues(ctx, &sqs.ListQueuesInput{})
+	queues, err := srv.SQS(t).ListQueues(ctx, &sqs.ListQueuesInput{})
 	require.NoError(t, err)
 	for _, q := range queues.QueueUrls {
 		assert.False(t, strings.Contains(q, "bus-bench-raw-"), "the raw side deletes its queue %s", q)

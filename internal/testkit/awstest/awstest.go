@@ -104,6 +104,35 @@ func (s *Server) Endpoint() string { return "http://" + s.Addr() }
 // URL returns an sqs:// URL for the server in Region.
 func (s *Server) URL() string { return "sqs://" + Region + "?endpoint=" + s.Endpoint() }
 
+// SQS returns an SQS client of the server, with the credentials it
+// accepts; its idle connections close when the test ends.
+func (s *Server) SQS(t testing.TB) *sqs.Client { return s.sqsClient(clientConfig(closedAtEnd(t))) }
+
+// SNS returns an SNS client of the server, as SQS does.
+func (s *Server) SNS(t testing.TB) *sns.Client { return s.snsClient(clientConfig(closedAtEnd(t))) }
+
+func (s *Server) sqsClient(cfg aws.Config) *sqs.Client {
+	return sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) })
+}
+
+func (s *Server) snsClient(cfg aws.Config) *sns.Client {
+	return sns.NewFromConfig(cfg, func(o *sns.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) })
+}
+
+// clientConfig is the configuration of a client of the server: its
+// region and the credentials it accepts, over hc.
+func clientConfig(hc *http.Client) aws.Config {
+	return aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc}
+}
+
+// closedAtEnd returns an HTTP client whose idle connections close when
+// t ends.
+func closedAtEnd(t testing.TB) *http.Client {
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
 // Pause freezes the server (SIGSTOP): it keeps its connections but
 // answers nothing until Resume. The test is skipped where processes
 // cannot be frozen.
@@ -184,14 +213,14 @@ func (s *Server) launch() error {
 func (s *Server) warmUp(logPath string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	creds := credentials.NewStaticCredentialsProvider("test", "test", "")
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	cfg := aws.Config{Region: Region, Credentials: creds, HTTPClient: hc, Retryer: func() aws.Retryer { return aws.NopRetryer{} }}
-	if _, err := sns.NewFromConfig(cfg, func(o *sns.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) }).ListTopics(ctx, &sns.ListTopicsInput{}); err != nil {
+	cfg := clientConfig(hc)
+	cfg.Retryer = func() aws.Retryer { return aws.NopRetryer{} }
+	if _, err := s.snsClient(cfg).ListTopics(ctx, &sns.ListTopicsInput{}); err != nil {
 		return fmt.Errorf("moto_server on %s: SNS ListTopics: %w: %s", s.Addr(), err, serverproc.LogTail(logPath))
 	}
-	if _, err := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) }).ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
+	if _, err := s.sqsClient(cfg).ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
 		return fmt.Errorf("moto_server on %s: SQS ListQueues: %w: %s", s.Addr(), err, serverproc.LogTail(logPath))
 	}
 	return nil

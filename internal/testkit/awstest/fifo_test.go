@@ -2,13 +2,11 @@ package awstest_test
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
@@ -26,10 +24,7 @@ func TestFIFOGroupComesBackInOrder(t *testing.T) {
 	s := awstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	cfg := aws.Config{Region: awstest.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc}
-	c := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(s.Endpoint()) })
+	c := s.SQS(t)
 	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("order.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
 	require.NoError(t, err)
 	const perRound = 4
