@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,20 +135,18 @@ type uncleanClose struct {
 	reads *readGate
 }
 
-// readGate stops a member's reads: stopped is set, then reading (the
-// Receives inside the backend) is waited on to drop to zero. A Receive
-// counts itself before it looks at stopped, so none reads once both are
-// seen.
+// readGate stops a member's reads: a Receive reads under mu held for
+// reading, and stopReads takes it for writing, so it returns once the
+// read under way has (the backend's Receive waits a second at most).
 type readGate struct {
-	stopped atomic.Bool
-	reading atomic.Int32
+	mu      sync.RWMutex
+	stopped bool
 }
 
-// stopReads stops the member's reads and waits for the one under way to
-// return (the backend's Receive waits a second at most).
-func (g *readGate) stopReads(t *testing.T) {
-	g.stopped.Store(true)
-	require.Eventually(t, func() bool { return g.reading.Load() == 0 }, 10*time.Second, time.Millisecond, "the member's read under way returns")
+func (g *readGate) stopReads() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
 }
 
 func (u uncleanClose) Subscribe(ctx context.Context, topic string, cfg backend.SubscribeConfig) (backend.Subscription, error) {
@@ -169,13 +166,13 @@ type uncleanSub struct {
 }
 
 func (s uncleanSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
-	s.reads.reading.Add(1)
-	if s.reads.stopped.Load() {
-		s.reads.reading.Add(-1)
+	s.reads.mu.RLock()
+	if s.reads.stopped {
+		s.reads.mu.RUnlock()
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	defer s.reads.reading.Add(-1)
+	defer s.reads.mu.RUnlock()
 	return s.Subscription.Receive(ctx, max)
 }
 
@@ -212,7 +209,7 @@ func TestKeyOrderingUncleanCloseLetsTheLockLapse(t *testing.T) {
 	}
 	// What the first member's lost read took: k-0, pending in the group.
 	// The member reads no more, so that the test's read takes it.
-	reads.stopReads(t)
+	reads.stopReads()
 	require.NoError(t, raw.Publish(ctx, "orders", []*backend.Message{{ID: "k-0", Key: "k"}}))
 	lost, err := raw.Subscribe(ctx, "orders", backend.SubscribeConfig{Group: "g", AckTimeout: lease, Observer: observer.Nop()})
 	require.NoError(t, err)
