@@ -145,14 +145,17 @@ func (b *broken) Subscribe(ctx context.Context, topic string, cfg backend.Subscr
 	if err != nil {
 		return nil, err
 	}
-	return &brokenSub{Subscription: sub, b: b, ackTimeout: cfg.AckTimeout}, nil
+	return &brokenSub{Subscription: sub, b: b}, nil
 }
 
 type brokenSub struct {
 	backend.Subscription
-	b          *broken
-	ackTimeout time.Duration
-	received   sync.Map // AckID -> time received (StaleAckIgnored)
+	b *broken
+	// StaleAckIgnored: the message ID of each delivery, and the AckID of
+	// each message's latest delivery. A delivery is stale once its
+	// message was delivered again, whatever the clocks say.
+	received sync.Map // AckID -> message ID
+	latest   sync.Map // message ID -> AckID
 }
 
 func (s *brokenSub) Receive(ctx context.Context, max int) ([]*backend.Message, error) {
@@ -170,7 +173,8 @@ func (s *brokenSub) Receive(ctx context.Context, max int) ([]*backend.Message, e
 		case "AttemptNeverGrows":
 			m.Attempt = 1
 		case "StaleAckIgnored":
-			s.received.Store(m.AckID, time.Now())
+			s.received.Store(m.AckID, m.ID)
+			s.latest.Store(m.ID, m.AckID)
 		}
 	}
 	return msgs, err
@@ -183,8 +187,10 @@ func (s *brokenSub) Ack(ctx context.Context, ids []backend.AckID) error {
 	case "StaleAckIgnored":
 		live := ids[:0:0]
 		for _, id := range ids {
-			if at, ok := s.received.Load(id); ok && time.Since(at.(time.Time)) > s.ackTimeout {
-				continue // an expired delivery's ack is dropped
+			if msgID, ok := s.received.Load(id); ok {
+				if last, _ := s.latest.Load(msgID); last != id {
+					continue // a redelivered delivery's ack is dropped
+				}
 			}
 			live = append(live, id)
 		}
