@@ -68,3 +68,61 @@ func TestFIFOGroupComesBackInOrder(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestFIFOReceiveRepeatedWithItsAttemptID: a receive repeated with the
+// ReceiveRequestAttemptId of an earlier one (as a client repeats one
+// whose answer it lost) gets that receive's messages again, with the
+// same receipt handles and its lease started anew; a receive with
+// another ID does not get them while they are in flight; once one of
+// them is deleted, the ID gets what a new receive would.
+func TestFIFOReceiveRepeatedWithItsAttemptID(t *testing.T) {
+	s := awstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.SQS(t)
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("attempt.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	require.NoError(t, err)
+	for i := range 4 {
+		body := strconv.Itoa(i)
+		group := "g" + strconv.Itoa(i%2)
+		_, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body),
+			MessageGroupId: aws.String(group), MessageDeduplicationId: aws.String(body)})
+		require.NoError(t, err)
+	}
+	receive := func(attempt string, n int32) []sqstypes.Message {
+		t.Helper()
+		got, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: n, VisibilityTimeout: 30,
+			ReceiveRequestAttemptId:     aws.String(attempt),
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount}})
+		require.NoError(t, err)
+		return got.Messages
+	}
+	seen := func(ms []sqstypes.Message) (bodies, handles []string) {
+		for _, m := range ms {
+			bodies = append(bodies, aws.ToString(m.Body))
+			handles = append(handles, aws.ToString(m.ReceiptHandle))
+		}
+		return bodies, handles
+	}
+	first := receive("a", 2)
+	require.Len(t, first, 2, "the first receive")
+	firstBodies, firstHandles := seen(first)
+	again := receive("a", 2)
+	bodies, handles := seen(again)
+	require.Equal(t, firstBodies, bodies, "the repeated receive gets the same messages")
+	require.Equal(t, firstHandles, handles, "with the same receipt handles")
+	for _, m := range again {
+		require.Equal(t, "1", m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)], "a repeat counts no receive")
+	}
+	other := receive("b", 10)
+	otherBodies, _ := seen(other)
+	for _, b := range otherBodies {
+		require.NotContains(t, firstBodies, b, "another attempt ID does not get the messages in flight")
+	}
+	_, err = c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: first[0].ReceiptHandle})
+	require.NoError(t, err)
+	after := receive("a", 10)
+	afterBodies, _ := seen(after)
+	require.NotContains(t, afterBodies, firstBodies[0], "a deleted message is not handed out again")
+	require.NotContains(t, afterBodies, firstBodies[1], "once one of them changed, the ID receives anew: the other is still in flight")
+}

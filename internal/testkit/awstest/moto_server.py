@@ -18,6 +18,14 @@ and the sqs:// backend relies on.
    it accepted the message, also once the message is deleted, as the
    "Exactly-once processing in Amazon SQS" section of the SQS Developer
    Guide states; moto forgets it when the message is deleted.
+3. A receive from a FIFO queue repeated with the ReceiveRequestAttemptId
+   of an earlier one, within five minutes, gets that receive's messages
+   again, with the same receipt handles, their visibility timeout
+   started anew, while none of them was deleted or had its visibility
+   changed, as the ReceiveMessage page of the SQS API Reference states;
+   moto ignores the ID, so a receive repeated because its answer was
+   lost got other messages, and the lost answer's messages stayed
+   hidden, with their message groups, for a visibility timeout.
 
 It also makes moto's per-request costs fit a test that moves thousands
 of messages: a send and a receive read the one queue attribute they
@@ -41,7 +49,7 @@ import time
 from moto import backends
 from moto.core.utils import unix_time_millis
 from moto.server import main
-from moto.sqs import models
+from moto.sqs import models, responses
 
 DEDUPLICATION_SECONDS = 300
 POLL_SECONDS = 0.05
@@ -140,16 +148,83 @@ def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_ti
     # flight to be deleted.
     end = time.time() + int(wait_seconds_timeout or 0)
     queue = self.get_queue(queue_name)
+    attempt = getattr(receiving, "attempt", None) if queue.fifo_queue else None
+    if attempt:
+        again = receive_again(queue, queue_name, attempt, visibility_timeout)
+        if again is not None:
+            return again
     while True:
         result = receive_pass(self, queue_name, count, visibility_timeout, message_attribute_names)
         left = end - time.time()
         if result or left <= 0:
+            if attempt and result:
+                remember_attempt(queue, queue_name, attempt, result)
             return result
         with queue._messages_lock:
             queue._messages_lock.wait(timeout=min(left, POLL_SECONDS))
 
 
 models.SQSBackend.receive_message = receive_message
+
+ATTEMPT_SECONDS = 300
+receiving = threading.local()
+
+
+def attempts_of(queue):
+    # The receives of queue that carried an attempt ID, oldest first:
+    # ID -> (when, [(message ID, receipt handle, visible_at, the copy
+    # the receive returned)]). moto's receive returns copies of the
+    # queue's messages.
+    seen = queue.__dict__.setdefault("_bus_attempts", {})
+    now = time.time()
+    while seen:
+        key, (at, _) = next(iter(seen.items()))
+        if now - at < ATTEMPT_SECONDS:
+            break
+        del seen[key]
+    return seen
+
+
+def remember_attempt(queue, queue_name, attempt, copies):
+    with lock_of(queue_name):
+        attempts_of(queue)[attempt] = (time.time(), [(c.id, c.receipt_handle, c.visible_at, c) for c in copies])
+
+
+def receive_again(queue, queue_name, attempt, visibility_timeout):
+    # The messages of the earlier receive with this attempt ID, when each
+    # is still in the queue, in flight, and unchanged since (the same
+    # receipt handle and visibility); else None.
+    with lock_of(queue_name):
+        got = attempts_of(queue).get(attempt)
+        if got is None:
+            return None
+        at, taken = got
+        by_id = {m.id: m for m in queue._messages}
+        originals = []
+        for message_id, handle, visible_at, _ in taken:
+            m = by_id.get(message_id)
+            if m is None or m.receipt_handle != handle or m.visible_at != visible_at or m not in queue.pending_messages:
+                return None
+            originals.append(m)
+        timeout = visibility_timeout if visibility_timeout is not None else queue.visibility_timeout
+        for m in originals:
+            m.change_visibility(int(timeout))
+        attempts_of(queue)[attempt] = (at, [(m.id, m.receipt_handle, m.visible_at, c) for m, (_, _, _, c) in zip(originals, taken)])
+        return [c for _, _, _, c in taken]
+
+
+response_receive = responses.SQSResponse.receive_message
+
+
+def receive_with_attempt(self):
+    receiving.attempt = self._get_param("ReceiveRequestAttemptId")
+    try:
+        return response_receive(self)
+    finally:
+        receiving.attempt = None
+
+
+responses.SQSResponse.receive_message = receive_with_attempt
 
 
 add_message = models.Queue.add_message
