@@ -71,11 +71,18 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Accepted returns how many client connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
-// Live returns how many connections are open.
+// Live returns how many connections are open: a connection being torn
+// down is not.
 func (p *Proxy) Live() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.links)
+	n := 0
+	for l := range p.links {
+		if !l.ended() {
+			n++
+		}
+	}
+	return n
 }
 
 // Reset closes every live connection with a TCP RST on both sides and
@@ -87,10 +94,13 @@ func (p *Proxy) Reset() int {
 		links = append(links, l)
 	}
 	p.mu.Unlock()
+	n := 0
 	for _, l := range links {
-		l.abort()
+		if l.abort() {
+			n++
+		}
 	}
-	return len(links)
+	return n
 }
 
 // Blackhole stops (on) or resumes (off) forwarding in both directions.
@@ -243,13 +253,27 @@ type link struct {
 	once           sync.Once
 }
 
-// abort tears the link down with an RST on both sides.
-func (l *link) abort() {
+// abort tears the link down with an RST on both sides. It reports
+// whether it did: false when the link was torn down already.
+func (l *link) abort() bool {
+	aborted := false
 	l.once.Do(func() {
+		aborted = true
 		close(l.done)
 		abortConn(l.client)
 		abortConn(l.server)
 	})
+	return aborted
+}
+
+// ended reports whether the link is torn down, or being torn down.
+func (l *link) ended() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // closeBoth closes both sides normally (after both directions ended).

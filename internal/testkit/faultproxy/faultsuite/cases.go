@@ -29,13 +29,19 @@ func resetter(p *faultproxy.Proxy) (chan<- struct{}, func() []int) {
 		defer close(done)
 		for range signal {
 			// A client that fetched ahead may hold no connection for a
-			// moment (it reconnects on its next request): a reset is
-			// made once the client is connected again, up to 10 s.
+			// moment (it reconnects on its next request), and one it
+			// closes itself may go between the count and the reset: a
+			// reset is made, and made again, until it closes a
+			// connection, up to 10 s.
 			deadline := time.Now().Add(10 * time.Second)
-			for p.Live() == 0 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond) // polling the proxy's count
+			n := 0
+			for n == 0 && time.Now().Before(deadline) {
+				for p.Live() == 0 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond) // polling the proxy's count
+				}
+				n = p.Reset()
 			}
-			closed = append(closed, p.Reset())
+			closed = append(closed, n)
 		}
 	}()
 	var once sync.Once
