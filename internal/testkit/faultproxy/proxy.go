@@ -71,18 +71,11 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Accepted returns how many client connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
-// Live returns how many connections are open: a connection being torn
-// down is not.
+// Live returns how many connections are open.
 func (p *Proxy) Live() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
-	for l := range p.links {
-		if !l.ended() {
-			n++
-		}
-	}
-	return n
+	return len(p.links)
 }
 
 // Reset closes every live connection with a TCP RST on both sides and
@@ -264,16 +257,6 @@ func (l *link) abort() bool {
 		abortConn(l.server)
 	})
 	return aborted
-}
-
-// ended reports whether the link is torn down, or being torn down.
-func (l *link) ended() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // closeBoth closes both sides normally (after both directions ended).

@@ -29,16 +29,12 @@ func resetter(p *faultproxy.Proxy) (chan<- struct{}, func() []int) {
 		defer close(done)
 		for range signal {
 			// A client that fetched ahead may hold no connection for a
-			// moment (it reconnects on its next request), and one it
-			// closes itself may go between the count and the reset: a
-			// reset is made, and made again, until it closes a
-			// connection, up to 10 s.
+			// moment (it reconnects on its next request): the reset is
+			// made again until it closes a connection, up to 10 s.
 			deadline := time.Now().Add(10 * time.Second)
-			n := 0
+			n := p.Reset()
 			for n == 0 && time.Now().Before(deadline) {
-				for p.Live() == 0 && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond) // polling the proxy's count
-				}
+				time.Sleep(5 * time.Millisecond) // polling the proxy
 				n = p.Reset()
 			}
 			closed = append(closed, n)
