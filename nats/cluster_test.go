@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,4 +135,74 @@ func TestClusterPartitionCountRightAfterTheBucketIsMade(t *testing.T) {
 		cancel()
 		require.NoError(t, be.Close())
 	}
+}
+
+// TestClusterReceiveWhileTheConsumerElects: a replicated consumer
+// answers pull requests with "no responders" while it elects a leader:
+// right after it is made, and whenever its leader steps down. A Receive
+// waits that out and returns the message the topic holds, without an
+// error. Each round is a new topic and group whose consumer's leader
+// steps down after the first message.
+func TestClusterReceiveWhileTheConsumerElects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a cluster takes seconds to form")
+	}
+	c := natstest.StartCluster(t, 3)
+	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
+	be := connect(t, c.URL(), o)
+	defer be.Close()
+	nc := be.Conn()
+	for round := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		topic := fmt.Sprint("elects", round)
+		sub, err := be.Subscribe(ctx, topic, backend.SubscribeConfig{Group: "g", AckTimeout: time.Minute, MaxInFlight: 8, StartFrom: backend.StartOldest})
+		require.NoError(t, err, "round %d", round)
+		receiveOne := func(what string, i int) {
+			require.Eventually(t, func() bool {
+				err := be.Publish(ctx, topic, []*backend.Message{{ID: fmt.Sprint("m", round, "-", i), Payload: []byte("x")}})
+				return err == nil
+			}, 10*time.Second, 10*time.Millisecond, "round %d: the topic's stream takes a message", round)
+			got := 0
+			for got == 0 && ctx.Err() == nil {
+				msgs, err := sub.Receive(ctx, 8)
+				require.NoError(t, err, "round %d: a Receive %s", round, what)
+				got = len(msgs)
+				if got > 0 {
+					require.NoError(t, sub.Ack(ctx, []backend.AckID{msgs[0].AckID}))
+				}
+			}
+			require.Equal(t, 1, got, "round %d: the message %s", round, what)
+		}
+		receiveOne("of a new consumer", 0)
+		stream := o.StreamPrefix + "_" + topic
+		consumer := consumerName(t, be, stream)
+		resp, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil)
+		require.NoError(t, err, "round %d: step the consumer's leader down", round)
+		require.NotContains(t, string(resp.Data), `"error"`, "round %d: the step-down", round)
+		receiveOne("right after its leader stepped down", 1)
+		require.NoError(t, sub.Close())
+		cancel()
+	}
+}
+
+// consumerName returns the name of the stream's one durable consumer.
+func consumerName(t *testing.T, be *busnats.Backend, stream string) string {
+	t.Helper()
+	js, err := jetstream.New(be.Conn())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	require.NoError(t, err, "stream %s", stream)
+	var names []string
+	consumers := st.ListConsumers(ctx)
+	for c := range consumers.Info() {
+		// A cluster's listing may name a consumer twice.
+		if c.Config.Durable != "" && !slices.Contains(names, c.Name) {
+			names = append(names, c.Name)
+		}
+	}
+	require.NoError(t, consumers.Err())
+	require.Len(t, names, 1, "stream %s has one durable consumer", stream)
+	return names[0]
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/eventbus-go/bus/backend"
 	"github.com/eventbus-go/bus/observer"
@@ -108,9 +109,14 @@ type jsSub struct {
 	// messages a pull asks for (see inboxRoom).
 	inboxLen, maxBatch int
 
-	seq     uint64    // pull request counter; Receive's goroutine only
-	lastSeq uint64    // highest stream sequence received; Receive's goroutine only
-	spare   []jsAckID // allocated for deliveries to come; Receive's goroutine only
+	seq     uint64 // pull request counter; Receive's goroutine only
+	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
+	// unanswered is when the consumer's pull requests first went
+	// without responders since the last answer (zero while they are
+	// answered): a replicated consumer has none while it elects its
+	// leader. Receive's goroutine only.
+	unanswered time.Time
+	spare      []jsAckID // allocated for deliveries to come; Receive's goroutine only
 	// msgs holds the messages of the last Receive, which the next one
 	// reuses, as the SPI allows; handed of them are in use, and out is
 	// the slice the last Receive returned. Only the AckIDs, which live
@@ -541,7 +547,11 @@ func (s *jsSub) waitErr(ctx, wctx context.Context, err error) error {
 // status reads a status message that ends (or not) the request: done
 // reports that the request is over.
 func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, got int, kind pullKind) (done bool, err error) {
-	switch code := msg.Header.Get(hdrStatus); code {
+	code := msg.Header.Get(hdrStatus)
+	if code != "503" {
+		s.unanswered = time.Time{}
+	}
+	switch code {
 	case "408":
 		if got == 0 && kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
 			return true, errRequestsPending
@@ -568,8 +578,13 @@ func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, got int, kind pullK
 
 // recover re-creates a consumer (and stream) that the server lost. When
 // the consumer exists after all, the error goes back to the bus, which
-// backs off before the next Receive.
+// backs off before the next Receive, unless the consumer is replicated
+// and was electing its leader (see electing): then the Receive ends
+// with what it has, and no error.
 func (s *jsSub) recover(ctx context.Context, why string) error {
+	if s.electing(ctx) {
+		return nil // the next Receive asks the leader
+	}
 	rctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	s.b.forgetStream(s.stream)
@@ -586,6 +601,51 @@ func (s *jsSub) recover(ctx context.Context, why string) error {
 		Err: fmt.Errorf("nats: consumer %q on stream %q was missing (%s); re-created from %s", s.consumer, s.stream, why, r.from),
 	})
 	return nil
+}
+
+// electing reports whether the consumer, which did not answer a pull
+// request, is a replicated one that has (or gets within setupTimeout) a
+// leader, while its requests have gone unanswered for less than
+// setupTimeout: the cluster was electing the consumer's leader, or
+// telling its servers where the leader is, which takes moments after
+// the consumer is made and whenever its leader moves. While there is
+// no leader, the server answers no request about the consumer, so each
+// look-up is given a short time, doubling. It waits a pause of retry's
+// once the leader is there, so that the requests that follow find it.
+func (s *jsSub) electing(ctx context.Context) bool {
+	if s.b.opts.Replicas < 2 {
+		return false // nothing is elected
+	}
+	now := time.Now()
+	if s.unanswered.IsZero() {
+		s.unanswered = now
+	}
+	if now.Sub(s.unanswered) >= setupTimeout {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	var r retry
+	for wait := responseGrace; ; wait *= 2 {
+		lctx, lcancel := context.WithTimeout(ctx, wait)
+		c, err := s.b.js.Consumer(lctx, s.stream, s.consumer)
+		lcancel()
+		switch {
+		case err == nil && c.CachedInfo().Cluster != nil && c.CachedInfo().Cluster.Leader != "":
+			return r.pause(ctx) == nil
+		case err != nil && !errors.Is(err, context.DeadlineExceeded) && !unavailable(err):
+			return false // missing, or another failure: recover handles it
+		case ctx.Err() != nil || r.pause(ctx) != nil:
+			return false
+		}
+	}
+}
+
+// unavailable reports the server's answer while a replicated asset has
+// no leader: status 503, "JetStream system temporarily unavailable".
+func unavailable(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 503
 }
 
 // accept turns a delivered message into a backend message whose lease
@@ -609,6 +669,7 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 	if meta.streamSeq > s.lastSeq {
 		s.lastSeq = meta.streamSeq
 	}
+	s.unanswered = time.Time{}
 	a := s.newAckID(coming)
 	a.reply = msg.Reply
 	a.renewFrom(now, s.cfg.AckTimeout)
