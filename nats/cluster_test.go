@@ -95,12 +95,9 @@ func TestClusterNodeKilledMidRunLosesNothing(t *testing.T) {
 // streamLeader returns the server name of the stream's leader.
 func streamLeader(t *testing.T, be *busnats.Backend, stream string) string {
 	t.Helper()
-	js, err := jetstream.New(be.Conn())
-	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	require.NoError(t, err, "stream %s", stream)
+	st := streamOf(ctx, t, be, stream)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, info.Cluster, "the stream is clustered")
@@ -185,15 +182,22 @@ func TestClusterReceiveWhileTheConsumerElects(t *testing.T) {
 	}
 }
 
-// consumerName returns the name of the stream's one durable consumer.
-func consumerName(t *testing.T, be *busnats.Backend, stream string) string {
+// streamOf looks the stream up.
+func streamOf(ctx context.Context, t *testing.T, be *busnats.Backend, stream string) jetstream.Stream {
 	t.Helper()
 	js, err := jetstream.New(be.Conn())
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	st, err := js.Stream(ctx, stream)
 	require.NoError(t, err, "stream %s", stream)
+	return st
+}
+
+// consumerName returns the name of the stream's one durable consumer.
+func consumerName(t *testing.T, be *busnats.Backend, stream string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := streamOf(ctx, t, be, stream)
 	var names []string
 	consumers := st.ListConsumers(ctx)
 	for c := range consumers.Info() {
