@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -532,6 +533,10 @@ func (s *jsSub) waitErr(ctx, wctx context.Context, err error) error {
 		state := "connected"
 		if !s.b.nc.IsConnected() {
 			state = "not connected: " + s.b.nc.Status().String()
+		} else if s.electing(ctx) {
+			// A leader that stepped down may drop the requests it
+			// held, or get one as it steps down.
+			return nil
 		}
 		return fmt.Errorf("pull: no answer from the server within %v (%s)", longPoll+responseGrace, state)
 	case errors.Is(err, natsgo.ErrNoResponders):
@@ -567,8 +572,13 @@ func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, got int, kind pullK
 		return true, s.recover(ctx, "no responders for pull requests")
 	case "409":
 		desc := msg.Header.Get(hdrDescription)
-		if desc == "Consumer Deleted" {
+		switch {
+		case desc == "Consumer Deleted":
 			return true, s.recover(ctx, "consumer deleted")
+		case strings.EqualFold(desc, "Leadership Change"):
+			// The consumer's leader moved: the request ended, and the
+			// next one goes to the new leader.
+			return true, nil
 		}
 		return true, fmt.Errorf("pull: server status 409 %s", desc)
 	default:
