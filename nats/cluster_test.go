@@ -210,3 +210,72 @@ func consumerName(t *testing.T, be *busnats.Backend, stream string) string {
 	require.Len(t, names, 1, "stream %s has one durable consumer", stream)
 	return names[0]
 }
+
+// TestClusterConsumerLeaderMovesUnderLoad: while messages flow through a
+// group on a 3-node cluster, its consumer's leader steps down five
+// times. The subscription's Receives never fail (its health records no
+// error), and every message whose Publish returned nil is handled and
+// acked.
+func TestClusterConsumerLeaderMovesUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a cluster takes seconds to form")
+	}
+	c := natstest.StartCluster(t, 3)
+	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
+	be := connect(t, c.URL(), o)
+	b := bus.New(be)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, b.Close(ctx), "close the bus")
+	}()
+	l := newLedger()
+	const topic, n, moves = "moves", 1000, 5
+	sub, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"),
+		bus.WithStartFrom(backend.StartOldest), bus.WithAckTimeout(faultAckTimeout))
+	require.NoError(t, err)
+
+	published := make(chan int, n)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			m := &bus.Message{Payload: fmt.Appendf(nil, "m-%d", i)}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := b.Publish(ctx, topic, m)
+			cancel()
+			l.publish(m.ID, err)
+			published <- i
+		}
+	}()
+	stream := o.StreamPrefix + "_" + topic
+	consumer := ""
+	for move := range moves {
+		// Each move comes after another fifth of the messages.
+		for i := range published {
+			if i >= (move+1)*n/(moves+1) {
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if consumer == "" {
+			consumer = consumerName(t, be, stream)
+		}
+		resp, err := be.Conn().RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil)
+		cancel()
+		require.NoError(t, err, "move %d: step the consumer's leader down", move)
+		require.NotContains(t, string(resp.Data), `"error"`, "move %d: the step-down", move)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("publishing did not finish within 2 minutes")
+	}
+	waitNoLoss(t, l, time.Minute)
+	s := l.log(t, t.Name())
+	assert.Equal(t, n, s.Published, "every Publish returned nil")
+	assert.Zero(t, s.Lost, "lost: published and never acked")
+	h := sub.Health()
+	assert.NoError(t, h.LastError, "no Receive failed while the leader moved")
+	assert.Zero(t, h.Failing)
+}
