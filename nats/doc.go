@@ -79,7 +79,14 @@
 // server refuses such a request because an older one is still open, the
 // member waits for one message and then takes what else is there. No
 // messages are prefetched, so none sits in a buffer while its AckWait
-// runs. A consumer that the server lost
+// runs. A replicated consumer that is electing its leader (right after
+// it is made, or when its leader moves) answers no pull request, ends
+// those its old leader held with a 409 status, or leaves one sent as the
+// leader steps down unanswered: the member looks the consumer up, with
+// short waits, until it has a leader, and the Receive ends with what it
+// has and no error, as long as the requests have gone unanswered for
+// less than five seconds; past that, the Receive fails. A consumer that
+// the server lost
 // (deleted, or a memory stream after a restart) is re-created and
 // reported to the observer (observer.ScopeReclaim): on a stream that had
 // to be re-created too it starts at the stream's beginning; otherwise
