@@ -113,9 +113,10 @@ type jsSub struct {
 	seq     uint64 // pull request counter; Receive's goroutine only
 	lastSeq uint64 // highest stream sequence received; Receive's goroutine only
 	// unanswered is when the consumer's pull requests first went
-	// without responders since the last answer (zero while they are
-	// answered): a replicated consumer has none while it elects its
-	// leader. Receive's goroutine only.
+	// unanswered (no responders, or no answer in time) since the last
+	// answer, zero while they are answered: a replicated consumer
+	// answers none while it elects its leader (see electing).
+	// Receive's goroutine only.
 	unanswered time.Time
 	spare      []jsAckID // allocated for deliveries to come; Receive's goroutine only
 	// msgs holds the messages of the last Receive, which the next one
