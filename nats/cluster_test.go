@@ -27,15 +27,7 @@ func TestClusterNodeKilledMidRunLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a cluster takes seconds to form and to fail over")
 	}
-	c := natstest.StartCluster(t, 3)
-	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
-	be := connect(t, c.URL(), o)
-	b := bus.New(be)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, b.Close(ctx), "close the bus")
-	}()
+	c, o, be, b := clusterBus(t)
 	l := newLedger()
 	const topic, n = "killed", 600
 	_, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"),
@@ -148,7 +140,6 @@ func TestClusterReceiveWhileTheConsumerElects(t *testing.T) {
 	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
 	be := connect(t, c.URL(), o)
 	defer be.Close()
-	nc := be.Conn()
 	for round := range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		topic := fmt.Sprint("elects", round)
@@ -172,14 +163,36 @@ func TestClusterReceiveWhileTheConsumerElects(t *testing.T) {
 		}
 		receiveOne("of a new consumer", 0)
 		stream := o.StreamPrefix + "_" + topic
-		consumer := consumerName(t, be, stream)
-		resp, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil)
-		require.NoError(t, err, "round %d: step the consumer's leader down", round)
-		require.NotContains(t, string(resp.Data), `"error"`, "round %d: the step-down", round)
+		stepDown(ctx, t, be, stream, consumerName(t, be, stream))
 		receiveOne("right after its leader stepped down", 1)
 		require.NoError(t, sub.Close())
 		cancel()
 	}
+}
+
+// clusterBus starts a 3-node cluster and returns its URL's options
+// (R3 streams), a backend on it, and a bus on the backend, which the
+// test's cleanup closes.
+func clusterBus(t *testing.T) (*natstest.Cluster, busnats.Options, *busnats.Backend, *bus.Bus) {
+	t.Helper()
+	c := natstest.StartCluster(t, 3)
+	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
+	be := connect(t, c.URL(), o)
+	b := bus.New(be)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, b.Close(ctx), "close the bus")
+	})
+	return c, o, be, b
+}
+
+// stepDown asks the consumer's leader to step down.
+func stepDown(ctx context.Context, t *testing.T, be *busnats.Backend, stream, consumer string) {
+	t.Helper()
+	resp, err := be.Conn().RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil)
+	require.NoError(t, err, "step the leader of consumer %s down", consumer)
+	require.NotContains(t, string(resp.Data), `"error"`, "the step-down of consumer %s", consumer)
 }
 
 // streamOf looks the stream up.
@@ -220,15 +233,7 @@ func TestClusterConsumerLeaderMovesUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a cluster takes seconds to form")
 	}
-	c := natstest.StartCluster(t, 3)
-	o := isolated(t, c.URL(), busnats.Options{Replicas: 3})
-	be := connect(t, c.URL(), o)
-	b := bus.New(be)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, b.Close(ctx), "close the bus")
-	}()
+	_, o, be, b := clusterBus(t)
 	l := newLedger()
 	const topic, n, moves = "moves", 1000, 5
 	sub, err := b.Subscribe(context.Background(), topic, recordingHandler(l), bus.WithGroup("g"),
@@ -261,10 +266,8 @@ func TestClusterConsumerLeaderMovesUnderLoad(t *testing.T) {
 		if consumer == "" {
 			consumer = consumerName(t, be, stream)
 		}
-		resp, err := be.Conn().RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil)
+		stepDown(ctx, t, be, stream, consumer)
 		cancel()
-		require.NoError(t, err, "move %d: step the consumer's leader down", move)
-		require.NotContains(t, string(resp.Data), `"error"`, "move %d: the step-down", move)
 	}
 	select {
 	case <-done:
