@@ -199,6 +199,7 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 		s.handBackExcess(ctx)
 	}
 	if len(out) > 0 {
+		s.unanswered = time.Time{} // the consumer answers
 		s.correctAttempts(ctx, out)
 	}
 	return out, err
@@ -680,7 +681,6 @@ func (s *jsSub) accept(out []*backend.Message, max int, msg *natsgo.Msg, coming 
 	if meta.streamSeq > s.lastSeq {
 		s.lastSeq = meta.streamSeq
 	}
-	s.unanswered = time.Time{}
 	a := s.newAckID(coming)
 	a.reply = msg.Reply
 	a.renewFrom(now, s.cfg.AckTimeout)
