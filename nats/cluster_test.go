@@ -71,13 +71,7 @@ func TestClusterNodeKilledMidRunLosesNothing(t *testing.T) {
 	killed.Store(true)
 	t.Logf("killed the stream leader %s", leader)
 
-	select {
-	case <-done:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("publishing did not finish within 3 minutes of the kill")
-	}
-	waitNoLoss(t, l, time.Minute)
-	s := l.log(t, t.Name())
+	s := settledAfter(t, done, 3*time.Minute, l)
 	assert.Positive(t, afterKill.Load(), "the cluster kept accepting messages after its stream leader died")
 	assert.GreaterOrEqual(t, s.Published, n/3, "at least the messages before the kill were accepted")
 	assert.Zero(t, s.Lost, "lost: published and never acked")
@@ -195,6 +189,20 @@ func stepDown(ctx context.Context, t *testing.T, be *busnats.Backend, stream, co
 	require.NotContains(t, string(resp.Data), `"error"`, "the step-down of consumer %s", consumer)
 }
 
+// settledAfter waits, up to within, for the publisher to close done,
+// then up to a minute for every message it published to be acked, and
+// returns the ledger's counts.
+func settledAfter(t *testing.T, done <-chan struct{}, within time.Duration, l *ledger) counts {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(within):
+		t.Fatalf("publishing did not finish within %v", within)
+	}
+	waitNoLoss(t, l, time.Minute)
+	return l.log(t, t.Name())
+}
+
 // streamOf looks the stream up.
 func streamOf(ctx context.Context, t *testing.T, be *busnats.Backend, stream string) jetstream.Stream {
 	t.Helper()
@@ -269,13 +277,7 @@ func TestClusterConsumerLeaderMovesUnderLoad(t *testing.T) {
 		stepDown(ctx, t, be, stream, consumer)
 		cancel()
 	}
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("publishing did not finish within 2 minutes")
-	}
-	waitNoLoss(t, l, time.Minute)
-	s := l.log(t, t.Name())
+	s := settledAfter(t, done, 2*time.Minute, l)
 	assert.Equal(t, n, s.Published, "every Publish returned nil")
 	assert.Zero(t, s.Lost, "lost: published and never acked")
 	h := sub.Health()
