@@ -52,7 +52,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("awstest: %v; run `make test`, which installs it", err)
 	}
-	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
+	s := &Server{t: t, bin: bin, port: serverproc.FreePort(t), dir: t.TempDir()}
 	t.Cleanup(s.stop)
 	if err := s.launch(); err != nil {
 		t.Fatalf("awstest: %v", err)
@@ -271,15 +271,4 @@ func pythonOf(bin string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no python3 beside %s to run moto with", bin)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("awstest: find free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
 }

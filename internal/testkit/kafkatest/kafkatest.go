@@ -86,7 +86,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("kafkatest: %v", err)
 		}
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
-		nd := &Node{t: t, c: c, id: i + 1, dir: dir, port: freePort(t), ctrl: freePort(t)}
+		nd := &Node{t: t, c: c, id: i + 1, dir: dir, port: serverproc.FreePort(t), ctrl: serverproc.FreePort(t)}
 		nd.proc = serverproc.Proc{Group: true, StopTimeout: stopTimeout}
 		c.Nodes = append(c.Nodes, nd)
 	}
@@ -109,7 +109,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Logf("kafkatest: cluster start failed, once more on new ports: %v", err)
 			err = c.each(func(nd *Node) error {
 				nd.stop()
-				nd.port, nd.ctrl = freePort(t), freePort(t)
+				nd.port, nd.ctrl = serverproc.FreePort(t), serverproc.FreePort(t)
 				return nil
 			})
 			if err == nil {
@@ -442,15 +442,4 @@ func clusterID(t testing.TB) string {
 			return id
 		}
 	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("kafkatest: find free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
 }

@@ -3,11 +3,11 @@ package natstest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,24 +112,13 @@ func retryOn(tb testing.TB, url string, deadline time.Time, what string, try fun
 // JetStream meta leader.
 const clusterReadyTimeout = 30 * time.Second
 
-// freePorts returns n loopback ports that were free a moment ago, for the
-// cluster routes (every server must know the others' before it starts).
+// freePorts returns n loopback ports that are free now, for the cluster
+// routes (every server must know the others' before it starts).
 func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("natstest: free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = serverproc.FreePort(tb)
 	}
 	return ports
 }

@@ -56,7 +56,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	s := &Server{t: t, bin: bin, port: freePort(t), dir: dir, attr: attr}
+	s := &Server{t: t, bin: bin, port: serverproc.FreePort(t), dir: dir, attr: attr}
 	if err := s.initdb(); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -232,15 +232,4 @@ func binDir(t testing.TB) string {
 func isExec(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pgtest: find free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
 }

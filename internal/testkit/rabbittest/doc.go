@@ -3,8 +3,10 @@
 // # Nodes
 //
 // [Start] starts a RabbitMQ node in a temporary directory: its own node
-// name, AMQP, distribution and epmd ports (free 127.0.0.1 ports, and one
-// for the management API with [WithManagement]), its own
+// name, AMQP, distribution and epmd ports (free 127.0.0.1 ports below the
+// kernel's ephemeral range, and one for the management API with
+// [WithManagement]; a new node that exits at start, a port taken before
+// it bound it, starts once more on new ports), its own
 // data directory (RABBITMQ_MNESIA_BASE), log directory, enabled-plugins
 // file, configuration file and HOME (which holds the Erlang cookie), so a
 // test never touches a node the machine runs. The harness starts the epmd

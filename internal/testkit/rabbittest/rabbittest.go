@@ -54,7 +54,7 @@ type Option func(*Node)
 // free 127.0.0.1 port (see Node.ManagementURL). The plugin makes the
 // node's start longer: only tests that inspect the node turn it on.
 func WithManagement() Option {
-	return func(n *Node) { n.mgmt = freePort(n.t) }
+	return func(n *Node) { n.mgmt = serverproc.FreePort(n.t) }
 }
 
 // Start starts a node and waits until it accepts AMQP connections (and,
@@ -62,8 +62,8 @@ func WithManagement() Option {
 // its directory removed, when the test ends.
 func Start(t testing.TB, opts ...Option) *Node {
 	t.Helper()
-	n := newNode(t, freePort(t), true, "", opts...)
-	if err := n.launch(); err != nil {
+	n := newNode(t, serverproc.FreePort(t), true, "", opts...)
+	if err := n.launchNew(); err != nil {
 		t.Fatalf("rabbittest: %v", err)
 	}
 	return n
@@ -76,7 +76,7 @@ func Start(t testing.TB, opts ...Option) *Node {
 // every node. The nodes are stopped when the test ends.
 func StartCluster(t testing.TB, size int) []*Node {
 	t.Helper()
-	epmd := freePort(t)
+	epmd := serverproc.FreePort(t)
 	cookie := fmt.Sprintf("BUSTEST%dC%d", os.Getpid(), seq.Add(1))
 	nodes := make([]*Node, size)
 	for i := range nodes {
@@ -88,7 +88,7 @@ func StartCluster(t testing.TB, size int) []*Node {
 	errs := make([]error, size)
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Go(func() { errs[i] = n.launch() })
+		wg.Go(func() { errs[i] = n.launchNew() })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -124,7 +124,7 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string, opts ...Optio
 	n := &Node{
 		t: t, dir: dir,
 		name: fmt.Sprintf("bustest%d_%d@localhost", os.Getpid(), seq.Add(1)),
-		amqp: freePort(t), dist: freePort(t), epmd: epmd, ownsEpmd: ownsEpmd,
+		amqp: serverproc.FreePort(t), dist: serverproc.FreePort(t), epmd: epmd, ownsEpmd: ownsEpmd,
 		// The group: helpers of the VM (erl_child_setup) are frozen and
 		// stopped with it.
 		proc: serverproc.Proc{Group: true, StopTimeout: stopTimeout},
@@ -132,8 +132,13 @@ func newNode(t testing.TB, epmd int, ownsEpmd bool, cookie string, opts ...Optio
 	for _, o := range opts {
 		o(n)
 	}
-	if err := n.writeConfig(cookie); err != nil {
+	if err := n.writeConfig(); err != nil {
 		t.Fatalf("rabbittest: %v", err)
+	}
+	if cookie != "" {
+		if err := os.WriteFile(filepath.Join(dir, "home", ".erlang.cookie"), []byte(cookie), 0o400); err != nil {
+			t.Fatalf("rabbittest: %v", err)
+		}
 	}
 	t.Cleanup(n.stop)
 	return n
@@ -222,14 +227,10 @@ func (n *Node) stop() {
 	n.epmdProc.Stop(syscall.SIGKILL)
 }
 
-func (n *Node) writeConfig(cookie string) error {
+// writeConfig writes the node's configuration: its ports, its plugins.
+func (n *Node) writeConfig() error {
 	for _, d := range []string{"mnesia", "log", "home"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
-			return err
-		}
-	}
-	if cookie != "" {
-		if err := os.WriteFile(filepath.Join(n.dir, "home", ".erlang.cookie"), []byte(cookie), 0o400); err != nil {
 			return err
 		}
 	}
@@ -273,6 +274,27 @@ func (n *Node) env() []string {
 		// group and the parent-death signal reach it.
 		"RUNNING_UNDER_SYSTEMD=1",
 	)
+}
+
+// launchNew launches a node that has not run before, and when it exits at
+// start (a port taken by another process between its choice and the
+// node's bind, which comes seconds into the boot), once more on new
+// ports. A node that has run keeps its ports (Restart).
+func (n *Node) launchNew() error {
+	err := n.launch()
+	if !errors.Is(err, serverproc.ErrExitedAtStart) {
+		return err
+	}
+	n.t.Logf("rabbittest: %s: once more on new ports after: %v", n.name, err)
+	n.proc.Stop(syscall.SIGKILL)
+	n.amqp, n.dist = serverproc.FreePort(n.t), serverproc.FreePort(n.t)
+	if n.mgmt != 0 {
+		n.mgmt = serverproc.FreePort(n.t)
+	}
+	if err := n.writeConfig(); err != nil {
+		return err
+	}
+	return n.launch()
 }
 
 func (n *Node) launch() error {
@@ -346,15 +368,4 @@ func (n *Node) sbin(name string) string {
 	}
 	n.t.Fatalf("rabbittest: %s not found (/usr/lib/rabbitmq/bin, PATH); run `make test`, which installs rabbitmq-server", name)
 	return ""
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("rabbittest: find free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
 }

@@ -47,7 +47,7 @@ type Server struct {
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin := lookBinary(t, "redis-server")
-	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
+	s := &Server{t: t, bin: bin, port: serverproc.FreePort(t), dir: t.TempDir(), args: args}
 	t.Cleanup(s.stop)
 	if err := s.launch(); err != nil {
 		t.Fatalf("redistest: %v", err)
@@ -166,17 +166,6 @@ func lookBinary(t testing.TB, name string) string {
 		t.Fatalf("redistest: %s not found on PATH (%v); run `make test`, which installs it", name, err)
 	}
 	return p
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: find free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
 }
 
 // command sends one inline command and returns a simple-string or bulk-string

@@ -1,10 +1,12 @@
 // Package serverproc starts a server process for a test
 // (internal/testkit/redistest, natstest, pgtest, rabbittest, kafkatest),
 // waits for it to answer, reads the end of its log for the error when it
-// does not, and freezes, resumes and stops it (Proc).
+// does not, and freezes, resumes and stops it (Proc); FreePort picks the
+// port it listens on.
 package serverproc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +27,12 @@ func Start(cmd *exec.Cmd) (<-chan struct{}, error) {
 	return done, nil
 }
 
+// ErrExitedAtStart is wrapped by WaitReady's error when the server exited
+// before it answered: a port taken between its choice and the server's
+// bind ends a server so, and a harness may start it once more on new
+// ports.
+var ErrExitedAtStart = errors.New("exited at start")
+
 // WaitReady calls ready every 20 ms until it returns nil, the process
 // exits (done closes) or timeout passes; name names the server in the
 // error, which ends with the tail of the log at logPath.
@@ -37,7 +45,7 @@ func WaitReady(name string, timeout time.Duration, done <-chan struct{}, logPath
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited at start: %s", name, LogTail(logPath))
+			return fmt.Errorf("%s %w: %s", name, ErrExitedAtStart, LogTail(logPath))
 		default:
 		}
 		if time.Now().After(deadline) {

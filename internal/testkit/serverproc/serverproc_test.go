@@ -30,6 +30,7 @@ func TestWaitReadyReturnsWhenReadyAndReportsExitAndTimeoutWithTheLog(t *testing.
 	close(exited)
 	err = serverproc.WaitReady("srv", time.Minute, exited, logPath, func() error { return errors.New("refused") })
 	assert.ErrorContains(t, err, "srv exited at start: FATAL: port in use", "an exited process is reported with its log")
+	assert.ErrorIs(t, err, serverproc.ErrExitedAtStart, "a harness can tell an exit at start")
 
 	err = serverproc.WaitReady("srv", 30*time.Millisecond, nil, filepath.Join(t.TempDir(), "none.log"), func() error { return errors.New("refused") })
 	assert.ErrorContains(t, err, "did not answer within 30ms (refused): (no log)", "a timeout says the last error and that there is no log")
