@@ -1,9 +1,13 @@
 package redistest
 
 import (
+	"context"
 	"os"
+	"slices"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -50,4 +54,16 @@ func TestStartClusterReachesStateOK(t *testing.T) {
 	info, err := command(c.Nodes[0].Addr(), "CLUSTER INFO")
 	require.NoError(t, err)
 	require.Contains(t, info, "cluster_state:ok")
+	for _, n := range c.Nodes {
+		// The cluster bus listens on the port the harness checked, not
+		// on the node's port + 10000, which nobody checked (it may lie
+		// in the kernel's ephemeral range).
+		i := slices.Index(n.args, "--cluster-port")
+		require.GreaterOrEqual(t, i, 0, "the harness gives node %s a cluster port", n.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		got, err := rdb.ConfigGet(context.Background(), "cluster-port").Result()
+		_ = rdb.Close()
+		require.NoError(t, err)
+		assert.Equal(t, n.args[i+1], got["cluster-port"], "node %s listens for the cluster bus on the harness's port", n.Addr())
+	}
 }
