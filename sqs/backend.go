@@ -23,6 +23,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/eventbus-go/bus/backend"
+	"github.com/eventbus-go/bus/internal/sdkhttp"
 )
 
 // Backend is the SNS+SQS backend. It is safe for concurrent use.
@@ -73,7 +74,7 @@ func New(ctx context.Context, o *Options) (*Backend, error) {
 	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		transport = bc.GetTransport()
 	}
-	cfg.HTTPClient = &http.Client{Transport: transport, Timeout: opts.RequestTimeout}
+	cfg.HTTPClient = sdkhttp.Client{HTTP: &http.Client{Transport: transport, Timeout: opts.RequestTimeout}}
 	b := &Backend{
 		opts:      opts,
 		transport: transport,
@@ -328,7 +329,7 @@ func (b *Backend) publishBatch(ctx context.Context, arn string, enc []encoded, r
 		}
 		entries = append(entries, e)
 	}
-	out, err := b.sns.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: entries})
+	out, err := b.sns.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: entries}, noRepeatSNS)
 	if err != nil {
 		for i := r.from; i < r.to; i++ {
 			errs[i] = err
@@ -443,18 +444,19 @@ func queuePolicy(queueArn, topicArn string) string {
 
 // newRetryer returns the SDK's retryer for the backend's requests. The
 // bus owns retries: a request that failed is not repeated, with one
-// exception. When the connection closed under a request (net.ErrClosed:
-// the HTTP client closed it on a write error while the answer was being
-// read, aws-sdk-go-v2 issue 2737), the answer may have come or not, and
-// the request is repeated once, at once. Every request of the backend is
-// safe to repeat so: creating and subscribing are idempotent, deleting
-// and changing a visibility act on a receipt handle, a FIFO topic
-// deduplicates a publish by its deduplication ID, a receive whose answer
-// was lost hands its messages out again after their visibility timeout,
-// and a standard topic's repeated publish delivers a message twice at
-// most, the same ID in both, as at-least-once allows. The one request
-// that is not (a release's SendMessageBatch, whose copies would be
-// handed out twice) turns the repeat off (noRepeat).
+// exception. When the connection closed under a request (net.ErrClosed)
+// while its answer was being read, the request may have taken effect or
+// not, and it is repeated once, at once. (The backend's HTTP client,
+// sdkhttp.Client, removes the known cause, aws-sdk-go-v2 issue 2737; the
+// repeat covers any other.) The requests repeated so are safe to repeat:
+// creating and subscribing are idempotent, deleting and changing a
+// visibility act on a receipt handle, and a receive whose answer was
+// lost hands its messages out again after their visibility timeout (on
+// a FIFO queue at once, by its receive request attempt ID). Publish is
+// never repeated, as the backend contract says: a standard topic would
+// deliver a repeated batch twice. Neither is a release's
+// SendMessageBatch, whose copies would be handed out twice. Both turn
+// the repeat off (noRepeat, noRepeatSNS).
 func newRetryer() aws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = 2
@@ -468,6 +470,9 @@ func newRetryer() aws.Retryer {
 
 // noRepeat turns the repeat of newRetryer off for one SQS request.
 func noRepeat(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }
+
+// noRepeatSNS turns the repeat of newRetryer off for one SNS request.
+func noRepeatSNS(o *sns.Options) { o.Retryer = aws.NopRetryer{} }
 
 // setupAttempts bounds the tries of an idempotent setup call.
 const setupAttempts = 3

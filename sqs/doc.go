@@ -76,15 +76,16 @@
 // such a message returns after its lease, the subscription's ack
 // timeout. Setup requests (creating a topic or a queue, its
 // policy, the subscription) are idempotent and are tried up to three
-// times when they fail with no answer from AWS. Other requests are
-// repeated once, at once, only when the connection closed under them
-// (the HTTP client closed it while the answer was being read, so the
-// request may have taken effect): a receive then hands its messages out
-// again after their lease, a deletion or a visibility change acts on
-// the same receipt handle, a FIFO publish is deduplicated by its
-// deduplication ID, and a standard publish may deliver a message twice,
-// with one ID, as at-least-once allows. A release's copies are never
-// sent twice.
+// times when they fail with no answer from AWS. Publish is never
+// repeated: a failed PublishBatch fails its messages, which may have
+// been stored (the caller's retry, with the same IDs, may deliver a
+// message twice on a standard topic; a FIFO topic deduplicates it).
+// Receives and settlements are repeated once, at once, only when the
+// connection closed under them while the answer was being read: a
+// receive then hands its messages out again after their lease (on a
+// FIFO queue at once, by its receive request attempt ID), a deletion or
+// a visibility change acts on the same receipt handle. A release's
+// copies are never sent twice.
 //
 // SQS accepts a receipt handle that a newer receive superseded (the
 // emulator the tests run on does, for ChangeMessageVisibility and

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/eventbus-go/bus/internal/sdkhttp"
 	"github.com/eventbus-go/bus/internal/testkit/serverproc"
 )
 
@@ -122,7 +123,7 @@ func (s *Server) snsClient(cfg aws.Config) *sns.Client {
 // clientConfig is the configuration of a client of the server: its
 // region and the credentials it accepts, over hc.
 func clientConfig(hc *http.Client) aws.Config {
-	return aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: hc}
+	return aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), HTTPClient: sdkhttp.Client{HTTP: hc}}
 }
 
 // closedAtEnd returns an HTTP client whose idle connections close when
