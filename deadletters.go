@@ -279,7 +279,7 @@ func decodeDeadLetter(m *backend.Message) DeadLetter {
 // itself what was parked behind the head meanwhile (see
 // consumer.endDrain).
 func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, stored *backend.Message) (int, error) {
-	parked, copies, err := b.parkedBehind(ctx, in, dlq, head, "")
+	parked, copies, err := b.parkedBehind(ctx, in, dlq, head)
 	if err != nil {
 		return 0, err
 	}
@@ -299,15 +299,16 @@ func (b *Bus) replayHold(ctx context.Context, in backend.Inspector, dlq string, 
 }
 
 // parkedBehind reads the messages of dlq parked behind head, in their
-// order, but the one whose ID is but, and the copies they were read from.
-func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but string) (parked []DeadLetter, copies []*backend.Message, err error) {
+// order, but those whose IDs are in but, and the copies they were read
+// from.
+func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, but ...string) (parked []DeadLetter, copies []*backend.Message, err error) {
 	type read struct {
 		dl   DeadLetter
 		copy *backend.Message
 	}
 	var found []read
 	err = peek.All(ctx, in, dlq, peekPage, func(m *backend.Message) bool {
-		if m.Key == head.Key && m.Headers[headerHeldBy] == head.ID && m.ID != but &&
+		if m.Key == head.Key && m.Headers[headerHeldBy] == head.ID && !slices.Contains(but, m.ID) &&
 			m.Headers[backend.HeaderDeadLetterTopic] == head.Topic && m.Headers[backend.HeaderDeadLetterGroup] == head.Group {
 			found = append(found, read{decodeDeadLetter(m), m})
 		}
@@ -333,7 +334,7 @@ func (b *Bus) parkedBehind(ctx context.Context, in backend.Inspector, dlq string
 // the key acknowledges the release unhandled and ends the hold as after
 // a replayed head (see replayHold).
 func (b *Bus) releaseHold(ctx context.Context, in backend.Inspector, dlq string, head *DeadLetter, raw *backend.Message) (int, error) {
-	parked, copies, err := b.parkedBehind(ctx, in, dlq, head, "")
+	parked, copies, err := b.parkedBehind(ctx, in, dlq, head)
 	if err != nil {
 		return 0, err
 	}

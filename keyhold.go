@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -143,6 +144,11 @@ type keyHolds struct {
 type keyHold struct {
 	head  string
 	until string // "": the head has not come back
+	// back are the earlier untils of the hold, which came back: a
+	// replay stores a message again before it removes its copy from
+	// the dead-letter topic, so their copies may still be there, no
+	// longer parked.
+	back []string
 }
 
 func (h *keyHolds) get(key string) (keyHold, bool) {
@@ -164,12 +170,12 @@ func (h *keyHolds) set(key, id string) {
 }
 
 // drain marks the hold of key behind head as ending when until comes
-// back.
-func (h *keyHolds) drain(key, head, until string) {
+// back; back are the untils of the hold that came back before.
+func (h *keyHolds) drain(key, head, until string, back []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if k, ok := h.heads[key]; ok && k.head == head {
-		h.heads[key] = keyHold{head: head, until: until}
+		h.heads[key] = keyHold{head: head, until: until, back: back}
 	}
 }
 
@@ -288,14 +294,17 @@ func (s *consumer) startDrain(key, head string, d *record) {
 		s.endDrain(key, keyHold{head: head, until: head})
 		return
 	}
-	s.holds.drain(key, head, until)
+	s.holds.drain(key, head, until, nil)
 }
 
 // endDrain is called when the message h.until ends the hold of key
 // comes back: what is still parked behind h.head then (parked after the
 // replay read the parked messages, or while the hold ended) is replayed
 // after it, in order, and the hold ends when the last of those is back;
-// with nothing parked, the hold ends now. A failure is reported and ends
+// with nothing parked, the hold ends now. The copies of h.until and of
+// the untils before it are not parked any more, even while they are
+// still on the dead-letter topic (the replay that brought them back
+// removes them after it stored them again): they are not replayed twice. A failure is reported and ends
 // the hold: what is left parked stays on the dead-letter topic, where
 // HeldKeys lists it and ReleaseKey replays it.
 func (s *consumer) endDrain(key string, h keyHold) {
@@ -304,7 +313,8 @@ func (s *consumer) endDrain(key string, h keyHold) {
 	in := s.bus.be.(backend.Inspector)
 	dlq := s.cfg.DeadLetter
 	head := &DeadLetter{Message: Message{ID: h.head, Key: key}, Topic: s.cfg.Topic, Group: s.cfg.Group}
-	parked, copies, err := s.bus.parkedBehind(ctx, in, dlq, head, h.until)
+	back := append(slices.Clip(h.back), h.until)
+	parked, copies, err := s.bus.parkedBehind(ctx, in, dlq, head, back...)
 	for i := 0; err == nil && i < len(parked); i++ {
 		err = s.bus.replay(ctx, in, dlq, &parked[i], copies[i])
 	}
@@ -316,7 +326,7 @@ func (s *consumer) endDrain(key string, h keyHold) {
 		}
 		return
 	}
-	s.holds.drain(key, h.head, parked[len(parked)-1].ID)
+	s.holds.drain(key, h.head, parked[len(parked)-1].ID, back)
 }
 
 // markHold sets the hold headers of cp, the dead-letter copy of d made

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,6 +293,98 @@ func TestKeyHoldReplayKeepsOrderWithLiveTraffic(t *testing.T) {
 				held, err = b.HeldKeys(ctx, "ledger.dlq")
 				return err == nil && len(held) == 0
 			}, "nothing held or parked")
+		})
+	}
+}
+
+// slowRemoval is an interleaving backend whose first removal of a
+// copy of the message with payload from a dead-letter topic waits for
+// release: a replay has stored that message again, and the subscription
+// handles it, and what comes after it, while its copy is still there.
+type slowRemoval struct {
+	*interleaving
+	payload string
+	waiting chan struct{} // closed when the removal waits
+	release chan struct{}
+	once    atomic.Bool
+}
+
+func (b *slowRemoval) DeleteCopies(ctx context.Context, name string, msgs []*bus.BackendMessage) (int, error) {
+	for _, m := range msgs {
+		if string(m.Payload) == b.payload && b.once.CompareAndSwap(false, true) {
+			close(b.waiting)
+			select {
+			case <-b.release:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	return b.interleaving.DeleteCopies(ctx, name, msgs)
+}
+
+// The hold of a key ends once, each parked message handled once, also
+// when the replay that brings the last parked message back removes its
+// copy from the dead-letter topic only after the subscription handled it
+// and the live message parked behind it.
+func TestKeyHoldReplaysAParkedMessageOnceWhileItsCopyIsRemoved(t *testing.T) {
+	for _, release := range []bool{false, true} {
+		t.Run(map[bool]string{false: "replay", true: "release"}[release], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			mem, err := inmemory.New(nil)
+			require.NoError(t, err)
+			be := &slowRemoval{interleaving: &interleaving{Backend: mem}, payload: "acct/2", waiting: make(chan struct{}), release: make(chan struct{})}
+			b := bus.New(be, bus.WithObserver(observer.Nop()))
+			defer closeBus(t, b)
+			var fixed atomic.Bool
+			log := &orderLog{}
+			_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
+				if string(d.Payload) == "acct/0" && !fixed.Load() {
+					return bus.Reject(errors.New("poisoned"))
+				}
+				log.add(d)
+				return nil
+			}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+			require.NoError(t, err)
+			require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
+			var held []bus.HeldKey
+			waitHold(t, func() bool {
+				held, err = b.HeldKeys(ctx, "ledger.dlq")
+				return err == nil && len(held) == 1 && held[0].Parked == 2
+			}, "acct held, 2 parked")
+			be.head = held[0].Head
+			fixed.Store(true)
+			want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
+			if release {
+				want = want[1:]
+			}
+			replayed := make(chan error, 1)
+			go func() {
+				if release {
+					_, err := b.ReleaseKey(ctx, "ledger.dlq", "ledger", "default", "acct")
+					replayed <- err
+					return
+				}
+				_, err := b.ReplayDeadLetters(ctx, "ledger.dlq", held[0].Head)
+				replayed <- err
+			}()
+			select {
+			case <-be.waiting:
+			case <-ctx.Done():
+				t.Fatal("the replay removes acct/2's copy")
+			}
+			waitHold(t, func() bool { return log.len() >= len(want) }, "the parked messages and the live one handled while acct/2's copy is still parked")
+			close(be.release)
+			require.NoError(t, <-replayed)
+			// A message published now runs after anything of the key
+			// stored before it, a second acct/2 included.
+			require.NoError(t, b.Publish(ctx, "ledger", &bus.Message{Key: "acct", Payload: []byte("acct/5")}))
+			waitHold(t, func() bool { return slices.Contains(log.list(), "acct/5#1") }, "acct/5 handled")
+			assert.Equal(t, append(want, "acct/5#1"), log.list(), "each message handled once, in order")
+			keys, err := b.HeldKeys(ctx, "ledger.dlq")
+			require.NoError(t, err)
+			assert.Empty(t, keys, "nothing held or parked")
 		})
 	}
 }
