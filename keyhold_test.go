@@ -247,6 +247,42 @@ func (b *interleaving) Publish(ctx context.Context, topic string, msgs []*bus.Ba
 	return nil
 }
 
+// holdLedger starts a bus on be, whose interleaving part is il, with a
+// key-ordered KeyHold subscription to "ledger" that rejects acct/0 until
+// it is fixed; publishes acct/0, acct/1 and acct/2; waits until acct is
+// held with two parked; fixes the handler and names the head for il.
+// It returns the bus (closed when t ends), the handled messages, the
+// head's ID, and the order the replay of the head (or, with release,
+// the release of the key) must handle them in, the live message last.
+func holdLedger(ctx context.Context, t *testing.T, be bus.Backend, il *interleaving, release bool) (*bus.Bus, *orderLog, string, []string) {
+	t.Helper()
+	b := bus.New(be, bus.WithObserver(observer.Nop()))
+	t.Cleanup(func() { closeBus(t, b) })
+	var fixed atomic.Bool
+	log := &orderLog{}
+	_, err := b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
+		if string(d.Payload) == "acct/0" && !fixed.Load() {
+			return bus.Reject(errors.New("poisoned"))
+		}
+		log.add(d)
+		return nil
+	}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
+	var held []bus.HeldKey
+	waitHold(t, func() bool {
+		held, err = b.HeldKeys(ctx, "ledger.dlq")
+		return err == nil && len(held) == 1 && held[0].Parked == 2
+	}, "acct held, 2 parked")
+	il.head = held[0].Head
+	fixed.Store(true)
+	want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
+	if release {
+		want = want[1:] // the released head stays a dead letter
+	}
+	return b, log, held[0].Head, want
+}
+
 // A message of a held key published while its head is replayed, stored
 // between the head and the parked messages, runs after the parked
 // messages, not before: it is parked while they come back, and replayed
@@ -258,39 +294,18 @@ func TestKeyHoldReplayKeepsOrderWithLiveTraffic(t *testing.T) {
 			mem, err := inmemory.New(nil)
 			require.NoError(t, err)
 			be := &interleaving{Backend: mem}
-			b := bus.New(be, bus.WithObserver(observer.Nop()))
-			defer closeBus(t, b)
-			var fixed atomic.Bool
-			log := &orderLog{}
-			_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
-				if string(d.Payload) == "acct/0" && !fixed.Load() {
-					return bus.Reject(errors.New("poisoned"))
-				}
-				log.add(d)
-				return nil
-			}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
-			require.NoError(t, err)
-			require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
-			var held []bus.HeldKey
-			waitHold(t, func() bool {
-				held, err = b.HeldKeys(ctx, "ledger.dlq")
-				return err == nil && len(held) == 1 && held[0].Parked == 2
-			}, "acct held, 2 parked")
-			be.head = held[0].Head
-			fixed.Store(true)
-			want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
+			b, log, head, want := holdLedger(ctx, t, be, be, release)
 			if release {
 				_, err = b.ReleaseKey(ctx, "ledger.dlq", "ledger", "default", "acct")
-				want = want[1:]
 			} else {
-				_, err = b.ReplayDeadLetters(ctx, "ledger.dlq", held[0].Head)
+				_, err = b.ReplayDeadLetters(ctx, "ledger.dlq", head)
 			}
 			require.NoError(t, err)
 			waitHold(t, func() bool { return log.len() == len(want) }, "every message handled")
 			assert.True(t, be.live.Load(), "the live message came between the head and the parked ones")
 			assert.Equal(t, want, log.list())
 			waitHold(t, func() bool {
-				held, err = b.HeldKeys(ctx, "ledger.dlq")
+				held, err := b.HeldKeys(ctx, "ledger.dlq")
 				return err == nil && len(held) == 0
 			}, "nothing held or parked")
 		})
@@ -335,30 +350,7 @@ func TestKeyHoldReplaysAParkedMessageOnceWhileItsCopyIsRemoved(t *testing.T) {
 			mem, err := inmemory.New(nil)
 			require.NoError(t, err)
 			be := &slowRemoval{interleaving: &interleaving{Backend: mem}, payload: "acct/2", waiting: make(chan struct{}), release: make(chan struct{})}
-			b := bus.New(be, bus.WithObserver(observer.Nop()))
-			defer closeBus(t, b)
-			var fixed atomic.Bool
-			log := &orderLog{}
-			_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
-				if string(d.Payload) == "acct/0" && !fixed.Load() {
-					return bus.Reject(errors.New("poisoned"))
-				}
-				log.add(d)
-				return nil
-			}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
-			require.NoError(t, err)
-			require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
-			var held []bus.HeldKey
-			waitHold(t, func() bool {
-				held, err = b.HeldKeys(ctx, "ledger.dlq")
-				return err == nil && len(held) == 1 && held[0].Parked == 2
-			}, "acct held, 2 parked")
-			be.head = held[0].Head
-			fixed.Store(true)
-			want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
-			if release {
-				want = want[1:]
-			}
+			b, log, head, want := holdLedger(ctx, t, be, be.interleaving, release)
 			replayed := make(chan error, 1)
 			go func() {
 				if release {
@@ -366,7 +358,7 @@ func TestKeyHoldReplaysAParkedMessageOnceWhileItsCopyIsRemoved(t *testing.T) {
 					replayed <- err
 					return
 				}
-				_, err := b.ReplayDeadLetters(ctx, "ledger.dlq", held[0].Head)
+				_, err := b.ReplayDeadLetters(ctx, "ledger.dlq", head)
 				replayed <- err
 			}()
 			select {
