@@ -89,8 +89,8 @@ func TestReceiveWithEndedCtxReturnsWhatIsComing(t *testing.T) {
 }
 
 // With capacity beyond what is coming, a Receive asks for more with a
-// second request; the server serves the older one first, and an extra
-// request it refuses or ends empty is forgotten: Coming stays exact.
+// second request, and an extra request the server refuses or ends empty
+// is forgotten: Coming stays exact.
 func TestExtraRequestKeepsComingExact(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -157,4 +157,84 @@ func TestCloseWithMessagesComingLetsTheLockLapse(t *testing.T) {
 		require.True(t, held, "the leaving member's lock is free")
 		assert.Equal(t, coming, takeover, "the next holder takes the lock over when messages were coming")
 	}
+}
+
+// The server hands its open requests one delivery each in turn, and a
+// request ends full without a word: Coming stays exact when one request
+// ends early (here it expires) after sharing deliveries with another
+// that then fills, and nothing is left waiting for messages that do
+// not come.
+func TestRequestsServedInTurnKeepComingExact(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, s, topic := newInternalSub(ctx, t, "coming-turns")
+	require.NoError(t, s.openRequest(3, pullBrief, false), "a request that expires soon")
+	require.NoError(t, s.openRequest(10, pullWait, true), "a request that waits")
+	publishIDs(ctx, t, b, topic, "m-0", "m-1")
+	// Each request gets one, then the first expires with a status.
+	require.Eventually(t, func() bool { return len(s.in.ch) >= 3 }, 5*time.Second, time.Millisecond,
+		"two deliveries and the end of the first request reach the inbox")
+	ids := []string{"m-2", "m-3", "m-4", "m-5", "m-6", "m-7", "m-8", "m-9", "m-10"}
+	publishIDs(ctx, t, b, topic, ids...)
+	require.Eventually(t, func() bool { return len(s.in.ch) >= 12 }, 5*time.Second, time.Millisecond,
+		"the second request's deliveries reach the inbox")
+
+	got, err := s.Receive(ctx, 11)
+	require.NoError(t, err, "receive")
+	var gotIDs []string
+	for _, m := range got {
+		gotIDs = append(gotIDs, m.ID)
+	}
+	assert.Equal(t, append([]string{"m-0", "m-1"}, ids...), gotIDs, "every delivery, in order")
+	assert.Zero(t, s.Coming(), "both requests have ended")
+	assert.Empty(t, s.open, "no request is left open")
+}
+
+// A request that waits until it is full and whose end the server never
+// confirms (a server before 2.10 drops one that expires as a message
+// comes) is forgotten once its time is up: the Receive ends without an
+// error, and the next asks again.
+func TestBriefRequestEndedWithoutAWordIsForgotten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, s, topic := newInternalSub(ctx, t, "coming-dropped")
+	// The request as the client sees it, never sent.
+	s.open = append(s.open, openPull{reply: s.inbox + "999", kind: pullBrief, asked: 4, left: 4, until: time.Now().Add(briefWait + briefGrace)})
+	s.owed = 4
+	start := time.Now()
+	got, err := s.Receive(ctx, 4)
+	require.NoError(t, err, "the Receive ends without an error")
+	assert.Empty(t, got)
+	assert.Less(t, time.Since(start), longPoll, "it ends when the request's time is up")
+	assert.Zero(t, s.Coming(), "nothing is coming")
+	assert.Empty(t, s.open)
+
+	publishIDs(ctx, t, b, topic, "m-0")
+	got, err = s.Receive(ctx, 4)
+	require.NoError(t, err, "the next Receive asks again")
+	require.Len(t, got, 1)
+	assert.Equal(t, "m-0", got[0].ID)
+}
+
+// While messages flow fast, a request asks for what the flow brings in
+// half of briefWait; once the flow stops, requests end with what the
+// stream holds again.
+func TestBriefBatchFollowsTheFlow(t *testing.T) {
+	now := monoNow()
+	start := now - int64(3*briefWait)
+	s := &jsSub{flowFrom: start}
+	const perSecond = 10000
+	step := int64(time.Second) / perSecond
+	for at := start; at <= now; at += step {
+		s.owed = 1 << 20 // no request ends
+		s.delivered(at)
+	}
+	want := perSecond * briefWait.Seconds() / 2
+	assert.InDelta(t, want, s.briefBatch(), want/10, "what the flow brings in half of briefWait")
+
+	s.rate = briefMin / briefWait.Seconds() // half of briefMin in half a window
+	assert.Zero(t, s.briefBatch(), "a slow flow asks for what the stream holds")
+	s.rate = perSecond
+	s.flowFrom = monoNow() - 3*int64(briefWait)
+	assert.Zero(t, s.briefBatch(), "a flow that stopped asks for what the stream holds")
 }

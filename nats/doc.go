@@ -66,43 +66,55 @@
 // each message stored as soon as its ack arrives, and the failures once
 // the batch's wait ends.
 //
-// Each bus group is a durable pull consumer with explicit acks, AckWait =
-// the longest ack timeout its members asked for (a member with a shorter
-// one never shortens the others' leases; to shorten a group's, delete its
-// consumer), MaxDeliver above the bus's max deliveries (the bus
-// dead-letters first; the server's limit is a safety net) and
-// MaxAckPending = 2*MaxInFlight + 512 (room for acks in transit). A member
-// pulls at most the capacity the bus reserved for one Receive, with one
-// request that the server holds for under a second until the first
-// message and ends as soon as it delivered what the stream had (servers
-// before 2.10 end it with a 408 status, later ones with 404). When the
-// server refuses such a request because an older one is still open, the
-// member waits for one message and then takes what else is there. No
-// messages are prefetched, so none sits in a buffer while its AckWait
-// runs. A replicated consumer that is electing its leader (right after
-// it is made, or when its leader moves) answers no pull request, ends
-// those its old leader held with a 409 status, or leaves one sent as the
-// leader steps down unanswered: the member looks the consumer up, with
-// short waits, until it has a leader, and the Receive ends with what it
-// has and no error, as long as the requests have gone unanswered for
-// less than five seconds; past that, the Receive fails. A consumer that
-// the server lost
-// (deleted, or a memory stream after a restart) is re-created and
-// reported to the observer (observer.ScopeReclaim): on a stream that had
-// to be re-created too it starts at the stream's beginning; otherwise
-// right after the last message the member received, or at the group's
+// Each bus group is a durable pull consumer with explicit acks, AckWait
+// = the longest ack timeout its members asked for (a member with a
+// shorter one never shortens the others' leases; to shorten a group's,
+// delete its consumer), MaxDeliver above the bus's max deliveries (the
+// bus dead-letters first; the server's limit is a safety net) and
+// MaxAckPending = 2*MaxInFlight + 512 (room for acks in transit). A
+// member pulls at most the capacity the bus reserved for one Receive,
+// with one request that the server holds for under a second until the
+// first message and ends as soon as it delivered what the stream had
+// (servers before 2.10 end it with a 408 status, later ones with 404).
+// When the server refuses such a request because an older one is still
+// open, the member waits for one message and then takes what else is
+// there. While messages flow faster than such requests can be answered
+// one by one, a member asks instead for what the flow brings in 50 ms,
+// with requests that wait up to 100 ms until they are full, the next
+// sent as the last fills, as the client library's Consume keeps its
+// requests open: a steady flow fills them, and they end without a status
+// message. The server hands the open requests of a member one delivery
+// each in turn, so the member counts what they owe together, and a
+// status message that ends one says what it still owed. Such a request
+// that the server neither fills nor ends within 120 ms is taken as ended
+// (servers before 2.10 drop one that expires just as a message comes,
+// without a status message), and the next Receive asks again. No
+// messages are prefetched beyond the capacity the bus reserved, so none
+// sits in a buffer while its AckWait runs. A replicated consumer that is
+// electing its leader (right after it is made, or when its leader moves)
+// answers no pull request, ends those its old leader held with a 409
+// status, or leaves one sent as the leader steps down unanswered: the
+// member looks the consumer up, with short waits, until it has a leader,
+// and the Receive ends with what it has and no error, as long as the
+// requests have gone unanswered for less than five seconds; past that,
+// the Receive fails. A consumer that the server lost (deleted, or a
+// memory stream after a restart) is re-created and reported to the
+// observer (observer.ScopeReclaim): on a stream that had to be
+// re-created too it starts at the stream's beginning; otherwise right
+// after the last message the member received, or at the group's
 // StartFrom if it had received none. Deliveries that were unacked when
 // the consumer vanished cannot be settled any more; they are delivered
 // again only if they come after that point. A pull request that a
 // Receive's ctx cut short (the bus closing the member) may still be
-// filled by the server: the member waits up to 50 ms for its end, or else
-// moves to a fresh inbox and drains the old one, and Receive returns what
-// came with the ctx's error, for the bus to handle or give back, rather
-// than leaving it pending in an inbox nobody reads until AckWait. A
-// member that closes while the server may still answer a pull request of
-// its (messages of a pull still coming, or, in a cluster, a request it
-// gave up on: a server other than the member's may deliver to the old
-// inbox until the unsubscribe reaches it) lets its group lock lapse at
+// filled by the server: the member waits up to 50 ms for its end (a
+// request that waits until it is full, until it expires), or else moves
+// to a fresh inbox and drains the old one, and Receive returns what came
+// with the ctx's error, for the bus to handle or give back, rather than
+// leaving it pending in an inbox nobody reads until AckWait. A member
+// that closes while the server may still answer a pull request of its
+// (messages of a pull still coming, or, in a cluster, a request it gave
+// up on: a server other than the member's may deliver to the old inbox
+// until the unsubscribe reaches it) lets its group lock lapse at
 // UnlockGroup rather than release it, so that the next member takes it
 // over and waits for what is pending.
 //

@@ -17,19 +17,31 @@ import (
 	"github.com/eventbus-go/bus/observer"
 )
 
-// Pull timing. Receive sends one request that the server holds up to
-// longPoll for the first message and ends as soon as it has delivered what
-// the stream holds, up to the batch ("no_wait" with "expires"): one round
-// trip whether messages wait or not. Receive returns once it has taken a
-// message and the inbox is momentarily empty: the rest of the request is
-// coming (see Coming), and the next Receive collects it before it sends
-// another request. A request whose end the server does
-// not confirm within its wait plus responseGrace is abandoned (the
-// connection is probably down).
+// Pull timing. Receive sends a request that the server holds up to
+// longPoll for the first message and ends as soon as it has delivered
+// what the stream holds, up to the batch ("no_wait" with "expires"): one
+// round trip whether messages wait or not. While messages flow faster
+// than such requests can be answered one by one, it asks instead for as
+// many as the flow brings in half of briefWait, with a request that
+// waits until it is full ("expires" alone, briefWait): a steady stream
+// fills it and it ends without a status message, as the client
+// library's Consume keeps its requests open. Receive returns once it
+// has taken a message and the inbox is momentarily empty: the rest of
+// the requests is coming (see Coming), and the next Receive collects it.
+// A request whose end the server does not confirm within its wait plus
+// responseGrace is abandoned (the connection is probably down); one
+// that waits until full, within its wait plus briefGrace, as a server
+// before 2.10 drops a request that expires as a message comes without
+// a status message.
 const (
 	longPoll      = 800 * time.Millisecond
+	briefWait     = 100 * time.Millisecond
+	briefGrace    = 20 * time.Millisecond
 	responseGrace = 250 * time.Millisecond
 	setupTimeout  = 5 * time.Second
+	// briefMin is the fewest messages a request that waits until it
+	// is full asks for.
+	briefMin = 32
 )
 
 // Bodies of the JetStream acknowledgement protocol.
@@ -78,16 +90,19 @@ var monoEpoch = time.Now()
 // nanoseconds since monoEpoch.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
-// openPull is a pull request that has not ended: reply is the subject
-// its end arrives on, left how many messages it may still bring, got how
-// many it brought, and until when the server answers it. An extra one
-// was sent while an older request was open.
+// openPull is a pull request that may not have ended: reply is the
+// subject its end arrives on, asked how many messages it asked for, and
+// until when the server answers it. An extra one was sent while an older
+// request was open. left is how many it still owes if the server served
+// the open requests oldest first, and full that this count reached 0:
+// the server may still owe it messages (it serves its requests in
+// turn), so a status message for it may still come.
 type openPull struct {
-	reply     string
-	kind      pullKind
-	left, got int
-	until     time.Time
-	extra     bool
+	reply       string
+	kind        pullKind
+	asked, left int
+	until       time.Time
+	extra, full bool
 }
 
 // jsSub is one member of a group: a durable pull consumer read through a
@@ -130,11 +145,20 @@ type jsSub struct {
 	// excess are deliveries beyond what Receive may return, handed back
 	// before it returns (handBackExcess); Receive's goroutine only.
 	excess []*natsgo.Msg
-	// open are the pull requests that have not ended, oldest first, at
-	// most two (in openBuf): the server serves them in that order.
+	// open are the pull requests that may not have ended, oldest
+	// first, and owed how many messages they may still bring, together.
+	// The server hands its open requests one delivery each in turn, and
+	// a delivery does not name its request, so only their sum is known:
+	// a request ends full without a word, and a status message that
+	// ends one says how many it still owed. Receive's goroutine only.
+	open []openPull
+	owed int
+	// The flow of deliveries: flowN counted since flowFrom (monoNow),
+	// and the rate of the last window of briefWait, per second.
 	// Receive's goroutine only.
-	open    []openPull
-	openBuf [2]openPull
+	flowFrom int64
+	flowN    int
+	rate     float64
 
 	// recvMu is held by Receive: Close reads open and unsure only when
 	// it can take it (no Receive runs).
@@ -207,7 +231,7 @@ func (s *jsSub) Receive(ctx context.Context, max int) ([]*backend.Message, error
 
 func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*backend.Message, error) {
 	if s.isClosed() || s.b.closed.Load() {
-		s.open = s.open[:0] // what is coming is left to its lease
+		s.forgetRequests() // what is coming is left to its lease
 		return out, fmt.Errorf("nats: receive %q: %w", s.topic, backend.ErrClosed)
 	}
 	max := min(n, s.maxBatch)
@@ -217,8 +241,14 @@ func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*
 	if len(s.open) > 0 {
 		// Messages are coming: collect them, after asking for more when
 		// the capacity beyond them is worth a request.
-		if more := min(n-s.Coming(), s.maxBatch); len(s.open) == 1 && more > 0 && more >= s.maxBatch/4 {
-			_ = s.openRequest(more, pullUntilFirst, true) // on failure, the open one goes on
+		if more := min(n-s.Coming(), s.maxBatch); s.filling() == 1 && more > 0 && more >= s.maxBatch/4 {
+			if kind := s.open[len(s.open)-1].kind; kind != pullBrief {
+				_ = s.openRequest(more, kind, true) // on failure, the open one goes on
+			} else if brief := s.briefBatch() - s.owed; brief > 0 {
+				// The open requests share the flow: together they ask
+				// for what it brings in half of briefWait.
+				_ = s.openRequest(min(more, brief), kind, true)
+			}
 		}
 		out, err := s.collect(ctx, out, n, true)
 		return out, s.wrap(err)
@@ -228,7 +258,11 @@ func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*
 	if len(out) > 0 {
 		return out, nil
 	}
-	out, err := s.pull(ctx, out, max, max, pullUntilFirst)
+	kind, ask := pullUntilFirst, max
+	if brief := s.briefBatch(); brief > 0 {
+		kind, ask = pullBrief, min(max, brief)
+	}
+	out, err := s.pull(ctx, out, max, ask, kind)
 	if !errors.Is(err, errRequestsPending) {
 		return out, s.wrap(err)
 	}
@@ -244,14 +278,8 @@ func (s *jsSub) receive(ctx context.Context, n int, out []*backend.Message) ([]*
 }
 
 // Coming implements backend.PartialReceiver: the messages the open pull
-// request may still bring.
-func (s *jsSub) Coming() int {
-	n := 0
-	for i := range s.open {
-		n += s.open[i].left
-	}
-	return n
-}
+// requests may still bring.
+func (s *jsSub) Coming() int { return s.owed }
 
 // openRequest sends a pull request of kind for n messages and adds it to
 // the open ones.
@@ -260,16 +288,91 @@ func (s *jsSub) openRequest(n int, kind pullKind, extra bool) error {
 	if err != nil {
 		return err
 	}
-	if len(s.open) == 0 {
-		s.open = s.openBuf[:0]
+	now := time.Now()
+	// A request counted full whose time is up has ended: the server
+	// answers it within that time.
+	i := 0
+	for i < len(s.open) && s.open[i].full && now.After(s.open[i].until) {
+		i++
 	}
-	s.open = append(s.open, openPull{reply: reply, kind: kind, left: n, until: time.Now().Add(longPoll + responseGrace), extra: extra})
+	s.open = append(s.open[:0], s.open[i:]...)
+	wait := longPoll + responseGrace
+	if kind == pullBrief {
+		wait = briefWait + briefGrace
+	}
+	s.open = append(s.open, openPull{reply: reply, kind: kind, asked: n, left: n, until: now.Add(wait), extra: extra})
+	s.owed += n
 	return nil
 }
 
-// closeRequest forgets the open request i, which has ended.
-func (s *jsSub) closeRequest(i int) {
+// filling returns how many open requests have not been counted full.
+func (s *jsSub) filling() int {
+	n := 0
+	for i := range s.open {
+		if !s.open[i].full {
+			n++
+		}
+	}
+	return n
+}
+
+// delivered counts a delivery, taken at now (monoNow), against the open
+// requests: once they owe nothing, they have all ended full.
+func (s *jsSub) delivered(now int64) {
+	s.flowN++
+	if d := now - s.flowFrom; d >= int64(briefWait) {
+		s.rate = float64(s.flowN) * float64(time.Second) / float64(d)
+		s.flowFrom, s.flowN = now, 0
+	}
+	for i := range s.open {
+		if p := &s.open[i]; !p.full {
+			p.left--
+			p.full = p.left <= 0
+			break
+		}
+	}
+	if s.owed--; s.owed <= 0 {
+		s.forgetRequests()
+	}
+}
+
+// briefBatch returns how many messages a request that waits until it is
+// full asks for: what the flow of the last window brings in half of
+// briefWait, or 0 (a request that ends with what the stream holds) when
+// that is fewer than briefMin or the window is more than one window
+// old.
+func (s *jsSub) briefBatch() int {
+	if monoNow()-s.flowFrom > 2*int64(briefWait) {
+		return 0
+	}
+	n := int(s.rate * briefWait.Seconds() / 2)
+	if n < briefMin {
+		return 0
+	}
+	return n
+}
+
+// endRequest forgets the open request i, which a status message ended;
+// msg says how many messages it still owed (all it asked for when the
+// header is missing: the server ended it, so what else is coming is at
+// most what the others owe).
+func (s *jsSub) endRequest(i int, msg *natsgo.Msg) {
+	owed := s.open[i].asked
+	if n, err := strconv.Atoi(msg.Header.Get(hdrPendingMsgs)); err == nil && n >= 0 {
+		owed = n
+	}
 	s.open = append(s.open[:i], s.open[i+1:]...)
+	s.owed -= owed
+	if len(s.open) == 0 || s.owed <= 0 {
+		s.forgetRequests()
+	}
+}
+
+// forgetRequests forgets the open requests: they ended, or what they
+// still bring is left to drain and to the leases.
+func (s *jsSub) forgetRequests() {
+	s.open = s.open[:0]
+	s.owed = 0
 }
 
 // Kinds of pull request.
@@ -283,6 +386,8 @@ const (
 	pullWait
 	// pullNoWait takes what is there now.
 	pullNoWait
+	// pullBrief waits up to briefWait until the batch is full.
+	pullBrief
 )
 
 // errRequestsPending is the server's refusal of a pullUntilFirst request
@@ -325,7 +430,7 @@ func (s *jsSub) pull(ctx context.Context, out []*backend.Message, max, n int, ki
 	if err := s.openRequest(n, kind, false); err != nil {
 		return out, err
 	}
-	return s.collect(ctx, out, max, kind == pullUntilFirst)
+	return s.collect(ctx, out, max, kind == pullUntilFirst || kind == pullBrief)
 }
 
 // collect takes the messages of the open requests into out (never beyond
@@ -359,42 +464,42 @@ func (s *jsSub) collect(ctx context.Context, out []*backend.Message, max int, ea
 			now = monoNow()
 		}
 		if err != nil {
+			brief := s.open[len(s.open)-1].kind == pullBrief
 			if ctx.Err() != nil && !s.isClosed() {
-				out = s.abandon(out, max, s.open[len(s.open)-1].reply, s.Coming())
+				out = s.abandon(out, max)
 			}
-			s.open = s.open[:0]
+			s.forgetRequests()
+			if brief && ctx.Err() == nil && wctx.Err() != nil && s.b.nc.IsConnected() {
+				// Expired without a word (see briefGrace): the next
+				// Receive asks again.
+				return out, nil
+			}
 			return out, s.waitErr(ctx, wctx, err)
 		}
 		if isJSDelivery(msg) {
-			// A delivery does not name its request: the server fills
-			// the oldest first, and one of an older, abandoned request
-			// counts against it too.
-			p := &s.open[0]
-			out = s.accept(out, max, msg, p.left, now)
-			p.left--
-			p.got++
+			// A delivery of an older, abandoned request counts against
+			// the open ones too.
+			out = s.accept(out, max, msg, s.owed, now)
+			s.delivered(now)
 			took++
-			if p.left == 0 {
-				s.closeRequest(0) // full
-			}
 			continue
 		}
 		i := s.openIndex(msg.Subject)
 		if i < 0 {
 			continue // the end of an older, abandoned request
 		}
-		done, err := s.status(ctx, msg, s.open[i].got, s.open[i].kind)
+		done, err := s.status(ctx, msg, s.open[i].kind)
 		if s.open[i].extra && errors.Is(err, errRequestsPending) {
 			// The server refused the extra request: the older one
 			// takes what the stream holds.
 			done, err = true, nil
 		}
 		if err != nil {
-			s.open = s.open[:0]
+			s.forgetRequests()
 			return out, err
 		}
 		if done {
-			s.closeRequest(i)
+			s.endRequest(i, msg)
 		}
 	}
 	// The requests ended with everything they asked for: a Receive whose
@@ -413,41 +518,49 @@ func (s *jsSub) openIndex(reply string) int {
 	return -1
 }
 
-// abandonWait bounds how long abandon waits for the end of a request cut
-// short: the server ends a request that found messages as soon as it has
-// delivered them.
+// abandonWait bounds how long abandon waits for the end of the requests
+// cut short: the server ends a request that waits for its first message
+// as soon as it has delivered what the stream holds. Requests that wait
+// until they are full are waited for until they expire (briefWait plus
+// briefGrace).
 const abandonWait = 50 * time.Millisecond
 
-// abandon collects into out what the open request that ctx cut short
-// still delivers (coming: at most that many), and Receive returns it
+// abandon collects into out what the open requests that ctx cut short
+// still deliver, and Receive returns it
 // with ctx's error. The server hands a request the messages it holds as
 // soon as it gets it: left in the inbox, they stayed pending until their
 // AckWait when no Receive followed (the bus stops fetching when it closes
 // a member), and a key-ordered group's next member, taking the lock this
 // member releases, went on with the messages after them. The bus handles
 // (a closing member of a key-ordered group) or gives back what Receive
-// returns. The member waits up to abandonWait for the request's end, and
-// when it does not end (it waits for messages that are not there yet)
-// moves to a fresh inbox and drains the old one (a delivery the server
-// sends after the unsubscribe goes back to the group by itself).
-func (s *jsSub) abandon(out []*backend.Message, max int, reply string, coming int) []*backend.Message {
+// returns. The member waits up to abandonWait for the requests' end,
+// and when they do not end (one waits for messages that are not there
+// yet) moves to a fresh inbox and drains the old one (a delivery the
+// server sends after the unsubscribe goes back to the group by itself).
+// The requests are forgotten.
+func (s *jsSub) abandon(out []*backend.Message, max int) []*backend.Message {
 	var got []*natsgo.Msg
 	now := monoNow()
-	wait, cancel := context.WithTimeout(context.Background(), abandonWait)
-	ended := false
-	for !ended {
+	until := time.Now().Add(abandonWait)
+	if last := s.open[len(s.open)-1]; last.kind == pullBrief && last.until.After(until) {
+		until = last.until
+	}
+	wait, cancel := context.WithDeadline(context.Background(), until)
+	for len(s.open) > 0 {
 		msg, err := s.in.next(wait)
 		if err != nil {
 			break
 		}
 		if isJSDelivery(msg) {
 			got = append(got, msg)
-			ended = len(got) >= coming // a full batch ends the request
-		} else if msg.Subject == reply {
-			ended = msg.Header.Get(hdrStatus) != "100" // not a heartbeat
+			s.delivered(now) // requests that owe nothing have ended full
+		} else if i := s.openIndex(msg.Subject); i >= 0 && msg.Header.Get(hdrStatus) != "100" {
+			s.endRequest(i, msg) // not a heartbeat
 		}
 	}
 	cancel()
+	ended := len(s.open) == 0
+	s.forgetRequests()
 	if !ended {
 		// A lone server delivers nothing more once it has the
 		// unsubscribe; in a cluster the consumer's leader may still.
@@ -515,6 +628,8 @@ func (s *jsSub) request(n int, kind pullKind) (string, error) {
 		req = strconv.AppendInt(append(req, `,"expires":`...), longPoll.Nanoseconds(), 10)
 	case pullNoWait:
 		req = append(req, `,"no_wait":true`...)
+	case pullBrief:
+		req = strconv.AppendInt(append(req, `,"expires":`...), briefWait.Nanoseconds(), 10)
 	}
 	req = append(req, '}')
 	if err := s.b.nc.PublishRequest(s.nextSubj, reply, req); err != nil {
@@ -553,14 +668,14 @@ func (s *jsSub) waitErr(ctx, wctx context.Context, err error) error {
 
 // status reads a status message that ends (or not) the request: done
 // reports that the request is over.
-func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, got int, kind pullKind) (done bool, err error) {
+func (s *jsSub) status(ctx context.Context, msg *natsgo.Msg, kind pullKind) (done bool, err error) {
 	code := msg.Header.Get(hdrStatus)
 	if code != "503" {
 		s.unanswered = time.Time{}
 	}
 	switch code {
 	case "408":
-		if got == 0 && kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
+		if kind == pullUntilFirst && msg.Header.Get(hdrDescription) == "Requests Pending" {
 			return true, errRequestsPending
 		}
 		// The request expired, or (before server 2.10) ended after

@@ -31,6 +31,9 @@ const (
 	// status line of server control messages.
 	hdrStatus      = "Status"
 	hdrDescription = "Description"
+	// hdrPendingMsgs is how many messages a pull request that a status
+	// message ends still owed.
+	hdrPendingMsgs = "Nats-Pending-Messages"
 )
 
 // isNATSHeader reports whether k uses the "Nats-" prefix that the server
