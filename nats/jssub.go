@@ -106,7 +106,7 @@ type openPull struct {
 }
 
 // jsSub is one member of a group: a durable pull consumer read through a
-// private inbox, one pull request at a time, each asking for no more
+// private inbox, with pull requests that together ask for no more
 // messages than the capacity the bus reserved.
 type jsSub struct {
 	b        *Backend
