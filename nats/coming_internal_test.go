@@ -238,3 +238,28 @@ func TestBriefBatchFollowsTheFlow(t *testing.T) {
 	s.flowFrom = monoNow() - 3*int64(briefWait)
 	assert.Zero(t, s.briefBatch(), "a flow that stopped asks for what the stream holds")
 }
+
+// A Receive cut short while a request that waits until it is full is
+// open waits for that request to expire rather than moving to a fresh
+// inbox: what it delivered is returned, and nothing is coming after.
+func TestCutShortWaitsForABriefRequestToExpire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, s, topic := newInternalSub(ctx, t, "coming-brief-cut")
+	inbox := s.inbox
+	require.NoError(t, s.openRequest(5, pullBrief, false), "a request that waits until it is full")
+	publishIDs(ctx, t, b, topic, "m-0", "m-1")
+	require.Eventually(t, func() bool { return len(s.in.ch) >= 2 }, 5*time.Second, time.Millisecond,
+		"the deliveries reach the inbox")
+	cut, stop := context.WithCancel(ctx)
+	stop()
+	got, err := s.Receive(cut, 5)
+	require.ErrorIs(t, err, context.Canceled, "the Receive ends with its ctx")
+	var ids []string
+	for _, m := range got {
+		ids = append(ids, m.ID)
+	}
+	assert.Equal(t, []string{"m-0", "m-1"}, ids, "what the request delivered is returned")
+	assert.Zero(t, s.Coming(), "nothing is coming")
+	assert.Equal(t, inbox, s.inbox, "the request ended (expired) in time: the member keeps its inbox")
+}
