@@ -94,15 +94,13 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 // subject its end arrives on, asked how many messages it asked for, and
 // until when the server answers it. An extra one was sent while an older
 // request was open. left is how many it still owes if the server served
-// the open requests oldest first, and full that this count reached 0:
-// the server may still owe it messages (it serves its requests in
-// turn), so a status message for it may still come.
+// the open requests oldest first.
 type openPull struct {
 	reply       string
 	kind        pullKind
 	asked, left int
 	until       time.Time
-	extra, full bool
+	extra       bool
 }
 
 // jsSub is one member of a group: a durable pull consumer read through a
@@ -150,9 +148,14 @@ type jsSub struct {
 	// The server hands its open requests one delivery each in turn, and
 	// a delivery does not name its request, so only their sum is known:
 	// a request ends full without a word, and a status message that
-	// ends one says how many it still owed. Receive's goroutine only.
-	open []openPull
-	owed int
+	// ends one says how many it still owed. The first filled of them
+	// are counted full (their left reached 0, oldest first): the server
+	// may still owe them messages, as it serves its requests in turn,
+	// so a status message for one may still come. Receive's goroutine
+	// only.
+	open   []openPull
+	owed   int
+	filled int
 	// The flow of deliveries: flowN counted since flowFrom (monoNow),
 	// and the rate of the last window of briefWait, per second.
 	// Receive's goroutine only.
@@ -292,10 +295,11 @@ func (s *jsSub) openRequest(n int, kind pullKind, extra bool) error {
 	// A request counted full whose time is up has ended: the server
 	// answers it within that time.
 	i := 0
-	for i < len(s.open) && s.open[i].full && now.After(s.open[i].until) {
+	for i < s.filled && now.After(s.open[i].until) {
 		i++
 	}
 	s.open = append(s.open[:0], s.open[i:]...)
+	s.filled -= i
 	wait := longPoll + responseGrace
 	if kind == pullBrief {
 		wait = briefWait + briefGrace
@@ -306,15 +310,7 @@ func (s *jsSub) openRequest(n int, kind pullKind, extra bool) error {
 }
 
 // filling returns how many open requests have not been counted full.
-func (s *jsSub) filling() int {
-	n := 0
-	for i := range s.open {
-		if !s.open[i].full {
-			n++
-		}
-	}
-	return n
-}
+func (s *jsSub) filling() int { return len(s.open) - s.filled }
 
 // delivered counts a delivery, taken at now (monoNow), against the open
 // requests: once they owe nothing, they have all ended full.
@@ -324,11 +320,10 @@ func (s *jsSub) delivered(now int64) {
 		s.rate = float64(s.flowN) * float64(time.Second) / float64(d)
 		s.flowFrom, s.flowN = now, 0
 	}
-	for i := range s.open {
-		if p := &s.open[i]; !p.full {
-			p.left--
-			p.full = p.left <= 0
-			break
+	if s.filled < len(s.open) {
+		p := &s.open[s.filled]
+		if p.left--; p.left <= 0 {
+			s.filled++
 		}
 	}
 	if s.owed--; s.owed <= 0 {
@@ -362,6 +357,9 @@ func (s *jsSub) endRequest(i int, msg *natsgo.Msg) {
 		owed = n
 	}
 	s.open = append(s.open[:i], s.open[i+1:]...)
+	if i < s.filled {
+		s.filled--
+	}
 	s.owed -= owed
 	if len(s.open) == 0 || s.owed <= 0 {
 		s.forgetRequests()
@@ -372,7 +370,7 @@ func (s *jsSub) endRequest(i int, msg *natsgo.Msg) {
 // still bring is left to drain and to the leases.
 func (s *jsSub) forgetRequests() {
 	s.open = s.open[:0]
-	s.owed = 0
+	s.owed, s.filled = 0, 0
 }
 
 // Kinds of pull request.
