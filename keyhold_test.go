@@ -256,12 +256,29 @@ func (b *interleaving) Publish(ctx context.Context, topic string, msgs []*bus.Ba
 // the release of the key) must handle them in, the live message last.
 func holdLedger(ctx context.Context, t *testing.T, be bus.Backend, il *interleaving, release bool) (*bus.Bus, *orderLog, string, []string) {
 	t.Helper()
+	var fixed atomic.Bool
+	b, log, held := holdAcct(ctx, t, be, func() bool { return !fixed.Load() })
+	il.head = held.Head
+	fixed.Store(true)
+	want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
+	if release {
+		want = want[1:] // the released head stays a dead letter
+	}
+	return b, log, held.Head, want
+}
+
+// holdAcct starts a bus on be with a key-ordered KeyHold subscription
+// to "ledger" that rejects acct/0 while poisoned reports true; publishes
+// acct/0, acct/1 and acct/2; and waits until acct is held with two
+// parked. It returns the bus (closed when t ends), the handled messages
+// and the held key.
+func holdAcct(ctx context.Context, t *testing.T, be bus.Backend, poisoned func() bool) (*bus.Bus, *orderLog, bus.HeldKey) {
+	t.Helper()
 	b := bus.New(be, bus.WithObserver(observer.Nop()))
 	t.Cleanup(func() { closeBus(t, b) })
-	var fixed atomic.Bool
 	log := &orderLog{}
 	_, err := b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
-		if string(d.Payload) == "acct/0" && !fixed.Load() {
+		if string(d.Payload) == "acct/0" && poisoned() {
 			return bus.Reject(errors.New("poisoned"))
 		}
 		log.add(d)
@@ -274,13 +291,7 @@ func holdLedger(ctx context.Context, t *testing.T, be bus.Backend, il *interleav
 		held, err = b.HeldKeys(ctx, "ledger.dlq")
 		return err == nil && len(held) == 1 && held[0].Parked == 2
 	}, "acct held, 2 parked")
-	il.head = held[0].Head
-	fixed.Store(true)
-	want := []string{"acct/0#1", "acct/1#1", "acct/2#1", "acct/live#1"}
-	if release {
-		want = want[1:] // the released head stays a dead letter
-	}
-	return b, log, held[0].Head, want
+	return b, log, held[0]
 }
 
 // A message of a held key published while its head is replayed, stored
@@ -388,26 +399,10 @@ func TestKeyHoldReleaseAfterTheHeadWasPurged(t *testing.T) {
 	ctx := context.Background()
 	be, err := inmemory.New(nil)
 	require.NoError(t, err)
-	b := bus.New(be, bus.WithObserver(observer.Nop()))
-	defer closeBus(t, b)
-	log := &orderLog{}
-	_, err = b.Subscribe(ctx, "ledger", func(_ context.Context, d *bus.Delivery) error {
-		if string(d.Payload) == "acct/0" {
-			return bus.Reject(errors.New("poisoned"))
-		}
-		log.add(d)
-		return nil
-	}, bus.WithKeyOrdering(), bus.WithKeyFailure(bus.KeyHold))
+	b, log, key := holdAcct(ctx, t, be, func() bool { return true })
+	_, err = b.PurgeDeadLetters(ctx, "ledger.dlq", key.Head)
 	require.NoError(t, err)
-	require.NoError(t, b.Publish(ctx, "ledger", keyedMsgs("acct", 3)...))
-	var held []bus.HeldKey
-	waitHold(t, func() bool {
-		held, err = b.HeldKeys(ctx, "ledger.dlq")
-		return err == nil && len(held) == 1 && held[0].Parked == 2
-	}, "acct held, 2 parked")
-	_, err = b.PurgeDeadLetters(ctx, "ledger.dlq", held[0].Head)
-	require.NoError(t, err)
-	held, err = b.HeldKeys(ctx, "ledger.dlq")
+	held, err := b.HeldKeys(ctx, "ledger.dlq")
 	require.NoError(t, err)
 	require.Len(t, held, 1)
 	assert.Empty(t, held[0].Head)
