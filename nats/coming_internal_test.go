@@ -20,6 +20,15 @@ func openRequest(t *testing.T, s *jsSub, n int) {
 	require.NoError(t, s.openRequest(n, pullWait, false), "pull request")
 }
 
+// messageIDs returns the IDs of msgs, in order.
+func messageIDs(msgs []*backend.Message) []string {
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
 func publishIDs(ctx context.Context, t *testing.T, b *Backend, topic string, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
@@ -50,9 +59,7 @@ func TestReceiveReturnsBeforeItsRequestIsFull(t *testing.T) {
 		more, err := s.Receive(ctx, s.Coming())
 		require.NoError(t, err, "receive the rest")
 		require.NotEmpty(t, more, "a Receive with messages coming waits for one")
-		for _, m := range more {
-			ids = append(ids, m.ID)
-		}
+		ids = append(ids, messageIDs(more)...)
 	}
 	assert.Equal(t, []string{"m-2", "m-3", "m-4"}, ids, "the rest comes in order")
 	assert.Zero(t, s.Coming(), "nothing is coming once the request is full")
@@ -79,11 +86,7 @@ func TestReceiveWithEndedCtxReturnsWhatIsComing(t *testing.T) {
 	stop()
 	last, err := s.Receive(ended, s.Coming())
 	require.ErrorIs(t, err, context.Canceled, "the Receive ends with its ctx")
-	var ids []string
-	for _, m := range last {
-		ids = append(ids, m.ID)
-	}
-	assert.Equal(t, []string{"m-1", "m-2"}, ids, "what arrived is returned, for the bus to handle")
+	assert.Equal(t, []string{"m-1", "m-2"}, messageIDs(last), "what arrived is returned, for the bus to handle")
 	assert.Zero(t, s.Coming(), "nothing is coming after a Receive whose ctx ended")
 
 }
@@ -97,19 +100,14 @@ func TestExtraRequestKeepsComingExact(t *testing.T) {
 	b, s, topic := newInternalSub(ctx, t, "coming-extra")
 	require.NoError(t, s.openRequest(3, pullWait, false), "pull request")
 	publishIDs(ctx, t, b, topic, "m-0")
-	var ids []string
 	got, err := s.Receive(ctx, 3+s.maxBatch)
 	require.NoError(t, err, "receive with room for an extra request")
-	for _, m := range got {
-		ids = append(ids, m.ID)
-	}
+	ids := messageIDs(got)
 	publishIDs(ctx, t, b, topic, "m-1", "m-2", "m-3", "m-4")
 	for len(ids) < 5 {
 		more, err := s.Receive(ctx, max(s.Coming(), 1))
 		require.NoError(t, err, "receive the rest")
-		for _, m := range more {
-			ids = append(ids, m.ID)
-		}
+		ids = append(ids, messageIDs(more)...)
 	}
 	assert.Equal(t, []string{"m-0", "m-1", "m-2", "m-3", "m-4"}, ids, "each message once, in order")
 	for s.Coming() > 0 {
@@ -181,11 +179,7 @@ func TestRequestsServedInTurnKeepComingExact(t *testing.T) {
 
 	got, err := s.Receive(ctx, 11)
 	require.NoError(t, err, "receive")
-	var gotIDs []string
-	for _, m := range got {
-		gotIDs = append(gotIDs, m.ID)
-	}
-	assert.Equal(t, append([]string{"m-0", "m-1"}, ids...), gotIDs, "every delivery, in order")
+	assert.Equal(t, append([]string{"m-0", "m-1"}, ids...), messageIDs(got), "every delivery, in order")
 	assert.Zero(t, s.Coming(), "both requests have ended")
 	assert.Empty(t, s.open, "no request is left open")
 }
@@ -255,11 +249,7 @@ func TestCutShortWaitsForABriefRequestToExpire(t *testing.T) {
 	stop()
 	got, err := s.Receive(cut, 5)
 	require.ErrorIs(t, err, context.Canceled, "the Receive ends with its ctx")
-	var ids []string
-	for _, m := range got {
-		ids = append(ids, m.ID)
-	}
-	assert.Equal(t, []string{"m-0", "m-1"}, ids, "what the request delivered is returned")
+	assert.Equal(t, []string{"m-0", "m-1"}, messageIDs(got), "what the request delivered is returned")
 	assert.Zero(t, s.Coming(), "nothing is coming")
 	assert.Equal(t, inbox, s.inbox, "the request ended (expired) in time: the member keeps its inbox")
 }
